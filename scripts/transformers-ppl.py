@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Reference perplexity with the PyTorch stack (transformers, f32, CPU) by the Wanda protocol.
+
+Independent of wanda: it loads the same GGUF through transformers' own GGUF loader and prints
+one JSON object like `wanda eval --json` (perplexity, windows, seqlen, tokens). Use it to check
+wanda's numbers; CI never runs it.
+
+    python3 -m venv ~/venv-ab && ~/venv-ab/bin/pip install torch transformers==4.45.2 gguf
+    ~/venv-ab/bin/python scripts/transformers-ppl.py --gguf demo/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --text demo/wikitext2-raw-test.txt --seqlen 512 --windows 64
+"""
+import argparse, json, os, time
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+p = argparse.ArgumentParser()
+p.add_argument("--gguf", required=True)
+p.add_argument("--tokenizer-dir", help="a folder with tokenizer.json to use instead of the GGUF's")
+p.add_argument("--text", required=True)
+p.add_argument("--seqlen", type=int, default=512)
+p.add_argument("--windows", type=int)
+p.add_argument("--threads", type=int, default=os.cpu_count())
+p.add_argument("--dump-logits", help="write the first window's logits (float32, raw) here")
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+
+folder, name = os.path.split(os.path.abspath(a.gguf))
+t0 = time.time()
+model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32).eval()
+load_s = time.time() - t0
+if a.tokenizer_dir:
+    tok = AutoTokenizer.from_pretrained(a.tokenizer_dir)
+else:
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+text = open(a.text, encoding="utf-8").read()
+ids = tok(text, return_tensors="pt").input_ids
+n = ids.shape[1] // a.seqlen
+if a.windows:
+    n = min(n, a.windows)
+nll, t0 = 0.0, time.time()
+with torch.no_grad():
+    for i in range(n):
+        w = ids[:, i * a.seqlen:(i + 1) * a.seqlen]
+        logits = model(w).logits
+        if i == 0 and a.dump_logits:
+            logits[0].float().numpy().tofile(a.dump_logits)
+        loss = torch.nn.functional.cross_entropy(logits[0, :-1].float(), w[0, 1:], reduction="sum")
+        nll += loss.item()
+eval_s = time.time() - t0
+mean = nll / (n * (a.seqlen - 1))
+print(json.dumps({"perplexity": float(torch.tensor(mean).exp()), "mean_nll": mean, "windows": n,
+                  "seqlen": a.seqlen, "tokens": n * a.seqlen, "text_tokens": ids.shape[1],
+                  "load_seconds": load_s, "eval_seconds": eval_s,
+                  "tokens_per_second": n * a.seqlen / eval_s}))

@@ -1,0 +1,124 @@
+//! `wanda eval`: perplexity of a model on a text file by the paper's protocol.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::prelude::Backend;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use super::backend::{dispatch, DeviceArg, OnBackend};
+use wanda::eval::perplexity::{perplexity, PerplexityReport};
+use wanda::model::{self, ModelRef};
+
+/// Arguments of `wanda eval`.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// A GGUF file, a Hugging Face folder, or a hub id (`org/name[@revision]`).
+    #[arg(long)]
+    pub model: String,
+    /// The evaluation text (e.g. WikiText-2 raw test, joined with "\n\n").
+    #[arg(long)]
+    pub text: PathBuf,
+    /// Window length in tokens.
+    #[arg(long, default_value_t = 2048)]
+    pub seqlen: usize,
+    /// Evaluate only the first N windows.
+    #[arg(long)]
+    pub windows: Option<usize>,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// `cpu`, `cuda`, `cuda:N` or `auto`.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceArg,
+}
+
+/// What `wanda eval --json` prints.
+#[derive(Debug, Serialize)]
+pub struct EvalOutput {
+    #[serde(flatten)]
+    report: PerplexityReport,
+    model: String,
+    text: String,
+    device: String,
+    load_seconds: f64,
+    eval_seconds: f64,
+    tokens_per_second: f64,
+}
+
+impl OnBackend for EvalArgs {
+    type Output = EvalOutput;
+
+    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<EvalOutput> {
+        let origin = ModelRef::parse(&self.model)?;
+        let text = std::fs::read_to_string(&self.text)
+            .with_context(|| format!("cannot read eval text `{}`", self.text.display()))?;
+        let started = Instant::now();
+        let loaded = model::load::<B>(&origin, &device)
+            .with_context(|| format!("cannot load model `{origin}`"))?;
+        let load_seconds = started.elapsed().as_secs_f64();
+        let ids = loaded.tokenizer.encode(&text)?;
+        let context = loaded
+            .config
+            .sliding_window
+            .map_or(loaded.config.max_position_embeddings, |w| {
+                w.min(loaded.config.max_position_embeddings)
+            });
+        let bar = ProgressBar::new(0).with_style(
+            ProgressStyle::with_template(
+                "perplexity {bar:30} {pos}/{len} windows {elapsed} (eta {eta})",
+            )
+            .expect("static template"),
+        );
+        let started = Instant::now();
+        let report = perplexity(
+            &loaded.model,
+            &ids,
+            self.seqlen,
+            self.windows,
+            context,
+            |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            },
+        )?;
+        bar.finish_and_clear();
+        let eval_seconds = started.elapsed().as_secs_f64();
+        Ok(EvalOutput {
+            tokens_per_second: report.tokens as f64 / eval_seconds,
+            report,
+            model: origin.to_string(),
+            text: self.text.display().to_string(),
+            device: label,
+            load_seconds,
+            eval_seconds,
+        })
+    }
+}
+
+/// Runs `wanda eval`.
+pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    let out = dispatch(args.device, args)?;
+    if json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        let r = &out.report;
+        println!("model       {}", out.model);
+        println!("text        {} ({} tokens)", out.text, r.text_tokens);
+        println!("device      {}", out.device);
+        println!(
+            "windows     {} of {} × {} tokens ({} predicted)",
+            r.windows, r.available_windows, r.seqlen, r.predicted_tokens
+        );
+        println!("perplexity  {:.4}", r.perplexity);
+        println!(
+            "time        load {:.1} s, eval {:.1} s ({:.0} tokens/s)",
+            out.load_seconds, out.eval_seconds, out.tokens_per_second
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

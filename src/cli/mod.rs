@@ -1,0 +1,40 @@
+//! Subcommands, one file each; this module holds the argument types and the dispatch.
+
+mod backend;
+mod bench;
+mod eval;
+mod generate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Declarative LLM-pruning experiments: Wanda, SparseGPT and magnitude pruning of Llama-family
+/// models, WikiText-2 perplexity by the paper's protocol, on CPU or CUDA.
+#[derive(Debug, Parser)]
+#[command(name = "wanda", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure perplexity of a model on a text (non-overlapping windows, as in the paper).
+    Eval(eval::EvalArgs),
+    /// Continue a prompt with a model (KV-cached decoding).
+    Generate(generate::GenerateArgs),
+    /// Micro-benchmarks: forward throughput and GEMM rate.
+    Bench(bench::BenchArgs),
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Eval(args) => eval::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Bench(args) => bench::run(args),
+    }
+}

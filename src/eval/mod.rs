@@ -1,0 +1,3 @@
+//! Model evaluation: WikiText-2 perplexity by the Wanda paper's protocol.
+
+pub mod perplexity;

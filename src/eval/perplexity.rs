@@ -1,0 +1,173 @@
+//! Perplexity by the Wanda reference protocol (`eval_ppl_wikitext`, arXiv 2306.11695): the text
+//! is tokenised once as a whole, cut into non-overlapping windows of `seqlen` tokens (the
+//! remainder is dropped), each window is one forward pass, and the perplexity is
+//! `exp(mean next-token NLL)` over every predicted token of every window.
+
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+use serde::Serialize;
+
+use crate::model::llama::Llama;
+
+/// Errors of the perplexity evaluation.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PerplexityError {
+    /// `seqlen` below 2 predicts nothing.
+    #[error("seqlen must be at least 2, got {seqlen}")]
+    SeqlenTooSmall {
+        /// The requested window length.
+        seqlen: usize,
+    },
+    /// The text does not fill one window.
+    #[error("the text has {tokens} tokens, fewer than one window of {seqlen}; lower `seqlen`")]
+    TextTooShort {
+        /// Tokens in the text.
+        tokens: usize,
+        /// The requested window length.
+        seqlen: usize,
+    },
+    /// The window does not fit the model's context.
+    #[error("seqlen {seqlen} exceeds the model's context of {max} positions")]
+    SeqlenTooLong {
+        /// The requested window length.
+        seqlen: usize,
+        /// `max_position_embeddings` (or the sliding window).
+        max: usize,
+    },
+    /// The windows gave a non-finite loss.
+    #[error("the mean negative log-likelihood is not finite ({nll}); the model produced NaN or inf logits")]
+    NotFinite {
+        /// The loss.
+        nll: f64,
+    },
+}
+
+/// The result of a perplexity run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PerplexityReport {
+    /// `exp(mean NLL)`.
+    pub perplexity: f64,
+    /// Mean next-token negative log-likelihood (nats).
+    pub mean_nll: f64,
+    /// Windows evaluated.
+    pub windows: usize,
+    /// Tokens fed to the model (`windows × seqlen`).
+    pub tokens: usize,
+    /// Tokens whose likelihood was scored (`windows × (seqlen − 1)`).
+    pub predicted_tokens: usize,
+    /// Window length.
+    pub seqlen: usize,
+    /// Tokens in the whole text.
+    pub text_tokens: usize,
+    /// Windows the whole text holds (before any limit).
+    pub available_windows: usize,
+}
+
+/// Number of whole windows of `seqlen` in `tokens` tokens.
+pub fn window_count(tokens: usize, seqlen: usize) -> usize {
+    tokens / seqlen.max(1)
+}
+
+/// Sum of next-token NLLs of one window.
+///
+/// # Shapes
+/// - `logits`: `[1, seq, vocab]`, `window`: `seq` ids → the sum over the `seq − 1` predictions
+pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
+    let [batch, seq, vocab] = logits.dims();
+    debug_assert_eq!(batch, 1);
+    let device = logits.device();
+    let predicted = logits.narrow(1, 0, seq - 1).reshape([seq - 1, vocab]);
+    let targets: Vec<i64> = window[1..].iter().map(|&t| i64::from(t)).collect();
+    let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [seq - 1, 1]), &device);
+    let picked = log_softmax(predicted, 1).gather(1, targets);
+    let values: Vec<f32> = picked
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("converted to f32 above");
+    -values.iter().map(|&v| f64::from(v)).sum::<f64>()
+}
+
+/// Evaluates perplexity of `model` on the token ids of the whole text.
+///
+/// `max_windows` limits the evaluation to the first windows; `progress(done, total)` is called
+/// after every window.
+pub fn perplexity<B: Backend>(
+    model: &Llama<B>,
+    ids: &[u32],
+    seqlen: usize,
+    max_windows: Option<usize>,
+    context_limit: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<PerplexityReport, PerplexityError> {
+    if seqlen < 2 {
+        return Err(PerplexityError::SeqlenTooSmall { seqlen });
+    }
+    if seqlen > context_limit {
+        return Err(PerplexityError::SeqlenTooLong {
+            seqlen,
+            max: context_limit,
+        });
+    }
+    let available = window_count(ids.len(), seqlen);
+    if available == 0 {
+        return Err(PerplexityError::TextTooShort {
+            tokens: ids.len(),
+            seqlen,
+        });
+    }
+    let windows = max_windows.map_or(available, |n| n.min(available)).max(1);
+    let device = model.embed_tokens.weight.device();
+    let mut total_nll = 0.0f64;
+    for w in 0..windows {
+        let window = &ids[w * seqlen..(w + 1) * seqlen];
+        let input: Vec<i64> = window.iter().map(|&t| i64::from(t)).collect();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(input, [1, seqlen]), &device);
+        total_nll += window_nll(model.forward(tokens), window);
+        progress(w + 1, windows);
+    }
+    let predicted_tokens = windows * (seqlen - 1);
+    let mean_nll = total_nll / predicted_tokens as f64;
+    if !mean_nll.is_finite() {
+        return Err(PerplexityError::NotFinite { nll: mean_nll });
+    }
+    Ok(PerplexityReport {
+        perplexity: mean_nll.exp(),
+        mean_nll,
+        windows,
+        tokens: windows * seqlen,
+        predicted_tokens,
+        seqlen,
+        text_tokens: ids.len(),
+        available_windows: available,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f32>;
+
+    #[test]
+    fn window_nll_by_hand() {
+        // vocab 3, seq 3 → two predictions. logits row 0 = [0, ln 2, 0] → p(1) = 2/4;
+        // row 1 = [ln 3, 0, 0] → p(0) = 3/5. Window [9, 1, 0]: NLL = -ln(1/2) - ln(3/5).
+        let ln2 = 2f32.ln();
+        let ln3 = 3f32.ln();
+        let logits = Tensor::<B, 3>::from_data(
+            TensorData::new(vec![0.0, ln2, 0.0, ln3, 0.0, 0.0, 5.0, 5.0, 5.0], [1, 3, 3]),
+            &Default::default(),
+        );
+        let nll = window_nll(logits, &[9, 1, 0]);
+        let expected = -(0.5f64.ln()) - (0.6f64.ln());
+        assert!((nll - expected).abs() < 1e-6, "{nll} vs {expected}");
+    }
+
+    #[test]
+    fn remainder_is_dropped() {
+        assert_eq!(window_count(1030, 512), 2);
+        assert_eq!(window_count(511, 512), 0);
+    }
+}

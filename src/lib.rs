@@ -1,0 +1,7 @@
+//! `wanda`: declarative LLM-pruning experiments (Wanda, SparseGPT, magnitude) on Burn.
+//!
+//! The library holds the domain code; the `wanda` binary (`src/main.rs`, `src/cli/`) names the
+//! concrete backend and handles the command line.
+
+pub mod eval;
+pub mod model;

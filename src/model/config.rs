@@ -1,0 +1,553 @@
+//! Model configuration: the Hugging Face `config.json` as a plain serde struct
+//! ([`HfLlamaConfig`]) and the resolved, option-free [`LlamaConfig`] the model is built from.
+//!
+//! Llama, Mistral and Qwen2 share one decoder shape; what differs (q/k/v bias, RoPE scaling,
+//! tied embeddings) is made explicit in the resolved config so the model code never guesses.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors while reading or resolving a model configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read `{path}`")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON for a model config.
+    #[error("`{path}` is not a valid model config: {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What serde said.
+        reason: String,
+    },
+    /// The architecture is not one this tool runs.
+    #[error("unsupported architecture `{found}`; supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM")]
+    UnsupportedArchitecture {
+        /// What the config names.
+        found: String,
+    },
+    /// A value is missing or out of range.
+    #[error("invalid model config: key `{key}` {problem}")]
+    Invalid {
+        /// The config key.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// The decoder family a checkpoint belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Architecture {
+    /// `LlamaForCausalLM` (Llama 1/2/3, SmolLM, TinyLlama, …).
+    Llama,
+    /// `MistralForCausalLM`.
+    Mistral,
+    /// `Qwen2ForCausalLM` (q/k/v projections carry a bias).
+    Qwen2,
+}
+
+impl Architecture {
+    /// The Hugging Face class name, as written in `config.json` `architectures`.
+    pub fn hf_class(self) -> &'static str {
+        match self {
+            Architecture::Llama => "LlamaForCausalLM",
+            Architecture::Mistral => "MistralForCausalLM",
+            Architecture::Qwen2 => "Qwen2ForCausalLM",
+        }
+    }
+
+    /// The Hugging Face `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Mistral => "mistral",
+            Architecture::Qwen2 => "qwen2",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "LlamaForCausalLM" | "llama" => Some(Architecture::Llama),
+            "MistralForCausalLM" | "mistral" => Some(Architecture::Mistral),
+            "Qwen2ForCausalLM" | "qwen2" => Some(Architecture::Qwen2),
+            _ => None,
+        }
+    }
+}
+
+/// `rope_scaling` as it appears in `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HfRopeScaling {
+    /// `rope_type` (newer configs) …
+    #[serde(default)]
+    pub rope_type: Option<String>,
+    /// … or `type` (older configs).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// Scaling factor.
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// Llama-3: low-frequency factor.
+    #[serde(default)]
+    pub low_freq_factor: Option<f64>,
+    /// Llama-3: high-frequency factor.
+    #[serde(default)]
+    pub high_freq_factor: Option<f64>,
+    /// Llama-3: context length the model was pre-trained with.
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
+}
+
+/// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.
+/// Unknown keys are ignored (real configs carry many that do not affect inference).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HfLlamaConfig {
+    /// Class names, e.g. `["LlamaForCausalLM"]`.
+    #[serde(default)]
+    pub architectures: Option<Vec<String>>,
+    /// e.g. `llama`.
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_hidden_layers: usize,
+    /// Number of query heads.
+    pub num_attention_heads: usize,
+    /// Number of key/value heads (GQA); defaults to the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Per-head width; defaults to `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// RMSNorm epsilon.
+    #[serde(default)]
+    pub rms_norm_eps: Option<f64>,
+    /// RoPE base.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// RoPE scaling.
+    #[serde(default)]
+    pub rope_scaling: Option<HfRopeScaling>,
+    /// Longest context the model supports.
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Whether the LM head reuses the token embeddings.
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+    /// Whether q/k/v/o carry biases (Llama); Qwen2 always has q/k/v biases.
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
+    /// Mistral's sliding-window attention span.
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// Beginning-of-sequence token id.
+    #[serde(default)]
+    pub bos_token_id: Option<serde_json::Value>,
+    /// End-of-sequence token id(s).
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+    /// Activation; only `silu` is supported.
+    #[serde(default)]
+    pub hidden_act: Option<String>,
+}
+
+impl HfLlamaConfig {
+    /// Reads and parses `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_json(&text).map_err(|reason| ConfigError::Parse {
+            path: path.display().to_string(),
+            reason,
+        })
+    }
+
+    /// Parses `config.json` text.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Resolves defaults and checks every value, producing the config the model is built from.
+    pub fn resolve(&self) -> Result<LlamaConfig, ConfigError> {
+        let arch_name = self
+            .architectures
+            .as_ref()
+            .and_then(|a| a.first().cloned())
+            .or_else(|| self.model_type.clone())
+            .unwrap_or_else(|| "<none>".to_string());
+        let architecture = Architecture::from_name(&arch_name)
+            .ok_or(ConfigError::UnsupportedArchitecture { found: arch_name })?;
+        if let Some(act) = &self.hidden_act {
+            if act != "silu" {
+                return Err(invalid(
+                    "hidden_act",
+                    format!("is `{act}`; only `silu` is supported"),
+                ));
+            }
+        }
+        let num_heads = self.num_attention_heads;
+        let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
+        positive("hidden_size", self.hidden_size)?;
+        positive("intermediate_size", self.intermediate_size)?;
+        positive("num_hidden_layers", self.num_hidden_layers)?;
+        positive("num_attention_heads", num_heads)?;
+        positive("num_key_value_heads", num_kv_heads)?;
+        positive("vocab_size", self.vocab_size)?;
+        if num_heads % num_kv_heads != 0 {
+            return Err(invalid(
+                "num_key_value_heads",
+                format!("({num_kv_heads}) must divide num_attention_heads ({num_heads})"),
+            ));
+        }
+        let head_dim = match self.head_dim {
+            Some(d) => d,
+            None => {
+                if self.hidden_size % num_heads != 0 {
+                    return Err(invalid(
+                        "head_dim",
+                        "is missing and hidden_size is not a multiple of num_attention_heads"
+                            .to_string(),
+                    ));
+                }
+                self.hidden_size / num_heads
+            }
+        };
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(invalid(
+                "head_dim",
+                format!("must be even and positive, got {head_dim}"),
+            ));
+        }
+        let rope_theta = self.rope_theta.unwrap_or(10_000.0);
+        if !(rope_theta.is_finite() && rope_theta > 0.0) {
+            return Err(invalid(
+                "rope_theta",
+                format!("must be positive, got {rope_theta}"),
+            ));
+        }
+        let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
+        if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
+            return Err(invalid(
+                "rms_norm_eps",
+                format!("must be positive, got {rms_norm_eps}"),
+            ));
+        }
+        let rope_scaling = match &self.rope_scaling {
+            None => RopeScaling::None,
+            Some(s) => resolve_rope_scaling(s)?,
+        };
+        let qkv_bias = match architecture {
+            Architecture::Qwen2 => true,
+            _ => self.attention_bias.unwrap_or(false),
+        };
+        let o_bias = architecture != Architecture::Qwen2 && self.attention_bias.unwrap_or(false);
+        Ok(LlamaConfig {
+            architecture,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: num_heads,
+            num_key_value_heads: num_kv_heads,
+            head_dim,
+            rms_norm_eps,
+            rope_theta,
+            rope_scaling,
+            max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
+            vocab_size: self.vocab_size,
+            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            qkv_bias,
+            o_bias,
+            sliding_window: match architecture {
+                Architecture::Mistral => self.sliding_window,
+                _ => None,
+            },
+            bos_token_id: first_id(&self.bos_token_id),
+            eos_token_id: first_id(&self.eos_token_id),
+        })
+    }
+}
+
+fn first_id(v: &Option<serde_json::Value>) -> Option<u32> {
+    match v {
+        Some(serde_json::Value::Number(n)) => n.as_u64().and_then(|x| u32::try_from(x).ok()),
+        Some(serde_json::Value::Array(a)) => a
+            .first()
+            .and_then(|x| x.as_u64())
+            .and_then(|x| u32::try_from(x).ok()),
+        _ => None,
+    }
+}
+
+fn invalid(key: &str, problem: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        problem,
+    }
+}
+
+fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(invalid(key, "must be positive, got 0".to_string()))
+    } else {
+        Ok(())
+    }
+}
+
+fn resolve_rope_scaling(s: &HfRopeScaling) -> Result<RopeScaling, ConfigError> {
+    let kind = s
+        .rope_type
+        .as_deref()
+        .or(s.kind.as_deref())
+        .unwrap_or("default");
+    let factor = || {
+        s.factor
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| {
+                invalid(
+                    "rope_scaling.factor",
+                    "must be a positive number".to_string(),
+                )
+            })
+    };
+    match kind {
+        "default" => Ok(RopeScaling::None),
+        "linear" => Ok(RopeScaling::Linear { factor: factor()? }),
+        "llama3" => {
+            let low = s.low_freq_factor.unwrap_or(1.0);
+            let high = s.high_freq_factor.unwrap_or(4.0);
+            if high <= low {
+                return Err(invalid(
+                    "rope_scaling.high_freq_factor",
+                    format!("({high}) must exceed low_freq_factor ({low})"),
+                ));
+            }
+            Ok(RopeScaling::Llama3 {
+                factor: factor()?,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_position_embeddings: s
+                    .original_max_position_embeddings
+                    .unwrap_or(8192),
+            })
+        }
+        other => Err(invalid(
+            "rope_scaling.rope_type",
+            format!("`{other}` is not supported; supported: default, linear, llama3"),
+        )),
+    }
+}
+
+/// How rotary frequencies are rescaled for long contexts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        /// Divisor of every frequency.
+        factor: f64,
+    },
+    /// Llama-3.1/3.2 frequency-dependent scaling.
+    Llama3 {
+        /// Divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are fully scaled.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// Pre-training context length.
+        original_max_position_embeddings: usize,
+    },
+    /// Per-frequency divisors (GGUF's `rope_freqs.weight`, one per rotated pair).
+    Factors(Vec<f32>),
+}
+
+/// The resolved configuration of a Llama-family decoder: every default applied, every value checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlamaConfig {
+    /// Decoder family.
+    pub architecture: Architecture,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_hidden_layers: usize,
+    /// Number of query heads.
+    pub num_attention_heads: usize,
+    /// Number of key/value heads.
+    pub num_key_value_heads: usize,
+    /// Per-head width.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// RoPE scaling.
+    pub rope_scaling: RopeScaling,
+    /// Longest context the model supports.
+    pub max_position_embeddings: usize,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Whether the LM head reuses the token embeddings.
+    pub tie_word_embeddings: bool,
+    /// Whether q/k/v projections carry a bias.
+    pub qkv_bias: bool,
+    /// Whether the output projection carries a bias.
+    pub o_bias: bool,
+    /// Mistral sliding-window span, when the model uses one.
+    pub sliding_window: Option<usize>,
+    /// Beginning-of-sequence token id.
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence token id.
+    pub eos_token_id: Option<u32>,
+}
+
+impl LlamaConfig {
+    /// Writes this config back as a Hugging Face `config.json` value.
+    pub fn to_hf_json(&self) -> serde_json::Value {
+        let rope_scaling = match &self.rope_scaling {
+            RopeScaling::None | RopeScaling::Factors(_) => serde_json::Value::Null,
+            RopeScaling::Linear { factor } => {
+                serde_json::json!({ "rope_type": "linear", "factor": factor })
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => serde_json::json!({
+                "rope_type": "llama3",
+                "factor": factor,
+                "low_freq_factor": low_freq_factor,
+                "high_freq_factor": high_freq_factor,
+                "original_max_position_embeddings": original_max_position_embeddings,
+            }),
+        };
+        let mut v = serde_json::json!({
+            "architectures": [self.architecture.hf_class()],
+            "model_type": self.architecture.model_type(),
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": rope_scaling,
+            "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.o_bias,
+            "hidden_act": "silu",
+            "torch_dtype": "float32",
+        });
+        if let Some(map) = v.as_object_mut() {
+            if let Some(b) = self.bos_token_id {
+                map.insert("bos_token_id".into(), b.into());
+            }
+            if let Some(e) = self.eos_token_id {
+                map.insert("eos_token_id".into(), e.into());
+            }
+            if let Some(w) = self.sliding_window {
+                map.insert("sliding_window".into(), w.into());
+            }
+        }
+        v
+    }
+
+    /// Number of query heads served by each key/value head.
+    pub fn kv_groups(&self) -> usize {
+        self.num_attention_heads / self.num_key_value_heads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smollm_json() -> &'static str {
+        r#"{"architectures":["LlamaForCausalLM"],"hidden_size":576,"intermediate_size":1536,
+            "num_hidden_layers":30,"num_attention_heads":9,"num_key_value_heads":3,"head_dim":64,
+            "rms_norm_eps":1e-5,"rope_theta":100000.0,"vocab_size":49152,"tie_word_embeddings":true,
+            "max_position_embeddings":8192,"bos_token_id":1,"eos_token_id":2,"unknown_key":3}"#
+    }
+
+    #[test]
+    fn resolves_smollm_config() {
+        let c = HfLlamaConfig::from_json(smollm_json())
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(c.architecture, Architecture::Llama);
+        assert_eq!(c.kv_groups(), 3);
+        assert_eq!(c.head_dim, 64);
+        assert!(c.tie_word_embeddings && !c.qkv_bias);
+        assert_eq!(c.rope_scaling, RopeScaling::None);
+        assert_eq!(c.eos_token_id, Some(2));
+    }
+
+    #[test]
+    fn qwen2_has_qkv_bias_and_llama3_scaling_parses() {
+        let json = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10,
+            "rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,
+            "high_freq_factor":4.0,"original_max_position_embeddings":8192}}"#;
+        let c = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
+        assert!(c.qkv_bias && !c.o_bias);
+        assert_eq!(c.head_dim, 4);
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, .. } if factor == 32.0));
+    }
+
+    #[test]
+    fn unknown_architecture_is_refused_by_name() {
+        let json = r#"{"architectures":["GPT2LMHeadModel"],"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10}"#;
+        let err = HfLlamaConfig::from_json(json)
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(err.to_string().contains("`GPT2LMHeadModel`"), "{err}");
+    }
+
+    #[test]
+    fn kv_heads_must_divide_heads() {
+        let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":12,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":3,"num_key_value_heads":2,"vocab_size":10}"#;
+        let err = HfLlamaConfig::from_json(json)
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(err.to_string().contains("num_key_value_heads"), "{err}");
+    }
+
+    #[test]
+    fn hf_json_round_trips() {
+        let c = HfLlamaConfig::from_json(smollm_json())
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let back = HfLlamaConfig::from_json(&c.to_hf_json().to_string())
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(c, back);
+    }
+}

@@ -1,0 +1,283 @@
+//! A GGUF file as a Llama-family checkpoint: the `{arch}.*` metadata as a resolved config, the
+//! tensors under their Hugging Face names, the vocabulary as a tokenizer.
+//!
+//! llama.cpp's converter permutes the rows of `attn_q`/`attn_k` for its interleaved RoPE; the
+//! model here uses the Hugging Face "rotate half" layout, so those rows are permuted back on
+//! load (as transformers' GGUF loader does). Only `llama`-architecture files are permuted.
+
+use std::path::{Path, PathBuf};
+
+use super::config::{
+    Architecture, ConfigError, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
+};
+use super::gguf::GgufFile;
+use super::tokenizer::{Tokenizer, TokenizerError};
+use super::weights::{HostTensor, WeightError, WeightSource};
+use super::LoadError;
+
+/// An opened GGUF checkpoint.
+pub struct GgufCheckpoint {
+    path: PathBuf,
+    file: GgufFile,
+    arch: String,
+    config: LlamaConfig,
+}
+
+impl GgufCheckpoint {
+    /// Opens the file and resolves its config from the metadata.
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        let file = GgufFile::open(path).map_err(WeightError::from)?;
+        let arch = file
+            .get_str("general.architecture")
+            .unwrap_or("<missing>")
+            .to_string();
+        let config = config_from_metadata(&file, &arch)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            arch,
+            config,
+        })
+    }
+
+    /// The resolved model config.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The tokenizer built from the GGUF vocabulary.
+    pub fn tokenizer(&self) -> Result<Tokenizer, LoadError> {
+        let json = super::gguf::tokenizer_json(&self.file).map_err(WeightError::from)?;
+        Ok(
+            Tokenizer::from_json(&json.to_string(), &self.path.display().to_string())
+                .map_err(|e: TokenizerError| e)?,
+        )
+    }
+}
+
+fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, ConfigError> {
+    let architecture = match arch {
+        "llama" => Architecture::Llama,
+        "qwen2" => Architecture::Qwen2,
+        other => {
+            return Err(ConfigError::UnsupportedArchitecture {
+                found: format!("GGUF `{other}`"),
+            })
+        }
+    };
+    let key = |k: &str| format!("{arch}.{k}");
+    let required = |k: &str| {
+        file.get_u64(&key(k))
+            .map(|v| v as usize)
+            .ok_or_else(|| ConfigError::Invalid {
+                key: key(k),
+                problem: "is missing from the GGUF metadata".to_string(),
+            })
+    };
+    let hidden_size = required("embedding_length")?;
+    let num_attention_heads = required("attention.head_count")?;
+    let vocab_size = match file.get_u64(&key("vocab_size")) {
+        Some(v) => v as usize,
+        None => file
+            .get_string_array("tokenizer.ggml.tokens")
+            .map(|t| t.len())
+            .ok_or_else(|| ConfigError::Invalid {
+                key: key("vocab_size"),
+                problem: "is missing and there is no `tokenizer.ggml.tokens`".to_string(),
+            })?,
+    };
+    let rope_scaling = match file.get_str(&key("rope.scaling.type")) {
+        Some("linear") => Some(HfRopeScaling {
+            rope_type: Some("linear".into()),
+            kind: None,
+            factor: file.get_f64(&key("rope.scaling.factor")),
+            low_freq_factor: None,
+            high_freq_factor: None,
+            original_max_position_embeddings: None,
+        }),
+        _ => None,
+    };
+    let hf = HfLlamaConfig {
+        architectures: Some(vec![architecture.hf_class().to_string()]),
+        model_type: Some(architecture.model_type().to_string()),
+        hidden_size,
+        intermediate_size: required("feed_forward_length")?,
+        num_hidden_layers: required("block_count")?,
+        num_attention_heads,
+        num_key_value_heads: file
+            .get_u64(&key("attention.head_count_kv"))
+            .map(|v| v as usize),
+        head_dim: file
+            .get_u64(&key("attention.key_length"))
+            .or_else(|| file.get_u64(&key("rope.dimension_count")))
+            .map(|v| v as usize),
+        rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
+        rope_theta: file.get_f64(&key("rope.freq_base")),
+        rope_scaling,
+        max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
+        vocab_size,
+        tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
+        attention_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
+        sliding_window: None,
+        bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
+        eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
+        hidden_act: None,
+    };
+    let mut config = hf.resolve()?;
+    if file.tensor_info("rope_freqs.weight").is_some() {
+        let (_, factors) =
+            file.tensor_f32("rope_freqs.weight")
+                .map_err(|e| ConfigError::Invalid {
+                    key: "rope_freqs.weight".to_string(),
+                    problem: e.to_string(),
+                })?;
+        config.rope_scaling = RopeScaling::Factors(factors);
+    }
+    Ok(config)
+}
+
+/// The GGUF tensor name of a Hugging Face tensor name.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    match hf {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let short = match module {
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// Undoes llama.cpp's q/k row permutation: GGUF row `h·d + 2j + r` becomes HF row
+/// `h·d + r·d/2 + j` (pairs → halves), for `heads` heads of `d` rows each.
+///
+/// # Shapes
+/// - `data`: `[heads · d, cols]` row-major → same shape
+pub fn unpermute_rows(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+    let rows = data.len() / cols.max(1);
+    let d = rows / heads.max(1);
+    let half = d / 2;
+    let mut out = vec![0.0f32; data.len()];
+    for h in 0..heads {
+        for j in 0..half {
+            for r in 0..2 {
+                let src = h * d + 2 * j + r;
+                let dst = h * d + r * half + j;
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+impl WeightSource for GgufCheckpoint {
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        let Some(gguf) = gguf_name(name) else {
+            return Ok(None);
+        };
+        if self.file.tensor_info(&gguf).is_none() {
+            return Ok(None);
+        }
+        let (shape, data) = self.file.tensor_f32(&gguf)?;
+        let heads = if gguf.contains(".attn_q.") {
+            Some(self.config.num_attention_heads)
+        } else if gguf.contains(".attn_k.") {
+            Some(self.config.num_key_value_heads)
+        } else {
+            None
+        };
+        let data = match heads {
+            Some(heads) if self.arch == "llama" => {
+                let cols = if shape.len() == 2 { shape[1] } else { 1 };
+                unpermute_rows(&data, heads, cols)
+            }
+            _ => data,
+        };
+        Ok(Some(HostTensor { shape, data }))
+    }
+
+    fn parameter_count(&self) -> u64 {
+        self.file
+            .tensors()
+            .iter()
+            .filter(|t| t.name != "rope_freqs.weight")
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_gguf() {
+        assert_eq!(
+            gguf_name("model.layers.3.self_attn.q_proj.weight").unwrap(),
+            "blk.3.attn_q.weight"
+        );
+        assert_eq!(
+            gguf_name("model.layers.0.mlp.down_proj.weight").unwrap(),
+            "blk.0.ffn_down.weight"
+        );
+        assert_eq!(
+            gguf_name("model.layers.12.post_attention_layernorm.weight").unwrap(),
+            "blk.12.ffn_norm.weight"
+        );
+        assert_eq!(
+            gguf_name("model.layers.1.self_attn.q_proj.bias").unwrap(),
+            "blk.1.attn_q.bias"
+        );
+        assert_eq!(gguf_name("lm_head.weight").unwrap(), "output.weight");
+        assert!(gguf_name("model.layers.x.mlp.up_proj.weight").is_none());
+    }
+
+    /// llama.cpp's `permute` (HF → GGUF), written independently to check the inverse.
+    fn permute(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+        let d = data.len() / cols / heads;
+        let mut out = vec![0.0; data.len()];
+        // reshape(heads, 2, d/2, cols).swapaxes(1, 2): out[h, j, r] = in[h, r, j]
+        for h in 0..heads {
+            for r in 0..2 {
+                for j in 0..d / 2 {
+                    let src = h * d + r * (d / 2) + j;
+                    let dst = h * d + j * 2 + r;
+                    out[dst * cols..(dst + 1) * cols]
+                        .copy_from_slice(&data[src * cols..(src + 1) * cols]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unpermute_by_hand_and_as_inverse() {
+        // one head, d = 4, cols = 1: GGUF rows [a0, b0, a1, b1] → HF rows [a0, a1, b0, b1]
+        assert_eq!(
+            unpermute_rows(&[0., 10., 1., 11.], 1, 1),
+            vec![0., 1., 10., 11.]
+        );
+        let hf: Vec<f32> = (0..(3 * 8 * 5)).map(|x| x as f32).collect();
+        assert_eq!(unpermute_rows(&permute(&hf, 3, 5), 3, 5), hf);
+    }
+}

@@ -1,0 +1,1335 @@
+//! Fetching Llama-family checkpoints from the Hugging Face hub.
+//!
+//! [`fetch_model`] materialises what the rest of the project reads from a model
+//! folder (`config.json`, `tokenizer.json`, the optional tokenizer and
+//! generation configs, and the safetensors weights, single-file or sharded
+//! through `model.safetensors.index.json`) in the standard hub cache, and
+//! returns the snapshot folder that holds them, so callers load it exactly like
+//! a local Hugging Face folder.
+//!
+//! Settings follow the `huggingface_hub` conventions, as `hf-hub` does:
+//!
+//! * cache: [`HubRequest::cache_dir`], else `$HF_HOME/hub`, else
+//!   `~/.cache/huggingface/hub`;
+//! * endpoint: [`HubRequest::endpoint`], else `HF_ENDPOINT`, else
+//!   [`DEFAULT_ENDPOINT`];
+//! * token: `HF_TOKEN`, else `HUGGING_FACE_HUB_TOKEN`, else the token file
+//!   `$HF_HOME/token` written by `huggingface-cli login`;
+//! * offline mode: [`HubRequest::offline`] or `HF_HUB_OFFLINE=1`, in which case
+//!   files are resolved from the cache alone and nothing touches the network.
+//!
+//! Files already in the cache for the requested revision are reused without a
+//! network request, and files the hub does not have are remembered in
+//! `.no_exist/{commit}/` markers as `huggingface_hub` does, so a fully cached
+//! model loads without the network even online. A cached branch is not checked
+//! for newer commits: pin a commit as the revision, or clear the cache, to
+//! move on. The access token is sent to the hub but never kept in an
+//! error, a `Debug` output or a log line: download failures carry the
+//! repository, the file and the HTTP status or connection cause, nothing more.
+
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use hf_hub::api::sync::{ApiBuilder, ApiError, ApiRepo};
+use hf_hub::{Cache, CacheRepo, Repo, RepoType};
+use thiserror::Error;
+
+/// The hub's address when neither the request nor `HF_ENDPOINT` names one.
+pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+
+/// The revision fetched when a request leaves it empty.
+pub const DEFAULT_REVISION: &str = "main";
+
+/// The model configuration, required.
+const CONFIG: &str = "config.json";
+/// The tokenizer, required.
+const TOKENIZER: &str = "tokenizer.json";
+/// Fetched when the repository has them, skipped silently otherwise.
+const OPTIONAL_FILES: [&str; 3] = [
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+];
+/// Single-file weights, preferred when present.
+const SINGLE_WEIGHTS: &str = "model.safetensors";
+/// The shard index used when there are no single-file weights.
+const WEIGHT_INDEX: &str = "model.safetensors.index.json";
+/// How often `hf-hub` resumes an interrupted file body before giving up.
+const DOWNLOAD_RETRIES: usize = 3;
+
+/// What to fetch from the hub and where to keep it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubRequest {
+    /// The repository id, `name` or `org/name` (for example `meta-llama/Llama-2-7b-hf`).
+    pub repo_id: String,
+    /// The branch, tag or commit to fetch; an empty string means [`DEFAULT_REVISION`].
+    pub revision: String,
+    /// The hub cache folder; `$HF_HOME/hub` (default `~/.cache/huggingface/hub`) when `None`.
+    pub cache_dir: Option<PathBuf>,
+    /// The hub address; `HF_ENDPOINT`, else [`DEFAULT_ENDPOINT`], when `None`.
+    pub endpoint: Option<String>,
+    /// Resolve from the cache only; also on when `HF_HUB_OFFLINE` is set to a true value.
+    pub offline: bool,
+}
+
+impl HubRequest {
+    /// A request for `repo_id` at [`DEFAULT_REVISION`], with the default cache and endpoint, online.
+    pub fn new(repo_id: impl Into<String>) -> Self {
+        Self {
+            repo_id: repo_id.into(),
+            revision: DEFAULT_REVISION.to_owned(),
+            cache_dir: None,
+            endpoint: None,
+            offline: false,
+        }
+    }
+}
+
+/// Why fetching a model from the hub failed.
+#[derive(Debug, Error)]
+pub enum HubError {
+    /// The repository id or the revision is malformed.
+    #[error("invalid hub request: {reason}")]
+    InvalidRequest {
+        /// What is wrong with the request.
+        reason: String,
+    },
+
+    /// No cache folder was given and none could be derived.
+    #[error("cannot locate the hub cache: set `HF_HOME` or pass a cache folder")]
+    NoCacheDir,
+
+    /// A required file does not exist in the repository at this revision.
+    #[error("`{file}` was not found in `{repo}` at revision `{revision}`")]
+    MissingFile {
+        /// The repository id.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+        /// The file that is missing.
+        file: String,
+    },
+
+    /// The repository has neither single-file nor sharded safetensors weights.
+    #[error(
+        "`{repo}` at revision `{revision}` has neither `model.safetensors` nor `model.safetensors.index.json`"
+    )]
+    MissingWeights {
+        /// The repository id.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+    },
+
+    /// Downloading a file failed.
+    #[error("cannot download `{file}` from `{repo}`")]
+    Download {
+        /// The repository id.
+        repo: String,
+        /// The file being downloaded.
+        file: String,
+        /// The HTTP status or connection cause, without request headers.
+        #[source]
+        source: TransferError,
+    },
+
+    /// Offline mode is on and a needed file is not in the local cache.
+    #[error(
+        "`{file}` of `{repo}` at revision `{revision}` is not in the local cache and offline mode is on"
+    )]
+    Offline {
+        /// The repository id.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+        /// The file that is not cached.
+        file: String,
+    },
+
+    /// The shard index is malformed or names files that are not plain shard names.
+    #[error("bad `model.safetensors.index.json` in `{repo}`: {reason}")]
+    BadIndex {
+        /// The repository id.
+        repo: String,
+        /// What is wrong with the index.
+        reason: String,
+    },
+
+    /// A cached file could not be read.
+    #[error("cannot read `{}`", path.display())]
+    Read {
+        /// The file that could not be read.
+        path: PathBuf,
+        /// The underlying i/o error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A file landed in a different snapshot than `config.json`.
+    #[error(
+        "`{file}` of `{repo}` resolved to a different snapshot than `config.json`; the revision moved during the download, try again"
+    )]
+    SnapshotMismatch {
+        /// The repository id.
+        repo: String,
+        /// The file in the other snapshot.
+        file: String,
+    },
+
+    /// The HTTP client could not be set up.
+    #[error("cannot set up the hub client")]
+    Client {
+        /// The cause, without request headers.
+        #[source]
+        source: TransferError,
+    },
+}
+
+/// The cause of a failed transfer, stripped of request headers and credentials.
+#[derive(Debug, Error)]
+pub enum TransferError {
+    /// The server answered with an HTTP error status.
+    #[error("the server answered http status {status}{hint}", hint = status_hint(*status))]
+    Status {
+        /// The HTTP status code.
+        status: u16,
+    },
+
+    /// The connection failed (name resolution, tcp, tls, proxy).
+    #[error("connection failed: {message}")]
+    Transport {
+        /// What the HTTP client reported, with any credential removed.
+        message: String,
+    },
+
+    /// The answer lacked what the hub protocol requires, or the cache was busy.
+    #[error("unexpected answer: {message}")]
+    Protocol {
+        /// What was wrong, with any credential removed.
+        message: String,
+    },
+
+    /// Writing into the cache failed.
+    #[error("cache i/o failed")]
+    Io(#[source] std::io::Error),
+}
+
+/// A short explanation of common hub statuses, appended to [`TransferError::Status`].
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 => " (the repository does not exist, or it is private or gated and needs a valid `HF_TOKEN`)",
+        403 => " (access denied: accept the repository's terms on the hub or use a token that has access)",
+        404 => " (not found)",
+        429 => " (rate limited, try again later)",
+        500..=599 => " (server error, try again later)",
+        _ => "",
+    }
+}
+
+/// Materialises `req` in the hub cache and returns the snapshot folder holding its files.
+///
+/// The token comes from `HF_TOKEN` (or `HUGGING_FACE_HUB_TOKEN`, or the
+/// `huggingface-cli login` token file); see [`fetch_model_with_token`] to pass one explicitly.
+pub fn fetch_model(req: &HubRequest) -> Result<PathBuf, HubError> {
+    let env = Environment::from_process();
+    let token = env.token();
+    fetch_with(req, &env, token.as_deref())
+}
+
+/// Like [`fetch_model`], with an explicit access token (`None`: anonymous) instead of the environment's.
+pub fn fetch_model_with_token(req: &HubRequest, token: Option<&str>) -> Result<PathBuf, HubError> {
+    fetch_with(req, &Environment::from_process(), token)
+}
+
+/// What the process environment contributes to a fetch, read once so tests can supply their own.
+#[derive(Debug, Clone)]
+struct Environment {
+    /// `$HF_HOME`, else `~/.cache/huggingface`.
+    hf_home: Option<PathBuf>,
+    /// `$HF_ENDPOINT`.
+    endpoint: Option<String>,
+    /// `$HF_HUB_OFFLINE` is set to a true value.
+    offline: bool,
+    /// Whether to draw download progress bars (stderr is a terminal).
+    progress: bool,
+}
+
+impl Environment {
+    /// Reads the hub settings from the process environment.
+    fn from_process() -> Self {
+        let hf_home = env_var("HF_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::home_dir().map(|home| home.join(".cache").join("huggingface")));
+        Self {
+            hf_home,
+            endpoint: env_var("HF_ENDPOINT"),
+            offline: env_var("HF_HUB_OFFLINE").is_some_and(|value| is_truthy(&value)),
+            progress: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// The access token from `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN` or `$HF_HOME/token`.
+    fn token(&self) -> Option<String> {
+        env_var("HF_TOKEN")
+            .or_else(|| env_var("HUGGING_FACE_HUB_TOKEN"))
+            .or_else(|| {
+                let text = std::fs::read_to_string(self.hf_home.as_ref()?.join("token")).ok()?;
+                non_empty(&text)
+            })
+    }
+}
+
+/// The trimmed value of environment variable `name`, if set and not blank.
+fn env_var(name: &str) -> Option<String> {
+    non_empty(&std::env::var(name).ok()?)
+}
+
+/// `text` trimmed, or `None` when that leaves nothing.
+fn non_empty(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Whether an environment flag such as `HF_HUB_OFFLINE` means "on".
+fn is_truthy(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    )
+}
+
+/// Validates `req`, fills in its defaults from `env`, and fetches it.
+fn fetch_with(
+    req: &HubRequest,
+    env: &Environment,
+    token: Option<&str>,
+) -> Result<PathBuf, HubError> {
+    let revision = if req.revision.trim().is_empty() {
+        DEFAULT_REVISION
+    } else {
+        req.revision.trim()
+    };
+    validate_repo_id(&req.repo_id)?;
+    validate_revision(revision)?;
+    let cache_dir = match &req.cache_dir {
+        Some(dir) => dir.clone(),
+        None => env
+            .hf_home
+            .as_ref()
+            .ok_or(HubError::NoCacheDir)?
+            .join("hub"),
+    };
+    let repo = Repo::with_revision(req.repo_id.clone(), RepoType::Model, revision.to_owned());
+    let cache = Cache::new(cache_dir);
+    let repo_dir = cache.path().join(repo.folder_name());
+    let api = if req.offline || env.offline {
+        None
+    } else {
+        let endpoint = req
+            .endpoint
+            .as_deref()
+            .and_then(non_empty)
+            .or_else(|| env.endpoint.clone())
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        let api = ApiBuilder::from_cache(cache.clone())
+            .with_endpoint(endpoint.trim_end_matches('/').to_owned())
+            .with_token(token.map(str::to_owned))
+            .with_progress(env.progress)
+            .with_retries(DOWNLOAD_RETRIES)
+            .build()
+            .map_err(|err| HubError::Client {
+                source: transfer_error(err, token),
+            })?;
+        Some(api.repo(repo.clone()))
+    };
+    Fetcher {
+        repo_id: &req.repo_id,
+        revision,
+        repo_dir,
+        cache: cache.repo(repo),
+        api,
+        token,
+    }
+    .fetch()
+}
+
+/// Checks that `repo_id` is `name` or `org/name` made of plain name characters.
+fn validate_repo_id(repo_id: &str) -> Result<(), HubError> {
+    let parts: Vec<&str> = repo_id.split('/').collect();
+    if parts.len() > 2 || !parts.iter().all(|part| is_plain_name(part)) {
+        return Err(HubError::InvalidRequest {
+            reason: format!("repository id `{repo_id}` is not `name` or `org/name`"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `revision` cannot escape the cache's `refs` folder or break the URL.
+fn validate_revision(revision: &str) -> Result<(), HubError> {
+    let bad_segment = revision
+        .split('/')
+        .any(|segment| segment.is_empty() || segment == "." || segment == "..");
+    let bad_char = revision
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '\\' | '?' | '#' | '%'));
+    if bad_segment || bad_char {
+        return Err(HubError::InvalidRequest {
+            reason: format!("revision `{revision}` is not a branch, tag or commit name"),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `name` is one safe path component: ASCII letters, digits, `-`, `_` and `.`, without `..`.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && !name.contains("..")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Resolves the files of one repository revision, from the cache first.
+struct Fetcher<'a> {
+    /// The repository id.
+    repo_id: &'a str,
+    /// The revision asked for.
+    revision: &'a str,
+    /// The repository's cache folder, `{cache}/models--{org}--{name}`.
+    repo_dir: PathBuf,
+    /// The repository's cache entries.
+    cache: CacheRepo,
+    /// The hub, or `None` in offline mode.
+    api: Option<ApiRepo>,
+    /// The token, kept only to scrub it from error text.
+    token: Option<&'a str>,
+}
+
+impl Fetcher<'_> {
+    /// Resolves every file the project needs and returns their common snapshot folder.
+    fn fetch(&self) -> Result<PathBuf, HubError> {
+        let config = self.require(CONFIG)?;
+        let mut files = vec![(TOKENIZER.to_owned(), self.require(TOKENIZER)?)];
+        for name in OPTIONAL_FILES {
+            if let Some(path) = self.lookup(name)? {
+                files.push((name.to_owned(), path));
+            }
+        }
+        if let Some(path) = self.lookup(SINGLE_WEIGHTS)? {
+            files.push((SINGLE_WEIGHTS.to_owned(), path));
+        } else {
+            let index = self
+                .lookup(WEIGHT_INDEX)?
+                .ok_or_else(|| self.no_weights())?;
+            let text = std::fs::read_to_string(&index).map_err(|source| HubError::Read {
+                path: index.clone(),
+                source,
+            })?;
+            let shards = shard_names(self.repo_id, &text)?;
+            files.push((WEIGHT_INDEX.to_owned(), index));
+            for shard in shards {
+                let path = self.require(&shard)?;
+                files.push((shard, path));
+            }
+        }
+
+        let snapshot = config.parent().unwrap_or(Path::new("")).to_path_buf();
+        if let Some((file, _)) = files
+            .iter()
+            .find(|(name, path)| *path != snapshot.join(name))
+        {
+            return Err(HubError::SnapshotMismatch {
+                repo: self.repo_id.to_owned(),
+                file: file.clone(),
+            });
+        }
+        Ok(snapshot)
+    }
+
+    /// The local path of `file`, or `None` when the repository (online) or the cache (offline) lacks it.
+    ///
+    /// Online, a cached file is used as is; a file the hub answered `404` for is
+    /// remembered, like `huggingface_hub` does, in an empty marker
+    /// `.no_exist/{commit}/{file}`, so a fully cached model needs no network.
+    fn lookup(&self, file: &str) -> Result<Option<PathBuf>, HubError> {
+        if let Some(path) = self.cache.get(file) {
+            return Ok(Some(path));
+        }
+        let Some(api) = &self.api else {
+            return Ok(None);
+        };
+        if self
+            .no_exist_marker(file)
+            .is_some_and(|marker| marker.is_file())
+        {
+            return Ok(None);
+        }
+        match api.download(file) {
+            Ok(path) => Ok(Some(path)),
+            Err(err) => match transfer_error(err, self.token) {
+                TransferError::Status { status: 404 } => {
+                    self.mark_missing(file);
+                    Ok(None)
+                }
+                source => Err(HubError::Download {
+                    repo: self.repo_id.to_owned(),
+                    file: file.to_owned(),
+                    source,
+                }),
+            },
+        }
+    }
+
+    /// The marker saying `file` does not exist at the commit the revision points to in the cache.
+    fn no_exist_marker(&self, file: &str) -> Option<PathBuf> {
+        let refs = self.repo_dir.join("refs").join(self.revision);
+        let commit = std::fs::read_to_string(refs).ok()?;
+        let commit = commit.trim();
+        is_plain_name(commit).then(|| self.repo_dir.join(".no_exist").join(commit).join(file))
+    }
+
+    /// Records that the hub has no `file` at the cached commit; best effort, as it only saves requests.
+    fn mark_missing(&self, file: &str) {
+        if let Some(marker) = self.no_exist_marker(file) {
+            if let Some(folder) = marker.parent() {
+                let _ = std::fs::create_dir_all(folder).and_then(|()| {
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&marker)
+                });
+            }
+        }
+    }
+
+    /// The local path of `file`, which must exist.
+    fn require(&self, file: &str) -> Result<PathBuf, HubError> {
+        self.lookup(file)?.ok_or_else(|| self.absent(file))
+    }
+
+    /// The error for a required `file` that could not be found.
+    fn absent(&self, file: &str) -> HubError {
+        let (repo, revision, file) = (
+            self.repo_id.to_owned(),
+            self.revision.to_owned(),
+            file.to_owned(),
+        );
+        if self.api.is_some() {
+            HubError::MissingFile {
+                repo,
+                revision,
+                file,
+            }
+        } else {
+            HubError::Offline {
+                repo,
+                revision,
+                file,
+            }
+        }
+    }
+
+    /// The error for a repository with neither weights file.
+    fn no_weights(&self) -> HubError {
+        if self.api.is_some() {
+            HubError::MissingWeights {
+                repo: self.repo_id.to_owned(),
+                revision: self.revision.to_owned(),
+            }
+        } else {
+            self.absent(SINGLE_WEIGHTS)
+        }
+    }
+}
+
+/// The distinct shard files named by the `weight_map` of a `model.safetensors.index.json`, sorted.
+fn shard_names(repo: &str, index_json: &str) -> Result<Vec<String>, HubError> {
+    let bad = |reason: String| HubError::BadIndex {
+        repo: repo.to_owned(),
+        reason,
+    };
+    let index: serde_json::Value =
+        serde_json::from_str(index_json).map_err(|err| bad(format!("not valid json: {err}")))?;
+    let weight_map = index
+        .get("weight_map")
+        .and_then(serde_json::Value::as_object)
+        .ok_or_else(|| bad("it has no `weight_map` object".to_owned()))?;
+    let mut shards = BTreeSet::new();
+    for (tensor, shard) in weight_map {
+        let shard = shard
+            .as_str()
+            .ok_or_else(|| bad(format!("the shard of tensor `{tensor}` is not a string")))?;
+        if !is_plain_name(shard) || !shard.ends_with(".safetensors") {
+            return Err(bad(format!(
+                "shard `{shard}` of tensor `{tensor}` is not a plain `.safetensors` file name"
+            )));
+        }
+        shards.insert(shard.to_owned());
+    }
+    if shards.is_empty() {
+        return Err(bad("its `weight_map` is empty".to_owned()));
+    }
+    Ok(shards.into_iter().collect())
+}
+
+/// Turns an `hf-hub` error into a [`TransferError`] that carries no headers and no `token`.
+fn transfer_error(err: ApiError, token: Option<&str>) -> TransferError {
+    match err {
+        ApiError::RequestError(inner) => {
+            // `hf-hub` does not re-export `ureq`, so the status is read from its
+            // message, `{url}: status code {status}`.
+            let text = inner.to_string();
+            match http_status(&text) {
+                Some(status) => TransferError::Status { status },
+                None => TransferError::Transport {
+                    message: redact(&text, token),
+                },
+            }
+        }
+        ApiError::TooManyRetries(inner) => transfer_error(*inner, token),
+        ApiError::IoError(err) => TransferError::Io(err),
+        ApiError::MissingHeader(header) => TransferError::Protocol {
+            message: format!("the response lacks the `{header}` header"),
+        },
+        ApiError::InvalidHeader(header) => TransferError::Protocol {
+            message: format!("the response's `{header}` header is invalid"),
+        },
+        ApiError::LockAcquisition(path) => TransferError::Protocol {
+            message: format!("another process holds the cache lock `{}`", path.display()),
+        },
+        other => TransferError::Protocol {
+            message: redact(&other.to_string().to_lowercase(), token),
+        },
+    }
+}
+
+/// The HTTP status in a `ureq` status error message (`{url}: status code {status}`).
+fn http_status(text: &str) -> Option<u16> {
+    let (_, rest) = text.rsplit_once(": status code ")?;
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// `text` with every occurrence of `token` masked.
+fn redact(text: &str, token: Option<&str>) -> String {
+    match token {
+        Some(token) if !token.is_empty() => text.replace(token, "***"),
+        _ => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    const REPO: &str = "org/tiny-llama";
+    const COMMIT: &str = "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d";
+    const SHARD_1: &str = "model-00001-of-00002.safetensors";
+    const SHARD_2: &str = "model-00002-of-00002.safetensors";
+
+    /// One request the fake hub received.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        path: String,
+        authorization: Option<String>,
+    }
+
+    /// The contents of the fake repository `org/tiny-llama`.
+    struct FakeRepo {
+        files: BTreeMap<String, Vec<u8>>,
+        /// When set, the repository is private and needs `Authorization: Bearer <token>`.
+        token: Option<String>,
+    }
+
+    /// A hub imitation on `127.0.0.1`, in the URL layout and with the headers of huggingface.co.
+    struct FakeHub {
+        addr: SocketAddr,
+        seen: Arc<Mutex<Vec<Seen>>>,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    /// One HTTP answer.
+    struct Reply {
+        status: u16,
+        reason: &'static str,
+        headers: Vec<(&'static str, String)>,
+        body: Vec<u8>,
+    }
+
+    impl FakeHub {
+        fn start(repo: FakeRepo) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let thread = {
+                let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+                let base = format!("http://{addr}");
+                std::thread::spawn(move || {
+                    for stream in listener.incoming() {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Ok(stream) = stream {
+                            // A broken connection only fails the client's request.
+                            let _ = serve(stream, &repo, &base, &seen);
+                        }
+                    }
+                })
+            };
+            Self {
+                addr,
+                seen,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        fn endpoint(&self) -> String {
+            format!("http://{}", self.addr)
+        }
+
+        fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+
+        fn shutdown(&mut self) {
+            if let Some(thread) = self.thread.take() {
+                self.stop.store(true, Ordering::SeqCst);
+                // Wake the accept loop so it sees the flag.
+                let _ = TcpStream::connect(self.addr);
+                thread.join().unwrap();
+            }
+        }
+    }
+
+    impl Drop for FakeHub {
+        fn drop(&mut self) {
+            self.shutdown();
+        }
+    }
+
+    /// Reads one request from `stream`, records it and answers it, closing the connection.
+    fn serve(
+        mut stream: TcpStream,
+        repo: &FakeRepo,
+        base: &str,
+        seen: &Mutex<Vec<Seen>>,
+    ) -> std::io::Result<()> {
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut request_line = String::new();
+        reader.read_line(&mut request_line)?;
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let mut headers = BTreeMap::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+            }
+        }
+        let authorization = headers.get("authorization").cloned();
+        seen.lock().unwrap().push(Seen {
+            path: path.clone(),
+            authorization: authorization.clone(),
+        });
+        let reply = route(
+            repo,
+            base,
+            &path,
+            authorization.as_deref(),
+            headers.get("range").map(String::as_str),
+        );
+        let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reply.reason);
+        for (name, value) in &reply.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!(
+            "Content-Length: {}\r\nConnection: close\r\n\r\n",
+            reply.body.len()
+        ));
+        stream.write_all(head.as_bytes())?;
+        if method != "HEAD" {
+            stream.write_all(&reply.body)?;
+        }
+        stream.flush()
+    }
+
+    /// Answers `path` the way huggingface.co does.
+    ///
+    /// `/{repo}/resolve/{revision}/{file}` serves small (git) files directly with
+    /// `ETag` and `X-Repo-Commit`, and redirects LFS files (`*.safetensors`) to a
+    /// content-addressed CDN URL with `X-Linked-Etag`, `X-Linked-Size` and
+    /// `X-Repo-Commit`; byte ranges are honoured with `206` and `Content-Range`.
+    fn route(
+        repo: &FakeRepo,
+        base: &str,
+        path: &str,
+        authorization: Option<&str>,
+        range: Option<&str>,
+    ) -> Reply {
+        if let Some(oid) = path.strip_prefix("/cdn/") {
+            // A pre-signed CDN URL: no authorization needed.
+            return match repo.files.values().find(|bytes| lfs_oid(bytes) == oid) {
+                Some(bytes) => ranged(bytes, range, vec![("ETag", format!("\"{oid}\""))]),
+                None => error(404, "NoSuchKey", "no such key"),
+            };
+        }
+        let Some(rest) = path.strip_prefix(&format!("/{REPO}/resolve/")) else {
+            return error(404, "RepoNotFound", "Repository not found");
+        };
+        if let Some(token) = &repo.token {
+            if authorization != Some(format!("Bearer {token}").as_str()) {
+                return error(
+                    401,
+                    "RepoNotFound",
+                    "Invalid credentials in Authorization header",
+                );
+            }
+        }
+        let Some((revision, file)) = rest.split_once('/') else {
+            return error(404, "EntryNotFound", "Entry not found");
+        };
+        if revision != "main" && revision != COMMIT {
+            return error(404, "RevisionNotFound", "Invalid rev id");
+        }
+        let commit = ("X-Repo-Commit", COMMIT.to_owned());
+        let Some(bytes) = repo.files.get(file) else {
+            let mut reply = error(404, "EntryNotFound", "Entry not found");
+            reply.headers.push(commit);
+            return reply;
+        };
+        if file.ends_with(".safetensors") {
+            let oid = lfs_oid(bytes);
+            Reply {
+                status: 302,
+                reason: "Found",
+                headers: vec![
+                    ("Location", format!("{base}/cdn/{oid}")),
+                    ("ETag", format!("\"{}\"", git_oid(bytes))),
+                    ("X-Linked-Etag", format!("\"{oid}\"")),
+                    ("X-Linked-Size", bytes.len().to_string()),
+                    commit,
+                ],
+                body: Vec::new(),
+            }
+        } else {
+            let etag = ("ETag", format!("\"{}\"", git_oid(bytes)));
+            ranged(bytes, range, vec![etag, commit])
+        }
+    }
+
+    /// `bytes`, whole (`200`) or the requested `Range` (`206` with `Content-Range`).
+    fn ranged(
+        bytes: &[u8],
+        range: Option<&str>,
+        mut headers: Vec<(&'static str, String)>,
+    ) -> Reply {
+        headers.push(("Accept-Ranges", "bytes".to_owned()));
+        headers.push(("Content-Type", "application/octet-stream".to_owned()));
+        let len = bytes.len();
+        let Some((start, end)) = range.and_then(parse_range) else {
+            return Reply {
+                status: 200,
+                reason: "OK",
+                headers,
+                body: bytes.to_vec(),
+            };
+        };
+        let end = end.unwrap_or(usize::MAX).min(len.saturating_sub(1));
+        if start >= len || end < start {
+            return Reply {
+                status: 416,
+                reason: "Range Not Satisfiable",
+                headers: vec![("Content-Range", format!("bytes */{len}"))],
+                body: Vec::new(),
+            };
+        }
+        headers.push(("Content-Range", format!("bytes {start}-{end}/{len}")));
+        Reply {
+            status: 206,
+            reason: "Partial Content",
+            headers,
+            body: bytes[start..=end].to_vec(),
+        }
+    }
+
+    /// `bytes=START-` or `bytes=START-END`.
+    fn parse_range(range: &str) -> Option<(usize, Option<usize>)> {
+        let (start, end) = range.strip_prefix("bytes=")?.split_once('-')?;
+        let end = if end.is_empty() {
+            None
+        } else {
+            Some(end.parse().ok()?)
+        };
+        Some((start.parse().ok()?, end))
+    }
+
+    /// A hub error answer with its `X-Error-Code`.
+    fn error(status: u16, code: &str, message: &str) -> Reply {
+        let reason = match status {
+            401 => "Unauthorized",
+            _ => "Not Found",
+        };
+        Reply {
+            status,
+            reason,
+            headers: vec![
+                ("X-Error-Code", code.to_owned()),
+                ("X-Error-Message", message.to_owned()),
+                ("Content-Type", "application/json".to_owned()),
+            ],
+            body: format!("{{\"error\":\"{message}\"}}").into_bytes(),
+        }
+    }
+
+    /// A stand-in for the git blob id (40 hex digits).
+    fn git_oid(bytes: &[u8]) -> String {
+        fake_digest(&[b"blob:".as_slice(), bytes].concat(), 40)
+    }
+
+    /// A stand-in for the LFS sha256 (64 hex digits).
+    fn lfs_oid(bytes: &[u8]) -> String {
+        fake_digest(bytes, 64)
+    }
+
+    /// FNV-1a based hex digest, `hex_len` digits long (no hashing crate needed).
+    fn fake_digest(bytes: &[u8], hex_len: usize) -> String {
+        let mut out = String::new();
+        let mut seed = 0xcbf2_9ce4_8422_2325_u64;
+        while out.len() < hex_len {
+            let mut hash = seed;
+            for &byte in bytes {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            out.push_str(&format!("{hash:016x}"));
+            seed = hash ^ 0x9e37_79b9_7f4a_7c15;
+        }
+        out.truncate(hex_len);
+        out
+    }
+
+    fn weights(len: usize, salt: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+            .collect()
+    }
+
+    fn single_file_repo(token: Option<&str>) -> FakeRepo {
+        let files = [
+            (
+                CONFIG,
+                br#"{"model_type":"llama","hidden_size":8}"#.to_vec(),
+            ),
+            (TOKENIZER, br#"{"version":"1.0","model":{}}"#.to_vec()),
+            ("generation_config.json", br#"{"bos_token_id":1}"#.to_vec()),
+            (SINGLE_WEIGHTS, weights(5000, 7)),
+        ];
+        FakeRepo {
+            files: files
+                .into_iter()
+                .map(|(name, bytes)| (name.to_owned(), bytes))
+                .collect(),
+            token: token.map(str::to_owned),
+        }
+    }
+
+    fn sharded_repo(index: &str) -> FakeRepo {
+        let files = [
+            (CONFIG, br#"{"model_type":"llama"}"#.to_vec()),
+            (TOKENIZER, br#"{"version":"1.0"}"#.to_vec()),
+            ("tokenizer_config.json", br#"{"bos_token":"<s>"}"#.to_vec()),
+            (WEIGHT_INDEX, index.as_bytes().to_vec()),
+            (SHARD_1, weights(3000, 1)),
+            (SHARD_2, weights(2000, 2)),
+        ];
+        FakeRepo {
+            files: files
+                .into_iter()
+                .map(|(name, bytes)| (name.to_owned(), bytes))
+                .collect(),
+            token: None,
+        }
+    }
+
+    fn two_shard_index() -> String {
+        format!(
+            r#"{{"metadata":{{"total_size":5000}},"weight_map":{{
+                "model.embed_tokens.weight":"{SHARD_1}",
+                "model.layers.0.mlp.up_proj.weight":"{SHARD_1}",
+                "lm_head.weight":"{SHARD_2}"}}}}"#
+        )
+    }
+
+    fn request(endpoint: &str, cache: &Path) -> HubRequest {
+        HubRequest {
+            repo_id: REPO.to_owned(),
+            revision: DEFAULT_REVISION.to_owned(),
+            cache_dir: Some(cache.to_path_buf()),
+            endpoint: Some(endpoint.to_owned()),
+            offline: false,
+        }
+    }
+
+    /// An environment that contributes nothing, so tests never read process variables.
+    fn no_env() -> Environment {
+        Environment {
+            hf_home: None,
+            endpoint: None,
+            offline: false,
+            progress: false,
+        }
+    }
+
+    /// The error's message followed by those of all its sources, like `{:#}` in anyhow.
+    fn chain(err: &dyn std::error::Error) -> String {
+        let mut text = err.to_string();
+        let mut source = err.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+
+    fn assert_same_files(dir: &Path, repo: &FakeRepo) {
+        for (name, bytes) in &repo.files {
+            let local = std::fs::read(dir.join(name)).unwrap();
+            assert_eq!(&local, bytes, "contents of `{name}`");
+        }
+    }
+
+    #[test]
+    fn downloads_a_single_file_repo() {
+        let repo = single_file_repo(None);
+        let expected = single_file_repo(None);
+        let hub = FakeHub::start(repo);
+        let cache = tempfile::tempdir().unwrap();
+        let dir = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap();
+
+        assert!(dir.starts_with(cache.path()));
+        assert!(dir.ends_with(Path::new("models--org--tiny-llama/snapshots").join(COMMIT)));
+        assert_same_files(&dir, &expected);
+        assert!(!dir.join("tokenizer_config.json").exists());
+        assert!(!dir.join(WEIGHT_INDEX).exists());
+        let seen = hub.seen();
+        assert!(seen.iter().all(|s| !s.path.contains(WEIGHT_INDEX)));
+        assert!(seen.iter().all(|s| s.authorization.is_none()));
+        assert!(seen
+            .iter()
+            .any(|s| s.path == format!("/{REPO}/resolve/main/{SINGLE_WEIGHTS}")));
+    }
+
+    #[test]
+    fn downloads_a_pinned_commit() {
+        let hub = FakeHub::start(single_file_repo(None));
+        let cache = tempfile::tempdir().unwrap();
+        let mut req = request(&hub.endpoint(), cache.path());
+        req.revision = COMMIT.to_owned();
+        let dir = fetch_with(&req, &no_env(), None).unwrap();
+        assert!(dir.ends_with(COMMIT));
+        assert_same_files(&dir, &single_file_repo(None));
+    }
+
+    #[test]
+    fn downloads_a_sharded_repo() {
+        let index = two_shard_index();
+        let hub = FakeHub::start(sharded_repo(&index));
+        let cache = tempfile::tempdir().unwrap();
+        let dir = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap();
+
+        assert_same_files(&dir, &sharded_repo(&index));
+        assert!(!dir.join(SINGLE_WEIGHTS).exists());
+        assert!(!dir.join("generation_config.json").exists());
+        let seen = hub.seen();
+        for shard in [SHARD_1, SHARD_2] {
+            assert!(seen
+                .iter()
+                .any(|s| s.path == format!("/{REPO}/resolve/main/{shard}")));
+        }
+    }
+
+    #[test]
+    fn second_call_offline_uses_the_cache_alone() {
+        let index = two_shard_index();
+        let mut hub = FakeHub::start(sharded_repo(&index));
+        let cache = tempfile::tempdir().unwrap();
+        let mut req = request(&hub.endpoint(), cache.path());
+        let online = fetch_with(&req, &no_env(), None).unwrap();
+        let requests = hub.seen().len();
+        hub.shutdown();
+
+        // Files the hub lacks are remembered the way `huggingface_hub` does.
+        let no_exist = cache
+            .path()
+            .join("models--org--tiny-llama/.no_exist")
+            .join(COMMIT);
+        for file in [
+            SINGLE_WEIGHTS,
+            "special_tokens_map.json",
+            "generation_config.json",
+        ] {
+            assert!(no_exist.join(file).is_file(), "no marker for `{file}`");
+        }
+        // So even an online call needs no request once everything is cached.
+        assert_eq!(fetch_with(&req, &no_env(), None).unwrap(), online);
+
+        req.offline = true;
+        let offline = fetch_with(&req, &no_env(), None).unwrap();
+        assert_eq!(offline, online);
+        assert_same_files(&offline, &sharded_repo(&index));
+
+        // `HF_HUB_OFFLINE` has the same effect as the request flag.
+        req.offline = false;
+        let env = Environment {
+            offline: true,
+            ..no_env()
+        };
+        assert_eq!(fetch_with(&req, &env, None).unwrap(), online);
+        assert_eq!(hub.seen().len(), requests);
+    }
+
+    #[test]
+    fn offline_with_an_empty_cache_names_the_missing_file() {
+        let cache = tempfile::tempdir().unwrap();
+        let mut req = request("http://127.0.0.1:9", cache.path());
+        req.offline = true;
+        let err = fetch_with(&req, &no_env(), None).unwrap_err();
+        assert!(
+            matches!(&err, HubError::Offline { file, repo, .. } if file == CONFIG && repo == REPO),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("`config.json`"), "{message}");
+        assert!(message.contains("offline mode is on"), "{message}");
+    }
+
+    #[test]
+    fn offline_names_a_shard_missing_from_the_cache() {
+        let hub = FakeHub::start(sharded_repo(&two_shard_index()));
+        let cache = tempfile::tempdir().unwrap();
+        let mut req = request(&hub.endpoint(), cache.path());
+        let dir = fetch_with(&req, &no_env(), None).unwrap();
+        std::fs::remove_file(dir.join(SHARD_2)).unwrap();
+
+        req.offline = true;
+        let err = fetch_with(&req, &no_env(), None).unwrap_err();
+        assert!(
+            matches!(&err, HubError::Offline { file, .. } if file == SHARD_2),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn token_is_sent_but_never_printed() {
+        let secret = "hf_FakeSecret7q2Z9xLmNoPq";
+
+        // The right token opens a private repository, on every hub request.
+        let hub = FakeHub::start(single_file_repo(Some(secret)));
+        let cache = tempfile::tempdir().unwrap();
+        let req = request(&hub.endpoint(), cache.path());
+        fetch_with(&req, &no_env(), Some(secret)).unwrap();
+        let resolves: Vec<Seen> = hub
+            .seen()
+            .into_iter()
+            .filter(|s| s.path.contains("/resolve/"))
+            .collect();
+        assert!(!resolves.is_empty());
+        let bearer = format!("Bearer {secret}");
+        assert!(resolves
+            .iter()
+            .all(|s| s.authorization.as_deref() == Some(bearer.as_str())));
+
+        // A token the hub refuses (401) fails without leaking it.
+        let hub = FakeHub::start(single_file_repo(Some("hf_TheRealOne")));
+        let cache = tempfile::tempdir().unwrap();
+        let err = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            Some(secret),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, HubError::Download { file, source: TransferError::Status { status: 401 }, .. } if file == CONFIG),
+            "{err:?}"
+        );
+        assert!(hub
+            .seen()
+            .iter()
+            .any(|s| s.authorization.as_deref() == Some(bearer.as_str())));
+        let shown = chain(&err);
+        assert!(shown.contains(REPO) && shown.contains(CONFIG) && shown.contains("401"));
+
+        // A missing shard (404) and an unreachable hub fail without leaking it either.
+        let mut repo = sharded_repo(&two_shard_index());
+        repo.files.remove(SHARD_2);
+        let hub = FakeHub::start(repo);
+        let cache = tempfile::tempdir().unwrap();
+        let missing = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            Some(secret),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&missing, HubError::MissingFile { file, .. } if file == SHARD_2),
+            "{missing:?}"
+        );
+
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let unreachable = fetch_with(
+            &request(&format!("http://{closed}"), cache.path()),
+            &no_env(),
+            Some(secret),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                &unreachable,
+                HubError::Download {
+                    source: TransferError::Transport { .. },
+                    ..
+                }
+            ),
+            "{unreachable:?}"
+        );
+
+        for err in [&err, &missing, &unreachable] {
+            for text in [chain(err), format!("{err:?}"), format!("{err:#?}")] {
+                assert!(!text.contains(secret), "token leaked: {text}");
+                assert!(!text.contains("FakeSecret"), "token leaked: {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_index_with_an_unsafe_shard_name_is_refused() {
+        let index = r#"{"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"../evil.safetensors"}}"#;
+        let hub = FakeHub::start(sharded_repo(index));
+        let cache = tempfile::tempdir().unwrap();
+        let err = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap_err();
+        assert!(
+            matches!(&err, HubError::BadIndex { repo, .. } if repo == REPO),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("`../evil.safetensors`"), "{err}");
+        // Validation happens before any shard is requested.
+        assert!(hub
+            .seen()
+            .iter()
+            .all(|s| !s.path.contains("evil") && !s.path.contains(SHARD_1)));
+    }
+
+    #[test]
+    fn missing_required_files_are_reported() {
+        let mut repo = single_file_repo(None);
+        repo.files.remove(TOKENIZER);
+        let hub = FakeHub::start(repo);
+        let cache = tempfile::tempdir().unwrap();
+        let err = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap_err();
+        assert!(
+            matches!(&err, HubError::MissingFile { file, revision, .. } if file == TOKENIZER && revision == "main"),
+            "{err:?}"
+        );
+
+        let mut repo = single_file_repo(None);
+        repo.files.remove(SINGLE_WEIGHTS);
+        let hub = FakeHub::start(repo);
+        let cache = tempfile::tempdir().unwrap();
+        let err = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap_err();
+        assert!(matches!(&err, HubError::MissingWeights { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn shard_names_are_validated_and_deduplicated() {
+        let names = shard_names(REPO, &two_shard_index()).unwrap();
+        assert_eq!(names, [SHARD_1, SHARD_2]);
+
+        for shard in [
+            "../x.safetensors",
+            "a/b.safetensors",
+            "a\\b.safetensors",
+            "..safetensors",
+            "",
+            "model.bin",
+            "x y.safetensors",
+        ] {
+            let index = serde_json::json!({ "weight_map": { "w": shard } }).to_string();
+            assert!(
+                matches!(shard_names(REPO, &index), Err(HubError::BadIndex { .. })),
+                "accepted `{shard}`"
+            );
+        }
+        for index in [
+            "not json",
+            "{}",
+            r#"{"weight_map":{}}"#,
+            r#"{"weight_map":{"w":3}}"#,
+        ] {
+            assert!(matches!(
+                shard_names(REPO, index),
+                Err(HubError::BadIndex { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn bad_requests_are_refused_before_any_io() {
+        let cache = tempfile::tempdir().unwrap();
+        for (repo_id, revision) in [
+            ("", "main"),
+            ("a/b/c", "main"),
+            ("../etc", "main"),
+            ("org/with space", "main"),
+            (REPO, "../main"),
+            (REPO, "refs//pr"),
+        ] {
+            let mut req = request("http://127.0.0.1:9", cache.path());
+            req.repo_id = repo_id.to_owned();
+            req.revision = revision.to_owned();
+            let err = fetch_with(&req, &no_env(), None).unwrap_err();
+            assert!(matches!(err, HubError::InvalidRequest { .. }), "{err:?}");
+        }
+        assert!(std::fs::read_dir(cache.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn helpers_parse_statuses_and_mask_tokens() {
+        assert_eq!(
+            http_status("http://h/o/r/resolve/main/f: status code 404"),
+            Some(404)
+        );
+        assert_eq!(
+            http_status("http://h/x: status code 401 (redirected from http://h/y)"),
+            Some(401)
+        );
+        assert_eq!(http_status("http://h/x: Connection Failed: refused"), None);
+        assert_eq!(redact("a tok b tok", Some("tok")), "a *** b ***");
+        assert_eq!(redact("a b", Some("")), "a b");
+        assert!(is_truthy("1") && is_truthy("TRUE") && !is_truthy("0"));
+        assert_eq!(HubRequest::new(REPO).revision, DEFAULT_REVISION);
+    }
+}

@@ -1,0 +1,240 @@
+//! Llama-family models on Burn: configuration, the decoder, rotary embeddings, weights from
+//! safetensors folders, GGUF files and the Hugging Face hub, and the tokenizer.
+
+pub mod config;
+pub mod export;
+pub mod gguf;
+pub mod gguf_model;
+pub mod hub;
+pub mod llama;
+pub mod rope;
+pub mod tokenizer;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+
+use config::{ConfigError, HfLlamaConfig, LlamaConfig};
+use llama::Llama;
+use tokenizer::{Tokenizer, TokenizerError};
+use weights::{SafetensorsSource, WeightError, WeightSource};
+
+/// Where a model comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelRef {
+    /// A GGUF file.
+    Gguf(PathBuf),
+    /// A local Hugging Face folder (config.json, tokenizer.json, safetensors).
+    Folder(PathBuf),
+    /// A Hugging Face hub repository.
+    Hub {
+        /// `org/name`.
+        repo_id: String,
+        /// Branch, tag or commit.
+        revision: String,
+    },
+}
+
+impl ModelRef {
+    /// Interprets a command-line model argument: an existing `.gguf` file, an existing folder,
+    /// or else a hub id `org/name` with an optional `@revision`.
+    pub fn parse(arg: &str) -> Result<Self, LoadError> {
+        let path = Path::new(arg);
+        if path.is_dir() {
+            return Ok(ModelRef::Folder(path.to_path_buf()));
+        }
+        if path.is_file() {
+            return if arg.to_ascii_lowercase().ends_with(".gguf") {
+                Ok(ModelRef::Gguf(path.to_path_buf()))
+            } else {
+                Err(LoadError::UnknownModelArg {
+                    arg: arg.to_string(),
+                    reason: "is a file but not a `.gguf`; pass a GGUF file, a Hugging Face folder or a hub id".into(),
+                })
+            };
+        }
+        if arg.to_ascii_lowercase().ends_with(".gguf")
+            || arg.starts_with('.')
+            || arg.starts_with('/')
+        {
+            return Err(LoadError::UnknownModelArg {
+                arg: arg.to_string(),
+                reason: "does not exist".into(),
+            });
+        }
+        let (repo_id, revision) = match arg.split_once('@') {
+            Some((r, rev)) => (r, rev),
+            None => (arg, "main"),
+        };
+        let parts: Vec<&str> = repo_id.split('/').collect();
+        if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) || revision.is_empty() {
+            return Err(LoadError::UnknownModelArg {
+                arg: arg.to_string(),
+                reason: "is neither an existing path nor a hub id like `org/name` or `org/name@revision`".into(),
+            });
+        }
+        Ok(ModelRef::Hub {
+            repo_id: repo_id.to_string(),
+            revision: revision.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelRef::Gguf(p) | ModelRef::Folder(p) => write!(f, "{}", p.display()),
+            ModelRef::Hub { repo_id, revision } => write!(f, "{repo_id}@{revision}"),
+        }
+    }
+}
+
+/// Errors while loading a model.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The model argument names nothing loadable.
+    #[error("model `{arg}` {reason}")]
+    UnknownModelArg {
+        /// What was given.
+        arg: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// config.json problems.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Weight problems.
+    #[error(transparent)]
+    Weights(#[from] WeightError),
+    /// Tokenizer problems.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// Hub problems.
+    #[error(transparent)]
+    Hub(#[from] hub::HubError),
+    /// The tokenizer and the model disagree.
+    #[error(
+        "tokenizer of `{model}` has {tokenizer} ids but the model's vocabulary has {model_vocab}"
+    )]
+    VocabMismatch {
+        /// The model.
+        model: String,
+        /// Tokenizer vocabulary size.
+        tokenizer: usize,
+        /// Model vocabulary size.
+        model_vocab: usize,
+    },
+}
+
+/// A model ready to run: its config, weights on the device and tokenizer.
+pub struct LoadedModel<B: Backend> {
+    /// Resolved configuration.
+    pub config: LlamaConfig,
+    /// The decoder on the device.
+    pub model: Llama<B>,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Parameter count read from the checkpoint headers.
+    pub parameter_count: u64,
+    /// Where it came from.
+    pub origin: ModelRef,
+}
+
+/// Loads a model from any supported source onto `device`.
+pub fn load<B: Backend>(
+    origin: &ModelRef,
+    device: &B::Device,
+) -> Result<LoadedModel<B>, LoadError> {
+    match origin {
+        ModelRef::Gguf(path) => {
+            let checkpoint = gguf_model::GgufCheckpoint::open(path)?;
+            let tokenizer = checkpoint.tokenizer()?;
+            let config = checkpoint.config().clone();
+            let model = weights::build_llama(&config, &checkpoint, device)?;
+            finish(
+                origin,
+                config,
+                model,
+                tokenizer,
+                checkpoint.parameter_count(),
+            )
+        }
+        ModelRef::Folder(folder) => load_folder(origin, folder, device),
+        ModelRef::Hub { repo_id, revision } => {
+            let request = hub::HubRequest {
+                repo_id: repo_id.clone(),
+                revision: revision.clone(),
+                cache_dir: None,
+                endpoint: None,
+                offline: false,
+            };
+            let folder = hub::fetch_model(&request)?;
+            load_folder(origin, &folder, device)
+        }
+    }
+}
+
+fn load_folder<B: Backend>(
+    origin: &ModelRef,
+    folder: &Path,
+    device: &B::Device,
+) -> Result<LoadedModel<B>, LoadError> {
+    let config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
+    let tokenizer = Tokenizer::from_file(&folder.join("tokenizer.json"))?;
+    let source = SafetensorsSource::open(folder)?;
+    let model = weights::build_llama(&config, &source, device)?;
+    finish(origin, config, model, tokenizer, source.parameter_count())
+}
+
+fn finish<B: Backend>(
+    origin: &ModelRef,
+    config: LlamaConfig,
+    model: Llama<B>,
+    tokenizer: Tokenizer,
+    parameter_count: u64,
+) -> Result<LoadedModel<B>, LoadError> {
+    // Tokenizers may carry fewer ids than the embedding matrix (padding rows), never more.
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(LoadError::VocabMismatch {
+            model: origin.to_string(),
+            tokenizer: tokenizer.vocab_size(),
+            model_vocab: config.vocab_size,
+        });
+    }
+    Ok(LoadedModel {
+        config,
+        model,
+        tokenizer,
+        parameter_count,
+        origin: origin.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_args_are_classified() {
+        assert_eq!(
+            ModelRef::parse("meta-llama/Llama-3.2-1B").unwrap(),
+            ModelRef::Hub {
+                repo_id: "meta-llama/Llama-3.2-1B".into(),
+                revision: "main".into()
+            }
+        );
+        assert!(matches!(
+            ModelRef::parse("org/name@v1.0").unwrap(),
+            ModelRef::Hub { revision, .. } if revision == "v1.0"
+        ));
+        let err = ModelRef::parse("missing.gguf").unwrap_err().to_string();
+        assert!(err.contains("`missing.gguf` does not exist"), "{err}");
+        assert!(ModelRef::parse("just-a-name").is_err());
+        let dir = std::env::temp_dir();
+        assert!(matches!(
+            ModelRef::parse(dir.to_str().unwrap()).unwrap(),
+            ModelRef::Folder(_)
+        ));
+    }
+}

@@ -1,0 +1,187 @@
+//! Rotary position embeddings (RoPE, Su et al. 2021) in the Hugging Face "rotate half" layout,
+//! with linear, Llama-3 and per-frequency (GGUF `rope_freqs`) scaling.
+
+use burn::prelude::*;
+
+use super::config::{LlamaConfig, RopeScaling};
+
+/// Inverse frequencies `1 / theta^(2i/d)` for `i in 0..d/2`, after the config's scaling.
+///
+/// Computed in f64 and rounded once to f32, which matches PyTorch's f32 computation to the
+/// last bit for the bases in use and keeps every backend on the same values.
+pub fn inv_freq(config: &LlamaConfig) -> Vec<f32> {
+    let dim = config.head_dim;
+    let base: Vec<f64> = (0..dim / 2)
+        .map(|i| 1.0 / config.rope_theta.powf((2 * i) as f64 / dim as f64))
+        .collect();
+    let scaled: Vec<f64> = match &config.rope_scaling {
+        RopeScaling::None => base,
+        RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+        RopeScaling::Factors(factors) => base
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f / f64::from(factors.get(i).copied().unwrap_or(1.0)))
+            .collect(),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            let old = *original_max_position_embeddings as f64;
+            let low_wavelen = old / low_freq_factor;
+            let high_wavelen = old / high_freq_factor;
+            base.iter()
+                .map(|&f| {
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                })
+                .collect()
+        }
+    };
+    scaled.into_iter().map(|f| f as f32).collect()
+}
+
+/// Cosine and sine tables for positions `offset..offset + len`.
+///
+/// # Shapes
+/// - returns `(cos, sin)`, each `[len, head_dim]`: the `d/2` angles repeated twice, as in HF.
+pub fn tables<B: Backend>(
+    inv_freq: &[f32],
+    offset: usize,
+    len: usize,
+    device: &B::Device,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let half = inv_freq.len();
+    let dim = 2 * half;
+    let mut cos = Vec::with_capacity(len * dim);
+    let mut sin = Vec::with_capacity(len * dim);
+    for pos in offset..offset + len {
+        // The angle is formed in f32 (as PyTorch does) before cos/sin are taken.
+        let angles: Vec<f32> = inv_freq.iter().map(|f| pos as f32 * f).collect();
+        for _ in 0..2 {
+            cos.extend(angles.iter().map(|a| f64::from(*a).cos() as f32));
+            sin.extend(angles.iter().map(|a| f64::from(*a).sin() as f32));
+        }
+    }
+    (
+        Tensor::from_data(TensorData::new(cos, [len, dim]), device),
+        Tensor::from_data(TensorData::new(sin, [len, dim]), device),
+    )
+}
+
+/// Applies the rotation: `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`.
+///
+/// # Shapes
+/// - `x`: `[batch, heads, seq, head_dim]`
+/// - `cos`, `sin`: `[seq, head_dim]`
+/// - returns `[batch, heads, seq, head_dim]`
+pub fn apply<B: Backend>(x: Tensor<B, 4>, cos: &Tensor<B, 2>, sin: &Tensor<B, 2>) -> Tensor<B, 4> {
+    let [_batch, _heads, _seq, head_dim] = x.dims();
+    let half = head_dim / 2;
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.clone().narrow(3, half, half);
+    let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
+    let cos = cos.clone().unsqueeze::<4>();
+    let sin = sin.clone().unsqueeze::<4>();
+    x * cos + rotated * sin
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::HfLlamaConfig;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f32>;
+
+    fn config(head_dim: usize, theta: f64, scaling: RopeScaling) -> LlamaConfig {
+        let mut c = HfLlamaConfig::from_json(&format!(
+            r#"{{"architectures":["LlamaForCausalLM"],"hidden_size":{h},"intermediate_size":4,
+            "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,"rope_theta":{theta}}}"#,
+            h = head_dim
+        ))
+        .unwrap()
+        .resolve()
+        .unwrap();
+        c.rope_scaling = scaling;
+        c
+    }
+
+    #[test]
+    fn inv_freq_matches_hand_values() {
+        // d = 4, theta = 100: [1, 100^-0.5] = [1, 0.1]
+        let f = inv_freq(&config(4, 100.0, RopeScaling::None));
+        assert_eq!(f.len(), 2);
+        assert!(
+            (f[0] - 1.0).abs() < 1e-7 && (f[1] - 0.1).abs() < 1e-7,
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_scales_low_and_blends_middle() {
+        // d = 6, theta = 10000: inv_freq = [1, 10000^-1/3, 10000^-2/3] = [1, 0.046416, 0.0021544],
+        // wavelengths 2π/f = [6.283, 135.367, 2916.4].
+        let scaling = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 256,
+        };
+        // original = 256: low_wavelen = 256 / 1 = 256, high_wavelen = 256 / 4 = 64.
+        // f0 (6.28 < 64) is kept, f2 (2916 > 256) is divided by 8, and
+        // f1 (135.36) is in between → smooth = (256/135.367 - 1) / 3 = 0.297051
+        // scaled = (1 - s) * f/8 + s * f = f * (0.702949/8 + 0.297051) = f * 0.384920
+        let f = inv_freq(&config(6, 10000.0, scaling));
+        let base1 = 10000f64.powf(-1.0 / 3.0);
+        let wavelen1 = 2.0 * std::f64::consts::PI / base1;
+        let s = (256.0 / wavelen1 - 1.0) / 3.0;
+        assert!((s - 0.297051).abs() < 1e-6, "{s}");
+        assert!((f[0] - 1.0).abs() < 1e-7);
+        assert!(
+            (f64::from(f[1]) - base1 * 0.384920).abs() < 1e-7,
+            "{}",
+            f[1]
+        );
+        assert!((f64::from(f[2]) - 10000f64.powf(-2.0 / 3.0) / 8.0).abs() < 1e-8);
+    }
+
+    #[test]
+    fn linear_scaling_divides_every_frequency() {
+        let f = inv_freq(&config(4, 100.0, RopeScaling::Linear { factor: 2.0 }));
+        assert!((f[0] - 0.5).abs() < 1e-7 && (f[1] - 0.05).abs() < 1e-7);
+    }
+
+    #[test]
+    fn rotation_of_one_vector_by_hand() {
+        // d = 4, inv_freq [1, 0.1], position 2: angles [2, 0.2].
+        // x = [1, 2, 3, 4]: x1 = [1, 2], x2 = [3, 4]; rotate_half = [-3, -4, 1, 2]
+        // out = x * [cos2, cos.2, cos2, cos.2] + [-3, -4, 1, 2] * [sin2, sin.2, sin2, sin.2]
+        let device = Default::default();
+        let (cos, sin) = tables::<B>(&[1.0, 0.1], 2, 1, &device);
+        let x = Tensor::<B, 4>::from_data(
+            TensorData::new(vec![1.0f32, 2., 3., 4.], [1, 1, 1, 4]),
+            &device,
+        );
+        let out: Vec<f32> = apply(x, &cos, &sin).into_data().to_vec().unwrap();
+        let (c2, s2, c02, s02) = (2f64.cos(), 2f64.sin(), 0.2f64.cos(), 0.2f64.sin());
+        let expected = [
+            1.0 * c2 - 3.0 * s2,
+            2.0 * c02 - 4.0 * s02,
+            3.0 * c2 + 1.0 * s2,
+            4.0 * c02 + 2.0 * s02,
+        ];
+        for (o, e) in out.iter().zip(expected) {
+            assert!((f64::from(*o) - e).abs() < 1e-5, "{out:?} vs {expected:?}");
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Host-side weight sources and building a [`Llama`] from them.
+//!
+//! A [`WeightSource`] answers "give me the tensor with this Hugging Face name as f32, PyTorch
+//! layout". Safetensors folders (single file or sharded, memory-mapped) and GGUF files
+//! implement it, so the model builder has one code path for every format.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::module::Param;
+use burn::nn::{Embedding, Linear};
+use burn::prelude::*;
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, Metadata};
+
+use super::config::LlamaConfig;
+use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
+use super::rope;
+
+/// Errors while reading weights.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightError {
+    /// A file could not be opened or mapped.
+    #[error("cannot read `{path}`")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A safetensors header or index is malformed.
+    #[error("`{path}` is not a valid safetensors file: {reason}")]
+    BadSafetensors {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor the model needs is absent.
+    #[error("tensor `{name}` is missing from `{source_name}`")]
+    Missing {
+        /// Hugging Face tensor name.
+        name: String,
+        /// The checkpoint.
+        source_name: String,
+    },
+    /// A tensor has the wrong shape for the config.
+    #[error("tensor `{name}` in `{source_name}` has shape {found:?}, expected {expected:?}")]
+    Shape {
+        /// Hugging Face tensor name.
+        name: String,
+        /// The checkpoint.
+        source_name: String,
+        /// Shape in the file.
+        found: Vec<usize>,
+        /// Shape the config implies.
+        expected: Vec<usize>,
+    },
+    /// A dtype this loader does not read.
+    #[error("tensor `{name}` in `{path}` has dtype `{dtype}`; supported: F32, F16, BF16")]
+    Dtype {
+        /// Tensor name.
+        name: String,
+        /// The file.
+        path: String,
+        /// The dtype found.
+        dtype: String,
+    },
+    /// A GGUF-level error.
+    #[error(transparent)]
+    Gguf(#[from] super::gguf::GgufError),
+}
+
+/// A tensor on the host: row-major f32 data in PyTorch layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    /// Dimensions, outermost first.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
+/// Something that can hand out checkpoint tensors by Hugging Face name.
+pub trait WeightSource {
+    /// Short description for messages (file or folder).
+    fn name(&self) -> String;
+    /// The tensor called `name` (HF naming), or `None` if the checkpoint does not have it.
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError>;
+    /// The parameter count of every tensor in the checkpoint, read from headers only.
+    fn parameter_count(&self) -> u64;
+}
+
+struct Shard {
+    path: PathBuf,
+    mmap: Mmap,
+    data_start: usize,
+    metadata: Metadata,
+}
+
+/// A Hugging Face safetensors checkpoint: `model.safetensors` or a sharded set listed in
+/// `model.safetensors.index.json`. Files are memory-mapped; tensors are converted to f32
+/// straight from the map into their final buffer.
+pub struct SafetensorsSource {
+    folder: PathBuf,
+    shards: Vec<Shard>,
+    /// tensor name → shard index
+    index: BTreeMap<String, usize>,
+}
+
+impl SafetensorsSource {
+    /// Opens the checkpoint in `folder`.
+    pub fn open(folder: &Path) -> Result<Self, WeightError> {
+        let single = folder.join("model.safetensors");
+        let index_path = folder.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if single.exists() {
+            vec![single]
+        } else if index_path.exists() {
+            let text = std::fs::read_to_string(&index_path).map_err(|source| WeightError::Io {
+                path: index_path.display().to_string(),
+                source,
+            })?;
+            shard_files(&text)
+                .map_err(|reason| WeightError::BadSafetensors {
+                    path: index_path.display().to_string(),
+                    reason,
+                })?
+                .into_iter()
+                .map(|f| folder.join(f))
+                .collect()
+        } else {
+            return Err(WeightError::Io {
+                path: single.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "neither model.safetensors nor model.safetensors.index.json exists",
+                ),
+            });
+        };
+        let mut shards = Vec::with_capacity(files.len());
+        let mut index = BTreeMap::new();
+        for path in files {
+            let shard = open_shard(&path)?;
+            for (name, _) in shard.metadata.tensors() {
+                index.insert(name, shards.len());
+            }
+            shards.push(shard);
+        }
+        Ok(Self {
+            folder: folder.to_path_buf(),
+            shards,
+            index,
+        })
+    }
+}
+
+/// The distinct shard file names of a `model.safetensors.index.json`, in first-seen order.
+/// Names with path separators or `..` are refused.
+pub fn shard_files(index_json: &str) -> Result<Vec<String>, String> {
+    let value: serde_json::Value = serde_json::from_str(index_json).map_err(|e| e.to_string())?;
+    let map = value
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or("key `weight_map` is missing or not an object")?;
+    let mut files: Vec<String> = Vec::new();
+    for (tensor, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| format!("`weight_map.{tensor}` is not a string"))?;
+        if file.contains('/') || file.contains('\\') || file.contains("..") || file.is_empty() {
+            return Err(format!("shard name `{file}` is not a plain file name"));
+        }
+        if !files.iter().any(|f| f == file) {
+            files.push(file.to_string());
+        }
+    }
+    if files.is_empty() {
+        return Err("`weight_map` lists no shards".to_string());
+    }
+    Ok(files)
+}
+
+fn open_shard(path: &Path) -> Result<Shard, WeightError> {
+    let io = |source| WeightError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and lives as long as the source; a checkpoint modified by
+    // another process while it is read is outside what this tool can guard against.
+    let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
+    let (header_len, metadata) =
+        safetensors::SafeTensors::read_metadata(&mmap[..]).map_err(|e| {
+            WeightError::BadSafetensors {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+    Ok(Shard {
+        path: path.to_path_buf(),
+        data_start: 8 + header_len,
+        mmap,
+        metadata,
+    })
+}
+
+impl WeightSource for SafetensorsSource {
+    fn name(&self) -> String {
+        self.folder.display().to_string()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        let Some(&i) = self.index.get(name) else {
+            return Ok(None);
+        };
+        let shard = &self.shards[i];
+        let info = shard
+            .metadata
+            .info(name)
+            .expect("the index was built from this shard's metadata");
+        let (start, end) = info.data_offsets;
+        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
+        let data: Vec<f32> = match info.dtype {
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(WeightError::Dtype {
+                    name: name.to_string(),
+                    path: shard.path.display().to_string(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        Ok(Some(HostTensor {
+            shape: info.shape.clone(),
+            data,
+        }))
+    }
+
+    fn parameter_count(&self) -> u64 {
+        self.shards
+            .iter()
+            .flat_map(|s| s.metadata.tensors())
+            .map(|(_, info)| info.shape.iter().product::<usize>() as u64)
+            .sum()
+    }
+}
+
+/// Transposes a row-major `[rows, cols]` matrix into `[cols, rows]`, in cache-friendly tiles.
+pub fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut out = vec![0.0f32; data.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = data[r * cols + c];
+                }
+            }
+        }
+    }
+    out
+}
+
+struct Builder<'a, B: Backend> {
+    source: &'a dyn WeightSource,
+    device: &'a B::Device,
+}
+
+impl<B: Backend> Builder<'_, B> {
+    fn fetch(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, WeightError> {
+        let t = self
+            .source
+            .tensor(name)?
+            .ok_or_else(|| WeightError::Missing {
+                name: name.to_string(),
+                source_name: self.source.name(),
+            })?;
+        if t.shape != expected {
+            return Err(WeightError::Shape {
+                name: name.to_string(),
+                source_name: self.source.name(),
+                found: t.shape,
+                expected: expected.to_vec(),
+            });
+        }
+        Ok(t.data)
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Tensor<B, 1>, WeightError> {
+        let data = self.fetch(name, &[len])?;
+        Ok(Tensor::from_data(TensorData::new(data, [len]), self.device))
+    }
+
+    /// A linear layer from the PyTorch `[out, in]` weight, stored as Burn's `[in, out]`.
+    fn linear(
+        &self,
+        prefix: &str,
+        d_in: usize,
+        d_out: usize,
+        bias: bool,
+    ) -> Result<Linear<B>, WeightError> {
+        let w = self.fetch(&format!("{prefix}.weight"), &[d_out, d_in])?;
+        let weight = Tensor::from_data(
+            TensorData::new(transpose(&w, d_out, d_in), [d_in, d_out]),
+            self.device,
+        );
+        let bias = if bias {
+            Some(Param::from_tensor(
+                self.vector(&format!("{prefix}.bias"), d_out)?,
+            ))
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Param::from_tensor(weight),
+            bias,
+        })
+    }
+}
+
+/// Builds the model from a checkpoint, checking every tensor's shape against the config.
+pub fn build_llama<B: Backend>(
+    config: &LlamaConfig,
+    source: &dyn WeightSource,
+    device: &B::Device,
+) -> Result<Llama<B>, WeightError> {
+    let b = Builder::<B> { source, device };
+    let (h, heads, kv, d, inter) = (
+        config.hidden_size,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        config.intermediate_size,
+    );
+    let eps = config.rms_norm_eps;
+    let mut layers = Vec::with_capacity(config.num_hidden_layers);
+    for i in 0..config.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        layers.push(DecoderLayer {
+            self_attn: Attention {
+                q_proj: b.linear(
+                    &format!("{p}.self_attn.q_proj"),
+                    h,
+                    heads * d,
+                    config.qkv_bias,
+                )?,
+                k_proj: b.linear(&format!("{p}.self_attn.k_proj"), h, kv * d, config.qkv_bias)?,
+                v_proj: b.linear(&format!("{p}.self_attn.v_proj"), h, kv * d, config.qkv_bias)?,
+                o_proj: b.linear(
+                    &format!("{p}.self_attn.o_proj"),
+                    heads * d,
+                    h,
+                    config.o_bias,
+                )?,
+                num_heads: heads,
+                num_kv_heads: kv,
+                head_dim: d,
+            },
+            mlp: Mlp {
+                gate_proj: b.linear(&format!("{p}.mlp.gate_proj"), h, inter, false)?,
+                up_proj: b.linear(&format!("{p}.mlp.up_proj"), h, inter, false)?,
+                down_proj: b.linear(&format!("{p}.mlp.down_proj"), inter, h, false)?,
+            },
+            input_layernorm: RmsNorm::new(
+                b.vector(&format!("{p}.input_layernorm.weight"), h)?,
+                eps,
+            ),
+            post_attention_layernorm: RmsNorm::new(
+                b.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+                eps,
+            ),
+        });
+    }
+    let embed = b.fetch("model.embed_tokens.weight", &[config.vocab_size, h])?;
+    let embed_tokens = Embedding {
+        weight: Param::from_tensor(Tensor::from_data(
+            TensorData::new(embed, [config.vocab_size, h]),
+            device,
+        )),
+    };
+    let lm_head = if config.tie_word_embeddings {
+        None
+    } else {
+        Some(b.linear("lm_head", h, config.vocab_size, false)?)
+    };
+    Ok(Llama {
+        embed_tokens,
+        layers,
+        norm: RmsNorm::new(b.vector("model.norm.weight", h)?, eps),
+        lm_head,
+        inv_freq: rope::inv_freq(config),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transpose_non_square() {
+        // [[1, 2, 3], [4, 5, 6]] → [[1, 4], [2, 5], [3, 6]]
+        let t = transpose(&[1., 2., 3., 4., 5., 6.], 2, 3);
+        assert_eq!(t, vec![1., 4., 2., 5., 3., 6.]);
+        let big: Vec<f32> = (0..(70 * 45)).map(|x| x as f32).collect();
+        let back = transpose(&transpose(&big, 70, 45), 45, 70);
+        assert_eq!(big, back);
+    }
+
+    #[test]
+    fn shard_names_with_paths_are_refused() {
+        let ok =
+            r#"{"weight_map":{"a":"m-1.safetensors","b":"m-2.safetensors","c":"m-1.safetensors"}}"#;
+        assert_eq!(
+            shard_files(ok).unwrap(),
+            vec!["m-1.safetensors", "m-2.safetensors"]
+        );
+        let bad = r#"{"weight_map":{"a":"../etc/passwd"}}"#;
+        assert!(shard_files(bad).unwrap_err().contains("`../etc/passwd`"));
+        assert!(shard_files("{}").unwrap_err().contains("weight_map"));
+    }
+}

@@ -1,0 +1,102 @@
+//! Shared helpers: seeded tiny models and tokenizers built in the test, and access to the
+//! `../shared` data with a loud failure in CI when it is missing.
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::NdArray;
+use burn::prelude::*;
+use wanda::model::config::{HfLlamaConfig, LlamaConfig};
+use wanda::model::llama::Llama;
+
+/// The CPU backend used by every test.
+pub type B = NdArray<f32>;
+
+/// Words of the tiny word-level vocabulary (id = index + 1; 0 is `[UNK]`).
+pub const WORDS: &[&str] = &[
+    "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "park", "in", "sun", "it",
+    "was", "warm", ".", ",", "then", "slept",
+];
+
+/// A word-level `tokenizer.json` over [`WORDS`], split on whitespace and punctuation.
+pub fn tiny_tokenizer_json() -> String {
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("[UNK]".into(), 0.into());
+    for (i, w) in WORDS.iter().enumerate() {
+        vocab.insert((*w).into(), (i + 1).into());
+    }
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{"id": 0, "content": "[UNK]", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    })
+    .to_string()
+}
+
+/// A tiny Llama config: GQA (4 query heads, 2 kv heads), non-square MLP, vocabulary 32.
+pub fn tiny_config(arch: &str, tied: bool) -> LlamaConfig {
+    HfLlamaConfig::from_json(&format!(
+        r#"{{"architectures":["{arch}"],"hidden_size":16,"intermediate_size":24,
+        "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,
+        "rms_norm_eps":1e-5,"rope_theta":10000.0,"max_position_embeddings":128,
+        "tie_word_embeddings":{tied},"bos_token_id":1,"eos_token_id":2}}"#
+    ))
+    .expect("valid test config")
+    .resolve()
+    .expect("resolvable test config")
+}
+
+/// A seeded random tiny model.
+pub fn tiny_model(config: &LlamaConfig, seed: u64) -> Llama<B> {
+    Llama::init_random(config, seed, &Default::default())
+}
+
+/// Logits of `ids` as a flat vector.
+pub fn logits(model: &Llama<B>, ids: &[i64]) -> Vec<f32> {
+    let tokens = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(ids.to_vec(), [1, ids.len()]),
+        &Default::default(),
+    );
+    model
+        .forward(tokens)
+        .into_data()
+        .to_vec()
+        .expect("f32 logits")
+}
+
+/// A text of `n` words from the tiny vocabulary, deterministic.
+pub fn tiny_text(n: usize) -> String {
+    (0..n)
+        .map(|i| WORDS[(i * 7 + i / 3) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Path of a file under `../shared`, or `None` (with a note on how to get it) when absent.
+/// With `WANDA_REQUIRE_SHARED=1` (set by `.ci/run`) a missing file fails the test instead.
+pub fn shared(rel: &str) -> Option<PathBuf> {
+    let root = std::env::var_os("WANDA_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let path = root.join(rel);
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!(
+        "shared test data `{}` is missing: place the team's `shared/` folder beside this \
+         repository (or point WANDA_SHARED at it); the demo model alone can be fetched with \
+         `scripts/fetch-demo-model.sh`",
+        path.display()
+    );
+    if std::env::var("WANDA_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
+        panic!("{msg}");
+    }
+    eprintln!("skipped: {msg}");
+    None
+}

@@ -1,0 +1,6 @@
+//! The one integration-test binary; a module per area.
+
+mod common;
+mod eval_cli;
+mod hf_folder;
+mod smollm;
