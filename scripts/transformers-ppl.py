@@ -7,16 +7,17 @@ wanda's numbers; CI never runs it.
 
     python3 -m venv ~/venv-ab && ~/venv-ab/bin/pip install torch transformers==4.45.2 gguf
     ~/venv-ab/bin/python scripts/transformers-ppl.py --gguf demo/SmolLM2-135M-Instruct.Q4_1.gguf \
-        --text demo/wikitext2-raw-test.txt --seqlen 512 --windows 64
+        --hf-dir ../shared/models/smollm2-135m-hf --text demo/wikitext2-raw-test.txt --seqlen 512 --windows 64
 """
 import argparse, json, os, time
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 p = argparse.ArgumentParser()
 p.add_argument("--gguf", required=True)
-p.add_argument("--tokenizer-dir", help="a folder with tokenizer.json to use instead of the GGUF's")
+p.add_argument("--hf-dir", help="a folder with config.json + tokenizer.json to use instead of the "
+               "GGUF's (transformers 4.45 converts SmolLM2's GGUF with an untied, random LM head)")
 p.add_argument("--text", required=True)
 p.add_argument("--seqlen", type=int, default=512)
 p.add_argument("--windows", type=int)
@@ -27,10 +28,11 @@ torch.set_num_threads(a.threads)
 
 folder, name = os.path.split(os.path.abspath(a.gguf))
 t0 = time.time()
-model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32).eval()
+extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
+model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32, **extra).eval()
 load_s = time.time() - t0
-if a.tokenizer_dir:
-    tok = AutoTokenizer.from_pretrained(a.tokenizer_dir)
+if a.hf_dir:
+    tok = AutoTokenizer.from_pretrained(a.hf_dir)
 else:
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
 text = open(a.text, encoding="utf-8").read()

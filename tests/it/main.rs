@@ -2,5 +2,6 @@
 
 mod common;
 mod eval_cli;
+mod gguf_model;
 mod hf_folder;
 mod smollm;

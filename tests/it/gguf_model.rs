@@ -1,0 +1,165 @@
+//! A tiny random Llama written as GGUF (q/k rows permuted as llama.cpp's converter does) loads
+//! back with the logits of the original model.
+
+use std::path::Path;
+
+use wanda::model::config::{HfLlamaConfig, LlamaConfig};
+use wanda::model::export::hf_tensors;
+use wanda::model::gguf::GgufWriter;
+use wanda::model::gguf_model::gguf_name;
+use wanda::model::llama::Llama;
+use wanda::model::{self, ModelRef};
+
+use crate::common::{logits, tiny_model, B};
+
+/// hidden 32 and intermediate 64 so every row is a whole number of Q8_0 blocks.
+fn config() -> LlamaConfig {
+    HfLlamaConfig::from_json(
+        r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":64,
+        "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,
+        "rms_norm_eps":1e-5,"rope_theta":10000.0,"max_position_embeddings":64,
+        "tie_word_embeddings":true,"bos_token_id":1,"eos_token_id":0}"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap()
+}
+
+/// llama.cpp's `permute` for q/k rows (HF halves → GGUF pairs), written independently.
+fn permute(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+    let d = data.len() / cols / heads;
+    let mut out = vec![0.0; data.len()];
+    for h in 0..heads {
+        for r in 0..2 {
+            for j in 0..d / 2 {
+                let src = h * d + r * (d / 2) + j;
+                let dst = h * d + 2 * j + r;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&data[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Quant {
+    F32,
+    Q8_0,
+}
+
+fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, quant: Quant) {
+    let mut w = GgufWriter::new();
+    w.metadata("general.architecture", "llama")
+        .metadata("llama.embedding_length", config.hidden_size as u32)
+        .metadata("llama.feed_forward_length", config.intermediate_size as u32)
+        .metadata("llama.block_count", config.num_hidden_layers as u32)
+        .metadata("llama.attention.head_count", config.num_attention_heads as u32)
+        .metadata("llama.attention.head_count_kv", config.num_key_value_heads as u32)
+        .metadata("llama.attention.layer_norm_rms_epsilon", config.rms_norm_eps as f32)
+        .metadata("llama.rope.freq_base", config.rope_theta as f32)
+        .metadata("llama.context_length", config.max_position_embeddings as u32);
+    // A byte-level BPE vocabulary of 32 tokens: one special, 26 letters, space and punctuation.
+    let mut tokens = vec!["<|endoftext|>".to_string()];
+    tokens.extend(('a'..='z').map(String::from));
+    tokens.extend(["Ġ", ".", ",", "!", "?"].map(String::from));
+    let mut types = vec![3i32];
+    types.extend(std::iter::repeat_n(1, tokens.len() - 1));
+    w.metadata("tokenizer.ggml.model", "gpt2")
+        .metadata("tokenizer.ggml.pre", "gpt2")
+        .metadata("tokenizer.ggml.tokens", tokens)
+        .metadata("tokenizer.ggml.token_type", types)
+        .metadata("tokenizer.ggml.merges", Vec::<String>::new())
+        .metadata("tokenizer.ggml.bos_token_id", 0u32)
+        .metadata("tokenizer.ggml.eos_token_id", 0u32);
+    for (name, t) in hf_tensors(model) {
+        let gguf = gguf_name(&name).unwrap();
+        let data = if gguf.contains("attn_q.weight") {
+            permute(&t.data, config.num_attention_heads, t.shape[1])
+        } else if gguf.contains("attn_k.weight") {
+            permute(&t.data, config.num_key_value_heads, t.shape[1])
+        } else {
+            t.data
+        };
+        match quant {
+            Quant::Q8_0 if t.shape.len() == 2 => w.tensor_q8_0(gguf, &t.shape, &data),
+            _ => w.tensor_f32(gguf, &t.shape, &data),
+        }
+        .unwrap();
+    }
+    w.write(path).unwrap();
+}
+
+const IDS: [i64; 6] = [3, 7, 27, 1, 30, 12];
+
+#[test]
+fn f32_gguf_loads_with_identical_logits_and_its_tokenizer() {
+    let config = config();
+    let model = tiny_model(&config, 21);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    let loaded = model::load::<B>(&ModelRef::Gguf(path), &Default::default()).unwrap();
+    assert_eq!(loaded.config.num_key_value_heads, 2);
+    assert!(loaded.config.tie_word_embeddings);
+    assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
+    // 'a' = 1, 'b' = 2, 'Ġ' (space) = 27; no BOS for a gpt2 vocabulary without add_bos_token.
+    assert_eq!(loaded.tokenizer.encode("ab a").unwrap(), vec![1, 2, 27, 1]);
+}
+
+#[test]
+fn q8_0_gguf_loads_close_to_the_original() {
+    let config = config();
+    let model = tiny_model(&config, 22);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-q8.gguf");
+    write_gguf(&path, &config, &model, Quant::Q8_0);
+    let loaded = model::load::<B>(&ModelRef::Gguf(path), &Default::default()).unwrap();
+    let (a, b) = (logits(&model, &IDS), logits(&loaded.model, &IDS));
+    assert_ne!(a, b, "Q8_0 must round the weights");
+    // Q8_0 keeps each weight within 1/254 of its block's largest magnitude, so the logits move
+    // by a small fraction of their range.
+    let max = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    let range = a.iter().map(|x| x.abs()).fold(0.0, f32::max);
+    assert!(max < 0.02 * range, "max logit difference {max} of range {range}");
+}
+
+#[test]
+fn missing_metadata_key_is_named() {
+    let config = config();
+    let model = tiny_model(&config, 23);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    // Rewrite without the block count.
+    let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        if k != "llama.block_count" {
+            w.metadata(k.clone(), v.clone());
+        }
+    }
+    let broken = dir.path().join("broken.gguf");
+    w.write(&broken).unwrap();
+    let err = match model::load::<B>(&ModelRef::Gguf(broken), &Default::default()) {
+        Ok(_) => panic!("must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("`llama.block_count`"), "{err}");
+}
+
+#[test]
+fn truncated_gguf_is_an_error_not_a_panic() {
+    let config = config();
+    let model = tiny_model(&config, 24);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
+    let err = match model::load::<B>(&ModelRef::Gguf(cut), &Default::default()) {
+        Ok(_) => panic!("must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("cut.gguf"), "{err}");
+}
