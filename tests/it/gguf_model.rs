@@ -34,7 +34,8 @@ fn permute(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
             for j in 0..d / 2 {
                 let src = h * d + r * (d / 2) + j;
                 let dst = h * d + 2 * j + r;
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&data[src * cols..(src + 1) * cols]);
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
             }
         }
     }
@@ -53,11 +54,23 @@ fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, quant: Quant)
         .metadata("llama.embedding_length", config.hidden_size as u32)
         .metadata("llama.feed_forward_length", config.intermediate_size as u32)
         .metadata("llama.block_count", config.num_hidden_layers as u32)
-        .metadata("llama.attention.head_count", config.num_attention_heads as u32)
-        .metadata("llama.attention.head_count_kv", config.num_key_value_heads as u32)
-        .metadata("llama.attention.layer_norm_rms_epsilon", config.rms_norm_eps as f32)
+        .metadata(
+            "llama.attention.head_count",
+            config.num_attention_heads as u32,
+        )
+        .metadata(
+            "llama.attention.head_count_kv",
+            config.num_key_value_heads as u32,
+        )
+        .metadata(
+            "llama.attention.layer_norm_rms_epsilon",
+            config.rms_norm_eps as f32,
+        )
         .metadata("llama.rope.freq_base", config.rope_theta as f32)
-        .metadata("llama.context_length", config.max_position_embeddings as u32);
+        .metadata(
+            "llama.context_length",
+            config.max_position_embeddings as u32,
+        );
     // A byte-level BPE vocabulary of 32 tokens: one special, 26 letters, space and punctuation.
     let mut tokens = vec!["<|endoftext|>".to_string()];
     tokens.extend(('a'..='z').map(String::from));
@@ -118,9 +131,16 @@ fn q8_0_gguf_loads_close_to_the_original() {
     assert_ne!(a, b, "Q8_0 must round the weights");
     // Q8_0 keeps each weight within 1/254 of its block's largest magnitude, so the logits move
     // by a small fraction of their range.
-    let max = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    let max = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
     let range = a.iter().map(|x| x.abs()).fold(0.0, f32::max);
-    assert!(max < 0.02 * range, "max logit difference {max} of range {range}");
+    assert!(
+        max < 0.02 * range,
+        "max logit difference {max} of range {range}"
+    );
 }
 
 #[test]

@@ -25,8 +25,14 @@ fn gguf_tokenizer_matches_tokenizer_json_on_all_of_wikitext2_test() {
     let ours = GgufCheckpoint::open(&gguf).unwrap().tokenizer().unwrap();
     let reference = Tokenizer::from_file(&json).unwrap();
     let hello = "Hello world, this is a test.";
-    assert_eq!(ours.encode(hello).unwrap(), [19556, 905, 28, 451, 314, 253, 1028, 30]);
-    assert_eq!(reference.encode(hello).unwrap(), [19556, 905, 28, 451, 314, 253, 1028, 30]);
+    assert_eq!(
+        ours.encode(hello).unwrap(),
+        [19556, 905, 28, 451, 314, 253, 1028, 30]
+    );
+    assert_eq!(
+        reference.encode(hello).unwrap(),
+        [19556, 905, 28, 451, 314, 253, 1028, 30]
+    );
     let text = std::fs::read_to_string(text).unwrap();
     let a = ours.encode(&text).unwrap();
     let b = reference.encode(&text).unwrap();
@@ -39,11 +45,15 @@ fn gguf_tokenizer_matches_tokenizer_json_on_all_of_wikitext2_test() {
 
 #[test]
 fn gguf_config_matches_the_transformers_conversion() {
-    let (Some(gguf), Some(config)) = (shared(GGUF), shared("models/smollm2-135m-hf/config.json")) else {
+    let (Some(gguf), Some(config)) = (shared(GGUF), shared("models/smollm2-135m-hf/config.json"))
+    else {
         return;
     };
     let ours = GgufCheckpoint::open(&gguf).unwrap().config().clone();
-    let reference = HfLlamaConfig::from_file(&config).unwrap().resolve().unwrap();
+    let reference = HfLlamaConfig::from_file(&config)
+        .unwrap()
+        .resolve()
+        .unwrap();
     assert_eq!(ours, reference);
 }
 
@@ -59,10 +69,24 @@ fn dense_perplexity_matches_pytorch_on_two_windows() {
     };
     let loaded = model::load::<B>(&ModelRef::Gguf(gguf), &Default::default()).unwrap();
     assert_eq!(loaded.parameter_count, 134_515_008);
-    let ids = loaded.tokenizer.encode(&std::fs::read_to_string(text).unwrap()).unwrap();
+    let ids = loaded
+        .tokenizer
+        .encode(&std::fs::read_to_string(text).unwrap())
+        .unwrap();
     let report = perplexity(&loaded.model, &ids, 512, Some(2), 8192, |_, _| {}).unwrap();
-    assert_eq!((report.windows, report.predicted_tokens, report.available_windows), (2, 1022, 595));
+    assert_eq!(
+        (
+            report.windows,
+            report.predicted_tokens,
+            report.available_windows
+        ),
+        (2, 1022, 595)
+    );
     let reference = 28.232812881469727;
     let rel = (report.perplexity - reference).abs() / reference;
-    assert!(rel < 1e-4, "perplexity {} vs PyTorch {reference} (relative {rel:e})", report.perplexity);
+    assert!(
+        rel < 1e-4,
+        "perplexity {} vs PyTorch {reference} (relative {rel:e})",
+        report.perplexity
+    );
 }
