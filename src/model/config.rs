@@ -209,7 +209,7 @@ impl HfLlamaConfig {
         positive("num_attention_heads", num_heads)?;
         positive("num_key_value_heads", num_kv_heads)?;
         positive("vocab_size", self.vocab_size)?;
-        if num_heads % num_kv_heads != 0 {
+        if !num_heads.is_multiple_of(num_kv_heads) {
             return Err(invalid(
                 "num_key_value_heads",
                 format!("({num_kv_heads}) must divide num_attention_heads ({num_heads})"),
@@ -218,7 +218,7 @@ impl HfLlamaConfig {
         let head_dim = match self.head_dim {
             Some(d) => d,
             None => {
-                if self.hidden_size % num_heads != 0 {
+                if !self.hidden_size.is_multiple_of(num_heads) {
                     return Err(invalid(
                         "head_dim",
                         "is missing and hidden_size is not a multiple of num_attention_heads"

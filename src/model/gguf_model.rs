@@ -11,7 +11,7 @@ use super::config::{
     Architecture, ConfigError, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
 };
 use super::gguf::GgufFile;
-use super::tokenizer::{Tokenizer, TokenizerError};
+use super::tokenizer::Tokenizer;
 use super::weights::{HostTensor, WeightError, WeightSource};
 use super::LoadError;
 
@@ -48,10 +48,10 @@ impl GgufCheckpoint {
     /// The tokenizer built from the GGUF vocabulary.
     pub fn tokenizer(&self) -> Result<Tokenizer, LoadError> {
         let json = super::gguf::tokenizer_json(&self.file).map_err(WeightError::from)?;
-        Ok(
-            Tokenizer::from_json(&json.to_string(), &self.path.display().to_string())
-                .map_err(|e: TokenizerError| e)?,
-        )
+        Ok(Tokenizer::from_json(
+            &json.to_string(),
+            &self.path.display().to_string(),
+        )?)
     }
 }
 
