@@ -43,16 +43,18 @@ for name in "${!text_sha[@]}"; do
       python3 -m venv demo/.venv
       demo/.venv/bin/pip install --quiet datasets
       case "$name" in
-        wikitext2-raw-test.txt) cfg=wikitext-2-raw-v1; split=test ;;
-        wikitext2-v1-valid.txt) cfg=wikitext-2-v1; split=validation ;;
+        # The test text is joined with "\n\n" exactly as the Wanda reference code does; the
+        # calibration text is the split's lines as they are (the original token file).
+        wikitext2-raw-test.txt) cfg=wikitext-2-raw-v1; split=test; sep='\n\n' ;;
+        wikitext2-v1-valid.txt) cfg=wikitext-2-v1; split=validation; sep='' ;;
       esac
-      demo/.venv/bin/python - "$cfg" "$split" "$out" <<'PY'
+      demo/.venv/bin/python - "$cfg" "$split" "$out" "$sep" <<'PY'
 import sys
 from datasets import load_dataset
-cfg, split, out = sys.argv[1:]
+cfg, split, out, sep = sys.argv[1:]
 rows = load_dataset("wikitext", cfg, split=split)["text"]
 with open(out, "w", encoding="utf-8", newline="\n") as f:
-    f.write("\n\n".join(rows))
+    f.write(sep.encode().decode("unicode_escape").join(rows))
 PY
     fi
   fi

@@ -2101,11 +2101,20 @@ fn merges_from_scores(tokens: &[String], scores: &[f32]) -> Vec<Value> {
 /// returns them, and stored with GGUF's reversed dimensions. Metadata is written in insertion
 /// order; `general.alignment`, when set, controls the data alignment.
 ///
-/// ```ignore
+/// ```
+/// # use wanda::model::gguf::{GgufFile, GgufWriter};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut w = GgufWriter::new();
 /// w.metadata("general.architecture", "llama").metadata("llama.block_count", 2u32);
 /// w.tensor_f32("output_norm.weight", &[4], &[1.0; 4])?;
-/// w.write(&dir.join("tiny.gguf"))?;
+/// let path = std::env::temp_dir().join(format!("wanda-doc-{}.gguf", std::process::id()));
+/// w.write(&path)?;
+/// let file = GgufFile::open(&path)?;
+/// assert_eq!(file.get_u64("llama.block_count"), Some(2));
+/// assert_eq!(file.tensor_f32("output_norm.weight")?.1, vec![1.0; 4]);
+/// # std::fs::remove_file(&path)?;
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct GgufWriter {
