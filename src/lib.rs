@@ -5,3 +5,4 @@
 
 pub mod eval;
 pub mod model;
+pub mod prune;

@@ -1,0 +1,388 @@
+//! The dense f64 linear algebra SparseGPT (arXiv 2301.00774, Algorithm 1) needs: a blocked
+//! Cholesky factorisation, a lower-triangular inverse, and from them the upper Cholesky factor
+//! of an inverse, `U` with `H⁻¹ = UᵀU`, without forming `H⁻¹`.
+//!
+//! Matrices are `n × n`, row-major. Parallel loops give every output value to one thread and sum
+//! in a fixed order, so results do not depend on the thread count.
+
+use rayon::prelude::*;
+
+/// Columns per panel of the blocked Cholesky factorisation.
+const PANEL: usize = 64;
+
+/// A Cholesky factorisation broke down: the matrix is not (numerically) positive definite.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NotPositiveDefinite {
+    /// Row of the pivot that failed, in the order of the matrix given.
+    pub index: usize,
+    /// The pivot: not positive, or not finite.
+    pub pivot: f64,
+}
+
+/// `Σ a_k b_k` over the shorter length, with eight partial sums so it vectorises; always summed
+/// in the same order.
+#[inline]
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let len = a.len().min(b.len());
+    let (a, b) = (&a[..len], &b[..len]);
+    let mut acc = [0.0f64; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let tail: f64 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// Width of the register-blocked kernel: dot products taken eight at a time.
+pub(crate) const LANES: usize = 8;
+
+/// `acc[c] = Σ_k a[k] · b[k · 8 + c]`: eight dot products against one `a`, with `b` packed
+/// eight-interleaved so each `a[k]` is loaded once. Two partial sums per lane (even and odd `k`),
+/// always combined in the same order.
+#[inline]
+pub(crate) fn dots_1x8(a: &[f64], b: &[f64]) -> [f64; LANES] {
+    let mut even = [0.0f64; LANES];
+    let mut odd = [0.0f64; LANES];
+    let pairs_a = a.chunks_exact(2);
+    let last = pairs_a.remainder().first().copied();
+    let pairs_b = b.chunks_exact(2 * LANES);
+    let rest_b = pairs_b.remainder();
+    for (pa, pb) in pairs_a.zip(pairs_b) {
+        let (b0, b1) = pb.split_at(LANES);
+        for c in 0..LANES {
+            even[c] += pa[0] * b0[c];
+            odd[c] += pa[1] * b1[c];
+        }
+    }
+    if let Some(a_last) = last {
+        for (e, &bv) in even.iter_mut().zip(rest_b) {
+            *e += a_last * bv;
+        }
+    }
+    let mut acc = [0.0f64; LANES];
+    for c in 0..LANES {
+        acc[c] = even[c] + odd[c];
+    }
+    acc
+}
+
+/// Packs rows `rows` of `src` (row stride `stride`), columns `cols`, eight-interleaved:
+/// `out[(g · width + k) · 8 + t] = src[row g·8 + t][col k]`, zero-padded to whole groups.
+pub(crate) fn pack_by_eight(
+    src: &[f64],
+    stride: usize,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    out: &mut Vec<f64>,
+) {
+    let width = cols.len();
+    let groups = rows.len().div_ceil(LANES);
+    out.clear();
+    out.resize(groups * width * LANES, 0.0);
+    for (r, row) in rows.enumerate() {
+        let (g, t) = (r / LANES, r % LANES);
+        let base = g * width * LANES;
+        for (k, &v) in src[row * stride + cols.start..row * stride + cols.end]
+            .iter()
+            .enumerate()
+        {
+            out[base + k * LANES + t] = v;
+        }
+    }
+}
+
+/// Factors a symmetric positive-definite `a = L Lᵀ` in place: on success the lower triangle holds
+/// `L` and the strict upper triangle is zero. Only the lower triangle of `a` is read.
+///
+/// Right-looking and blocked by panels of 64 columns; the panel solve and the trailing update run
+/// in parallel over rows.
+///
+/// # Shapes
+/// - `a`: `[n, n]`
+///
+/// # Panics
+/// If `a.len() != n * n`.
+pub fn cholesky_lower(a: &mut [f64], n: usize) -> Result<(), NotPositiveDefinite> {
+    assert_eq!(a.len(), n * n, "cholesky_lower needs an n × n matrix");
+    let mut panel = Vec::new();
+    for k0 in (0..n).step_by(PANEL) {
+        let k1 = (k0 + PANEL).min(n);
+        // Diagonal block, unblocked (its rows already hold the updates of earlier panels).
+        for i in k0..k1 {
+            for j in k0..=i {
+                let s = a[i * n + j] - dot(&a[i * n + k0..i * n + j], &a[j * n + k0..j * n + j]);
+                if i == j {
+                    if !(s > 0.0 && s.is_finite()) {
+                        return Err(NotPositiveDefinite { index: i, pivot: s });
+                    }
+                    a[i * n + i] = s.sqrt();
+                } else {
+                    a[i * n + j] = s / a[j * n + j];
+                }
+            }
+        }
+        if k1 == n {
+            break;
+        }
+        let (top, below) = a.split_at_mut(k1 * n);
+        let diag = &top[k0 * n..];
+        // Panel below the diagonal block: L21 = A21 L11⁻ᵀ, one row at a time.
+        below.par_chunks_mut(n).for_each(|row| {
+            for j in k0..k1 {
+                let ljj = &diag[(j - k0) * n..(j - k0) * n + n];
+                let s = row[j] - dot(&row[k0..j], &ljj[k0..j]);
+                row[j] = s / ljj[j];
+            }
+        });
+        // Trailing update A22 −= L21 L21ᵀ (lower triangle), eight columns at a time against a
+        // packed copy of the panel.
+        let width = k1 - k0;
+        pack_by_eight(below, n, 0..n - k1, k0..k1, &mut panel);
+        below.par_chunks_mut(n).enumerate().for_each(|(r, row)| {
+            let li = row[k0..k1].to_vec();
+            for g in 0..=r / LANES {
+                let acc = dots_1x8(&li, &panel[g * width * LANES..(g + 1) * width * LANES]);
+                let c0 = g * LANES;
+                let upto = (r + 1 - c0).min(LANES);
+                for (t, v) in acc.iter().take(upto).enumerate() {
+                    row[k1 + c0 + t] -= v;
+                }
+            }
+        });
+    }
+    for i in 0..n {
+        a[i * n + i + 1..(i + 1) * n].fill(0.0);
+    }
+    Ok(())
+}
+
+/// Inverse of a lower-triangular `l` with a non-zero diagonal; the result is lower triangular.
+///
+/// Column `j` of `L⁻¹` solves `L x = e_j`; the columns are independent and solved in parallel,
+/// eight at a time so each row of `L` is read once per eight columns.
+///
+/// # Shapes
+/// - `l`: `[n, n]` → `[n, n]`
+///
+/// # Panics
+/// If `l.len() != n * n`.
+pub fn invert_lower(l: &[f64], n: usize) -> Vec<f64> {
+    assert_eq!(l.len(), n * n, "invert_lower needs an n × n matrix");
+    // Eight columns of L⁻¹ at a time, interleaved: x[(i − j0) · 8 + c] = L⁻¹[i][j0 + c]. Row i
+    // of L is read once for all eight; columns left of their diagonal hold exact zeros.
+    let groups: Vec<Vec<f64>> = (0..n.div_ceil(LANES))
+        .into_par_iter()
+        .map(|g| {
+            let j0 = g * LANES;
+            let mut x = vec![0.0f64; (n - j0) * LANES];
+            for i in j0..n {
+                let (solved, current) = x.split_at_mut((i - j0) * LANES);
+                let acc = dots_1x8(&l[i * n + j0..i * n + i], solved);
+                let lii = l[i * n + i];
+                for (c, (xc, s)) in current[..LANES].iter_mut().zip(acc).enumerate() {
+                    let delta = if i == j0 + c { 1.0 } else { 0.0 };
+                    *xc = (delta - s) / lii;
+                }
+            }
+            x
+        })
+        .collect();
+    let mut inv = vec![0.0f64; n * n];
+    for (g, x) in groups.iter().enumerate() {
+        let j0 = g * LANES;
+        for (r, lanes) in x.chunks_exact(LANES).enumerate() {
+            let i = j0 + r;
+            for (c, &v) in lanes.iter().enumerate() {
+                if j0 + c <= i {
+                    inv[i * n + j0 + c] = v;
+                }
+            }
+        }
+    }
+    inv
+}
+
+/// The upper Cholesky factor `U` of `H⁻¹` (`H⁻¹ = UᵀU`), what the SparseGPT reference computes as
+/// `cholesky(cholesky_inverse(cholesky(H)), upper=True)`, for symmetric positive-definite `h`.
+///
+/// With `P` the index reversal, `P H P = L' L'ᵀ` gives `U = P L'⁻¹ P`: one factorisation and
+/// one triangular inverse instead of three factorisations and a product, and no explicit `H⁻¹`
+/// whose own factorisation could fail where `H`'s did not. The error's `index` is in the
+/// original order.
+///
+/// # Shapes
+/// - `h`: `[n, n]` → `[n, n]`, upper triangular
+///
+/// # Panics
+/// If `h.len() != n * n`.
+pub fn upper_cholesky_of_inverse(h: &[f64], n: usize) -> Result<Vec<f64>, NotPositiveDefinite> {
+    assert_eq!(
+        h.len(),
+        n * n,
+        "upper_cholesky_of_inverse needs an n × n matrix"
+    );
+    let mut reversed = vec![0.0f64; n * n];
+    for a in 0..n {
+        for b in 0..n {
+            reversed[a * n + b] = h[(n - 1 - a) * n + (n - 1 - b)];
+        }
+    }
+    cholesky_lower(&mut reversed, n).map_err(|e| NotPositiveDefinite {
+        index: n - 1 - e.index,
+        pivot: e.pivot,
+    })?;
+    let x = invert_lower(&reversed, n);
+    let mut u = vec![0.0f64; n * n];
+    for a in 0..n {
+        for b in a..n {
+            u[a * n + b] = x[(n - 1 - a) * n + (n - 1 - b)];
+        }
+    }
+    Ok(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `A Bᵀ` for row-major `[n, n]` matrices.
+    fn mul_t(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..n {
+                c[i * n + j] = (0..n).map(|k| a[i * n + k] * b[j * n + k]).sum();
+            }
+        }
+        c
+    }
+
+    fn transpose(a: &[f64], n: usize) -> Vec<f64> {
+        let mut t = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..n {
+                t[j * n + i] = a[i * n + j];
+            }
+        }
+        t
+    }
+
+    /// A seeded SPD matrix `G Gᵀ + n I`.
+    fn spd(n: usize, seed: u64) -> Vec<f64> {
+        let mut state = seed;
+        let g: Vec<f64> = (0..n * n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 11) as f64 / (1u64 << 53) as f64) - 0.5
+            })
+            .collect();
+        let mut a = mul_t(&g, &g, n);
+        for i in 0..n {
+            a[i * n + i] += n as f64 * 0.1;
+        }
+        a
+    }
+
+    fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn cholesky_by_hand() {
+        // [[4, 2], [2, 5]] = L Lᵀ with L = [[2, 0], [1, 2]].
+        let mut a = vec![4.0, 2.0, 2.0, 5.0];
+        cholesky_lower(&mut a, 2).unwrap();
+        assert_eq!(a, [2.0, 0.0, 1.0, 2.0]);
+    }
+
+    #[test]
+    fn cholesky_reconstructs_across_panels() {
+        for n in [1, 5, 64, 65, 150] {
+            let a = spd(n, n as u64);
+            let mut l = a.clone();
+            cholesky_lower(&mut l, n).unwrap();
+            let rebuilt = mul_t(&l, &l, n);
+            assert!(max_diff(&rebuilt, &a) < 1e-9, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn cholesky_reports_the_failing_pivot() {
+        // [[1, 2], [2, 1]] is indefinite: the second pivot is 1 − 4 = −3.
+        let mut a = vec![1.0, 2.0, 2.0, 1.0];
+        assert_eq!(
+            cholesky_lower(&mut a, 2),
+            Err(NotPositiveDefinite {
+                index: 1,
+                pivot: -3.0
+            })
+        );
+        let mut z = vec![0.0; 9];
+        assert_eq!(cholesky_lower(&mut z, 3).unwrap_err().index, 0);
+    }
+
+    #[test]
+    fn lower_inverse_is_an_inverse() {
+        let n = 70;
+        let mut l = spd(n, 3);
+        cholesky_lower(&mut l, n).unwrap();
+        let inv = invert_lower(&l, n);
+        // L · L⁻¹ = I, computed as L (L⁻¹ᵀ)ᵀ.
+        let prod = mul_t(&l, &transpose(&inv, n), n);
+        let eye: Vec<f64> = (0..n * n)
+            .map(|k| if k / n == k % n { 1.0 } else { 0.0 })
+            .collect();
+        assert!(max_diff(&prod, &eye) < 1e-12);
+        assert!((0..n).all(|i| (i + 1..n).all(|j| inv[i * n + j] == 0.0)));
+    }
+
+    #[test]
+    fn upper_factor_matches_the_reference_route() {
+        // Reference: L = chol(H); Hinv = L⁻ᵀ L⁻¹; U = chol(Hinv, upper).
+        let n = 90;
+        let h = spd(n, 11);
+        let u = upper_cholesky_of_inverse(&h, n).unwrap();
+        let mut l = h.clone();
+        cholesky_lower(&mut l, n).unwrap();
+        let linv = invert_lower(&l, n);
+        let linv_t = transpose(&linv, n);
+        let hinv = mul_t(&linv_t, &linv_t, n); // L⁻ᵀ (L⁻ᵀ)ᵀ = L⁻ᵀ L⁻¹
+        let mut lower = hinv.clone();
+        cholesky_lower(&mut lower, n).unwrap();
+        let expected = transpose(&lower, n);
+        assert!(
+            max_diff(&u, &expected) < 1e-12,
+            "{}",
+            max_diff(&u, &expected)
+        );
+        assert!(max_diff(&mul_t(&transpose(&u, n), &transpose(&u, n), n), &hinv) < 1e-12);
+    }
+
+    #[test]
+    fn upper_factor_error_index_is_in_original_order() {
+        // Only channel 0 is broken; the reversed factorisation meets it last.
+        let h = vec![-1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0];
+        assert_eq!(upper_cholesky_of_inverse(&h, 3).unwrap_err().index, 0);
+    }
+
+    #[test]
+    fn dot_handles_tails() {
+        let a: Vec<f64> = (0..19).map(f64::from).collect();
+        let expected: f64 = (0..19).map(|k| f64::from(k * k)).sum();
+        assert_eq!(dot(&a, &a), expected);
+        assert_eq!(dot(&a[..3], &a), 0.0 + 1.0 + 4.0);
+    }
+}

@@ -1,0 +1,97 @@
+//! Measured sparsity of a pruned weight: the fraction of exact zeros (what the reference's
+//! `check_sparsity` prints) and how many weights each output channel keeps.
+
+use super::{check_shape, PruneError};
+
+/// Fraction of values that are exactly zero (`-0.0` included); 0 for an empty matrix.
+pub fn zero_fraction(weight: &[f32]) -> f64 {
+    if weight.is_empty() {
+        return 0.0;
+    }
+    weight.iter().filter(|&&w| w == 0.0).count() as f64 / weight.len() as f64
+}
+
+/// Non-zero weights of each output channel.
+///
+/// # Shapes
+/// - `weight`: `[in, out]`, `dims = [in, out]` → `[out]`
+pub fn kept_per_output_channel(weight: &[f32], dims: [usize; 2]) -> Result<Vec<usize>, PruneError> {
+    check_shape("the weight", weight.len(), dims)?;
+    let [_, out_features] = dims;
+    let mut kept = vec![0usize; out_features];
+    for row in weight.chunks_exact(out_features.max(1)) {
+        for (k, &w) in kept.iter_mut().zip(row) {
+            if w != 0.0 {
+                *k += 1;
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// The sparsity of one pruned matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparsityReport {
+    /// Exact zeros.
+    pub zeros: usize,
+    /// All weights (`in × out`).
+    pub total: usize,
+    /// `zeros / total`.
+    pub fraction: f64,
+    /// Fewest non-zero weights in one output channel.
+    pub min_kept: usize,
+    /// Most non-zero weights in one output channel.
+    pub max_kept: usize,
+}
+
+impl SparsityReport {
+    /// Measures `weight`.
+    ///
+    /// # Shapes
+    /// - `weight`: `[in, out]`, `dims = [in, out]`
+    pub fn measure(weight: &[f32], dims: [usize; 2]) -> Result<Self, PruneError> {
+        let kept = kept_per_output_channel(weight, dims)?;
+        let zeros = weight.iter().filter(|&&w| w == 0.0).count();
+        Ok(Self {
+            zeros,
+            total: weight.len(),
+            fraction: zero_fraction(weight),
+            min_kept: kept.iter().copied().min().unwrap_or(0),
+            max_kept: kept.iter().copied().max().unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_a_3_by_5() {
+        #[rustfmt::skip]
+        let w = [
+            0.0f32, 1.0, 0.0, 2.0, -0.0,
+            3.0,    0.0, 4.0, 5.0,  6.0,
+            0.0,    7.0, 8.0, 0.0,  9.0,
+        ];
+        assert_eq!(zero_fraction(&w), 6.0 / 15.0);
+        assert_eq!(
+            kept_per_output_channel(&w, [3, 5]).unwrap(),
+            [1, 2, 2, 2, 2]
+        );
+        let r = SparsityReport::measure(&w, [3, 5]).unwrap();
+        assert_eq!(
+            r,
+            SparsityReport {
+                zeros: 6,
+                total: 15,
+                fraction: 0.4,
+                min_kept: 1,
+                max_kept: 2
+            }
+        );
+        assert!(kept_per_output_channel(&w, [5, 3]).unwrap() != [1, 2, 2, 2, 2]);
+        assert!(kept_per_output_channel(&w, [4, 5]).is_err());
+        assert_eq!(zero_fraction(&[]), 0.0);
+    }
+}
