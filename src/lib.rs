@@ -3,6 +3,7 @@
 //! The library holds the domain code; the `wanda` binary (`src/main.rs`, `src/cli/`) names the
 //! concrete backend and handles the command line.
 
+pub mod data;
 pub mod eval;
 pub mod model;
 pub mod prune;

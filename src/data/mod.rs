@@ -1,0 +1,4 @@
+//! Calibration and evaluation text: seeded sampling of token windows.
+
+pub mod calibration;
+pub mod pyrandom;
