@@ -4,6 +4,7 @@ mod backend;
 mod bench;
 mod eval;
 mod generate;
+mod prune;
 
 use std::process::ExitCode;
 
@@ -26,6 +27,8 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Continue a prompt with a model (KV-cached decoding).
     Generate(generate::GenerateArgs),
+    /// Prune a model once (load, calibrate + prune layer by layer, evaluate, save).
+    Prune(prune::PruneArgs),
     /// Micro-benchmarks: forward throughput and GEMM rate.
     Bench(bench::BenchArgs),
 }
@@ -35,6 +38,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Eval(args) => eval::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Prune(args) => prune::run(args),
         Command::Bench(args) => bench::run(args),
     }
 }

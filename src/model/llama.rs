@@ -101,6 +101,16 @@ impl<B: Backend> Attention<B> {
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
     pub fn forward(&self, x: Tensor<B, 3>, ctx: LayerContext<'_, B>) -> Tensor<B, 3> {
+        self.forward_observed(x, ctx, &mut |_, _| {})
+    }
+
+    /// [`Attention::forward`] that shows `observe` the input of `o_proj` ([`LinearInput::AttnOut`]).
+    pub fn forward_observed(
+        &self,
+        x: Tensor<B, 3>,
+        ctx: LayerContext<'_, B>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Tensor<B, 3> {
         let [batch, seq, _hidden] = x.dims();
         let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let split =
@@ -135,9 +145,11 @@ impl<B: Backend> Attention<B> {
             softcap: None,
             is_causal: true,
         };
-        let out = attention(q, k, v, None, None, options);
-        self.o_proj
-            .forward(out.swap_dims(1, 2).reshape([batch, seq, heads * head_dim]))
+        let out = attention(q, k, v, None, None, options)
+            .swap_dims(1, 2)
+            .reshape([batch, seq, heads * head_dim]);
+        observe(LinearInput::AttnOut, &out);
+        self.o_proj.forward(out)
     }
 }
 
@@ -170,8 +182,19 @@ impl<B: Backend> Mlp<B> {
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.forward_observed(x, &mut |_, _| {})
+    }
+
+    /// [`Mlp::forward`] that shows `observe` the input of `down_proj` ([`LinearInput::MlpHidden`]).
+    pub fn forward_observed(
+        &self,
+        x: Tensor<B, 3>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Tensor<B, 3> {
         let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        let hidden = gate * self.up_proj.forward(x);
+        observe(LinearInput::MlpHidden, &hidden);
+        self.down_proj.forward(hidden)
     }
 }
 
@@ -192,9 +215,67 @@ impl<B: Backend> DecoderLayer<B> {
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
     pub fn forward(&self, x: Tensor<B, 3>, ctx: LayerContext<'_, B>) -> Tensor<B, 3> {
-        let h = x.clone() + self.self_attn.forward(self.input_layernorm.forward(x), ctx);
-        h.clone() + self.mlp.forward(self.post_attention_layernorm.forward(h))
+        self.forward_observed(x, ctx, &mut |_, _| {})
     }
+
+    /// [`DecoderLayer::forward`] that shows `observe` the input of every linear, once per
+    /// shared input: this is how calibration collects per-input-channel statistics.
+    pub fn forward_observed(
+        &self,
+        x: Tensor<B, 3>,
+        ctx: LayerContext<'_, B>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Tensor<B, 3> {
+        let attn_in = self.input_layernorm.forward(x.clone());
+        observe(LinearInput::AttnIn, &attn_in);
+        let h = x + self.self_attn.forward_observed(attn_in, ctx, observe);
+        let mlp_in = self.post_attention_layernorm.forward(h.clone());
+        observe(LinearInput::MlpIn, &mlp_in);
+        h + self.mlp.forward_observed(mlp_in, observe)
+    }
+
+    /// The prunable linears with their names relative to the layer and the input they read.
+    pub fn linears(&self) -> [(&'static str, LinearInput, &Linear<B>); 7] {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        [
+            ("self_attn.q_proj", LinearInput::AttnIn, &a.q_proj),
+            ("self_attn.k_proj", LinearInput::AttnIn, &a.k_proj),
+            ("self_attn.v_proj", LinearInput::AttnIn, &a.v_proj),
+            ("self_attn.o_proj", LinearInput::AttnOut, &a.o_proj),
+            ("mlp.gate_proj", LinearInput::MlpIn, &m.gate_proj),
+            ("mlp.up_proj", LinearInput::MlpIn, &m.up_proj),
+            ("mlp.down_proj", LinearInput::MlpHidden, &m.down_proj),
+        ]
+    }
+
+    /// Mutable access to the linear named as in [`DecoderLayer::linears`].
+    pub fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
+        let (a, m) = (&mut self.self_attn, &mut self.mlp);
+        Some(match name {
+            "self_attn.q_proj" => &mut a.q_proj,
+            "self_attn.k_proj" => &mut a.k_proj,
+            "self_attn.v_proj" => &mut a.v_proj,
+            "self_attn.o_proj" => &mut a.o_proj,
+            "mlp.gate_proj" => &mut m.gate_proj,
+            "mlp.up_proj" => &mut m.up_proj,
+            "mlp.down_proj" => &mut m.down_proj,
+            _ => return None,
+        })
+    }
+}
+
+/// The activations that feed a decoder layer's linears; linears that read the same tensor
+/// share one entry (q/k/v read [`LinearInput::AttnIn`], gate/up read [`LinearInput::MlpIn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinearInput {
+    /// Normed residual before attention → q/k/v projections.
+    AttnIn,
+    /// Attention heads, concatenated → `o_proj`.
+    AttnOut,
+    /// Normed residual before the MLP → gate/up projections.
+    MlpIn,
+    /// `silu(gate) * up` → `down_proj`.
+    MlpHidden,
 }
 
 /// A Llama-family causal language model.

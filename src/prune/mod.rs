@@ -23,6 +23,7 @@
 //! - inputs that would crash or silently misbehave there are errors here (an `in` that is not a
 //!   multiple of `m`, a NaN score, a SparseGPT block size that splits an N:M group).
 
+pub mod layerwise;
 pub mod linalg;
 pub mod magnitude;
 pub mod mask;

@@ -1,0 +1,227 @@
+//! `wanda prune`: one pruning cell from the command line — load, calibrate + prune layer by
+//! layer, evaluate perplexity, optionally save the pruned model as a Hugging Face folder.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::prelude::Backend;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use super::backend::{dispatch, DeviceArg, OnBackend};
+use wanda::data::calibration::{self, CalibrationSet};
+use wanda::eval::perplexity::{perplexity, PerplexityReport};
+use wanda::model::export::{save_hf_folder, SaveDtype};
+use wanda::model::{self, ModelRef};
+use wanda::prune::layerwise::{prune_model, Method, ModelSparsity};
+use wanda::prune::sparsegpt::SparseGptOptions;
+use wanda::prune::Sparsity;
+
+/// Arguments of `wanda prune`.
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    /// A GGUF file, a Hugging Face folder, or a hub id (`org/name[@revision]`).
+    #[arg(long)]
+    pub model: String,
+    /// `magnitude`, `wanda` or `sparsegpt`.
+    #[arg(long, default_value = "wanda")]
+    pub method: String,
+    /// Fraction of weights to zero (unstructured).
+    #[arg(long, default_value_t = 0.5)]
+    pub sparsity: f64,
+    /// `unstructured`, or `N:M` (N of every M consecutive input weights zeroed, e.g. `2:4`).
+    #[arg(long, default_value = "unstructured")]
+    pub pattern: String,
+    /// Wanda's per-row adaptive threshold (the reference's `--use_variant`).
+    #[arg(long)]
+    pub use_variant: bool,
+    /// Calibration text (windows are drawn from it at seeded random offsets).
+    #[arg(long)]
+    pub calib_text: Option<PathBuf>,
+    /// Calibration windows.
+    #[arg(long, default_value_t = 128)]
+    pub nsamples: usize,
+    /// Calibration window length.
+    #[arg(long, default_value_t = 2048)]
+    pub seqlen: usize,
+    /// Seed of the calibration draw.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Samples per forward pass during calibration.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Evaluation text; no evaluation without it.
+    #[arg(long)]
+    pub eval_text: Option<PathBuf>,
+    /// Evaluation window length.
+    #[arg(long, default_value_t = 2048)]
+    pub eval_seqlen: usize,
+    /// Evaluate only the first N windows.
+    #[arg(long)]
+    pub windows: Option<usize>,
+    /// Save the pruned model as a Hugging Face folder here.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+    /// Element type of the saved tensors: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// `cpu`, `cuda`, `cuda:N` or `auto`.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceArg,
+}
+
+/// What `wanda prune --json` prints.
+#[derive(Debug, Serialize)]
+pub struct PruneOutput {
+    model: String,
+    method: String,
+    pattern: String,
+    target_sparsity: f64,
+    calibration: Option<CalibrationSet>,
+    sparsity: ModelSparsity,
+    perplexity: Option<PerplexityReport>,
+    load_seconds: f64,
+    prune_seconds: f64,
+    eval_seconds: Option<f64>,
+    peak_rss_bytes: Option<u64>,
+    device: String,
+}
+
+fn parse_method(args: &PruneArgs) -> anyhow::Result<Method> {
+    Ok(match args.method.as_str() {
+        "magnitude" => Method::Magnitude,
+        "wanda" => Method::Wanda {
+            use_variant: args.use_variant,
+        },
+        "sparsegpt" => Method::SparseGpt(SparseGptOptions::default()),
+        other => anyhow::bail!("`--method {other}` is not a method; use `magnitude`, `wanda` or `sparsegpt`"),
+    })
+}
+
+/// Peak resident set size of this process (`VmHWM`), where the OS reports it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+impl OnBackend for PruneArgs {
+    type Output = PruneOutput;
+
+    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<PruneOutput> {
+        let method = parse_method(&self)?;
+        let sparsity = Sparsity::from_pattern(&self.pattern, self.sparsity)?;
+        let dtype = match self.dtype.as_str() {
+            "f32" => SaveDtype::F32,
+            "f16" => SaveDtype::F16,
+            "bf16" => SaveDtype::Bf16,
+            other => anyhow::bail!("`--dtype {other}` is not supported; use `f32`, `f16` or `bf16`"),
+        };
+        let origin = ModelRef::parse(&self.model)?;
+        let started = Instant::now();
+        let mut loaded = model::load::<B>(&origin, &device)
+            .with_context(|| format!("cannot load model `{origin}`"))?;
+        let load_seconds = started.elapsed().as_secs_f64();
+
+        let calibration = match (&self.calib_text, method.needs_calibration()) {
+            (Some(path), true) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read calibration text `{}`", path.display()))?;
+                let ids = loaded.tokenizer.encode(&text)?;
+                Some(calibration::draw(&ids, self.nsamples, self.seqlen, self.seed)?)
+            }
+            (None, true) => anyhow::bail!("`--method {}` needs calibration data; pass `--calib-text FILE`", method.name()),
+            (_, false) => None,
+        };
+        let bar = ProgressBar::new(0).with_style(
+            ProgressStyle::with_template("prune {bar:30} {pos}/{len} layers {elapsed}").expect("static template"),
+        );
+        let started = Instant::now();
+        let windows = calibration.as_ref().map_or(&[][..], |c| &c.windows[..]);
+        let report = prune_model(&mut loaded.model, method, sparsity, windows, self.batch, |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        })?;
+        bar.finish_and_clear();
+        let prune_seconds = started.elapsed().as_secs_f64();
+
+        let (perplexity, eval_seconds) = match &self.eval_text {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read eval text `{}`", path.display()))?;
+                let ids = loaded.tokenizer.encode(&text)?;
+                let bar = ProgressBar::new(0).with_style(
+                    ProgressStyle::with_template("perplexity {bar:30} {pos}/{len} windows {elapsed}")
+                        .expect("static template"),
+                );
+                let started = Instant::now();
+                let r = perplexity(
+                    &loaded.model,
+                    &ids,
+                    self.eval_seqlen,
+                    self.windows,
+                    loaded.config.max_position_embeddings,
+                    |d, t| {
+                        bar.set_length(t as u64);
+                        bar.set_position(d as u64);
+                    },
+                )?;
+                bar.finish_and_clear();
+                (Some(r), Some(started.elapsed().as_secs_f64()))
+            }
+            None => (None, None),
+        };
+        if let Some(folder) = &self.save {
+            save_hf_folder(&loaded.model, &loaded.config, &loaded.tokenizer.to_json()?, folder, dtype)?;
+        }
+        Ok(PruneOutput {
+            model: origin.to_string(),
+            method: method.name().to_string(),
+            pattern: sparsity.to_string(),
+            target_sparsity: sparsity.target_ratio(),
+            calibration,
+            sparsity: report,
+            perplexity,
+            load_seconds,
+            prune_seconds,
+            eval_seconds,
+            peak_rss_bytes: peak_rss_bytes(),
+            device: label,
+        })
+    }
+}
+
+/// Runs `wanda prune`.
+pub fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    let out = dispatch(args.device, args)?;
+    if json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!("model       {}", out.model);
+        println!("method      {} {}", out.method, out.pattern);
+        println!(
+            "sparsity    {:.4} measured over all prunable linears (target {:.4})",
+            out.sparsity.total, out.target_sparsity
+        );
+        if let Some(p) = &out.perplexity {
+            println!("perplexity  {:.4} ({} windows × {})", p.perplexity, p.windows, p.seqlen);
+        }
+        println!(
+            "time        load {:.1} s, prune {:.1} s{}",
+            out.load_seconds,
+            out.prune_seconds,
+            out.eval_seconds.map_or(String::new(), |s| format!(", eval {s:.1} s"))
+        );
+        if let Some(rss) = out.peak_rss_bytes {
+            println!("peak RSS    {:.2} GiB", rss as f64 / f64::from(1u32 << 30));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,279 @@
+//! Sequential layer-wise pruning of a whole model, as the Wanda reference code does it
+//! (`prune_wanda` / `prune_sparsegpt` in `lib/prune.py`, arXiv 2306.11695 and 2301.00774):
+//! the calibration samples' inputs of decoder layer 0 are captured; for each layer, all samples
+//! run through the (still dense) layer while the input statistics of every linear are
+//! collected — q/k/v share one input, gate/up share one — then the layer's linears are pruned,
+//! and the samples run through the pruned layer again to give the next layer's inputs.
+//!
+//! Magnitude pruning needs no calibration and prunes every linear directly. Every prunable
+//! linear is pruned or the whole call fails: the model is never left partly pruned with a
+//! success result.
+
+use std::collections::BTreeMap;
+
+use burn::module::Param;
+use burn::prelude::*;
+use serde::Serialize;
+
+use super::magnitude::prune_magnitude;
+use super::report::SparsityReport;
+use super::sparsegpt::{prune_sparsegpt, Hessian, SparseGptOptions};
+use super::wanda::{prune_wanda, InputNorms};
+use super::{PruneError, Sparsity};
+use crate::model::llama::{DecoderLayer, LayerContext, Llama, LinearInput};
+
+/// The pruning method.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Method {
+    /// `|W|`, no calibration.
+    Magnitude,
+    /// `|W| · ‖X‖₂`, optionally with the per-row adaptive threshold (`use_variant`).
+    Wanda {
+        /// The reference's `--use_variant`.
+        use_variant: bool,
+    },
+    /// Optimal-brain-surgeon pruning with weight updates.
+    SparseGpt(SparseGptOptions),
+}
+
+impl Method {
+    /// Whether the method needs calibration activations.
+    pub fn needs_calibration(&self) -> bool {
+        !matches!(self, Method::Magnitude)
+    }
+
+    /// Short name as written in pipelines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Method::Magnitude => "magnitude",
+            Method::Wanda { .. } => "wanda",
+            Method::SparseGpt(_) => "sparsegpt",
+        }
+    }
+}
+
+/// Sparsity of one pruned linear.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LinearSparsity {
+    /// Exact zeros.
+    pub zeros: usize,
+    /// All weights.
+    pub total: usize,
+    /// `zeros / total`.
+    pub fraction: f64,
+    /// Fewest weights kept by one output channel.
+    pub min_kept: usize,
+    /// Most weights kept by one output channel.
+    pub max_kept: usize,
+}
+
+/// The sparsity report of a pruned model: per linear (HF path), per layer, and total.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct ModelSparsity {
+    /// Zeros over all prunable weights.
+    pub total: f64,
+    /// Per decoder layer: zeros over the layer's prunable weights.
+    pub per_layer: Vec<f64>,
+    /// Per linear, keyed `model.layers.{i}.self_attn.q_proj` etc.
+    pub per_linear: BTreeMap<String, LinearSparsity>,
+}
+
+/// Measures the sparsity of every prunable linear of `model`.
+pub fn measure<B: Backend>(model: &Llama<B>) -> Result<ModelSparsity, PruneError> {
+    let mut report = ModelSparsity::default();
+    let (mut zeros, mut total) = (0usize, 0usize);
+    for (i, layer) in model.layers.iter().enumerate() {
+        let (mut lz, mut lt) = (0usize, 0usize);
+        for (name, _, linear) in layer.linears() {
+            let (w, dims) = host_weight(linear.weight.val());
+            let r = SparsityReport::measure(&w, dims)?;
+            lz += r.zeros;
+            lt += r.total;
+            report.per_linear.insert(
+                format!("model.layers.{i}.{name}"),
+                LinearSparsity {
+                    zeros: r.zeros,
+                    total: r.total,
+                    fraction: r.fraction,
+                    min_kept: r.min_kept,
+                    max_kept: r.max_kept,
+                },
+            );
+        }
+        report.per_layer.push(lz as f64 / lt.max(1) as f64);
+        zeros += lz;
+        total += lt;
+    }
+    report.total = zeros as f64 / total.max(1) as f64;
+    Ok(report)
+}
+
+fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
+    let dims = w.dims();
+    let data = w
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("converted to f32 above");
+    (data, dims)
+}
+
+fn host_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("converted to f32 above")
+}
+
+/// Per-input statistics of one decoder layer, accumulated on the device.
+struct LayerStats<B: Backend> {
+    /// Σ x² per channel (wanda) or Σ x xᵀ (sparsegpt), per shared input.
+    sums: BTreeMap<LinearInput, Tensor<B, 2>>,
+    gram: bool,
+    samples: usize,
+    tokens: usize,
+}
+
+impl<B: Backend> LayerStats<B> {
+    fn new(gram: bool) -> Self {
+        Self {
+            sums: BTreeMap::new(),
+            gram,
+            samples: 0,
+            tokens: 0,
+        }
+    }
+
+    /// # Shapes
+    /// - `x`: `[batch, seq, in]`
+    fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) {
+        let [batch, seq, channels] = x.dims();
+        let flat = x.clone().reshape([batch * seq, channels]);
+        let contribution = if self.gram {
+            flat.clone().transpose().matmul(flat)
+        } else {
+            flat.square().sum_dim(0)
+        };
+        let entry = match self.sums.remove(&input) {
+            Some(acc) => acc + contribution,
+            None => contribution,
+        };
+        self.sums.insert(input, entry);
+    }
+}
+
+/// Prunes every decoder layer of `model` in place and returns the measured sparsity.
+///
+/// `calibration` holds the token windows (each the same length); it is required unless the
+/// method is magnitude. `batch` samples run through a layer at once. `progress(layer, layers)`
+/// is called after each layer.
+pub fn prune_model<B: Backend>(
+    model: &mut Llama<B>,
+    method: Method,
+    sparsity: Sparsity,
+    calibration: &[Vec<u32>],
+    batch: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ModelSparsity, PruneError> {
+    sparsity.validate()?;
+    let layers = model.layers.len();
+    if !method.needs_calibration() {
+        for (i, layer) in model.layers.iter_mut().enumerate() {
+            prune_layer(layer, |w, dims, _| prune_magnitude(w, dims, sparsity).map(|_| ()))?;
+            progress(i + 1, layers);
+        }
+        return measure(model);
+    }
+    let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
+    if calibration.is_empty() || seqlen == 0 || calibration.iter().any(|w| w.len() != seqlen) {
+        return Err(PruneError::NoSamples {
+            what: "calibration set (empty or windows of unequal length)",
+        });
+    }
+    let device = model.embed_tokens.weight.device();
+    let batch = batch.max(1);
+    // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
+    let mut inputs: Vec<Tensor<B, 3>> = calibration
+        .chunks(batch)
+        .map(|chunk| {
+            let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
+            let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [chunk.len(), seqlen]), &device);
+            model.embed(tokens)
+        })
+        .collect();
+    let (cos, sin) = model.rope_tables(0, seqlen);
+    let gram = matches!(method, Method::SparseGpt(_));
+    for (i, layer) in model.layers.iter_mut().enumerate() {
+        let mut stats = LayerStats::<B>::new(gram);
+        for x in &inputs {
+            let [b, s, _] = x.dims();
+            stats.samples += b;
+            stats.tokens += b * s;
+            let ctx = LayerContext {
+                cos: &cos,
+                sin: &sin,
+                cache: None,
+            };
+            // Only the statistics are needed from this pass; the output is discarded.
+            let _ = layer.forward_observed(x.clone(), ctx, &mut |input, t| stats.add(input, t));
+        }
+        let (samples, tokens) = (stats.samples, stats.tokens);
+        let host: BTreeMap<LinearInput, Vec<f32>> = stats
+            .sums
+            .into_iter()
+            .map(|(k, t)| (k, host_vec(t)))
+            .collect();
+        prune_layer(layer, |w, dims, input| {
+            let sums = host.get(&input).ok_or(PruneError::NoSamples {
+                what: "layer input statistics",
+            })?;
+            match method {
+                Method::Wanda { use_variant } => {
+                    let mut norms = InputNorms::new(dims[0]);
+                    norms.add_sum_sq(sums, samples, tokens)?;
+                    prune_wanda(w, dims, &norms, sparsity, use_variant).map(|_| ())
+                }
+                Method::SparseGpt(options) => {
+                    let mut h = Hessian::new(dims[0]);
+                    h.add_gram(sums, samples, tokens)?;
+                    prune_sparsegpt(w, dims, &h, sparsity, &options).map(|_| ())
+                }
+                Method::Magnitude => unreachable!("magnitude returns before calibration"),
+            }
+        })?;
+        inputs = inputs
+            .into_iter()
+            .map(|x| {
+                let ctx = LayerContext {
+                    cos: &cos,
+                    sin: &sin,
+                    cache: None,
+                };
+                layer.forward(x, ctx)
+            })
+            .collect();
+        progress(i + 1, layers);
+    }
+    measure(model)
+}
+
+/// Prunes the seven linears of one layer with `prune(weight, [in, out], input)`; all weights
+/// are pruned on the host first and stored back only when every one succeeded.
+fn prune_layer<B: Backend>(
+    layer: &mut DecoderLayer<B>,
+    mut prune: impl FnMut(&mut [f32], [usize; 2], LinearInput) -> Result<(), PruneError>,
+) -> Result<(), PruneError> {
+    let mut pruned = Vec::with_capacity(7);
+    for (name, input, linear) in layer.linears() {
+        let (mut w, dims) = host_weight(linear.weight.val());
+        prune(&mut w, dims, input)?;
+        pruned.push((name, w, dims, linear.weight.val().device()));
+    }
+    for (name, w, dims, device) in pruned {
+        let linear = layer
+            .linear_mut(name)
+            .expect("names come from DecoderLayer::linears");
+        linear.weight = Param::from_tensor(Tensor::from_data(TensorData::new(w, dims), &device));
+    }
+    Ok(())
+}
