@@ -4,4 +4,5 @@ mod common;
 mod eval_cli;
 mod gguf_model;
 mod hf_folder;
+mod prune;
 mod smollm;

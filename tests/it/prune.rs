@@ -1,0 +1,198 @@
+//! Sequential layer-wise pruning of a tiny model: exact per-row counts, N:M groups, the
+//! statistics plumbing against a hand-assembled computation, and sparsegpt's update.
+
+use burn::prelude::*;
+use wanda::model::llama::Llama;
+use wanda::prune::layerwise::{measure, prune_model, Method};
+use wanda::prune::sparsegpt::SparseGptOptions;
+use wanda::prune::wanda::{wanda_mask, InputNorms};
+use wanda::prune::Sparsity;
+
+use crate::common::{logits, tiny_config, tiny_model, B};
+
+/// Four calibration windows of 8 tokens over the 32-token vocabulary.
+fn windows() -> Vec<Vec<u32>> {
+    (0..4u32)
+        .map(|s| (0..8u32).map(|t| (s * 11 + t * 5 + 3) % 32).collect())
+        .collect()
+}
+
+fn weights(m: &Llama<B>, layer: usize, name: &str) -> (Vec<f32>, [usize; 2]) {
+    let linear = m.layers[layer]
+        .linears()
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .unwrap()
+        .2;
+    let w = linear.weight.val();
+    let dims = w.dims();
+    (w.into_data().to_vec().unwrap(), dims)
+}
+
+#[test]
+fn wanda_unstructured_keeps_exactly_the_reference_count_per_output() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let mut model = tiny_model(&config, 1);
+    let report = prune_model(
+        &mut model,
+        Method::Wanda { use_variant: false },
+        Sparsity::unstructured(0.3).unwrap(),
+        &windows(),
+        3,
+        |_, _| {},
+    )
+    .unwrap();
+    // in = 16 → prune floor(4.8) = 4, keep 12; in = 24 (down_proj) → prune 7, keep 17.
+    for (name, r) in &report.per_linear {
+        let keep = if name.ends_with("down_proj") { 17 } else { 12 };
+        assert_eq!((r.min_kept, r.max_kept), (keep, keep), "{name}");
+    }
+    assert_eq!(report.per_layer.len(), 2);
+    assert!(
+        report.total > 0.28 && report.total < 0.3,
+        "{}",
+        report.total
+    );
+    assert_eq!(report, measure(&model).unwrap());
+}
+
+#[test]
+fn n_m_prunes_n_of_every_m_consecutive_inputs() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    for method in [
+        Method::Magnitude,
+        Method::Wanda { use_variant: false },
+        Method::SparseGpt(SparseGptOptions {
+            blocksize: 8,
+            percdamp: 0.01,
+        }),
+    ] {
+        let mut model = tiny_model(&config, 2);
+        let report = prune_model(
+            &mut model,
+            method,
+            Sparsity::nm(2, 4).unwrap(),
+            &windows(),
+            4,
+            |_, _| {},
+        )
+        .unwrap();
+        assert!(
+            (report.total - 0.5).abs() < 1e-12,
+            "{method:?}: {}",
+            report.total
+        );
+        for layer in 0..2 {
+            let (w, [d_in, d_out]) = weights(&model, layer, "mlp.gate_proj");
+            for o in 0..d_out {
+                for g in 0..d_in / 4 {
+                    let zeros = (0..4).filter(|k| w[(g * 4 + k) * d_out + o] == 0.0).count();
+                    assert_eq!(zeros, 2, "{method:?} layer {layer} output {o} group {g}");
+                }
+            }
+        }
+    }
+}
+
+/// The first layer's q_proj mask equals the one computed by hand from the embeddings: the
+/// captured statistics are the normed inputs of that linear, over all tokens of all windows.
+#[test]
+fn layer_zero_statistics_are_the_normed_embeddings() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let dense = tiny_model(&config, 3);
+    let device = Default::default();
+    let mut norms = InputNorms::new(config.hidden_size);
+    for w in windows() {
+        let ids: Vec<i64> = w.iter().map(|&t| i64::from(t)).collect();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, 8]), &device);
+        let x = dense.layers[0].input_layernorm.forward(dense.embed(tokens));
+        let flat: Vec<f32> = x.into_data().to_vec().unwrap();
+        norms.add_batch(&flat, 8, config.hidden_size).unwrap();
+    }
+    let (w, dims) = weights(&dense, 0, "self_attn.q_proj");
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let expected = wanda_mask(&w, dims, &norms, sparsity, false).unwrap().mask;
+
+    let mut pruned = tiny_model(&config, 3);
+    prune_model(
+        &mut pruned,
+        Method::Wanda { use_variant: false },
+        sparsity,
+        &windows(),
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    let (p, _) = weights(&pruned, 0, "self_attn.q_proj");
+    let got: Vec<bool> = p
+        .iter()
+        .zip(&w)
+        .map(|(a, b)| *a == 0.0 && *b != 0.0)
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn sparsegpt_updates_kept_weights_and_magnitude_needs_no_calibration() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let dense = tiny_model(&config, 4);
+    let mut sg = tiny_model(&config, 4);
+    prune_model(
+        &mut sg,
+        Method::SparseGpt(SparseGptOptions {
+            blocksize: 8,
+            percdamp: 0.01,
+        }),
+        Sparsity::unstructured(0.5).unwrap(),
+        &windows(),
+        4,
+        |_, _| {},
+    )
+    .unwrap();
+    let (before, _) = weights(&dense, 1, "mlp.down_proj");
+    let (after, _) = weights(&sg, 1, "mlp.down_proj");
+    let changed_kept = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| **a != 0.0 && a != b)
+        .count();
+    assert!(
+        changed_kept > 0,
+        "the OBS update must move some kept weights"
+    );
+
+    let mut mag = tiny_model(&config, 4);
+    let report = prune_model(
+        &mut mag,
+        Method::Magnitude,
+        Sparsity::unstructured(0.5).unwrap(),
+        &[],
+        1,
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(report.total >= 0.5, "{}", report.total);
+    assert_ne!(logits(&mag, &[1, 2, 3]), logits(&dense, &[1, 2, 3]));
+}
+
+#[test]
+fn calibration_methods_refuse_an_empty_calibration_set() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let mut model = tiny_model(&config, 5);
+    let before = logits(&model, &[1, 2, 3]);
+    let err = prune_model(
+        &mut model,
+        Method::Wanda { use_variant: false },
+        Sparsity::unstructured(0.5).unwrap(),
+        &[],
+        1,
+        |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("calibration"), "{err}");
+    assert_eq!(
+        before,
+        logits(&model, &[1, 2, 3]),
+        "a refused run must not touch the model"
+    );
+}
