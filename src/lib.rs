@@ -5,5 +5,7 @@
 
 pub mod data;
 pub mod eval;
+pub mod memory;
 pub mod model;
+pub mod pipeline;
 pub mod prune;

@@ -99,7 +99,9 @@ fn parse_method(args: &PruneArgs) -> anyhow::Result<Method> {
             use_variant: args.use_variant,
         },
         "sparsegpt" => Method::SparseGpt(SparseGptOptions::default()),
-        other => anyhow::bail!("`--method {other}` is not a method; use `magnitude`, `wanda` or `sparsegpt`"),
+        other => anyhow::bail!(
+            "`--method {other}` is not a method; use `magnitude`, `wanda` or `sparsegpt`"
+        ),
     })
 }
 
@@ -121,7 +123,9 @@ impl OnBackend for PruneArgs {
             "f32" => SaveDtype::F32,
             "f16" => SaveDtype::F16,
             "bf16" => SaveDtype::Bf16,
-            other => anyhow::bail!("`--dtype {other}` is not supported; use `f32`, `f16` or `bf16`"),
+            other => {
+                anyhow::bail!("`--dtype {other}` is not supported; use `f32`, `f16` or `bf16`")
+            }
         };
         let origin = ModelRef::parse(&self.model)?;
         let started = Instant::now();
@@ -131,23 +135,40 @@ impl OnBackend for PruneArgs {
 
         let calibration = match (&self.calib_text, method.needs_calibration()) {
             (Some(path), true) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read calibration text `{}`", path.display()))?;
+                let text = std::fs::read_to_string(path).with_context(|| {
+                    format!("cannot read calibration text `{}`", path.display())
+                })?;
                 let ids = loaded.tokenizer.encode(&text)?;
-                Some(calibration::draw(&ids, self.nsamples, self.seqlen, self.seed)?)
+                Some(calibration::draw(
+                    &ids,
+                    self.nsamples,
+                    self.seqlen,
+                    self.seed,
+                )?)
             }
-            (None, true) => anyhow::bail!("`--method {}` needs calibration data; pass `--calib-text FILE`", method.name()),
+            (None, true) => anyhow::bail!(
+                "`--method {}` needs calibration data; pass `--calib-text FILE`",
+                method.name()
+            ),
             (_, false) => None,
         };
         let bar = ProgressBar::new(0).with_style(
-            ProgressStyle::with_template("prune {bar:30} {pos}/{len} layers {elapsed}").expect("static template"),
+            ProgressStyle::with_template("prune {bar:30} {pos}/{len} layers {elapsed}")
+                .expect("static template"),
         );
         let started = Instant::now();
         let windows = calibration.as_ref().map_or(&[][..], |c| &c.windows[..]);
-        let report = prune_model(&mut loaded.model, method, sparsity, windows, self.batch, |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        })?;
+        let report = prune_model(
+            &mut loaded.model,
+            method,
+            sparsity,
+            windows,
+            self.batch,
+            |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            },
+        )?;
         bar.finish_and_clear();
         let prune_seconds = started.elapsed().as_secs_f64();
 
@@ -157,8 +178,10 @@ impl OnBackend for PruneArgs {
                     .with_context(|| format!("cannot read eval text `{}`", path.display()))?;
                 let ids = loaded.tokenizer.encode(&text)?;
                 let bar = ProgressBar::new(0).with_style(
-                    ProgressStyle::with_template("perplexity {bar:30} {pos}/{len} windows {elapsed}")
-                        .expect("static template"),
+                    ProgressStyle::with_template(
+                        "perplexity {bar:30} {pos}/{len} windows {elapsed}",
+                    )
+                    .expect("static template"),
                 );
                 let started = Instant::now();
                 let r = perplexity(
@@ -178,7 +201,13 @@ impl OnBackend for PruneArgs {
             None => (None, None),
         };
         if let Some(folder) = &self.save {
-            save_hf_folder(&loaded.model, &loaded.config, &loaded.tokenizer.to_json()?, folder, dtype)?;
+            save_hf_folder(
+                &loaded.model,
+                &loaded.config,
+                &loaded.tokenizer.to_json()?,
+                folder,
+                dtype,
+            )?;
         }
         Ok(PruneOutput {
             model: origin.to_string(),
@@ -211,13 +240,17 @@ pub fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
             out.sparsity.total, out.target_sparsity
         );
         if let Some(p) = &out.perplexity {
-            println!("perplexity  {:.4} ({} windows × {})", p.perplexity, p.windows, p.seqlen);
+            println!(
+                "perplexity  {:.4} ({} windows × {})",
+                p.perplexity, p.windows, p.seqlen
+            );
         }
         println!(
             "time        load {:.1} s, prune {:.1} s{}",
             out.load_seconds,
             out.prune_seconds,
-            out.eval_seconds.map_or(String::new(), |s| format!(", eval {s:.1} s"))
+            out.eval_seconds
+                .map_or(String::new(), |s| format!(", eval {s:.1} s"))
         );
         if let Some(rss) = out.peak_rss_bytes {
             println!("peak RSS    {:.2} GiB", rss as f64 / f64::from(1u32 << 30));

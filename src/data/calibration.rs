@@ -44,7 +44,12 @@ pub struct CalibrationSet {
 }
 
 /// Draws `nsamples` windows of `seqlen` tokens from `ids`.
-pub fn draw(ids: &[u32], nsamples: usize, seqlen: usize, seed: u64) -> Result<CalibrationSet, CalibrationError> {
+pub fn draw(
+    ids: &[u32],
+    nsamples: usize,
+    seqlen: usize,
+    seed: u64,
+) -> Result<CalibrationSet, CalibrationError> {
     if nsamples == 0 {
         return Err(CalibrationError::Empty { key: "nsamples" });
     }
@@ -60,8 +65,13 @@ pub fn draw(ids: &[u32], nsamples: usize, seqlen: usize, seed: u64) -> Result<Ca
     }
     let mut rng = PyRandom::new(seed);
     let last = (ids.len() - seqlen - 1) as u64;
-    let offsets: Vec<usize> = (0..nsamples).map(|_| rng.randint(0, last) as usize).collect();
-    let windows = offsets.iter().map(|&i| ids[i..i + seqlen].to_vec()).collect();
+    let offsets: Vec<usize> = (0..nsamples)
+        .map(|_| rng.randint(0, last) as usize)
+        .collect();
+    let windows = offsets
+        .iter()
+        .map(|&i| ids[i..i + seqlen].to_vec())
+        .collect();
     Ok(CalibrationSet {
         windows,
         offsets_hash: fnv1a_hex(&offsets),
@@ -95,7 +105,10 @@ mod tests {
         assert_eq!(set.windows[1][0], 220_500);
         assert_eq!(set.windows[1].len(), 512);
         assert_eq!(set, draw(&ids, 4, 512, 0).unwrap());
-        assert_ne!(set.offsets_hash, draw(&ids, 4, 512, 1).unwrap().offsets_hash);
+        assert_ne!(
+            set.offsets_hash,
+            draw(&ids, 4, 512, 1).unwrap().offsets_hash
+        );
     }
 
     #[test]

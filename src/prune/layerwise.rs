@@ -20,7 +20,7 @@ use super::report::SparsityReport;
 use super::sparsegpt::{prune_sparsegpt, Hessian, SparseGptOptions};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{PruneError, Sparsity};
-use crate::model::llama::{DecoderLayer, LayerContext, Llama, LinearInput};
+use crate::model::llama::{DecoderLayer, LayerContext, LinearInput, Llama};
 
 /// The pruning method.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -179,7 +179,9 @@ pub fn prune_model<B: Backend>(
     let layers = model.layers.len();
     if !method.needs_calibration() {
         for (i, layer) in model.layers.iter_mut().enumerate() {
-            prune_layer(layer, |w, dims, _| prune_magnitude(w, dims, sparsity).map(|_| ()))?;
+            prune_layer(layer, |w, dims, _| {
+                prune_magnitude(w, dims, sparsity).map(|_| ())
+            })?;
             progress(i + 1, layers);
         }
         return measure(model);
@@ -197,7 +199,10 @@ pub fn prune_model<B: Backend>(
         .chunks(batch)
         .map(|chunk| {
             let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
-            let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [chunk.len(), seqlen]), &device);
+            let tokens = Tensor::<B, 2, Int>::from_data(
+                TensorData::new(ids, [chunk.len(), seqlen]),
+                &device,
+            );
             model.embed(tokens)
         })
         .collect();

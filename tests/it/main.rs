@@ -4,5 +4,6 @@ mod common;
 mod eval_cli;
 mod gguf_model;
 mod hf_folder;
+mod pipeline;
 mod prune;
 mod smollm;

@@ -1,0 +1,3 @@
+//! Memory accounting: the per-run memory log.
+
+pub mod log;

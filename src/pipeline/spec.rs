@@ -1,0 +1,1501 @@
+//! The pipeline file's types: settings (name, seed, device, model, calibration, evaluation),
+//! stages (a map in the implicit order load → estimate → gate → calibrate → prune → eval →
+//! save, or a list of `{ id, kind, needs, …options }` for custom DAGs) and the sweep.
+//!
+//! Settings and each stage's options are plain serde structs (`deny_unknown_fields`), read from
+//! the positioned YAML tree by the engine's own deserializer (so errors keep line and column);
+//! the two shapes of `stages:` and the sweep are assembled here by hand, because their shape
+//! depends on values (`kind:`) that serde's derive cannot look ahead to. Their JSON Schema is
+//! written by hand for the same reason.
+//!
+//! Changed from the architecture sketch: list-form entries carry their options flat beside
+//! `id`, `kind` and `needs` (`- { id: p, kind: prune, needs: [load], method: wanda }`); `id`
+//! defaults to the kind. Sweep keys are `<stage id>.<option>`, `calibration.*`,
+//! `evaluation.*` or `seed`; a `zip:` mapping inside `sweep:` holds keys that advance together.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::path::PathBuf;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::de::{self, Deserializer, Unexpected, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::de::{from_entry, from_node};
+use super::error::{nearest, Diagnostic, Problem};
+use super::yaml::{KeyPath, Node, Origin, Value};
+
+/// Top-level keys that are not settings.
+pub(crate) const STRUCTURE_KEYS: &[&str] = &["stages", "sweep"];
+
+/// A parsed pipeline: settings, stages in declaration order (map form normalised to a chain),
+/// and the sweep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PipelineSpec {
+    /// Everything but the stages and the sweep.
+    #[serde(flatten)]
+    pub settings: Settings,
+    /// The stages in declaration order; in map form their `needs` form the implicit chain.
+    pub stages: Vec<StageSpec>,
+    /// How `stages:` was written.
+    #[serde(skip)]
+    pub form: StagesForm,
+    /// The sweep; empty when the file has none.
+    #[serde(skip_serializing_if = "Sweep::is_empty")]
+    pub sweep: Sweep,
+}
+
+impl PipelineSpec {
+    /// The stage with this id.
+    pub fn stage(&self, id: &str) -> Option<&StageSpec> {
+        self.stages.iter().find(|s| s.id == id)
+    }
+}
+
+/// How `stages:` was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StagesForm {
+    /// `stages: { load: {}, prune: {…} }`: ids are kinds, order is implicit.
+    #[default]
+    Map,
+    /// `stages: [ { id, kind, needs, … } ]`: explicit DAG.
+    List,
+}
+
+/// The settings shared by all stages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Pipeline name; results go to `results/<name>/`.
+    pub name: String,
+    /// Seed of every random choice (calibration sampling).
+    #[serde(default)]
+    pub seed: u64,
+    /// Where tensors live: `auto`, `cpu`, `cuda` or `cuda:N`.
+    #[serde(default)]
+    pub device: Device,
+    /// The model to prune.
+    pub model: ModelSpec,
+    /// Calibration text and size (needed by `calibrate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationSpec>,
+    /// Evaluation text and window length (needed by `eval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<EvaluationSpec>,
+}
+
+/// Where tensors live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    /// CUDA device 0 when available, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// A CUDA device by index.
+    Cuda(u32),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Auto => f.write_str("auto"),
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|i| i.parse().ok())
+                .map(Device::Cuda)
+                .ok_or(()),
+        }
+    }
+}
+
+/// The model source, as written. Exactly one of `gguf`, `path` and `hub` must be given;
+/// [`ModelSpec::source`] checks that.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [
+    { "required": ["gguf"], "not": { "anyOf": [{ "required": ["path"] }, { "required": ["hub"] }, { "required": ["revision"] }] } },
+    { "required": ["path"], "not": { "anyOf": [{ "required": ["gguf"] }, { "required": ["hub"] }, { "required": ["revision"] }] } },
+    { "required": ["hub"], "not": { "anyOf": [{ "required": ["gguf"] }, { "required": ["path"] }] } }
+]))]
+pub struct ModelSpec {
+    /// A GGUF file (relative paths resolve against the pipeline file's folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<PathBuf>,
+    /// A Hugging Face folder: `config.json`, `tokenizer.json`, safetensors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// A Hugging Face hub repository, `org/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
+    /// A hub revision (branch, tag or commit); only with `hub`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+/// The model source, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A GGUF file.
+    Gguf(PathBuf),
+    /// A Hugging Face folder.
+    Folder(PathBuf),
+    /// A hub repository.
+    Hub {
+        /// `org/name`.
+        id: String,
+        /// Branch, tag or commit; `main` when absent.
+        revision: Option<String>,
+    },
+}
+
+impl ModelSpec {
+    /// The one source named, or the problem.
+    pub fn source(&self) -> Result<ModelSource, Problem> {
+        let found: Vec<String> = [
+            ("gguf", self.gguf.is_some()),
+            ("path", self.path.is_some()),
+            ("hub", self.hub.is_some()),
+        ]
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(k, _)| k.to_string())
+        .collect();
+        if found.len() != 1 {
+            return Err(Problem::ModelSource { found });
+        }
+        if self.revision.is_some() && self.hub.is_none() {
+            return Err(Problem::RevisionWithoutHub);
+        }
+        Ok(match (&self.gguf, &self.path, &self.hub) {
+            (Some(file), _, _) => ModelSource::Gguf(file.clone()),
+            (_, Some(dir), _) => ModelSource::Folder(dir.clone()),
+            (_, _, Some(id)) => {
+                let mut parts = id.split('/');
+                let valid = matches!(
+                    (parts.next(), parts.next(), parts.next()),
+                    (Some(org), Some(name), None) if !org.is_empty() && !name.is_empty()
+                );
+                if !valid {
+                    return Err(Problem::InvalidHubId { id: id.clone() });
+                }
+                ModelSource::Hub {
+                    id: id.clone(),
+                    revision: self.revision.clone(),
+                }
+            }
+            (None, None, None) => return Err(Problem::ModelSource { found: vec![] }),
+        })
+    }
+}
+
+/// Calibration data: the text and how much of it the pruning statistics see.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationSpec {
+    /// A plain-text file (relative to the pipeline file's folder).
+    pub text: PathBuf,
+    /// Number of calibration sequences.
+    #[serde(default = "default_nsamples")]
+    #[schemars(range(min = 1))]
+    pub nsamples: usize,
+    /// Tokens per sequence.
+    #[serde(default = "default_seqlen")]
+    #[schemars(range(min = 1))]
+    pub seqlen: usize,
+}
+
+/// Evaluation data: perplexity over non-overlapping windows of `seqlen` tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluationSpec {
+    /// A plain-text file (relative to the pipeline file's folder).
+    pub text: PathBuf,
+    /// Tokens per window.
+    #[serde(default = "default_seqlen")]
+    #[schemars(range(min = 2))]
+    pub seqlen: usize,
+    /// Only the first `windows` windows (all when absent), for quick runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<usize>,
+}
+
+fn default_nsamples() -> usize {
+    128
+}
+
+fn default_seqlen() -> usize {
+    2048
+}
+
+/// The kinds of stage, in their implicit (map-form) order.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum StageKind {
+    /// Read the model.
+    Load,
+    /// Predict peak memory from the config.
+    Estimate,
+    /// Compare the estimate with the budget; reduce nsamples/seqlen or halt.
+    Gate,
+    /// Sample calibration sequences.
+    Calibrate,
+    /// Prune the model.
+    Prune,
+    /// Measure perplexity.
+    Eval,
+    /// Write the outputs (and optionally the weights).
+    Save,
+}
+
+impl StageKind {
+    /// Every kind in the implicit order.
+    pub const ALL: [StageKind; 7] = [
+        StageKind::Load,
+        StageKind::Estimate,
+        StageKind::Gate,
+        StageKind::Calibrate,
+        StageKind::Prune,
+        StageKind::Eval,
+        StageKind::Save,
+    ];
+
+    /// The name used in pipeline files.
+    pub fn name(self) -> &'static str {
+        match self {
+            StageKind::Load => "load",
+            StageKind::Estimate => "estimate",
+            StageKind::Gate => "gate",
+            StageKind::Calibrate => "calibrate",
+            StageKind::Prune => "prune",
+            StageKind::Eval => "eval",
+            StageKind::Save => "save",
+        }
+    }
+
+    /// The kind with this name.
+    pub fn from_name(name: &str) -> Option<StageKind> {
+        StageKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The option keys this kind accepts (from its options type's schema).
+    pub fn option_names(self) -> Vec<String> {
+        let schema = match self {
+            StageKind::Load => schemars::schema_for!(LoadOptions),
+            StageKind::Estimate => schemars::schema_for!(EstimateOptions),
+            StageKind::Gate => schemars::schema_for!(GateOptions),
+            StageKind::Calibrate => schemars::schema_for!(CalibrateOptions),
+            StageKind::Prune => schemars::schema_for!(PruneOptions),
+            StageKind::Eval => schemars::schema_for!(EvalOptions),
+            StageKind::Save => schemars::schema_for!(SaveOptions),
+        };
+        schema_properties(&schema)
+    }
+
+    /// Reads this kind's options from a node (a mapping, or null for defaults) held by a key
+    /// written at `origin`.
+    fn parse_options(
+        self,
+        node: &Node,
+        path: KeyPath,
+        origin: &Origin,
+    ) -> Result<StageOptions, super::de::DeError> {
+        Ok(match self {
+            StageKind::Load => StageOptions::Load(from_entry(node, path, origin)?),
+            StageKind::Estimate => StageOptions::Estimate(from_entry(node, path, origin)?),
+            StageKind::Gate => StageOptions::Gate(from_entry(node, path, origin)?),
+            StageKind::Calibrate => StageOptions::Calibrate(from_entry(node, path, origin)?),
+            StageKind::Prune => StageOptions::Prune(from_entry(node, path, origin)?),
+            StageKind::Eval => StageOptions::Eval(from_entry(node, path, origin)?),
+            StageKind::Save => StageOptions::Save(from_entry(node, path, origin)?),
+        })
+    }
+}
+
+impl fmt::Display for StageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The property names of an object schema, in schema order.
+pub(crate) fn schema_properties(schema: &Schema) -> Vec<String> {
+    schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// `load` takes no options.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadOptions {}
+
+/// Options of `estimate`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateOptions {
+    /// Also measure one layer's real peak to check the arithmetic.
+    #[serde(default)]
+    pub probe: bool,
+}
+
+/// Options of `gate`: the memory budget and how to fit into it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GateOptions {
+    /// `auto` (the device's free memory) or a size such as `12GiB`.
+    #[serde(default)]
+    pub budget: Budget,
+    /// Fraction of the budget kept free, in [0, 1).
+    #[serde(default = "default_headroom")]
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1.0))]
+    pub headroom: f64,
+    /// Settings the gate may lower, in order, to fit the budget.
+    #[serde(default = "default_reduce")]
+    pub reduce: Vec<ReduceKey>,
+    /// Lowest values the gate may reduce to; below them it halts.
+    #[serde(default)]
+    pub floor: Floor,
+}
+
+impl Default for GateOptions {
+    fn default() -> Self {
+        Self {
+            budget: Budget::Auto,
+            headroom: default_headroom(),
+            reduce: default_reduce(),
+            floor: Floor::default(),
+        }
+    }
+}
+
+fn default_headroom() -> f64 {
+    0.1
+}
+
+fn default_reduce() -> Vec<ReduceKey> {
+    vec![ReduceKey::Nsamples, ReduceKey::Seqlen]
+}
+
+/// A setting the gate may reduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceKey {
+    /// `calibration.nsamples`.
+    Nsamples,
+    /// `calibration.seqlen`.
+    Seqlen,
+}
+
+/// The gate's lower limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Floor {
+    /// Fewest calibration sequences.
+    #[serde(default = "default_floor_nsamples")]
+    pub nsamples: usize,
+    /// Shortest calibration sequence.
+    #[serde(default = "default_floor_seqlen")]
+    pub seqlen: usize,
+}
+
+impl Default for Floor {
+    fn default() -> Self {
+        Self {
+            nsamples: default_floor_nsamples(),
+            seqlen: default_floor_seqlen(),
+        }
+    }
+}
+
+fn default_floor_nsamples() -> usize {
+    8
+}
+
+fn default_floor_seqlen() -> usize {
+    256
+}
+
+/// A memory budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Budget {
+    /// The device's free memory at run time.
+    #[default]
+    Auto,
+    /// A fixed number of bytes.
+    Bytes(u64),
+}
+
+impl Budget {
+    /// Parses `auto`, a byte count, or a size with a unit: `B`, `KB`/`MB`/`GB`/`TB` (powers of
+    /// 1000) or `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024); units case-insensitive, decimals
+    /// allowed.
+    pub fn parse(text: &str) -> Option<Budget> {
+        let text = text.trim();
+        if text == "auto" {
+            return Some(Budget::Auto);
+        }
+        let split = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let number: f64 = number.parse().ok()?;
+        let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "tb" => 1_000_000_000_000,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            "tib" => 1 << 40,
+            _ => return None,
+        };
+        let bytes = number * scale as f64;
+        (bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64)
+            .then(|| Budget::Bytes(bytes.round() as u64))
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Budget::Auto => f.write_str("auto"),
+            Budget::Bytes(b) => {
+                for (unit, scale) in [
+                    ("TiB", 1u64 << 40),
+                    ("GiB", 1 << 30),
+                    ("MiB", 1 << 20),
+                    ("KiB", 1 << 10),
+                ] {
+                    if b % scale == 0 {
+                        return write!(f, "{}{unit}", b / scale);
+                    }
+                }
+                write!(f, "{b}B")
+            }
+        }
+    }
+}
+
+const BUDGET_EXPECTED: &str = "`auto` or a size such as `12GiB`";
+
+impl Serialize for Budget {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Budget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct BudgetVisitor;
+        impl Visitor<'_> for BudgetVisitor {
+            type Value = Budget;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(BUDGET_EXPECTED)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Budget, E> {
+                Budget::parse(s).ok_or_else(|| E::invalid_value(Unexpected::Str(s), &self))
+            }
+            fn visit_u64<E: de::Error>(self, b: u64) -> Result<Budget, E> {
+                if b == 0 {
+                    return Err(E::invalid_value(Unexpected::Unsigned(0), &self));
+                }
+                Ok(Budget::Bytes(b))
+            }
+        }
+        d.deserialize_any(BudgetVisitor)
+    }
+}
+
+impl JsonSchema for Budget {
+    fn schema_name() -> Cow<'static, str> {
+        "Budget".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`auto` (the device's free memory) or a size: bytes, or a number with B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024).",
+            "anyOf": [
+                { "type": "string", "pattern": "^(auto|[0-9]+(\\.[0-9]+)?\\s*(([kKmMgGtT][iI]?)?[bB])?)$" },
+                { "type": "integer", "minimum": 1 }
+            ]
+        })
+    }
+}
+
+/// `calibrate` takes no options (sizes live in `calibration:`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrateOptions {}
+
+/// Options of `prune`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneOptions {
+    /// The pruning method.
+    pub method: Method,
+    /// Fraction of weights removed, in [0, 1); implied by an N:M pattern.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1.0))]
+    pub sparsity: Option<f64>,
+    /// `unstructured`, or `N:M` (N of every M consecutive input weights removed).
+    #[serde(default)]
+    pub pattern: Pattern,
+    /// Wanda's variant: per-row sparsity chosen by a search over the cumulative score
+    /// (unstructured Wanda only).
+    #[serde(default)]
+    pub use_variant: bool,
+}
+
+impl PruneOptions {
+    /// The sparsity this stage reaches: the given one, or N/M for an N:M pattern.
+    pub fn effective_sparsity(&self) -> Option<f64> {
+        match (self.sparsity, self.pattern) {
+            (Some(s), _) => Some(s),
+            (None, Pattern::NM { n, m }) => Some(f64::from(n) / f64::from(m)),
+            (None, Pattern::Unstructured) => None,
+        }
+    }
+}
+
+/// A pruning method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// |W|, no calibration.
+    Magnitude,
+    /// |W| · ‖X‖₂ (arXiv 2306.11695).
+    Wanda,
+    /// Optimal brain surgeon with Hessian updates (arXiv 2301.00774).
+    Sparsegpt,
+}
+
+impl Method {
+    /// The name used in pipeline files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Magnitude => "magnitude",
+            Method::Wanda => "wanda",
+            Method::Sparsegpt => "sparsegpt",
+        }
+    }
+
+    /// Whether the method needs calibration activations.
+    pub fn needs_calibration(self) -> bool {
+        !matches!(self, Method::Magnitude)
+    }
+}
+
+/// A sparsity pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Pattern {
+    /// Any weights, per output row.
+    #[default]
+    Unstructured,
+    /// `n` of every `m` consecutive input weights.
+    NM {
+        /// Weights removed per group.
+        n: u32,
+        /// Group size.
+        m: u32,
+    },
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Unstructured => f.write_str("unstructured"),
+            Pattern::NM { n, m } => write!(f, "{n}:{m}"),
+        }
+    }
+}
+
+impl Pattern {
+    /// Parses `unstructured` or `N:M`.
+    pub fn parse(text: &str) -> Option<Pattern> {
+        if text == "unstructured" {
+            return Some(Pattern::Unstructured);
+        }
+        let (n, m) = text.split_once(':')?;
+        Some(Pattern::NM {
+            n: n.trim().parse().ok()?,
+            m: m.trim().parse().ok()?,
+        })
+    }
+}
+
+impl Serialize for Pattern {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct PatternVisitor;
+        impl Visitor<'_> for PatternVisitor {
+            type Value = Pattern;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`unstructured` or `N:M` such as `\"2:4\"`")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Pattern, E> {
+                Pattern::parse(s).ok_or_else(|| E::invalid_value(Unexpected::Str(s), &self))
+            }
+        }
+        d.deserialize_str(PatternVisitor)
+    }
+}
+
+impl JsonSchema for Pattern {
+    fn schema_name() -> Cow<'static, str> {
+        "Pattern".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`unstructured`, or `N:M`: N of every M consecutive input weights removed (quote it: \"2:4\").",
+            "type": "string",
+            "pattern": "^(unstructured|[0-9]+:[0-9]+)$"
+        })
+    }
+}
+
+/// Options of `eval`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalOptions {
+    /// Measure perplexity on `evaluation.text`.
+    #[serde(default = "default_true")]
+    pub perplexity: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        Self { perplexity: true }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Options of `save`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaveOptions {
+    /// Also write the pruned weights (safetensors), not just the run record.
+    #[serde(default)]
+    pub model: bool,
+    /// Precision of written weights.
+    #[serde(default)]
+    pub dtype: Dtype,
+}
+
+/// Precision of written weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// 32-bit float.
+    F32,
+    /// 16-bit float.
+    #[default]
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+/// A stage's options, by kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum StageOptions {
+    /// `load`.
+    Load(LoadOptions),
+    /// `estimate`.
+    Estimate(EstimateOptions),
+    /// `gate`.
+    Gate(GateOptions),
+    /// `calibrate`.
+    Calibrate(CalibrateOptions),
+    /// `prune`.
+    Prune(PruneOptions),
+    /// `eval`.
+    Eval(EvalOptions),
+    /// `save`.
+    Save(SaveOptions),
+}
+
+impl StageOptions {
+    /// The kind these options belong to.
+    pub fn kind(&self) -> StageKind {
+        match self {
+            StageOptions::Load(_) => StageKind::Load,
+            StageOptions::Estimate(_) => StageKind::Estimate,
+            StageOptions::Gate(_) => StageKind::Gate,
+            StageOptions::Calibrate(_) => StageKind::Calibrate,
+            StageOptions::Prune(_) => StageKind::Prune,
+            StageOptions::Eval(_) => StageKind::Eval,
+            StageOptions::Save(_) => StageKind::Save,
+        }
+    }
+}
+
+/// One stage: id, kind (from its options), the stages it needs, its options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageSpec {
+    /// Unique id (the kind in map form).
+    pub id: String,
+    /// Ids of the stages this one runs after and takes artifacts from.
+    pub needs: Vec<String>,
+    /// The options, which also fix the kind.
+    pub options: StageOptions,
+}
+
+impl StageSpec {
+    /// The kind.
+    pub fn kind(&self) -> StageKind {
+        self.options.kind()
+    }
+}
+
+impl Serialize for StageSpec {
+    /// Flat, as in the list form: `{ id, kind, needs, …options }`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Flat<'a> {
+            id: &'a str,
+            kind: StageKind,
+            needs: &'a [String],
+            #[serde(flatten)]
+            options: &'a StageOptions,
+        }
+        Flat {
+            id: &self.id,
+            kind: self.kind(),
+            needs: &self.needs,
+            options: &self.options,
+        }
+        .serialize(s)
+    }
+}
+
+/// The sweep: axes whose cartesian product gives the cells.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Sweep {
+    /// The axes, in file order (the first varies slowest).
+    pub axes: Vec<SweepAxis>,
+}
+
+impl Sweep {
+    /// Whether there is nothing to sweep.
+    pub fn is_empty(&self) -> bool {
+        self.axes.is_empty()
+    }
+
+    /// Number of cells (1 without a sweep).
+    pub fn cell_count(&self) -> usize {
+        self.axes.iter().map(|a| a.points.len()).product()
+    }
+}
+
+/// One axis: a single key, or several zipped keys that advance together.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepAxis {
+    /// The swept keys (`prune.sparsity`); several for a `zip` axis.
+    pub keys: Vec<String>,
+    /// The points; each holds one value per key.
+    pub points: Vec<Vec<serde_json::Value>>,
+}
+
+/// The positioned form of the sweep, kept for cell expansion and error locations.
+#[derive(Debug, Clone)]
+pub(crate) struct SweepTree {
+    pub axes: Vec<AxisTree>,
+}
+
+/// One axis with its nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct AxisTree {
+    /// Keys and where each key was written.
+    pub keys: Vec<(String, Origin)>,
+    /// `points[i][j]`: the value of key `j` at step `i`.
+    pub points: Vec<Vec<Node>>,
+}
+
+/// Where each stage sits in the YAML tree, for locating its keys later.
+#[derive(Debug, Clone)]
+pub(crate) struct StageLayout {
+    /// The stage id.
+    pub id: String,
+    /// The YAML path of the stage's mapping (`stages.prune` or `stages[3]`).
+    pub node_path: KeyPath,
+    /// Where the stage is named (map key, or the entry's `id`/`kind`).
+    pub origin: Origin,
+    /// Where each `needs` entry was written.
+    pub need_origins: Vec<Origin>,
+}
+
+/// The parse result with the positions validation needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Parsed {
+    pub spec: PipelineSpec,
+    pub layout: Vec<StageLayout>,
+    pub sweep: SweepTree,
+}
+
+/// Keys of the list form besides the options.
+const ENTRY_KEYS: &[&str] = &["id", "kind", "needs"];
+
+/// Reads the whole tree. Independent sections are all read, so every problem is reported.
+pub(crate) fn parse(root: &Node) -> Result<Parsed, Vec<Diagnostic>> {
+    let mut problems = Vec::new();
+    let Some(entries) = root.as_map() else {
+        return Err(vec![Diagnostic {
+            origin: root.origin.clone(),
+            problem: Problem::NotAMapping {
+                found: root.describe(),
+            },
+        }]);
+    };
+    let settings_node = Node {
+        value: Value::Map(
+            entries
+                .iter()
+                .filter(|e| !STRUCTURE_KEYS.contains(&e.key.as_str()))
+                .cloned()
+                .collect(),
+        ),
+        origin: root.origin.clone(),
+    };
+    let settings = match from_node::<Settings>(&settings_node, KeyPath::root()) {
+        Ok(settings) => Some(settings),
+        Err(error) => {
+            let (origin, problem) = Problem::from_de(&error, STRUCTURE_KEYS);
+            problems.push(Diagnostic { origin, problem });
+            None
+        }
+    };
+
+    let stages = match root.entry("stages") {
+        // A misspelt `stages:` is already reported as an unknown key with its correction.
+        None if problems.iter().any(|d| {
+            matches!(&d.problem, Problem::UnknownKey { suggestion: Some(s), .. } if s == "stages")
+        }) =>
+        {
+            None
+        }
+        None => {
+            problems.push(Diagnostic {
+                origin: root.origin.clone(),
+                problem: Problem::NoStages,
+            });
+            None
+        }
+        Some(entry) => parse_stages(&entry.value, &entry.key_origin, &mut problems),
+    };
+
+    let sweep = match root.entry("sweep") {
+        None => Some((Sweep::default(), SweepTree { axes: vec![] })),
+        Some(entry) => parse_sweep(&entry.value, &mut problems),
+    };
+
+    match (settings, stages, sweep) {
+        (Some(settings), Some((stages, form, layout)), Some((sweep, sweep_tree)))
+            if problems.is_empty() =>
+        {
+            Ok(Parsed {
+                spec: PipelineSpec {
+                    settings,
+                    stages,
+                    form,
+                    sweep,
+                },
+                layout,
+                sweep: sweep_tree,
+            })
+        }
+        _ => Err(problems),
+    }
+}
+
+type StagesParse = (Vec<StageSpec>, StagesForm, Vec<StageLayout>);
+
+fn parse_stages(
+    node: &Node,
+    key_origin: &Origin,
+    problems: &mut Vec<Diagnostic>,
+) -> Option<StagesParse> {
+    let before = problems.len();
+    let mut stages = Vec::new();
+    let mut layout = Vec::new();
+    let form = match &node.value {
+        Value::Map(entries) => {
+            // Map form: keys are kinds; order is the implicit one whatever the file order.
+            let mut found: Vec<(StageKind, &super::yaml::Entry)> = Vec::new();
+            for entry in entries {
+                match StageKind::from_name(&entry.key) {
+                    Some(kind) => found.push((kind, entry)),
+                    None => {
+                        let valid: Vec<String> = StageKind::ALL
+                            .iter()
+                            .map(|k| k.name().to_string())
+                            .collect();
+                        problems.push(Diagnostic {
+                            origin: entry.key_origin.clone(),
+                            problem: Problem::UnknownKey {
+                                key: entry.key.clone(),
+                                section: "stages".into(),
+                                suggestion: nearest(&entry.key, valid.iter().map(String::as_str))
+                                    .map(Into::into),
+                                valid,
+                            },
+                        });
+                    }
+                }
+            }
+            found.sort_by_key(|(kind, _)| *kind);
+            let mut previous: Option<String> = None;
+            for (kind, entry) in found {
+                let id = kind.name().to_string();
+                match kind.parse_options(
+                    &entry.value,
+                    KeyPath::keys([id.clone()]),
+                    &entry.key_origin,
+                ) {
+                    Ok(options) => stages.push(StageSpec {
+                        id: id.clone(),
+                        needs: previous.iter().cloned().collect(),
+                        options,
+                    }),
+                    Err(error) => {
+                        let (origin, problem) = Problem::from_de(&error, &[]);
+                        problems.push(Diagnostic { origin, problem });
+                    }
+                }
+                layout.push(StageLayout {
+                    id: id.clone(),
+                    node_path: KeyPath::keys(["stages", id.as_str()]),
+                    origin: entry.key_origin.clone(),
+                    need_origins: previous.iter().map(|_| entry.key_origin.clone()).collect(),
+                });
+                previous = Some(id);
+            }
+            StagesForm::Map
+        }
+        Value::Seq(items) => {
+            for (i, item) in items.iter().enumerate() {
+                if let Some((stage, stage_layout)) = parse_entry(item, i, problems) {
+                    stages.push(stage);
+                    layout.push(stage_layout);
+                }
+            }
+            StagesForm::List
+        }
+        _ => {
+            problems.push(Diagnostic {
+                origin: node.origin.clone(),
+                problem: Problem::WrongType {
+                    key: "stages".into(),
+                    expected: "a mapping of stage kinds, or a list of stages".into(),
+                    found: node.describe(),
+                },
+            });
+            return None;
+        }
+    };
+    if problems.len() > before {
+        return None;
+    }
+    if stages.is_empty() {
+        problems.push(Diagnostic {
+            origin: key_origin.clone(),
+            problem: Problem::NoStages,
+        });
+        return None;
+    }
+    Some((stages, form, layout))
+}
+
+/// One list-form entry: `{ id, kind, needs, …options }`.
+fn parse_entry(
+    item: &Node,
+    index: usize,
+    problems: &mut Vec<Diagnostic>,
+) -> Option<(StageSpec, StageLayout)> {
+    let entry_path = KeyPath::keys(["stages"]).index(index);
+    let Some(entries) = item.as_map() else {
+        problems.push(Diagnostic {
+            origin: item.origin.clone(),
+            problem: Problem::WrongType {
+                key: entry_path.to_string(),
+                expected: "a mapping `{ id, kind, needs, …options }`".into(),
+                found: item.describe(),
+            },
+        });
+        return None;
+    };
+    // The kind decides which options are valid, so it is read first.
+    let Some(kind_entry) = item.entry("kind") else {
+        problems.push(Diagnostic {
+            origin: item.origin.clone(),
+            problem: Problem::MissingKey {
+                section: entry_path.to_string(),
+                key: "kind".into(),
+            },
+        });
+        return None;
+    };
+    let kind = match from_node::<StageKind>(&kind_entry.value, entry_path.key("kind")) {
+        Ok(kind) => kind,
+        Err(error) => {
+            let (origin, problem) = Problem::from_de(&error, &[]);
+            problems.push(Diagnostic { origin, problem });
+            return None;
+        }
+    };
+    let (id, id_origin) = match item.entry("id") {
+        None => (kind.name().to_string(), kind_entry.value.origin.clone()),
+        Some(entry) => match from_node::<String>(&entry.value, entry_path.key("id")) {
+            Ok(id) => (id, entry.value.origin.clone()),
+            Err(error) => {
+                let (origin, problem) = Problem::from_de(&error, &[]);
+                problems.push(Diagnostic { origin, problem });
+                return None;
+            }
+        },
+    };
+    let (needs, need_origins) = match item.entry("needs") {
+        None => (Vec::new(), Vec::new()),
+        Some(entry) => {
+            match from_node::<Vec<String>>(&entry.value, KeyPath::keys([id.as_str(), "needs"])) {
+                Ok(needs) => {
+                    let origins = match &entry.value.value {
+                        Value::Seq(items) => items.iter().map(|n| n.origin.clone()).collect(),
+                        _ => vec![entry.value.origin.clone(); needs.len()],
+                    };
+                    (needs, origins)
+                }
+                Err(error) => {
+                    let (origin, problem) = Problem::from_de(&error, &[]);
+                    problems.push(Diagnostic { origin, problem });
+                    return None;
+                }
+            }
+        }
+    };
+    let options_node = Node {
+        value: Value::Map(
+            entries
+                .iter()
+                .filter(|e| !ENTRY_KEYS.contains(&e.key.as_str()))
+                .cloned()
+                .collect(),
+        ),
+        origin: item.origin.clone(),
+    };
+    let options =
+        match kind.parse_options(&options_node, KeyPath::keys([id.as_str()]), &item.origin) {
+            Ok(options) => options,
+            Err(error) => {
+                let (origin, mut problem) = Problem::from_de(&error, &[]);
+                // In the list form `id`, `kind` and `needs` sit beside the options.
+                if let Problem::UnknownKey {
+                    key,
+                    suggestion,
+                    valid,
+                    ..
+                } = &mut problem
+                {
+                    valid.splice(0..0, ENTRY_KEYS.iter().map(|s| s.to_string()));
+                    *suggestion = nearest(key, valid.iter().map(String::as_str)).map(Into::into);
+                }
+                problems.push(Diagnostic { origin, problem });
+                return None;
+            }
+        };
+    Some((
+        StageSpec {
+            id: id.clone(),
+            needs,
+            options,
+        },
+        StageLayout {
+            id,
+            node_path: entry_path,
+            origin: id_origin,
+            need_origins,
+        },
+    ))
+}
+
+/// `sweep: { key: [values], zip: { key: [values], … } }`.
+fn parse_sweep(node: &Node, problems: &mut Vec<Diagnostic>) -> Option<(Sweep, SweepTree)> {
+    let before = problems.len();
+    let Some(entries) = node.as_map() else {
+        problems.push(Diagnostic {
+            origin: node.origin.clone(),
+            problem: Problem::WrongType {
+                key: "sweep".into(),
+                expected: "a mapping of `key: [values]`".into(),
+                found: node.describe(),
+            },
+        });
+        return None;
+    };
+    let mut axes = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for entry in entries {
+        if entry.key == "zip" {
+            let Some(zipped) = entry.value.as_map() else {
+                problems.push(Diagnostic {
+                    origin: entry.value.origin.clone(),
+                    problem: Problem::WrongType {
+                        key: "sweep.zip".into(),
+                        expected: "a mapping of `key: [values]` advancing together".into(),
+                        found: entry.value.describe(),
+                    },
+                });
+                continue;
+            };
+            let mut keys = Vec::new();
+            let mut columns: Vec<&[Node]> = Vec::new();
+            for z in zipped {
+                if let Some(values) =
+                    sweep_values(z, &format!("sweep.zip.{}", z.key), &mut seen, problems)
+                {
+                    if let Some(((first, _), first_col)) = keys.first().zip(columns.first()) {
+                        if values.len() != first_col.len() {
+                            problems.push(Diagnostic {
+                                origin: z.key_origin.clone(),
+                                problem: Problem::ZipLengthMismatch {
+                                    key: z.key.clone(),
+                                    len: values.len(),
+                                    first: String::clone(first),
+                                    first_len: first_col.len(),
+                                },
+                            });
+                            continue;
+                        }
+                    }
+                    keys.push((z.key.clone(), z.key_origin.clone()));
+                    columns.push(values);
+                }
+            }
+            if let Some(first) = columns.first() {
+                let points = (0..first.len())
+                    .map(|i| columns.iter().map(|c| c[i].clone()).collect())
+                    .collect();
+                axes.push(AxisTree { keys, points });
+            }
+        } else if let Some(values) =
+            sweep_values(entry, &format!("sweep.{}", entry.key), &mut seen, problems)
+        {
+            axes.push(AxisTree {
+                keys: vec![(entry.key.clone(), entry.key_origin.clone())],
+                points: values.iter().map(|v| vec![v.clone()]).collect(),
+            });
+        }
+    }
+    if problems.len() > before {
+        return None;
+    }
+    let sweep = Sweep {
+        axes: axes
+            .iter()
+            .map(|a| SweepAxis {
+                keys: a.keys.iter().map(|(k, _)| k.clone()).collect(),
+                points: a
+                    .points
+                    .iter()
+                    .map(|p| p.iter().map(Node::to_json).collect())
+                    .collect(),
+            })
+            .collect(),
+    };
+    Some((sweep, SweepTree { axes }))
+}
+
+/// The values of one sweep key: a non-empty list, key not seen before.
+fn sweep_values<'a>(
+    entry: &'a super::yaml::Entry,
+    display: &str,
+    seen: &mut Vec<String>,
+    problems: &mut Vec<Diagnostic>,
+) -> Option<&'a [Node]> {
+    if seen.contains(&entry.key) {
+        problems.push(Diagnostic {
+            origin: entry.key_origin.clone(),
+            problem: Problem::DuplicateSweepKey {
+                key: entry.key.clone(),
+            },
+        });
+        return None;
+    }
+    seen.push(entry.key.clone());
+    match &entry.value.value {
+        Value::Seq(items) if items.is_empty() => {
+            problems.push(Diagnostic {
+                origin: entry.key_origin.clone(),
+                problem: Problem::EmptySweep {
+                    key: entry.key.clone(),
+                },
+            });
+            None
+        }
+        Value::Seq(items) => Some(items),
+        _ => {
+            problems.push(Diagnostic {
+                origin: entry.value.origin.clone(),
+                problem: Problem::WrongType {
+                    key: display.into(),
+                    expected: "a list of values".into(),
+                    found: entry.value.describe(),
+                },
+            });
+            None
+        }
+    }
+}
+
+/// The `stages:` schema: the map form, or the list form with one entry shape per kind.
+pub(crate) struct StagesSchema;
+
+impl JsonSchema for StagesSchema {
+    fn schema_name() -> Cow<'static, str> {
+        "Stages".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut map_properties = serde_json::Map::new();
+        let mut entries = Vec::new();
+        for kind in StageKind::ALL {
+            let options = match kind {
+                StageKind::Load => generator.subschema_for::<LoadOptions>(),
+                StageKind::Estimate => generator.subschema_for::<EstimateOptions>(),
+                StageKind::Gate => generator.subschema_for::<GateOptions>(),
+                StageKind::Calibrate => generator.subschema_for::<CalibrateOptions>(),
+                StageKind::Prune => generator.subschema_for::<PruneOptions>(),
+                StageKind::Eval => generator.subschema_for::<EvalOptions>(),
+                StageKind::Save => generator.subschema_for::<SaveOptions>(),
+            };
+            map_properties.insert(
+                kind.name().into(),
+                json_schema!({ "anyOf": [options.clone(), { "type": "null" }] }).to_value(),
+            );
+            // The list entry: id/kind/needs beside the kind's own option properties.
+            let inline = inline_options_schema(generator, kind);
+            let mut properties = serde_json::Map::new();
+            properties.insert(
+                "id".into(),
+                serde_json::json!({ "type": "string", "pattern": "^[A-Za-z0-9_-]+$", "description": "Unique stage id (defaults to the kind)." }),
+            );
+            properties.insert("kind".into(), serde_json::json!({ "const": kind.name() }));
+            properties.insert(
+                "needs".into(),
+                serde_json::json!({ "type": "array", "items": { "type": "string" }, "description": "Ids of the stages this one takes artifacts from." }),
+            );
+            let mut required = vec![serde_json::Value::from("kind")];
+            if let Some(props) = inline.get("properties").and_then(|p| p.as_object()) {
+                properties.extend(props.clone());
+            }
+            if let Some(req) = inline.get("required").and_then(|r| r.as_array()) {
+                required.extend(req.iter().cloned());
+            }
+            entries.push(serde_json::json!({
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false
+            }));
+        }
+        json_schema!({
+            "description": "A mapping of stage kinds (implicit order load → estimate → gate → calibrate → prune → eval → save), or a list of `{ id, kind, needs, …options }` for a custom DAG.",
+            "oneOf": [
+                { "type": "object", "properties": map_properties, "additionalProperties": false },
+                { "type": "array", "items": { "oneOf": entries } }
+            ]
+        })
+    }
+}
+
+/// A kind's options schema with `$ref`s left as they are, but its own properties inline.
+fn inline_options_schema(generator: &mut SchemaGenerator, kind: StageKind) -> Schema {
+    match kind {
+        StageKind::Load => LoadOptions::json_schema(generator),
+        StageKind::Estimate => EstimateOptions::json_schema(generator),
+        StageKind::Gate => GateOptions::json_schema(generator),
+        StageKind::Calibrate => CalibrateOptions::json_schema(generator),
+        StageKind::Prune => PruneOptions::json_schema(generator),
+        StageKind::Eval => EvalOptions::json_schema(generator),
+        StageKind::Save => SaveOptions::json_schema(generator),
+    }
+}
+
+/// The `sweep:` schema.
+pub(crate) struct SweepSchema;
+
+impl JsonSchema for SweepSchema {
+    fn schema_name() -> Cow<'static, str> {
+        "Sweep".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Keys (`<stage id>.<option>`, `calibration.*`, `evaluation.*`, `seed`) with lists of values; the cells are their cartesian product. Keys under `zip` advance together instead.",
+            "type": "object",
+            "properties": {
+                "zip": {
+                    "type": "object",
+                    "additionalProperties": { "type": "array", "minItems": 1 }
+                }
+            },
+            "additionalProperties": { "type": "array", "minItems": 1 }
+        })
+    }
+}
+
+impl JsonSchema for Device {
+    fn schema_name() -> Cow<'static, str> {
+        "Device".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`auto`, `cpu`, `cuda` or `cuda:N`.",
+            "type": "string",
+            "pattern": "^(auto|cpu|cuda(:[0-9]+)?)$"
+        })
+    }
+}
+
+impl Serialize for Device {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Device {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct DeviceVisitor;
+        impl Visitor<'_> for DeviceVisitor {
+            type Value = Device;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`auto`, `cpu`, `cuda` or `cuda:N`")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Device, E> {
+                s.parse()
+                    .map_err(|()| E::invalid_value(Unexpected::Str(s), &self))
+            }
+        }
+        d.deserialize_str(DeviceVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::yaml;
+
+    fn parse_text(text: &str) -> Result<Parsed, Vec<Diagnostic>> {
+        parse(&yaml::parse(text).expect("valid yaml"))
+    }
+
+    const HEAD: &str = "name: t\nmodel: { gguf: m.gguf }\n";
+
+    #[test]
+    fn map_form_is_ordered_and_chained_whatever_the_file_order() {
+        let parsed = parse_text(&format!(
+            "{HEAD}stages:\n  eval: {{}}\n  prune: {{ method: magnitude, sparsity: 0.5 }}\n  load:\n"
+        ))
+        .expect("valid");
+        let ids: Vec<_> = parsed
+            .spec
+            .stages
+            .iter()
+            .map(|s| (s.id.as_str(), s.needs.clone()))
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("load", vec![]),
+                ("prune", vec!["load".to_string()]),
+                ("eval", vec!["prune".to_string()])
+            ]
+        );
+        assert_eq!(parsed.spec.form, StagesForm::Map);
+    }
+
+    #[test]
+    fn list_form_reads_flat_options_and_defaults_the_id_to_the_kind() {
+        let parsed = parse_text(&format!(
+            "{HEAD}stages:\n  - kind: load\n  - {{ id: p, kind: prune, needs: [load], method: wanda, pattern: \"2:4\" }}\n"
+        ))
+        .expect("valid");
+        let prune = parsed.spec.stage("p").expect("stage p");
+        assert_eq!(prune.needs, vec!["load".to_string()]);
+        let StageOptions::Prune(options) = &prune.options else {
+            panic!("not prune: {prune:?}");
+        };
+        assert_eq!(options.pattern, Pattern::NM { n: 2, m: 4 });
+        assert_eq!(options.effective_sparsity(), Some(0.5));
+        assert_eq!(parsed.spec.stages[0].id, "load");
+    }
+
+    #[test]
+    fn budget_parses_units() {
+        assert_eq!(Budget::parse("12GiB"), Some(Budget::Bytes(12 << 30)));
+        assert_eq!(Budget::parse("1.5 GB"), Some(Budget::Bytes(1_500_000_000)));
+        assert_eq!(Budget::parse("auto"), Some(Budget::Auto));
+        assert_eq!(Budget::parse("12 parsecs"), None);
+        assert_eq!(Budget::Bytes(12 << 30).to_string(), "12GiB");
+    }
+
+    #[test]
+    fn device_round_trips() {
+        for text in ["auto", "cpu", "cuda:1"] {
+            let device: Device = text.parse().expect("valid device");
+            assert_eq!(device.to_string(), text);
+        }
+        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+        assert!("tpu".parse::<Device>().is_err());
+    }
+
+    #[test]
+    fn option_names_come_from_the_schema() {
+        let mut names = StageKind::Prune.option_names();
+        names.sort();
+        assert_eq!(names, ["method", "pattern", "sparsity", "use_variant"]);
+        assert!(StageKind::Load.option_names().is_empty());
+    }
+
+    #[test]
+    fn sweep_reads_axes_and_zip_in_file_order() {
+        let parsed = parse_text(&format!(
+            "{HEAD}stages: {{ load: {{}} }}\nsweep:\n  prune.sparsity: [0.5, 0.6]\n  zip:\n    prune.method: [wanda, sparsegpt]\n    prune.pattern: [unstructured, \"2:4\"]\n"
+        ))
+        .expect("valid");
+        let sweep = &parsed.spec.sweep;
+        assert_eq!(sweep.axes.len(), 2);
+        assert_eq!(sweep.axes[1].keys, ["prune.method", "prune.pattern"]);
+        assert_eq!(
+            sweep.axes[1].points[1],
+            vec![serde_json::json!("sparsegpt"), serde_json::json!("2:4")]
+        );
+        assert_eq!(sweep.cell_count(), 4);
+    }
+}
