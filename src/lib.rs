@@ -9,3 +9,4 @@ pub mod memory;
 pub mod model;
 pub mod pipeline;
 pub mod prune;
+pub mod stages;

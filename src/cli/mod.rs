@@ -4,7 +4,11 @@ mod backend;
 mod bench;
 mod eval;
 mod generate;
+mod graph;
 mod prune;
+mod run;
+mod schema;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -23,6 +27,14 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a pipeline file: shared stages once, then every sweep cell; resumes where it stopped.
+    Run(run::RunArgs),
+    /// Check a pipeline file (keys, values, files, DAG) without loading anything.
+    Validate(validate::ValidateArgs),
+    /// Print a pipeline's planned DAG (`--format dot|mermaid|text`).
+    Graph(graph::GraphArgs),
+    /// Print the JSON Schema of pipeline files.
+    Schema,
     /// Measure perplexity of a model on a text (non-overlapping windows, as in the paper).
     Eval(eval::EvalArgs),
     /// Continue a prompt with a model (KV-cached decoding).
@@ -36,6 +48,10 @@ pub enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Validate(args) => validate::run(args),
+        Command::Graph(args) => graph::run(args),
+        Command::Schema => schema::run(),
         Command::Eval(args) => eval::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Prune(args) => prune::run(args),

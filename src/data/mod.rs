@@ -1,4 +1,5 @@
 //! Calibration and evaluation text: seeded sampling of token windows.
 
 pub mod calibration;
+pub mod hash;
 pub mod pyrandom;

@@ -183,6 +183,15 @@ impl MemoryLog {
         &self.checkpoints[last]
     }
 
+    /// A log for one part of a run that starts with `earlier`'s checkpoints (e.g. the shared
+    /// stages before a sweep cell) and watches the same GPU.
+    pub fn continued_from(earlier: &MemoryLog, gpu_index: Option<u32>) -> Self {
+        let mut log = Self::with_gpu(gpu_index);
+        log.start = earlier.start;
+        log.checkpoints = earlier.checkpoints.clone();
+        log
+    }
+
     /// The checkpoints so far.
     pub fn checkpoints(&self) -> &[Checkpoint] {
         &self.checkpoints

@@ -11,6 +11,7 @@ pub mod error;
 pub mod plan;
 pub mod record;
 pub mod render;
+pub mod runner;
 pub mod schema;
 pub mod spec;
 pub mod yaml;

@@ -1,0 +1,144 @@
+//! `wanda run`: execute a pipeline — shared stages once, then every sweep cell — writing
+//! `results/<pipeline>/<cell-id>/run.json` per finished cell and resuming where it stopped.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use burn::prelude::Backend;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::backend::{dispatch, DeviceArg, OnBackend};
+use wanda::pipeline::runner::{self, RunEvent, RunOptions, RunSummary};
+use wanda::pipeline::spec::Device;
+use wanda::pipeline::{cell_is_finished, Plan};
+use wanda::stages::PipelineExecutor;
+
+/// Arguments of `wanda run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The pipeline file.
+    pub file: PathBuf,
+    /// Override a key, e.g. `--set prune.sparsity=0.6` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print the plan and what each stage would do; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Run only this cell (id or label).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Re-run cells that already have a run.json.
+    #[arg(long)]
+    pub force: bool,
+    /// Results root; cells go to `<results>/<pipeline name>/<cell id>/`.
+    #[arg(long, default_value = "results")]
+    pub results: PathBuf,
+    /// Do not write memory_log.csv.
+    #[arg(long)]
+    pub no_memory_log: bool,
+}
+
+struct Job {
+    plan: Plan,
+    options: RunOptions,
+}
+
+impl OnBackend for Job {
+    type Output = RunSummary;
+
+    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<RunSummary> {
+        let mut executor =
+            PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, label);
+        let total = self.plan.cells.len();
+        let bar = ProgressBar::new(total as u64).with_style(
+            ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} cells {elapsed} {msg}")
+                .expect("static template"),
+        );
+        bar.set_prefix("run");
+        let summary = runner::run(
+            &self.plan,
+            &mut executor,
+            &self.options,
+            |event| match event {
+                RunEvent::StageStarted { node, cell } => {
+                    let who = cell.map_or("shared".to_string(), |c| c.label.clone());
+                    bar.set_message(format!("{} ({who})", node.stage));
+                }
+                RunEvent::CellSkipped(_) => bar.inc(1),
+                RunEvent::CellFinished(cell, record, path) => {
+                    bar.inc(1);
+                    bar.println(format!(
+                        "finished {:<32} ppl {:>10} sparsity {:>6}  {}",
+                        cell.label,
+                        record
+                            .metrics
+                            .perplexity
+                            .map_or("—".into(), |p| format!("{p:.3}")),
+                        record
+                            .sparsity
+                            .total
+                            .map_or("—".into(), |s| format!("{s:.4}")),
+                        path.display()
+                    ));
+                }
+            },
+        )?;
+        bar.finish_and_clear();
+        Ok(summary)
+    }
+}
+
+/// Runs `wanda run`.
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let plan = match super::validate::plan(&args.file, &args.set) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let results_dir = args.results.join(plan.name());
+    if args.dry_run {
+        print!("{}", plan.render(wanda::pipeline::GraphFormat::Text));
+        println!();
+        for cell in &plan.cells {
+            let state = if cell_is_finished(&results_dir, &cell.id) && !args.force {
+                "finished, skipped"
+            } else {
+                "would run"
+            };
+            println!("{:<12} {:<32} {state}", cell.id.0, cell.label);
+        }
+        println!("results: {}", results_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let device = match plan.spec.settings.device {
+        Device::Auto => DeviceArg::Auto,
+        Device::Cpu => DeviceArg::Cpu,
+        Device::Cuda(i) => DeviceArg::Cuda(i as usize),
+    };
+    let gpu_index = match device {
+        DeviceArg::Cuda(i) => Some(i as u32),
+        DeviceArg::Auto if cfg!(feature = "cuda") => Some(0),
+        _ => None,
+    };
+    let options = RunOptions {
+        results_dir: results_dir.clone(),
+        only: args.only,
+        force: args.force,
+        memory_log: !args.no_memory_log,
+        gpu_index,
+    };
+    let summary = dispatch(device, Job { plan, options })?;
+    println!(
+        "{} cell(s) finished, {} already finished and skipped; results in {}",
+        summary.finished.len(),
+        summary.skipped.len(),
+        results_dir.display()
+    );
+    if !summary.memory_summary.is_empty() && !args.no_memory_log {
+        println!("\n{}", summary.memory_summary);
+    }
+    if let Some(reason) = summary.halted {
+        eprintln!("halted: {reason}");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}

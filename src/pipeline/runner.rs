@@ -1,0 +1,281 @@
+//! Executes a [`Plan`]: shared stages once, then each cell's stages, cell by cell; times every
+//! stage, takes memory checkpoints around it, and writes each finished cell's `run.json` and
+//! `memory_log.csv` atomically. A cell whose record exists is skipped (unless forced), so an
+//! interrupted sweep resumes where it stopped and loses nothing that finished.
+//!
+//! What a stage does is not known here: an [`Executor`] runs it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use petgraph::graph::NodeIndex;
+
+use crate::memory::log::MemoryLog;
+use crate::pipeline::plan::{Cell, Plan, StageNode};
+use crate::pipeline::record::{cell_is_finished, RecordError, RunRecord, StageMemory};
+
+/// What a stage returns: go on, or stop the run with a reason (a gate said no → exit 1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StageOutcome {
+    /// Continue with the next stage.
+    Continue,
+    /// Stop; no further stage runs.
+    Halt {
+        /// Why, for the user.
+        reason: String,
+    },
+}
+
+/// Error type of executors.
+pub type StageFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs stages. Every stage gets a record to fill: a cell's own, or for shared stages a record
+/// whose metrics, sparsity and effective values are copied into every cell they cover.
+pub trait Executor {
+    /// Runs one stage; `upstream` lists every stage it depends on, directly or not, so the
+    /// executor can hand it the artifacts of exactly those stages.
+    fn run_stage(
+        &mut self,
+        node: &StageNode,
+        upstream: &[&StageNode],
+        cell: Option<&Cell>,
+        record: &mut RunRecord,
+    ) -> Result<StageOutcome, StageFailure>;
+    /// Called before the first stage of each cell that runs, to fill shared facts (hashes,
+    /// effective values) into its record.
+    fn begin_cell(&mut self, cell: &Cell, record: &mut RunRecord);
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// `results/<pipeline>`: one folder per cell below it.
+    pub results_dir: PathBuf,
+    /// Run only the cell with this id or label.
+    pub only: Option<String>,
+    /// Re-run finished cells.
+    pub force: bool,
+    /// Write `memory_log.csv` beside each `run.json`.
+    pub memory_log: bool,
+    /// GPU index the memory log watches (None on CPU).
+    pub gpu_index: Option<u32>,
+}
+
+/// Progress events, for a caller that shows bars or logs.
+#[derive(Debug, Clone)]
+pub enum RunEvent<'a> {
+    /// A stage starts (`cell` is None for shared stages).
+    StageStarted {
+        /// The stage.
+        node: &'a StageNode,
+        /// Its cell.
+        cell: Option<&'a Cell>,
+    },
+    /// A cell was skipped because its record exists.
+    CellSkipped(&'a Cell),
+    /// A cell finished and its record was written here.
+    CellFinished(&'a Cell, &'a RunRecord, &'a Path),
+}
+
+/// What a run did.
+#[derive(Debug, Default)]
+pub struct RunSummary {
+    /// Cells run to completion, with their records.
+    pub finished: Vec<RunRecord>,
+    /// Labels of cells skipped as already finished.
+    pub skipped: Vec<String>,
+    /// Set when a stage halted the run.
+    pub halted: Option<String>,
+    /// The memory log of the shared stages and the last cell.
+    pub memory_summary: String,
+}
+
+/// Errors of a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// `--only` names no cell.
+    #[error("no cell has the id or label `{0}`; `wanda graph` lists them")]
+    UnknownCell(String),
+    /// A stage failed.
+    #[error("stage `{stage}`{cell} failed", cell = .cell.as_ref().map(|c| format!(" of cell `{c}`")).unwrap_or_default())]
+    Stage {
+        /// The stage id.
+        stage: String,
+        /// The cell label, for per-cell stages.
+        cell: Option<String>,
+        /// What went wrong.
+        #[source]
+        source: StageFailure,
+    },
+    /// A record could not be written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The memory log could not be written.
+    #[error("cannot write the memory log into `{dir}`")]
+    MemoryLog {
+        /// The cell folder.
+        dir: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn selected<'a>(plan: &'a Plan, options: &RunOptions) -> Result<Vec<&'a Cell>, RunError> {
+    let cells: Vec<&Cell> = match &options.only {
+        Some(only) => plan
+            .cells
+            .iter()
+            .filter(|c| &c.id.0 == only || &c.label == only)
+            .collect(),
+        None => plan.cells.iter().collect(),
+    };
+    match &options.only {
+        Some(only) if cells.is_empty() => Err(RunError::UnknownCell(only.clone())),
+        _ => Ok(cells),
+    }
+}
+
+/// Runs the plan with `executor`.
+pub fn run(
+    plan: &Plan,
+    executor: &mut dyn Executor,
+    options: &RunOptions,
+    mut on_event: impl FnMut(RunEvent<'_>),
+) -> Result<RunSummary, RunError> {
+    let mut summary = RunSummary::default();
+    let mut todo = Vec::new();
+    for cell in selected(plan, options)? {
+        if !options.force && cell_is_finished(&options.results_dir, &cell.id) {
+            summary.skipped.push(cell.label.clone());
+            on_event(RunEvent::CellSkipped(cell));
+        } else {
+            todo.push(cell);
+        }
+    }
+    let mut shared_log = MemoryLog::with_gpu(options.gpu_index);
+    let Some(first) = todo.first() else {
+        return Ok(summary);
+    };
+    let mut shared_record = RunRecord::new(plan, first);
+    shared_log.checkpoint("start");
+    let mut shared_times = Vec::new();
+    for index in plan.order() {
+        let node = &plan.graph()[index];
+        if !node.is_shared() {
+            continue;
+        }
+        on_event(RunEvent::StageStarted { node, cell: None });
+        let upstream = upstream(plan, index);
+        let (outcome, seconds, peak) = timed(&mut shared_log, &node.stage, || {
+            executor.run_stage(node, &upstream, None, &mut shared_record)
+        });
+        let outcome = outcome.map_err(|source| RunError::Stage {
+            stage: node.stage.clone(),
+            cell: None,
+            source,
+        })?;
+        shared_times.push((node.stage.clone(), seconds, peak));
+        if let StageOutcome::Halt { reason } = outcome {
+            summary.halted = Some(reason);
+            summary.memory_summary = shared_log.summary();
+            return Ok(summary);
+        }
+    }
+    for cell in todo {
+        let mut log = MemoryLog::continued_from(&shared_log, options.gpu_index);
+        let mut record = RunRecord::new(plan, cell);
+        executor.begin_cell(cell, &mut record);
+        record.metrics = shared_record.metrics.clone();
+        record.sparsity = shared_record.sparsity.clone();
+        record.effective.nsamples = shared_record
+            .effective
+            .nsamples
+            .or(record.effective.nsamples);
+        record.effective.seqlen = shared_record.effective.seqlen.or(record.effective.seqlen);
+        let started = Instant::now();
+        for (stage, seconds, peak) in &shared_times {
+            record.timings.stages.insert(stage.clone(), *seconds);
+            record
+                .memory
+                .stages
+                .insert(stage.clone(), stage_memory(*peak));
+        }
+        for index in plan.cell_nodes(cell.index) {
+            let node = &plan.graph()[index];
+            on_event(RunEvent::StageStarted {
+                node,
+                cell: Some(cell),
+            });
+            let upstream = upstream(plan, index);
+            let (outcome, seconds, peak) = timed(&mut log, &node.stage, || {
+                executor.run_stage(node, &upstream, Some(cell), &mut record)
+            });
+            let outcome = outcome.map_err(|source| RunError::Stage {
+                stage: node.stage.clone(),
+                cell: Some(cell.label.clone()),
+                source,
+            })?;
+            record.timings.stages.insert(node.stage.clone(), seconds);
+            record
+                .memory
+                .stages
+                .insert(node.stage.clone(), stage_memory(peak));
+            if let StageOutcome::Halt { reason } = outcome {
+                summary.halted = Some(reason);
+                summary.memory_summary = log.summary();
+                return Ok(summary);
+            }
+        }
+        record.timings.total_s =
+            started.elapsed().as_secs_f64() + shared_times.iter().map(|(_, s, _)| s).sum::<f64>();
+        record.memory.peak_rss_bytes = log.peak_rss();
+        record.memory.peak_gpu_bytes = log.peak_gpu();
+        let path = RunRecord::path(&options.results_dir, &cell.id);
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if options.memory_log {
+            log.write_csv(&dir).map_err(|source| RunError::MemoryLog {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+        }
+        // The record is written last: its presence is what marks the cell as finished.
+        record.write(&path)?;
+        on_event(RunEvent::CellFinished(cell, &record, &path));
+        summary.memory_summary = log.summary();
+        summary.finished.push(record);
+    }
+    Ok(summary)
+}
+
+/// Every node `node` depends on, directly or through others.
+fn upstream(plan: &Plan, node: NodeIndex) -> Vec<&StageNode> {
+    let mut seen: Vec<NodeIndex> = Vec::new();
+    let mut stack = plan.needs(node);
+    while let Some(n) = stack.pop() {
+        if !seen.contains(&n) {
+            seen.push(n);
+            stack.extend(plan.needs(n));
+        }
+    }
+    seen.sort();
+    seen.into_iter().map(|n| &plan.graph()[n]).collect()
+}
+
+fn stage_memory(peak: Option<u64>) -> StageMemory {
+    StageMemory {
+        peak_rss_bytes: peak,
+        peak_gpu_bytes: None,
+    }
+}
+
+/// Runs `f` between two checkpoints named after the stage; returns its result, wall seconds
+/// and the peak RSS seen at the end checkpoint.
+fn timed<T>(log: &mut MemoryLog, stage: &str, f: impl FnOnce() -> T) -> (T, f64, Option<u64>) {
+    log.checkpoint(format!("{stage}:start"));
+    let started = Instant::now();
+    let out = f();
+    let seconds = started.elapsed().as_secs_f64();
+    let end = log.checkpoint(format!("{stage}:end"));
+    (out, seconds, end.peak_rss.or(end.rss))
+}

@@ -1,0 +1,38 @@
+//! `calibrate`: tokenise the calibration text and draw the seeded windows.
+
+use burn::prelude::Backend;
+
+use super::{PipelineExecutor, StageError};
+use crate::data::calibration;
+use crate::data::hash::sha256_file;
+use crate::pipeline::runner::StageFailure;
+use crate::pipeline::spec::Settings;
+
+pub(super) fn run<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    settings: &Settings,
+) -> Result<(), StageFailure> {
+    let spec = settings
+        .calibration
+        .as_ref()
+        .ok_or_else(|| StageError::Missing {
+            stage: stage.to_string(),
+            what: "a `calibration:` section",
+        })?;
+    let path = exec.path(&spec.text);
+    let read = |source| StageError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let text = std::fs::read_to_string(&path).map_err(read)?;
+    exec.hashes.calibration = Some(sha256_file(&path).map_err(read)?);
+    let ids = exec.base(stage)?.tokenizer.encode(&text)?;
+    exec.calibration = Some(calibration::draw(
+        &ids,
+        spec.nsamples,
+        spec.seqlen,
+        settings.seed,
+    )?);
+    Ok(())
+}

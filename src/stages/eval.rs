@@ -1,0 +1,63 @@
+//! `eval`: perplexity of the current model (pruned, or dense when no prune ran) by the paper's
+//! protocol.
+
+use burn::prelude::Backend;
+
+use super::{PipelineExecutor, StageError};
+use crate::data::hash::sha256_file;
+use crate::eval::perplexity::perplexity;
+use crate::pipeline::plan::StageNode;
+use crate::pipeline::record::RunRecord;
+use crate::pipeline::runner::StageFailure;
+use crate::pipeline::spec::{EvalOptions, Settings};
+
+pub(super) fn run<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    upstream: &[&StageNode],
+    options: &EvalOptions,
+    settings: &Settings,
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
+    if !options.perplexity {
+        return Ok(());
+    }
+    let spec = settings
+        .evaluation
+        .as_ref()
+        .ok_or_else(|| StageError::Missing {
+            stage: stage.to_string(),
+            what: "an `evaluation:` section",
+        })?;
+    let path = exec.path(&spec.text);
+    if exec.eval_ids.as_ref().is_none_or(|(p, _)| p != &path) {
+        let read = |source| StageError::Read {
+            path: path.display().to_string(),
+            source,
+        };
+        let text = std::fs::read_to_string(&path).map_err(read)?;
+        exec.hashes.evaluation = Some(sha256_file(&path).map_err(read)?);
+        let ids = exec.base(stage)?.tokenizer.encode(&text)?;
+        exec.eval_ids = Some((path, ids));
+    }
+    let (_, ids) = exec.eval_ids.as_ref().expect("set just above");
+    let context = exec.base(stage)?.config.max_position_embeddings;
+    let report = perplexity(
+        exec.current(stage, upstream)?,
+        ids,
+        spec.seqlen,
+        spec.windows,
+        context,
+        |_, _| {},
+    )?;
+    record.metrics.perplexity = Some(report.perplexity);
+    record.hashes.evaluation = exec.hashes.evaluation.clone();
+    for (key, value) in [
+        ("eval_windows", report.windows),
+        ("eval_seqlen", report.seqlen),
+        ("eval_predicted_tokens", report.predicted_tokens),
+    ] {
+        record.metrics.other.insert(key.into(), value.into());
+    }
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `prune`: a copy of the dense model pruned layer by layer with the cell's method and pattern.
+
+use burn::prelude::Backend;
+
+use super::PipelineExecutor;
+use crate::pipeline::plan::StageNode;
+use crate::pipeline::record::RunRecord;
+use crate::pipeline::runner::StageFailure;
+use crate::pipeline::spec::{Method as SpecMethod, Pattern, PruneOptions};
+use crate::prune::layerwise::{prune_model, Method};
+use crate::prune::sparsegpt::SparseGptOptions;
+use crate::prune::Sparsity;
+
+/// Samples per forward pass while calibrating.
+const BATCH: usize = 8;
+
+pub(super) fn run<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    node: &StageNode,
+    options: &PruneOptions,
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
+    let method = match options.method {
+        SpecMethod::Magnitude => Method::Magnitude,
+        SpecMethod::Wanda => Method::Wanda {
+            use_variant: options.use_variant,
+        },
+        SpecMethod::Sparsegpt => Method::SparseGpt(SparseGptOptions::default()),
+    };
+    let sparsity = match options.pattern {
+        Pattern::Unstructured => Sparsity::unstructured(options.sparsity.unwrap_or(0.0))?,
+        Pattern::NM { n, m } => Sparsity::nm(n as usize, m as usize)?,
+    };
+    let mut model = exec.base(&node.stage)?.model.clone();
+    let windows = match &exec.calibration {
+        Some(c) => &c.windows[..],
+        None => &[][..],
+    };
+    let report = prune_model(&mut model, method, sparsity, windows, BATCH, |_, _| {})?;
+    record.sparsity.total = Some(report.total);
+    record.sparsity.layers = report
+        .per_layer
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (format!("model.layers.{i}"), *f))
+        .collect();
+    let key = super::node_key(node);
+    exec.pruned.retain(|(k, _)| *k != key);
+    exec.pruned.push((key, model));
+    Ok(())
+}
