@@ -6,4 +6,5 @@ mod gguf_model;
 mod hf_folder;
 mod pipeline;
 mod prune;
+mod run_cli;
 mod smollm;

@@ -1,0 +1,164 @@
+//! `wanda run` end to end on a tiny model: a 3 methods × 4 ratios sweep writes one run.json per
+//! cell, a re-run skips them all, and a sweep killed half way resumes with only the missing cells.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wanda::model::export::{save_hf_folder, SaveDtype};
+use wanda::pipeline::RunRecord;
+
+use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json};
+
+/// A folder with a tiny model, texts and a 12-cell sweep pipeline; returns the pipeline path.
+fn sweep_fixture(dir: &Path) -> PathBuf {
+    let config = tiny_config("LlamaForCausalLM", true);
+    save_hf_folder(
+        &tiny_model(&config, 8),
+        &config,
+        &tiny_tokenizer_json(),
+        &dir.join("tiny"),
+        SaveDtype::F32,
+    )
+    .unwrap();
+    std::fs::write(dir.join("calib.txt"), tiny_text(400)).unwrap();
+    std::fs::write(dir.join("eval.txt"), tiny_text(300)).unwrap();
+    let pipeline = dir.join("sweep.yaml");
+    std::fs::write(
+        &pipeline,
+        r#"name: tiny-sweep
+seed: 0
+device: cpu
+model: { path: tiny }
+calibration: { text: calib.txt, nsamples: 4, seqlen: 16 }
+evaluation: { text: eval.txt, seqlen: 16 }
+stages:
+  load: {}
+  calibrate: {}
+  prune: { method: wanda, sparsity: 0.5 }
+  eval: {}
+  save: {}
+sweep:
+  prune.method: [magnitude, wanda, sparsegpt]
+  prune.sparsity: [0.2, 0.4, 0.6, 0.8]
+"#,
+    )
+    .unwrap();
+    pipeline
+}
+
+fn wanda(pipeline: &Path, results: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wanda"));
+    cmd.arg("run").arg(pipeline).arg("--results").arg(results);
+    cmd
+}
+
+fn records(results: &Path) -> Vec<RunRecord> {
+    let dir = results.join("tiny-sweep");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<RunRecord> = entries
+        .filter_map(|e| {
+            let path = e.ok()?.path().join("run.json");
+            path.exists()
+                .then(|| RunRecord::read(&path).expect("every run.json is complete"))
+        })
+        .collect();
+    out.sort_by(|a, b| a.cell.label.cmp(&b.cell.label));
+    out
+}
+
+#[test]
+fn sweep_runs_every_cell_once_and_a_rerun_skips_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = sweep_fixture(dir.path());
+    let results = dir.path().join("results");
+    let out = wanda(&pipeline, &results).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recs = records(&results);
+    assert_eq!(recs.len(), 12);
+    for r in &recs {
+        let ppl = r.metrics.perplexity.expect("every cell is evaluated");
+        assert!(ppl.is_finite() && ppl > 1.0, "{}: {ppl}", r.cell.label);
+        let target: f64 = r.cell.values["prune.sparsity"].as_f64().unwrap();
+        let total = r.sparsity.total.unwrap();
+        // Magnitude prunes ties at the threshold too, so it may exceed the target slightly.
+        assert!(
+            total >= target - 0.07 && total <= target + 0.02,
+            "{}: {total}",
+            r.cell.label
+        );
+        assert!(r.timings.stages.contains_key("prune"));
+        assert!(dir
+            .path()
+            .join("results/tiny-sweep")
+            .join(&r.cell.id.0)
+            .join("memory_log.csv")
+            .exists());
+    }
+    // Higher sparsity hurts wanda's perplexity on the same model.
+    let wanda: Vec<f64> = recs
+        .iter()
+        .filter(|r| r.cell.label.starts_with("wanda"))
+        .map(|r| r.metrics.perplexity.unwrap())
+        .collect();
+    assert!(wanda[3] > wanda[0], "{wanda:?}");
+
+    let again = wanda_rerun(&pipeline, &results);
+    assert!(
+        again.contains("0 cell(s) finished, 12 already finished"),
+        "{again}"
+    );
+}
+
+fn wanda_rerun(pipeline: &Path, results: &Path) -> String {
+    let out = wanda(pipeline, results).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_killed_sweep_resumes_with_only_the_missing_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = sweep_fixture(dir.path());
+    let results = dir.path().join("results");
+    let mut child = wanda(&pipeline, &results)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while records(&results).is_empty() && started.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = records(&results);
+    assert!(
+        !before.is_empty(),
+        "the sweep should have finished a cell before the kill"
+    );
+    let out = wanda_rerun(&pipeline, &results);
+    let expected = format!(
+        "{} cell(s) finished, {} already finished",
+        12 - before.len(),
+        before.len()
+    );
+    assert!(out.contains(&expected), "{out}");
+    let after = records(&results);
+    assert_eq!(after.len(), 12);
+    // Cells finished before the kill were left exactly as they were.
+    for r in &before {
+        let same = after.iter().find(|a| a.cell.id == r.cell.id).unwrap();
+        assert_eq!(same, r);
+    }
+}
