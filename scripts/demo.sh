@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# The bundled demo: fetch the demo model and texts, build wanda, and measure the dense
-# SmolLM2-135M perplexity on WikiText-2 (first 8 windows of 512 tokens), then let it talk.
+# The bundled demo: fetch the demo model and texts, build wanda, and run the demo pipeline
+# (SmolLM2-135M pruned to 50 % with Wanda, perplexity on WikiText-2), then let the dense model talk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-demo.sh
 cargo build --release --quiet
-wanda=target/release/wanda
-[ -n "${CARGO_TARGET_DIR:-}" ] && wanda="$CARGO_TARGET_DIR/release/wanda"
-"$wanda" eval --model demo/SmolLM2-135M-Instruct.Q4_1.gguf --text demo/wikitext2-raw-test.txt \
-  --seqlen 512 --windows 8
+wanda="${CARGO_TARGET_DIR:-target}/release/wanda"
+shared="${WANDA_SHARED:-../shared}"
+sets=()
+if [ ! -d "$shared/models" ] || [ ! -d "$shared/data" ]; then
+  # Without ../shared the pipeline's data paths point at the fetched copies (relative to pipelines/).
+  sets=(--set model.gguf=../demo/SmolLM2-135M-Instruct.Q4_1.gguf
+        --set calibration.text=../demo/wikitext2-v1-valid.txt
+        --set evaluation.text=../demo/wikitext2-raw-test.txt)
+fi
+"$wanda" run pipelines/smollm2-135m.yaml "${sets[@]}"
 "$wanda" generate --model demo/SmolLM2-135M-Instruct.Q4_1.gguf \
   --prompt "The history of the Roman Empire" --max-new-tokens 40
