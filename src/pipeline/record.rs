@@ -147,6 +147,9 @@ pub struct Versions {
     /// The Burn version, when a model was involved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burn: Option<String>,
+    /// The git commit `wanda` was built from, when it was built in a git checkout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_commit: Option<String>,
 }
 
 impl Default for Versions {
@@ -155,6 +158,9 @@ impl Default for Versions {
             record: RECORD_VERSION,
             wanda: env!("CARGO_PKG_VERSION").into(),
             burn: None,
+            git_commit: Some(env!("WANDA_GIT_COMMIT"))
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
         }
     }
 }

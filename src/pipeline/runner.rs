@@ -185,14 +185,11 @@ pub fn run(
     for cell in todo {
         let mut log = MemoryLog::continued_from(&shared_log, options.gpu_index);
         let mut record = RunRecord::new(plan, cell);
-        executor.begin_cell(cell, &mut record);
+        // What shared stages measured applies to every cell; the executor then adds the
+        // shared facts it holds (hashes, effective calibration size).
         record.metrics = shared_record.metrics.clone();
         record.sparsity = shared_record.sparsity.clone();
-        record.effective.nsamples = shared_record
-            .effective
-            .nsamples
-            .or(record.effective.nsamples);
-        record.effective.seqlen = shared_record.effective.seqlen.or(record.effective.seqlen);
+        executor.begin_cell(cell, &mut record);
         let started = Instant::now();
         for (stage, seconds, peak) in &shared_times {
             record.timings.stages.insert(stage.clone(), *seconds);

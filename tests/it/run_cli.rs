@@ -94,6 +94,19 @@ fn sweep_runs_every_cell_once_and_a_rerun_skips_them() {
             r.cell.label
         );
         assert!(r.timings.stages.contains_key("prune"));
+        assert_eq!(
+            (r.effective.nsamples, r.effective.seqlen),
+            (Some(4), Some(16))
+        );
+        assert!(r.metrics.other.contains_key("calibration_offsets_hash"));
+        assert!(r.hashes.model.is_some() && r.hashes.evaluation.is_some());
+        if Path::new(env!("CARGO_MANIFEST_DIR")).join(".git").exists() {
+            let commit = r.versions.git_commit.as_deref().unwrap_or_default();
+            assert!(
+                commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+                "{commit:?}"
+            );
+        }
         assert!(dir
             .path()
             .join("results/tiny-sweep")
