@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 use burn::prelude::Backend;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
@@ -61,29 +60,15 @@ impl OnBackend for EvalArgs {
             .with_context(|| format!("cannot load model `{origin}`"))?;
         let load_seconds = started.elapsed().as_secs_f64();
         let ids = loaded.tokenizer.encode(&text)?;
-        let context = loaded
-            .config
-            .sliding_window
-            .map_or(loaded.config.max_position_embeddings, |w| {
-                w.min(loaded.config.max_position_embeddings)
-            });
-        let bar = ProgressBar::new(0).with_style(
-            ProgressStyle::with_template(
-                "perplexity {bar:30} {pos}/{len} windows {elapsed} (eta {eta})",
-            )
-            .expect("static template"),
-        );
+        let bar = super::counter_bar("perplexity", "windows");
         let started = Instant::now();
         let report = perplexity(
             &loaded.model,
             &ids,
             self.seqlen,
             self.windows,
-            context,
-            |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            },
+            loaded.config.context_limit(),
+            |done, total| super::advance(&bar, done, total),
         )?;
         bar.finish_and_clear();
         let eval_seconds = started.elapsed().as_secs_f64();

@@ -13,6 +13,7 @@ mod validate;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Declarative LLM-pruning experiments: Wanda, SparseGPT and magnitude pruning of Llama-family
 /// models, WikiText-2 perplexity by the paper's protocol, on CPU or CUDA.
@@ -57,4 +58,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Prune(args) => prune::run(args),
         Command::Bench(args) => bench::run(args),
     }
+}
+
+/// A progress bar for `done / total` callbacks: `label [bar] pos/len unit elapsed (eta)`, drawn
+/// on stderr only when it is a terminal.
+fn counter_bar(label: &str, unit: &str) -> ProgressBar {
+    let template = format!("{label} {{bar:30}} {{pos}}/{{len}} {unit} {{elapsed}} (eta {{eta}})");
+    ProgressBar::new(0).with_style(ProgressStyle::with_template(&template).expect("valid template"))
+}
+
+/// Moves `bar` to `done` of `total`.
+fn advance(bar: &ProgressBar, done: usize, total: usize) {
+    bar.set_length(total as u64);
+    bar.set_position(done as u64);
 }

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use burn::prelude::Backend;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
 use wanda::data::calibration::{self, CalibrationSet};
 use wanda::eval::perplexity::{perplexity, PerplexityReport};
+use wanda::memory::log::MemoryLog;
 use wanda::model::export::{save_hf_folder, SaveDtype};
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::{prune_model, Method, ModelSparsity};
@@ -105,14 +105,6 @@ fn parse_method(args: &PruneArgs) -> anyhow::Result<Method> {
     })
 }
 
-/// Peak resident set size of this process (`VmHWM`), where the OS reports it.
-fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 impl OnBackend for PruneArgs {
     type Output = PruneOutput;
 
@@ -152,10 +144,7 @@ impl OnBackend for PruneArgs {
             ),
             (_, false) => None,
         };
-        let bar = ProgressBar::new(0).with_style(
-            ProgressStyle::with_template("prune {bar:30} {pos}/{len} layers {elapsed}")
-                .expect("static template"),
-        );
+        let bar = super::counter_bar("prune", "layers");
         let started = Instant::now();
         let windows = calibration.as_ref().map_or(&[][..], |c| &c.windows[..]);
         let report = prune_model(
@@ -164,10 +153,7 @@ impl OnBackend for PruneArgs {
             sparsity,
             windows,
             self.batch,
-            |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            },
+            |done, total| super::advance(&bar, done, total),
         )?;
         bar.finish_and_clear();
         let prune_seconds = started.elapsed().as_secs_f64();
@@ -177,23 +163,15 @@ impl OnBackend for PruneArgs {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read eval text `{}`", path.display()))?;
                 let ids = loaded.tokenizer.encode(&text)?;
-                let bar = ProgressBar::new(0).with_style(
-                    ProgressStyle::with_template(
-                        "perplexity {bar:30} {pos}/{len} windows {elapsed}",
-                    )
-                    .expect("static template"),
-                );
+                let bar = super::counter_bar("perplexity", "windows");
                 let started = Instant::now();
                 let r = perplexity(
                     &loaded.model,
                     &ids,
                     self.eval_seqlen,
                     self.windows,
-                    loaded.config.max_position_embeddings,
-                    |d, t| {
-                        bar.set_length(t as u64);
-                        bar.set_position(d as u64);
-                    },
+                    loaded.config.context_limit(),
+                    |d, t| super::advance(&bar, d, t),
                 )?;
                 bar.finish_and_clear();
                 (Some(r), Some(started.elapsed().as_secs_f64()))
@@ -220,7 +198,7 @@ impl OnBackend for PruneArgs {
             load_seconds,
             prune_seconds,
             eval_seconds,
-            peak_rss_bytes: peak_rss_bytes(),
+            peak_rss_bytes: MemoryLog::with_gpu(None).checkpoint("end").peak_rss,
             device: label,
         })
     }

@@ -473,6 +473,15 @@ impl LlamaConfig {
         v
     }
 
+    /// Longest window the model attends over in full: `max_position_embeddings`, or Mistral's
+    /// sliding window when that is shorter.
+    pub fn context_limit(&self) -> usize {
+        self.sliding_window
+            .map_or(self.max_position_embeddings, |w| {
+                w.min(self.max_position_embeddings)
+            })
+    }
+
     /// Number of query heads served by each key/value head.
     pub fn kv_groups(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads
@@ -536,6 +545,20 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(err.to_string().contains("num_key_value_heads"), "{err}");
+    }
+
+    #[test]
+    fn mistral_sliding_window_limits_the_context() {
+        let json = r#"{"architectures":["MistralForCausalLM"],"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10,
+            "max_position_embeddings":32768,"sliding_window":4096}"#;
+        let c = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
+        assert_eq!(c.context_limit(), 4096);
+        let c = HfLlamaConfig::from_json(smollm_json())
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(c.context_limit(), 8192);
     }
 
     #[test]

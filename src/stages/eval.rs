@@ -41,7 +41,7 @@ pub(super) fn run<B: Backend>(
         exec.eval_ids = Some((path, ids));
     }
     let (_, ids) = exec.eval_ids.as_ref().expect("set just above");
-    let context = exec.base(stage)?.config.max_position_embeddings;
+    let context = exec.base(stage)?.config.context_limit();
     let report = perplexity(
         exec.current(stage, upstream)?,
         ids,
