@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use burn::prelude::Backend;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
 use wanda::pipeline::runner::{self, RunEvent, RunOptions, RunSummary};
@@ -47,14 +47,23 @@ impl OnBackend for Job {
     type Output = RunSummary;
 
     fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<RunSummary> {
-        let mut executor =
-            PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, label);
-        let total = self.plan.cells.len();
-        let bar = ProgressBar::new(total as u64).with_style(
-            ProgressStyle::with_template("{prefix:>10} {bar:30} {pos}/{len} cells {elapsed} {msg}")
+        let bars = MultiProgress::new();
+        let bar = bars.add(
+            ProgressBar::new(self.plan.cells.len() as u64).with_style(
+                ProgressStyle::with_template(
+                    "{prefix:>10} {bar:30} {pos}/{len} cells {elapsed} {msg}",
+                )
                 .expect("static template"),
+            ),
         );
         bar.set_prefix("run");
+        let stage_bar = bars.add(super::counter_bar("    stage", "steps"));
+        let stage_progress = stage_bar.clone();
+        let mut executor =
+            PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, label)
+                .with_progress(move |_stage, done, total| {
+                    super::advance(&stage_progress, done, total)
+                });
         let summary = runner::run(
             &self.plan,
             &mut executor,
@@ -63,6 +72,7 @@ impl OnBackend for Job {
                 RunEvent::StageStarted { node, cell } => {
                     let who = cell.map_or("shared".to_string(), |c| c.label.clone());
                     bar.set_message(format!("{} ({who})", node.stage));
+                    stage_bar.reset();
                 }
                 RunEvent::CellSkipped(_) => bar.inc(1),
                 RunEvent::CellFinished(cell, record, path) => {
@@ -83,6 +93,7 @@ impl OnBackend for Job {
                 }
             },
         )?;
+        stage_bar.finish_and_clear();
         bar.finish_and_clear();
         Ok(summary)
     }

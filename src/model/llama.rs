@@ -6,11 +6,13 @@
 //! in Burn's `[in, out]` layout, the transpose of PyTorch's.
 
 use burn::module::Param;
-use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
 use burn::tensor::activation::silu;
 use burn::tensor::module::{attention, linear};
 use burn::tensor::ops::AttentionModuleOptions;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::config::LlamaConfig;
 use super::rope;
@@ -294,23 +296,47 @@ pub struct Llama<B: Backend> {
 }
 
 impl<B: Backend> Llama<B> {
-    /// A model with seeded random weights (Burn's default initialisers), for tests and benchmarks.
+    /// A model with seeded random weights (uniform, PyTorch's default ranges), for tests and
+    /// benchmarks; the same seed gives the same weights on every run and thread.
     pub fn init_random(config: &LlamaConfig, seed: u64, device: &B::Device) -> Self {
-        B::seed(device, seed);
-        let lin =
-            |i: usize, o: usize, bias: bool| LinearConfig::new(i, o).with_bias(bias).init(device);
+        // A local RNG, not the backend's global one: the same seed gives the same model even
+        // when other threads draw random tensors at the same time (parallel tests).
+        let rng = std::cell::RefCell::new(StdRng::seed_from_u64(seed));
+        let uniform = |shape: Vec<usize>, low: f32, high: f32| {
+            let n = shape.iter().product();
+            let values: Vec<f32> = (0..n)
+                .map(|_| rng.borrow_mut().random_range(low..high))
+                .collect();
+            TensorData::new(values, shape)
+        };
+        let lin = |i: usize, o: usize, bias: bool| {
+            // PyTorch's default: U(-1/√in, 1/√in) for weight and bias.
+            let k = 1.0 / (i as f32).sqrt();
+            Linear {
+                weight: Param::from_tensor(Tensor::from_data(uniform(vec![i, o], -k, k), device)),
+                bias: bias.then(|| {
+                    Param::from_tensor(Tensor::from_data(uniform(vec![o], -k, k), device))
+                }),
+            }
+        };
         let (h, heads, kv, d) = (
             config.hidden_size,
             config.num_attention_heads,
             config.num_key_value_heads,
             config.head_dim,
         );
+        // Non-unit gains make the norms observable in tests.
         let norm = |n: usize| {
-            // Non-unit gains make the norm observable in tests.
             RmsNorm::new(
-                Tensor::random([n], burn::tensor::Distribution::Uniform(0.5, 1.5), device),
+                Tensor::from_data(uniform(vec![n], 0.5, 1.5), device),
                 config.rms_norm_eps,
             )
+        };
+        let embed_tokens = Embedding {
+            weight: Param::from_tensor(Tensor::from_data(
+                uniform(vec![config.vocab_size, h], -1.0, 1.0),
+                device,
+            )),
         };
         let layers = (0..config.num_hidden_layers)
             .map(|_| DecoderLayer {
@@ -333,7 +359,7 @@ impl<B: Backend> Llama<B> {
             })
             .collect();
         Self {
-            embed_tokens: EmbeddingConfig::new(config.vocab_size, h).init(device),
+            embed_tokens,
             layers,
             norm: norm(h),
             lm_head: (!config.tie_word_embeddings).then(|| lin(h, config.vocab_size, false)),
@@ -534,6 +560,39 @@ mod tests {
         .unwrap()
         .resolve()
         .unwrap()
+    }
+
+    /// Regression: models built from one seed differed when another test thread drew random
+    /// tensors from the backend's global RNG at the same time.
+    #[test]
+    fn init_random_is_reproducible_while_other_threads_draw_random_tensors() {
+        let device = Default::default();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let noise = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    B::seed(&Default::default(), 99);
+                    let _ = Tensor::<B, 1>::random(
+                        [64],
+                        burn::tensor::Distribution::Default,
+                        &Default::default(),
+                    );
+                }
+            })
+        };
+        let ids = [1i64, 2, 3, 4];
+        let logits = |m: &Llama<B>| -> Vec<f32> {
+            let t = Tensor::<B, 2, Int>::from_data(TensorData::new(ids.to_vec(), [1, 4]), &device);
+            m.forward(t).into_data().to_vec().unwrap()
+        };
+        let a = logits(&Llama::<B>::init_random(&tiny_config(), 5, &device));
+        let b = logits(&Llama::<B>::init_random(&tiny_config(), 5, &device));
+        let c = logits(&Llama::<B>::init_random(&tiny_config(), 6, &device));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        noise.join().unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(super) fn run<B: Backend>(
         spec.seqlen,
         spec.windows,
         context,
-        |_, _| {},
+        |done, total| (exec.progress)(stage, done, total),
     )?;
     record.metrics.perplexity = Some(report.perplexity);
     record.hashes.evaluation = exec.hashes.evaluation.clone();

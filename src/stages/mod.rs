@@ -68,6 +68,8 @@ pub struct PipelineExecutor<B: Backend> {
     hashes: Hashes,
     /// Settings of the shared stages: keys they read are not swept, so every cell agrees.
     shared_settings: Settings,
+    /// Told `(stage, done, total)` as long stages advance (layers pruned, windows evaluated).
+    progress: Box<dyn Fn(&str, usize, usize)>,
 }
 
 impl<B: Backend> PipelineExecutor<B> {
@@ -91,7 +93,14 @@ impl<B: Backend> PipelineExecutor<B> {
                 .cells
                 .first()
                 .map_or_else(|| plan.spec.settings.clone(), |c| c.spec.settings.clone()),
+            progress: Box::new(|_, _, _| {}),
         }
+    }
+
+    /// Reports the progress of long stages to `progress(stage, done, total)`.
+    pub fn with_progress(mut self, progress: impl Fn(&str, usize, usize) + 'static) -> Self {
+        self.progress = Box::new(progress);
+        self
     }
 
     fn path(&self, p: &Path) -> PathBuf {

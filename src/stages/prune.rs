@@ -36,7 +36,14 @@ pub(super) fn run<B: Backend>(
         Some(c) => &c.windows[..],
         None => &[][..],
     };
-    let report = prune_model(&mut model, method, sparsity, windows, BATCH, |_, _| {})?;
+    let report = prune_model(
+        &mut model,
+        method,
+        sparsity,
+        windows,
+        BATCH,
+        |done, total| (exec.progress)(&node.stage, done, total),
+    )?;
     record.sparsity.total = Some(report.total);
     record.sparsity.layers = report
         .per_layer
