@@ -52,6 +52,9 @@ pub enum StageError {
     },
 }
 
+/// Receives `(stage, done, total)` from long stages.
+type ProgressFn = dyn Fn(&str, usize, usize);
+
 /// Runs the stages of one plan on backend `B`, holding the artifacts between them.
 pub struct PipelineExecutor<B: Backend> {
     base_dir: PathBuf,
@@ -69,7 +72,7 @@ pub struct PipelineExecutor<B: Backend> {
     /// Settings of the shared stages: keys they read are not swept, so every cell agrees.
     shared_settings: Settings,
     /// Told `(stage, done, total)` as long stages advance (layers pruned, windows evaluated).
-    progress: Box<dyn Fn(&str, usize, usize)>,
+    progress: Box<ProgressFn>,
 }
 
 impl<B: Backend> PipelineExecutor<B> {
