@@ -13,11 +13,12 @@ use super::backend::{dispatch, DeviceArg, OnBackend};
 use wanda::data::calibration::{self, CalibrationSet};
 use wanda::eval::perplexity::{perplexity, PerplexityReport};
 use wanda::memory::log::MemoryLog;
-use wanda::model::export::{save_hf_folder, SaveDtype};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::{prune_model, Method, ModelSparsity};
 use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::Sparsity;
+use wanda::stages::{RECIPE_FILE, SPARSITY_FILE};
 
 /// Arguments of `wanda prune`.
 #[derive(Debug, clap::Args)]
@@ -105,6 +106,56 @@ fn parse_method(args: &PruneArgs) -> anyhow::Result<Method> {
     })
 }
 
+impl PruneArgs {
+    /// This command as a pipeline file (absolute paths), the recipe saved with the model.
+    fn recipe_yaml(&self, origin: &ModelRef) -> anyhow::Result<String> {
+        let absolute = |p: &std::path::Path| -> anyhow::Result<String> {
+            Ok(std::path::absolute(p)?.display().to_string())
+        };
+        let model = match origin {
+            ModelRef::Gguf(path) => serde_json::json!({ "gguf": absolute(path)? }),
+            ModelRef::Folder(path) => serde_json::json!({ "path": absolute(path)? }),
+            ModelRef::Hub { repo_id, revision } => {
+                serde_json::json!({ "hub": repo_id, "revision": revision })
+            }
+        };
+        let mut prune = serde_json::json!({ "method": self.method, "pattern": self.pattern });
+        if self.pattern == "unstructured" {
+            prune["sparsity"] = self.sparsity.into();
+        }
+        if self.use_variant {
+            prune["use_variant"] = true.into();
+        }
+        let mut recipe = serde_json::json!({
+            "name": "wanda-prune",
+            "seed": self.seed,
+            "model": model,
+            "stages": { "load": {} },
+        });
+        if let Some(text) = &self.calib_text {
+            recipe["calibration"] = serde_json::json!({
+                "text": absolute(text)?, "nsamples": self.nsamples, "seqlen": self.seqlen,
+            });
+            recipe["stages"]["calibrate"] = serde_json::json!({});
+        }
+        recipe["stages"]["prune"] = prune;
+        if let Some(text) = &self.eval_text {
+            let mut evaluation =
+                serde_json::json!({ "text": absolute(text)?, "seqlen": self.eval_seqlen });
+            if let Some(windows) = self.windows {
+                evaluation["windows"] = windows.into();
+            }
+            recipe["evaluation"] = evaluation;
+            recipe["stages"]["eval"] = serde_json::json!({});
+        }
+        recipe["stages"]["save"] = serde_json::json!({ "model": true, "dtype": self.dtype });
+        Ok(format!(
+            "# The `wanda prune` command that made this model, as a pipeline.\n{}",
+            serde_saphyr::to_string(&recipe)?
+        ))
+    }
+}
+
 impl OnBackend for PruneArgs {
     type Output = PruneOutput;
 
@@ -179,12 +230,18 @@ impl OnBackend for PruneArgs {
             None => (None, None),
         };
         if let Some(folder) = &self.save {
+            let mut spec = SaveSpec::new(dtype);
+            spec.extra_files = loaded.tokenizer_files.clone();
+            spec.extra_files
+                .push((RECIPE_FILE.into(), self.recipe_yaml(&origin)?));
+            spec.extra_files
+                .push((SPARSITY_FILE.into(), serde_json::to_string_pretty(&report)?));
             save_hf_folder(
                 &loaded.model,
                 &loaded.config,
                 &loaded.tokenizer.to_json()?,
                 folder,
-                dtype,
+                &spec,
             )?;
         }
         Ok(PruneOutput {
@@ -217,6 +274,13 @@ pub fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
             "sparsity    {:.4} measured over all prunable linears (target {:.4})",
             out.sparsity.total, out.target_sparsity
         );
+        let layers: Vec<String> = out
+            .sparsity
+            .per_layer
+            .iter()
+            .map(|f| format!("{f:.3}"))
+            .collect();
+        println!("per layer   {}", layers.join(" "));
         if let Some(p) = &out.perplexity {
             println!(
                 "perplexity  {:.4} ({} windows × {})",

@@ -55,6 +55,62 @@ impl GgufCheckpoint {
     }
 }
 
+impl GgufCheckpoint {
+    /// `tokenizer_config.json`, `special_tokens_map.json` and `generation_config.json` for a
+    /// Hugging Face copy of this model, from the BOS/EOS ids, the context length and the chat
+    /// template in the metadata.
+    pub fn tokenizer_files(&self, tokenizer: &Tokenizer) -> Vec<(String, String)> {
+        let token = |id: Option<u32>| id.and_then(|id| tokenizer.token(id));
+        let mut special = serde_json::Map::new();
+        for (key, id) in [
+            ("bos_token", self.config.bos_token_id),
+            ("eos_token", self.config.eos_token_id),
+        ] {
+            if let Some(text) = token(id) {
+                special.insert(key.into(), text.into());
+            }
+        }
+        let mut tokenizer_config = special.clone();
+        tokenizer_config.insert("tokenizer_class".into(), "PreTrainedTokenizerFast".into());
+        tokenizer_config.insert(
+            "model_max_length".into(),
+            self.config.max_position_embeddings.into(),
+        );
+        for (key, meta) in [
+            ("add_bos_token", "tokenizer.ggml.add_bos_token"),
+            ("add_eos_token", "tokenizer.ggml.add_eos_token"),
+        ] {
+            if let Some(flag) = self.file.get_bool(meta) {
+                tokenizer_config.insert(key.into(), flag.into());
+            }
+        }
+        if let Some(template) = self.file.get_str("tokenizer.chat_template") {
+            tokenizer_config.insert("chat_template".into(), template.into());
+        }
+        let mut generation = serde_json::Map::new();
+        for (key, id) in [
+            ("bos_token_id", self.config.bos_token_id),
+            ("eos_token_id", self.config.eos_token_id),
+        ] {
+            if let Some(id) = id {
+                generation.insert(key.into(), id.into());
+            }
+        }
+        [
+            ("tokenizer_config.json", tokenizer_config),
+            ("special_tokens_map.json", special),
+            ("generation_config.json", generation),
+        ]
+        .into_iter()
+        .map(|(name, map)| {
+            let text = serde_json::to_string_pretty(&serde_json::Value::Object(map))
+                .expect("a JSON value always serialises");
+            (name.to_string(), text)
+        })
+        .collect()
+    }
+}
+
 fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, ConfigError> {
     let architecture = match arch {
         "llama" => Architecture::Llama,

@@ -1044,7 +1044,7 @@ mod tests {
     #[test]
     fn a_tiny_model_from_the_hub_loads_with_identical_logits() {
         use crate::model::config::HfLlamaConfig;
-        use crate::model::export::{save_hf_folder, SaveDtype};
+        use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
         use crate::model::llama::Llama;
         use burn::backend::NdArray;
         use burn::prelude::*;
@@ -1065,7 +1065,14 @@ mod tests {
             "unk_token":"[UNK]"}}"#;
         let saved = tempfile::tempdir().unwrap();
         let folder = saved.path().join("tiny");
-        save_hf_folder(&model, &config, tokenizer, &folder, SaveDtype::F32).unwrap();
+        save_hf_folder(
+            &model,
+            &config,
+            tokenizer,
+            &folder,
+            &SaveSpec::new(SaveDtype::F32),
+        )
+        .unwrap();
         let files = std::fs::read_dir(&folder)
             .unwrap()
             .map(|e| {

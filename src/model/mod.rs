@@ -113,6 +113,15 @@ pub enum LoadError {
     /// Hub problems.
     #[error(transparent)]
     Hub(#[from] hub::HubError),
+    /// A file of the model folder could not be read.
+    #[error("cannot read `{path}`")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The tokenizer and the model disagree.
     #[error(
         "tokenizer of `{model}` has {tokenizer} ids but the model's vocabulary has {model_vocab}"
@@ -139,6 +148,10 @@ pub struct LoadedModel<B: Backend> {
     pub parameter_count: u64,
     /// Where it came from.
     pub origin: ModelRef,
+    /// The tokenizer's and generation's config files (`tokenizer_config.json`,
+    /// `special_tokens_map.json`, `generation_config.json`) by name, to write beside a saved
+    /// copy: copied from a folder, made from the metadata of a GGUF file.
+    pub tokenizer_files: Vec<(String, String)>,
 }
 
 /// Loads a model from any supported source onto `device`.
@@ -152,12 +165,14 @@ pub fn load<B: Backend>(
             let tokenizer = checkpoint.tokenizer()?;
             let config = checkpoint.config().clone();
             let model = weights::build_llama(&config, &checkpoint, device)?;
+            let tokenizer_files = checkpoint.tokenizer_files(&tokenizer);
             finish(
                 origin,
                 config,
                 model,
                 tokenizer,
                 checkpoint.parameter_count(),
+                tokenizer_files,
             )
         }
         ModelRef::Folder(folder) => load_folder(origin, folder, device),
@@ -184,8 +199,36 @@ fn load_folder<B: Backend>(
     let tokenizer = Tokenizer::from_file(&folder.join("tokenizer.json"))?;
     let source = SafetensorsSource::open(folder)?;
     let model = weights::build_llama(&config, &source, device)?;
-    finish(origin, config, model, tokenizer, source.parameter_count())
+    let tokenizer_files = TOKENIZER_FILES
+        .iter()
+        .filter_map(|name| {
+            let path = folder.join(name);
+            path.is_file().then(|| {
+                std::fs::read_to_string(&path)
+                    .map(|text| (name.to_string(), text))
+                    .map_err(|source| LoadError::Read {
+                        path: path.display().to_string(),
+                        source,
+                    })
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    finish(
+        origin,
+        config,
+        model,
+        tokenizer,
+        source.parameter_count(),
+        tokenizer_files,
+    )
 }
+
+/// The config files of a Hugging Face folder that travel with its tokenizer.
+const TOKENIZER_FILES: [&str; 3] = [
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+];
 
 fn finish<B: Backend>(
     origin: &ModelRef,
@@ -193,6 +236,7 @@ fn finish<B: Backend>(
     model: Llama<B>,
     tokenizer: Tokenizer,
     parameter_count: u64,
+    tokenizer_files: Vec<(String, String)>,
 ) -> Result<LoadedModel<B>, LoadError> {
     // Tokenizers may carry fewer ids than the embedding matrix (padding rows), never more.
     if tokenizer.vocab_size() > config.vocab_size {
@@ -208,6 +252,7 @@ fn finish<B: Backend>(
         tokenizer,
         parameter_count,
         origin: origin.clone(),
+        tokenizer_files,
     })
 }
 

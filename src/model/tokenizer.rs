@@ -89,6 +89,11 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// The token text of `id`, if the vocabulary has it.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     /// Where this tokenizer was loaded from.
     pub fn source_name(&self) -> &str {
         &self.source_name

@@ -97,9 +97,12 @@ pub struct SparsityReport {
     /// Zeros over all prunable weights.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<f64>,
-    /// Per linear layer, by checkpoint name (`model.layers.0.self_attn.q_proj`).
+    /// Per decoder layer, by checkpoint name (`model.layers.0`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub layers: BTreeMap<String, f64>,
+    /// Per linear, by checkpoint name (`model.layers.0.self_attn.q_proj`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub linears: BTreeMap<String, f64>,
 }
 
 /// Wall-clock times in seconds.
@@ -379,7 +382,7 @@ mod tests {
             },
             sparsity: SparsityReport {
                 total: Some(0.5),
-                layers: BTreeMap::new(),
+                ..SparsityReport::default()
             },
             timings: Timings::default(),
             memory: MemoryReport::default(),

@@ -33,7 +33,9 @@ pub type StageFailure = Box<dyn std::error::Error + Send + Sync>;
 /// whose metrics, sparsity and effective values are copied into every cell they cover.
 pub trait Executor {
     /// Runs one stage; `upstream` lists every stage it depends on, directly or not, so the
-    /// executor can hand it the artifacts of exactly those stages.
+    /// executor can hand it the artifacts of exactly those stages. `cell` is the cell the
+    /// stage runs for: its own for per-cell stages, the plan's only cell for shared stages of
+    /// a pipeline without a sweep, and None for shared stages serving several cells.
     fn run_stage(
         &mut self,
         node: &StageNode,
@@ -160,6 +162,10 @@ pub fn run(
     let mut shared_record = RunRecord::new(plan, first);
     shared_log.checkpoint("start");
     let mut shared_times = Vec::new();
+    let sole_cell = match plan.cells.as_slice() {
+        [only] => Some(only),
+        _ => None,
+    };
     for index in plan.order() {
         let node = &plan.graph()[index];
         if !node.is_shared() {
@@ -168,7 +174,7 @@ pub fn run(
         on_event(RunEvent::StageStarted { node, cell: None });
         let upstream = upstream(plan, index);
         let (outcome, seconds, peak) = timed(&mut shared_log, &node.stage, || {
-            executor.run_stage(node, &upstream, None, &mut shared_record)
+            executor.run_stage(node, &upstream, sole_cell, &mut shared_record)
         });
         let outcome = outcome.map_err(|source| RunError::Stage {
             stage: node.stage.clone(),

@@ -15,7 +15,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, Unexpected, Visitor};
@@ -49,6 +49,22 @@ impl PipelineSpec {
     /// The stage with this id.
     pub fn stage(&self, id: &str) -> Option<&StageSpec> {
         self.stages.iter().find(|s| s.id == id)
+    }
+
+    /// This pipeline as a YAML file that runs from anywhere: relative file paths (model,
+    /// calibration and evaluation text) joined to `base_dir`, the pipeline file's folder.
+    pub fn to_portable_yaml(&self, base_dir: &Path) -> String {
+        let mut spec = self.clone();
+        let settings = &mut spec.settings;
+        for path in [&mut settings.model.gguf, &mut settings.model.path]
+            .into_iter()
+            .flatten()
+            .chain(settings.calibration.as_mut().map(|c| &mut c.text))
+            .chain(settings.evaluation.as_mut().map(|e| &mut e.text))
+        {
+            *path = base_dir.join(&*path);
+        }
+        serde_saphyr::to_string(&spec).expect("a pipeline always serialises to YAML")
     }
 }
 
@@ -444,14 +460,71 @@ pub enum Budget {
 }
 
 impl Budget {
-    /// Parses `auto`, a byte count, or a size with a unit: `B`, `KB`/`MB`/`GB`/`TB` (powers of
-    /// 1000) or `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024); units case-insensitive, decimals
-    /// allowed.
+    /// Parses `auto` or a size as [`ByteSize::parse`] reads it.
     pub fn parse(text: &str) -> Option<Budget> {
-        let text = text.trim();
-        if text == "auto" {
+        if text.trim() == "auto" {
             return Some(Budget::Auto);
         }
+        ByteSize::parse(text).map(|b| Budget::Bytes(b.0))
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Budget::Auto => f.write_str("auto"),
+            Budget::Bytes(b) => ByteSize(b).fmt(f),
+        }
+    }
+}
+
+impl Serialize for Budget {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Budget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SizeVisitor {
+            parse: Budget::parse,
+            from_bytes: Budget::Bytes,
+            expected: "`auto` or a size such as `12GiB`",
+        })
+    }
+}
+
+impl JsonSchema for Budget {
+    fn schema_name() -> Cow<'static, str> {
+        "Budget".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": format!("`auto` (the device's free memory) or a size: {SIZE_FORMS}."),
+            "anyOf": [
+                { "type": "string", "pattern": format!("^(auto|{SIZE_PATTERN})$") },
+                { "type": "integer", "minimum": 1 }
+            ]
+        })
+    }
+}
+
+/// A size in bytes, written as a byte count or a number with a unit (`5GB`, `512MiB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+/// How sizes may be written, for descriptions.
+const SIZE_FORMS: &str = "bytes, or a number with B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)";
+
+/// The regular expression of a size with a unit, for the JSON Schema.
+const SIZE_PATTERN: &str = "[0-9]+(\\.[0-9]+)?\\s*(([kKmMgGtT][iI]?)?[bB])?";
+
+impl ByteSize {
+    /// Parses a byte count, or a size with a unit: `B`, `KB`/`MB`/`GB`/`TB` (powers of 1000) or
+    /// `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024); units case-insensitive, decimals allowed; at
+    /// least one byte.
+    pub fn parse(text: &str) -> Option<ByteSize> {
+        let text = text.trim();
         let split = text
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(text.len());
@@ -471,73 +544,83 @@ impl Budget {
         };
         let bytes = number * scale as f64;
         (bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64)
-            .then(|| Budget::Bytes(bytes.round() as u64))
+            .then(|| ByteSize(bytes.round() as u64))
     }
 }
 
-impl fmt::Display for Budget {
+/// The largest unit that divides the size exactly: binary units first, then decimal ones.
+impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Budget::Auto => f.write_str("auto"),
-            Budget::Bytes(b) => {
-                for (unit, scale) in [
-                    ("TiB", 1u64 << 40),
-                    ("GiB", 1 << 30),
-                    ("MiB", 1 << 20),
-                    ("KiB", 1 << 10),
-                ] {
-                    if b % scale == 0 {
-                        return write!(f, "{}{unit}", b / scale);
-                    }
-                }
-                write!(f, "{b}B")
+        let b = self.0;
+        for (unit, scale) in [
+            ("TiB", 1u64 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
+            ("TB", 1_000_000_000_000),
+            ("GB", 1_000_000_000),
+            ("MB", 1_000_000),
+            ("KB", 1_000),
+        ] {
+            if b.is_multiple_of(scale) {
+                return write!(f, "{}{unit}", b / scale);
             }
         }
+        write!(f, "{b}B")
     }
 }
 
-const BUDGET_EXPECTED: &str = "`auto` or a size such as `12GiB`";
-
-impl Serialize for Budget {
+impl Serialize for ByteSize {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }
 }
 
-impl<'de> Deserialize<'de> for Budget {
+impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct BudgetVisitor;
-        impl Visitor<'_> for BudgetVisitor {
-            type Value = Budget;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(BUDGET_EXPECTED)
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Budget, E> {
-                Budget::parse(s).ok_or_else(|| E::invalid_value(Unexpected::Str(s), &self))
-            }
-            fn visit_u64<E: de::Error>(self, b: u64) -> Result<Budget, E> {
-                if b == 0 {
-                    return Err(E::invalid_value(Unexpected::Unsigned(0), &self));
-                }
-                Ok(Budget::Bytes(b))
-            }
-        }
-        d.deserialize_any(BudgetVisitor)
+        d.deserialize_any(SizeVisitor {
+            parse: ByteSize::parse,
+            from_bytes: ByteSize,
+            expected: "a size such as `5GB` or `500MiB`",
+        })
     }
 }
 
-impl JsonSchema for Budget {
+impl JsonSchema for ByteSize {
     fn schema_name() -> Cow<'static, str> {
-        "Budget".into()
+        "ByteSize".into()
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "`auto` (the device's free memory) or a size: bytes, or a number with B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024).",
+            "description": format!("A size: {SIZE_FORMS}."),
             "anyOf": [
-                { "type": "string", "pattern": "^(auto|[0-9]+(\\.[0-9]+)?\\s*(([kKmMgGtT][iI]?)?[bB])?)$" },
+                { "type": "string", "pattern": format!("^{SIZE_PATTERN}$") },
                 { "type": "integer", "minimum": 1 }
             ]
         })
+    }
+}
+
+/// Reads a size written as text (`parse`) or as a positive byte count (`from_bytes`).
+struct SizeVisitor<T> {
+    parse: fn(&str) -> Option<T>,
+    from_bytes: fn(u64) -> T,
+    expected: &'static str,
+}
+
+impl<T> Visitor<'_> for SizeVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.expected)
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+        (self.parse)(s).ok_or_else(|| E::invalid_value(Unexpected::Str(s), &self))
+    }
+    fn visit_u64<E: de::Error>(self, b: u64) -> Result<T, E> {
+        if b == 0 {
+            return Err(E::invalid_value(Unexpected::Unsigned(0), &self));
+        }
+        Ok((self.from_bytes)(b))
     }
 }
 
@@ -706,6 +789,10 @@ pub struct SaveOptions {
     /// Precision of written weights.
     #[serde(default)]
     pub dtype: Dtype,
+    /// Largest safetensors file; a bigger model is split into shards with an index
+    /// (`model.safetensors.index.json`). Hugging Face's default, `5GB`, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_shard_size: Option<ByteSize>,
 }
 
 /// Precision of written weights.
@@ -1463,6 +1550,36 @@ mod tests {
         assert_eq!(Budget::parse("auto"), Some(Budget::Auto));
         assert_eq!(Budget::parse("12 parsecs"), None);
         assert_eq!(Budget::Bytes(12 << 30).to_string(), "12GiB");
+    }
+
+    #[test]
+    fn byte_sizes_print_in_the_largest_exact_unit() {
+        assert_eq!(ByteSize::parse("5GB"), Some(ByteSize(5_000_000_000)));
+        assert_eq!(ByteSize::parse("200 mb"), Some(ByteSize(200_000_000)));
+        assert_eq!(ByteSize::parse("0"), None);
+        assert_eq!(ByteSize::parse("auto"), None);
+        assert_eq!(ByteSize(5_000_000_000).to_string(), "5GB");
+        assert_eq!(ByteSize(3 << 20).to_string(), "3MiB");
+        assert_eq!(ByteSize(1234).to_string(), "1234B");
+    }
+
+    #[test]
+    fn portable_yaml_anchors_relative_paths_and_reads_back() {
+        let src = "name: p\nmodel: { gguf: m.gguf }\ncalibration: { text: /abs/c.txt, nsamples: 4, seqlen: 8 }\nevaluation: { text: e.txt, seqlen: 8 }\nstages: { load: {}, eval: {} }\n";
+        let parsed = parse_text(src).expect("valid pipeline");
+        let yaml = parsed.spec.to_portable_yaml(Path::new("/base/dir"));
+        let again = parse_text(&yaml).expect("portable YAML is a valid pipeline");
+        let settings = &again.spec.settings;
+        assert_eq!(settings.model.gguf, Some(PathBuf::from("/base/dir/m.gguf")));
+        assert_eq!(
+            settings.calibration.as_ref().map(|c| c.text.clone()),
+            Some(PathBuf::from("/abs/c.txt"))
+        );
+        assert_eq!(
+            settings.evaluation.as_ref().map(|e| e.text.clone()),
+            Some(PathBuf::from("/base/dir/e.txt"))
+        );
+        assert_eq!(again.spec.stages, parsed.spec.stages);
     }
 
     #[test]

@@ -10,6 +10,8 @@ mod load;
 mod prune;
 mod save;
 
+pub use save::{RECIPE_FILE, SPARSITY_FILE};
+
 use std::path::{Path, PathBuf};
 
 use burn::prelude::Backend;
@@ -20,7 +22,8 @@ use crate::model::LoadedModel;
 use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
 use crate::pipeline::record::{Hashes, RunRecord};
 use crate::pipeline::runner::{Executor, StageFailure, StageOutcome};
-use crate::pipeline::spec::{Settings, StageKind, StageOptions};
+use crate::pipeline::spec::{PipelineSpec, Settings, StageKind, StageOptions};
+use crate::prune::layerwise::ModelSparsity;
 
 /// Errors of the stages themselves (domain errors pass through boxed).
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +67,7 @@ pub struct PipelineExecutor<B: Backend> {
     /// The loaded (dense) model, shared by every cell.
     base: Option<LoadedModel<B>>,
     /// Pruned copies, by the prune node that made them: (stage id, cell index or None).
-    pruned: Vec<(NodeKey, Llama<B>)>,
+    pruned: Vec<(NodeKey, Pruned<B>)>,
     calibration: Option<CalibrationSet>,
     /// Tokenised evaluation text, by file, so cells tokenise it once.
     eval_ids: Option<(PathBuf, Vec<u32>)>,
@@ -73,6 +76,14 @@ pub struct PipelineExecutor<B: Backend> {
     shared_settings: Settings,
     /// Told `(stage, done, total)` as long stages advance (layers pruned, windows evaluated).
     progress: Box<ProgressFn>,
+    /// The pipeline as written, the recipe of what shared stages save.
+    pipeline: PipelineSpec,
+}
+
+/// A pruned copy of the model and its measured sparsity.
+struct Pruned<B: Backend> {
+    model: Llama<B>,
+    report: ModelSparsity,
 }
 
 impl<B: Backend> PipelineExecutor<B> {
@@ -97,6 +108,7 @@ impl<B: Backend> PipelineExecutor<B> {
                 .first()
                 .map_or_else(|| plan.spec.settings.clone(), |c| c.spec.settings.clone()),
             progress: Box::new(|_, _, _| {}),
+            pipeline: plan.spec.clone(),
         }
     }
 
@@ -120,23 +132,34 @@ impl<B: Backend> PipelineExecutor<B> {
     /// The model a stage works on: the copy made by the last prune stage upstream of it, or
     /// the dense model when none is (e.g. a dense evaluation branch).
     fn current(&self, stage: &str, upstream: &[&StageNode]) -> Result<&Llama<B>, StageError> {
-        let producer = upstream
+        match self.pruned_upstream(stage, upstream)? {
+            Some(pruned) => Ok(&pruned.model),
+            None => Ok(&self.base(stage)?.model),
+        }
+    }
+
+    /// The copy made by the last prune stage upstream of `stage`, if any prunes.
+    fn pruned_upstream(
+        &self,
+        stage: &str,
+        upstream: &[&StageNode],
+    ) -> Result<Option<&Pruned<B>>, StageError> {
+        let Some(key) = upstream
             .iter()
             .rev()
             .find(|n| n.kind == StageKind::Prune)
-            .map(|n| node_key(n));
-        match producer {
-            Some(key) => self
-                .pruned
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, m)| m)
-                .ok_or_else(|| StageError::Missing {
-                    stage: stage.to_string(),
-                    what: "the pruned model",
-                }),
-            None => Ok(&self.base(stage)?.model),
-        }
+            .map(|n| node_key(n))
+        else {
+            return Ok(None);
+        };
+        self.pruned
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, p)| Some(p))
+            .ok_or_else(|| StageError::Missing {
+                stage: stage.to_string(),
+                what: "the pruned model",
+            })
     }
 }
 

@@ -2,7 +2,7 @@
 
 use burn::prelude::Backend;
 
-use super::PipelineExecutor;
+use super::{PipelineExecutor, Pruned};
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
@@ -51,8 +51,13 @@ pub(super) fn run<B: Backend>(
         .enumerate()
         .map(|(i, f)| (format!("model.layers.{i}"), *f))
         .collect();
+    record.sparsity.linears = report
+        .per_linear
+        .iter()
+        .map(|(name, s)| (name.clone(), s.fraction))
+        .collect();
     let key = super::node_key(node);
     exec.pruned.retain(|(k, _)| *k != key);
-    exec.pruned.push((key, model));
+    exec.pruned.push((key, Pruned { model, report }));
     Ok(())
 }

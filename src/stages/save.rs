@@ -1,14 +1,20 @@
 //! `save`: with `model: true`, the current model as a Hugging Face folder in the cell's results
-//! folder (`<cell>/model/`, or `model/` beside the cells when the stage is shared), written
-//! atomically.
+//! folder (`<cell>/model/`, or `model/` beside the cells when several cells share the stage), written
+//! atomically, with the tokenizer's config files, the recipe that made it
+//! (`wanda_recipe.yaml`) and its sparsity report (`wanda_sparsity.json`).
 
 use burn::prelude::Backend;
 
 use super::PipelineExecutor;
-use crate::model::export::{save_hf_folder, SaveDtype};
+use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use crate::pipeline::plan::{Cell, StageNode};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{Dtype, SaveOptions};
+
+/// The recipe's file name in a saved folder.
+pub const RECIPE_FILE: &str = "wanda_recipe.yaml";
+/// The sparsity report's file name in a saved folder.
+pub const SPARSITY_FILE: &str = "wanda_sparsity.json";
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
@@ -26,18 +32,43 @@ pub(super) fn run<B: Backend>(
         Dtype::Bf16 => SaveDtype::Bf16,
     };
     let base = exec.base(stage)?;
-    // A per-cell save goes into the cell's folder; a shared one (no sweep key reaches it) once
-    // beside the cells.
-    let folder = match cell {
-        Some(cell) => exec.results_dir.join(&cell.id.0).join("model"),
-        None => exec.results_dir.join("model"),
+    // A save for one cell goes into its folder; one shared by several (no sweep key reaches it)
+    // once beside the cells, with the whole pipeline as its recipe.
+    let (folder, recipe) = match cell {
+        Some(cell) => (
+            exec.results_dir.join(&cell.id.0).join("model"),
+            format!(
+                "# The resolved cell `{}` ({}) that made this model.\n{}",
+                cell.label,
+                cell.id,
+                cell.spec.to_portable_yaml(&exec.base_dir)
+            ),
+        ),
+        None => (
+            exec.results_dir.join("model"),
+            format!(
+                "# The pipeline that made this model.\n{}",
+                exec.pipeline.to_portable_yaml(&exec.base_dir)
+            ),
+        ),
     };
+    let mut spec = SaveSpec::new(dtype);
+    if let Some(size) = options.max_shard_size {
+        spec.max_shard_bytes = size.0;
+    }
+    spec.extra_files = base.tokenizer_files.clone();
+    spec.extra_files.push((RECIPE_FILE.to_string(), recipe));
+    if let Some(pruned) = exec.pruned_upstream(stage, upstream)? {
+        let report = serde_json::to_string_pretty(&pruned.report)
+            .expect("a sparsity report always serialises");
+        spec.extra_files.push((SPARSITY_FILE.to_string(), report));
+    }
     save_hf_folder(
         exec.current(stage, upstream)?,
         &base.config,
         &base.tokenizer.to_json()?,
         &folder,
-        dtype,
+        &spec,
     )?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use wanda::eval::perplexity::perplexity;
-use wanda::model::export::{save_hf_folder, SaveDtype};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
 
 use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json, B};
@@ -18,7 +18,7 @@ fn eval_json_reports_the_protocol_numbers() {
         &config,
         &tiny_tokenizer_json(),
         &folder,
-        SaveDtype::F32,
+        &SaveSpec::new(SaveDtype::F32),
     )
     .unwrap();
     let text_path = dir.path().join("text.txt");

@@ -1,6 +1,6 @@
 //! A tiny random Llama saved as a Hugging Face folder loads back with identical logits.
 
-use wanda::model::export::{save_hf_folder, SaveDtype};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
 
 use crate::common::{logits, tiny_config, tiny_model, tiny_tokenizer_json, B};
@@ -12,7 +12,14 @@ fn round_trip(arch: &str, tied: bool, dtype: SaveDtype) -> (Vec<f32>, Vec<f32>) 
     let model = tiny_model(&config, 11);
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("tiny");
-    save_hf_folder(&model, &config, &tiny_tokenizer_json(), &folder, dtype).unwrap();
+    save_hf_folder(
+        &model,
+        &config,
+        &tiny_tokenizer_json(),
+        &folder,
+        &SaveSpec::new(dtype),
+    )
+    .unwrap();
     let loaded = model::load::<B>(&ModelRef::Folder(folder), &Default::default()).unwrap();
     assert_eq!(loaded.config, config);
     (logits(&model, &IDS), logits(&loaded.model, &IDS))
@@ -55,7 +62,7 @@ fn sharded_checkpoint_loads_like_a_single_file() {
         &config,
         &tiny_tokenizer_json(),
         &folder,
-        SaveDtype::F32,
+        &SaveSpec::new(SaveDtype::F32),
     )
     .unwrap();
     // Split model.safetensors into two shards plus an index, as large checkpoints come.
@@ -99,7 +106,7 @@ fn missing_tensor_is_named() {
         &config,
         &tiny_tokenizer_json(),
         &folder,
-        SaveDtype::F32,
+        &SaveSpec::new(SaveDtype::F32),
     )
     .unwrap();
     // Declare an untied head that the checkpoint does not have.
@@ -113,4 +120,73 @@ fn missing_tensor_is_named() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("`lm_head.weight` is missing"), "{err}");
+}
+
+#[test]
+fn large_models_are_saved_in_shards_with_an_index() {
+    let config = tiny_config("LlamaForCausalLM", false);
+    let model = tiny_model(&config, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("tiny");
+    let single = dir.path().join("single");
+    save_hf_folder(
+        &model,
+        &config,
+        &tiny_tokenizer_json(),
+        &single,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    assert!(!single.join("model.safetensors.index.json").exists());
+    let single_bytes = std::fs::metadata(single.join("model.safetensors"))
+        .unwrap()
+        .len();
+    let max_shard_bytes = 4096;
+    let mut spec = SaveSpec::new(SaveDtype::F32);
+    spec.max_shard_bytes = max_shard_bytes;
+    spec.extra_files = vec![("wanda_recipe.yaml".into(), "name: x\n".into())];
+    save_hf_folder(&model, &config, &tiny_tokenizer_json(), &folder, &spec).unwrap();
+
+    assert!(!folder.join("model.safetensors").exists());
+    assert_eq!(
+        std::fs::read_to_string(folder.join("wanda_recipe.yaml")).unwrap(),
+        "name: x\n"
+    );
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(folder.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let weight_map = index["weight_map"].as_object().unwrap();
+    let mut shards: Vec<&str> = weight_map.values().map(|v| v.as_str().unwrap()).collect();
+    shards.sort();
+    shards.dedup();
+    assert!(shards.len() > 2, "expected several shards, got {shards:?}");
+    let n = shards.len();
+    let mut tensors = 0;
+    let mut payload = 0u64;
+    for (i, shard) in shards.iter().enumerate() {
+        assert_eq!(*shard, format!("model-{:05}-of-{n:05}.safetensors", i + 1));
+        let bytes = std::fs::read(folder.join(shard)).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let data: u64 = st
+            .tensors()
+            .iter()
+            .map(|(_, t)| t.data().len() as u64)
+            .sum();
+        // A shard only exceeds the limit when it holds one tensor that alone does.
+        assert!(
+            data <= max_shard_bytes || st.len() == 1,
+            "{shard}: {data} bytes"
+        );
+        for name in st.names() {
+            assert_eq!(weight_map[&*name], *shard);
+        }
+        tensors += st.len();
+        payload += data;
+    }
+    assert_eq!(tensors, weight_map.len());
+    assert_eq!(index["metadata"]["total_size"], payload);
+    assert!(payload < single_bytes);
+    let loaded = model::load::<B>(&ModelRef::Folder(folder), &Default::default()).unwrap();
+    assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
 }

@@ -1,5 +1,6 @@
 //! Sequential layer-wise pruning of a tiny model: exact per-row counts, N:M groups, the
-//! statistics plumbing against a hand-assembled computation, and sparsegpt's update.
+//! statistics plumbing against a hand-assembled computation, sparsegpt's update, and what
+//! `wanda prune --save` writes.
 
 use burn::prelude::*;
 use wanda::model::llama::Llama;
@@ -8,7 +9,9 @@ use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::wanda::{wanda_mask, InputNorms};
 use wanda::prune::Sparsity;
 
-use crate::common::{logits, tiny_config, tiny_model, B};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+
+use crate::common::{logits, tiny_config, tiny_model, tiny_text, tiny_tokenizer_json, B};
 
 /// Four calibration windows of 8 tokens over the 32-token vocabulary.
 fn windows() -> Vec<Vec<u32>> {
@@ -192,5 +195,59 @@ fn calibration_methods_refuse_an_empty_calibration_set() {
         before,
         logits(&model, &[1, 2, 3]),
         "a refused run must not touch the model"
+    );
+}
+
+/// `wanda prune --save` writes the model with its recipe (a pipeline that validates and runs the
+/// same cell) and its sparsity report (the numbers the command printed).
+#[test]
+fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = dir.path().join("tiny");
+    save_hf_folder(
+        &tiny_model(&config, 4),
+        &config,
+        &tiny_tokenizer_json(),
+        &tiny,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    let calib = dir.path().join("calib.txt");
+    std::fs::write(&calib, tiny_text(200)).unwrap();
+    let saved = dir.path().join("pruned");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["prune", "--device", "cpu", "--json", "--method", "wanda"])
+        .args(["--pattern", "2:4", "--nsamples", "4", "--seqlen", "16"])
+        .arg("--model")
+        .arg(&tiny)
+        .arg("--calib-text")
+        .arg(&calib)
+        .arg("--save")
+        .arg(&saved)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(saved.join(wanda::stages::SPARSITY_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report, printed["sparsity"]);
+    assert_eq!(report["total"], 0.5);
+
+    let plan = wanda::pipeline::plan::validate(saved.join(wanda::stages::RECIPE_FILE)).unwrap();
+    let spec = &plan.cells[0].spec;
+    let calibration = spec.settings.calibration.as_ref().unwrap();
+    assert_eq!((calibration.nsamples, calibration.seqlen), (4, 16));
+    assert_eq!(calibration.text, std::path::absolute(&calib).unwrap());
+    let prune = serde_json::to_value(&spec.stage("prune").unwrap().options).unwrap();
+    assert_eq!(
+        (&prune["method"], &prune["pattern"]),
+        (&"wanda".into(), &"2:4".into())
     );
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wanda::model::export::{save_hf_folder, SaveDtype};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::pipeline::RunRecord;
 
 use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json};
@@ -18,7 +18,7 @@ fn sweep_fixture(dir: &Path) -> PathBuf {
         &config,
         &tiny_tokenizer_json(),
         &dir.join("tiny"),
-        SaveDtype::F32,
+        &SaveSpec::new(SaveDtype::F32),
     )
     .unwrap();
     std::fs::write(dir.join("calib.txt"), tiny_text(400)).unwrap();

@@ -1,17 +1,20 @@
 //! Checks against the real SmolLM2-135M in `../shared`: the GGUF tokenizer and config against
 //! the files transformers converted from the same GGUF, and the dense perplexity against the
-//! PyTorch stack.
+//! PyTorch stack; a pruned model saved by a pipeline against its reloaded copy.
 
 use wanda::eval::perplexity::perplexity;
 use wanda::model::config::HfLlamaConfig;
 use wanda::model::gguf_model::GgufCheckpoint;
 use wanda::model::tokenizer::Tokenizer;
 use wanda::model::{self, ModelRef};
+use wanda::pipeline::RunRecord;
+use wanda::stages::{RECIPE_FILE, SPARSITY_FILE};
 
 use crate::common::{shared, B};
 
 const GGUF: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const RAW_TEST: &str = "data/wikitext-2/wikitext2-raw-test.txt";
+const VALID: &str = "data/wikitext-2/wikitext2-v1-valid.txt";
 
 #[test]
 fn gguf_tokenizer_matches_tokenizer_json_on_all_of_wikitext2_test() {
@@ -87,6 +90,104 @@ fn dense_perplexity_matches_pytorch_on_two_windows() {
     assert!(
         rel < 1e-4,
         "perplexity {} vs PyTorch {reference} (relative {rel:e})",
+        report.perplexity
+    );
+}
+
+/// A pipeline prunes SmolLM2 with Wanda and saves it in f32 (sharded: 538 MB of weights, shards
+/// of at most 200 MB); the saved folder loads through the Hugging Face loader and gives the
+/// run's perplexity to 1e-4 relative, with its tokenizer configs, recipe and sparsity report.
+#[test]
+fn pruned_model_saved_by_a_pipeline_reloads_with_the_same_perplexity() {
+    let (Some(gguf), Some(valid), Some(test)) = (shared(GGUF), shared(VALID), shared(RAW_TEST))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = dir.path().join("save.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"name: smollm-save
+seed: 0
+device: cpu
+model: {{ gguf: {} }}
+calibration: {{ text: {}, nsamples: 4, seqlen: 128 }}
+evaluation: {{ text: {}, seqlen: 512, windows: 2 }}
+stages:
+  load: {{}}
+  calibrate: {{}}
+  prune: {{ method: wanda, sparsity: 0.5 }}
+  eval: {{}}
+  save: {{ model: true, dtype: f32, max_shard_size: 200MB }}
+"#,
+            gguf.display(),
+            valid.display(),
+            test.display()
+        ),
+    )
+    .unwrap();
+    let results = dir.path().join("results");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .arg("run")
+        .arg(&pipeline)
+        .arg("--results")
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cells: Vec<_> = std::fs::read_dir(results.join("smollm-save"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("run.json").exists())
+        .collect();
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    let record = RunRecord::read(&cells[0].join("run.json")).unwrap();
+    let run_ppl = record.metrics.perplexity.unwrap();
+    let total = record.sparsity.total.unwrap();
+    assert!((total - 0.5).abs() < 1e-3, "sparsity {total}");
+    assert_eq!(record.sparsity.layers.len(), 30);
+    assert_eq!(record.sparsity.linears.len(), 30 * 7);
+
+    let folder = cells[0].join("model");
+    let index = std::fs::read_to_string(folder.join("model.safetensors.index.json")).unwrap();
+    assert!(
+        index.contains("model-00003-of-00003.safetensors"),
+        "{index}"
+    );
+    for file in [
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ] {
+        assert!(folder.join(file).is_file(), "{file} missing");
+    }
+    let sparsity: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join(SPARSITY_FILE)).unwrap())
+            .unwrap();
+    assert_eq!(sparsity["total"].as_f64(), Some(total));
+    // The recipe is a pipeline that validates anywhere and names the same cell.
+    let recipe = dir.path().join("elsewhere").join("recipe.yaml");
+    std::fs::create_dir_all(recipe.parent().unwrap()).unwrap();
+    std::fs::copy(folder.join(RECIPE_FILE), &recipe).unwrap();
+    let plan = wanda::pipeline::plan::validate(&recipe).unwrap();
+    assert_eq!(plan.cells.len(), 1);
+    assert_eq!(plan.cells[0].id, record.cell.id);
+
+    let reloaded = model::load::<B>(&ModelRef::Folder(folder), &Default::default()).unwrap();
+    let ids = reloaded
+        .tokenizer
+        .encode(&std::fs::read_to_string(test).unwrap())
+        .unwrap();
+    let report = perplexity(&reloaded.model, &ids, 512, Some(2), 8192, |_, _| {}).unwrap();
+    let rel = (report.perplexity - run_ppl).abs() / run_ppl;
+    assert!(
+        rel < 1e-4,
+        "reloaded {} vs run {run_ppl} (relative {rel:e})",
         report.perplexity
     );
 }

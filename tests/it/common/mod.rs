@@ -91,7 +91,7 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     let msg = format!(
         "shared test data `{}` is missing: place the team's `shared/` folder beside this \
          repository (or point WANDA_SHARED at it); the demo model alone can be fetched with \
-         `scripts/fetch-demo-model.sh`",
+         `scripts/fetch-demo.sh`",
         path.display()
     );
     if std::env::var("WANDA_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
