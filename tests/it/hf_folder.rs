@@ -179,7 +179,7 @@ fn large_models_are_saved_in_shards_with_an_index() {
             "{shard}: {data} bytes"
         );
         for name in st.names() {
-            assert_eq!(weight_map[&*name], *shard);
+            assert_eq!(weight_map[name], *shard);
         }
         tensors += st.len();
         payload += data;
