@@ -2,6 +2,8 @@
 
 mod backend;
 mod bench;
+mod devices;
+mod estimate;
 mod eval;
 mod generate;
 mod graph;
@@ -44,6 +46,10 @@ pub enum Command {
     Prune(prune::PruneArgs),
     /// Micro-benchmarks: forward throughput and GEMM rate.
     Bench(bench::BenchArgs),
+    /// Predict the memory of a run from the model's config alone (`--probe` checks it).
+    Estimate(estimate::EstimateArgs),
+    /// List GPUs (NVML) and host RAM with their total and free memory.
+    Devices(devices::DevicesArgs),
 }
 
 /// Runs the parsed command line.
@@ -57,6 +63,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Generate(args) => generate::run(args),
         Command::Prune(args) => prune::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Estimate(args) => estimate::run(args),
+        Command::Devices(args) => devices::run(args),
     }
 }
 

@@ -9,7 +9,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
 use wanda::pipeline::runner::{self, RunEvent, RunOptions, RunSummary};
-use wanda::pipeline::spec::Device;
+use wanda::pipeline::spec::{Budget, Device};
 use wanda::pipeline::{cell_is_finished, Plan};
 use wanda::stages::PipelineExecutor;
 
@@ -36,11 +36,19 @@ pub struct RunArgs {
     /// Do not write memory_log.csv.
     #[arg(long)]
     pub no_memory_log: bool,
+    /// Memory budget for the gate (e.g. `16GiB`), instead of the pipeline's.
+    #[arg(long, value_parser = parse_budget)]
+    pub budget: Option<Budget>,
+}
+
+fn parse_budget(text: &str) -> Result<Budget, String> {
+    Budget::parse(text).ok_or_else(|| format!("`{text}` is not `auto` or a size such as `16GiB`"))
 }
 
 struct Job {
     plan: Plan,
     options: RunOptions,
+    budget: Option<Budget>,
 }
 
 impl OnBackend for Job {
@@ -59,11 +67,14 @@ impl OnBackend for Job {
         bar.set_prefix("run");
         let stage_bar = bars.add(super::counter_bar("    stage", "steps"));
         let stage_progress = stage_bar.clone();
+        let report_bar = bar.clone();
         let mut executor =
             PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, label)
                 .with_progress(move |_stage, done, total| {
                     super::advance(&stage_progress, done, total)
-                });
+                })
+                .with_report(move |text| report_bar.println(text.trim_end()))
+                .with_budget(self.budget);
         let summary = runner::run(
             &self.plan,
             &mut executor,
@@ -117,6 +128,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             println!("{:<12} {:<32} {state}", cell.id.0, cell.label);
         }
+        let label = match plan.spec.settings.device {
+            Device::Cuda(i) => format!("cuda:{i}"),
+            Device::Auto if cfg!(feature = "cuda") => "cuda:0".to_string(),
+            _ => "cpu".to_string(),
+        };
+        match wanda::stages::gate_dry_run(&plan, &label, args.budget) {
+            Ok(Some(text)) => print!("{text}"),
+            Ok(None) => {}
+            Err(e) => println!("gate: cannot decide before the run: {e}"),
+        }
         println!("results: {}", results_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
@@ -137,7 +158,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         memory_log: !args.no_memory_log,
         gpu_index,
     };
-    let summary = dispatch(device, Job { plan, options })?;
+    let summary = dispatch(
+        device,
+        Job {
+            plan,
+            options,
+            budget: args.budget,
+        },
+    )?;
     println!(
         "{} cell(s) finished, {} already finished and skipped; results in {}",
         summary.finished.len(),

@@ -234,12 +234,19 @@ fn status_hint(status: u16) -> &'static str {
 pub fn fetch_model(req: &HubRequest) -> Result<PathBuf, HubError> {
     let env = Environment::from_process();
     let token = env.token();
-    fetch_with(req, &env, token.as_deref())
+    fetch_with(req, &env, token.as_deref(), false)
+}
+
+/// Materialises only `config.json` of `req` (for memory estimates) and returns its path.
+pub fn fetch_config(req: &HubRequest) -> Result<PathBuf, HubError> {
+    let env = Environment::from_process();
+    let token = env.token();
+    fetch_with(req, &env, token.as_deref(), true).map(|folder| folder.join(CONFIG))
 }
 
 /// Like [`fetch_model`], with an explicit access token (`None`: anonymous) instead of the environment's.
 pub fn fetch_model_with_token(req: &HubRequest, token: Option<&str>) -> Result<PathBuf, HubError> {
-    fetch_with(req, &Environment::from_process(), token)
+    fetch_with(req, &Environment::from_process(), token, false)
 }
 
 /// What the process environment contributes to a fetch, read once so tests can supply their own.
@@ -299,11 +306,13 @@ fn is_truthy(value: &str) -> bool {
     )
 }
 
-/// Validates `req`, fills in its defaults from `env`, and fetches it.
+/// Validates `req`, fills in its defaults from `env`, and fetches it (only its config with
+/// `config_only`).
 fn fetch_with(
     req: &HubRequest,
     env: &Environment,
     token: Option<&str>,
+    config_only: bool,
 ) -> Result<PathBuf, HubError> {
     let revision = if req.revision.trim().is_empty() {
         DEFAULT_REVISION
@@ -350,6 +359,7 @@ fn fetch_with(
         cache: cache.repo(repo),
         api,
         token,
+        config_only,
     }
     .fetch()
 }
@@ -405,12 +415,17 @@ struct Fetcher<'a> {
     api: Option<ApiRepo>,
     /// The token, kept only to scrub it from error text.
     token: Option<&'a str>,
+    /// Resolve `config.json` alone.
+    config_only: bool,
 }
 
 impl Fetcher<'_> {
     /// Resolves every file the project needs and returns their common snapshot folder.
     fn fetch(&self) -> Result<PathBuf, HubError> {
         let config = self.require(CONFIG)?;
+        if self.config_only {
+            return Ok(config.parent().unwrap_or(Path::new("")).to_path_buf());
+        }
         let mut files = vec![(TOKENIZER.to_owned(), self.require(TOKENIZER)?)];
         for name in OPTIONAL_FILES {
             if let Some(path) = self.lookup(name)? {
@@ -1019,12 +1034,34 @@ mod tests {
     }
 
     #[test]
+    fn config_only_fetch_downloads_nothing_else() {
+        let hub = FakeHub::start(single_file_repo(None));
+        let cache = tempfile::tempdir().unwrap();
+        let dir = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            true,
+        )
+        .unwrap();
+        assert!(dir.join(CONFIG).is_file());
+        assert!(!dir.join(TOKENIZER).exists() && !dir.join(SINGLE_WEIGHTS).exists());
+        assert!(hub.seen().iter().all(|s| !s.path.contains(SINGLE_WEIGHTS)));
+    }
+
+    #[test]
     fn downloads_a_single_file_repo() {
         let repo = single_file_repo(None);
         let expected = single_file_repo(None);
         let hub = FakeHub::start(repo);
         let cache = tempfile::tempdir().unwrap();
-        let dir = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap();
+        let dir = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap();
 
         assert!(dir.starts_with(cache.path()));
         assert!(dir.ends_with(Path::new("models--org--tiny-llama/snapshots").join(COMMIT)));
@@ -1085,7 +1122,13 @@ mod tests {
             .collect();
         let hub = FakeHub::start(FakeRepo { files, token: None });
         let cache = tempfile::tempdir().unwrap();
-        let dir = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap();
+        let dir = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap();
         let origin = crate::model::ModelRef::Folder(dir);
         let loaded = crate::model::load::<B>(&origin, &device).unwrap();
         let ids =
@@ -1102,7 +1145,7 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         let mut req = request(&hub.endpoint(), cache.path());
         req.revision = COMMIT.to_owned();
-        let dir = fetch_with(&req, &no_env(), None).unwrap();
+        let dir = fetch_with(&req, &no_env(), None, false).unwrap();
         assert!(dir.ends_with(COMMIT));
         assert_same_files(&dir, &single_file_repo(None));
     }
@@ -1112,7 +1155,13 @@ mod tests {
         let index = two_shard_index();
         let hub = FakeHub::start(sharded_repo(&index));
         let cache = tempfile::tempdir().unwrap();
-        let dir = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap();
+        let dir = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap();
 
         assert_same_files(&dir, &sharded_repo(&index));
         assert!(!dir.join(SINGLE_WEIGHTS).exists());
@@ -1131,7 +1180,7 @@ mod tests {
         let mut hub = FakeHub::start(sharded_repo(&index));
         let cache = tempfile::tempdir().unwrap();
         let mut req = request(&hub.endpoint(), cache.path());
-        let online = fetch_with(&req, &no_env(), None).unwrap();
+        let online = fetch_with(&req, &no_env(), None, false).unwrap();
         let requests = hub.seen().len();
         hub.shutdown();
 
@@ -1148,10 +1197,10 @@ mod tests {
             assert!(no_exist.join(file).is_file(), "no marker for `{file}`");
         }
         // So even an online call needs no request once everything is cached.
-        assert_eq!(fetch_with(&req, &no_env(), None).unwrap(), online);
+        assert_eq!(fetch_with(&req, &no_env(), None, false).unwrap(), online);
 
         req.offline = true;
-        let offline = fetch_with(&req, &no_env(), None).unwrap();
+        let offline = fetch_with(&req, &no_env(), None, false).unwrap();
         assert_eq!(offline, online);
         assert_same_files(&offline, &sharded_repo(&index));
 
@@ -1161,7 +1210,7 @@ mod tests {
             offline: true,
             ..no_env()
         };
-        assert_eq!(fetch_with(&req, &env, None).unwrap(), online);
+        assert_eq!(fetch_with(&req, &env, None, false).unwrap(), online);
         assert_eq!(hub.seen().len(), requests);
     }
 
@@ -1170,7 +1219,7 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         let mut req = request("http://127.0.0.1:9", cache.path());
         req.offline = true;
-        let err = fetch_with(&req, &no_env(), None).unwrap_err();
+        let err = fetch_with(&req, &no_env(), None, false).unwrap_err();
         assert!(
             matches!(&err, HubError::Offline { file, repo, .. } if file == CONFIG && repo == REPO),
             "{err:?}"
@@ -1185,11 +1234,11 @@ mod tests {
         let hub = FakeHub::start(sharded_repo(&two_shard_index()));
         let cache = tempfile::tempdir().unwrap();
         let mut req = request(&hub.endpoint(), cache.path());
-        let dir = fetch_with(&req, &no_env(), None).unwrap();
+        let dir = fetch_with(&req, &no_env(), None, false).unwrap();
         std::fs::remove_file(dir.join(SHARD_2)).unwrap();
 
         req.offline = true;
-        let err = fetch_with(&req, &no_env(), None).unwrap_err();
+        let err = fetch_with(&req, &no_env(), None, false).unwrap_err();
         assert!(
             matches!(&err, HubError::Offline { file, .. } if file == SHARD_2),
             "{err:?}"
@@ -1204,7 +1253,7 @@ mod tests {
         let hub = FakeHub::start(single_file_repo(Some(secret)));
         let cache = tempfile::tempdir().unwrap();
         let req = request(&hub.endpoint(), cache.path());
-        fetch_with(&req, &no_env(), Some(secret)).unwrap();
+        fetch_with(&req, &no_env(), Some(secret), false).unwrap();
         let resolves: Vec<Seen> = hub
             .seen()
             .into_iter()
@@ -1223,6 +1272,7 @@ mod tests {
             &request(&hub.endpoint(), cache.path()),
             &no_env(),
             Some(secret),
+            false,
         )
         .unwrap_err();
         assert!(
@@ -1245,6 +1295,7 @@ mod tests {
             &request(&hub.endpoint(), cache.path()),
             &no_env(),
             Some(secret),
+            false,
         )
         .unwrap_err();
         assert!(
@@ -1261,6 +1312,7 @@ mod tests {
             &request(&format!("http://{closed}"), cache.path()),
             &no_env(),
             Some(secret),
+            false,
         )
         .unwrap_err();
         assert!(
@@ -1287,7 +1339,13 @@ mod tests {
         let index = r#"{"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"../evil.safetensors"}}"#;
         let hub = FakeHub::start(sharded_repo(index));
         let cache = tempfile::tempdir().unwrap();
-        let err = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap_err();
+        let err = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap_err();
         assert!(
             matches!(&err, HubError::BadIndex { repo, .. } if repo == REPO),
             "{err:?}"
@@ -1306,7 +1364,13 @@ mod tests {
         repo.files.remove(TOKENIZER);
         let hub = FakeHub::start(repo);
         let cache = tempfile::tempdir().unwrap();
-        let err = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap_err();
+        let err = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap_err();
         assert!(
             matches!(&err, HubError::MissingFile { file, revision, .. } if file == TOKENIZER && revision == "main"),
             "{err:?}"
@@ -1316,7 +1380,13 @@ mod tests {
         repo.files.remove(SINGLE_WEIGHTS);
         let hub = FakeHub::start(repo);
         let cache = tempfile::tempdir().unwrap();
-        let err = fetch_with(&request(&hub.endpoint(), cache.path()), &no_env(), None).unwrap_err();
+        let err = fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap_err();
         assert!(matches!(&err, HubError::MissingWeights { .. }), "{err:?}");
     }
 
@@ -1367,7 +1437,7 @@ mod tests {
             let mut req = request("http://127.0.0.1:9", cache.path());
             req.repo_id = repo_id.to_owned();
             req.revision = revision.to_owned();
-            let err = fetch_with(&req, &no_env(), None).unwrap_err();
+            let err = fetch_with(&req, &no_env(), None, false).unwrap_err();
             assert!(matches!(err, HubError::InvalidRequest { .. }), "{err:?}");
         }
         assert!(std::fs::read_dir(cache.path()).unwrap().next().is_none());

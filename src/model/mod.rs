@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
 
+use crate::memory::shape::ModelShape;
 use config::{ConfigError, HfLlamaConfig, LlamaConfig};
 use llama::Llama;
 use tokenizer::{Tokenizer, TokenizerError};
@@ -152,6 +153,51 @@ pub struct LoadedModel<B: Backend> {
     /// `special_tokens_map.json`, `generation_config.json`) by name, to write beside a saved
     /// copy: copied from a folder, made from the metadata of a GGUF file.
     pub tokenizer_files: Vec<(String, String)>,
+}
+
+/// The shape of a model from its config alone, with the exact parameter count from the
+/// checkpoint's headers where there are local files, and the bytes of those files (0 for a hub
+/// id, whose config alone is fetched).
+pub fn inspect(origin: &ModelRef) -> Result<(ModelShape, u64), LoadError> {
+    let file_len = |path: &Path| {
+        std::fs::metadata(path)
+            .map(|m| m.len())
+            .map_err(|source| LoadError::Read {
+                path: path.display().to_string(),
+                source,
+            })
+    };
+    match origin {
+        ModelRef::Gguf(path) => {
+            let checkpoint = gguf_model::GgufCheckpoint::open(path)?;
+            let shape = ModelShape::from_config(checkpoint.config())
+                .with_parameters(checkpoint.parameter_count());
+            Ok((shape, file_len(path)?))
+        }
+        ModelRef::Folder(folder) => {
+            let config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
+            let has_weights = ["model.safetensors", "model.safetensors.index.json"]
+                .iter()
+                .any(|f| folder.join(f).exists());
+            if !has_weights {
+                // A folder with the config alone (as the hub serves it to estimates).
+                return Ok((ModelShape::from_config(&config), 0));
+            }
+            let source = SafetensorsSource::open(folder)?;
+            let mut bytes = 0;
+            for path in source.files() {
+                bytes += file_len(path)?;
+            }
+            let shape = ModelShape::from_config(&config).with_parameters(source.parameter_count());
+            Ok((shape, bytes))
+        }
+        ModelRef::Hub { repo_id, revision } => {
+            let mut request = hub::HubRequest::new(repo_id.clone());
+            request.revision = revision.clone();
+            let config = HfLlamaConfig::from_file(&hub::fetch_config(&request)?)?.resolve()?;
+            Ok((ModelShape::from_config(&config), 0))
+        }
+    }
 }
 
 /// Loads a model from any supported source onto `device`.

@@ -152,6 +152,11 @@ impl SafetensorsSource {
             index,
         })
     }
+
+    /// The checkpoint's safetensors files.
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        self.shards.iter().map(|s| s.path.as_path())
+    }
 }
 
 /// The distinct shard file names of a `model.safetensors.index.json`, in first-seen order.

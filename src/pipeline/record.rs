@@ -75,6 +75,12 @@ pub struct Effective {
     /// Calibration sequence length actually used (after the gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seqlen: Option<usize>,
+    /// Evaluation window actually used (after the gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_seqlen: Option<usize>,
+    /// Whether layer streaming was on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streaming: bool,
     /// What the gate decided, in words (e.g. "reduced nsamples 128 → 64 to fit 12GiB").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<String>,
@@ -121,6 +127,9 @@ pub struct MemoryReport {
     /// Peak resident set of the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
+    /// The estimated peak of the run (from the `estimate` stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_peak_bytes: Option<u64>,
     /// Peak GPU memory (absent on CPU-only machines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_gpu_bytes: Option<u64>,
@@ -241,6 +250,8 @@ impl RunRecord {
                 device: cell.spec.settings.device.to_string(),
                 nsamples: cell.spec.settings.calibration.as_ref().map(|c| c.nsamples),
                 seqlen: cell.spec.settings.calibration.as_ref().map(|c| c.seqlen),
+                eval_seqlen: cell.spec.settings.evaluation.as_ref().map(|e| e.seqlen),
+                streaming: false,
                 gate: None,
             },
             metrics: Metrics::default(),
@@ -374,6 +385,8 @@ mod tests {
                 device: "cpu".into(),
                 nsamples: Some(128),
                 seqlen: Some(2048),
+                eval_seqlen: Some(2048),
+                streaming: false,
                 gate: None,
             },
             metrics: Metrics {

@@ -407,17 +407,22 @@ fn default_headroom() -> f64 {
 }
 
 fn default_reduce() -> Vec<ReduceKey> {
-    vec![ReduceKey::Nsamples, ReduceKey::Seqlen]
+    vec![ReduceKey::Nsamples, ReduceKey::Seqlen, ReduceKey::Streaming]
 }
 
 /// A setting the gate may reduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ReduceKey {
-    /// `calibration.nsamples`.
+    /// `calibration.nsamples`, halved down to its floor.
     Nsamples,
-    /// `calibration.seqlen`.
+    /// `calibration.seqlen`, halved down to its floor.
     Seqlen,
+    /// Layer streaming: only the current layer's weights on the device.
+    Streaming,
+    /// `evaluation.seqlen`: clamped to the model's context, halved down to the seqlen floor;
+    /// never changed unless listed.
+    EvalSeqlen,
 }
 
 /// The gate's lower limits.

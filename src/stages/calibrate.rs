@@ -1,4 +1,5 @@
-//! `calibrate`: tokenise the calibration text and draw the seeded windows.
+//! `calibrate`: tokenise the calibration text and draw the seeded windows (as many and as
+//! long as the gate allowed, where one ran).
 
 use burn::prelude::Backend;
 
@@ -28,11 +29,13 @@ pub(super) fn run<B: Backend>(
     let text = std::fs::read_to_string(&path).map_err(read)?;
     exec.hashes.calibration = Some(sha256_file(&path).map_err(read)?);
     let ids = exec.base(stage)?.tokenizer.encode(&text)?;
-    exec.calibration = Some(calibration::draw(
-        &ids,
-        spec.nsamples,
-        spec.seqlen,
-        settings.seed,
-    )?);
+    // The gate's effective sizes where a gate ran.
+    let (nsamples, seqlen) = exec
+        .gate
+        .as_ref()
+        .map_or((spec.nsamples, spec.seqlen), |g| {
+            (g.effective.nsamples, g.effective.seqlen)
+        });
+    exec.calibration = Some(calibration::draw(&ids, nsamples, seqlen, settings.seed)?);
     Ok(())
 }

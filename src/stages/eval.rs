@@ -42,10 +42,15 @@ pub(super) fn run<B: Backend>(
     }
     let (_, ids) = exec.eval_ids.as_ref().expect("set just above");
     let context = exec.base(stage)?.config.context_limit();
+    let seqlen = exec
+        .gate
+        .as_ref()
+        .and_then(|g| g.effective.eval_seqlen)
+        .unwrap_or(spec.seqlen);
     let report = perplexity(
         exec.current(stage, upstream)?,
         ids,
-        spec.seqlen,
+        seqlen,
         spec.windows,
         context,
         |done, total| (exec.progress)(stage, done, total),

@@ -8,19 +8,27 @@ use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{ModelSource, Settings};
 
+/// The model `settings` name, its paths resolved against `base_dir` (the pipeline's folder).
+pub fn model_ref(
+    settings: &Settings,
+    base_dir: &std::path::Path,
+) -> Result<ModelRef, crate::pipeline::Problem> {
+    Ok(match settings.model.source()? {
+        ModelSource::Gguf(p) => ModelRef::Gguf(base_dir.join(p)),
+        ModelSource::Folder(p) => ModelRef::Folder(base_dir.join(p)),
+        ModelSource::Hub { id, revision } => ModelRef::Hub {
+            repo_id: id,
+            revision: revision.unwrap_or_else(|| "main".to_string()),
+        },
+    })
+}
+
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
     _stage: &str,
     settings: &Settings,
 ) -> Result<(), StageFailure> {
-    let origin = match settings.model.source()? {
-        ModelSource::Gguf(p) => ModelRef::Gguf(exec.path(&p)),
-        ModelSource::Folder(p) => ModelRef::Folder(exec.path(&p)),
-        ModelSource::Hub { id, revision } => ModelRef::Hub {
-            repo_id: id,
-            revision: revision.unwrap_or_else(|| "main".to_string()),
-        },
-    };
+    let origin = model_ref(settings, &exec.base_dir)?;
     let read = |path: &std::path::Path, source| StageError::Read {
         path: path.display().to_string(),
         source,

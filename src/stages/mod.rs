@@ -1,15 +1,16 @@
 //! The pipeline's stages on a Burn backend: one thin file per kind, each reading its options,
 //! calling one domain function and storing the artifact in [`PipelineExecutor`].
-//!
-//! Not yet available: `estimate` and `gate` (the memory estimator); a pipeline that lists them
-//! fails at that stage with a message saying so.
 
 mod calibrate;
+mod estimate;
 mod eval;
+mod gate;
 mod load;
 mod prune;
 mod save;
 
+pub use estimate::requested_run;
+pub use gate::dry_run as gate_dry_run;
 pub use save::{RECIPE_FILE, SPARSITY_FILE};
 
 use std::path::{Path, PathBuf};
@@ -17,12 +18,13 @@ use std::path::{Path, PathBuf};
 use burn::prelude::Backend;
 
 use crate::data::calibration::CalibrationSet;
+use crate::memory::gate::GateDecision;
 use crate::model::llama::Llama;
 use crate::model::LoadedModel;
 use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
 use crate::pipeline::record::{Hashes, RunRecord};
 use crate::pipeline::runner::{Executor, StageFailure, StageOutcome};
-use crate::pipeline::spec::{PipelineSpec, Settings, StageKind, StageOptions};
+use crate::pipeline::spec::{Budget, PipelineSpec, Settings, StageKind, StageOptions};
 use crate::prune::layerwise::ModelSparsity;
 
 /// Errors of the stages themselves (domain errors pass through boxed).
@@ -36,13 +38,13 @@ pub enum StageError {
         /// The artifact.
         what: &'static str,
     },
-    /// The stage kind has no implementation in this version.
-    #[error("stage kind `{kind}` is not available in this version of wanda; remove stage `{stage}` from `stages`")]
-    Unavailable {
+    /// `budget: auto` on a device whose free memory cannot be read.
+    #[error("stage `{stage}`: cannot read the free memory of `{device}` for `budget: auto`; set `budget: 12GiB` (or pass `--budget`)")]
+    NoBudget {
         /// The stage id.
         stage: String,
-        /// Its kind.
-        kind: String,
+        /// The device.
+        device: String,
     },
     /// A file could not be read.
     #[error("cannot read `{path}`")]
@@ -78,6 +80,16 @@ pub struct PipelineExecutor<B: Backend> {
     progress: Box<ProgressFn>,
     /// The pipeline as written, the recipe of what shared stages save.
     pipeline: PipelineSpec,
+    /// Every cell's resolved pipeline, for shared stages that look at all of them.
+    cell_specs: Vec<PipelineSpec>,
+    /// The estimate the gate works from.
+    estimated: Option<estimate::Estimated>,
+    /// The gate's decision: the effective settings.
+    gate: Option<GateDecision>,
+    /// A budget that overrides the pipeline's (`wanda run --budget`).
+    budget: Option<Budget>,
+    /// Shown what stages decide (the gate's table).
+    report: Box<dyn Fn(&str)>,
 }
 
 /// A pruned copy of the model and its measured sparsity.
@@ -109,12 +121,29 @@ impl<B: Backend> PipelineExecutor<B> {
                 .map_or_else(|| plan.spec.settings.clone(), |c| c.spec.settings.clone()),
             progress: Box::new(|_, _, _| {}),
             pipeline: plan.spec.clone(),
+            cell_specs: plan.cells.iter().map(|c| c.spec.clone()).collect(),
+            estimated: None,
+            gate: None,
+            budget: None,
+            report: Box::new(|_| {}),
         }
     }
 
     /// Reports the progress of long stages to `progress(stage, done, total)`.
     pub fn with_progress(mut self, progress: impl Fn(&str, usize, usize) + 'static) -> Self {
         self.progress = Box::new(progress);
+        self
+    }
+
+    /// Shows `report` what stages decide (the gate's table).
+    pub fn with_report(mut self, report: impl Fn(&str) + 'static) -> Self {
+        self.report = Box::new(report);
+        self
+    }
+
+    /// Uses `budget` instead of the gate's own.
+    pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
+        self.budget = budget;
         self
     }
 
@@ -194,13 +223,14 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
                 eval::run(self, &node.stage, upstream, options, &settings, record)?
             }
             StageOptions::Save(options) => save::run(self, &node.stage, upstream, options, cell)?,
-            StageOptions::Estimate(_) | StageOptions::Gate(_) => {
-                return Err(StageError::Unavailable {
-                    stage: node.stage.clone(),
-                    kind: format!("{:?}", node.kind).to_lowercase(),
-                }
-                .into())
+            StageOptions::Estimate(options) => {
+                let specs = match cell {
+                    Some(c) => vec![c.spec.clone()],
+                    None => self.cell_specs.clone(),
+                };
+                estimate::run(self, &node.stage, options, &specs, record)?
             }
+            StageOptions::Gate(options) => return gate::run(self, &node.stage, options),
         }
         Ok(StageOutcome::Continue)
     }
@@ -211,6 +241,25 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
         record.hashes = self.hashes.clone();
         record.effective.device = self.device_label.clone();
         record.versions.burn = Some("0.21.0".to_string());
+        record.memory.estimated_peak_bytes = self
+            .gate
+            .as_ref()
+            .map(|g| g.effective_peak)
+            .or(self.estimated.as_ref().map(|e| e.peak));
+        if let Some(gate) = &self.gate {
+            let effective = &gate.effective;
+            record.effective.eval_seqlen = effective.eval_seqlen;
+            record.effective.streaming = effective.streaming;
+            record.effective.gate = Some(if gate.steps.is_empty() {
+                "fits as requested".to_string()
+            } else {
+                gate.steps
+                    .iter()
+                    .map(|s| format!("{} {} → {} ({})", s.key, s.from, s.to, s.reason))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            });
+        }
         if let Some(c) = &self.calibration {
             record.effective.nsamples = Some(c.windows.len());
             record.effective.seqlen = Some(c.seqlen);

@@ -12,7 +12,7 @@ use crate::prune::sparsegpt::SparseGptOptions;
 use crate::prune::Sparsity;
 
 /// Samples per forward pass while calibrating.
-const BATCH: usize = 8;
+pub(super) const BATCH: usize = 8;
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,

@@ -1,6 +1,7 @@
 //! The one integration-test binary; a module per area.
 
 mod common;
+mod estimate_cli;
 mod eval_cli;
 mod gguf_model;
 mod hf_folder;

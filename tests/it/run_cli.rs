@@ -175,3 +175,117 @@ fn a_killed_sweep_resumes_with_only_the_missing_cells() {
         assert_eq!(same, r);
     }
 }
+
+/// A one-cell tiny pipeline with `estimate` and `gate` and the given gate options.
+fn gate_fixture(dir: &Path, gate: &str) -> PathBuf {
+    sweep_fixture(dir);
+    let pipeline = dir.join("gated.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"name: gated
+seed: 0
+device: cpu
+model: {{ path: tiny }}
+calibration: {{ text: calib.txt, nsamples: 8, seqlen: 16 }}
+evaluation: {{ text: eval.txt, seqlen: 16 }}
+stages:
+  load: {{}}
+  estimate: {{}}
+  gate: {gate}
+  calibrate: {{}}
+  prune: {{ method: wanda, sparsity: 0.5 }}
+  eval: {{}}
+"#
+        ),
+    )
+    .unwrap();
+    pipeline
+}
+
+/// The estimated peak of the gated fixture's cell with `nsamples` calibration samples.
+fn gated_peak(pipeline: &Path, nsamples: usize) -> u64 {
+    use wanda::memory::estimate::{estimate_prune, ComputeDevice};
+    use wanda::memory::shape::Place;
+    let plan = wanda::pipeline::plan::validate(pipeline).unwrap();
+    let (shape, _) =
+        wanda::model::inspect(&wanda::model::ModelRef::Folder(plan.base_dir.join("tiny"))).unwrap();
+    let mut run = wanda::stages::requested_run(
+        &plan.cells[0].spec,
+        &plan.base_dir,
+        ComputeDevice::Cpu,
+        false,
+    )
+    .unwrap();
+    run.nsamples = nsamples;
+    estimate_prune(&shape, &run).peak(Place::Device).1
+}
+
+#[test]
+fn the_gate_halves_nsamples_to_fit_and_records_the_effective_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = gate_fixture(dir.path(), "{}");
+    // A budget (10 % headroom) between the peaks at 4 and at 8 samples.
+    let budget = ((gated_peak(&probe, 4) + gated_peak(&probe, 8)) as f64 / 2.0 / 0.9) as u64;
+    let pipeline = gate_fixture(
+        dir.path(),
+        &format!("{{ budget: {budget}, floor: {{ nsamples: 2, seqlen: 8 }} }}"),
+    );
+    let results = dir.path().join("results");
+    let out = wanda(&pipeline, &results).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let dir_of_cells = results.join("gated");
+    let cell = std::fs::read_dir(&dir_of_cells)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("run.json").exists())
+        .expect("one finished cell");
+    let record = RunRecord::read(&cell.join("run.json")).unwrap();
+    assert_eq!(record.effective.nsamples, Some(4));
+    assert_eq!(record.effective.seqlen, Some(16));
+    assert_eq!(
+        record.effective.gate.as_deref(),
+        Some("calibration.nsamples 8 → 4 (halved to fit)")
+    );
+    assert_eq!(
+        record.memory.estimated_peak_bytes,
+        Some(gated_peak(&probe, 4))
+    );
+}
+
+#[test]
+fn a_run_that_cannot_fit_halts_with_exit_1_and_writes_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = gate_fixture(dir.path(), "{ budget: 1MiB }");
+    let results = dir.path().join("results");
+    let out = wanda(&pipeline, &results).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not fit") && stderr.contains("raise `budget` to at least"),
+        "{stderr}"
+    );
+    assert!(records(&results).is_empty());
+}
+
+#[test]
+fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
+    let pipeline =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gate/llama1b-16gib.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["run", "--dry-run"])
+        .arg(&pipeline)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("budget 16.00 GiB"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "effective: calibration.nsamples 8, calibration.seqlen 1024, evaluation.seqlen 2048, streaming off"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("fits"), "{stdout}");
+}

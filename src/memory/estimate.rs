@@ -1,0 +1,535 @@
+//! The memory a pruning run will need, predicted from the model's shape and the run's settings
+//! alone — pure arithmetic, no tensors.
+//!
+//! The run is split into its stages (`load`, `prune` with calibration, `eval`); each gets a
+//! [`Breakdown`] of what is alive at its peak, and the run's peak is the largest. Every share
+//! is one formula below, in bytes, with `f32` = 4 B (this tool computes in f32 on every
+//! backend). Symbols: `P` parameters, `L` layers, `H` width, `I` MLP width, `nh` query heads,
+//! `d` head width, `V` vocabulary, `n` calibration samples, `s` their length, `b` samples per
+//! forward pass (`min(batch, n)`), `e` the evaluation window.
+//!
+//! - weights: `P × 4` (checkpoints of any type are dequantised to f32);
+//! - tokenisation, while a text is read: its bytes × [`TOKENIZE_BYTES_PER_TEXT_BYTE`];
+//! - checkpoint mapping, while loading: the checkpoint file's bytes, memory-mapped and read
+//!   once (they count in the resident set until the file is closed);
+//! - pruned copy: `L × linears × 4` when the dense model must stay for other cells (a
+//!   pipeline); `wanda prune` prunes in place;
+//! - calibration activations: `(n + b) × s × H × 4` — every sample's input of the current
+//!   layer, plus one batch's output while the next layer's inputs replace them batch by batch;
+//! - attention scores: `b × nh × s² × 4 × ATTENTION_SCORE_COPIES` (the backend's attention
+//!   materialises scores, masked scores and their softmax);
+//! - layer intermediates: `b × s × (4·nh·d + 3·I) × 4` (q, k and v repeated to all heads,
+//!   the attention output; gate, up and their product);
+//! - statistics: Wanda `b × s × I × 4` (the squared MLP input, the widest); SparseGPT the
+//!   Hessians of the four shared inputs `(H² + (nh·d)² + H² + I²) × (4 + 8)` (f32 sums on the
+//!   device, f64 on the host);
+//! - pruning buffers: the layer's pruned weights held until all seven succeed,
+//!   `linears/L × 4`, plus for the widest linear `in × out × 12` (Wanda: scores f32 and sort
+//!   order) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and inverse in f64);
+//! - eval logits: `e × V × 4 × LOGIT_COPIES` and the LM head's operands
+//!   `V × H × 4 × HEAD_OPERAND_COPIES`, with the attention and intermediates of one window;
+//! - framework overhead: [`CPU_OVERHEAD_BYTES`] (measured: the resident set of `wanda`
+//!   with a tokenizer loaded and no model) or [`CUDA_OVERHEAD_BYTES`] on a GPU.
+//!
+//! With layer streaming on a GPU only the embeddings, one layer and the activations are on
+//! the device; all weights stay in host memory. On the CPU device and host are one pool.
+
+use serde::Serialize;
+
+use super::shape::{gib, Breakdown, ModelShape, Place};
+
+/// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
+pub const ATTENTION_SCORE_COPIES: u64 = 2;
+/// Live `[e, V]` buffers at the evaluation's peak beyond the head's operands, fitted to
+/// SmolLM2 probes at e = 256, 512 and 1024 (the log-softmax works row by row on them).
+pub const LOGIT_COPIES: u64 = 1;
+/// Copies of the `V × H` LM-head matrix alive while the logits are computed (the tied
+/// embedding transposed, and the GEMM's packed operands), fitted to the same probes.
+pub const HEAD_OPERAND_COPIES: u64 = 3;
+/// Transient bytes per byte of text while the tokenizer encodes a whole file (normalised
+/// copies with per-byte alignments, pre-token splits, the encoding's per-token fields),
+/// measured with the `tokenizers` crate on WikiText-2.
+pub const TOKENIZE_BYTES_PER_TEXT_BYTE: u64 = 100;
+/// Resident set of the process before any model is loaded (binary, tokenizer, thread pools,
+/// allocator arenas), measured on the CPU backend.
+pub const CPU_OVERHEAD_BYTES: u64 = 64 << 20;
+/// CUDA context and kernel modules on a GPU.
+pub const CUDA_OVERHEAD_BYTES: u64 = 512 << 20;
+
+/// The pruning methods, as memory sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PruneMethod {
+    /// No calibration.
+    Magnitude,
+    /// Input norms.
+    Wanda,
+    /// Hessians.
+    SparseGpt,
+}
+
+/// Where the run computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDevice {
+    /// The CPU: device memory is host RAM.
+    Cpu,
+    /// A CUDA GPU.
+    Cuda,
+}
+
+/// The settings of a run that memory depends on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PruneRun {
+    /// The method; None for a run that only evaluates.
+    pub method: Option<PruneMethod>,
+    /// Calibration samples.
+    pub nsamples: usize,
+    /// Calibration sample length.
+    pub seqlen: usize,
+    /// Samples per forward pass.
+    pub batch: usize,
+    /// Evaluation window, when the run evaluates.
+    pub eval_seqlen: Option<usize>,
+    /// Whether the dense model stays beside the pruned copy.
+    pub keeps_dense_copy: bool,
+    /// Whether only the current layer's weights are on the device.
+    pub streaming: bool,
+    /// Bytes of the checkpoint file(s), memory-mapped while loading.
+    pub checkpoint_bytes: u64,
+    /// Bytes of the calibration text file.
+    pub calibration_text_bytes: u64,
+    /// Bytes of the evaluation text file.
+    pub eval_text_bytes: u64,
+    /// The compute device.
+    pub device: ComputeDevice,
+}
+
+/// One stage's breakdown.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageEstimate {
+    /// `load`, `prune` or `eval`.
+    pub stage: &'static str,
+    /// What is alive at the stage's peak.
+    pub breakdown: Breakdown,
+}
+
+/// A run's estimate: per stage, and the peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// In run order.
+    pub stages: Vec<StageEstimate>,
+}
+
+impl Estimate {
+    /// The stage with the most memory at `place`, and that amount; on the CPU device and
+    /// host are one pool, so ask for [`Place::Device`].
+    pub fn peak(&self, place: Place) -> (&'static str, u64) {
+        self.stages
+            .iter()
+            .map(|s| (s.stage, s.breakdown.total(place)))
+            .max_by_key(|&(_, bytes)| bytes)
+            .unwrap_or(("none", 0))
+    }
+}
+
+const F32: u64 = 4;
+
+/// Predicts the memory of `run` on a model of `shape`.
+pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
+    let m = Dims::new(shape);
+    // Device placement: on the CPU everything is device memory (one pool).
+    let host = match run.device {
+        ComputeDevice::Cpu => Place::Device,
+        ComputeDevice::Cuda => Place::Host,
+    };
+    let mut stages = Vec::new();
+
+    let mut load = Breakdown::default();
+    overhead(&mut load, run.device, host);
+    weights(&mut load, shape, run, &m, host, false);
+    load.push(
+        "checkpoint mapping",
+        run.checkpoint_bytes,
+        host,
+        format!("{} B of checkpoint files", run.checkpoint_bytes),
+    );
+    stages.push(StageEstimate {
+        stage: "load",
+        breakdown: load,
+    });
+
+    if let Some(method) = run.method {
+        if method != PruneMethod::Magnitude {
+            stages.push(tokenise(
+                "calibration text",
+                shape,
+                run,
+                &m,
+                host,
+                run.calibration_text_bytes,
+            ));
+        }
+        let mut prune = Breakdown::default();
+        overhead(&mut prune, run.device, host);
+        weights(&mut prune, shape, run, &m, host, true);
+        if method != PruneMethod::Magnitude {
+            let (n, s) = (run.nsamples as u64, run.seqlen as u64);
+            let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
+            prune.push(
+                "calibration activations",
+                (n + b) * s * m.h * F32,
+                Place::Device,
+                format!("({n} + {b}) samples × {s} × {} × 4 B", m.h),
+            );
+            forward(&mut prune, &m, b, s);
+            match method {
+                PruneMethod::Wanda => prune.push(
+                    "statistics",
+                    b * s * m.i * F32,
+                    Place::Device,
+                    format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
+                ),
+                PruneMethod::SparseGpt => {
+                    let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
+                    prune.push(
+                        "statistics",
+                        squares * (F32 + 8),
+                        Place::Device,
+                        format!(
+                            "(2·{}² + {}² + {}²) × (4 + 8) B (Hessians, f32 sums + f64 host)",
+                            m.h, m.q, m.i
+                        ),
+                    )
+                }
+                PruneMethod::Magnitude => {}
+            }
+        }
+        let widest = m.widest_linear();
+        let (method_bytes, method_formula) = match method {
+            PruneMethod::SparseGpt => {
+                let cols = m.h.max(m.i).max(m.q);
+                (
+                    cols * cols * 8 * 3,
+                    format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)"),
+                )
+            }
+            PruneMethod::Wanda | PruneMethod::Magnitude => (
+                widest * 12,
+                format!("{widest} × 12 B (scores f32, sort order)"),
+            ),
+        };
+        prune.push(
+            "pruning buffers",
+            m.linears_per_layer * F32 + method_bytes,
+            host,
+            format!(
+                "{} × 4 B (one layer's pruned weights) + {method_formula}",
+                m.linears_per_layer
+            ),
+        );
+        stages.push(StageEstimate {
+            stage: "prune",
+            breakdown: prune,
+        });
+    }
+
+    if let Some(e) = run.eval_seqlen {
+        stages.push(tokenise(
+            "eval text",
+            shape,
+            run,
+            &m,
+            host,
+            run.eval_text_bytes,
+        ));
+        let e = e as u64;
+        let mut eval = Breakdown::default();
+        overhead(&mut eval, run.device, host);
+        weights(&mut eval, shape, run, &m, host, run.method.is_some());
+        eval.push(
+            "LM head operands",
+            m.v * m.h * F32 * HEAD_OPERAND_COPIES,
+            Place::Device,
+            format!("{} × {} × 4 B × {HEAD_OPERAND_COPIES}", m.v, m.h),
+        );
+        eval.push(
+            "eval logits",
+            e * m.v * F32 * LOGIT_COPIES,
+            Place::Device,
+            format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
+        );
+        forward(&mut eval, &m, 1, e);
+        stages.push(StageEstimate {
+            stage: "eval",
+            breakdown: eval,
+        });
+    }
+    Estimate { stages }
+}
+
+/// The stage that tokenises a text file of `text_bytes`.
+fn tokenise(
+    stage: &'static str,
+    shape: &ModelShape,
+    run: &PruneRun,
+    m: &Dims,
+    host: Place,
+    text_bytes: u64,
+) -> StageEstimate {
+    let mut b = Breakdown::default();
+    overhead(&mut b, run.device, host);
+    weights(&mut b, shape, run, m, host, false);
+    b.push(
+        "tokenisation",
+        text_bytes * TOKENIZE_BYTES_PER_TEXT_BYTE,
+        host,
+        format!("{text_bytes} B of text × {TOKENIZE_BYTES_PER_TEXT_BYTE}"),
+    );
+    StageEstimate {
+        stage,
+        breakdown: b,
+    }
+}
+
+/// The dimensions the formulas use, as u64.
+struct Dims {
+    h: u64,
+    i: u64,
+    /// `nh · d`.
+    q: u64,
+    heads: u64,
+    v: u64,
+    layers: u64,
+    linears_per_layer: u64,
+    in_out: [(u64, u64); 3],
+}
+
+impl Dims {
+    fn new(shape: &ModelShape) -> Self {
+        let h = shape.hidden_size as u64;
+        let i = shape.intermediate_size as u64;
+        let q = (shape.num_attention_heads * shape.head_dim) as u64;
+        Self {
+            h,
+            i,
+            q,
+            heads: shape.num_attention_heads as u64,
+            v: shape.vocab_size as u64,
+            layers: shape.num_hidden_layers as u64,
+            linears_per_layer: shape.linear_parameters_per_layer(),
+            in_out: [(h, q), (h, i), (i, h)],
+        }
+    }
+
+    /// Weights of the largest linear.
+    fn widest_linear(&self) -> u64 {
+        self.in_out.iter().map(|(a, b)| a * b).max().unwrap_or(0)
+    }
+}
+
+fn overhead(b: &mut Breakdown, device: ComputeDevice, host: Place) {
+    b.push(
+        "framework overhead",
+        CPU_OVERHEAD_BYTES,
+        host,
+        "measured constant (CPU process)".into(),
+    );
+    if device == ComputeDevice::Cuda {
+        b.push(
+            "CUDA context",
+            CUDA_OVERHEAD_BYTES,
+            Place::Device,
+            "constant".into(),
+        );
+    }
+}
+
+/// The weights, where they live, and the pruned copy when one is kept (`pruned`).
+fn weights(
+    b: &mut Breakdown,
+    shape: &ModelShape,
+    run: &PruneRun,
+    m: &Dims,
+    host: Place,
+    pruned: bool,
+) {
+    let all = shape.parameters * F32;
+    let formula = format!("{} params × 4 B", shape.parameters);
+    if run.streaming && run.device == ComputeDevice::Cuda {
+        b.push("weights (host)", all, Place::Host, formula);
+        let embeddings =
+            shape.embedding_parameters() * if shape.tie_word_embeddings { 1 } else { 2 };
+        let on_device = (embeddings + m.linears_per_layer) * F32;
+        b.push(
+            "weights (device: embeddings + one layer)",
+            on_device,
+            Place::Device,
+            format!("({embeddings} + {}) params × 4 B", m.linears_per_layer),
+        );
+    } else {
+        b.push("weights", all, Place::Device, formula);
+    }
+    if pruned && run.keeps_dense_copy {
+        b.push(
+            "pruned copy",
+            m.layers * m.linears_per_layer * F32,
+            host,
+            format!("{} layers × {} params × 4 B", m.layers, m.linears_per_layer),
+        );
+    }
+}
+
+/// Attention scores and layer intermediates of one forward pass of `b` samples of length `s`.
+fn forward(out: &mut Breakdown, m: &Dims, b: u64, s: u64) {
+    out.push(
+        "attention scores",
+        b * m.heads * s * s * F32 * ATTENTION_SCORE_COPIES,
+        Place::Device,
+        format!(
+            "{b} × {} heads × {s}² × 4 B × {ATTENTION_SCORE_COPIES}",
+            m.heads
+        ),
+    );
+    out.push(
+        "layer intermediates",
+        b * s * (4 * m.q + 3 * m.i) * F32,
+        Place::Device,
+        format!("{b} × {s} × (4·{} + 3·{}) × 4 B", m.q, m.i),
+    );
+}
+
+/// The breakdown as aligned text lines: name, GiB, formula; then the total.
+pub fn render(breakdown: &Breakdown) -> String {
+    let mut out = String::new();
+    for item in &breakdown.items {
+        out.push_str(&format!(
+            "  {:<28} {:>10}  {}\n",
+            item.name,
+            gib(item.bytes),
+            item.formula
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// H=4, I=6, L=2, 2 heads of 2, 1 kv head, V=10, 340 parameters (see `shape.rs`).
+    fn tiny() -> ModelShape {
+        ModelShape {
+            parameters: 340,
+            hidden_size: 4,
+            intermediate_size: 6,
+            num_hidden_layers: 2,
+            num_attention_heads: 2,
+            num_key_value_heads: 1,
+            head_dim: 2,
+            vocab_size: 10,
+            tie_word_embeddings: false,
+            max_position_embeddings: 64,
+        }
+    }
+
+    fn run(method: PruneMethod) -> PruneRun {
+        PruneRun {
+            method: Some(method),
+            nsamples: 3,
+            seqlen: 5,
+            batch: 2,
+            eval_seqlen: Some(4),
+            keeps_dense_copy: true,
+            streaming: false,
+            checkpoint_bytes: 1000,
+            calibration_text_bytes: 10,
+            eval_text_bytes: 20,
+            device: ComputeDevice::Cpu,
+        }
+    }
+
+    fn item(e: &Estimate, stage: &str, name: &str) -> u64 {
+        let stage = e.stages.iter().find(|s| s.stage == stage).unwrap();
+        stage
+            .breakdown
+            .items
+            .iter()
+            .find(|i| i.name == name)
+            .map(|i| i.bytes)
+            .unwrap_or_else(|| panic!("no `{name}` in {stage:?}"))
+    }
+
+    #[test]
+    fn wanda_run_by_hand() {
+        let e = estimate_prune(&tiny(), &run(PruneMethod::Wanda));
+        let names: Vec<_> = e.stages.iter().map(|s| s.stage).collect();
+        assert_eq!(
+            names,
+            ["load", "calibration text", "prune", "eval text", "eval"]
+        );
+        assert_eq!(item(&e, "load", "weights"), 340 * 4);
+        assert_eq!(item(&e, "load", "checkpoint mapping"), 1000);
+        assert_eq!(item(&e, "calibration text", "tokenisation"), 10 * 100);
+        assert_eq!(item(&e, "eval text", "tokenisation"), 20 * 100);
+        // Linears per layer: q 16 + k, v 2·8 + o 16 + MLP 3·24 = 120; two layers, f32.
+        assert_eq!(item(&e, "prune", "pruned copy"), 2 * 120 * 4);
+        // (n + b) × s × H × 4 = 5 × 5 × 4 × 4.
+        assert_eq!(item(&e, "prune", "calibration activations"), 400);
+        // b × nh × s² × 4 × 2 = 2 × 2 × 25 × 4 × 2.
+        assert_eq!(item(&e, "prune", "attention scores"), 800);
+        // b × s × (4·nh·d + 3·I) × 4 = 10 × (16 + 18) × 4.
+        assert_eq!(item(&e, "prune", "layer intermediates"), 1360);
+        // b × s × I × 4.
+        assert_eq!(item(&e, "prune", "statistics"), 240);
+        // 120 × 4 + widest linear (4 × 6) × 12.
+        assert_eq!(item(&e, "prune", "pruning buffers"), 480 + 288);
+        // V × H × 4 × 3; e × V × 4; 1 × nh × e² × 4 × 2; 1 × e × 34 × 4.
+        assert_eq!(item(&e, "eval", "LM head operands"), 480);
+        assert_eq!(item(&e, "eval", "eval logits"), 160);
+        assert_eq!(item(&e, "eval", "attention scores"), 256);
+        assert_eq!(item(&e, "eval", "layer intermediates"), 544);
+        // The prune stage holds the most (overhead, weights, pruned copy and its buffers).
+        let prune = CPU_OVERHEAD_BYTES + 1360 + 960 + 400 + 800 + 1360 + 240 + 768;
+        assert_eq!(e.peak(Place::Device), ("prune", prune));
+    }
+
+    #[test]
+    fn sparsegpt_holds_hessians_in_f32_and_f64() {
+        let e = estimate_prune(&tiny(), &run(PruneMethod::SparseGpt));
+        // (2·H² + (nh·d)² + I²) × 12 = (32 + 16 + 36) × 12.
+        assert_eq!(item(&e, "prune", "statistics"), 1008);
+        // 120 × 4 + widest input 6² × 8 × 3.
+        assert_eq!(item(&e, "prune", "pruning buffers"), 480 + 864);
+    }
+
+    #[test]
+    fn magnitude_needs_no_calibration_and_a_cli_run_no_copy() {
+        let mut r = run(PruneMethod::Magnitude);
+        r.keeps_dense_copy = false;
+        let e = estimate_prune(&tiny(), &r);
+        let names: Vec<_> = e.stages.iter().map(|s| s.stage).collect();
+        assert_eq!(names, ["load", "prune", "eval text", "eval"]);
+        let prune = &e.stages[1].breakdown;
+        assert!(prune
+            .items
+            .iter()
+            .all(|i| i.name != "calibration activations" && i.name != "pruned copy"));
+    }
+
+    #[test]
+    fn streaming_on_a_gpu_keeps_one_layer_and_the_embeddings_on_the_device() {
+        let mut r = run(PruneMethod::Wanda);
+        r.device = ComputeDevice::Cuda;
+        r.streaming = true;
+        let e = estimate_prune(&tiny(), &r);
+        // Untied: embeddings and head 2 × V × H, plus one layer's 120 linear weights.
+        assert_eq!(
+            item(&e, "prune", "weights (device: embeddings + one layer)"),
+            (80 + 120) * 4
+        );
+        assert_eq!(item(&e, "prune", "weights (host)"), 340 * 4);
+        let host = e.stages[2].breakdown.total(Place::Host);
+        assert_eq!(host, CPU_OVERHEAD_BYTES + 340 * 4 + 960 + 768);
+    }
+}

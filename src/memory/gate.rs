@@ -1,0 +1,358 @@
+//! The gate: make a run fit its memory budget before it starts, or say why it cannot.
+//!
+//! Always first: calibration `seqlen` is clamped to the model's context
+//! (`max_position_embeddings`) — the reference code once asked for 64 GiB by taking seqlen from
+//! it. An evaluation window longer than the context is clamped only where the pipeline lists
+//! `eval_seqlen` among the settings the gate may reduce; otherwise the gate refuses. Then,
+//! while the estimated peak exceeds the usable budget (`budget × (1 − headroom)`), the policy's
+//! next step applies, in the pipeline's order: halve calibration `nsamples` down to its floor,
+//! halve calibration `seqlen` down to its floor, switch on layer streaming, halve the
+//! evaluation window (only when listed) — re-estimating after each step. When nothing fits,
+//! the decision says so with the smallest budget that would have fitted.
+
+use serde::Serialize;
+
+use super::estimate::{estimate_prune, Estimate, PruneRun};
+use super::shape::{gib, ModelShape, Place};
+use crate::pipeline::spec::{Floor, ReduceKey};
+
+/// What the gate may do and within which limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatePolicy {
+    /// Bytes of the device's memory the run may use, before headroom.
+    pub budget: u64,
+    /// Fraction of the budget kept free, in [0, 1).
+    pub headroom: f64,
+    /// The settings the gate may lower, in order.
+    pub reduce: Vec<ReduceKey>,
+    /// The lowest values it may lower them to.
+    pub floor: Floor,
+}
+
+impl GatePolicy {
+    /// `budget × (1 − headroom)`.
+    pub fn usable(&self) -> u64 {
+        (self.budget as f64 * (1.0 - self.headroom)).floor() as u64
+    }
+}
+
+/// One change the gate made.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GateStep {
+    /// The setting, e.g. `calibration.nsamples`.
+    pub key: String,
+    /// Its value before.
+    pub from: String,
+    /// Its value after.
+    pub to: String,
+    /// Why, e.g. `clamped to max_position_embeddings`.
+    pub reason: String,
+}
+
+/// The gate's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GateDecision {
+    /// The settings asked for.
+    pub requested: PruneRun,
+    /// The settings to run with.
+    pub effective: PruneRun,
+    /// The changes, in the order made.
+    pub steps: Vec<GateStep>,
+    /// The estimated peak of the requested settings (after clamping to the context).
+    pub requested_peak: u64,
+    /// The estimated peak of the effective settings.
+    pub effective_peak: u64,
+    /// The estimate of the effective settings.
+    pub estimate: Estimate,
+    /// The usable budget (after headroom).
+    pub usable_budget: u64,
+    /// Whether the effective settings fit.
+    pub fits: bool,
+    /// The smallest budget (before headroom) in which the effective settings fit.
+    pub smallest_budget: u64,
+}
+
+/// Errors that stop the gate before any estimate.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum GateError {
+    /// The evaluation window exceeds the context and the pipeline does not let the gate change it.
+    #[error(
+        "evaluation.seqlen {seqlen} exceeds the model's context ({context} tokens, \
+         max_position_embeddings); lower `evaluation.seqlen` or add `eval_seqlen` to the gate's `reduce`"
+    )]
+    EvalSeqlenTooLong {
+        /// The window asked for.
+        seqlen: usize,
+        /// The model's context.
+        context: usize,
+    },
+}
+
+/// Decides the effective settings of `requested` on a model of `shape` under `policy`.
+pub fn decide(
+    shape: &ModelShape,
+    requested: &PruneRun,
+    policy: &GatePolicy,
+) -> Result<GateDecision, GateError> {
+    let context = shape.max_position_embeddings;
+    let allows = |key| policy.reduce.contains(&key);
+    let mut run = requested.clone();
+    let mut steps = Vec::new();
+    if run.seqlen > context {
+        steps.push(step(
+            "calibration.seqlen",
+            run.seqlen,
+            context,
+            "clamped to max_position_embeddings",
+        ));
+        run.seqlen = context;
+    }
+    if let Some(e) = run.eval_seqlen.filter(|&e| e > context) {
+        if !allows(ReduceKey::EvalSeqlen) {
+            return Err(GateError::EvalSeqlenTooLong { seqlen: e, context });
+        }
+        steps.push(step(
+            "evaluation.seqlen",
+            e,
+            context,
+            "clamped to max_position_embeddings",
+        ));
+        run.eval_seqlen = Some(context);
+    }
+    let peak = |run: &PruneRun| estimate_prune(shape, run).peak(Place::Device).1;
+    let requested_peak = peak(&run);
+    let usable = policy.usable();
+    for key in &policy.reduce {
+        while peak(&run) > usable {
+            let floor = match key {
+                ReduceKey::Nsamples => policy.floor.nsamples,
+                ReduceKey::Seqlen | ReduceKey::EvalSeqlen => policy.floor.seqlen,
+                ReduceKey::Streaming => 0,
+            };
+            let changed = match key {
+                ReduceKey::Nsamples => halve(&mut run.nsamples, floor)
+                    .map(|(a, b)| step("calibration.nsamples", a, b, "halved to fit")),
+                ReduceKey::Seqlen => halve(&mut run.seqlen, floor)
+                    .map(|(a, b)| step("calibration.seqlen", a, b, "halved to fit")),
+                ReduceKey::EvalSeqlen => match run.eval_seqlen.as_mut() {
+                    Some(e) => halve(e, floor)
+                        .map(|(a, b)| step("evaluation.seqlen", a, b, "halved to fit")),
+                    None => None,
+                },
+                ReduceKey::Streaming if !run.streaming => {
+                    run.streaming = true;
+                    Some(step(
+                        "streaming",
+                        "off",
+                        "on",
+                        "only one layer on the device",
+                    ))
+                }
+                ReduceKey::Streaming => None,
+            };
+            match changed {
+                Some(s) => steps.push(s),
+                None => break,
+            }
+        }
+    }
+    let estimate = estimate_prune(shape, &run);
+    let effective_peak = estimate.peak(Place::Device).1;
+    let smallest_budget = (effective_peak as f64 / (1.0 - policy.headroom)).ceil() as u64;
+    Ok(GateDecision {
+        requested: requested.clone(),
+        fits: effective_peak <= usable,
+        effective: run,
+        steps,
+        requested_peak,
+        effective_peak,
+        estimate,
+        usable_budget: usable,
+        smallest_budget,
+    })
+}
+
+/// Halves `value` (not below `floor`); the old and new value when it changed.
+fn halve(value: &mut usize, floor: usize) -> Option<(usize, usize)> {
+    let next = (*value / 2).max(floor);
+    (next < *value).then(|| {
+        let old = *value;
+        *value = next;
+        (old, next)
+    })
+}
+
+fn step(key: &str, from: impl ToString, to: impl ToString, reason: &str) -> GateStep {
+    GateStep {
+        key: key.to_string(),
+        from: from.to_string(),
+        to: to.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+impl GateDecision {
+    /// The decision as a short table: each changed setting requested → effective, then the
+    /// estimate against the budget and the verdict.
+    pub fn render(&self, budget_label: &str) -> String {
+        let mut out = format!(
+            "gate: budget {budget_label} − headroom = {} usable\n",
+            gib(self.usable_budget)
+        );
+        // One line per setting: its first value → its last, and how it got there.
+        let mut i = 0;
+        while i < self.steps.len() {
+            let first = &self.steps[i];
+            let run = self.steps[i..]
+                .iter()
+                .take_while(|s| s.key == first.key)
+                .count();
+            let last = &self.steps[i + run - 1];
+            let how = if run > 1 {
+                format!("{} ({run} steps)", last.reason)
+            } else {
+                last.reason.clone()
+            };
+            out.push_str(&format!(
+                "  {:<22} {:>10} → {:<10} {how}\n",
+                first.key, first.from, last.to
+            ));
+            i += run;
+        }
+        out.push_str(&format!(
+            "  {:<22} {:>10} → {:<10} ",
+            "estimated peak",
+            gib(self.requested_peak),
+            gib(self.effective_peak)
+        ));
+        if self.fits {
+            out.push_str("fits\n");
+        } else {
+            out.push_str(&format!(
+                "does not fit; the smallest budget that would is {}\n",
+                gib(self.smallest_budget)
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::estimate::{ComputeDevice, PruneMethod};
+
+    fn shape() -> ModelShape {
+        ModelShape {
+            parameters: 1_000_000,
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_hidden_layers: 4,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            head_dim: 16,
+            vocab_size: 1000,
+            tie_word_embeddings: true,
+            max_position_embeddings: 1024,
+        }
+    }
+
+    fn run(nsamples: usize, seqlen: usize) -> PruneRun {
+        PruneRun {
+            method: Some(PruneMethod::Wanda),
+            nsamples,
+            seqlen,
+            batch: 8,
+            eval_seqlen: Some(256),
+            keeps_dense_copy: false,
+            streaming: false,
+            checkpoint_bytes: 0,
+            calibration_text_bytes: 0,
+            eval_text_bytes: 0,
+            device: ComputeDevice::Cuda,
+        }
+    }
+
+    fn policy(budget: u64) -> GatePolicy {
+        GatePolicy {
+            budget,
+            headroom: 0.1,
+            reduce: vec![ReduceKey::Nsamples, ReduceKey::Seqlen, ReduceKey::Streaming],
+            floor: Floor {
+                nsamples: 8,
+                seqlen: 256,
+            },
+        }
+    }
+
+    fn peak(n: usize, s: usize) -> u64 {
+        estimate_prune(&shape(), &run(n, s)).peak(Place::Device).1
+    }
+
+    #[test]
+    fn a_run_that_fits_is_left_alone() {
+        let d = decide(&shape(), &run(128, 512), &policy(1 << 40)).unwrap();
+        assert!(d.fits && d.steps.is_empty());
+        assert_eq!(d.effective, d.requested);
+    }
+
+    #[test]
+    fn seqlen_is_clamped_to_the_context_whatever_the_budget() {
+        let d = decide(&shape(), &run(8, 131_072), &policy(1 << 40)).unwrap();
+        assert_eq!(d.effective.seqlen, 1024);
+        assert_eq!(d.steps[0].reason, "clamped to max_position_embeddings");
+    }
+
+    #[test]
+    fn nsamples_halves_to_the_first_fit_before_seqlen_moves() {
+        // A budget the run fits at 32 samples but not at 64.
+        let budget = ((peak(32, 1024) + peak(64, 1024)) / 2) as f64 / 0.9;
+        let d = decide(&shape(), &run(128, 1024), &policy(budget as u64)).unwrap();
+        assert!(d.fits);
+        assert_eq!((d.effective.nsamples, d.effective.seqlen), (32, 1024));
+        assert_eq!(d.steps.len(), 2);
+        assert_eq!(
+            (d.steps[1].from.as_str(), d.steps[1].to.as_str()),
+            ("64", "32")
+        );
+    }
+
+    #[test]
+    fn seqlen_halves_once_nsamples_is_at_its_floor() {
+        let budget = ((peak(8, 512) + peak(8, 1024)) / 2) as f64 / 0.9;
+        let d = decide(&shape(), &run(128, 1024), &policy(budget as u64)).unwrap();
+        assert!(d.fits);
+        assert_eq!((d.effective.nsamples, d.effective.seqlen), (8, 512));
+    }
+
+    #[test]
+    fn streaming_comes_last_and_nothing_fitting_reports_the_smallest_budget() {
+        let d = decide(&shape(), &run(128, 1024), &policy(1 << 20)).unwrap();
+        assert!(!d.fits);
+        assert_eq!((d.effective.nsamples, d.effective.seqlen), (8, 256));
+        assert!(d.effective.streaming);
+        assert_eq!(d.steps.last().unwrap().key, "streaming");
+        // At the smallest budget reported, the same settings fit.
+        let again = decide(&shape(), &d.effective, &policy(d.smallest_budget)).unwrap();
+        assert!(again.fits && again.steps.is_empty());
+    }
+
+    #[test]
+    fn a_long_eval_window_is_refused_unless_the_pipeline_allows_it() {
+        let mut r = run(8, 256);
+        r.eval_seqlen = Some(4096);
+        assert_eq!(
+            decide(&shape(), &r, &policy(1 << 40)),
+            Err(GateError::EvalSeqlenTooLong {
+                seqlen: 4096,
+                context: 1024
+            })
+        );
+        let mut p = policy(1 << 40);
+        p.reduce.push(ReduceKey::EvalSeqlen);
+        assert_eq!(
+            decide(&shape(), &r, &p).unwrap().effective.eval_seqlen,
+            Some(1024)
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! The empirical check of an estimate: run the pruning of a model's first layers for real and
+//! read the process's peak resident set. Every layer has the same shapes, so the peak of two
+//! layers is the peak of all of them.
+
+use burn::prelude::Backend;
+
+use super::log::MemoryLog;
+use crate::model::llama::Llama;
+use crate::prune::layerwise::{prune_model, Method};
+use crate::prune::{PruneError, Sparsity};
+
+/// Prunes a copy of the first `layers` layers of `model` to 50 % with `method` on `windows`,
+/// `batch` at a time, drops it, and returns the process's peak resident set (None where
+/// `/proc` is missing).
+pub fn probe_prune<B: Backend>(
+    model: &Llama<B>,
+    method: Method,
+    windows: &[Vec<u32>],
+    batch: usize,
+    layers: usize,
+) -> Result<Option<u64>, PruneError> {
+    let mut copy = model.clone();
+    copy.layers.truncate(layers.max(1));
+    prune_model(
+        &mut copy,
+        method,
+        Sparsity::unstructured(0.5)?,
+        windows,
+        batch,
+        |_, _| {},
+    )?;
+    drop(copy);
+    Ok(MemoryLog::new().checkpoint("probe").peak_rss)
+}

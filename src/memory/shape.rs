@@ -1,0 +1,190 @@
+//! The numbers memory formulas need from a model, and the breakdown they produce.
+//!
+//! A [`ModelShape`] comes from a resolved config alone (plus, where a checkpoint's headers were
+//! read, their exact parameter count); nothing here loads weights.
+
+use serde::Serialize;
+
+use crate::model::config::LlamaConfig;
+
+/// The dimensions of a Llama-family decoder that memory depends on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelShape {
+    /// All parameters (embeddings, every layer, final norm, untied head).
+    pub parameters: u64,
+    /// Model width `H`.
+    pub hidden_size: usize,
+    /// MLP width `I`.
+    pub intermediate_size: usize,
+    /// Decoder layers `L`.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA).
+    pub num_key_value_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Vocabulary `V`.
+    pub vocab_size: usize,
+    /// Whether the LM head reuses the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// The longest context the model was trained for.
+    pub max_position_embeddings: usize,
+}
+
+impl ModelShape {
+    /// The shape of `config`, its parameters counted from the config
+    /// ([`ModelShape::count_parameters`]).
+    pub fn from_config(config: &LlamaConfig) -> Self {
+        let mut shape = Self {
+            parameters: 0,
+            hidden_size: config.hidden_size,
+            intermediate_size: config.intermediate_size,
+            num_hidden_layers: config.num_hidden_layers,
+            num_attention_heads: config.num_attention_heads,
+            num_key_value_heads: config.num_key_value_heads,
+            head_dim: config.head_dim,
+            vocab_size: config.vocab_size,
+            tie_word_embeddings: config.tie_word_embeddings,
+            max_position_embeddings: config.max_position_embeddings,
+        };
+        shape.parameters = shape.layer_parameters(config.qkv_bias, config.o_bias)
+            * config.num_hidden_layers as u64
+            + shape.embedding_parameters() * if config.tie_word_embeddings { 1 } else { 2 }
+            + config.hidden_size as u64;
+        shape
+    }
+
+    /// The same shape with the exact count read from a checkpoint's headers.
+    pub fn with_parameters(mut self, parameters: u64) -> Self {
+        self.parameters = parameters;
+        self
+    }
+
+    /// `V × H`: the embedding matrix (and an untied head, the same again).
+    pub fn embedding_parameters(&self) -> u64 {
+        (self.vocab_size * self.hidden_size) as u64
+    }
+
+    /// Parameters of the seven prunable linears of one layer:
+    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H + 3·H·I`.
+    pub fn linear_parameters_per_layer(&self) -> u64 {
+        let h = self.hidden_size as u64;
+        let q = (self.num_attention_heads * self.head_dim) as u64;
+        let kv = (self.num_key_value_heads * self.head_dim) as u64;
+        h * q + 2 * h * kv + q * h + 3 * h * self.intermediate_size as u64
+    }
+
+    /// Parameters of one decoder layer: its linears, their biases where the architecture has
+    /// them, and its two RMSNorm weights (`2·H`).
+    fn layer_parameters(&self, qkv_bias: bool, o_bias: bool) -> u64 {
+        let h = self.hidden_size as u64;
+        let q = (self.num_attention_heads * self.head_dim) as u64;
+        let kv = (self.num_key_value_heads * self.head_dim) as u64;
+        let bias = if qkv_bias { q + 2 * kv } else { 0 } + if o_bias { h } else { 0 };
+        self.linear_parameters_per_layer() + bias + 2 * h
+    }
+}
+
+/// Where a share of memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Place {
+    /// The compute device (a GPU; the CPU when that is the device).
+    Device,
+    /// Host RAM besides the device.
+    Host,
+}
+
+/// One share of a memory estimate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Item {
+    /// What it is, e.g. `weights`, `calibration activations`.
+    pub name: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// Where it lives.
+    pub place: Place,
+    /// The formula with the numbers put in, e.g. `134515008 params × 4 B`.
+    pub formula: String,
+}
+
+/// A memory estimate as a list of shares.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Breakdown {
+    /// The shares, in the order they are printed.
+    pub items: Vec<Item>,
+}
+
+impl Breakdown {
+    /// Adds a share.
+    pub fn push(&mut self, name: &str, bytes: u64, place: Place, formula: String) {
+        self.items.push(Item {
+            name: name.to_string(),
+            bytes,
+            place,
+            formula,
+        });
+    }
+
+    /// The sum of the shares at `place`.
+    pub fn total(&self, place: Place) -> u64 {
+        self.items
+            .iter()
+            .filter(|i| i.place == place)
+            .map(|i| i.bytes)
+            .sum()
+    }
+}
+
+/// Bytes as GiB with two decimals, e.g. `1.43 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::HfLlamaConfig;
+
+    fn config(json: &str) -> LlamaConfig {
+        HfLlamaConfig::from_json(json).unwrap().resolve().unwrap()
+    }
+
+    #[test]
+    fn parameters_are_counted_by_hand_on_a_tiny_config() {
+        // H=4, I=6, L=2, 2 heads of 2, 1 kv head, V=10, untied.
+        let c = config(
+            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4,"intermediate_size":6,
+            "num_hidden_layers":2,"num_attention_heads":2,"num_key_value_heads":1,
+            "vocab_size":10,"tie_word_embeddings":false}"#,
+        );
+        let shape = ModelShape::from_config(&c);
+        // Linears per layer: q 4·4 + k,v 2·4·2 + o 4·4 + mlp 3·4·6 = 16 + 16 + 16 + 72 = 120.
+        assert_eq!(shape.linear_parameters_per_layer(), 120);
+        // Layers 2·(120 + 2·4) = 256, embeddings + head 2·40 = 80, final norm 4.
+        assert_eq!(shape.parameters, 340);
+    }
+
+    #[test]
+    fn smollm2_count_matches_its_gguf_headers() {
+        let c = config(
+            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":576,"intermediate_size":1536,
+            "num_hidden_layers":30,"num_attention_heads":9,"num_key_value_heads":3,
+            "vocab_size":49152,"tie_word_embeddings":true,"max_position_embeddings":8192}"#,
+        );
+        // The integration test `dense_perplexity_matches_pytorch_on_two_windows` reads
+        // 134,515,008 from the GGUF's tensor table.
+        assert_eq!(ModelShape::from_config(&c).parameters, 134_515_008);
+    }
+
+    #[test]
+    fn breakdown_totals_by_place() {
+        let mut b = Breakdown::default();
+        b.push("a", 10, Place::Device, "10".into());
+        b.push("b", 5, Place::Host, "5".into());
+        b.push("c", 7, Place::Device, "7".into());
+        assert_eq!((b.total(Place::Device), b.total(Place::Host)), (17, 5));
+        assert_eq!(gib(3 << 29), "1.50 GiB");
+    }
+}

@@ -1,0 +1,141 @@
+//! `estimate`: the run's predicted peak memory from the loaded model's config and the
+//! settings of the cells it serves (the largest when it serves several); with `probe: true`
+//! the pruning of the first two layers also runs for real and its measured peak is recorded.
+
+use burn::prelude::Backend;
+
+use super::{PipelineExecutor, StageError};
+use crate::data::calibration;
+use crate::memory::estimate::{estimate_prune, ComputeDevice, PruneMethod, PruneRun};
+use crate::memory::probe::probe_prune;
+use crate::memory::shape::{ModelShape, Place};
+use crate::pipeline::record::RunRecord;
+use crate::pipeline::runner::StageFailure;
+use crate::pipeline::spec::{EstimateOptions, Method, PipelineSpec, StageOptions};
+use crate::prune::layerwise;
+
+/// Layers a probe prunes.
+const PROBE_LAYERS: usize = 2;
+
+/// The estimate the gate works from.
+pub(super) struct Estimated {
+    pub shape: ModelShape,
+    pub run: PruneRun,
+    /// The estimated peak of `run`.
+    pub peak: u64,
+}
+
+pub(super) fn run<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    options: &EstimateOptions,
+    specs: &[PipelineSpec],
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
+    let base = exec.base(stage)?;
+    let shape = ModelShape::from_config(&base.config).with_parameters(base.parameter_count);
+    let mut largest: Option<(u64, PruneRun)> = None;
+    let device = if exec.device_label.starts_with("cuda") {
+        ComputeDevice::Cuda
+    } else {
+        ComputeDevice::Cpu
+    };
+    for spec in specs {
+        let run = requested_run(spec, &exec.base_dir, device, specs.len() > 1)?;
+        let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
+        if largest.as_ref().is_none_or(|(p, _)| peak > *p) {
+            largest = Some((peak, run));
+        }
+    }
+    let Some((peak, run)) = largest else {
+        return Err(StageError::Missing {
+            stage: stage.to_string(),
+            what: "a cell to estimate",
+        }
+        .into());
+    };
+    record.memory.estimated_peak_bytes = Some(peak);
+    if options.probe {
+        if let (Some(calib), Some(method)) = (&specs[0].settings.calibration, run.method) {
+            let text = std::fs::read_to_string(exec.path(&calib.text)).map_err(|source| {
+                StageError::Read {
+                    path: exec.path(&calib.text).display().to_string(),
+                    source,
+                }
+            })?;
+            let ids = exec.base(stage)?.tokenizer.encode(&text)?;
+            let set = calibration::draw(&ids, run.nsamples, run.seqlen, specs[0].settings.seed)?;
+            let method = match method {
+                PruneMethod::Magnitude => layerwise::Method::Magnitude,
+                PruneMethod::Wanda => layerwise::Method::Wanda { use_variant: false },
+                PruneMethod::SparseGpt => layerwise::Method::SparseGpt(Default::default()),
+            };
+            let measured = probe_prune(
+                &exec.base(stage)?.model,
+                method,
+                &set.windows,
+                run.batch,
+                PROBE_LAYERS,
+            )?;
+            if let Some(bytes) = measured {
+                record
+                    .metrics
+                    .other
+                    .insert("probe_peak_rss_bytes".into(), bytes.into());
+            }
+        }
+    }
+    exec.estimated = Some(Estimated { shape, run, peak });
+    Ok(())
+}
+
+/// The settings of `spec` (a pipeline file in `base_dir`) as the estimator sees them, on
+/// `device`; `sweep` when the dense model stays loaded beside each cell's pruned copy.
+pub fn requested_run(
+    spec: &PipelineSpec,
+    base_dir: &std::path::Path,
+    device: ComputeDevice,
+    sweep: bool,
+) -> Result<PruneRun, StageError> {
+    let settings = &spec.settings;
+    let method = spec.stages.iter().find_map(|s| match &s.options {
+        StageOptions::Prune(p) => Some(match p.method {
+            Method::Magnitude => PruneMethod::Magnitude,
+            Method::Wanda => PruneMethod::Wanda,
+            Method::Sparsegpt => PruneMethod::SparseGpt,
+        }),
+        _ => None,
+    });
+    let size = |path: Option<&std::path::Path>| -> Result<u64, StageError> {
+        let Some(path) = path else { return Ok(0) };
+        let path = base_dir.join(path);
+        std::fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|source| StageError::Read {
+                path: path.display().to_string(),
+                source,
+            })
+    };
+    let model = &settings.model;
+    let checkpoint = match (&model.gguf, &model.path) {
+        (Some(file), _) => size(Some(file))?,
+        (None, Some(folder)) => {
+            crate::model::inspect(&crate::model::ModelRef::Folder(base_dir.join(folder)))
+                .map_or(0, |(_, bytes)| bytes)
+        }
+        (None, None) => 0,
+    };
+    Ok(PruneRun {
+        method,
+        nsamples: settings.calibration.as_ref().map_or(0, |c| c.nsamples),
+        seqlen: settings.calibration.as_ref().map_or(0, |c| c.seqlen),
+        batch: super::prune::BATCH,
+        eval_seqlen: settings.evaluation.as_ref().map(|e| e.seqlen),
+        keeps_dense_copy: sweep,
+        streaming: false,
+        checkpoint_bytes: checkpoint,
+        calibration_text_bytes: size(settings.calibration.as_ref().map(|c| c.text.as_path()))?,
+        eval_text_bytes: size(settings.evaluation.as_ref().map(|e| e.text.as_path()))?,
+        device,
+    })
+}

@@ -1,0 +1,133 @@
+//! `gate`: fit the run into the memory budget — the detected free memory of the device, or the
+//! pipeline's `budget`, or `wanda run --budget` — by the policy of [`crate::memory::gate`];
+//! halts the run (exit 1) with the breakdown when nothing fits.
+
+use burn::prelude::Backend;
+
+use super::{PipelineExecutor, StageError};
+use crate::memory::device;
+use crate::memory::estimate::{estimate_prune, render, ComputeDevice, PruneRun};
+use crate::memory::gate::{decide, GatePolicy};
+use crate::memory::shape::{gib, Place};
+use crate::pipeline::plan::Plan;
+use crate::pipeline::runner::{StageFailure, StageOutcome};
+use crate::pipeline::spec::{Budget, GateOptions, StageOptions};
+
+pub(super) fn run<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    options: &GateOptions,
+) -> Result<StageOutcome, StageFailure> {
+    let estimated = exec.estimated.as_ref().ok_or_else(|| StageError::Missing {
+        stage: stage.to_string(),
+        what: "an estimate",
+    })?;
+    let (budget, label) = budget_of(
+        exec.budget.unwrap_or(options.budget),
+        &exec.device_label,
+        stage,
+    )?;
+    let policy = GatePolicy {
+        budget,
+        headroom: options.headroom,
+        reduce: options.reduce.clone(),
+        floor: options.floor.clone(),
+    };
+    let decision = decide(&estimated.shape, &estimated.run, &policy)?;
+    let table = decision.render(&label);
+    (exec.report)(&table);
+    if !decision.fits {
+        let stage_breakdown = decision
+            .estimate
+            .stages
+            .iter()
+            .map(|s| format!("{}:\n{}", s.stage, render(&s.breakdown)))
+            .collect::<String>();
+        return Ok(StageOutcome::Halt {
+            reason: format!(
+                "the run does not fit its memory budget; raise `budget` to at least {} or lower \
+                 the gate's `floor`\n{table}{stage_breakdown}",
+                gib(decision.smallest_budget)
+            ),
+        });
+    }
+    exec.gate = Some(decision);
+    Ok(StageOutcome::Continue)
+}
+
+/// The gate's decision for `plan` before anything runs (for `wanda run --dry-run`): the
+/// model's shape from its config and checkpoint headers, the largest cell, the budget as the
+/// gate stage would take it. None when the plan has no gate.
+pub fn dry_run(
+    plan: &Plan,
+    device_label: &str,
+    budget: Option<Budget>,
+) -> Result<Option<String>, StageFailure> {
+    let Some(options) = plan.spec.stages.iter().find_map(|s| match &s.options {
+        StageOptions::Gate(g) => Some(g),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let settings = &plan.spec.settings;
+    let origin = super::load::model_ref(settings, &plan.base_dir)?;
+    let (shape, _) = crate::model::inspect(&origin)?;
+    let device = if device_label.starts_with("cuda") {
+        ComputeDevice::Cuda
+    } else {
+        ComputeDevice::Cpu
+    };
+    let mut largest: Option<(u64, PruneRun)> = None;
+    for cell in &plan.cells {
+        let run = super::requested_run(&cell.spec, &plan.base_dir, device, plan.cells.len() > 1)?;
+        let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
+        if largest.as_ref().is_none_or(|(p, _)| peak > *p) {
+            largest = Some((peak, run));
+        }
+    }
+    let Some((_, run)) = largest else {
+        return Ok(None);
+    };
+    let (bytes, label) = budget_of(budget.unwrap_or(options.budget), device_label, "gate")?;
+    let policy = GatePolicy {
+        budget: bytes,
+        headroom: options.headroom,
+        reduce: options.reduce.clone(),
+        floor: options.floor.clone(),
+    };
+    let decision = decide(&shape, &run, &policy)?;
+    let e = &decision.effective;
+    Ok(Some(format!(
+        "{}effective: calibration.nsamples {}, calibration.seqlen {}, evaluation.seqlen {}, streaming {}\n",
+        decision.render(&label),
+        e.nsamples,
+        e.seqlen,
+        e.eval_seqlen.map_or("—".into(), |s| s.to_string()),
+        if e.streaming { "on" } else { "off" }
+    )))
+}
+
+/// Bytes and a label of `budget` on the device `device_label`.
+fn budget_of(budget: Budget, device_label: &str, stage: &str) -> Result<(u64, String), StageError> {
+    match budget {
+        Budget::Bytes(bytes) => Ok((bytes, gib(bytes))),
+        Budget::Auto => {
+            let free = free_memory(device_label).ok_or_else(|| StageError::NoBudget {
+                stage: stage.to_string(),
+                device: device_label.to_string(),
+            })?;
+            Ok((free, format!("{} free on {device_label}", gib(free))))
+        }
+    }
+}
+
+/// Free memory of the device `label` names (`cpu`, `cuda:N`).
+fn free_memory(label: &str) -> Option<u64> {
+    match label.strip_prefix("cuda:") {
+        Some(index) => {
+            let index: usize = index.parse().ok()?;
+            device::gpus().get(index).map(|g| g.free)
+        }
+        None => Some(device::host().free),
+    }
+}
