@@ -9,4 +9,5 @@ pub mod memory;
 pub mod model;
 pub mod pipeline;
 pub mod prune;
+pub mod report;
 pub mod stages;

@@ -10,6 +10,7 @@ mod graph;
 mod prune;
 mod run;
 mod schema;
+mod table;
 mod validate;
 
 use std::process::ExitCode;
@@ -50,6 +51,8 @@ pub enum Command {
     Estimate(estimate::EstimateArgs),
     /// List GPUs (NVML) and host RAM with their total and free memory.
     Devices(devices::DevicesArgs),
+    /// A paper-style table (Markdown, CSV, LaTeX, JSON) from the run.json files of a folder.
+    Table(table::TableArgs),
 }
 
 /// Runs the parsed command line.
@@ -65,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args),
         Command::Estimate(args) => estimate::run(args),
         Command::Devices(args) => devices::run(args),
+        Command::Table(args) => table::run(args),
     }
 }
 

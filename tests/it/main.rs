@@ -9,3 +9,4 @@ mod pipeline;
 mod prune;
 mod run_cli;
 mod smollm;
+mod table;

@@ -1,0 +1,74 @@
+//! `wanda table RESULTS_DIR`: a paper-style table from every run.json below a folder; records
+//! that cannot be read are named on stderr and skipped.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use wanda::report::table::{build, read_records, render, Format, TableSpec};
+
+/// Arguments of `wanda table`.
+#[derive(Debug, clap::Args)]
+pub struct TableArgs {
+    /// The results folder (searched recursively for run.json).
+    pub results: PathBuf,
+    /// Row axis keys, comma-separated: method, pattern, sparsity, model, nsamples, seqlen,
+    /// eval_seqlen or a swept key.
+    #[arg(long, value_delimiter = ',', default_value = "method")]
+    pub rows: Vec<String>,
+    /// Column axis keys, comma-separated (as `--rows`).
+    #[arg(long, value_delimiter = ',', default_value = "sparsity")]
+    pub cols: Vec<String>,
+    /// The metric: ppl, sparsity, prune_s, total_s, peak_rss_gib, or a key of `metrics`.
+    #[arg(long, default_value = "ppl")]
+    pub metric: String,
+    /// md, csv, latex or json.
+    #[arg(long, default_value = "md")]
+    pub format: String,
+    /// Decimals printed.
+    #[arg(long, default_value_t = 2)]
+    pub decimals: usize,
+    /// Larger values are better (bold marks the column's largest).
+    #[arg(long)]
+    pub higher_is_better: bool,
+    /// Write the table here instead of stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+}
+
+/// Runs `wanda table`.
+pub fn run(args: TableArgs) -> anyhow::Result<ExitCode> {
+    let format = match args.format.as_str() {
+        "md" | "markdown" => Format::Markdown,
+        "csv" => Format::Csv,
+        "latex" | "tex" => Format::Latex,
+        "json" => Format::Json,
+        other => anyhow::bail!("`--format {other}` is not a format; use md, csv, latex or json"),
+    };
+    if !args.results.is_dir() {
+        anyhow::bail!(
+            "results folder `{}` does not exist; pass the folder `wanda run` wrote (results/<pipeline>)",
+            args.results.display()
+        );
+    }
+    let (records, skipped) = read_records(&args.results);
+    for s in &skipped {
+        eprintln!("skipped {}: {}", s.path.display(), s.reason);
+    }
+    let records: Vec<_> = records.into_iter().map(|(_, r)| r).collect();
+    let spec = TableSpec {
+        rows: args.rows,
+        cols: args.cols,
+        metric: args.metric,
+        decimals: args.decimals,
+        higher_is_better: args.higher_is_better,
+    };
+    let table = build(&records, &spec).map_err(|e| anyhow::anyhow!("`--rows`/`--cols`: {e}"))?;
+    let text = render(&table, format, spec.decimals);
+    match &args.output {
+        Some(path) => std::fs::write(path, &text)
+            .with_context(|| format!("cannot write `{}`", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

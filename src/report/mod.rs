@@ -1,0 +1,3 @@
+//! Reports from a results folder: paper-style tables.
+
+pub mod table;

@@ -1,0 +1,464 @@
+//! Paper-style tables from run records: one row per value of the row axis (e.g. method), one
+//! column per value of the column axis (e.g. sparsity), a dense baseline row from the cells
+//! that pruned nothing, the best value of each column in bold.
+//!
+//! Records run with different settings (calibration size, evaluation window and count, data
+//! and model hashes, seed) are never merged silently: when a table holds more than one set of
+//! settings, every value carries a footnote mark naming its set. Output is deterministic
+//! (sorted axes, fixed decimals), so tables diff cleanly.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::pipeline::record::RunRecord;
+
+/// What to tabulate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    /// Axis keys of the rows, e.g. `["method"]` or `["pattern", "method"]`.
+    pub rows: Vec<String>,
+    /// Axis keys of the columns, e.g. `["sparsity"]`.
+    pub cols: Vec<String>,
+    /// The metric: `ppl`, `sparsity`, `prune_s`, `peak_rss_gib`, or a key of `metrics`.
+    pub metric: String,
+    /// Decimals printed.
+    pub decimals: usize,
+    /// Whether larger values are better (for the bold best of each column).
+    pub higher_is_better: bool,
+}
+
+/// A run record that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skipped {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// Every `run.json` below `dir` (sorted by path), and those that could not be read.
+pub fn read_records(dir: &Path) -> (Vec<(PathBuf, RunRecord)>, Vec<Skipped>) {
+    let mut files = Vec::new();
+    collect(dir, &mut files);
+    files.sort();
+    let mut records = Vec::new();
+    let mut skipped = Vec::new();
+    for path in files {
+        match RunRecord::read(&path) {
+            Ok(r) => records.push((path, r)),
+            Err(e) => skipped.push(Skipped {
+                reason: e.to_string(),
+                path,
+            }),
+        }
+    }
+    (records, skipped)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(&path, out);
+        } else if path.file_name().is_some_and(|n| n == "run.json") {
+            out.push(path);
+        }
+    }
+}
+
+/// One value of the table with its settings' footnote (1-based; 0 when the table has only one
+/// set of settings).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Value {
+    /// The metric.
+    pub value: f64,
+    /// Footnote number of its settings.
+    pub note: usize,
+    /// Whether it is the best of its column.
+    pub best: bool,
+}
+
+/// A rendered-ready table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Table {
+    /// The metric's name.
+    pub metric: String,
+    /// Column labels, in order.
+    pub cols: Vec<String>,
+    /// Row labels with their values per column (several when settings differ).
+    pub rows: Vec<(String, Vec<Vec<Value>>)>,
+    /// The settings behind each footnote number (1-based), when there is more than one.
+    pub footnotes: Vec<String>,
+}
+
+/// Builds the table of `records` as `spec` asks.
+pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
+    let mut settings: Vec<String> = Vec::new();
+    // (row, col) → values with their settings index.
+    let mut cells: BTreeMap<(AxisKey, AxisKey), Vec<(f64, usize)>> = BTreeMap::new();
+    let mut dense: Vec<(f64, usize)> = Vec::new();
+    for r in records {
+        let Some(value) = metric(r, &spec.metric) else {
+            continue;
+        };
+        let signature = settings_of(r);
+        let index = match settings.iter().position(|s| *s == signature) {
+            Some(i) => i,
+            None => {
+                settings.push(signature);
+                settings.len() - 1
+            }
+        };
+        if is_dense(r) {
+            dense.push((value, index));
+            continue;
+        }
+        let row = axis(r, &spec.rows)?;
+        let col = axis(r, &spec.cols)?;
+        cells.entry((row, col)).or_default().push((value, index));
+    }
+    let mut cols: Vec<AxisKey> = cells.keys().map(|(_, c)| c.clone()).collect();
+    cols.sort();
+    cols.dedup();
+    let mut row_keys: Vec<AxisKey> = cells.keys().map(|(r, _)| r.clone()).collect();
+    row_keys.sort();
+    row_keys.dedup();
+    let noted = settings.len() > 1;
+    let to_values = |v: &[(f64, usize)]| -> Vec<Value> {
+        let mut v: Vec<(f64, usize)> = v.to_vec();
+        v.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.total_cmp(&b.0)));
+        v.dedup();
+        v.into_iter()
+            .map(|(value, i)| Value {
+                value,
+                note: if noted { i + 1 } else { 0 },
+                best: false,
+            })
+            .collect()
+    };
+    let mut rows: Vec<(String, Vec<Vec<Value>>)> = Vec::new();
+    if !dense.is_empty() {
+        let values = to_values(&dense);
+        rows.push(("dense".into(), vec![values; cols.len().max(1)]));
+    }
+    for row in &row_keys {
+        let values = cols
+            .iter()
+            .map(|c| {
+                cells
+                    .get(&(row.clone(), c.clone()))
+                    .map_or_else(Vec::new, |v| to_values(v))
+            })
+            .collect();
+        rows.push((row.label.clone(), values));
+    }
+    // Bold: the best pruned value of each column (the dense row is the reference, not a
+    // contender).
+    let first_pruned = usize::from(!dense.is_empty());
+    for c in 0..cols.len() {
+        let best = rows[first_pruned..]
+            .iter()
+            .flat_map(|(_, v)| v[c].iter().map(|x| x.value))
+            .filter(|v| v.is_finite())
+            .reduce(|a, b| {
+                if (b > a) == spec.higher_is_better {
+                    b
+                } else {
+                    a
+                }
+            });
+        if let Some(best) = best {
+            for (_, values) in &mut rows[first_pruned..] {
+                for v in &mut values[c] {
+                    v.best = v.value == best;
+                }
+            }
+        }
+    }
+    Ok(Table {
+        metric: spec.metric.clone(),
+        cols: cols.into_iter().map(|c| c.label).collect(),
+        rows,
+        footnotes: if noted { settings } else { Vec::new() },
+    })
+}
+
+/// An axis value: its label and the key it sorts by (numbers numerically, N:M after the
+/// unstructured ratios).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct AxisKey {
+    order: Vec<(u8, i64, String)>,
+    label: String,
+}
+
+fn axis(r: &RunRecord, keys: &[String]) -> Result<AxisKey, String> {
+    let mut order = Vec::new();
+    let mut labels = Vec::new();
+    for key in keys {
+        let (sort, label) = axis_value(r, key)?;
+        order.push(sort);
+        labels.push(label);
+    }
+    Ok(AxisKey {
+        order,
+        label: labels.join(" "),
+    })
+}
+
+fn prune_options(r: &RunRecord) -> Option<&serde_json::Value> {
+    r.config["stages"]
+        .as_array()?
+        .iter()
+        .find(|s| s["kind"] == "prune")
+}
+
+fn is_dense(r: &RunRecord) -> bool {
+    match prune_options(r) {
+        None => true,
+        Some(p) => p["pattern"] == "unstructured" && p["sparsity"].as_f64() == Some(0.0),
+    }
+}
+
+fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), String> {
+    let prune = prune_options(r);
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    Ok(match key {
+        "method" => {
+            let m = prune.map_or("dense".into(), |p| text(&p["method"]));
+            ((0, 0, m.clone()), m)
+        }
+        "pattern" => {
+            let p = prune.map_or("dense".into(), |p| text(&p["pattern"]));
+            ((0, 0, p.clone()), p)
+        }
+        "sparsity" => {
+            let pattern = prune.map_or(String::new(), |p| text(&p["pattern"]));
+            if pattern.contains(':') {
+                let (n, m) = pattern.split_once(':').unwrap_or(("0", "1"));
+                let (n, m): (i64, i64) = (n.parse().unwrap_or(0), m.parse().unwrap_or(1));
+                ((1, n * 1000 / m.max(1), format!("{m:08}")), pattern)
+            } else {
+                let s = prune.and_then(|p| p["sparsity"].as_f64()).unwrap_or(0.0);
+                (
+                    (0, (s * 1000.0).round() as i64, String::new()),
+                    format!("{:.0}%", s * 100.0),
+                )
+            }
+        }
+        "model" => {
+            let m = &r.config["model"];
+            let name = ["gguf", "path", "hub"]
+                .iter()
+                .find_map(|k| m[k].as_str())
+                .map(|s| {
+                    Path::new(s)
+                        .file_stem()
+                        .map_or(s.to_string(), |n| n.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| "?".into());
+            ((0, 0, name.clone()), name)
+        }
+        "nsamples" | "seqlen" | "eval_seqlen" => {
+            let v = match key {
+                "nsamples" => r.effective.nsamples,
+                "seqlen" => r.effective.seqlen,
+                _ => r.effective.eval_seqlen,
+            }
+            .unwrap_or(0);
+            ((0, v as i64, String::new()), v.to_string())
+        }
+        other => match r.cell.values.get(other) {
+            Some(v) => {
+                let label = text(v);
+                let n = v.as_f64().map_or(0, |f| (f * 1000.0).round() as i64);
+                ((0, n, label.clone()), label)
+            }
+            None => {
+                return Err(format!(
+                    "axis `{other}` is not `method`, `pattern`, `sparsity`, `model`, `nsamples`, \
+                     `seqlen`, `eval_seqlen` or a swept key of the records"
+                ))
+            }
+        },
+    })
+}
+
+/// The metric `name` of a record, if it has it.
+fn metric(r: &RunRecord, name: &str) -> Option<f64> {
+    match name {
+        "ppl" | "perplexity" => r.metrics.perplexity,
+        "sparsity" => r.sparsity.total,
+        "prune_s" => r.timings.stages.get("prune").copied(),
+        "total_s" => Some(r.timings.total_s),
+        "peak_rss_gib" => r
+            .memory
+            .peak_rss_bytes
+            .map(|b| b as f64 / (1u64 << 30) as f64),
+        other => r.metrics.other.get(other).and_then(|v| v.as_f64()),
+    }
+}
+
+/// The settings that make two values comparable, in words.
+fn settings_of(r: &RunRecord) -> String {
+    let short = |h: &Option<String>| {
+        h.as_deref()
+            .map_or("—".to_string(), |h| h.chars().take(8).collect())
+    };
+    let e = &r.effective;
+    let windows = r
+        .metrics
+        .other
+        .get("eval_windows")
+        .map_or("all".to_string(), |w| w.to_string());
+    format!(
+        "calibration {} × {} (text {}), eval {} windows × {} (text {}), model {}, seed {}",
+        e.nsamples.map_or("—".into(), |n| n.to_string()),
+        e.seqlen.map_or("—".into(), |n| n.to_string()),
+        short(&r.hashes.calibration),
+        windows,
+        e.eval_seqlen.map_or("—".into(), |n| n.to_string()),
+        short(&r.hashes.evaluation),
+        short(&r.hashes.model),
+        e.seed
+    )
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// GitHub Markdown, best values in bold.
+    Markdown,
+    /// Comma-separated values (no bold; settings marks as ` [n]`, footnotes as `#` lines).
+    Csv,
+    /// A LaTeX tabular, best values in `\textbf`.
+    Latex,
+    /// The table as JSON.
+    Json,
+}
+
+/// Renders `table` in `format`.
+pub fn render(table: &Table, format: Format, decimals: usize) -> String {
+    let marks = ["", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"];
+    let cell = |values: &[Value], bold: (&str, &str), plain: bool| -> String {
+        if values.is_empty() {
+            return if plain { String::new() } else { "—".into() };
+        }
+        values
+            .iter()
+            .map(|v| {
+                let n = format!("{:.decimals$}", v.value);
+                let mark = if v.note == 0 {
+                    String::new()
+                } else if plain {
+                    format!(" [{}]", v.note)
+                } else if v.note < marks.len() {
+                    marks[v.note].to_string()
+                } else {
+                    format!("[{}]", v.note)
+                };
+                if v.best && !plain {
+                    format!("{}{n}{}{mark}", bold.0, bold.1)
+                } else {
+                    format!("{n}{mark}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let mut out = String::new();
+    match format {
+        Format::Json => {
+            out = serde_json::to_string_pretty(table).expect("a table always serialises");
+            out.push('\n');
+        }
+        Format::Markdown => {
+            out.push_str(&format!(
+                "| {} | {} |\n",
+                table.metric,
+                table.cols.join(" | ")
+            ));
+            out.push_str(&format!("|---|{}\n", "---:|".repeat(table.cols.len())));
+            for (label, values) in &table.rows {
+                let cells: Vec<String> = values
+                    .iter()
+                    .map(|v| cell(v, ("**", "**"), false))
+                    .collect();
+                out.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
+            }
+            footnotes(&mut out, table, &marks, "");
+        }
+        Format::Csv => {
+            let quote = |s: &str| {
+                if s.contains([',', '"']) {
+                    format!("\"{}\"", s.replace('"', "\"\""))
+                } else {
+                    s.to_string()
+                }
+            };
+            let header: Vec<String> = std::iter::once(table.metric.clone())
+                .chain(table.cols.iter().cloned())
+                .map(|s| quote(&s))
+                .collect();
+            out.push_str(&header.join(","));
+            out.push('\n');
+            for (label, values) in &table.rows {
+                let cells: Vec<String> = values.iter().map(|v| cell(v, ("", ""), true)).collect();
+                out.push_str(&format!("{},{}\n", quote(label), cells.join(",")));
+            }
+            for (i, f) in table.footnotes.iter().enumerate() {
+                out.push_str(&format!("# [{}] {f}\n", i + 1));
+            }
+        }
+        Format::Latex => {
+            let esc = |s: &str| s.replace('%', "\\%").replace('_', "\\_");
+            out.push_str(&format!(
+                "\\begin{{tabular}}{{l{}}}\n\\toprule\n",
+                "r".repeat(table.cols.len())
+            ));
+            out.push_str(&format!(
+                "{} & {} \\\\\n\\midrule\n",
+                esc(&table.metric),
+                table
+                    .cols
+                    .iter()
+                    .map(|c| esc(c))
+                    .collect::<Vec<_>>()
+                    .join(" & ")
+            ));
+            for (label, values) in &table.rows {
+                let cells: Vec<String> = values
+                    .iter()
+                    .map(|v| cell(v, ("\\textbf{", "}"), false))
+                    .collect();
+                out.push_str(&format!("{} & {} \\\\\n", esc(label), cells.join(" & ")));
+            }
+            out.push_str("\\bottomrule\n\\end{tabular}\n");
+            footnotes(&mut out, table, &marks, "% ");
+        }
+    }
+    out
+}
+
+fn footnotes(out: &mut String, table: &Table, marks: &[&str], prefix: &str) {
+    if table.footnotes.is_empty() {
+        return;
+    }
+    out.push('\n');
+    for (i, f) in table.footnotes.iter().enumerate() {
+        let mark = marks
+            .get(i + 1)
+            .map_or(format!("[{}]", i + 1), |m| m.to_string());
+        out.push_str(&format!("{prefix}{mark} {f}\n"));
+        if prefix.is_empty() {
+            out.push('\n');
+        }
+    }
+}
