@@ -7,6 +7,7 @@ mod estimate;
 mod eval;
 mod generate;
 mod graph;
+mod plot;
 mod prune;
 mod run;
 mod schema;
@@ -53,6 +54,8 @@ pub enum Command {
     Devices(devices::DevicesArgs),
     /// A paper-style table (Markdown, CSV, LaTeX, JSON) from the run.json files of a folder.
     Table(table::TableArgs),
+    /// Metric-vs-sparsity curves per method as an SVG, from the run.json files of a folder.
+    Plot(plot::PlotArgs),
 }
 
 /// Runs the parsed command line.
@@ -69,6 +72,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Estimate(args) => estimate::run(args),
         Command::Devices(args) => devices::run(args),
         Command::Table(args) => table::run(args),
+        Command::Plot(args) => plot::run(args),
     }
 }
 

@@ -291,8 +291,13 @@ fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), S
     })
 }
 
+/// The label of axis `key` of a record (as the table prints it).
+pub(crate) fn axis_label(r: &RunRecord, key: &str) -> Result<String, String> {
+    axis_value(r, key).map(|(_, label)| label)
+}
+
 /// The metric `name` of a record, if it has it.
-fn metric(r: &RunRecord, name: &str) -> Option<f64> {
+pub(crate) fn metric(r: &RunRecord, name: &str) -> Option<f64> {
     match name {
         "ppl" | "perplexity" => r.metrics.perplexity,
         "sparsity" => r.sparsity.total,

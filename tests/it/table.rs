@@ -107,3 +107,42 @@ fn mixed_settings_are_footnoted_not_merged() {
         "{csv}"
     );
 }
+
+#[test]
+fn plot_draws_one_curve_per_method_and_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    write_fixture(dir.path(), false);
+    let svg_path = dir.path().join("ppl.svg");
+    let plot = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .arg("plot")
+            .arg(dir.path())
+            .args(["--log-y", "--title", "fixture", "-o"])
+            .arg(&svg_path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&svg_path).unwrap()
+    };
+    let svg = plot();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    // Three methods, one polyline each; magnitude has three unstructured points (0, 25, 50 %),
+    // the others two (the 2:4 cells are not on a ratio axis).
+    assert_eq!(svg.matches("<polyline").count(), 3);
+    assert_eq!(svg.matches("<circle").count(), 7);
+    for name in [
+        "magnitude",
+        "sparsegpt",
+        "wanda",
+        "(log scale)",
+        ">25%<",
+        ">1000<",
+    ] {
+        assert!(svg.contains(name), "{name} missing");
+    }
+    assert_eq!(plot(), svg);
+}
