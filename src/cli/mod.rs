@@ -9,6 +9,7 @@ mod generate;
 mod graph;
 mod plot;
 mod prune;
+mod rerun;
 mod run;
 mod schema;
 mod table;
@@ -56,6 +57,8 @@ pub enum Command {
     Table(table::TableArgs),
     /// Metric-vs-sparsity curves per method as an SVG, from the run.json files of a folder.
     Plot(plot::PlotArgs),
+    /// Re-execute exactly the cell a run.json describes and compare its perplexity.
+    Rerun(rerun::RerunArgs),
 }
 
 /// Runs the parsed command line.
@@ -73,6 +76,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Devices(args) => devices::run(args),
         Command::Table(args) => table::run(args),
         Command::Plot(args) => plot::run(args),
+        Command::Rerun(args) => rerun::run(args),
     }
 }
 

@@ -141,31 +141,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         println!("results: {}", results_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let device = match plan.spec.settings.device {
-        Device::Auto => DeviceArg::Auto,
-        Device::Cpu => DeviceArg::Cpu,
-        Device::Cuda(i) => DeviceArg::Cuda(i as usize),
-    };
-    let gpu_index = match device {
-        DeviceArg::Cuda(i) => Some(i as u32),
-        DeviceArg::Auto if cfg!(feature = "cuda") => Some(0),
-        _ => None,
-    };
-    let options = RunOptions {
-        results_dir: results_dir.clone(),
-        only: args.only,
-        force: args.force,
-        memory_log: !args.no_memory_log,
-        gpu_index,
-    };
-    let summary = dispatch(
-        device,
-        Job {
-            plan,
-            options,
-            budget: args.budget,
-        },
-    )?;
+    let summary = execute(plan, &args, results_dir.clone())?;
     println!(
         "{} cell(s) finished, {} already finished and skipped; results in {}",
         summary.finished.len(),
@@ -180,4 +156,37 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `plan` on the device it names, writing cells below `results_dir`.
+pub(super) fn execute(
+    plan: Plan,
+    args: &RunArgs,
+    results_dir: PathBuf,
+) -> anyhow::Result<RunSummary> {
+    let device = match plan.spec.settings.device {
+        Device::Auto => DeviceArg::Auto,
+        Device::Cpu => DeviceArg::Cpu,
+        Device::Cuda(i) => DeviceArg::Cuda(i as usize),
+    };
+    let gpu_index = match device {
+        DeviceArg::Cuda(i) => Some(i as u32),
+        DeviceArg::Auto if cfg!(feature = "cuda") => Some(0),
+        _ => None,
+    };
+    let options = RunOptions {
+        results_dir,
+        only: args.only.clone(),
+        force: args.force,
+        memory_log: !args.no_memory_log,
+        gpu_index,
+    };
+    dispatch(
+        device,
+        Job {
+            plan,
+            options,
+            budget: args.budget,
+        },
+    )
 }

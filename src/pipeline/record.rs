@@ -60,6 +60,9 @@ pub struct CellRecord {
     /// The swept keys and this cell's values.
     #[serde(default)]
     pub values: BTreeMap<String, serde_json::Value>,
+    /// The pipeline file (absolute), whose folder anchors the config's relative paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_file: Option<PathBuf>,
 }
 
 /// Settings in force for the run.
@@ -243,6 +246,7 @@ impl RunRecord {
                 label: cell.label.clone(),
                 pipeline: plan.name().to_string(),
                 values: cell.values.iter().cloned().collect(),
+                pipeline_file: std::path::absolute(&plan.file).ok(),
             },
             config: cell.config.clone(),
             effective: Effective {
@@ -378,6 +382,7 @@ mod tests {
                 label: "wanda-0.5-unstructured".into(),
                 pipeline: "p".into(),
                 values: BTreeMap::new(),
+                pipeline_file: None,
             },
             config: serde_json::json!({ "seed": 0 }),
             effective: Effective {

@@ -1,0 +1,92 @@
+//! `wanda rerun RUN_JSON`: re-executes exactly the cell a run record describes — its resolved
+//! config, seed and device — and compares the perplexity with the recorded one.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use wanda::pipeline::plan::{validate_source, ValidateOptions};
+use wanda::pipeline::RunRecord;
+
+use super::run::{execute, RunArgs};
+
+/// Arguments of `wanda rerun`.
+#[derive(Debug, clap::Args)]
+pub struct RerunArgs {
+    /// The run.json of the cell to run again.
+    pub record: PathBuf,
+    /// Where the new cell goes (default: `rerun/` inside the recorded cell's folder).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+}
+
+/// Runs `wanda rerun`.
+pub fn run(args: RerunArgs) -> anyhow::Result<ExitCode> {
+    let old = RunRecord::read(&args.record)?;
+    let pipeline_file = old.cell.pipeline_file.clone().with_context(|| {
+        format!(
+            "`{}` does not name its pipeline file (written by an older wanda); run the pipeline with `--only {}` instead",
+            args.record.display(),
+            old.cell.id
+        )
+    })?;
+    // The record's config is the cell's resolved pipeline without name and device.
+    let mut config = old.config.clone();
+    config["name"] = old.cell.pipeline.clone().into();
+    // The device the cell ran on, from its label (`cpu (ndarray f32)`, `cuda:0 (…)`).
+    let device = old
+        .effective
+        .device
+        .split_whitespace()
+        .next()
+        .unwrap_or("auto");
+    config["device"] = device.into();
+    let text = serde_saphyr::to_string(&config)?;
+    // Validated as if it were the original file, so relative paths resolve as they did.
+    let plan = validate_source(&text, &pipeline_file, &ValidateOptions::default())
+        .map_err(anyhow::Error::new)?;
+    anyhow::ensure!(
+        plan.cells.len() == 1 && plan.cells[0].id == old.cell.id,
+        "the record's config no longer resolves to cell `{}` (this wanda's defaults differ from the ones that wrote it)",
+        old.cell.id
+    );
+    let results = args.results.unwrap_or_else(|| {
+        args.record
+            .parent()
+            .map_or_else(|| PathBuf::from("rerun"), |p| p.join("rerun"))
+    });
+    let results_dir = results.join(plan.name());
+    let run_args = RunArgs {
+        file: pipeline_file,
+        set: Vec::new(),
+        dry_run: false,
+        only: None,
+        force: true,
+        results,
+        no_memory_log: false,
+        budget: None,
+    };
+    let summary = execute(plan, &run_args, results_dir.clone())?;
+    if let Some(reason) = summary.halted {
+        eprintln!("halted: {reason}");
+        return Ok(ExitCode::from(1));
+    }
+    let new = RunRecord::read(&RunRecord::path(&results_dir, &old.cell.id))?;
+    match (old.metrics.perplexity, new.metrics.perplexity) {
+        (Some(a), Some(b)) if a.to_bits() == b.to_bits() => {
+            println!("perplexity {a} — identical to the record");
+            Ok(ExitCode::SUCCESS)
+        }
+        (Some(a), Some(b)) => {
+            println!(
+                "perplexity {b}, recorded {a}: differs by {:.3e} relative",
+                (b - a).abs() / a
+            );
+            Ok(ExitCode::from(1))
+        }
+        _ => {
+            println!("re-ran cell `{}` (no perplexity to compare)", old.cell.id);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
