@@ -399,13 +399,18 @@ fn forward(out: &mut Breakdown, m: &Dims, b: u64, s: u64) {
     );
 }
 
-/// The breakdown as aligned text lines: name, GiB, formula; then the total.
+/// The breakdown as aligned text lines: name (marked `[host]` when not on the device), GiB,
+/// formula.
 pub fn render(breakdown: &Breakdown) -> String {
     let mut out = String::new();
     for item in &breakdown.items {
+        let name = match item.place {
+            Place::Device => item.name.clone(),
+            Place::Host => format!("{} [host]", item.name),
+        };
         out.push_str(&format!(
-            "  {:<28} {:>10}  {}\n",
-            item.name,
+            "  {:<36} {:>10}  {}\n",
+            name,
             gib(item.bytes),
             item.formula
         ));
