@@ -290,8 +290,9 @@ fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
     assert!(stdout.contains("fits"), "{stdout}");
 }
 
-/// Bit-identical for magnitude and Wanda. SparseGPT is not yet: its Gram matrices come from a
-/// multi-threaded GEMM whose reduction order varies (3e-7 relative on this tiny model).
+/// Bit-identical for magnitude and Wanda. SparseGPT is not yet: two processes agree only to
+/// 1e-9…3e-7 relative on this tiny model (within one process its Gram GEMM repeats bit for
+/// bit; the cause is still open).
 #[test]
 fn rerun_of_a_record_gives_the_identical_perplexity() {
     let dir = tempfile::tempdir().unwrap();
