@@ -292,8 +292,8 @@ fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
 
 /// Bit-identical for magnitude and Wanda. SparseGPT is not yet: two processes agree only to
 /// 1e-9…5e-7 relative on this tiny model. Not its Gram GEMM (a host f64 Gram varies alike); the
-/// calibration activations differ across processes at the last bits, which Wanda's ranking
-/// absorbs and SparseGPT's weight updates carry.
+/// suspect left is the batched calibration forward differing in the last bits across processes,
+/// which Wanda's ranking would absorb and SparseGPT's weight updates carry.
 #[test]
 fn rerun_of_a_record_gives_the_identical_perplexity() {
     let dir = tempfile::tempdir().unwrap();
