@@ -290,10 +290,10 @@ fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
     assert!(stdout.contains("fits"), "{stdout}");
 }
 
-/// Bit-identical for magnitude and Wanda. SparseGPT is not yet: two processes agree only to
-/// 1e-9…5e-7 relative on this tiny model. Not its Gram GEMM (a host f64 Gram varies alike); the
-/// suspect left is the batched calibration forward differing in the last bits across processes,
-/// which Wanda's ranking would absorb and SparseGPT's weight updates carry.
+/// Bit-identical for magnitude and Wanda. SparseGPT is not yet: two pipeline processes agree
+/// only to 1e-9…5e-7 relative on this tiny model, although `prune_model` alone (same sizes,
+/// sparsegpt) repeats its weights bit for bit across processes and a host f64 Gram varies
+/// alike; the cause is open.
 #[test]
 fn rerun_of_a_record_gives_the_identical_perplexity() {
     let dir = tempfile::tempdir().unwrap();
