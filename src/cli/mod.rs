@@ -87,6 +87,21 @@ fn counter_bar(label: &str, unit: &str) -> ProgressBar {
     ProgressBar::new(0).with_style(ProgressStyle::with_template(&template).expect("valid template"))
 }
 
+/// Every readable run record below `dir`; unreadable ones are named on stderr and skipped.
+fn results_records(dir: &std::path::Path) -> anyhow::Result<Vec<wanda::pipeline::RunRecord>> {
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "results folder `{}` does not exist; pass the folder `wanda run` wrote (results/<pipeline>)",
+            dir.display()
+        );
+    }
+    let (records, skipped) = wanda::report::table::read_records(dir);
+    for s in &skipped {
+        eprintln!("skipped {}: {}", s.path.display(), s.reason);
+    }
+    Ok(records.into_iter().map(|(_, r)| r).collect())
+}
+
 /// Moves `bar` to `done` of `total`.
 fn advance(bar: &ProgressBar, done: usize, total: usize) {
     bar.set_length(total as u64);

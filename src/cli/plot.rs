@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use wanda::report::plot::{render, series, PlotSpec};
-use wanda::report::table::read_records;
 
 /// Arguments of `wanda plot`.
 #[derive(Debug, clap::Args)]
@@ -34,17 +33,7 @@ pub struct PlotArgs {
 
 /// Runs `wanda plot`.
 pub fn run(args: PlotArgs) -> anyhow::Result<ExitCode> {
-    if !args.results.is_dir() {
-        anyhow::bail!(
-            "results folder `{}` does not exist; pass the folder `wanda run` wrote (results/<pipeline>)",
-            args.results.display()
-        );
-    }
-    let (records, skipped) = read_records(&args.results);
-    for s in &skipped {
-        eprintln!("skipped {}: {}", s.path.display(), s.reason);
-    }
-    let records: Vec<_> = records.into_iter().map(|(_, r)| r).collect();
+    let records = super::results_records(&args.results)?;
     let spec = PlotSpec {
         title: args.title.unwrap_or_else(|| {
             args.results

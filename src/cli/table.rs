@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use wanda::report::table::{build, read_records, render, Format, TableSpec};
+use wanda::report::table::{build, render, Format, TableSpec};
 
 /// Arguments of `wanda table`.
 #[derive(Debug, clap::Args)]
@@ -45,17 +45,7 @@ pub fn run(args: TableArgs) -> anyhow::Result<ExitCode> {
         "json" => Format::Json,
         other => anyhow::bail!("`--format {other}` is not a format; use md, csv, latex or json"),
     };
-    if !args.results.is_dir() {
-        anyhow::bail!(
-            "results folder `{}` does not exist; pass the folder `wanda run` wrote (results/<pipeline>)",
-            args.results.display()
-        );
-    }
-    let (records, skipped) = read_records(&args.results);
-    for s in &skipped {
-        eprintln!("skipped {}: {}", s.path.display(), s.reason);
-    }
-    let records: Vec<_> = records.into_iter().map(|(_, r)| r).collect();
+    let records = super::results_records(&args.results)?;
     let spec = TableSpec {
         rows: args.rows,
         cols: args.cols,
