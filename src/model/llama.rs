@@ -37,9 +37,14 @@ impl<B: Backend> RmsNorm<B> {
 
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+    ///
+    /// Divides by the RMS rather than multiplying by `recip()`: burn-ndarray's SIMD `recip` is
+    /// the hardware approximation (`rcp14`, about 6e-5 relative), and whether an element takes it
+    /// or the exact scalar path depends on the buffer's alignment, so results would vary from
+    /// process to process.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let inv_rms = (x.clone().square().mean_dim(2) + self.eps).sqrt().recip();
-        x * inv_rms * self.weight.val().unsqueeze::<3>()
+        let rms = (x.clone().square().mean_dim(2) + self.eps).sqrt();
+        x / rms * self.weight.val().unsqueeze::<3>()
     }
 }
 
@@ -478,6 +483,34 @@ mod tests {
             .unwrap();
         let rms = 12.5f64.sqrt();
         close(&out, &[3.0 / rms, 8.0 / rms], 1e-6);
+    }
+
+    #[test]
+    fn rms_norm_is_exact_to_f32_rounding_on_simd_sized_rows() {
+        // 64 rows × 16 channels (64 RMS values: enough for burn-ndarray's SIMD path), every
+        // element against an f64 reference: an approximate reciprocal (2⁻¹⁴ relative) would miss
+        // the 1e-6 bound.
+        let (rows, width) = (64usize, 16usize);
+        let x: Vec<f32> = (0..rows * width)
+            .map(|k| ((k * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let norm = RmsNorm::new(t(vec![1.0; width], [width]), 1e-5);
+        let out: Vec<f32> = norm
+            .forward(t(x.clone(), [1, rows, width]))
+            .into_data()
+            .to_vec()
+            .unwrap();
+        for (row, got) in x.chunks(width).zip(out.chunks(width)) {
+            let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / width as f64;
+            let rms = (ms + 1e-5).sqrt();
+            for (v, g) in row.iter().zip(got) {
+                let want = f64::from(*v) / rms;
+                assert!(
+                    (f64::from(*g) - want).abs() <= 1e-6 * want.abs().max(1e-3),
+                    "{g} vs {want}"
+                );
+            }
+        }
     }
 
     #[test]
