@@ -9,5 +9,6 @@ pub mod memory;
 pub mod model;
 pub mod pipeline;
 pub mod prune;
+pub mod queue;
 pub mod report;
 pub mod stages;

@@ -7,11 +7,14 @@ mod estimate;
 mod eval;
 mod generate;
 mod graph;
+mod plan;
 mod plot;
 mod prune;
 mod rerun;
 mod run;
 mod schema;
+mod status;
+mod submit;
 mod table;
 mod validate;
 
@@ -59,6 +62,12 @@ pub enum Command {
     Plot(plot::PlotArgs),
     /// Re-execute exactly the cell a run.json describes and compare its perplexity.
     Rerun(rerun::RerunArgs),
+    /// The expanded cells (index, stable id, resolved config, result path) as a manifest.
+    Plan(plan::PlanArgs),
+    /// Submit the unfinished cells as a Slurm job array, one task per cell.
+    Submit(submit::SubmitArgs),
+    /// Done / running / failed / pending per cell, from the results folder and Slurm.
+    Status(status::StatusArgs),
 }
 
 /// Runs the parsed command line.
@@ -77,6 +86,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Table(args) => table::run(args),
         Command::Plot(args) => plot::run(args),
         Command::Rerun(args) => rerun::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Submit(args) => submit::run(args),
+        Command::Status(args) => status::run(args),
     }
 }
 

@@ -15,6 +15,8 @@ pub struct DeviceMemory {
     pub total: u64,
     /// Bytes free now (available RAM for the host).
     pub free: u64,
+    /// The GPU's UUID (`GPU-…`), which pins it in `CUDA_VISIBLE_DEVICES`; None for the host.
+    pub uuid: Option<String>,
 }
 
 /// Host RAM: total and available.
@@ -26,6 +28,7 @@ pub fn host() -> DeviceMemory {
         name: "host RAM".into(),
         total: system.total_memory(),
         free: system.available_memory(),
+        uuid: None,
     }
 }
 
@@ -54,11 +57,12 @@ pub fn gpus() -> Vec<DeviceMemory> {
     visible_order(visible.as_deref(), &all)
         .into_iter()
         .enumerate()
-        .map(|(cuda_index, (_, _, name, total, free))| DeviceMemory {
+        .map(|(cuda_index, (_, uuid, name, total, free))| DeviceMemory {
             device: format!("cuda:{cuda_index}"),
             name: name.clone(),
             total: *total,
             free: *free,
+            uuid: Some(uuid.clone()).filter(|u| !u.is_empty()),
         })
         .collect()
 }

@@ -6,6 +6,7 @@
 //! value, file, `needs:` edge and artifact checked, each problem reported with its line and
 //! column and a fix.
 
+pub mod attempt;
 mod de;
 pub mod error;
 pub mod plan;

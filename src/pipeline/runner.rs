@@ -11,6 +11,7 @@ use std::time::Instant;
 use petgraph::graph::NodeIndex;
 
 use crate::memory::log::MemoryLog;
+use crate::pipeline::attempt::Attempt;
 use crate::pipeline::plan::{Cell, Plan, StageNode};
 use crate::pipeline::record::{cell_is_finished, RecordError, RunRecord, StageMemory};
 
@@ -112,6 +113,15 @@ pub enum RunError {
     /// A record could not be written.
     #[error(transparent)]
     Record(#[from] RecordError),
+    /// A cell's attempt marker could not be written.
+    #[error("cannot write `{path}`")]
+    Attempt {
+        /// The marker's path.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The memory log could not be written.
     #[error("cannot write the memory log into `{dir}`")]
     MemoryLog {
@@ -180,9 +190,24 @@ pub fn run(
             stage: node.stage.clone(),
             cell: None,
             source,
-        })?;
+        });
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                // None of this process's cells can run now.
+                let attempt = Attempt::start().failed(error_chain(&error));
+                for cell in &todo {
+                    mark(&attempt, &options.results_dir, cell);
+                }
+                return Err(error);
+            }
+        };
         shared_times.push((node.stage.clone(), seconds, peak));
         if let StageOutcome::Halt { reason } = outcome {
+            let attempt = Attempt::start().failed(format!("halted: {reason}"));
+            for cell in &todo {
+                mark(&attempt, &options.results_dir, cell);
+            }
             summary.halted = Some(reason);
             summary.memory_summary = shared_log.summary();
             return Ok(summary);
@@ -196,6 +221,14 @@ pub fn run(
         record.metrics = shared_record.metrics.clone();
         record.sparsity = shared_record.sparsity.clone();
         executor.begin_cell(cell, &mut record);
+        let attempt = Attempt::start();
+        let attempt_path = Attempt::path(&options.results_dir, &cell.id);
+        attempt
+            .write(&attempt_path)
+            .map_err(|source| RunError::Attempt {
+                path: attempt_path.display().to_string(),
+                source,
+            })?;
         let started = Instant::now();
         for (stage, seconds, peak) in &shared_times {
             record.timings.stages.insert(stage.clone(), *seconds);
@@ -218,13 +251,29 @@ pub fn run(
                 stage: node.stage.clone(),
                 cell: Some(cell.label.clone()),
                 source,
-            })?;
+            });
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    mark(
+                        &attempt.clone().failed(error_chain(&error)),
+                        &options.results_dir,
+                        cell,
+                    );
+                    return Err(error);
+                }
+            };
             record.timings.stages.insert(node.stage.clone(), seconds);
             record
                 .memory
                 .stages
                 .insert(node.stage.clone(), stage_memory(peak));
             if let StageOutcome::Halt { reason } = outcome {
+                mark(
+                    &attempt.clone().failed(format!("halted: {reason}")),
+                    &options.results_dir,
+                    cell,
+                );
                 summary.halted = Some(reason);
                 summary.memory_summary = log.summary();
                 return Ok(summary);
@@ -244,11 +293,31 @@ pub fn run(
         }
         // The record is written last: its presence is what marks the cell as finished.
         record.write(&path)?;
+        // Finished: the record says so now; a leftover attempt would only confuse `status`.
+        let _ = std::fs::remove_file(&attempt_path);
         on_event(RunEvent::CellFinished(cell, &record, &path));
         summary.memory_summary = log.summary();
         summary.finished.push(record);
     }
     Ok(summary)
+}
+
+/// Records a cell's failed attempt. Best effort: the run's own error is what the caller must
+/// see, not a second one about the marker.
+fn mark(attempt: &Attempt, results_dir: &Path, cell: &Cell) {
+    let _ = attempt.write(&Attempt::path(results_dir, &cell.id));
+}
+
+/// The error and its sources, joined by `: `.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Every node `node` depends on, directly or through others.
