@@ -7,6 +7,7 @@ mod gguf_model;
 mod hf_folder;
 mod pipeline;
 mod prune;
+mod queue_cli;
 mod run_cli;
 mod smollm;
 mod table;
