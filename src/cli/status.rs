@@ -1,11 +1,11 @@
 //! `wanda status`: done / running / failed / pending for every cell of a pipeline, from its
-//! results folder and, where Slurm is installed, `squeue`.
+//! results folder and, where Slurm is installed, `squeue` (and `sacct` for how tasks ended).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use wanda::queue::slurm::{job_name, queued_tasks};
-use wanda::queue::status::{cell_states, render};
+use wanda::queue::slurm::{accounted_tasks, job_name, queued_tasks};
+use wanda::queue::status::{cell_states, render, SlurmView};
 
 /// Arguments of `wanda status`.
 #[derive(Debug, clap::Args)]
@@ -30,8 +30,12 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let results_dir = args.results.join(plan.name());
-    let queued = queued_tasks(&job_name(plan.name()));
-    let statuses = cell_states(&plan, &results_dir, queued.as_ref());
+    let name = job_name(plan.name());
+    let slurm = SlurmView {
+        queued: queued_tasks(&name),
+        ended: accounted_tasks(&name).unwrap_or_default(),
+    };
+    let statuses = cell_states(&plan, &results_dir, &slurm);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&statuses)?);
     } else {

@@ -221,6 +221,32 @@ pub fn queued_tasks(name: &str) -> Option<BTreeMap<usize, QueuedTask>> {
         .then(|| parse_squeue(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// How the tasks of this user's jobs named `name` ended, by array task id, from `sacct` (the
+/// newest submission wins); None when `sacct` is missing or accounting is off.
+pub fn accounted_tasks(name: &str) -> Option<BTreeMap<usize, QueuedTask>> {
+    let out = Command::new("sacct")
+        .args(["-n", "-P", "-X", "--name", name, "-o", "JobID,State"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| parse_sacct(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Reads `sacct -n -P -X -o JobID,State` lines (`1234_5|CANCELLED by 0`); later lines (newer
+/// jobs) replace earlier ones for the same task.
+pub fn parse_sacct(text: &str) -> BTreeMap<usize, QueuedTask> {
+    let squeue_like: String = text
+        .lines()
+        .filter_map(|line| {
+            let (id, state) = line.split_once('|')?;
+            let state = state.split_whitespace().next()?;
+            Some(format!("{id} {state}\n"))
+        })
+        .collect();
+    parse_squeue(&squeue_like)
+}
+
 /// Reads `squeue -h -r -o '%i %T'` lines (`1234_5 RUNNING`); lines of a pending array that
 /// `-r` did not expand (`1234_[6-9%2] PENDING`) are expanded here.
 pub fn parse_squeue(text: &str) -> BTreeMap<usize, QueuedTask> {
@@ -314,6 +340,24 @@ cd /home/me/exp
 exec /opt/wanda run /home/me/exp/p.yaml --set 'evaluation.text=my file.txt' --cell-index \"$SLURM_ARRAY_TASK_ID\"
 ";
         assert_eq!(script, expected);
+    }
+
+    #[test]
+    fn sacct_lines_give_the_newest_end_state_per_task() {
+        let tasks =
+            parse_sacct("41_0|COMPLETED\n41_1|CANCELLED by 0\n41_2|OUT_OF_MEMORY\n52_1|TIMEOUT\n");
+        let states: Vec<(usize, &str, &str)> = tasks
+            .iter()
+            .map(|(i, t)| (*i, t.task.as_str(), t.state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                (0, "41_0", "COMPLETED"),
+                (1, "52_1", "TIMEOUT"),
+                (2, "41_2", "OUT_OF_MEMORY")
+            ]
+        );
     }
 
     #[test]

@@ -70,13 +70,18 @@ pub struct CellStatus {
     pub state: CellState,
 }
 
-/// The state of every cell of `plan` below `results_dir`. `queued` holds the Slurm tasks
-/// `squeue` lists for the pipeline (None without Slurm).
-pub fn cell_states(
-    plan: &Plan,
-    results_dir: &Path,
-    queued: Option<&BTreeMap<usize, QueuedTask>>,
-) -> Vec<CellStatus> {
+/// What Slurm says about a pipeline's array tasks, by cell index.
+#[derive(Debug, Clone, Default)]
+pub struct SlurmView {
+    /// Tasks `squeue` lists (pending or running); None without Slurm.
+    pub queued: Option<BTreeMap<usize, QueuedTask>>,
+    /// How tasks ended, from `sacct`; empty when accounting is off.
+    pub ended: BTreeMap<usize, QueuedTask>,
+}
+
+/// The state of every cell of `plan` below `results_dir`, with what Slurm says.
+pub fn cell_states(plan: &Plan, results_dir: &Path, slurm: &SlurmView) -> Vec<CellStatus> {
+    let queued = slurm.queued.as_ref();
     plan.cells
         .iter()
         .map(|cell| {
@@ -85,13 +90,22 @@ pub fn cell_states(
                 .filter(|r| r.cell.id == cell.id);
             let attempt = Attempt::read(&Attempt::path(results_dir, &cell.id));
             let task = queued.and_then(|q| q.get(&cell.index));
-            let state = classify(
+            let mut state = classify(
                 record.as_ref(),
                 attempt.as_ref(),
                 task,
                 queued.is_some(),
                 || newest_log(results_dir, cell.index),
             );
+            if let (CellState::Failed { error, .. }, Some(ended)) =
+                (&mut state, slurm.ended.get(&cell.index))
+            {
+                error.push_str(&format!(
+                    " (Slurm: task {} {})",
+                    ended.task,
+                    ended.state.to_lowercase()
+                ));
+            }
             CellStatus {
                 index: cell.index,
                 id: cell.id.0.clone(),
