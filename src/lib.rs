@@ -5,6 +5,7 @@
 
 pub mod data;
 pub mod eval;
+pub mod fuzzing;
 pub mod memory;
 pub mod model;
 pub mod pipeline;

@@ -114,6 +114,16 @@ fn results_records(dir: &std::path::Path) -> anyhow::Result<Vec<wanda::pipeline:
     Ok(records.into_iter().map(|(_, r)| r).collect())
 }
 
+/// Prints `text` above `bar`, or on stdout when the bar is hidden (output is not a terminal),
+/// so logs and pipes keep the line.
+fn say(bar: &ProgressBar, text: &str) {
+    if bar.is_hidden() {
+        println!("{text}");
+    } else {
+        bar.println(text);
+    }
+}
+
 /// Moves `bar` to `done` of `total`.
 fn advance(bar: &ProgressBar, done: usize, total: usize) {
     bar.set_length(total as u64);

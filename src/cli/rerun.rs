@@ -64,6 +64,7 @@ pub fn run(args: RerunArgs) -> anyhow::Result<ExitCode> {
         cell_index: None,
         manifest: None,
         workers: None,
+        on_changed: wanda::pipeline::runner::OnChanged::Redo,
         force: true,
         results,
         no_memory_log: false,

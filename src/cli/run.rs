@@ -8,7 +8,7 @@ use burn::prelude::Backend;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
-use wanda::pipeline::runner::{self, RunEvent, RunOptions, RunSummary};
+use wanda::pipeline::runner::{self, OnChanged, RunEvent, RunOptions, RunSummary};
 use wanda::pipeline::spec::{Budget, Device};
 use wanda::pipeline::{cell_is_finished, Plan};
 use wanda::queue::local::{run_queue, worker_slots, QueueEvent};
@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Do not write memory_log.csv.
     #[arg(long)]
     pub no_memory_log: bool,
+    /// A finished cell whose model or texts changed since it ran (by SHA-256): run it again,
+    /// or stop with an error.
+    #[arg(long, value_enum, default_value_t = OnChanged::Redo)]
+    pub on_changed: OnChanged,
     /// Memory budget for the gate (e.g. `16GiB`), instead of the pipeline's.
     #[arg(long, value_parser = parse_budget)]
     pub budget: Option<Budget>,
@@ -74,6 +78,10 @@ impl RunArgs {
         }
         if self.no_memory_log {
             args.push("--no-memory-log".into());
+        }
+        if self.on_changed == OnChanged::Refuse {
+            args.push("--on-changed".into());
+            args.push("refuse".into());
         }
         if let Some(budget) = self.budget {
             args.push("--budget".into());
@@ -115,7 +123,7 @@ impl OnBackend for Job {
                 .with_progress(move |_stage, done, total| {
                     super::advance(&stage_progress, done, total)
                 })
-                .with_report(move |text| report_bar.println(text.trim_end()))
+                .with_report(move |text| super::say(&report_bar, text.trim_end()))
                 .with_budget(self.budget);
         let summary = runner::run(
             &self.plan,
@@ -128,21 +136,31 @@ impl OnBackend for Job {
                     stage_bar.reset();
                 }
                 RunEvent::CellSkipped(_) => bar.inc(1),
+                RunEvent::CellInputsChanged(cell, what) => super::say(
+                    &bar,
+                    &format!(
+                        "redo     {:<32} finished before, but {what} changed since",
+                        cell.label
+                    ),
+                ),
                 RunEvent::CellFinished(cell, record, path) => {
                     bar.inc(1);
-                    bar.println(format!(
-                        "finished {:<32} ppl {:>10} sparsity {:>6}  {}",
-                        cell.label,
-                        record
-                            .metrics
-                            .perplexity
-                            .map_or("—".into(), |p| format!("{p:.3}")),
-                        record
-                            .sparsity
-                            .total
-                            .map_or("—".into(), |s| format!("{s:.4}")),
-                        path.display()
-                    ));
+                    super::say(
+                        &bar,
+                        &format!(
+                            "finished {:<32} ppl {:>10} sparsity {:>6}  {}",
+                            cell.label,
+                            record
+                                .metrics
+                                .perplexity
+                                .map_or("—".into(), |p| format!("{p:.3}")),
+                            record
+                                .sparsity
+                                .total
+                                .map_or("—".into(), |s| format!("{s:.4}")),
+                            path.display()
+                        ),
+                    );
                 }
             },
         )?;
@@ -234,6 +252,7 @@ pub(super) fn execute(
         force: args.force,
         memory_log: !args.no_memory_log,
         gpu_index,
+        on_changed: args.on_changed,
     };
     dispatch(
         device,

@@ -22,16 +22,32 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
 
 /// Hex SHA-256 over several files in the given order (name and contents of each).
 pub fn sha256_files(paths: &[&Path]) -> std::io::Result<String> {
-    let mut hasher = Sha256::new();
+    let mut hasher = FilesHasher::default();
     for path in paths {
-        hasher.update(
+        hasher.add(path, &sha256_file(path)?);
+    }
+    Ok(hasher.finish())
+}
+
+/// [`sha256_files`] from file digests already known: add each file's name and digest in order.
+#[derive(Default)]
+pub struct FilesHasher(Sha256);
+
+impl FilesHasher {
+    /// Adds one file: its name and its hex digest.
+    pub fn add(&mut self, path: &Path, digest: &str) {
+        self.0.update(
             path.file_name()
                 .map(|n| n.as_encoded_bytes())
                 .unwrap_or_default(),
         );
-        hasher.update(sha256_file(path)?.as_bytes());
+        self.0.update(digest.as_bytes());
     }
-    Ok(format!("{:x}", hasher.finalize()))
+
+    /// The hex digest over every file added.
+    pub fn finish(self) -> String {
+        format!("{:x}", self.0.finalize())
+    }
 }
 
 #[cfg(test)]

@@ -204,6 +204,7 @@ pub fn save_hf_folder<B: Backend>(
     folder: &Path,
     spec: &SaveSpec,
 ) -> Result<(), ExportError> {
+    remove_stale_staging(folder);
     let staging = staging_path(folder);
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
@@ -305,6 +306,21 @@ fn write_safetensors(path: &Path, tensors: &[(String, Encoded)]) -> Result<(), E
         path: path.display().to_string(),
         reason: e.to_string(),
     })
+}
+
+/// Removes the staging folders of `folder` that processes left when they died mid-save.
+fn remove_stale_staging(folder: &Path) {
+    let Some(name) = folder.file_name() else {
+        return;
+    };
+    let parent = match folder.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    crate::pipeline::record::remove_orphans(
+        parent,
+        &format!(".{}.partial-", name.to_string_lossy()),
+    );
 }
 
 fn staging_path(folder: &Path) -> PathBuf {

@@ -13,7 +13,7 @@ use petgraph::graph::NodeIndex;
 use crate::memory::log::MemoryLog;
 use crate::pipeline::attempt::Attempt;
 use crate::pipeline::plan::{Cell, Plan, StageNode};
-use crate::pipeline::record::{cell_is_finished, RecordError, RunRecord, StageMemory};
+use crate::pipeline::record::{RecordError, RunRecord, StageMemory};
 
 /// What a stage returns: go on, or stop the run with a reason (a gate said no → exit 1).
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +47,21 @@ pub trait Executor {
     /// Called before the first stage of each cell that runs, to fill shared facts (hashes,
     /// effective values) into its record.
     fn begin_cell(&mut self, cell: &Cell, record: &mut RunRecord);
+    /// For a finished cell: what among its inputs (model, texts) differs from what its
+    /// record says it used, or None when nothing does (or nothing can be checked).
+    fn changed_inputs(&mut self, _cell: &Cell, _record: &RunRecord) -> Option<String> {
+        None
+    }
+}
+
+/// What to do with a finished cell whose inputs changed since it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnChanged {
+    /// Run it again (its old record stays until the new one replaces it).
+    #[default]
+    Redo,
+    /// Stop with an error naming the cell and the changed input.
+    Refuse,
 }
 
 /// How to run.
@@ -62,6 +77,8 @@ pub struct RunOptions {
     pub memory_log: bool,
     /// GPU index the memory log watches (None on CPU).
     pub gpu_index: Option<u32>,
+    /// What to do with finished cells whose inputs changed.
+    pub on_changed: OnChanged,
 }
 
 /// Progress events, for a caller that shows bars or logs.
@@ -76,6 +93,8 @@ pub enum RunEvent<'a> {
     },
     /// A cell was skipped because its record exists.
     CellSkipped(&'a Cell),
+    /// A finished cell runs again because an input changed (what changed).
+    CellInputsChanged(&'a Cell, String),
     /// A cell finished and its record was written here.
     CellFinished(&'a Cell, &'a RunRecord, &'a Path),
 }
@@ -99,6 +118,14 @@ pub enum RunError {
     /// `--only` names no cell.
     #[error("no cell has the id or label `{0}`; `wanda graph` lists them")]
     UnknownCell(String),
+    /// A finished cell's inputs changed and the options say not to redo it.
+    #[error("cell `{cell}` was finished with other inputs: {what}; restore them, or pass `--on-changed redo` to run it again")]
+    InputsChanged {
+        /// The cell label.
+        cell: String,
+        /// What changed.
+        what: String,
+    },
     /// A stage failed.
     #[error("stage `{stage}`{cell} failed", cell = .cell.as_ref().map(|c| format!(" of cell `{c}`")).unwrap_or_default())]
     Stage {
@@ -158,11 +185,27 @@ pub fn run(
     let mut summary = RunSummary::default();
     let mut todo = Vec::new();
     for cell in selected(plan, options)? {
-        if !options.force && cell_is_finished(&options.results_dir, &cell.id) {
-            summary.skipped.push(cell.label.clone());
-            on_event(RunEvent::CellSkipped(cell));
-        } else {
-            todo.push(cell);
+        let finished = RunRecord::read(&RunRecord::path(&options.results_dir, &cell.id))
+            .ok()
+            .filter(|r| r.cell.id == cell.id);
+        match finished {
+            Some(record) if !options.force => match executor.changed_inputs(cell, &record) {
+                None => {
+                    summary.skipped.push(cell.label.clone());
+                    on_event(RunEvent::CellSkipped(cell));
+                }
+                Some(what) if options.on_changed == OnChanged::Refuse => {
+                    return Err(RunError::InputsChanged {
+                        cell: cell.label.clone(),
+                        what,
+                    });
+                }
+                Some(what) => {
+                    on_event(RunEvent::CellInputsChanged(cell, what));
+                    todo.push(cell);
+                }
+            },
+            _ => todo.push(cell),
         }
     }
     let mut shared_log = MemoryLog::with_gpu(options.gpu_index);

@@ -5,7 +5,6 @@ use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
 use crate::data::calibration;
-use crate::data::hash::sha256_file;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::Settings;
 
@@ -27,7 +26,7 @@ pub(super) fn run<B: Backend>(
         source,
     };
     let text = std::fs::read_to_string(&path).map_err(read)?;
-    exec.hashes.calibration = Some(sha256_file(&path).map_err(read)?);
+    exec.hashes.calibration = Some(exec.hash_of(&path).map_err(read)?);
     let ids = exec.base(stage)?.tokenizer.encode(&text)?;
     // The gate's effective sizes where a gate ran.
     let (nsamples, seqlen) = exec

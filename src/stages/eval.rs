@@ -4,7 +4,6 @@
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
-use crate::data::hash::sha256_file;
 use crate::eval::perplexity::perplexity;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
@@ -36,7 +35,7 @@ pub(super) fn run<B: Backend>(
             source,
         };
         let text = std::fs::read_to_string(&path).map_err(read)?;
-        exec.hashes.evaluation = Some(sha256_file(&path).map_err(read)?);
+        exec.hashes.evaluation = Some(exec.hash_of(&path).map_err(read)?);
         let ids = exec.base(stage)?.tokenizer.encode(&text)?;
         exec.eval_ids = Some((path, ids));
     }

@@ -2,8 +2,7 @@
 
 use burn::prelude::Backend;
 
-use super::{PipelineExecutor, StageError};
-use crate::data::hash::{sha256_file, sha256_files};
+use super::PipelineExecutor;
 use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{ModelSource, Settings};
@@ -29,27 +28,7 @@ pub(super) fn run<B: Backend>(
     settings: &Settings,
 ) -> Result<(), StageFailure> {
     let origin = model_ref(settings, &exec.base_dir)?;
-    let read = |path: &std::path::Path, source| StageError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    exec.hashes.model = match &origin {
-        ModelRef::Gguf(p) => Some(sha256_file(p).map_err(|e| read(p, e))?),
-        ModelRef::Folder(dir) => {
-            let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-                .map_err(|e| read(dir, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-                    name == "config.json" || name.ends_with(".safetensors")
-                })
-                .collect();
-            files.sort();
-            let refs: Vec<&std::path::Path> = files.iter().map(|p| p.as_path()).collect();
-            Some(sha256_files(&refs).map_err(|e| read(dir, e))?)
-        }
-        ModelRef::Hub { .. } => None,
-    };
+    exec.hashes.model = exec.model_hash(settings)?;
     exec.base = Some(model::load::<B>(&origin, &exec.device)?);
     Ok(())
 }

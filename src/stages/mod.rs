@@ -74,6 +74,8 @@ pub struct PipelineExecutor<B: Backend> {
     /// Tokenised evaluation text, by file, so cells tokenise it once.
     eval_ids: Option<(PathBuf, Vec<u32>)>,
     hashes: Hashes,
+    /// SHA-256 of every input file hashed so far, so resuming and loading hash each once.
+    file_hashes: std::collections::HashMap<PathBuf, String>,
     /// Settings of the shared stages: keys they read are not swept, so every cell agrees.
     shared_settings: Settings,
     /// Told `(stage, done, total)` as long stages advance (layers pruned, windows evaluated).
@@ -115,6 +117,7 @@ impl<B: Backend> PipelineExecutor<B> {
             calibration: None,
             eval_ids: None,
             hashes,
+            file_hashes: std::collections::HashMap::new(),
             shared_settings: plan
                 .cells
                 .first()
@@ -149,6 +152,46 @@ impl<B: Backend> PipelineExecutor<B> {
 
     fn path(&self, p: &Path) -> PathBuf {
         self.base_dir.join(p)
+    }
+
+    /// SHA-256 of an input file, hashed once per run.
+    fn hash_of(&mut self, path: &Path) -> std::io::Result<String> {
+        if let Some(hash) = self.file_hashes.get(path) {
+            return Ok(hash.clone());
+        }
+        let hash = crate::data::hash::sha256_file(path)?;
+        self.file_hashes.insert(path.to_path_buf(), hash.clone());
+        Ok(hash)
+    }
+
+    /// The hash of the model `settings` name, as run records keep it: the GGUF file, or a
+    /// folder's `config.json` and safetensors files; None for a hub model (its revision pins
+    /// it).
+    fn model_hash(&mut self, settings: &Settings) -> Result<Option<String>, StageFailure> {
+        let read = |path: &Path, source| StageError::Read {
+            path: path.display().to_string(),
+            source,
+        };
+        match load::model_ref(settings, &self.base_dir)? {
+            crate::model::ModelRef::Gguf(p) => Ok(Some(self.hash_of(&p).map_err(|e| read(&p, e))?)),
+            crate::model::ModelRef::Folder(dir) => {
+                let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                    .map_err(|e| read(&dir, e))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                        name == "config.json" || name.ends_with(".safetensors")
+                    })
+                    .collect();
+                files.sort();
+                let mut hasher = crate::data::hash::FilesHasher::default();
+                for file in &files {
+                    hasher.add(file, &self.hash_of(file).map_err(|e| read(file, e))?);
+                }
+                Ok(Some(hasher.finish()))
+            }
+            crate::model::ModelRef::Hub { .. } => Ok(None),
+        }
     }
 
     fn base(&self, stage: &str) -> Result<&LoadedModel<B>, StageError> {
@@ -233,6 +276,40 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
             StageOptions::Gate(options) => return gate::run(self, &node.stage, options),
         }
         Ok(StageOutcome::Continue)
+    }
+
+    fn changed_inputs(&mut self, cell: &Cell, record: &RunRecord) -> Option<String> {
+        let settings = &cell.spec.settings;
+        let mut changed = Vec::new();
+        let mut compare = |what: String, recorded: &Option<String>, now: Option<String>| {
+            if let (Some(old), Some(new)) = (recorded, now) {
+                if *old != new {
+                    changed.push(format!("{what} (sha256 {:.12} → {:.12})", old, new));
+                }
+            }
+        };
+        // An input that cannot be read now is left to the run itself to report.
+        let model = self.model_hash(settings).ok().flatten();
+        compare("the model".to_string(), &record.hashes.model, model);
+        for (what, text, recorded) in [
+            (
+                "calibration text",
+                settings.calibration.as_ref().map(|c| c.text.clone()),
+                &record.hashes.calibration,
+            ),
+            (
+                "evaluation text",
+                settings.evaluation.as_ref().map(|e| e.text.clone()),
+                &record.hashes.evaluation,
+            ),
+        ] {
+            if let Some(text) = text {
+                let path = self.path(&text);
+                let now = self.hash_of(&path).ok();
+                compare(format!("the {what} `{}`", path.display()), recorded, now);
+            }
+        }
+        (!changed.is_empty()).then(|| changed.join(", "))
     }
 
     fn begin_cell(&mut self, _cell: &Cell, record: &mut RunRecord) {

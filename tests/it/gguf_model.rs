@@ -13,7 +13,7 @@ use wanda::model::{self, ModelRef};
 use crate::common::{logits, tiny_model, B};
 
 /// hidden 32 and intermediate 64 so every row is a whole number of Q8_0 blocks.
-fn config() -> LlamaConfig {
+pub(crate) fn config() -> LlamaConfig {
     HfLlamaConfig::from_json(
         r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":64,
         "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,
@@ -43,12 +43,12 @@ fn permute(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
 }
 
 #[derive(Clone, Copy)]
-enum Quant {
+pub(crate) enum Quant {
     F32,
     Q8_0,
 }
 
-fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, quant: Quant) {
+pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, quant: Quant) {
     let mut w = GgufWriter::new();
     w.metadata("general.architecture", "llama")
         .metadata("llama.embedding_length", config.hidden_size as u32)

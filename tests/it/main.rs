@@ -3,6 +3,8 @@
 mod common;
 mod estimate_cli;
 mod eval_cli;
+mod faults;
+mod fuzz_corpus;
 mod gguf_model;
 mod hf_folder;
 mod pipeline;

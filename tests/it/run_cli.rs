@@ -11,7 +11,7 @@ use wanda::pipeline::RunRecord;
 use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json};
 
 /// A folder with a tiny model, texts and a 12-cell sweep pipeline; returns the pipeline path.
-fn sweep_fixture(dir: &Path) -> PathBuf {
+pub(crate) fn sweep_fixture(dir: &Path) -> PathBuf {
     let config = tiny_config("LlamaForCausalLM", true);
     save_hf_folder(
         &tiny_model(&config, 8),

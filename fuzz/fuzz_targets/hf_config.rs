@@ -1,0 +1,4 @@
+//! Fuzz target `hf_config`: see `wanda::fuzzing`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| wanda::fuzzing::run("hf_config", data));
