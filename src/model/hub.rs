@@ -156,6 +156,19 @@ pub enum HubError {
         reason: String,
     },
 
+    /// A downloaded file does not match the SHA-256 the hub announced for it.
+    #[error("`{file}` from `{repo}` does not match the hub's SHA-256 (announced {expected}, received {actual}); the download was removed from the cache, run again to download it anew")]
+    Corrupt {
+        /// The repository id.
+        repo: String,
+        /// The file.
+        file: String,
+        /// The SHA-256 the hub announced (the LFS object id).
+        expected: String,
+        /// The SHA-256 of what arrived.
+        actual: String,
+    },
+
     /// A cached file could not be read.
     #[error("cannot read `{}`", path.display())]
     Read {
@@ -482,7 +495,7 @@ impl Fetcher<'_> {
             return Ok(None);
         }
         match api.download(file) {
-            Ok(path) => Ok(Some(path)),
+            Ok(path) => self.verify(file, &path).map(|()| Some(path)),
             Err(err) => match transfer_error(err, self.token) {
                 TransferError::Status { status: 404 } => {
                     self.mark_missing(file);
@@ -495,6 +508,41 @@ impl Fetcher<'_> {
                 }),
             },
         }
+    }
+
+    /// Checks a fresh download against the hub's hash where it gives one: LFS files (the
+    /// weights) are stored as blobs named by their SHA-256, which must match the content. Git
+    /// files are named by their git blob id (SHA-1), not checked here. A mismatch removes the
+    /// blob and its snapshot link so the next run downloads it again.
+    fn verify(&self, file: &str, path: &Path) -> Result<(), HubError> {
+        let blob = std::fs::canonicalize(path).map_err(|source| HubError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let expected = blob
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let is_sha256 =
+            expected.len() == 64 && expected.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'));
+        if !is_sha256 {
+            return Ok(());
+        }
+        let actual = crate::data::hash::sha256_file(&blob).map_err(|source| HubError::Read {
+            path: blob.clone(),
+            source,
+        })?;
+        if actual == expected {
+            return Ok(());
+        }
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(&blob);
+        Err(HubError::Corrupt {
+            repo: self.repo_id.to_owned(),
+            file: file.to_owned(),
+            expected,
+            actual,
+        })
     }
 
     /// The marker saying `file` does not exist at the commit the revision points to in the cache.
@@ -637,310 +685,17 @@ fn redact(text: &str, token: Option<&str>) -> String {
     }
 }
 
+/// The hub imitation the tests below share with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/it/common/fake_hub.rs"]
+mod fake_hub;
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use std::io::{BufRead, BufReader, Write};
-    use std::net::{SocketAddr, TcpListener, TcpStream};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-    use std::thread::JoinHandle;
-    use std::time::Duration;
+    use std::net::TcpListener;
 
-    const REPO: &str = "org/tiny-llama";
-    const COMMIT: &str = "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d";
-    const SHARD_1: &str = "model-00001-of-00002.safetensors";
-    const SHARD_2: &str = "model-00002-of-00002.safetensors";
-
-    /// One request the fake hub received.
-    #[derive(Debug, Clone)]
-    struct Seen {
-        path: String,
-        authorization: Option<String>,
-    }
-
-    /// The contents of the fake repository `org/tiny-llama`.
-    struct FakeRepo {
-        files: BTreeMap<String, Vec<u8>>,
-        /// When set, the repository is private and needs `Authorization: Bearer <token>`.
-        token: Option<String>,
-    }
-
-    /// A hub imitation on `127.0.0.1`, in the URL layout and with the headers of huggingface.co.
-    struct FakeHub {
-        addr: SocketAddr,
-        seen: Arc<Mutex<Vec<Seen>>>,
-        stop: Arc<AtomicBool>,
-        thread: Option<JoinHandle<()>>,
-    }
-
-    /// One HTTP answer.
-    struct Reply {
-        status: u16,
-        reason: &'static str,
-        headers: Vec<(&'static str, String)>,
-        body: Vec<u8>,
-    }
-
-    impl FakeHub {
-        fn start(repo: FakeRepo) -> Self {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap();
-            let seen = Arc::new(Mutex::new(Vec::new()));
-            let stop = Arc::new(AtomicBool::new(false));
-            let thread = {
-                let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
-                let base = format!("http://{addr}");
-                std::thread::spawn(move || {
-                    for stream in listener.incoming() {
-                        if stop.load(Ordering::SeqCst) {
-                            break;
-                        }
-                        if let Ok(stream) = stream {
-                            // A broken connection only fails the client's request.
-                            let _ = serve(stream, &repo, &base, &seen);
-                        }
-                    }
-                })
-            };
-            Self {
-                addr,
-                seen,
-                stop,
-                thread: Some(thread),
-            }
-        }
-
-        fn endpoint(&self) -> String {
-            format!("http://{}", self.addr)
-        }
-
-        fn seen(&self) -> Vec<Seen> {
-            self.seen.lock().unwrap().clone()
-        }
-
-        fn shutdown(&mut self) {
-            if let Some(thread) = self.thread.take() {
-                self.stop.store(true, Ordering::SeqCst);
-                // Wake the accept loop so it sees the flag.
-                let _ = TcpStream::connect(self.addr);
-                thread.join().unwrap();
-            }
-        }
-    }
-
-    impl Drop for FakeHub {
-        fn drop(&mut self) {
-            self.shutdown();
-        }
-    }
-
-    /// Reads one request from `stream`, records it and answers it, closing the connection.
-    fn serve(
-        mut stream: TcpStream,
-        repo: &FakeRepo,
-        base: &str,
-        seen: &Mutex<Vec<Seen>>,
-    ) -> std::io::Result<()> {
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut request_line = String::new();
-        reader.read_line(&mut request_line)?;
-        let mut parts = request_line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_owned();
-        let path = parts.next().unwrap_or_default().to_owned();
-        let mut headers = BTreeMap::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
-            }
-        }
-        let authorization = headers.get("authorization").cloned();
-        seen.lock().unwrap().push(Seen {
-            path: path.clone(),
-            authorization: authorization.clone(),
-        });
-        let reply = route(
-            repo,
-            base,
-            &path,
-            authorization.as_deref(),
-            headers.get("range").map(String::as_str),
-        );
-        let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reply.reason);
-        for (name, value) in &reply.headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str(&format!(
-            "Content-Length: {}\r\nConnection: close\r\n\r\n",
-            reply.body.len()
-        ));
-        stream.write_all(head.as_bytes())?;
-        if method != "HEAD" {
-            stream.write_all(&reply.body)?;
-        }
-        stream.flush()
-    }
-
-    /// Answers `path` the way huggingface.co does.
-    ///
-    /// `/{repo}/resolve/{revision}/{file}` serves small (git) files directly with
-    /// `ETag` and `X-Repo-Commit`, and redirects LFS files (`*.safetensors`) to a
-    /// content-addressed CDN URL with `X-Linked-Etag`, `X-Linked-Size` and
-    /// `X-Repo-Commit`; byte ranges are honoured with `206` and `Content-Range`.
-    fn route(
-        repo: &FakeRepo,
-        base: &str,
-        path: &str,
-        authorization: Option<&str>,
-        range: Option<&str>,
-    ) -> Reply {
-        if let Some(oid) = path.strip_prefix("/cdn/") {
-            // A pre-signed CDN URL: no authorization needed.
-            return match repo.files.values().find(|bytes| lfs_oid(bytes) == oid) {
-                Some(bytes) => ranged(bytes, range, vec![("ETag", format!("\"{oid}\""))]),
-                None => error(404, "NoSuchKey", "no such key"),
-            };
-        }
-        let Some(rest) = path.strip_prefix(&format!("/{REPO}/resolve/")) else {
-            return error(404, "RepoNotFound", "Repository not found");
-        };
-        if let Some(token) = &repo.token {
-            if authorization != Some(format!("Bearer {token}").as_str()) {
-                return error(
-                    401,
-                    "RepoNotFound",
-                    "Invalid credentials in Authorization header",
-                );
-            }
-        }
-        let Some((revision, file)) = rest.split_once('/') else {
-            return error(404, "EntryNotFound", "Entry not found");
-        };
-        if revision != "main" && revision != COMMIT {
-            return error(404, "RevisionNotFound", "Invalid rev id");
-        }
-        let commit = ("X-Repo-Commit", COMMIT.to_owned());
-        let Some(bytes) = repo.files.get(file) else {
-            let mut reply = error(404, "EntryNotFound", "Entry not found");
-            reply.headers.push(commit);
-            return reply;
-        };
-        if file.ends_with(".safetensors") {
-            let oid = lfs_oid(bytes);
-            Reply {
-                status: 302,
-                reason: "Found",
-                headers: vec![
-                    ("Location", format!("{base}/cdn/{oid}")),
-                    ("ETag", format!("\"{}\"", git_oid(bytes))),
-                    ("X-Linked-Etag", format!("\"{oid}\"")),
-                    ("X-Linked-Size", bytes.len().to_string()),
-                    commit,
-                ],
-                body: Vec::new(),
-            }
-        } else {
-            let etag = ("ETag", format!("\"{}\"", git_oid(bytes)));
-            ranged(bytes, range, vec![etag, commit])
-        }
-    }
-
-    /// `bytes`, whole (`200`) or the requested `Range` (`206` with `Content-Range`).
-    fn ranged(
-        bytes: &[u8],
-        range: Option<&str>,
-        mut headers: Vec<(&'static str, String)>,
-    ) -> Reply {
-        headers.push(("Accept-Ranges", "bytes".to_owned()));
-        headers.push(("Content-Type", "application/octet-stream".to_owned()));
-        let len = bytes.len();
-        let Some((start, end)) = range.and_then(parse_range) else {
-            return Reply {
-                status: 200,
-                reason: "OK",
-                headers,
-                body: bytes.to_vec(),
-            };
-        };
-        let end = end.unwrap_or(usize::MAX).min(len.saturating_sub(1));
-        if start >= len || end < start {
-            return Reply {
-                status: 416,
-                reason: "Range Not Satisfiable",
-                headers: vec![("Content-Range", format!("bytes */{len}"))],
-                body: Vec::new(),
-            };
-        }
-        headers.push(("Content-Range", format!("bytes {start}-{end}/{len}")));
-        Reply {
-            status: 206,
-            reason: "Partial Content",
-            headers,
-            body: bytes[start..=end].to_vec(),
-        }
-    }
-
-    /// `bytes=START-` or `bytes=START-END`.
-    fn parse_range(range: &str) -> Option<(usize, Option<usize>)> {
-        let (start, end) = range.strip_prefix("bytes=")?.split_once('-')?;
-        let end = if end.is_empty() {
-            None
-        } else {
-            Some(end.parse().ok()?)
-        };
-        Some((start.parse().ok()?, end))
-    }
-
-    /// A hub error answer with its `X-Error-Code`.
-    fn error(status: u16, code: &str, message: &str) -> Reply {
-        let reason = match status {
-            401 => "Unauthorized",
-            _ => "Not Found",
-        };
-        Reply {
-            status,
-            reason,
-            headers: vec![
-                ("X-Error-Code", code.to_owned()),
-                ("X-Error-Message", message.to_owned()),
-                ("Content-Type", "application/json".to_owned()),
-            ],
-            body: format!("{{\"error\":\"{message}\"}}").into_bytes(),
-        }
-    }
-
-    /// A stand-in for the git blob id (40 hex digits).
-    fn git_oid(bytes: &[u8]) -> String {
-        fake_digest(&[b"blob:".as_slice(), bytes].concat(), 40)
-    }
-
-    /// A stand-in for the LFS sha256 (64 hex digits).
-    fn lfs_oid(bytes: &[u8]) -> String {
-        fake_digest(bytes, 64)
-    }
-
-    /// FNV-1a based hex digest, `hex_len` digits long (no hashing crate needed).
-    fn fake_digest(bytes: &[u8], hex_len: usize) -> String {
-        let mut out = String::new();
-        let mut seed = 0xcbf2_9ce4_8422_2325_u64;
-        while out.len() < hex_len {
-            let mut hash = seed;
-            for &byte in bytes {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(0x0100_0000_01b3);
-            }
-            out.push_str(&format!("{hash:016x}"));
-            seed = hash ^ 0x9e37_79b9_7f4a_7c15;
-        }
-        out.truncate(hex_len);
-        out
-    }
+    use super::fake_hub::*;
 
     fn weights(len: usize, salt: u8) -> Vec<u8> {
         (0..len)
@@ -964,6 +719,7 @@ mod tests {
                 .map(|(name, bytes)| (name.to_owned(), bytes))
                 .collect(),
             token: token.map(str::to_owned),
+            corrupt: false,
         }
     }
 
@@ -982,6 +738,7 @@ mod tests {
                 .map(|(name, bytes)| (name.to_owned(), bytes))
                 .collect(),
             token: None,
+            corrupt: false,
         }
     }
 
@@ -1120,7 +877,11 @@ mod tests {
                 )
             })
             .collect();
-        let hub = FakeHub::start(FakeRepo { files, token: None });
+        let hub = FakeHub::start(FakeRepo {
+            files,
+            token: None,
+            corrupt: false,
+        });
         let cache = tempfile::tempdir().unwrap();
         let dir = fetch_with(
             &request(&hub.endpoint(), cache.path()),
@@ -1332,6 +1093,63 @@ mod tests {
                 assert!(!text.contains("FakeSecret"), "token leaked: {text}");
             }
         }
+    }
+
+    #[test]
+    fn a_download_that_does_not_match_the_hubs_sha256_is_refused_and_removed() {
+        let mut repo = single_file_repo(None);
+        repo.corrupt = true;
+        let hub = FakeHub::start(repo);
+        let cache = tempfile::tempdir().unwrap();
+        let req = request(&hub.endpoint(), cache.path());
+        let err = fetch_with(&req, &no_env(), None, false).unwrap_err();
+        let HubError::Corrupt {
+            file,
+            expected,
+            actual,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(file, SINGLE_WEIGHTS);
+        assert_eq!(expected, &lfs_oid(&weights(5000, 7)));
+        assert_ne!(expected, actual);
+        assert!(chain(&err).contains("run again to download it anew"));
+        // Nothing of the bad download stays in the cache.
+        let blobs: Vec<_> = walk(cache.path())
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy() == *expected)
+            })
+            .collect();
+        assert!(blobs.is_empty(), "{blobs:?}");
+
+        // The intact file passes the same check.
+        let hub = FakeHub::start(single_file_repo(None));
+        let cache = tempfile::tempdir().unwrap();
+        fetch_with(
+            &request(&hub.endpoint(), cache.path()),
+            &no_env(),
+            None,
+            false,
+        )
+        .unwrap();
+    }
+
+    /// Every file below `dir`.
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+        out
     }
 
     #[test]

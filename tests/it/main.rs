@@ -11,5 +11,6 @@ mod pipeline;
 mod prune;
 mod queue_cli;
 mod run_cli;
+mod secrets;
 mod smollm;
 mod table;

@@ -1,6 +1,8 @@
 //! Shared helpers: seeded tiny models and tokenizers built in the test, and access to the
 //! `../shared` data with a loud failure in CI when it is missing.
 
+pub mod fake_hub;
+
 use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
