@@ -349,7 +349,9 @@ pub fn build_llama<B: Backend>(
         config.intermediate_size,
     );
     let eps = config.rms_norm_eps;
-    let mut layers = Vec::with_capacity(config.num_hidden_layers);
+    // Not `with_capacity(num_hidden_layers)`: the count comes from the file, and each layer must
+    // find its tensors there before it takes memory.
+    let mut layers = Vec::new();
     for i in 0..config.num_hidden_layers {
         let p = format!("model.layers.{i}");
         layers.push(DecoderLayer {
