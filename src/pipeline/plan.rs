@@ -937,6 +937,12 @@ fn hex12(text: &str) -> String {
     digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
+/// A ratio with at most 4 decimals, trailing zeros dropped: `0.5`, `0.4286` (for 3:7).
+fn short_ratio(x: f64) -> String {
+    let text = format!("{x:.4}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// `method-sparsity-pattern` of each prune stage (joined by `+`), `dense` without one, then
 /// any other swept value as `option=value`.
 fn cell_label(spec: &PipelineSpec, values: &[(String, serde_json::Value)]) -> String {
@@ -950,7 +956,7 @@ fn cell_label(spec: &PipelineSpec, values: &[(String, serde_json::Value)]) -> St
                     "{}-{}-{}",
                     p.method.name(),
                     p.effective_sparsity()
-                        .map(|x| x.to_string())
+                        .map(short_ratio)
                         .unwrap_or_else(|| "?".into()),
                     p.pattern
                 ),
@@ -1433,6 +1439,14 @@ fn topological(stages: &[StageSpec], index: &HashMap<&str, usize>) -> Vec<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_show_ratios_with_at_most_four_decimals() {
+        assert_eq!(short_ratio(0.0), "0");
+        assert_eq!(short_ratio(0.5), "0.5");
+        assert_eq!(short_ratio(0.1), "0.1");
+        assert_eq!(short_ratio(3.0 / 7.0), "0.4286");
+    }
 
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {

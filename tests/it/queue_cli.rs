@@ -277,7 +277,7 @@ fn status_shows_done_failed_and_pending_cells_with_the_failure_log() {
     let error = statuses[1]["error"].as_str().unwrap();
     assert!(
         error.contains("stage `prune` of cell `magnitude-")
-            && error.contains("-3:7` failed")
+            && error.contains("-0.4286-3:7` failed")
             && error.contains("not a multiple of the group size"),
         "{error}"
     );
