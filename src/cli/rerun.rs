@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use wanda::pipeline::plan::{validate_source, ValidateOptions};
+use wanda::pipeline::record::Versions;
 use wanda::pipeline::RunRecord;
 
 use super::run::{execute, RunArgs};
@@ -83,8 +84,9 @@ pub fn run(args: RerunArgs) -> anyhow::Result<ExitCode> {
         }
         (Some(a), Some(b)) => {
             println!(
-                "perplexity {b}, recorded {a}: differs by {:.3e} relative",
-                (b - a).abs() / a
+                "perplexity {b}, recorded {a}: differs by {:.3e} relative{}",
+                (b - a).abs() / a,
+                code_change(&old.versions, &new.versions)
             );
             Ok(ExitCode::from(1))
         }
@@ -92,5 +94,58 @@ pub fn run(args: RerunArgs) -> anyhow::Result<ExitCode> {
             println!("re-ran cell `{}` (no perplexity to compare)", old.cell.id);
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Why a difference may be expected: the record came from other code than this binary.
+fn code_change(old: &Versions, new: &Versions) -> String {
+    let short = |c: &Option<String>| {
+        c.as_deref().map_or("an unknown commit".to_string(), |c| {
+            c.chars().take(12).collect()
+        })
+    };
+    if old.git_commit != new.git_commit {
+        format!(
+            " (the record was written by wanda at {}, this is {}: the code changed in between)",
+            short(&old.git_commit),
+            short(&new.git_commit)
+        )
+    } else if old.wanda != new.wanda || old.burn != new.burn {
+        format!(
+            " (the record was written by wanda {} with burn {}, this is wanda {} with burn {})",
+            old.wanda,
+            old.burn.as_deref().unwrap_or("?"),
+            new.wanda,
+            new.burn.as_deref().unwrap_or("?")
+        )
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn versions(commit: Option<&str>, wanda: &str) -> Versions {
+        Versions {
+            record: 1,
+            wanda: wanda.into(),
+            burn: Some("0.21.0".into()),
+            git_commit: commit.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_difference_names_the_commits_that_wrote_the_record_and_this_binary() {
+        let old = versions(Some("841b5dddbe8a229a493f38518444613ef88835db"), "0.1.0");
+        let new = versions(Some("dd2600d0000000000000000000000000000000aa"), "0.1.0");
+        assert_eq!(
+            code_change(&old, &new),
+            " (the record was written by wanda at 841b5dddbe8a, this is dd2600d00000: the code changed in between)"
+        );
+        assert_eq!(code_change(&new, &new), "");
+        let older = versions(None, "0.0.9");
+        assert!(code_change(&older, &new).contains("an unknown commit"));
     }
 }

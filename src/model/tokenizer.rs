@@ -25,6 +25,38 @@ pub enum TokenizerError {
     },
 }
 
+/// Rejects, with an error, the definitions on which `tokenizers` 0.22 panics instead of
+/// returning one (found by fuzzing): text that is not JSON (its decoder reader `expect`s) and a
+/// `Precompiled` normalizer whose fields do not deserialize (its normalizer reader `expect`s).
+fn check_upstream_panics(json: &str) -> Result<(), String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not valid JSON: {e}"))?;
+    let mut pending = vec![("$".to_string(), &value)];
+    while let Some((key, node)) = pending.pop() {
+        match node {
+            serde_json::Value::Object(map) => {
+                if map.get("type").and_then(|t| t.as_str()) == Some("Precompiled") {
+                    serde_json::from_value::<tokenizers::normalizers::precompiled::Precompiled>(
+                        node.clone(),
+                    )
+                    .map_err(|e| format!("`{key}`: invalid Precompiled normalizer: {e}"))?;
+                }
+                pending.extend(map.iter().map(|(k, v)| (format!("{key}.{k}"), v)));
+            }
+            serde_json::Value::Array(items) => {
+                pending.extend(
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| (format!("{key}[{i}]"), v)),
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// A loaded tokenizer and where it came from.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -44,21 +76,23 @@ impl Tokenizer {
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
         let source_name = path.display().to_string();
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| TokenizerError::Load {
+        let json = std::fs::read_to_string(path).map_err(|e| TokenizerError::Load {
             source_name: source_name.clone(),
             reason: e.to_string(),
         })?;
-        Ok(Self { inner, source_name })
+        Self::from_json(&json, &source_name)
     }
 
     /// Loads a tokenizer from the JSON text of a `tokenizer.json`.
     pub fn from_json(json: &str, source_name: &str) -> Result<Self, TokenizerError> {
-        let inner: tokenizers::Tokenizer =
-            json.parse()
-                .map_err(|e: tokenizers::Error| TokenizerError::Load {
-                    source_name: source_name.to_string(),
-                    reason: e.to_string(),
-                })?;
+        let load_error = |reason: String| TokenizerError::Load {
+            source_name: source_name.to_string(),
+            reason,
+        };
+        check_upstream_panics(json).map_err(load_error)?;
+        let inner: tokenizers::Tokenizer = json
+            .parse()
+            .map_err(|e: tokenizers::Error| load_error(e.to_string()))?;
         Ok(Self {
             inner,
             source_name: source_name.to_string(),
@@ -104,5 +138,44 @@ impl Tokenizer {
             source_name: self.source_name.clone(),
             reason: e.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORD_LEVEL: &str = r#"{"version":"1.0","truncation":null,"padding":null,
+"added_tokens":[],"normalizer":NORMALIZER,"pre_tokenizer":{"type":"Whitespace"},
+"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"cat":1},"unk_token":"[UNK]"}}"#;
+
+    fn with_normalizer(normalizer: &str) -> String {
+        WORD_LEVEL.replace("NORMALIZER", normalizer)
+    }
+
+    #[test]
+    fn a_well_formed_definition_loads_and_encodes() {
+        let tokenizer = Tokenizer::from_json(&with_normalizer("null"), "t.json").unwrap();
+        assert_eq!(tokenizer.encode("cat dog").unwrap(), vec![1, 0]);
+    }
+
+    #[test]
+    fn text_that_is_not_json_is_an_error_naming_the_file_not_a_panic() {
+        // The fuzz finding: a broken `decoder` value made `tokenizers` panic.
+        let broken = with_normalizer("null").replace(r#""decoder":null"#, r#""decoder":lstrip"#);
+        let err = Tokenizer::from_json(&broken, "models/x/tokenizer.json").unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("models/x/tokenizer.json"), "{message}");
+        assert!(message.contains("not valid JSON"), "{message}");
+    }
+
+    #[test]
+    fn a_broken_precompiled_normalizer_is_an_error_naming_its_key() {
+        let nested = r#"{"type":"Sequence","normalizers":[{"type":"Precompiled","precompiled_charsmap":"!!"}]}"#;
+        let err = Tokenizer::from_json(&with_normalizer(nested), "t.json").unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("$.normalizer.normalizers[0]"), "{message}");
+        assert!(message.contains("Precompiled"), "{message}");
     }
 }
