@@ -60,7 +60,9 @@ pub struct CellRecord {
     /// The swept keys and this cell's values.
     #[serde(default)]
     pub values: BTreeMap<String, serde_json::Value>,
-    /// The pipeline file (absolute), whose folder anchors the config's relative paths.
+    /// The pipeline file, whose folder anchors the config's relative paths: absolute in memory,
+    /// relative to the record's folder in run.json, so a results folder committed beside its
+    /// pipelines still finds them after a clone elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_file: Option<PathBuf>,
 }
@@ -274,7 +276,12 @@ impl RunRecord {
 
     /// Writes the record atomically to `path`, creating its folder.
     pub fn write(&self, path: &Path) -> Result<(), RecordError> {
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| RecordError::Write {
+        let mut stored = self.clone();
+        let record_dir = path.parent().and_then(|d| std::path::absolute(d).ok());
+        if let (Some(file), Some(dir)) = (&self.cell.pipeline_file, record_dir) {
+            stored.cell.pipeline_file = Some(relative_path(file, &dir).unwrap_or(file.clone()));
+        }
+        let mut text = serde_json::to_string_pretty(&stored).map_err(|e| RecordError::Write {
             path: path.to_path_buf(),
             source: std::io::Error::other(e),
         })?;
@@ -323,8 +330,54 @@ impl RunRecord {
             }
             None => return Err(foreign("key `versions.record` is missing".into())),
         }
-        serde_json::from_value(value).map_err(|e| foreign(e.to_string()))
+        let mut record: RunRecord =
+            serde_json::from_value(value).map_err(|e| foreign(e.to_string()))?;
+        if let Some(file) = record
+            .cell
+            .pipeline_file
+            .as_mut()
+            .filter(|f| f.is_relative())
+        {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let dir = std::path::absolute(dir).unwrap_or(dir.to_path_buf());
+            *file = normalize_lexically(&dir.join(&*file));
+        }
+        Ok(record)
     }
+}
+
+/// `target` as a path relative to the folder `base` (both absolute), or `None` when they share
+/// no root.
+fn relative_path(target: &Path, base: &Path) -> Option<PathBuf> {
+    let (target, base) = (normalize_lexically(target), normalize_lexically(base));
+    let (target, base): (Vec<_>, Vec<_>) =
+        (target.components().collect(), base.components().collect());
+    if target.first() != base.first() {
+        return None;
+    }
+    let common = target.iter().zip(&base).take_while(|(a, b)| a == b).count();
+    let mut relative: PathBuf = base[common..].iter().map(|_| "..").collect();
+    relative.extend(&target[common..]);
+    Some(relative)
+}
+
+/// `path` with `.` dropped and each `..` taking away the component before it, without touching
+/// the file system.
+fn normalize_lexically(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Whether a cell has finished: its `run.json` exists, parses, and names the same cell.
@@ -463,6 +516,46 @@ mod tests {
         assert_eq!(keys, expected);
         assert_eq!(value["metrics"]["perplexity"], 12.5);
         assert_eq!(value["sparsity"]["total"], 0.5);
+    }
+
+    #[test]
+    fn the_pipeline_file_is_stored_relative_to_the_record_and_found_after_a_move() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let repo = root.path().join("repo");
+        let pipeline = repo.join("pipelines/sweep.yaml");
+        let path = RunRecord::path(&repo.join("results/sweep"), &CellId("abc123abc123".into()));
+        let mut record = sample("abc123abc123");
+        record.cell.pipeline_file = Some(pipeline.clone());
+        record.write(&path).expect("written");
+        let text = fs::read_to_string(&path).expect("readable");
+        let stored: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(
+            stored["cell"]["pipeline_file"], "../../../pipelines/sweep.yaml",
+            "{text}"
+        );
+        assert_eq!(RunRecord::read(&path).expect("readable"), record);
+        // The whole repository moves (a clone elsewhere): the record follows it.
+        let moved = root.path().join("elsewhere/clone");
+        fs::create_dir_all(moved.parent().expect("parent")).expect("created");
+        fs::rename(&repo, &moved).expect("moved");
+        let read =
+            RunRecord::read(&moved.join("results/sweep/abc123abc123/run.json")).expect("readable");
+        assert_eq!(
+            read.cell.pipeline_file,
+            Some(moved.join("pipelines/sweep.yaml"))
+        );
+    }
+
+    #[test]
+    fn relative_paths_climb_to_the_common_folder() {
+        let rel = |t: &str, b: &str| relative_path(Path::new(t), Path::new(b));
+        assert_eq!(rel("/a/b/c.yaml", "/a/b"), Some(PathBuf::from("c.yaml")));
+        assert_eq!(
+            rel("/a/p/c.yaml", "/a/r/s"),
+            Some(PathBuf::from("../../p/c.yaml"))
+        );
+        assert_eq!(rel("/a/./p/../c.yaml", "/a"), Some(PathBuf::from("c.yaml")));
+        assert_eq!(rel("/c.yaml", "/x/y"), Some(PathBuf::from("../../c.yaml")));
     }
 
     #[test]
