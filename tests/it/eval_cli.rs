@@ -3,24 +3,15 @@
 use std::process::Command;
 
 use wanda::eval::perplexity::perplexity;
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
 
-use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json, B};
+use crate::common::{save_tiny_hf_folder, tiny_text, B};
 
 #[test]
 fn eval_json_reports_the_protocol_numbers() {
-    let config = tiny_config("LlamaForCausalLM", true);
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("tiny");
-    save_hf_folder(
-        &tiny_model(&config, 9),
-        &config,
-        &tiny_tokenizer_json(),
-        &folder,
-        &SaveSpec::new(SaveDtype::F32),
-    )
-    .unwrap();
+    save_tiny_hf_folder(&folder, 9);
     let text_path = dir.path().join("text.txt");
     std::fs::write(&text_path, tiny_text(100)).unwrap();
 

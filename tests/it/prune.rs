@@ -9,9 +9,7 @@ use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::wanda::{wanda_mask, InputNorms};
 use wanda::prune::Sparsity;
 
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-
-use crate::common::{logits, tiny_config, tiny_model, tiny_text, tiny_tokenizer_json, B};
+use crate::common::{logits, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B};
 
 /// Four calibration windows of 8 tokens over the 32-token vocabulary.
 fn windows() -> Vec<Vec<u32>> {
@@ -202,17 +200,9 @@ fn calibration_methods_refuse_an_empty_calibration_set() {
 /// same cell) and its sparsity report (the numbers the command printed).
 #[test]
 fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
-    let config = tiny_config("LlamaForCausalLM", true);
     let dir = tempfile::tempdir().unwrap();
     let tiny = dir.path().join("tiny");
-    save_hf_folder(
-        &tiny_model(&config, 4),
-        &config,
-        &tiny_tokenizer_json(),
-        &tiny,
-        &SaveSpec::new(SaveDtype::F32),
-    )
-    .unwrap();
+    save_tiny_hf_folder(&tiny, 4);
     let calib = dir.path().join("calib.txt");
     std::fs::write(&calib, tiny_text(200)).unwrap();
     let saved = dir.path().join("pruned");

@@ -7,24 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::pipeline::RunRecord;
 use wanda::queue::manifest::Manifest;
 
-use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json};
+use crate::common::{save_tiny_hf_folder, tiny_text};
 
 /// A tiny model, texts (`eval_words` words of evaluation text) and pipeline `name` whose
 /// `sweep:` block is `sweep`; returns the pipeline path.
 fn tiny_pipeline(dir: &Path, name: &str, prune: &str, sweep: &str, eval_words: usize) -> PathBuf {
-    let config = tiny_config("LlamaForCausalLM", true);
-    save_hf_folder(
-        &tiny_model(&config, 8),
-        &config,
-        &tiny_tokenizer_json(),
-        &dir.join("tiny"),
-        &SaveSpec::new(SaveDtype::F32),
-    )
-    .unwrap();
+    save_tiny_hf_folder(&dir.join("tiny"), 8);
     std::fs::write(dir.join("calib.txt"), tiny_text(400)).unwrap();
     std::fs::write(dir.join("eval.txt"), tiny_text(eval_words)).unwrap();
     let pipeline = dir.join(format!("{name}.yaml"));

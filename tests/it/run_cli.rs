@@ -5,22 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::pipeline::RunRecord;
 
-use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json};
+use crate::common::{save_tiny_hf_folder, tiny_text};
 
 /// A folder with a tiny model, texts and a 12-cell sweep pipeline; returns the pipeline path.
 pub(crate) fn sweep_fixture(dir: &Path) -> PathBuf {
-    let config = tiny_config("LlamaForCausalLM", true);
-    save_hf_folder(
-        &tiny_model(&config, 8),
-        &config,
-        &tiny_tokenizer_json(),
-        &dir.join("tiny"),
-        &SaveSpec::new(SaveDtype::F32),
-    )
-    .unwrap();
+    save_tiny_hf_folder(&dir.join("tiny"), 8);
     std::fs::write(dir.join("calib.txt"), tiny_text(400)).unwrap();
     std::fs::write(dir.join("eval.txt"), tiny_text(300)).unwrap();
     let pipeline = dir.join("sweep.yaml");

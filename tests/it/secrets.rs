@@ -5,11 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::pipeline::RunRecord;
 
 use crate::common::fake_hub::{FakeHub, FakeRepo, REPO};
-use crate::common::{tiny_config, tiny_model, tiny_text, tiny_tokenizer_json};
+use crate::common::{save_tiny_hf_folder, tiny_text};
 
 const SECRET: &str = "hf_WandaTestSecret8Kq3ZpL";
 
@@ -43,16 +42,8 @@ fn run(dir: &Path, hub: &FakeHub, pipeline: &str) -> Output {
 fn the_hub_token_appears_in_no_output_record_recipe_or_file() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let config = tiny_config("LlamaForCausalLM", true);
     let folder = d.join("upload");
-    save_hf_folder(
-        &tiny_model(&config, 6),
-        &config,
-        &tiny_tokenizer_json(),
-        &folder,
-        &SaveSpec::new(SaveDtype::F32),
-    )
-    .unwrap();
+    save_tiny_hf_folder(&folder, 6);
     let files = walk(&folder)
         .into_iter()
         .map(|p| {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use burn::backend::NdArray;
 use burn::prelude::*;
 use wanda::model::config::{HfLlamaConfig, LlamaConfig};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::llama::Llama;
 
 /// The CPU backend used by every test.
@@ -70,6 +71,21 @@ pub fn logits(model: &Llama<B>, ids: &[i64]) -> Vec<f32> {
         .into_data()
         .to_vec()
         .expect("f32 logits")
+}
+
+/// Saves a tiny tied Llama (weights drawn with `seed`) and the tiny tokenizer as an f32
+/// Hugging Face folder.
+pub fn save_tiny_hf_folder(folder: &Path, seed: u64) {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let spec = SaveSpec::new(SaveDtype::F32);
+    save_hf_folder(
+        &tiny_model(&config, seed),
+        &config,
+        &tiny_tokenizer_json(),
+        folder,
+        &spec,
+    )
+    .expect("tiny model saved");
 }
 
 /// A text of `n` words from the tiny vocabulary, deterministic.
