@@ -424,6 +424,42 @@ mod tests {
         assert_eq!(big, back);
     }
 
+    /// A checkpoint without a single tensor.
+    struct EmptySource;
+
+    impl WeightSource for EmptySource {
+        fn name(&self) -> String {
+            "empty.gguf".into()
+        }
+        fn tensor(&self, _name: &str) -> Result<Option<HostTensor>, WeightError> {
+            Ok(None)
+        }
+        fn parameter_count(&self) -> u64 {
+            0
+        }
+    }
+
+    /// Regression (fuzz finding `fuzz/regressions/gguf/oom-layer-count`): a file claiming
+    /// billions of layers aborted on a memory reservation sized by that count.
+    #[test]
+    fn a_huge_layer_count_without_tensors_is_an_error_not_an_abort() {
+        let mut config = crate::model::config::HfLlamaConfig::from_json(
+            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":24,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,
+            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        config.num_hidden_layers = 3_000_000_000;
+        let device = Default::default();
+        let err =
+            build_llama::<burn::backend::NdArray<f32>>(&config, &EmptySource, &device).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("empty.gguf"), "{message}");
+        assert!(message.contains("model.layers.0."), "{message}");
+    }
+
     #[test]
     fn shard_names_with_paths_are_refused() {
         let ok =
