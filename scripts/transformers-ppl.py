@@ -5,7 +5,7 @@ Independent of wanda: it loads the same GGUF through transformers' own GGUF load
 one JSON object like `wanda eval --json` (perplexity, windows, seqlen, tokens). Use it to check
 wanda's numbers; CI never runs it.
 
-    python3 -m venv ~/venv-ab && ~/venv-ab/bin/pip install torch transformers==4.45.2 gguf
+    python3 -m venv ~/venv-ab && ~/venv-ab/bin/pip install torch transformers gguf accelerate
     ~/venv-ab/bin/python scripts/transformers-ppl.py --gguf demo/SmolLM2-135M-Instruct.Q4_1.gguf \
         --hf-dir ../shared/models/smollm2-135m-hf --text demo/wikitext2-raw-test.txt --seqlen 512 --windows 64
 """
@@ -23,6 +23,9 @@ p.add_argument("--seqlen", type=int, default=512)
 p.add_argument("--windows", type=int)
 p.add_argument("--threads", type=int, default=os.cpu_count())
 p.add_argument("--dump-logits", help="write the first window's logits (float32, raw) here")
+p.add_argument("--bench-forward", type=int, default=0, metavar="N",
+               help="also time N forward passes of one window (B1, after one warm-up), with the "
+               "token pattern `wanda bench forward` uses")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 
@@ -51,7 +54,20 @@ with torch.no_grad():
         nll += loss.item()
 eval_s = time.time() - t0
 mean = nll / (n * (a.seqlen - 1))
+forward_tps = []
+if a.bench_forward:
+    vocab = model.config.vocab_size
+    pattern = torch.tensor([[(i * 7919 + 13) % vocab for i in range(a.seqlen)]])
+    with torch.no_grad():
+        model(pattern)
+        for _ in range(a.bench_forward):
+            t1 = time.time()
+            model(pattern).logits[0, -1].sum().item()
+            forward_tps.append(a.seqlen / (time.time() - t1))
+import resource
 print(json.dumps({"perplexity": float(torch.tensor(mean).exp()), "mean_nll": mean, "windows": n,
                   "seqlen": a.seqlen, "tokens": n * a.seqlen, "text_tokens": ids.shape[1],
                   "load_seconds": load_s, "eval_seconds": eval_s,
-                  "tokens_per_second": n * a.seqlen / eval_s}))
+                  "tokens_per_second": n * a.seqlen / eval_s, "forward_tokens_per_second": forward_tps,
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "torch": torch.__version__, "threads": torch.get_num_threads()}))

@@ -24,7 +24,7 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long, global = true)]
     pub json: bool,
-    /// `cpu`, `cuda`, `cuda:N` or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` or `auto`.
     #[arg(long, default_value = "auto", global = true)]
     pub device: DeviceArg,
 }

@@ -9,7 +9,8 @@ use burn::prelude::Backend;
 use serde::Serialize;
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
-use wanda::eval::perplexity::{perplexity, PerplexityReport};
+use wanda::eval::perplexity::{perplexity, window_tokens, PerplexityReport};
+use wanda::memory::log::MemoryLog;
 use wanda::model::{self, ModelRef};
 
 /// Arguments of `wanda eval`.
@@ -30,9 +31,13 @@ pub struct EvalArgs {
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
-    /// `cpu`, `cuda`, `cuda:N` or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` or `auto`.
     #[arg(long, default_value = "auto")]
     pub device: DeviceArg,
+    /// Also write the first window's logits here (raw little-endian f32, `[seqlen, vocab]`),
+    /// to compare with another implementation (`scripts/ab-transformers.sh` does).
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
 }
 
 /// What `wanda eval --json` prints.
@@ -46,6 +51,7 @@ pub struct EvalOutput {
     load_seconds: f64,
     eval_seconds: f64,
     tokens_per_second: f64,
+    peak_rss_bytes: Option<u64>,
 }
 
 impl OnBackend for EvalArgs {
@@ -60,6 +66,20 @@ impl OnBackend for EvalArgs {
             .with_context(|| format!("cannot load model `{origin}`"))?;
         let load_seconds = started.elapsed().as_secs_f64();
         let ids = loaded.tokenizer.encode(&text)?;
+        if let Some(path) = &self.dump_logits {
+            let window = ids.get(..self.seqlen).with_context(|| {
+                format!("the text has fewer than {} tokens to dump", self.seqlen)
+            })?;
+            let logits = loaded.model.forward(window_tokens::<B>(window, &device));
+            let values: Vec<f32> = logits
+                .into_data()
+                .convert::<f32>()
+                .to_vec()
+                .map_err(|e| anyhow::anyhow!("cannot read the logits back: {e:?}"))?;
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            std::fs::write(path, bytes)
+                .with_context(|| format!("cannot write logits to `{}`", path.display()))?;
+        }
         let bar = super::counter_bar("perplexity", "windows");
         let started = Instant::now();
         let report = perplexity(
@@ -80,6 +100,7 @@ impl OnBackend for EvalArgs {
             device: label,
             load_seconds,
             eval_seconds,
+            peak_rss_bytes: MemoryLog::with_gpu(None).checkpoint("end").peak_rss,
         })
     }
 }
@@ -104,6 +125,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             "time        load {:.1} s, eval {:.1} s ({:.0} tokens/s)",
             out.load_seconds, out.eval_seconds, out.tokens_per_second
         );
+        if let Some(rss) = out.peak_rss_bytes {
+            println!("peak RSS    {:.2} GiB", rss as f64 / f64::from(1u32 << 30));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -71,7 +71,7 @@ pub struct PruneArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// `cpu`, `cuda`, `cuda:N` or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` or `auto`.
     #[arg(long, default_value = "auto")]
     pub device: DeviceArg,
 }

@@ -88,6 +88,15 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     -values.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 
+/// One window of token ids as a batch of one.
+///
+/// # Shapes
+/// - `window`: `seq` ids → `[1, seq]`
+pub fn window_tokens<B: Backend>(window: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
+    let input: Vec<i64> = window.iter().map(|&t| i64::from(t)).collect();
+    Tensor::from_data(TensorData::new(input, [1, window.len()]), device)
+}
+
 /// Evaluates perplexity of `model` on the token ids of the whole text.
 ///
 /// `max_windows` limits the evaluation to the first windows; `progress(done, total)` is called
@@ -121,9 +130,7 @@ pub fn perplexity<B: Backend>(
     let mut total_nll = 0.0f64;
     for w in 0..windows {
         let window = &ids[w * seqlen..(w + 1) * seqlen];
-        let input: Vec<i64> = window.iter().map(|&t| i64::from(t)).collect();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(input, [1, seqlen]), &device);
-        total_nll += window_nll(model.forward(tokens), window);
+        total_nll += window_nll(model.forward(window_tokens(window, &device)), window);
         progress(w + 1, windows);
     }
     let predicted_tokens = windows * (seqlen - 1);
