@@ -72,7 +72,13 @@ pub fn window_count(tokens: usize, seqlen: usize) -> usize {
 ///
 /// # Shapes
 /// - `logits`: `[1, seq, vocab]`, `window`: `seq` ids → the sum over the `seq − 1` predictions
+///
+/// burn-ndarray f32 logits are read in place ([`crate::model::fused::try_window_nll`]); other
+/// backends go through Burn's `log_softmax`.
 pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
+    if let Some(nll) = crate::model::fused::try_window_nll(&logits, window) {
+        return nll;
+    }
     let [batch, seq, vocab] = logits.dims();
     debug_assert_eq!(batch, 1);
     let device = logits.device();

@@ -402,7 +402,21 @@ impl<B: Backend> Llama<B> {
     ///
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
+    ///
+    /// On burn-ndarray in f32 this runs the fused CPU kernels of [`super::fused`]; elsewhere
+    /// it is [`Llama::forward_generic`].
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        match super::fused::try_forward(self, &tokens) {
+            Some(logits) => logits,
+            None => self.forward_generic(tokens),
+        }
+    }
+
+    /// The full causal forward pass through Burn's tensor ops, on any backend.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
+    pub fn forward_generic(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [_batch, seq] = tokens.dims();
         let (cos, sin) = self.rope_tables(0, seq);
         let mut x = self.embed(tokens);

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod export;
+pub mod fused;
 pub mod gguf;
 pub mod gguf_model;
 pub mod hub;
