@@ -18,7 +18,7 @@ use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use rayon::prelude::*;
 
-use super::llama::{Llama, RmsNorm};
+use super::llama::{Attention, DecoderLayer, LinearInput, Llama, RmsNorm};
 use burn::nn::Linear;
 
 /// Query rows per attention block: each block attends to the keys up to its last row.
@@ -186,14 +186,28 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
     }
 }
 
-/// Rotates every head of `x` in place (HF "rotate half" layout).
+/// Rotary tables of one call: the first `head_dim / 2` entries of every `stride`-long row are
+/// the cosines (sines) of position `row`.
+#[derive(Clone, Copy)]
+struct RopeTables<'a> {
+    cos: &'a [f32],
+    sin: &'a [f32],
+    stride: usize,
+}
+
+/// Rotates every head of `x` in place (HF "rotate half" layout); rows are positions
+/// `0..seq` of consecutive sequences.
 ///
 /// # Shapes
-/// - `x`: `[seq, heads * head_dim]`; `cos`, `sin`: `[seq, head_dim / 2]`
-fn rope(x: &mut [f32], heads: usize, head_dim: usize, cos: &[f32], sin: &[f32]) {
+/// - `x`: `[sequences * seq, heads * head_dim]`
+fn rope(x: &mut [f32], seq: usize, heads: usize, head_dim: usize, t: RopeTables) {
     let half = head_dim / 2;
-    for (pos, row) in x.chunks_mut(heads * head_dim).enumerate() {
-        let (c, s) = (&cos[pos * half..][..half], &sin[pos * half..][..half]);
+    for (row_index, row) in x.chunks_mut(heads * head_dim).enumerate() {
+        let pos = row_index % seq;
+        let (c, s) = (
+            &t.cos[pos * t.stride..][..half],
+            &t.sin[pos * t.stride..][..half],
+        );
         for head in row.chunks_mut(head_dim) {
             let (x1, x2) = head.split_at_mut(half);
             for i in 0..half {
@@ -268,13 +282,87 @@ fn attend_head(q: &[f32], k: &[f32], v: &[f32], head: usize, seq: usize, d: &Dim
     out
 }
 
+/// One decoder layer over `x` (consecutive sequences of `seq` tokens), updated in place;
+/// `observe(input, rows, width)` sees the input of every linear once per shared input.
+///
+/// # Shapes
+/// - `x`: `[sequences * seq, hidden]`
+fn layer_forward(
+    layer: &LayerRef,
+    d: &Dims,
+    x: &mut [f32],
+    seq: usize,
+    tables: RopeTables,
+    observe: &mut dyn FnMut(LinearInput, &[f32], usize),
+) {
+    let (hidden, hd) = (d.hidden, d.head_dim);
+    let rows = x.len() / hidden;
+    let mut normed = vec![0.0f32; rows * hidden];
+    let mut q = vec![0.0f32; rows * d.heads * hd];
+    let mut k = vec![0.0f32; rows * d.kv_heads * hd];
+    let mut v = vec![0.0f32; rows * d.kv_heads * hd];
+    rms_norm(x, layer.input_norm, d.eps, &mut normed);
+    observe(LinearInput::AttnIn, &normed, hidden);
+    layer.q.apply(&normed, rows, &mut q, false);
+    layer.k.apply(&normed, rows, &mut k, false);
+    layer.v.apply(&normed, rows, &mut v, false);
+    rope(&mut q, seq, d.heads, hd, tables);
+    rope(&mut k, seq, d.kv_heads, hd, tables);
+    let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
+    let sequences = rows / seq.max(1);
+    let heads: Vec<Vec<f32>> = (0..sequences * d.heads)
+        .into_par_iter()
+        .map(|job| {
+            let (s, h) = (job / d.heads, job % d.heads);
+            attend_head(
+                &q[s * seq * q_width..][..seq * q_width],
+                &k[s * seq * kv_width..][..seq * kv_width],
+                &v[s * seq * kv_width..][..seq * kv_width],
+                h,
+                seq,
+                d,
+            )
+        })
+        .collect();
+    // q is free again: it takes the heads' outputs side by side.
+    let attn = &mut q;
+    for (job, out) in heads.iter().enumerate() {
+        let (s, h) = (job / d.heads, job % d.heads);
+        for (row, src) in attn[s * seq * q_width..][..seq * q_width]
+            .chunks_mut(q_width)
+            .zip(out.chunks(hd))
+        {
+            row[h * hd..(h + 1) * hd].copy_from_slice(src);
+        }
+    }
+    observe(LinearInput::AttnOut, attn, q_width);
+    // Residual folded into the product: x += attn · W_o.
+    layer.o.apply(attn, rows, x, true);
+    rms_norm(x, layer.post_norm, d.eps, &mut normed);
+    observe(LinearInput::MlpIn, &normed, hidden);
+    let intermediate = layer.gate.outputs;
+    let mut gate = vec![0.0f32; rows * intermediate];
+    let mut up = vec![0.0f32; rows * intermediate];
+    layer.gate.apply(&normed, rows, &mut gate, false);
+    layer.up.apply(&normed, rows, &mut up, false);
+    gate.par_chunks_mut(intermediate)
+        .zip(up.par_chunks(intermediate))
+        .for_each(|(g, u)| {
+            for (g, u) in g.iter_mut().zip(u) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        });
+    observe(LinearInput::MlpHidden, &gate, intermediate);
+    layer.down.apply(&gate, rows, x, true);
+}
+
 /// Logits of one sequence.
 ///
 /// # Shapes
 /// - `tokens`: `seq` ids → `[seq, vocab]`
 fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
     let d = &model.dims;
-    let (seq, hidden, hd) = (tokens.len(), d.hidden, d.head_dim);
+    let (seq, hidden) = (tokens.len(), d.hidden);
     let mut x = Vec::with_capacity(seq * hidden);
     for &t in tokens {
         x.extend_from_slice(&model.embed[t * hidden..(t + 1) * hidden]);
@@ -292,44 +380,15 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
             sin.push(angle.sin() as f32);
         }
     }
-    let mut normed = vec![0.0f32; seq * hidden];
-    let mut q = vec![0.0f32; seq * d.heads * hd];
-    let mut k = vec![0.0f32; seq * d.kv_heads * hd];
-    let mut v = vec![0.0f32; seq * d.kv_heads * hd];
-    let mut attn = vec![0.0f32; seq * d.heads * hd];
-    let intermediate = model.layers.first().map_or(0, |l| l.gate.outputs);
-    let mut gate = vec![0.0f32; seq * intermediate];
-    let mut up = vec![0.0f32; seq * intermediate];
+    let tables = RopeTables {
+        cos: &cos,
+        sin: &sin,
+        stride: half,
+    };
     for layer in &model.layers {
-        rms_norm(&x, layer.input_norm, d.eps, &mut normed);
-        layer.q.apply(&normed, seq, &mut q, false);
-        layer.k.apply(&normed, seq, &mut k, false);
-        layer.v.apply(&normed, seq, &mut v, false);
-        rope(&mut q, d.heads, hd, &cos, &sin);
-        rope(&mut k, d.kv_heads, hd, &cos, &sin);
-        let heads: Vec<Vec<f32>> = (0..d.heads)
-            .into_par_iter()
-            .map(|h| attend_head(&q, &k, &v, h, seq, d))
-            .collect();
-        for (h, out) in heads.iter().enumerate() {
-            for (row, src) in attn.chunks_mut(d.heads * hd).zip(out.chunks(hd)) {
-                row[h * hd..(h + 1) * hd].copy_from_slice(src);
-            }
-        }
-        // Residual folded into the product: x += attn · W_o.
-        layer.o.apply(&attn, seq, &mut x, true);
-        rms_norm(&x, layer.post_norm, d.eps, &mut normed);
-        layer.gate.apply(&normed, seq, &mut gate, false);
-        layer.up.apply(&normed, seq, &mut up, false);
-        gate.par_chunks_mut(intermediate)
-            .zip(up.par_chunks(intermediate))
-            .for_each(|(g, u)| {
-                for (g, u) in g.iter_mut().zip(u) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
-                }
-            });
-        layer.down.apply(&gate, seq, &mut x, true);
+        layer_forward(layer, d, &mut x, seq, tables, &mut |_, _, _| {});
     }
+    let mut normed = vec![0.0f32; seq * hidden];
     rms_norm(&x, model.norm, d.eps, &mut normed);
     let mut logits = vec![0.0f32; seq * model.vocab];
     match &model.lm_head {
@@ -403,6 +462,133 @@ fn hold_norm(held: &mut Held, norm: &RmsNorm<NdArray<f32>>) -> usize {
     held.push(norm.weight.val())
 }
 
+/// Indices into [`Held`] of one decoder layer: seven linears and two norms.
+struct HeldLayer {
+    linears: [HeldLinear; 7],
+    input_norm: usize,
+    post_norm: usize,
+}
+
+fn hold_layer(held: &mut Held, layer: &DecoderLayer<NdArray<f32>>) -> HeldLayer {
+    let (a, m) = (&layer.self_attn, &layer.mlp);
+    HeldLayer {
+        linears: [
+            &a.q_proj,
+            &a.k_proj,
+            &a.v_proj,
+            &a.o_proj,
+            &m.gate_proj,
+            &m.up_proj,
+            &m.down_proj,
+        ]
+        .map(|lin| hold_linear(held, lin)),
+        input_norm: hold_norm(held, &layer.input_layernorm),
+        post_norm: hold_norm(held, &layer.post_attention_layernorm),
+    }
+}
+
+fn layer_ref<'a>(held: &'a Held, l: &HeldLayer) -> Option<LayerRef<'a>> {
+    let [q, k, v, o, gate, up, down] = &l.linears;
+    Some(LayerRef {
+        q: linear_ref(held, q)?,
+        k: linear_ref(held, k)?,
+        v: linear_ref(held, v)?,
+        o: linear_ref(held, o)?,
+        gate: linear_ref(held, gate)?,
+        up: linear_ref(held, up)?,
+        down: linear_ref(held, down)?,
+        input_norm: held.slice(l.input_norm)?,
+        post_norm: held.slice(l.post_norm)?,
+    })
+}
+
+fn dims_of(attention: &Attention<NdArray<f32>>, hidden: usize, eps: f64) -> Dims {
+    Dims {
+        hidden,
+        heads: attention.num_heads,
+        kv_heads: attention.num_kv_heads,
+        head_dim: attention.head_dim,
+        eps,
+    }
+}
+
+/// A burn-ndarray f32 tensor owning `values`, handed back as `Tensor<B, D>` (the caller has
+/// established that `B` is `NdArray<f32>`).
+fn to_backend<B: Backend, const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+) -> Option<Tensor<B, D>> {
+    let array = ndarray::ArcArray::from_shape_vec(ndarray::IxDyn(&shape), values).ok()?;
+    let out = Tensor::<NdArray<f32>, D>::from_primitive(TensorPrimitive::Float(
+        NdArrayTensor::from(array),
+    ));
+    (Box::new(out) as Box<dyn Any>)
+        .downcast::<Tensor<B, D>>()
+        .ok()
+        .map(|b| *b)
+}
+
+/// One decoder layer through the fused kernels, for burn-ndarray f32 with contiguous weights,
+/// input and rotary tables; `None` otherwise (the caller runs the generic path).
+/// `observe` sees each linear's input as [`DecoderLayer::forward_observed`] shows it.
+///
+/// # Shapes
+/// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+/// - `cos`, `sin`: `[seq, head_dim]` as made by [`super::rope::tables`]
+pub fn try_layer_forward<B: Backend>(
+    layer: &DecoderLayer<B>,
+    x: &Tensor<B, 3>,
+    cos: &Tensor<B, 2>,
+    sin: &Tensor<B, 2>,
+    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+) -> Option<Tensor<B, 3>> {
+    let layer = (layer as &dyn Any).downcast_ref::<DecoderLayer<NdArray<f32>>>()?;
+    let as_nd2 = |t: &Tensor<B, 2>| {
+        (t as &dyn Any)
+            .downcast_ref::<Tensor<NdArray<f32>, 2>>()
+            .cloned()
+    };
+    let x_nd = (x as &dyn Any)
+        .downcast_ref::<Tensor<NdArray<f32>, 3>>()?
+        .clone();
+    let [batch, seq, hidden] = x_nd.dims();
+    let head_dim = layer.self_attn.head_dim;
+    if cos.dims() != [seq, head_dim] || sin.dims() != [seq, head_dim] {
+        return None;
+    }
+    let mut held = Held {
+        tensors: Vec::new(),
+    };
+    let layer_index = hold_layer(&mut held, layer);
+    let x_index = held.push(x_nd);
+    let cos_index = held.push(as_nd2(cos)?);
+    let sin_index = held.push(as_nd2(sin)?);
+    let refs = layer_ref(&held, &layer_index)?;
+    let tables = RopeTables {
+        cos: held.slice(cos_index)?,
+        sin: held.slice(sin_index)?,
+        stride: head_dim,
+    };
+    let d = dims_of(&layer.self_attn, hidden, layer.input_layernorm.eps);
+    let mut values = held.slice(x_index)?.to_vec();
+    let mut failed = false;
+    layer_forward(
+        &refs,
+        &d,
+        &mut values,
+        seq,
+        tables,
+        &mut |input, data, width| match to_backend::<B, 3>(data.to_vec(), [batch, seq, width]) {
+            Some(t) => observe(input, &t),
+            None => failed = true,
+        },
+    );
+    if failed {
+        return None;
+    }
+    to_backend(values, [batch, seq, hidden])
+}
+
 /// Logits of `tokens` through the fused kernels, for a model on burn-ndarray f32 with
 /// contiguous weights; `None` for every other backend or layout (the caller then runs the
 /// generic path).
@@ -421,50 +607,19 @@ pub fn try_forward<B: Backend>(
     };
     let embed_index = held.push(model.embed_tokens.weight.val());
     let [vocab, hidden] = model.embed_tokens.weight.dims();
-    let layers: Vec<_> = model
+    let layers: Vec<HeldLayer> = model
         .layers
         .iter()
-        .map(|l| {
-            let a = &l.self_attn;
-            let m = &l.mlp;
-            (
-                [
-                    &a.q_proj,
-                    &a.k_proj,
-                    &a.v_proj,
-                    &a.o_proj,
-                    &m.gate_proj,
-                    &m.up_proj,
-                    &m.down_proj,
-                ]
-                .map(|lin| hold_linear(&mut held, lin)),
-                hold_norm(&mut held, &l.input_layernorm),
-                hold_norm(&mut held, &l.post_attention_layernorm),
-            )
-        })
+        .map(|l| hold_layer(&mut held, l))
         .collect();
     let norm_index = hold_norm(&mut held, &model.norm);
     let head = model.lm_head.as_ref().map(|h| hold_linear(&mut held, h));
-    let attention = &model.layers.first()?.self_attn;
     let refs = ModelRef {
         embed: held.slice(embed_index)?,
         vocab,
         layers: layers
             .iter()
-            .map(|(lin, input, post)| {
-                let [q, k, v, o, gate, up, down] = lin;
-                Some(LayerRef {
-                    q: linear_ref(&held, q)?,
-                    k: linear_ref(&held, k)?,
-                    v: linear_ref(&held, v)?,
-                    o: linear_ref(&held, o)?,
-                    gate: linear_ref(&held, gate)?,
-                    up: linear_ref(&held, up)?,
-                    down: linear_ref(&held, down)?,
-                    input_norm: held.slice(*input)?,
-                    post_norm: held.slice(*post)?,
-                })
-            })
+            .map(|l| layer_ref(&held, l))
             .collect::<Option<_>>()?,
         norm: held.slice(norm_index)?,
         lm_head: match &head {
@@ -472,13 +627,7 @@ pub fn try_forward<B: Backend>(
             None => None,
         },
         inv_freq: &model.inv_freq,
-        dims: Dims {
-            hidden,
-            heads: attention.num_heads,
-            kv_heads: attention.num_kv_heads,
-            head_dim: attention.head_dim,
-            eps: model.norm.eps,
-        },
+        dims: dims_of(&model.layers.first()?.self_attn, hidden, model.norm.eps),
     };
     let mut logits = Vec::with_capacity(batch * seq * vocab);
     for row in ids.chunks(seq.max(1)) {
@@ -488,15 +637,7 @@ pub fn try_forward<B: Backend>(
         }
         logits.extend(forward_sequence(&refs, &tokens));
     }
-    let array = ndarray::ArcArray::from_shape_vec(ndarray::IxDyn(&[batch, seq, vocab]), logits)
-        .expect("batch × seq × vocab logits were produced");
-    let out = Tensor::<NdArray<f32>, 3>::from_primitive(TensorPrimitive::Float(
-        NdArrayTensor::from(array),
-    ));
-    (Box::new(out) as Box<dyn Any>)
-        .downcast::<Tensor<B, 3>>()
-        .ok()
-        .map(|b| *b)
+    to_backend(logits, [batch, seq, vocab])
 }
 
 /// Sum of next-token NLLs of one window read straight from burn-ndarray f32 logits: one pass
@@ -533,15 +674,18 @@ mod tests {
     use super::*;
     use crate::model::config::HfLlamaConfig;
 
+    use burn::backend::Flex;
+
     type B = NdArray<f32>;
 
-    fn model(json: &str, seed: u64) -> Llama<B> {
+    fn model<K: Backend>(json: &str, seed: u64) -> Llama<K> {
         let config = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
-        Llama::<B>::init_random(&config, seed, &Default::default())
+        Llama::<K>::init_random(&config, seed, &Default::default())
     }
 
-    /// Fused logits against the generic Burn path on a random model with GQA, a sequence longer
-    /// than one attention block, and (second case) q/k/v biases and an untied head.
+    /// Fused logits against Burn's generic ops (the same seeded model on the Flex backend, which
+    /// never takes the fused path) on a random model with GQA, a sequence longer than one
+    /// attention block, and (second case) q/k/v biases and an untied head.
     #[test]
     fn fused_forward_equals_the_generic_path() {
         let tied = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
@@ -551,21 +695,70 @@ mod tests {
             "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,"vocab_size":50,
             "rms_norm_eps":1e-6,"tie_word_embeddings":false}"#;
         for (json, seq) in [(tied, 150usize), (biased, 70)] {
-            let m = model(json, 11);
             let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
+            let fused: Vec<f32> = {
+                let m = model::<B>(json, 11);
+                let tokens = Tensor::<B, 2, Int>::from_data(
+                    TensorData::new(ids.clone(), [2, seq]),
+                    &Default::default(),
+                );
+                try_forward(&m, &tokens)
+                    .expect("ndarray f32 takes the fused path")
+                    .into_data()
+                    .to_vec()
+                    .unwrap()
+            };
+            let m = model::<Flex>(json, 11);
+            let tokens = Tensor::<Flex, 2, Int>::from_data(
+                TensorData::new(ids, [2, seq]),
+                &Default::default(),
+            );
+            assert!(try_forward(&m, &tokens).is_none(), "flex keeps Burn's ops");
+            let generic: Vec<f32> = m.forward(tokens).into_data().to_vec().unwrap();
+            close(&fused, &generic);
+        }
+    }
+
+    /// The layer path shows `observe` the same four inputs as Burn's ops, in the same order, and
+    /// returns the same output.
+    #[test]
+    fn fused_layer_observes_what_the_generic_layer_observes() {
+        let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
+            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
+            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
+        fn run<K: Backend>(json: &str) -> (Vec<f32>, Vec<(LinearInput, Vec<f32>)>) {
+            let m = model::<K>(json, 5);
+            let ids: Vec<i64> = (0..3 * 80).map(|i| (i * 7 + 1) % 50).collect();
             let tokens =
-                Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, seq]), &Default::default());
-            let fused: Vec<f32> = try_forward(&m, &tokens)
-                .expect("ndarray f32 takes the fused path")
-                .into_data()
-                .to_vec()
-                .unwrap();
-            let generic: Vec<f32> = m.forward_generic(tokens).into_data().to_vec().unwrap();
-            assert_eq!(fused.len(), generic.len());
-            let scale = generic.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (a, b) in fused.iter().zip(&generic) {
-                assert!((a - b).abs() <= 1e-5 * scale, "{a} vs {b} (scale {scale})");
-            }
+                Tensor::<K, 2, Int>::from_data(TensorData::new(ids, [3, 80]), &Default::default());
+            let (cos, sin) = m.rope_tables(0, 80);
+            let mut seen = Vec::new();
+            let out = m.layers[0].forward_observed(
+                m.embed(tokens),
+                crate::model::llama::LayerContext {
+                    cos: &cos,
+                    sin: &sin,
+                    cache: None,
+                },
+                &mut |input, t| seen.push((input, t.clone().into_data().to_vec().unwrap())),
+            );
+            (out.into_data().to_vec().unwrap(), seen)
+        }
+        let (fused_out, fused_seen) = run::<B>(json);
+        let (generic_out, generic_seen) = run::<Flex>(json);
+        close(&fused_out, &generic_out);
+        assert_eq!(fused_seen.len(), 4);
+        for ((fi, f), (gi, g)) in fused_seen.iter().zip(&generic_seen) {
+            assert_eq!(fi, gi);
+            close(f, g);
+        }
+    }
+
+    fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= 1e-5 * scale, "{x} vs {y} (scale {scale})");
         }
     }
 

@@ -233,6 +233,12 @@ impl<B: Backend> DecoderLayer<B> {
         ctx: LayerContext<'_, B>,
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) -> Tensor<B, 3> {
+        if ctx.cache.is_none() {
+            if let Some(out) = super::fused::try_layer_forward(self, &x, ctx.cos, ctx.sin, observe)
+            {
+                return out;
+            }
+        }
         let attn_in = self.input_layernorm.forward(x.clone());
         observe(LinearInput::AttnIn, &attn_in);
         let h = x + self.self_attn.forward_observed(attn_in, ctx, observe);
@@ -412,7 +418,8 @@ impl<B: Backend> Llama<B> {
         }
     }
 
-    /// The full causal forward pass through Burn's tensor ops, on any backend.
+    /// The full causal forward pass layer by layer, on any backend (each layer still takes the
+    /// fused kernels where [`DecoderLayer::forward_observed`] can).
     ///
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
