@@ -219,66 +219,71 @@ fn rope(x: &mut [f32], seq: usize, heads: usize, head_dim: usize, t: RopeTables)
     }
 }
 
-/// Causal grouped-query attention of one query head.
+/// Causal grouped-query attention of one query head for the query rows
+/// `first..first + rows`, which see the keys `0..first + rows`.
 ///
 /// # Shapes
 /// - `q`: `[seq, heads * head_dim]`, `k`, `v`: `[seq, kv_heads * head_dim]`
-/// - returns `[seq, head_dim]`
-fn attend_head(q: &[f32], k: &[f32], v: &[f32], head: usize, seq: usize, d: &Dims) -> Vec<f32> {
+/// - returns `[rows, head_dim]`
+fn attend_block(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    head: usize,
+    first: usize,
+    rows: usize,
+    d: &Dims,
+) -> Vec<f32> {
     let hd = d.head_dim;
     let kv = head / (d.heads / d.kv_heads);
     let (q_stride, kv_stride) = (d.heads * hd, d.kv_heads * hd);
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = vec![0.0f32; seq * hd];
-    let mut scores = vec![0.0f32; ATTENTION_ROWS * seq];
-    for first in (0..seq).step_by(ATTENTION_ROWS) {
-        let rows = ATTENTION_ROWS.min(seq - first);
-        let keys = first + rows;
-        let q_block = View {
-            data: &q[first * q_stride + head * hd..],
-            rows,
-            cols: hd,
-            row_stride: q_stride,
-            col_stride: 1,
-        };
-        let k_t = View {
-            data: &k[kv * hd..],
-            rows: hd,
-            cols: keys,
-            row_stride: 1,
-            col_stride: kv_stride,
-        };
-        let block = &mut scores[..rows * keys];
-        matmul(block, keys, false, q_block, k_t, false);
-        for (r, row) in block.chunks_mut(keys).enumerate() {
-            let visible = first + r + 1;
-            let max = row[..visible]
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
-            let mut sum = 0.0f32;
-            for s in &mut row[..visible] {
-                *s = (*s * scale - max).exp();
-                sum += *s;
-            }
-            row[..visible].iter_mut().for_each(|s| *s /= sum);
-            row[visible..].iter_mut().for_each(|s| *s = 0.0);
+    let keys = first + rows;
+    let q_block = View {
+        data: &q[first * q_stride + head * hd..],
+        rows,
+        cols: hd,
+        row_stride: q_stride,
+        col_stride: 1,
+    };
+    let k_t = View {
+        data: &k[kv * hd..],
+        rows: hd,
+        cols: keys,
+        row_stride: 1,
+        col_stride: kv_stride,
+    };
+    let mut scores = vec![0.0f32; rows * keys];
+    matmul(&mut scores, keys, false, q_block, k_t, false);
+    for (r, row) in scores.chunks_mut(keys).enumerate() {
+        let visible = first + r + 1;
+        let max = row[..visible]
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
+        let mut sum = 0.0f32;
+        for s in &mut row[..visible] {
+            *s = (*s * scale - max).exp();
+            sum += *s;
         }
-        let v_block = View {
-            data: &v[kv * hd..],
-            rows: keys,
-            cols: hd,
-            row_stride: kv_stride,
-            col_stride: 1,
-        };
-        matmul(
-            &mut out[first * hd..],
-            hd,
-            false,
-            View::dense(block, rows, keys),
-            v_block,
-            false,
-        );
+        row[..visible].iter_mut().for_each(|s| *s /= sum);
+        row[visible..].iter_mut().for_each(|s| *s = 0.0);
     }
+    let v_block = View {
+        data: &v[kv * hd..],
+        rows: keys,
+        cols: hd,
+        row_stride: kv_stride,
+        col_stride: 1,
+    };
+    let mut out = vec![0.0f32; rows * hd];
+    matmul(
+        &mut out,
+        hd,
+        false,
+        View::dense(&scores, rows, keys),
+        v_block,
+        false,
+    );
     out
 }
 
@@ -310,25 +315,32 @@ fn layer_forward(
     rope(&mut k, seq, d.kv_heads, hd, tables);
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
     let sequences = rows / seq.max(1);
-    let heads: Vec<Vec<f32>> = (0..sequences * d.heads)
-        .into_par_iter()
-        .map(|job| {
-            let (s, h) = (job / d.heads, job % d.heads);
-            attend_head(
+    // One job per (sequence, head, block of query rows): many more jobs than cores, so the
+    // blocks late in a sequence (more keys) do not leave a core idle.
+    let blocks = seq.div_ceil(ATTENTION_ROWS);
+    let jobs: Vec<(usize, usize, usize)> = (0..sequences)
+        .flat_map(|s| (0..d.heads).flat_map(move |h| (0..blocks).map(move |b| (s, h, b))))
+        .collect();
+    let outputs: Vec<Vec<f32>> = jobs
+        .par_iter()
+        .map(|&(s, h, b)| {
+            let first = b * ATTENTION_ROWS;
+            attend_block(
                 &q[s * seq * q_width..][..seq * q_width],
                 &k[s * seq * kv_width..][..seq * kv_width],
                 &v[s * seq * kv_width..][..seq * kv_width],
                 h,
-                seq,
+                first,
+                ATTENTION_ROWS.min(seq - first),
                 d,
             )
         })
         .collect();
     // q is free again: it takes the heads' outputs side by side.
     let attn = &mut q;
-    for (job, out) in heads.iter().enumerate() {
-        let (s, h) = (job / d.heads, job % d.heads);
-        for (row, src) in attn[s * seq * q_width..][..seq * q_width]
+    for (&(s, h, b), out) in jobs.iter().zip(&outputs) {
+        let first_row = s * seq + b * ATTENTION_ROWS;
+        for (row, src) in attn[first_row * q_width..]
             .chunks_mut(q_width)
             .zip(out.chunks(hd))
         {
@@ -792,7 +804,7 @@ mod tests {
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
         let v = [1.0, 2.0, 3.0, 5.0];
-        let out = attend_head(&q, &k, &v, 0, 2, &d);
+        let out = attend_block(&q, &k, &v, 0, 0, 2, &d);
         let s = std::f32::consts::SQRT_2;
         let (e0, e1) = ((0.0f32 / s).exp(), (2.0f32 / s).exp());
         let (p0, p1) = (e0 / (e0 + e1), e1 / (e0 + e1));
