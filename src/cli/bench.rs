@@ -1,8 +1,11 @@
-//! `wanda bench`: the benchmark figures of `../shared/bench/README.md` that this build can
-//! produce — B1 (dense forward tokens/s) and B6 (GEMM GFLOP/s). Every figure is the median of
-//! `--repeats` runs (at least 3), printed with min and max.
+//! `wanda bench`: the benchmark figures of `../shared/bench/README.md` — B1 (dense forward
+//! tokens/s), B2 (dense perplexity: wall s, tokens/s, peak RSS), B3–B5 (one prune cell: prune
+//! wall s, eval wall s, peak RSS, perplexity) and B6 (GEMM GFLOP/s). Every figure is the median
+//! of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
+//! `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
 
-use std::process::ExitCode;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -21,7 +24,7 @@ pub struct BenchArgs {
     /// Timed runs per figure (at least 3); one untimed warm-up run precedes them.
     #[arg(long, default_value_t = 5, global = true)]
     pub repeats: usize,
-    /// Print one JSON object.
+    /// Print one JSON object per figure, one per line.
     #[arg(long, global = true)]
     pub json: bool,
     /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` or `auto`.
@@ -40,6 +43,53 @@ pub enum BenchKind {
         /// Window length.
         #[arg(long, default_value_t = 512)]
         seqlen: usize,
+    },
+    /// B2: dense perplexity (wall s, tokens/s, peak RSS), one `wanda eval` process per run.
+    Perplexity {
+        /// A GGUF file, a Hugging Face folder, or a hub id.
+        #[arg(long)]
+        model: String,
+        /// The evaluation text.
+        #[arg(long)]
+        text: PathBuf,
+        /// Window length.
+        #[arg(long, default_value_t = 512)]
+        seqlen: usize,
+        /// Windows evaluated.
+        #[arg(long, default_value_t = 64)]
+        windows: usize,
+    },
+    /// B3–B5: one prune cell (prune wall s, eval wall s, peak RSS, perplexity), one
+    /// `wanda prune` process per run. B3: `--method wanda`; B4: `--method sparsegpt`; B5:
+    /// `--method wanda --pattern 2:4`.
+    Prune {
+        /// A GGUF file, a Hugging Face folder, or a hub id.
+        #[arg(long)]
+        model: String,
+        /// Calibration text.
+        #[arg(long)]
+        calib_text: PathBuf,
+        /// Evaluation text.
+        #[arg(long)]
+        eval_text: PathBuf,
+        /// `magnitude`, `wanda` or `sparsegpt`.
+        #[arg(long, default_value = "wanda")]
+        method: String,
+        /// Unstructured ratio.
+        #[arg(long, default_value_t = 0.5)]
+        sparsity: f64,
+        /// `unstructured` or `N:M`.
+        #[arg(long, default_value = "unstructured")]
+        pattern: String,
+        /// Calibration windows.
+        #[arg(long, default_value_t = 32)]
+        nsamples: usize,
+        /// Calibration window length (also the eval window length).
+        #[arg(long, default_value_t = 512)]
+        seqlen: usize,
+        /// Evaluation windows.
+        #[arg(long, default_value_t = 64)]
+        windows: usize,
     },
     /// B6: f32 GEMM `[m × k] · [k × n]`, GFLOP/s.
     Gemm {
@@ -123,6 +173,9 @@ impl OnBackend for BenchJob {
                 });
                 Ok(figure("B1 forward", "tokens/s", runs, label))
             }
+            BenchKind::Perplexity { .. } | BenchKind::Prune { .. } => {
+                unreachable!("process benchmarks are run by `child_figures`, not on a backend")
+            }
             BenchKind::Gemm { m, k, n } => {
                 let a =
                     Tensor::<B, 2>::random([m, k], burn::tensor::Distribution::Default, &device);
@@ -147,32 +200,164 @@ impl OnBackend for BenchJob {
     }
 }
 
+/// Runs `wanda <args> --json` `repeats` times, each a fresh process, and reads the figures named
+/// by `fields` (`(name, unit, JSON pointer, scale)`) from its output.
+fn child_figures(
+    args: &[String],
+    repeats: usize,
+    fields: &[(&str, &str, &str, f64)],
+) -> anyhow::Result<Vec<Figure>> {
+    let exe = std::env::current_exe().context("cannot find the wanda executable")?;
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); fields.len()];
+    let mut device = String::new();
+    for _ in 0..repeats {
+        let out = Command::new(&exe)
+            .args(args)
+            .arg("--json")
+            .output()
+            .with_context(|| format!("cannot run `{}`", exe.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "`wanda {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .context("cannot read the JSON a benchmark run printed")?;
+        device = json["device"].as_str().unwrap_or_default().to_string();
+        for ((_, _, pointer, scale), values) in fields.iter().zip(&mut runs) {
+            let value = json
+                .pointer(pointer)
+                .and_then(serde_json::Value::as_f64)
+                .with_context(|| format!("a benchmark run printed no `{pointer}`"))?;
+            values.push(value * scale);
+        }
+    }
+    Ok(fields
+        .iter()
+        .zip(runs)
+        .map(|((name, unit, _, _), values)| figure(name, unit, values, device.clone()))
+        .collect())
+}
+
+const GIB: f64 = 1.0 / (1u64 << 30) as f64;
+
 /// Runs `wanda bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         args.repeats >= 3,
         "--repeats must be at least 3 (the median of fewer runs is noise)"
     );
-    let fig = dispatch(
-        args.device,
-        BenchJob {
-            what: args.what,
-            repeats: args.repeats,
-        },
-    )?;
-    if args.json {
-        println!("{}", serde_json::to_string(&fig)?);
-    } else {
-        println!(
-            "{}: median {:.1} {} (min {:.1}, max {:.1}, {} runs) on {}",
-            fig.name,
-            fig.median,
-            fig.unit,
-            fig.min,
-            fig.max,
-            fig.runs.len(),
-            fig.device
-        );
+    let device = match args.device {
+        DeviceArg::Cpu => "cpu".to_string(),
+        DeviceArg::CpuNdarray => "cpu-ndarray".to_string(),
+        DeviceArg::CpuFlex => "cpu-flex".to_string(),
+        DeviceArg::Cuda(i) => format!("cuda:{i}"),
+        DeviceArg::Auto => "auto".to_string(),
+    };
+    let path = |p: &PathBuf| p.display().to_string();
+    let figures = match &args.what {
+        BenchKind::Perplexity {
+            model,
+            text,
+            seqlen,
+            windows,
+        } => child_figures(
+            &[
+                "eval".into(),
+                "--model".into(),
+                model.clone(),
+                "--text".into(),
+                path(text),
+                "--seqlen".into(),
+                seqlen.to_string(),
+                "--windows".into(),
+                windows.to_string(),
+                "--device".into(),
+                device,
+            ],
+            args.repeats,
+            &[
+                ("B2 perplexity", "", "/perplexity", 1.0),
+                ("B2 eval wall", "s", "/eval_seconds", 1.0),
+                ("B2 eval", "tokens/s", "/tokens_per_second", 1.0),
+                ("B2 peak RSS", "GiB", "/peak_rss_bytes", GIB),
+            ],
+        )?,
+        BenchKind::Prune {
+            model,
+            calib_text,
+            eval_text,
+            method,
+            sparsity,
+            pattern,
+            nsamples,
+            seqlen,
+            windows,
+        } => {
+            let cell = format!("{method} {pattern} {sparsity}");
+            let names = ["prune wall", "eval wall", "peak RSS", "perplexity"]
+                .map(|n| format!("prune cell ({cell}) {n}"));
+            child_figures(
+                &[
+                    "prune".into(),
+                    "--model".into(),
+                    model.clone(),
+                    "--calib-text".into(),
+                    path(calib_text),
+                    "--nsamples".into(),
+                    nsamples.to_string(),
+                    "--seqlen".into(),
+                    seqlen.to_string(),
+                    "--seed".into(),
+                    "0".into(),
+                    "--eval-text".into(),
+                    path(eval_text),
+                    "--eval-seqlen".into(),
+                    seqlen.to_string(),
+                    "--windows".into(),
+                    windows.to_string(),
+                    "--method".into(),
+                    method.clone(),
+                    "--sparsity".into(),
+                    sparsity.to_string(),
+                    "--pattern".into(),
+                    pattern.clone(),
+                    "--device".into(),
+                    device,
+                ],
+                args.repeats,
+                &[
+                    (&names[0], "s", "/prune_seconds", 1.0),
+                    (&names[1], "s", "/eval_seconds", 1.0),
+                    (&names[2], "GiB", "/peak_rss_bytes", GIB),
+                    (&names[3], "", "/perplexity/perplexity", 1.0),
+                ],
+            )?
+        }
+        _ => vec![dispatch(
+            args.device,
+            BenchJob {
+                what: args.what.clone(),
+                repeats: args.repeats,
+            },
+        )?],
+    };
+    for fig in &figures {
+        if args.json {
+            println!("{}", serde_json::to_string(fig)?);
+        } else {
+            println!(
+                "{}: median {:.4} {} (min {:.4}, max {:.4}, {} runs) on {}",
+                fig.name,
+                fig.median,
+                fig.unit,
+                fig.min,
+                fig.max,
+                fig.runs.len(),
+                fig.device
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -78,3 +78,92 @@ fn eval_of_a_missing_model_fails_with_exit_2_and_names_it() {
     assert!(err.starts_with("error: "), "{err}");
     assert!(err.contains("`nowhere/model.gguf`"), "{err}");
 }
+
+#[test]
+fn dump_logits_writes_the_first_windows_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("tiny");
+    save_tiny_hf_folder(&folder, 4);
+    let text_path = dir.path().join("text.txt");
+    std::fs::write(&text_path, tiny_text(40)).unwrap();
+    let dump = dir.path().join("logits.f32");
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
+        .arg("--model")
+        .arg(&folder)
+        .arg("--text")
+        .arg(&text_path)
+        .arg("--dump-logits")
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&dump).unwrap();
+    let dumped: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let loaded = model::load::<B>(&ModelRef::Folder(folder), &Default::default()).unwrap();
+    let ids = loaded.tokenizer.encode(&tiny_text(40)).unwrap();
+    let tokens = wanda::eval::perplexity::window_tokens::<B>(&ids[..16], &Default::default());
+    let want: Vec<f32> = loaded.model.forward(tokens).into_data().to_vec().unwrap();
+    assert_eq!(dumped, want);
+}
+
+#[test]
+fn bench_perplexity_runs_fresh_processes_and_reports_medians() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("tiny");
+    save_tiny_hf_folder(&folder, 9);
+    let text_path = dir.path().join("text.txt");
+    std::fs::write(&text_path, tiny_text(100)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args([
+            "bench",
+            "perplexity",
+            "--device",
+            "cpu",
+            "--json",
+            "--repeats",
+            "3",
+        ])
+        .args(["--seqlen", "16", "--windows", "4", "--model"])
+        .arg(&folder)
+        .arg("--text")
+        .arg(&text_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = figures
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["B2 perplexity", "B2 eval wall", "B2 eval", "B2 peak RSS"]
+    );
+    // Every run evaluates the same windows: the perplexity is the same in all three.
+    let ppl = figures[0]["runs"].as_array().unwrap();
+    assert_eq!(ppl.len(), 3);
+    assert!(ppl.iter().all(|p| p == &ppl[0]), "{ppl:?}");
+    let loaded = model::load::<B>(&ModelRef::Folder(folder), &Default::default()).unwrap();
+    let ids = loaded.tokenizer.encode(&tiny_text(100)).unwrap();
+    let report = perplexity(&loaded.model, &ids, 16, Some(4), 128, |_, _| {}).unwrap();
+    let median = figures[0]["median"].as_f64().unwrap();
+    assert!((median - report.perplexity).abs() < 1e-9 * report.perplexity);
+    let rss = figures[3]["median"].as_f64().unwrap();
+    assert!(rss > 0.001 && rss < 64.0, "peak RSS {rss} GiB");
+}
