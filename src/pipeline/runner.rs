@@ -11,7 +11,7 @@ use std::time::Instant;
 use petgraph::graph::NodeIndex;
 
 use crate::memory::log::MemoryLog;
-use crate::pipeline::attempt::Attempt;
+use crate::pipeline::attempt::{Attempt, AttemptState};
 use crate::pipeline::plan::{Cell, Plan, StageNode};
 use crate::pipeline::record::{RecordError, RunRecord, StageMemory};
 
@@ -191,6 +191,7 @@ pub fn run(
         match finished {
             Some(record) if !options.force => match executor.changed_inputs(cell, &record) {
                 None => {
+                    remove_stale_attempt(&options.results_dir, cell);
                     summary.skipped.push(cell.label.clone());
                     on_event(RunEvent::CellSkipped(cell));
                 }
@@ -343,6 +344,18 @@ pub fn run(
         summary.finished.push(record);
     }
     Ok(summary)
+}
+
+/// Removes a finished cell's `attempt.json` left by a process killed between renaming the
+/// record into place and removing its marker; a marker of a live process (a forced re-run
+/// elsewhere) or of a failure stays.
+fn remove_stale_attempt(results_dir: &Path, cell: &Cell) {
+    let path = Attempt::path(results_dir, &cell.id);
+    if let Some(attempt) = Attempt::read(&path) {
+        if attempt.state == AttemptState::Running && attempt.process_is_gone() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// Records a cell's failed attempt. Best effort: the run's own error is what the caller must

@@ -268,5 +268,41 @@ fn a_text_changed_since_a_cell_ran_is_redone_or_refused_by_option() {
         assert_eq!(r.hashes.evaluation.as_deref(), Some(now.as_str()));
     }
     let out = run(&[]);
-    assert!(text(&out).contains("0 cell(s) finished, 12 already finished"));
+    assert!(text(&out).contains("0 cell(s) finished, 12 already finished and skipped"));
+}
+
+/// Regression: a process killed after a cell's record landed but before it removed the cell's
+/// `attempt.json` left the marker behind for good, since later runs skip finished cells (seen
+/// as an extra `attempt.json` in the kill-and-resume test once cells got faster).
+#[test]
+fn a_finished_cells_marker_left_by_a_killed_process_is_removed_on_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = sweep_fixture(dir.path());
+    let results = dir.path().join("results");
+    let out = wanda(&pipeline, &results).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let cell = cells(&results).into_iter().next().expect("a finished cell");
+    // A marker of a process that is gone: a child that has exited and been reaped.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let mut attempt = Attempt::start();
+    attempt.pid = pid;
+    attempt.write(&cell.join("attempt.json")).unwrap();
+    // A failed attempt's marker says something a user needs; it stays.
+    let other = cells(&results).into_iter().nth(1).expect("a second cell");
+    Attempt::start()
+        .failed("a forced re-run failed".into())
+        .write(&other.join("attempt.json"))
+        .unwrap();
+
+    let out = wanda(&pipeline, &results).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("0 cell(s) finished, 12 already finished and skipped"),
+        "{}",
+        text(&out)
+    );
+    assert!(!cell.join("attempt.json").exists(), "stale marker removed");
+    assert!(other.join("attempt.json").exists(), "failure marker kept");
 }
