@@ -1,5 +1,6 @@
 //! `wanda eval` end to end on a tiny model: the JSON it prints matches the library's numbers.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use wanda::eval::perplexity::perplexity;
@@ -7,16 +8,40 @@ use wanda::model::{self, ModelRef};
 
 use crate::common::{save_tiny_hf_folder, tiny_text, B};
 
-#[test]
-fn eval_json_reports_the_protocol_numbers() {
+/// A tiny model folder (weights from `seed`) and a text of `words` words in a temp folder.
+fn tiny_setup(seed: u64, words: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("tiny");
-    save_tiny_hf_folder(&folder, 9);
+    save_tiny_hf_folder(&folder, seed);
     let text_path = dir.path().join("text.txt");
-    std::fs::write(&text_path, tiny_text(100)).unwrap();
+    std::fs::write(&text_path, tiny_text(words)).unwrap();
+    (dir, folder, text_path)
+}
 
+/// Runs `wanda` with `args`, then `--model FOLDER --text TEXT`, and returns its stdout; fails
+/// the test with stderr when it does not succeed.
+fn wanda_ok(args: &[&str], folder: &Path, text: &Path) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args([
+        .args(args)
+        .arg("--model")
+        .arg(folder)
+        .arg("--text")
+        .arg(text)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+#[test]
+fn eval_json_reports_the_protocol_numbers() {
+    let (_dir, folder, text_path) = tiny_setup(9, 100);
+    let stdout = wanda_ok(
+        &[
             "eval",
             "--device",
             "cpu",
@@ -25,19 +50,11 @@ fn eval_json_reports_the_protocol_numbers() {
             "16",
             "--windows",
             "4",
-            "--model",
-        ])
-        .arg(&folder)
-        .arg("--text")
-        .arg(&text_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &folder,
+        &text_path,
     );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert_eq!(json["windows"], 4);
     assert_eq!(json["seqlen"], 16);
     assert_eq!(json["tokens"], 64);
@@ -81,26 +98,22 @@ fn eval_of_a_missing_model_fails_with_exit_2_and_names_it() {
 
 #[test]
 fn dump_logits_writes_the_first_windows_logits() {
-    let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("tiny");
-    save_tiny_hf_folder(&folder, 4);
-    let text_path = dir.path().join("text.txt");
-    std::fs::write(&text_path, tiny_text(40)).unwrap();
+    let (dir, folder, text_path) = tiny_setup(4, 40);
     let dump = dir.path().join("logits.f32");
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
-        .arg("--model")
-        .arg(&folder)
-        .arg("--text")
-        .arg(&text_path)
-        .arg("--dump-logits")
-        .arg(&dump)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let dump_arg = dump.display().to_string();
+    wanda_ok(
+        &[
+            "eval",
+            "--device",
+            "cpu",
+            "--json",
+            "--seqlen",
+            "16",
+            "--dump-logits",
+            &dump_arg,
+        ],
+        &folder,
+        &text_path,
     );
     let bytes = std::fs::read(&dump).unwrap();
     let dumped: Vec<f32> = bytes
@@ -116,13 +129,9 @@ fn dump_logits_writes_the_first_windows_logits() {
 
 #[test]
 fn bench_perplexity_runs_fresh_processes_and_reports_medians() {
-    let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("tiny");
-    save_tiny_hf_folder(&folder, 9);
-    let text_path = dir.path().join("text.txt");
-    std::fs::write(&text_path, tiny_text(100)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args([
+    let (_dir, folder, text_path) = tiny_setup(9, 100);
+    let stdout = wanda_ok(
+        &[
             "bench",
             "perplexity",
             "--device",
@@ -130,19 +139,15 @@ fn bench_perplexity_runs_fresh_processes_and_reports_medians() {
             "--json",
             "--repeats",
             "3",
-        ])
-        .args(["--seqlen", "16", "--windows", "4", "--model"])
-        .arg(&folder)
-        .arg("--text")
-        .arg(&text_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--seqlen",
+            "16",
+            "--windows",
+            "4",
+        ],
+        &folder,
+        &text_path,
     );
-    let figures: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+    let figures: Vec<serde_json::Value> = String::from_utf8(stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
