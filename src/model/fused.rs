@@ -288,7 +288,9 @@ fn attend_block(
 }
 
 /// One decoder layer over `x` (consecutive sequences of `seq` tokens), updated in place;
-/// `observe(input, rows, width)` sees the input of every linear once per shared input.
+/// `observe(input, rows, width)` sees the input of every linear once per shared input. With
+/// `output` false the layer stops once `down_proj`'s input is observed: `x` then holds the
+/// residual stream after attention, not the layer's output.
 ///
 /// # Shapes
 /// - `x`: `[sequences * seq, hidden]`
@@ -298,6 +300,7 @@ fn layer_forward(
     x: &mut [f32],
     seq: usize,
     tables: RopeTables,
+    output: bool,
     observe: &mut dyn FnMut(LinearInput, &[f32], usize),
 ) {
     let (hidden, hd) = (d.hidden, d.head_dim);
@@ -365,7 +368,9 @@ fn layer_forward(
             }
         });
     observe(LinearInput::MlpHidden, &gate, intermediate);
-    layer.down.apply(&gate, rows, x, true);
+    if output {
+        layer.down.apply(&gate, rows, x, true);
+    }
 }
 
 /// Logits of one sequence.
@@ -398,7 +403,7 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
         stride: half,
     };
     for layer in &model.layers {
-        layer_forward(layer, d, &mut x, seq, tables, &mut |_, _, _| {});
+        layer_forward(layer, d, &mut x, seq, tables, true, &mut |_, _, _| {});
     }
     let mut normed = vec![0.0f32; seq * hidden];
     rms_norm(&x, model.norm, d.eps, &mut normed);
@@ -554,6 +559,34 @@ pub fn try_layer_forward<B: Backend>(
     sin: &Tensor<B, 2>,
     observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
 ) -> Option<Tensor<B, 3>> {
+    let [batch, seq, hidden] = x.dims();
+    let values = try_layer(layer, x, cos, sin, true, observe)?;
+    to_backend(values, [batch, seq, hidden])
+}
+
+/// [`try_layer_forward`] without the layer's output: it stops once `down_proj`'s input is
+/// observed, as [`DecoderLayer::observe_inputs`] does. `None` when the fused path does not
+/// apply (nothing was observed then).
+pub fn try_layer_inputs<B: Backend>(
+    layer: &DecoderLayer<B>,
+    x: &Tensor<B, 3>,
+    cos: &Tensor<B, 2>,
+    sin: &Tensor<B, 2>,
+    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+) -> Option<()> {
+    try_layer(layer, x, cos, sin, false, observe).map(|_| ())
+}
+
+/// The fused layer for both entry points: the residual stream after the layer (or, with
+/// `output` false, after its attention), row-major `[batch · seq, hidden]`.
+fn try_layer<B: Backend>(
+    layer: &DecoderLayer<B>,
+    x: &Tensor<B, 3>,
+    cos: &Tensor<B, 2>,
+    sin: &Tensor<B, 2>,
+    output: bool,
+    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+) -> Option<Vec<f32>> {
     let layer = (layer as &dyn Any).downcast_ref::<DecoderLayer<NdArray<f32>>>()?;
     let as_nd2 = |t: &Tensor<B, 2>| {
         (t as &dyn Any)
@@ -590,15 +623,68 @@ pub fn try_layer_forward<B: Backend>(
         &mut values,
         seq,
         tables,
+        output,
         &mut |input, data, width| match to_backend::<B, 3>(data.to_vec(), [batch, seq, width]) {
             Some(t) => observe(input, &t),
             None => failed = true,
         },
     );
-    if failed {
-        return None;
-    }
-    to_backend(values, [batch, seq, hidden])
+    (!failed).then_some(values)
+}
+
+/// The contiguous f32 storage of a burn-ndarray matrix, with its shape.
+fn matrix_of<B: Backend>(x: &Tensor<B, 2>) -> Option<(NdArrayTensor, [usize; 2])> {
+    let x = (x as &dyn Any).downcast_ref::<Tensor<NdArray<f32>, 2>>()?;
+    let dims = x.dims();
+    let primitive = x.clone().into_primitive().tensor();
+    contiguous(&primitive)?;
+    Some((primitive, dims))
+}
+
+/// Columns summed per parallel job in [`try_column_sum_sq`].
+const COLUMN_BLOCK: usize = 128;
+
+/// `x.square().sum_dim(0)` of a burn-ndarray f32 matrix, in parallel over blocks of columns;
+/// `None` for other backends or layouts. Each column is summed row by row from zero, the order
+/// burn-ndarray's `sum_dim(0)` adds in, so the result is the same to the bit.
+///
+/// # Shapes
+/// - `x`: `[rows, width]` → `[1, width]`
+pub fn try_column_sum_sq<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+    let (primitive, [_, width]) = matrix_of(x)?;
+    let data = contiguous(&primitive)?;
+    let mut sums = vec![0.0f32; width];
+    sums.par_chunks_mut(COLUMN_BLOCK)
+        .enumerate()
+        .for_each(|(block, acc)| {
+            let columns = block * COLUMN_BLOCK..block * COLUMN_BLOCK + acc.len();
+            for row in data.chunks_exact(width.max(1)) {
+                for (a, &v) in acc.iter_mut().zip(&row[columns.clone()]) {
+                    *a += v * v;
+                }
+            }
+        });
+    to_backend(sums, [1, width])
+}
+
+/// `xᵀ · x` of a burn-ndarray f32 matrix through one gemm call on both cores; `None` for other
+/// backends or layouts.
+///
+/// # Shapes
+/// - `x`: `[rows, width]` → `[width, width]`
+pub fn try_gram<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+    let (primitive, [rows, width]) = matrix_of(x)?;
+    let data = contiguous(&primitive)?;
+    let mut gram = vec![0.0f32; width * width];
+    matmul(
+        &mut gram,
+        width,
+        false,
+        View::transposed(data, width, rows),
+        View::dense(data, rows, width),
+        true,
+    );
+    to_backend(gram, [width, width])
 }
 
 /// Logits of `tokens` through the fused kernels, for a model on burn-ndarray f32 with
@@ -764,6 +850,83 @@ mod tests {
             assert_eq!(fi, gi);
             close(f, g);
         }
+    }
+
+    /// `observe_inputs` shows the same four inputs as `forward_observed`, on the fused path
+    /// (burn-ndarray) and on Burn's ops (Flex), without computing the output.
+    #[test]
+    fn observe_inputs_sees_what_the_full_layer_sees() {
+        let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
+            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
+            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
+        fn run<K: Backend>(json: &str, full: bool) -> Vec<(LinearInput, Vec<f32>)> {
+            let m = model::<K>(json, 9);
+            let ids: Vec<i64> = (0..2 * 70).map(|i| (i * 11 + 3) % 50).collect();
+            let tokens =
+                Tensor::<K, 2, Int>::from_data(TensorData::new(ids, [2, 70]), &Default::default());
+            let (cos, sin) = m.rope_tables(0, 70);
+            let ctx = crate::model::llama::LayerContext {
+                cos: &cos,
+                sin: &sin,
+                cache: None,
+            };
+            let mut seen = Vec::new();
+            let mut observe = |input, t: &Tensor<K, 3>| {
+                seen.push((input, t.clone().into_data().to_vec().unwrap()))
+            };
+            if full {
+                let _ = m.layers[0].forward_observed(m.embed(tokens), ctx, &mut observe);
+            } else {
+                m.layers[0].observe_inputs(m.embed(tokens), ctx, &mut observe);
+            }
+            seen
+        }
+        for (inputs_only, full) in [
+            (run::<B>(json, false), run::<B>(json, true)),
+            (run::<Flex>(json, false), run::<Flex>(json, true)),
+        ] {
+            assert_eq!(inputs_only.len(), 4);
+            assert_eq!(inputs_only, full);
+        }
+    }
+
+    /// The parallel column sums equal burn-ndarray's `square().sum_dim(0)` to the bit, on a
+    /// width that is not a multiple of the column block.
+    #[test]
+    fn column_sum_sq_is_bit_identical_to_burn() {
+        let (rows, width) = (37, COLUMN_BLOCK + 21);
+        let values: Vec<f32> = (0..rows * width)
+            .map(|i| ((i * 7919) % 1000) as f32 / 997.0 - 0.5)
+            .collect();
+        let x =
+            Tensor::<B, 2>::from_data(TensorData::new(values, [rows, width]), &Default::default());
+        let fused = try_column_sum_sq(&x).unwrap().into_data();
+        let burn = x.square().sum_dim(0).into_data();
+        assert_eq!(fused.shape, burn.shape);
+        assert_eq!(
+            fused.to_vec::<f32>().unwrap(),
+            burn.to_vec::<f32>().unwrap()
+        );
+    }
+
+    #[test]
+    fn gram_by_hand() {
+        // x = [[1, 2], [3, 4], [5, 6]]: xᵀx = [[1+9+25, 2+12+30], [.., 4+16+36]].
+        let x = Tensor::<B, 2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [3, 2]),
+            &Default::default(),
+        );
+        let gram = try_gram(&x).unwrap().into_data();
+        assert_eq!(gram.shape.dims::<2>(), [2, 2]);
+        assert_eq!(gram.to_vec::<f32>().unwrap(), vec![35.0, 44.0, 44.0, 56.0]);
+        let flex = Tensor::<Flex, 2>::from_data(
+            TensorData::new(vec![1.0f32; 4], [2, 2]),
+            &Default::default(),
+        );
+        assert!(
+            try_gram(&flex).is_none(),
+            "only burn-ndarray takes the fused path"
+        );
     }
 
     fn close(a: &[f32], b: &[f32]) {

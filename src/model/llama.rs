@@ -198,10 +198,17 @@ impl<B: Backend> Mlp<B> {
         x: Tensor<B, 3>,
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) -> Tensor<B, 3> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        let hidden = gate * self.up_proj.forward(x);
+        let hidden = self.hidden(x);
         observe(LinearInput::MlpHidden, &hidden);
         self.down_proj.forward(hidden)
+    }
+
+    /// The input of `down_proj`: `silu(gate(x)) * up(x)`.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, intermediate]`
+    pub fn hidden(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x)
     }
 }
 
@@ -245,6 +252,28 @@ impl<B: Backend> DecoderLayer<B> {
         let mlp_in = self.post_attention_layernorm.forward(h.clone());
         observe(LinearInput::MlpIn, &mlp_in);
         h + self.mlp.forward_observed(mlp_in, observe)
+    }
+
+    /// Shows `observe` the input of every linear as [`DecoderLayer::forward_observed`] does,
+    /// without computing the layer's output (`down_proj` is never applied): calibration's
+    /// first pass over a layer needs only these inputs.
+    pub fn observe_inputs(
+        &self,
+        x: Tensor<B, 3>,
+        ctx: LayerContext<'_, B>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) {
+        if ctx.cache.is_none()
+            && super::fused::try_layer_inputs(self, &x, ctx.cos, ctx.sin, observe).is_some()
+        {
+            return;
+        }
+        let attn_in = self.input_layernorm.forward(x.clone());
+        observe(LinearInput::AttnIn, &attn_in);
+        let h = x + self.self_attn.forward_observed(attn_in, ctx, observe);
+        let mlp_in = self.post_attention_layernorm.forward(h);
+        observe(LinearInput::MlpIn, &mlp_in);
+        observe(LinearInput::MlpHidden, &self.mlp.hidden(mlp_in));
     }
 
     /// The prunable linears with their names relative to the layer and the input they read.

@@ -20,6 +20,7 @@ use super::report::SparsityReport;
 use super::sparsegpt::{prune_sparsegpt, Hessian, SparseGptOptions};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{PruneError, Sparsity};
+use crate::model::fused;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput, Llama};
 
 /// The pruning method.
@@ -149,10 +150,18 @@ impl<B: Backend> LayerStats<B> {
     fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) {
         let [batch, seq, channels] = x.dims();
         let flat = x.clone().reshape([batch * seq, channels]);
+        // The fused CPU kernels when the backend has them (the column sums are bit-identical
+        // to Burn's), Burn's ops otherwise.
         let contribution = if self.gram {
-            flat.clone().transpose().matmul(flat)
+            match fused::try_gram(&flat) {
+                Some(gram) => gram,
+                None => flat.clone().transpose().matmul(flat),
+            }
         } else {
-            flat.square().sum_dim(0)
+            match fused::try_column_sum_sq(&flat) {
+                Some(sums) => sums,
+                None => flat.square().sum_dim(0),
+            }
         };
         let entry = match self.sums.remove(&input) {
             Some(acc) => acc + contribution,
@@ -219,8 +228,8 @@ pub fn prune_model<B: Backend>(
                 sin: &sin,
                 cache: None,
             };
-            // Only the statistics are needed from this pass; the output is discarded.
-            let _ = layer.forward_observed(x.clone(), ctx, &mut |input, t| stats.add(input, t));
+            // Only the statistics are needed from this pass, not the layer's output.
+            layer.observe_inputs(x.clone(), ctx, &mut |input, t| stats.add(input, t));
         }
         let (samples, tokens) = (stats.samples, stats.tokens);
         let host: BTreeMap<LinearInput, Vec<f32>> = stats
