@@ -287,6 +287,25 @@ fn attend_block(
     out
 }
 
+/// Work buffers of the layer pass, sized on first use and reused by every layer of a forward
+/// pass: fresh buffers cost a page fault and a zeroed page per 4 KiB, in every layer. Each is
+/// fully overwritten before it is read.
+#[derive(Default)]
+struct Scratch {
+    normed: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+/// `buffer` resized to `len` values.
+fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    buffer.resize(len, 0.0);
+    buffer
+}
+
 /// One decoder layer over `x` (consecutive sequences of `seq` tokens), updated in place;
 /// `observe(input, rows, width)` sees the input of every linear once per shared input. With
 /// `output` false the layer stops once `down_proj`'s input is observed: `x` then holds the
@@ -301,21 +320,25 @@ fn layer_forward(
     seq: usize,
     tables: RopeTables,
     output: bool,
+    scratch: &mut Scratch,
     observe: &mut dyn FnMut(LinearInput, &[f32], usize),
 ) {
     let (hidden, hd) = (d.hidden, d.head_dim);
     let rows = x.len() / hidden;
-    let mut normed = vec![0.0f32; rows * hidden];
-    let mut q = vec![0.0f32; rows * d.heads * hd];
-    let mut k = vec![0.0f32; rows * d.kv_heads * hd];
-    let mut v = vec![0.0f32; rows * d.kv_heads * hd];
-    rms_norm(x, layer.input_norm, d.eps, &mut normed);
-    observe(LinearInput::AttnIn, &normed, hidden);
-    layer.q.apply(&normed, rows, &mut q, false);
-    layer.k.apply(&normed, rows, &mut k, false);
-    layer.v.apply(&normed, rows, &mut v, false);
-    rope(&mut q, seq, d.heads, hd, tables);
-    rope(&mut k, seq, d.kv_heads, hd, tables);
+    let intermediate = layer.gate.outputs;
+    let normed = sized(&mut scratch.normed, rows * hidden);
+    let q = sized(&mut scratch.q, rows * d.heads * hd);
+    let k = sized(&mut scratch.k, rows * d.kv_heads * hd);
+    let v = sized(&mut scratch.v, rows * d.kv_heads * hd);
+    let gate = sized(&mut scratch.gate, rows * intermediate);
+    let up = sized(&mut scratch.up, rows * intermediate);
+    rms_norm(x, layer.input_norm, d.eps, normed);
+    observe(LinearInput::AttnIn, normed, hidden);
+    layer.q.apply(normed, rows, q, false);
+    layer.k.apply(normed, rows, k, false);
+    layer.v.apply(normed, rows, v, false);
+    rope(q, seq, d.heads, hd, tables);
+    rope(k, seq, d.kv_heads, hd, tables);
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
     let sequences = rows / seq.max(1);
     // One job per (sequence, head, block of query rows): many more jobs than cores, so the
@@ -340,7 +363,7 @@ fn layer_forward(
         })
         .collect();
     // q is free again: it takes the heads' outputs side by side.
-    let attn = &mut q;
+    let attn = q;
     for (&(s, h, b), out) in jobs.iter().zip(&outputs) {
         let first_row = s * seq + b * ATTENTION_ROWS;
         for (row, src) in attn[first_row * q_width..]
@@ -353,13 +376,10 @@ fn layer_forward(
     observe(LinearInput::AttnOut, attn, q_width);
     // Residual folded into the product: x += attn · W_o.
     layer.o.apply(attn, rows, x, true);
-    rms_norm(x, layer.post_norm, d.eps, &mut normed);
-    observe(LinearInput::MlpIn, &normed, hidden);
-    let intermediate = layer.gate.outputs;
-    let mut gate = vec![0.0f32; rows * intermediate];
-    let mut up = vec![0.0f32; rows * intermediate];
-    layer.gate.apply(&normed, rows, &mut gate, false);
-    layer.up.apply(&normed, rows, &mut up, false);
+    rms_norm(x, layer.post_norm, d.eps, normed);
+    observe(LinearInput::MlpIn, normed, hidden);
+    layer.gate.apply(normed, rows, gate, false);
+    layer.up.apply(normed, rows, up, false);
     gate.par_chunks_mut(intermediate)
         .zip(up.par_chunks(intermediate))
         .for_each(|(g, u)| {
@@ -367,9 +387,9 @@ fn layer_forward(
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
         });
-    observe(LinearInput::MlpHidden, &gate, intermediate);
+    observe(LinearInput::MlpHidden, gate, intermediate);
     if output {
-        layer.down.apply(&gate, rows, x, true);
+        layer.down.apply(gate, rows, x, true);
     }
 }
 
@@ -402,8 +422,18 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
         sin: &sin,
         stride: half,
     };
+    let mut scratch = Scratch::default();
     for layer in &model.layers {
-        layer_forward(layer, d, &mut x, seq, tables, true, &mut |_, _, _| {});
+        layer_forward(
+            layer,
+            d,
+            &mut x,
+            seq,
+            tables,
+            true,
+            &mut scratch,
+            &mut |_, _, _| {},
+        );
     }
     let mut normed = vec![0.0f32; seq * hidden];
     rms_norm(&x, model.norm, d.eps, &mut normed);
@@ -624,6 +654,7 @@ fn try_layer<B: Backend>(
         seq,
         tables,
         output,
+        &mut Scratch::default(),
         &mut |input, data, width| match to_backend::<B, 3>(data.to_vec(), [batch, seq, width]) {
             Some(t) => observe(input, &t),
             None => failed = true,

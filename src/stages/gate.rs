@@ -11,7 +11,7 @@ use crate::memory::gate::{decide, GatePolicy};
 use crate::memory::shape::{gib, Place};
 use crate::pipeline::plan::Plan;
 use crate::pipeline::runner::{StageFailure, StageOutcome};
-use crate::pipeline::spec::{Budget, GateOptions, StageOptions};
+use crate::pipeline::spec::{Budget, GateOptions, ReduceKey, StageOptions};
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
@@ -27,14 +27,8 @@ pub(super) fn run<B: Backend>(
         &exec.device_label,
         stage,
     )?;
-    let policy = GatePolicy {
-        budget,
-        headroom: options.headroom,
-        reduce: options.reduce.clone(),
-        floor: options.floor.clone(),
-    };
-    let decision = decide(&estimated.shape, &estimated.run, &policy)?;
-    let table = decision.render(&label);
+    let decision = decide(&estimated.shape, &estimated.run, &policy(options, budget))?;
+    let table = format!("{}{}", decision.render(&label), no_streaming_note(options));
     (exec.report)(&table);
     if !decision.fits {
         let stage_breakdown = decision
@@ -89,22 +83,43 @@ pub fn dry_run(
         return Ok(None);
     };
     let (bytes, label) = budget_of(budget.unwrap_or(options.budget), device_label, "gate")?;
-    let policy = GatePolicy {
-        budget: bytes,
-        headroom: options.headroom,
-        reduce: options.reduce.clone(),
-        floor: options.floor.clone(),
-    };
-    let decision = decide(&shape, &run, &policy)?;
+    let decision = decide(&shape, &run, &policy(options, bytes))?;
     let e = &decision.effective;
     Ok(Some(format!(
-        "{}effective: calibration.nsamples {}, calibration.seqlen {}, evaluation.seqlen {}, streaming {}\n",
+        "{}{}effective: calibration.nsamples {}, calibration.seqlen {}, evaluation.seqlen {}, streaming {}\n",
         decision.render(&label),
+        no_streaming_note(options),
         e.nsamples,
         e.seqlen,
         e.eval_seqlen.map_or("—".into(), |s| s.to_string()),
         if e.streaming { "on" } else { "off" }
     )))
+}
+
+/// The gate's policy for `options` and `budget` bytes, without layer streaming: the executor
+/// keeps the whole model on the device, so a decision that counted on streaming would let a
+/// run start that then runs out of memory.
+fn policy(options: &GateOptions, budget: u64) -> GatePolicy {
+    GatePolicy {
+        budget,
+        headroom: options.headroom,
+        reduce: options
+            .reduce
+            .iter()
+            .copied()
+            .filter(|k| *k != ReduceKey::Streaming)
+            .collect(),
+        floor: options.floor.clone(),
+    }
+}
+
+/// A line saying that `streaming`, listed among the settings the gate may reduce, is not used.
+fn no_streaming_note(options: &GateOptions) -> &'static str {
+    if options.reduce.contains(&ReduceKey::Streaming) {
+        "  streaming              not used: this version keeps the whole model on the device\n"
+    } else {
+        ""
+    }
 }
 
 /// Bytes and a label of `budget` on the device `device_label`.

@@ -281,6 +281,31 @@ fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
     assert!(stdout.contains("fits"), "{stdout}");
 }
 
+/// The executor keeps the whole model on the device, so the gate must not count on layer
+/// streaming. Llama-3.2-1B on an 8 GiB GPU fitted only with streaming (estimated 6.87 GiB); the
+/// run would then have loaded all 4.6 GiB of f32 weights and more onto the device. The dry run
+/// now says it does not fit, and that `streaming` (listed by default) was not used.
+#[test]
+fn dry_run_does_not_count_on_layer_streaming() {
+    let pipeline =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gate/llama1b-16gib.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["run", "--dry-run", "--budget", "8GiB"])
+        .arg(&pipeline)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "streaming              not used: this version keeps the whole model on the device"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("does not fit"), "{stdout}");
+    assert!(stdout.contains("streaming off"), "{stdout}");
+    assert!(!stdout.contains("off → on"), "{stdout}");
+}
+
 /// For Wanda (mask only) and SparseGPT (mask and weight updates, so any activation that differs
 /// in its last bit shows in the perplexity), each cell in its own process and its rerun in
 /// another. SparseGPT differed here by 1e-9…5e-7 relative until RMSNorm stopped using

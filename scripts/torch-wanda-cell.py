@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""One whole Wanda pruning cell with the PyTorch stack, done the way the Wanda reference code
+(github.com/locuslab/wanda, `lib/prune.py: prune_wanda`, `lib/eval.py: eval_ppl_wikitext`) does
+it: load, calibrate + prune layer by layer, evaluate WikiText-2 perplexity. It is the bar B3 is
+measured against (`scripts/ab-transformers.sh` runs it); CI never runs it.
+
+What it does, step by step, as the reference does:
+- calibration windows: `random.seed(seed)`, then per sample `i = random.randint(0, n - seqlen - 1)`
+  over the tokenised calibration text (its `get_wikitext2`); the offsets are printed so they can
+  be compared with `wanda prune --json`;
+- the inputs of decoder layer 0 are caught for every sample; for each layer, every sample runs
+  through it one at a time with forward hooks on the seven linears accumulating
+  `scaler_row = mean over samples of ‖x_j‖²` (its `WrappedGPT.add_batch`); each linear is pruned
+  by `|W| · sqrt(scaler_row)`, the lowest `int(cols · ratio)` per output row (stable sort); then
+  every sample runs through the pruned layer again to give the next layer's inputs;
+- evaluation: consecutive windows of `seqlen` tokens of the test text, next-token cross-entropy,
+  perplexity = exp(mean NLL).
+
+Prints one JSON object: load, prune and eval seconds, whole wall time, peak RSS, perplexity,
+calibration offsets.
+
+    AB_VENV=~/.cache/wanda-ab-venv; python3 -m venv $AB_VENV
+    $AB_VENV/bin/pip install torch transformers gguf accelerate
+    $AB_VENV/bin/python scripts/torch-wanda-cell.py --gguf ../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --hf-dir ../shared/models/smollm2-135m-hf \
+        --calib-text ../shared/data/wikitext-2/wikitext2-v1-valid.txt \
+        --eval-text ../shared/data/wikitext-2/wikitext2-raw-test.txt
+"""
+import argparse, json, os, random, resource, time
+
+T_START = time.time()
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+p = argparse.ArgumentParser()
+p.add_argument("--gguf", required=True)
+p.add_argument("--hf-dir", help="config.json + tokenizer.json to use instead of the GGUF's")
+p.add_argument("--calib-text", required=True)
+p.add_argument("--eval-text", required=True)
+p.add_argument("--nsamples", type=int, default=32)
+p.add_argument("--seqlen", type=int, default=512)
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--sparsity", type=float, default=0.5)
+p.add_argument("--windows", type=int, default=64)
+p.add_argument("--threads", type=int, default=os.cpu_count())
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+
+# Load.
+t0 = time.time()
+folder, name = os.path.split(os.path.abspath(a.gguf))
+extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
+model = AutoModelForCausalLM.from_pretrained(
+    folder, gguf_file=name, torch_dtype=torch.float32, **extra).eval()
+model.config.use_cache = False
+tok = AutoTokenizer.from_pretrained(a.hf_dir) if a.hf_dir else AutoTokenizer.from_pretrained(
+    folder, gguf_file=name)
+load_s = time.time() - t0
+
+# Calibrate and prune.
+t0 = time.time()
+calib_ids = tok(open(a.calib_text, encoding="utf-8").read(), return_tensors="pt").input_ids
+random.seed(a.seed)
+offsets = [random.randint(0, calib_ids.shape[1] - a.seqlen - 1) for _ in range(a.nsamples)]
+samples = [calib_ids[:, i:i + a.seqlen] for i in offsets]
+
+layers = model.model.layers
+hidden = model.config.hidden_size
+inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=torch.float32)
+layer_kwargs = {}
+
+
+class Catcher(torch.nn.Module):
+    """Stands in for layer 0: keeps its input and keyword arguments, then stops the forward."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+        self.index = 0
+
+    def forward(self, x, **kwargs):
+        inps[self.index] = x[0]
+        self.index += 1
+        layer_kwargs.update(kwargs)
+        raise ValueError
+
+
+layers[0] = Catcher(layers[0])
+with torch.no_grad():
+    for s in samples:
+        try:
+            model(s)
+        except ValueError:
+            pass
+layers[0] = layers[0].module
+outs = torch.zeros_like(inps)
+
+
+def run_layer(layer, x):
+    out = layer(x.unsqueeze(0), **layer_kwargs)
+    return (out[0] if isinstance(out, tuple) else out)[0]
+
+
+LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+with torch.no_grad():
+    for layer in layers:
+        subset = {n: layer.get_submodule(n) for n in LINEARS}
+        scaler = {n: torch.zeros(m.weight.shape[1]) for n, m in subset.items()}
+        seen = {n: 0 for n in subset}
+
+        def hook(n):
+            def add_batch(_module, inputs, _output):
+                x = inputs[0].reshape(-1, inputs[0].shape[-1]).t().float()
+                scaler[n] *= seen[n] / (seen[n] + 1)
+                seen[n] += 1
+                scaler[n] += torch.norm(x, p=2, dim=1) ** 2 / seen[n]
+            return add_batch
+
+        handles = [subset[n].register_forward_hook(hook(n)) for n in subset]
+        for j in range(a.nsamples):
+            outs[j] = run_layer(layer, inps[j])
+        for h in handles:
+            h.remove()
+        for n, m in subset.items():
+            metric = torch.abs(m.weight.data) * torch.sqrt(scaler[n].reshape((1, -1)))
+            mask = torch.zeros_like(metric, dtype=torch.bool)
+            order = torch.sort(metric, dim=-1, stable=True)[1]
+            mask.scatter_(1, order[:, :int(metric.shape[1] * a.sparsity)], True)
+            m.weight.data[mask] = 0
+        for j in range(a.nsamples):
+            outs[j] = run_layer(layer, inps[j])
+        inps, outs = outs, inps
+prune_s = time.time() - t0
+
+zeros = total = 0
+for layer in layers:
+    for n in LINEARS:
+        w = layer.get_submodule(n).weight.data
+        zeros += int((w == 0).sum())
+        total += w.numel()
+
+# Evaluate.
+t0 = time.time()
+ids = tok(open(a.eval_text, encoding="utf-8").read(), return_tensors="pt").input_ids
+n = min(ids.shape[1] // a.seqlen, a.windows)
+nll = 0.0
+with torch.no_grad():
+    for i in range(n):
+        w = ids[:, i * a.seqlen:(i + 1) * a.seqlen]
+        logits = model(w).logits
+        nll += torch.nn.functional.cross_entropy(
+            logits[0, :-1].float(), w[0, 1:], reduction="sum").item()
+eval_s = time.time() - t0
+mean = nll / (n * (a.seqlen - 1))
+print(json.dumps({
+    "implementation": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+    "perplexity": float(torch.exp(torch.tensor(mean, dtype=torch.float64))), "mean_nll": mean,
+    "windows": n, "seqlen": a.seqlen, "sparsity": zeros / total,
+    "calibration_offsets": offsets,
+    "load_seconds": load_s, "prune_seconds": prune_s, "eval_seconds": eval_s,
+    "wall_seconds": time.time() - T_START,
+    "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+}))
