@@ -13,24 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-3}"
-venv="${AB_VENV:-$HOME/.cache/wanda-ab-venv}"
-device="${WANDA_DEVICE:-cpu}"
-shared="${WANDA_SHARED:-../shared}"
-model="$shared/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-hf_dir="$shared/models/smollm2-135m-hf"
-calib="$shared/data/wikitext-2/wikitext2-v1-valid.txt"
-text="$shared/data/wikitext-2/wikitext2-raw-test.txt"
-for f in "$model" "$hf_dir/config.json" "$calib" "$text"; do
-  [ -e "$f" ] || { echo "error: \`$f\` is missing; run scripts/fetch-demo.sh or set WANDA_SHARED" >&2; exit 2; }
-done
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet torch transformers gguf accelerate
-fi
-cargo build --release --quiet
-wanda=target/release/wanda
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+source scripts/ab-common.sh
 now() { date +%s.%N; }
 
 for r in $(seq 1 "$rounds"); do

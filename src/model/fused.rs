@@ -187,12 +187,14 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
 }
 
 /// Rotary tables of one call: the first `head_dim / 2` entries of every `stride`-long row are
-/// the cosines (sines) of position `row`.
+/// the cosines (sines) of position `row`; the rows of the activations are consecutive
+/// sequences of `seq` positions each.
 #[derive(Clone, Copy)]
 struct RopeTables<'a> {
     cos: &'a [f32],
     sin: &'a [f32],
     stride: usize,
+    seq: usize,
 }
 
 /// Rotates every head of `x` in place (HF "rotate half" layout); rows are positions
@@ -200,10 +202,10 @@ struct RopeTables<'a> {
 ///
 /// # Shapes
 /// - `x`: `[sequences * seq, heads * head_dim]`
-fn rope(x: &mut [f32], seq: usize, heads: usize, head_dim: usize, t: RopeTables) {
+fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
     let half = head_dim / 2;
     for (row_index, row) in x.chunks_mut(heads * head_dim).enumerate() {
-        let pos = row_index % seq;
+        let pos = row_index % t.seq;
         let (c, s) = (
             &t.cos[pos * t.stride..][..half],
             &t.sin[pos * t.stride..][..half],
@@ -317,13 +319,12 @@ fn layer_forward(
     layer: &LayerRef,
     d: &Dims,
     x: &mut [f32],
-    seq: usize,
     tables: RopeTables,
     output: bool,
     scratch: &mut Scratch,
     observe: &mut dyn FnMut(LinearInput, &[f32], usize),
 ) {
-    let (hidden, hd) = (d.hidden, d.head_dim);
+    let (hidden, hd, seq) = (d.hidden, d.head_dim, tables.seq);
     let rows = x.len() / hidden;
     let intermediate = layer.gate.outputs;
     let normed = sized(&mut scratch.normed, rows * hidden);
@@ -337,8 +338,8 @@ fn layer_forward(
     layer.q.apply(normed, rows, q, false);
     layer.k.apply(normed, rows, k, false);
     layer.v.apply(normed, rows, v, false);
-    rope(q, seq, d.heads, hd, tables);
-    rope(k, seq, d.kv_heads, hd, tables);
+    rope(q, d.heads, hd, tables);
+    rope(k, d.kv_heads, hd, tables);
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
     let sequences = rows / seq.max(1);
     // One job per (sequence, head, block of query rows): many more jobs than cores, so the
@@ -421,6 +422,7 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
         cos: &cos,
         sin: &sin,
         stride: half,
+        seq,
     };
     let mut scratch = Scratch::default();
     for layer in &model.layers {
@@ -428,7 +430,6 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
             layer,
             d,
             &mut x,
-            seq,
             tables,
             true,
             &mut scratch,
@@ -643,6 +644,7 @@ fn try_layer<B: Backend>(
         cos: held.slice(cos_index)?,
         sin: held.slice(sin_index)?,
         stride: head_dim,
+        seq,
     };
     let d = dims_of(&layer.self_attn, hidden, layer.input_layernorm.eps);
     let mut values = held.slice(x_index)?.to_vec();
@@ -651,7 +653,6 @@ fn try_layer<B: Backend>(
         &refs,
         &d,
         &mut values,
-        seq,
         tables,
         output,
         &mut Scratch::default(),

@@ -268,6 +268,9 @@ pub fn prune_model<B: Backend>(
             .collect();
         progress(i + 1, layers);
     }
+    // The calibration activations and work buffers are gone; the heap need not keep them.
+    drop(inputs);
+    crate::memory::allocator::release_freed_memory();
     measure(model)
 }
 

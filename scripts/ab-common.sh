@@ -1,0 +1,22 @@
+# Set-up shared by the A/B scripts (sourced, from the repository root): the shared model and texts
+# and a check that they exist, the Python venv outside the repository ($AB_VENV, default
+# ~/.cache/wanda-ab-venv, created on first use with `pip install torch transformers gguf
+# accelerate`), a release build of wanda, and a scratch folder `$out` removed on exit.
+venv="${AB_VENV:-$HOME/.cache/wanda-ab-venv}"
+device="${WANDA_DEVICE:-cpu}"
+shared="${WANDA_SHARED:-../shared}"
+model="$shared/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+hf_dir="$shared/models/smollm2-135m-hf"
+calib="$shared/data/wikitext-2/wikitext2-v1-valid.txt"
+text="$shared/data/wikitext-2/wikitext2-raw-test.txt"
+for f in "$model" "$hf_dir/config.json" "$calib" "$text"; do
+  [ -e "$f" ] || { echo "error: \`$f\` is missing; run scripts/fetch-demo.sh or set WANDA_SHARED" >&2; exit 2; }
+done
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet torch transformers gguf accelerate
+fi
+cargo build --release --quiet
+wanda=target/release/wanda
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
