@@ -7,7 +7,8 @@ use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use serde::Serialize;
 
-use crate::model::llama::Llama;
+use crate::model::llama::LayerContext;
+use crate::model::stream::{Layers, StreamError};
 
 /// Errors of the perplexity evaluation.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -34,6 +35,10 @@ pub enum PerplexityError {
         /// `max_position_embeddings` (or the sliding window).
         max: usize,
     },
+    /// A streamed layer could not be read (the message of the
+    /// [`crate::model::stream::StreamError`]).
+    #[error("{0}")]
+    Layers(String),
     /// The windows gave a non-finite loss.
     #[error("the mean negative log-likelihood is not finite ({nll}); the model produced NaN or inf logits")]
     NotFinite {
@@ -103,12 +108,18 @@ pub fn window_tokens<B: Backend>(window: &[u32], device: &B::Device) -> Tensor<B
     Tensor::from_data(TensorData::new(input, [1, window.len()]), device)
 }
 
+/// Windows a streamed model evaluates together: each group reads every layer once, and holds
+/// the residual streams of its windows (`group × seqlen × hidden` f32).
+pub const STREAMED_WINDOW_GROUP: usize = 8;
+
 /// Evaluates perplexity of `model` on the token ids of the whole text.
 ///
 /// `max_windows` limits the evaluation to the first windows; `progress(done, total)` is called
-/// after every window.
+/// after every window (after every group of [`STREAMED_WINDOW_GROUP`] windows when the model
+/// is streamed: each group runs layer by layer, with the same kernels and the same result to
+/// the bit as a model in memory).
 pub fn perplexity<B: Backend>(
-    model: &Llama<B>,
+    model: &impl Layers<B>,
     ids: &[u32],
     seqlen: usize,
     max_windows: Option<usize>,
@@ -132,12 +143,34 @@ pub fn perplexity<B: Backend>(
         });
     }
     let windows = max_windows.map_or(available, |n| n.min(available)).max(1);
-    let device = model.embed_tokens.weight.device();
+    let device = model.shell().embed_tokens.weight.device();
+    let window = |w: usize| &ids[w * seqlen..(w + 1) * seqlen];
     let mut total_nll = 0.0f64;
-    for w in 0..windows {
-        let window = &ids[w * seqlen..(w + 1) * seqlen];
-        total_nll += window_nll(model.forward(window_tokens(window, &device)), window);
-        progress(w + 1, windows);
+    match model.resident() {
+        Some(model) => {
+            for w in 0..windows {
+                total_nll +=
+                    window_nll(model.forward(window_tokens(window(w), &device)), window(w));
+                progress(w + 1, windows);
+            }
+        }
+        None => {
+            for start in (0..windows).step_by(STREAMED_WINDOW_GROUP) {
+                let group: Vec<usize> =
+                    (start..windows.min(start + STREAMED_WINDOW_GROUP)).collect();
+                let hidden = layer_by_layer(model, group.iter().map(|&w| window(w)), &device)
+                    .map_err(|e| PerplexityError::Layers(e.to_string()))?;
+                let shell = model.shell();
+                for (x, &w) in hidden.into_iter().zip(&group) {
+                    // The logits a few rows at a time where the fused kernels run.
+                    total_nll += match crate::model::fused::try_hidden_nll(shell, &x, window(w)) {
+                        Some(nll) => nll,
+                        None => window_nll(shell.head(x), window(w)),
+                    };
+                }
+                progress(group.last().map_or(0, |w| w + 1), windows);
+            }
+        }
     }
     let predicted_tokens = windows * (seqlen - 1);
     let mean_nll = total_nll / predicted_tokens as f64;
@@ -154,6 +187,41 @@ pub fn perplexity<B: Backend>(
         text_tokens: ids.len(),
         available_windows: available,
     })
+}
+
+/// The residual stream after the last layer of each window, running every window through one
+/// layer before reading the next.
+///
+/// # Shapes
+/// - each window: `seq` ids → `[1, seq, hidden]`
+fn layer_by_layer<'a, B: Backend>(
+    model: &impl Layers<B>,
+    windows: impl Iterator<Item = &'a [u32]>,
+    device: &B::Device,
+) -> Result<Vec<Tensor<B, 3>>, StreamError> {
+    let shell = model.shell();
+    let mut hidden: Vec<Tensor<B, 3>> = windows
+        .map(|w| shell.embed(window_tokens(w, device)))
+        .collect();
+    let Some(seq) = hidden.first().map(|h| h.dims()[1]) else {
+        return Ok(Vec::new());
+    };
+    let (cos, sin) = shell.rope_tables(0, seq);
+    for i in 0..model.layer_count() {
+        let layer = model.layer(i)?;
+        hidden = hidden
+            .into_iter()
+            .map(|x| {
+                let ctx = LayerContext {
+                    cos: &cos,
+                    sin: &sin,
+                    cache: None,
+                };
+                layer.forward(x, ctx)
+            })
+            .collect();
+    }
+    Ok(hidden)
 }
 
 #[cfg(test)]

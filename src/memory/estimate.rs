@@ -31,12 +31,17 @@
 //! - framework overhead: [`CPU_OVERHEAD_BYTES`] (measured: the resident set of `wanda`
 //!   with a tokenizer loaded and no model) or [`CUDA_OVERHEAD_BYTES`] on a GPU.
 //!
-//! With layer streaming on a GPU only the embeddings, one layer and the activations are on
-//! the device; all weights stay in host memory. On the CPU device and host are one pool.
+//! With layer streaming only the embeddings, the layer in use and the activations are in
+//! memory (on the device): the other layers stay on disk, in the checkpoint (mapped while
+//! layers are read from it) or, pruned, in the layer store; evaluation adds the residual
+//! streams of [`STREAMED_WINDOW_GROUP`] windows, and on the CPU its logits are formed
+//! [`HEAD_ROWS`] rows at a time. On the CPU device and host are one pool.
 
 use serde::Serialize;
 
 use super::shape::{gib, Breakdown, ModelShape, Place};
+use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
+use crate::model::fused::HEAD_ROWS;
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
 pub const ATTENTION_SCORE_COPIES: u64 = 2;
@@ -148,12 +153,14 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     let mut load = Breakdown::default();
     overhead(&mut load, run.device, host);
     weights(&mut load, shape, run, &m, host, false);
-    load.push(
-        "checkpoint mapping",
-        run.checkpoint_bytes,
-        host,
-        format!("{} B of checkpoint files", run.checkpoint_bytes),
-    );
+    if !run.streaming {
+        load.push(
+            "checkpoint mapping",
+            run.checkpoint_bytes,
+            host,
+            format!("{} B of checkpoint files", run.checkpoint_bytes),
+        );
+    }
     stages.push(StageEstimate {
         stage: "load",
         breakdown: load,
@@ -247,19 +254,40 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         let mut eval = Breakdown::default();
         overhead(&mut eval, run.device, host);
         weights(&mut eval, shape, run, &m, host, run.method.is_some());
-        eval.push(
-            "LM head operands",
-            m.v * m.h * F32 * HEAD_OPERAND_COPIES,
-            Place::Device,
-            format!("{} × {} × 4 B × {HEAD_OPERAND_COPIES}", m.v, m.h),
-        );
-        eval.push(
-            "eval logits",
-            e * m.v * F32 * LOGIT_COPIES,
-            Place::Device,
-            format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
-        );
+        if run.streaming && run.device == ComputeDevice::Cpu {
+            // The fused kernels read the head in place and form HEAD_ROWS rows of logits at
+            // a time.
+            let rows = (HEAD_ROWS as u64).min(e);
+            eval.push(
+                "eval logits (a block of rows)",
+                rows * m.v * F32,
+                Place::Device,
+                format!("{rows} rows × {} × 4 B", m.v),
+            );
+        } else {
+            eval.push(
+                "LM head operands",
+                m.v * m.h * F32 * HEAD_OPERAND_COPIES,
+                Place::Device,
+                format!("{} × {} × 4 B × {HEAD_OPERAND_COPIES}", m.v, m.h),
+            );
+            eval.push(
+                "eval logits",
+                e * m.v * F32 * LOGIT_COPIES,
+                Place::Device,
+                format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
+            );
+        }
         forward(&mut eval, &m, 1, e);
+        if run.streaming {
+            let group = STREAMED_WINDOW_GROUP as u64;
+            eval.push(
+                "residual streams",
+                group * e * m.h * F32,
+                Place::Device,
+                format!("{group} windows × {e} × {} × 4 B", m.h),
+            );
+        }
         stages.push(StageEstimate {
             stage: "eval",
             breakdown: eval,
@@ -356,20 +384,32 @@ fn weights(
 ) {
     let all = shape.parameters * F32;
     let formula = format!("{} params × 4 B", shape.parameters);
-    if run.streaming && run.device == ComputeDevice::Cuda {
-        b.push("weights (host)", all, Place::Host, formula);
+    if run.streaming {
+        // The shell (embeddings, LM head, final norm) and the layer in use; the other layers
+        // stay in the checkpoint (dense) or the layer store on disk (pruned), and the
+        // checkpoint stays mapped while layers are read from it.
         let embeddings =
             shape.embedding_parameters() * if shape.tie_word_embeddings { 1 } else { 2 };
-        let on_device = (embeddings + m.linears_per_layer) * F32;
         b.push(
-            "weights (device: embeddings + one layer)",
-            on_device,
+            "weights (embeddings + one layer)",
+            (embeddings + m.linears_per_layer) * F32,
             Place::Device,
             format!("({embeddings} + {}) params × 4 B", m.linears_per_layer),
         );
-    } else {
-        b.push("weights", all, Place::Device, formula);
+        // The mapped pages of a layer are dropped from the resident set once it is read.
+        let layers = m.layers.max(1);
+        b.push(
+            "checkpoint pages (one layer's)",
+            run.checkpoint_bytes / layers,
+            host,
+            format!(
+                "{} B of checkpoint files / {layers} layers",
+                run.checkpoint_bytes
+            ),
+        );
+        return;
     }
+    b.push("weights", all, Place::Device, formula);
     if pruned && run.keeps_dense_copy {
         b.push(
             "pruned copy",
@@ -530,11 +570,45 @@ mod tests {
         let e = estimate_prune(&tiny(), &r);
         // Untied: embeddings and head 2 × V × H, plus one layer's 120 linear weights.
         assert_eq!(
-            item(&e, "prune", "weights (device: embeddings + one layer)"),
+            item(&e, "prune", "weights (embeddings + one layer)"),
             (80 + 120) * 4
         );
-        assert_eq!(item(&e, "prune", "weights (host)"), 340 * 4);
+        // The host holds one layer's pages of the 1000 B checkpoint and no f32 weights, and
+        // pruned layers go to the layer store on disk, not to a pruned copy.
+        assert_eq!(item(&e, "prune", "checkpoint pages (one layer's)"), 500);
         let host = e.stages[2].breakdown.total(Place::Host);
-        assert_eq!(host, CPU_OVERHEAD_BYTES + 340 * 4 + 960 + 768);
+        assert_eq!(host, CPU_OVERHEAD_BYTES + 500 + 768);
+    }
+
+    #[test]
+    fn streaming_on_the_cpu_counts_one_layer_and_the_residual_streams_of_a_window_group() {
+        let mut r = run(PruneMethod::Wanda);
+        let whole = estimate_prune(&tiny(), &r);
+        r.streaming = true;
+        let streamed = estimate_prune(&tiny(), &r);
+        for stage in ["prune", "eval"] {
+            // Whole weights 340 × 4 and the pruned copy 960 out; the shell, one layer and one
+            // layer's pages of the checkpoint in.
+            let (a, b) = (
+                whole.stages.iter().find(|s| s.stage == stage).unwrap(),
+                streamed.stages.iter().find(|s| s.stage == stage).unwrap(),
+            );
+            // Eval: the residual streams of a window group in, the head's operand copies
+            // (V × H × 4 × 3) out; the 4 rows of logits (4 × V × 4) are the same.
+            let (added, removed) = if stage == "eval" {
+                (STREAMED_WINDOW_GROUP as u64 * 4 * 4 * 4, 10 * 4 * 4 * 3)
+            } else {
+                (0, 0)
+            };
+            assert_eq!(
+                b.breakdown.total(Place::Device) + 340 * 4 + 960 + removed,
+                a.breakdown.total(Place::Device) + (80 + 120) * 4 + 500 + added,
+                "{stage}"
+            );
+        }
+        assert_eq!(
+            item(&streamed, "eval", "residual streams"),
+            STREAMED_WINDOW_GROUP as u64 * 4 * 4 * 4
+        );
     }
 }

@@ -5,7 +5,7 @@
 use burn::prelude::Backend;
 
 use super::log::MemoryLog;
-use crate::model::llama::Llama;
+use crate::model::stream::Layers;
 use crate::prune::layerwise::{prune_model, Method};
 use crate::prune::{PruneError, Sparsity};
 
@@ -13,14 +13,16 @@ use crate::prune::{PruneError, Sparsity};
 /// `batch` at a time, drops it, and returns the process's peak resident set (None where
 /// `/proc` is missing).
 pub fn probe_prune<B: Backend>(
-    model: &Llama<B>,
+    model: &impl Layers<B>,
     method: Method,
     windows: &[Vec<u32>],
     batch: usize,
     layers: usize,
 ) -> Result<Option<u64>, PruneError> {
-    let mut copy = model.clone();
-    copy.layers.truncate(layers.max(1));
+    let mut copy = model.shell().clone();
+    copy.layers = (0..layers.max(1).min(model.layer_count()))
+        .map(|i| model.layer(i).map(std::borrow::Cow::into_owned))
+        .collect::<Result<_, _>>()?;
     prune_model(
         &mut copy,
         method,

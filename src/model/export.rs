@@ -5,15 +5,14 @@
 //! The folder is written beside its destination under a temporary name and renamed into place
 //! at the end, so a crash never leaves a folder that looks complete.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
-use safetensors::tensor::{Dtype, View};
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
-use super::llama::Llama;
+use super::llama::{DecoderLayer, Llama};
+use super::stream::Layers;
 use super::weights::{transpose, HostTensor};
 
 /// Element type of the saved tensors.
@@ -41,59 +40,42 @@ pub enum ExportError {
         #[source]
         source: std::io::Error,
     },
-    /// safetensors refused the tensors.
-    #[error("cannot serialise tensors to `{path}`: {reason}")]
-    Serialize {
-        /// The path.
-        path: String,
-        /// What safetensors said.
-        reason: String,
-    },
+    /// A layer could not be read (streamed) or does not have the shape of the others.
+    #[error("cannot save the model: {0}")]
+    Layers(String),
 }
 
-struct Encoded {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-impl View for &Encoded {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
-}
-
-fn encode(t: &HostTensor, dtype: SaveDtype) -> Encoded {
-    let bytes: Vec<u8> = match dtype {
-        SaveDtype::F32 => t.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        SaveDtype::F16 => t
-            .data
+/// The little-endian bytes of `values` in `dtype`.
+fn encode(values: &[f32], dtype: SaveDtype) -> Vec<u8> {
+    match dtype {
+        SaveDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        SaveDtype::F16 => values
             .iter()
             .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
             .collect(),
-        SaveDtype::Bf16 => t
-            .data
+        SaveDtype::Bf16 => values
             .iter()
             .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
             .collect(),
-    };
-    Encoded {
-        dtype: match dtype {
-            SaveDtype::F32 => Dtype::F32,
-            SaveDtype::F16 => Dtype::F16,
-            SaveDtype::Bf16 => Dtype::BF16,
-        },
-        shape: t.shape.clone(),
-        bytes,
+    }
+}
+
+impl SaveDtype {
+    /// Bytes per element.
+    fn size(self) -> u64 {
+        match self {
+            SaveDtype::F32 => 4,
+            SaveDtype::F16 | SaveDtype::Bf16 => 2,
+        }
+    }
+
+    /// The safetensors header's name of the type.
+    fn header_name(self) -> &'static str {
+        match self {
+            SaveDtype::F32 => "F32",
+            SaveDtype::F16 => "F16",
+            SaveDtype::Bf16 => "BF16",
+        }
     }
 }
 
@@ -117,46 +99,65 @@ fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
     }
 }
 
-/// Every tensor of the model under its Hugging Face name, in PyTorch layout.
+/// Every tensor of the model under its Hugging Face name, in PyTorch layout, in the order
+/// they are saved: embeddings, each layer's linears and norms, LM head, final norm.
 pub fn hf_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
-    let mut out = vec![(
-        "model.embed_tokens.weight".to_string(),
+    let mut out = vec![embed_tensor(model)];
+    for (i, layer) in model.layers.iter().enumerate() {
+        out.extend(layer_tensors(layer, i));
+    }
+    out.extend(head_tensors(model));
+    out
+}
+
+/// The Hugging Face name of the token embeddings.
+const EMBED_NAME: &str = "model.embed_tokens.weight";
+
+fn embed_tensor<B: Backend>(model: &Llama<B>) -> (String, HostTensor) {
+    (
+        EMBED_NAME.to_string(),
         host(model.embed_tokens.weight.val()),
-    )];
-    let mut push_linear = |name: String, l: &burn::nn::Linear<B>| {
-        out.push((format!("{name}.weight"), linear_weight(l.weight.val())));
-        if let Some(b) = &l.bias {
-            out.push((format!("{name}.bias"), host(b.val())));
-        }
-    };
-    for (i, layer) in model.layers.iter().enumerate() {
-        let p = format!("model.layers.{i}");
-        let a = &layer.self_attn;
-        push_linear(format!("{p}.self_attn.q_proj"), &a.q_proj);
-        push_linear(format!("{p}.self_attn.k_proj"), &a.k_proj);
-        push_linear(format!("{p}.self_attn.v_proj"), &a.v_proj);
-        push_linear(format!("{p}.self_attn.o_proj"), &a.o_proj);
-        push_linear(format!("{p}.mlp.gate_proj"), &layer.mlp.gate_proj);
-        push_linear(format!("{p}.mlp.up_proj"), &layer.mlp.up_proj);
-        push_linear(format!("{p}.mlp.down_proj"), &layer.mlp.down_proj);
-    }
+    )
+}
+
+/// The LM head (when not tied) and the final norm.
+fn head_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
+    let mut out = Vec::new();
     if let Some(head) = &model.lm_head {
-        push_linear("lm_head".to_string(), head);
-    }
-    for (i, layer) in model.layers.iter().enumerate() {
-        let p = format!("model.layers.{i}");
-        out.push((
-            format!("{p}.input_layernorm.weight"),
-            host(layer.input_layernorm.weight.val()),
-        ));
-        out.push((
-            format!("{p}.post_attention_layernorm.weight"),
-            host(layer.post_attention_layernorm.weight.val()),
-        ));
+        linear_tensors(&mut out, "lm_head".to_string(), head);
     }
     out.push((
         "model.norm.weight".to_string(),
         host(model.norm.weight.val()),
+    ));
+    out
+}
+
+fn linear_tensors<B: Backend>(
+    out: &mut Vec<(String, HostTensor)>,
+    name: String,
+    linear: &burn::nn::Linear<B>,
+) {
+    out.push((format!("{name}.weight"), linear_weight(linear.weight.val())));
+    if let Some(b) = &linear.bias {
+        out.push((format!("{name}.bias"), host(b.val())));
+    }
+}
+
+/// The tensors of decoder layer `i`: its seven linears, then its two norms.
+fn layer_tensors<B: Backend>(layer: &DecoderLayer<B>, i: usize) -> Vec<(String, HostTensor)> {
+    let p = format!("model.layers.{i}");
+    let mut out = Vec::new();
+    for (name, _, linear) in layer.linears() {
+        linear_tensors(&mut out, format!("{p}.{name}"), linear);
+    }
+    out.push((
+        format!("{p}.input_layernorm.weight"),
+        host(layer.input_layernorm.weight.val()),
+    ));
+    out.push((
+        format!("{p}.post_attention_layernorm.weight"),
+        host(layer.post_attention_layernorm.weight.val()),
     ));
     out
 }
@@ -196,9 +197,10 @@ impl SaveSpec {
 }
 
 /// Writes `model` as a Hugging Face folder at `folder` (replacing an existing one only once the
-/// new one is complete).
+/// new one is complete). Tensors are encoded and written one decoder layer at a time, so a
+/// streamed model ([`super::stream`]) is saved without ever being whole in memory.
 pub fn save_hf_folder<B: Backend>(
-    model: &Llama<B>,
+    model: &impl Layers<B>,
     config: &LlamaConfig,
     tokenizer_json: &str,
     folder: &Path,
@@ -224,7 +226,7 @@ pub fn save_hf_folder<B: Backend>(
 }
 
 fn write_folder<B: Backend>(
-    model: &Llama<B>,
+    model: &impl Layers<B>,
     config: &LlamaConfig,
     tokenizer_json: &str,
     staging: &Path,
@@ -246,27 +248,30 @@ fn write_folder<B: Backend>(
     for (name, text) in &spec.extra_files {
         write(name, text)?;
     }
-    let encoded: Vec<(String, Encoded)> = hf_tensors(model)
+    let planned = plan(model)?;
+    let sizes: Vec<u64> = planned
         .iter()
-        .map(|(n, t)| (n.clone(), encode(t, spec.dtype)))
+        .map(|p| p.shape.iter().product::<usize>() as u64 * spec.dtype.size())
         .collect();
-    let shards = shard(&encoded, spec.max_shard_bytes);
+    let shards = shard(&sizes, spec.max_shard_bytes);
+    let mut source = TensorSource::new(model);
     if shards.len() == 1 {
-        return write_safetensors(&staging.join("model.safetensors"), &encoded);
+        let path = staging.join("model.safetensors");
+        return write_safetensors(&path, &planned, &mut source, spec.dtype);
     }
     let mut weight_map = serde_json::Map::new();
     let mut start = 0;
     for (i, &end) in shards.iter().enumerate() {
         let name = format!("model-{:05}-of-{:05}.safetensors", i + 1, shards.len());
-        write_safetensors(&staging.join(&name), &encoded[start..end])?;
-        for (tensor, _) in &encoded[start..end] {
-            weight_map.insert(tensor.clone(), name.clone().into());
+        let path = staging.join(&name);
+        write_safetensors(&path, &planned[start..end], &mut source, spec.dtype)?;
+        for tensor in &planned[start..end] {
+            weight_map.insert(tensor.name.clone(), name.clone().into());
         }
         start = end;
     }
-    let total_size: usize = encoded.iter().map(|(_, e)| e.bytes.len()).sum();
     let index = serde_json::json!({
-        "metadata": { "total_size": total_size },
+        "metadata": { "total_size": sizes.iter().sum::<u64>() },
         "weight_map": weight_map,
     });
     write("model.safetensors.index.json", &pretty_json(&index))
@@ -276,36 +281,152 @@ fn pretty_json(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).expect("a JSON value always serialises")
 }
 
-/// End indices of consecutive shards: a new shard starts when the next tensor would take the
-/// current one past `max_bytes` (a tensor larger than `max_bytes` gets a shard of its own), as
-/// transformers' `save_pretrained` splits.
-fn shard(tensors: &[(String, Encoded)], max_bytes: u64) -> Vec<usize> {
+/// End indices of consecutive shards of tensors of `sizes` bytes: a new shard starts when the
+/// next tensor would take the current one past `max_bytes` (a tensor larger than `max_bytes`
+/// gets a shard of its own), as transformers' `save_pretrained` splits.
+fn shard(sizes: &[u64], max_bytes: u64) -> Vec<usize> {
     let mut ends = Vec::new();
     let mut size = 0u64;
-    for (i, (_, t)) in tensors.iter().enumerate() {
-        let bytes = t.bytes.len() as u64;
+    for (i, &bytes) in sizes.iter().enumerate() {
         if size > 0 && size + bytes > max_bytes {
             ends.push(i);
             size = 0;
         }
         size += bytes;
     }
-    ends.push(tensors.len());
+    ends.push(sizes.len());
     ends
 }
 
-fn write_safetensors(path: &Path, tensors: &[(String, Encoded)]) -> Result<(), ExportError> {
-    let mut info = std::collections::HashMap::new();
-    info.insert("format".to_string(), "pt".to_string());
-    safetensors::serialize_to_file(
-        tensors.iter().map(|(n, e)| (n.as_str(), e)),
-        Some(info),
-        path,
-    )
-    .map_err(|e| ExportError::Serialize {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })
+/// A tensor to save: its Hugging Face name and PyTorch shape, and where its values are.
+struct Planned {
+    name: String,
+    shape: Vec<usize>,
+    /// The decoder layer that holds it; None for the embeddings, LM head and final norm.
+    layer: Option<usize>,
+}
+
+/// Every tensor to save, in order; a decoder layer's names and shapes are those of layer 0
+/// (all layers have one shape), checked again when each layer is written.
+fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<Planned>, ExportError> {
+    let shell = model.shell();
+    let planned = |(name, t): (String, HostTensor)| Planned {
+        name,
+        shape: t.shape,
+        layer: None,
+    };
+    let mut out = vec![planned(embed_tensor(shell))];
+    if model.layer_count() > 0 {
+        let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0);
+        for i in 0..model.layer_count() {
+            let prefix = format!("model.layers.{i}.");
+            out.extend(template.iter().map(|(name, t)| Planned {
+                name: name.replacen("model.layers.0.", &prefix, 1),
+                shape: t.shape.clone(),
+                layer: Some(i),
+            }));
+        }
+    }
+    out.extend(head_tensors(shell).into_iter().map(planned));
+    Ok(out)
+}
+
+fn layer_error(e: super::stream::StreamError) -> ExportError {
+    ExportError::Layers(e.to_string())
+}
+
+/// Hands out the values of planned tensors, holding one decoder layer's at a time.
+struct TensorSource<'a, B: Backend, M: Layers<B>> {
+    model: &'a M,
+    layer: Option<(usize, Vec<(String, HostTensor)>)>,
+    _backend: std::marker::PhantomData<B>,
+}
+
+impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
+    fn new(model: &'a M) -> Self {
+        Self {
+            model,
+            layer: None,
+            _backend: std::marker::PhantomData,
+        }
+    }
+
+    /// The values of `tensor`, checked against its planned shape.
+    fn values(&mut self, tensor: &Planned) -> Result<HostTensor, ExportError> {
+        let found = match tensor.layer {
+            Some(i) => {
+                if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
+                    let layer = self.model.layer(i).map_err(layer_error)?;
+                    self.layer = Some((i, layer_tensors(&layer, i)));
+                }
+                let (_, tensors) = self.layer.as_mut().expect("set just above");
+                tensors
+                    .iter_mut()
+                    .find(|(n, _)| *n == tensor.name)
+                    .map(|(_, t)| std::mem::take(t))
+            }
+            None if tensor.name == EMBED_NAME => Some(embed_tensor(self.model.shell()).1),
+            None => head_tensors(self.model.shell())
+                .into_iter()
+                .find(|(n, _)| *n == tensor.name)
+                .map(|(_, t)| t),
+        };
+        match found {
+            Some(t) if t.shape == tensor.shape => Ok(t),
+            _ => Err(ExportError::Layers(format!(
+                "tensor `{}` is missing or not of shape {:?} like layer 0's",
+                tensor.name, tensor.shape
+            ))),
+        }
+    }
+}
+
+/// Writes `tensors` as one safetensors file: the header from their shapes, then each tensor's
+/// bytes as it is encoded, in the header's order.
+fn write_safetensors<B: Backend, M: Layers<B>>(
+    path: &Path,
+    tensors: &[Planned],
+    source: &mut TensorSource<'_, B, M>,
+    dtype: SaveDtype,
+) -> Result<(), ExportError> {
+    use std::io::Write;
+    let mut header = serde_json::Map::new();
+    header.insert(
+        "__metadata__".to_string(),
+        serde_json::json!({ "format": "pt" }),
+    );
+    let mut offset = 0u64;
+    for t in tensors {
+        let bytes = t.shape.iter().product::<usize>() as u64 * dtype.size();
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({
+                "dtype": dtype.header_name(),
+                "shape": t.shape,
+                "data_offsets": [offset, offset + bytes],
+            }),
+        );
+        offset += bytes;
+    }
+    let mut header = serde_json::to_vec(&header).expect("a JSON map always serialises");
+    // Data starts 8-byte aligned, as the safetensors library writes it.
+    header.resize(header.len().div_ceil(8) * 8, b' ');
+    let file = std::fs::File::create(path).map_err(io(path))?;
+    let mut out = std::io::BufWriter::new(file);
+    out.write_all(&(header.len() as u64).to_le_bytes())
+        .and_then(|()| out.write_all(&header))
+        .map_err(io(path))?;
+    for t in tensors {
+        let values = source.values(t)?;
+        // Encoded a slice at a time: no second copy of a large tensor.
+        for chunk in values.data.chunks(1 << 18) {
+            out.write_all(&encode(chunk, dtype)).map_err(io(path))?;
+        }
+    }
+    out.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
 }
 
 /// Removes the staging folders of `folder` that processes left when they died mid-save.
@@ -335,18 +456,9 @@ fn staging_path(folder: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn tensor(bytes: usize) -> (String, Encoded) {
-        let encoded = Encoded {
-            dtype: Dtype::U8,
-            shape: vec![bytes],
-            bytes: vec![0; bytes],
-        };
-        (format!("t{bytes}"), encoded)
-    }
-
     #[test]
     fn shards_close_before_the_tensor_that_would_overflow_them() {
-        let tensors: Vec<_> = [40, 50, 20, 100, 30, 30].into_iter().map(tensor).collect();
+        let tensors = [40, 50, 20, 100, 30, 30];
         // 40+50 = 90 ≤ 100; +20 overflows → [40, 50] [20] [100 alone: 20+100 > 100] [30, 30].
         assert_eq!(shard(&tensors, 100), vec![2, 3, 4, 6]);
         assert_eq!(shard(&tensors, 1000), vec![6]);

@@ -162,13 +162,45 @@ struct Dims {
 
 /// Borrowed weights of the whole model.
 struct ModelRef<'a> {
-    embed: &'a [f32],
-    vocab: usize,
     layers: Vec<LayerRef<'a>>,
-    norm: &'a [f32],
-    lm_head: Option<LinearRef<'a>>,
+    head: HeadRef<'a>,
     inv_freq: &'a [f32],
     dims: Dims,
+}
+
+/// Borrowed embeddings, final norm and LM head (the tied embeddings when `lm_head` is None).
+struct HeadRef<'a> {
+    embed: &'a [f32],
+    vocab: usize,
+    hidden: usize,
+    norm: &'a [f32],
+    eps: f64,
+    lm_head: Option<LinearRef<'a>>,
+}
+
+impl HeadRef<'_> {
+    /// Logits of the residual stream `x` after the last layer.
+    ///
+    /// # Shapes
+    /// - `x`: `[seq, hidden]` → `[seq, vocab]`
+    fn logits(&self, x: &[f32]) -> Vec<f32> {
+        let seq = x.len() / self.hidden.max(1);
+        let mut normed = vec![0.0f32; x.len()];
+        rms_norm(x, self.norm, self.eps, &mut normed);
+        let mut logits = vec![0.0f32; seq * self.vocab];
+        match &self.lm_head {
+            Some(head) => head.apply(&normed, seq, &mut logits, false),
+            None => matmul(
+                &mut logits,
+                self.vocab,
+                false,
+                View::dense(&normed, seq, self.hidden),
+                View::transposed(self.embed, self.hidden, self.vocab),
+                true,
+            ),
+        }
+        logits
+    }
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`, row by row.
@@ -403,7 +435,7 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
     let (seq, hidden) = (tokens.len(), d.hidden);
     let mut x = Vec::with_capacity(seq * hidden);
     for &t in tokens {
-        x.extend_from_slice(&model.embed[t * hidden..(t + 1) * hidden]);
+        x.extend_from_slice(&model.head.embed[t * hidden..(t + 1) * hidden]);
     }
     // Angles formed in f32 and cos/sin taken in f64, as `rope::tables` does.
     let half = model.inv_freq.len();
@@ -436,21 +468,7 @@ fn forward_sequence(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
             &mut |_, _, _| {},
         );
     }
-    let mut normed = vec![0.0f32; seq * hidden];
-    rms_norm(&x, model.norm, d.eps, &mut normed);
-    let mut logits = vec![0.0f32; seq * model.vocab];
-    match &model.lm_head {
-        Some(head) => head.apply(&normed, seq, &mut logits, false),
-        None => matmul(
-            &mut logits,
-            model.vocab,
-            false,
-            View::dense(&normed, seq, hidden),
-            View::transposed(model.embed, hidden, model.vocab),
-            true,
-        ),
-    }
-    logits
+    model.head.logits(&x)
 }
 
 /// The f32 storage of a burn-ndarray tensor, when it is f32 and contiguous.
@@ -745,16 +763,20 @@ pub fn try_forward<B: Backend>(
     let norm_index = hold_norm(&mut held, &model.norm);
     let head = model.lm_head.as_ref().map(|h| hold_linear(&mut held, h));
     let refs = ModelRef {
-        embed: held.slice(embed_index)?,
-        vocab,
         layers: layers
             .iter()
             .map(|l| layer_ref(&held, l))
             .collect::<Option<_>>()?,
-        norm: held.slice(norm_index)?,
-        lm_head: match &head {
-            Some(h) => Some(linear_ref(&held, h)?),
-            None => None,
+        head: HeadRef {
+            embed: held.slice(embed_index)?,
+            vocab,
+            hidden,
+            norm: held.slice(norm_index)?,
+            eps: model.norm.eps,
+            lm_head: match &head {
+                Some(h) => Some(linear_ref(&held, h)?),
+                None => None,
+            },
         },
         inv_freq: &model.inv_freq,
         dims: dims_of(&model.layers.first()?.self_attn, hidden, model.norm.eps),
@@ -788,14 +810,79 @@ pub fn try_window_nll<B: Backend>(logits: &Tensor<B, 3>, window: &[u32]) -> Opti
     let per_token: Vec<f64> = data
         .par_chunks(vocab)
         .zip(window[1..].par_iter())
-        .map(|(row, &target)| {
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            // Summed in f64: an f32 running sum of ~50k mostly tiny terms rounds each one
-            // down and underestimates the total (measured: perplexity 1.2e-4 low on SmolLM2).
-            let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();
-            sum.ln() - f64::from(row[target as usize] - max)
-        })
+        .map(|(row, &target)| token_nll(row, target))
         .collect();
+    Some(per_token.iter().sum())
+}
+
+/// `−log softmax(row)[target]`.
+fn token_nll(row: &[f32], target: u32) -> f64 {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    // Summed in f64: an f32 running sum of ~50k mostly tiny terms rounds each one down and
+    // underestimates the total (measured: perplexity 1.2e-4 low on SmolLM2).
+    let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();
+    sum.ln() - f64::from(row[target as usize] - max)
+}
+
+/// Rows of logits a streamed evaluation holds at once ([`try_hidden_nll`]).
+pub const HEAD_ROWS: usize = 64;
+
+/// [`try_window_nll`] of the logits of `hidden` (the residual stream after the last layer)
+/// without holding them whole: the final norm and LM head run [`HEAD_ROWS`] rows at a time,
+/// with the kernels of [`try_forward`], and the per-token terms are summed in the same order,
+/// so the result is the same to the bit. `None` for other backends.
+///
+/// # Shapes
+/// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
+pub fn try_hidden_nll<B: Backend>(
+    model: &Llama<B>,
+    hidden: &Tensor<B, 3>,
+    window: &[u32],
+) -> Option<f64> {
+    let model = (model as &dyn Any).downcast_ref::<Llama<NdArray<f32>>>()?;
+    let x = (hidden as &dyn Any).downcast_ref::<Tensor<NdArray<f32>, 3>>()?;
+    let [batch, seq, width] = x.dims();
+    let [vocab, hidden_size] = model.embed_tokens.weight.dims();
+    if batch != 1
+        || width != hidden_size
+        || window.len() != seq
+        || window[1..].iter().any(|&t| t as usize >= vocab)
+    {
+        return None;
+    }
+    let mut held = Held {
+        tensors: Vec::new(),
+    };
+    let embed_index = held.push(model.embed_tokens.weight.val());
+    let norm_index = hold_norm(&mut held, &model.norm);
+    let head_index = model.lm_head.as_ref().map(|h| hold_linear(&mut held, h));
+    let x_index = held.push(x.clone());
+    let head = HeadRef {
+        embed: held.slice(embed_index)?,
+        vocab,
+        hidden: hidden_size,
+        norm: held.slice(norm_index)?,
+        eps: model.norm.eps,
+        lm_head: match &head_index {
+            Some(h) => Some(linear_ref(&held, h)?),
+            None => None,
+        },
+    };
+    // The last position predicts nothing.
+    let rows = &held.slice(x_index)?[..(seq - 1) * width];
+    let mut per_token = Vec::with_capacity(seq - 1);
+    for (chunk, targets) in rows
+        .chunks(HEAD_ROWS * width)
+        .zip(window[1..].chunks(HEAD_ROWS))
+    {
+        let logits = head.logits(chunk);
+        per_token.par_extend(
+            logits
+                .par_chunks(vocab)
+                .zip(targets.par_iter())
+                .map(|(row, &target)| token_nll(row, target)),
+        );
+    }
     Some(per_token.iter().sum())
 }
 

@@ -795,6 +795,16 @@ enum Storage {
 }
 
 impl Storage {
+    /// Drops the mapped pages read so far from the resident set (see
+    /// [`GgufFile::release_pages`]).
+    fn release_pages(&self) {
+        if let Storage::Mapped(m) = self {
+            // SAFETY: the map is read-only and file-backed, so MADV_DONTNEED only drops pages
+            // that the next read faults in again from the file; no data is lost.
+            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
             Storage::Mapped(m) => m,
@@ -858,6 +868,13 @@ impl GgufFile {
         #[allow(unsafe_code)]
         let mmap = unsafe { Mmap::map(&file) }.map_err(io_err)?;
         Self::from_storage(path.to_owned(), Storage::Mapped(mmap))
+    }
+
+    /// Drops the pages of the mapped file read so far from the process's resident set; they
+    /// stay in the kernel's page cache and are read again when next touched. Layer streaming
+    /// calls it after each layer, so the file is not counted whole in the resident set.
+    pub fn release_pages(&self) {
+        self.storage.release_pages();
     }
 
     /// Parses a GGUF file held in memory (for tests and fuzzing); `path` only labels errors.

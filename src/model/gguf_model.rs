@@ -247,6 +247,10 @@ impl WeightSource for GgufCheckpoint {
         self.path.display().to_string()
     }
 
+    fn release_pages(&self) {
+        self.file.release_pages();
+    }
+
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
         let Some(gguf) = gguf_name(name) else {
             return Ok(None);

@@ -9,10 +9,12 @@ pub mod gguf_model;
 pub mod hub;
 pub mod llama;
 pub mod rope;
+pub mod stream;
 pub mod tokenizer;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::prelude::*;
 
@@ -115,6 +117,9 @@ pub enum LoadError {
     /// Hub problems.
     #[error(transparent)]
     Hub(#[from] hub::HubError),
+    /// Layer streaming problems.
+    #[error(transparent)]
+    Stream(#[from] stream::StreamError),
     /// A file of the model folder could not be read.
     #[error("cannot read `{path}`")]
     Read {
@@ -139,11 +144,15 @@ pub enum LoadError {
 }
 
 /// A model ready to run: its config, weights on the device and tokenizer.
-pub struct LoadedModel<B: Backend> {
+pub type LoadedModel<B> = Loaded<Llama<B>>;
+
+/// A loaded model `M` (a [`Llama`] in memory, or a streamed [`stream::Decoder`]) with its
+/// config and tokenizer.
+pub struct Loaded<M> {
     /// Resolved configuration.
     pub config: LlamaConfig,
     /// The decoder on the device.
-    pub model: Llama<B>,
+    pub model: M,
     /// The tokenizer.
     pub tokenizer: Tokenizer,
     /// Parameter count read from the checkpoint headers.
@@ -154,6 +163,27 @@ pub struct LoadedModel<B: Backend> {
     /// `special_tokens_map.json`, `generation_config.json`) by name, to write beside a saved
     /// copy: copied from a folder, made from the metadata of a GGUF file.
     pub tokenizer_files: Vec<(String, String)>,
+}
+
+impl<M> Loaded<M> {
+    /// The same model in another form (e.g. wrapped in a [`stream::Decoder`]).
+    pub fn map_model<N>(self, f: impl FnOnce(M) -> N) -> Loaded<N> {
+        match self.try_map_model(|m| Ok::<N, std::convert::Infallible>(f(m))) {
+            Ok(loaded) => loaded,
+        }
+    }
+
+    /// [`Loaded::map_model`] with a conversion that may fail.
+    pub fn try_map_model<N, E>(self, f: impl FnOnce(M) -> Result<N, E>) -> Result<Loaded<N>, E> {
+        Ok(Loaded {
+            config: self.config,
+            model: f(self.model)?,
+            tokenizer: self.tokenizer,
+            parameter_count: self.parameter_count,
+            origin: self.origin,
+            tokenizer_files: self.tokenizer_files,
+        })
+    }
 }
 
 /// The shape of a model from its config alone, with the exact parameter count from the
@@ -206,23 +236,50 @@ pub fn load<B: Backend>(
     origin: &ModelRef,
     device: &B::Device,
 ) -> Result<LoadedModel<B>, LoadError> {
+    load_with(origin, |config, source| {
+        Ok(weights::build_llama(config, source.as_ref(), device)?)
+    })
+}
+
+/// Opens a model for layer streaming ([`stream::StreamedLlama`]): only its embeddings, final
+/// norm and LM head are loaded; layers are read from the checkpoint when used, and replaced
+/// layers go to a layer store below `store_root`.
+pub fn load_streamed<B: Backend>(
+    origin: &ModelRef,
+    device: &B::Device,
+    store_root: &Path,
+) -> Result<Loaded<stream::StreamedLlama<B>>, LoadError> {
+    load_with(origin, |config, source| {
+        Ok(stream::StreamedLlama::open(
+            config, source, device, store_root,
+        )?)
+    })
+}
+
+/// Opens the checkpoint of `origin`, its config and tokenizer, and makes the model with
+/// `build(config, checkpoint)`.
+fn load_with<M>(
+    origin: &ModelRef,
+    build: impl FnOnce(&LlamaConfig, Arc<dyn WeightSource>) -> Result<M, LoadError>,
+) -> Result<Loaded<M>, LoadError> {
     match origin {
         ModelRef::Gguf(path) => {
             let checkpoint = gguf_model::GgufCheckpoint::open(path)?;
             let tokenizer = checkpoint.tokenizer()?;
             let config = checkpoint.config().clone();
-            let model = weights::build_llama(&config, &checkpoint, device)?;
             let tokenizer_files = checkpoint.tokenizer_files(&tokenizer);
+            let parameter_count = checkpoint.parameter_count();
+            let model = build(&config, Arc::new(checkpoint))?;
             finish(
                 origin,
                 config,
                 model,
                 tokenizer,
-                checkpoint.parameter_count(),
+                parameter_count,
                 tokenizer_files,
             )
         }
-        ModelRef::Folder(folder) => load_folder(origin, folder, device),
+        ModelRef::Folder(folder) => load_folder(origin, folder, build),
         ModelRef::Hub { repo_id, revision } => {
             let request = hub::HubRequest {
                 repo_id: repo_id.clone(),
@@ -232,20 +289,21 @@ pub fn load<B: Backend>(
                 offline: false,
             };
             let folder = hub::fetch_model(&request)?;
-            load_folder(origin, &folder, device)
+            load_folder(origin, &folder, build)
         }
     }
 }
 
-fn load_folder<B: Backend>(
+fn load_folder<M>(
     origin: &ModelRef,
     folder: &Path,
-    device: &B::Device,
-) -> Result<LoadedModel<B>, LoadError> {
+    build: impl FnOnce(&LlamaConfig, Arc<dyn WeightSource>) -> Result<M, LoadError>,
+) -> Result<Loaded<M>, LoadError> {
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
     let tokenizer = Tokenizer::from_file(&folder.join("tokenizer.json"))?;
     let source = SafetensorsSource::open(folder)?;
-    let model = weights::build_llama(&config, &source, device)?;
+    let parameter_count = source.parameter_count();
+    let model = build(&config, Arc::new(source))?;
     let tokenizer_files = TOKENIZER_FILES
         .iter()
         .filter_map(|name| {
@@ -265,7 +323,7 @@ fn load_folder<B: Backend>(
         config,
         model,
         tokenizer,
-        source.parameter_count(),
+        parameter_count,
         tokenizer_files,
     )
 }
@@ -277,14 +335,14 @@ const TOKENIZER_FILES: [&str; 3] = [
     "generation_config.json",
 ];
 
-fn finish<B: Backend>(
+fn finish<M>(
     origin: &ModelRef,
     config: LlamaConfig,
-    model: Llama<B>,
+    model: M,
     tokenizer: Tokenizer,
     parameter_count: u64,
     tokenizer_files: Vec<(String, String)>,
-) -> Result<LoadedModel<B>, LoadError> {
+) -> Result<Loaded<M>, LoadError> {
     // Tokenizers may carry fewer ids than the embedding matrix (padding rows), never more.
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(LoadError::VocabMismatch {
@@ -293,7 +351,7 @@ fn finish<B: Backend>(
             model_vocab: config.vocab_size,
         });
     }
-    Ok(LoadedModel {
+    Ok(Loaded {
         config,
         model,
         tokenizer,

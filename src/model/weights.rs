@@ -73,7 +73,7 @@ pub enum WeightError {
 }
 
 /// A tensor on the host: row-major f32 data in PyTorch layout.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct HostTensor {
     /// Dimensions, outermost first.
     pub shape: Vec<usize>,
@@ -89,6 +89,9 @@ pub trait WeightSource {
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError>;
     /// The parameter count of every tensor in the checkpoint, read from headers only.
     fn parameter_count(&self) -> u64;
+    /// Drops the pages of memory-mapped files read so far from the process's resident set
+    /// (they stay in the page cache); layer streaming calls it after reading each layer.
+    fn release_pages(&self) {}
 }
 
 struct Shard {
@@ -210,6 +213,18 @@ fn open_shard(path: &Path) -> Result<Shard, WeightError> {
 }
 
 impl WeightSource for SafetensorsSource {
+    fn release_pages(&self) {
+        for shard in &self.shards {
+            // SAFETY: the maps are read-only and file-backed, so MADV_DONTNEED only drops
+            // pages that the next read faults in again from the file.
+            let _ = unsafe {
+                shard
+                    .mmap
+                    .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+            };
+        }
+    }
+
     fn name(&self) -> String {
         self.folder.display().to_string()
     }
@@ -340,55 +355,27 @@ pub fn build_llama<B: Backend>(
     source: &dyn WeightSource,
     device: &B::Device,
 ) -> Result<Llama<B>, WeightError> {
-    let b = Builder::<B> { source, device };
-    let (h, heads, kv, d, inter) = (
-        config.hidden_size,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-        config.intermediate_size,
-    );
-    let eps = config.rms_norm_eps;
-    // Not `with_capacity(num_hidden_layers)`: the count comes from the file, and each layer must
-    // find its tensors there before it takes memory.
+    // Layer by layer, not `with_capacity(num_hidden_layers)`: the count comes from the file,
+    // and each layer must find its tensors there before it takes memory.
     let mut layers = Vec::new();
     for i in 0..config.num_hidden_layers {
-        let p = format!("model.layers.{i}");
-        layers.push(DecoderLayer {
-            self_attn: Attention {
-                q_proj: b.linear(
-                    &format!("{p}.self_attn.q_proj"),
-                    h,
-                    heads * d,
-                    config.qkv_bias,
-                )?,
-                k_proj: b.linear(&format!("{p}.self_attn.k_proj"), h, kv * d, config.qkv_bias)?,
-                v_proj: b.linear(&format!("{p}.self_attn.v_proj"), h, kv * d, config.qkv_bias)?,
-                o_proj: b.linear(
-                    &format!("{p}.self_attn.o_proj"),
-                    heads * d,
-                    h,
-                    config.o_bias,
-                )?,
-                num_heads: heads,
-                num_kv_heads: kv,
-                head_dim: d,
-            },
-            mlp: Mlp {
-                gate_proj: b.linear(&format!("{p}.mlp.gate_proj"), h, inter, false)?,
-                up_proj: b.linear(&format!("{p}.mlp.up_proj"), h, inter, false)?,
-                down_proj: b.linear(&format!("{p}.mlp.down_proj"), inter, h, false)?,
-            },
-            input_layernorm: RmsNorm::new(
-                b.vector(&format!("{p}.input_layernorm.weight"), h)?,
-                eps,
-            ),
-            post_attention_layernorm: RmsNorm::new(
-                b.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-                eps,
-            ),
-        });
+        layers.push(build_layer(config, source, i, device)?);
     }
+    Ok(Llama {
+        layers,
+        ..build_shell(config, source, device)?
+    })
+}
+
+/// The model without its decoder layers: embeddings, final norm, LM head and rotary
+/// frequencies (what layer streaming keeps in memory).
+pub fn build_shell<B: Backend>(
+    config: &LlamaConfig,
+    source: &dyn WeightSource,
+    device: &B::Device,
+) -> Result<Llama<B>, WeightError> {
+    let b = Builder::<B> { source, device };
+    let h = config.hidden_size;
     let embed = b.fetch("model.embed_tokens.weight", &[config.vocab_size, h])?;
     let embed_tokens = Embedding {
         weight: Param::from_tensor(Tensor::from_data(
@@ -403,10 +390,60 @@ pub fn build_llama<B: Backend>(
     };
     Ok(Llama {
         embed_tokens,
-        layers,
-        norm: RmsNorm::new(b.vector("model.norm.weight", h)?, eps),
+        layers: Vec::new(),
+        norm: RmsNorm::new(b.vector("model.norm.weight", h)?, config.rms_norm_eps),
         lm_head,
         inv_freq: rope::inv_freq(config),
+    })
+}
+
+/// Decoder layer `i` from a checkpoint, its shapes checked against the config.
+pub fn build_layer<B: Backend>(
+    config: &LlamaConfig,
+    source: &dyn WeightSource,
+    i: usize,
+    device: &B::Device,
+) -> Result<DecoderLayer<B>, WeightError> {
+    let b = Builder::<B> { source, device };
+    let (h, heads, kv, d, inter) = (
+        config.hidden_size,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        config.intermediate_size,
+    );
+    let eps = config.rms_norm_eps;
+    let p = format!("model.layers.{i}");
+    Ok(DecoderLayer {
+        self_attn: Attention {
+            q_proj: b.linear(
+                &format!("{p}.self_attn.q_proj"),
+                h,
+                heads * d,
+                config.qkv_bias,
+            )?,
+            k_proj: b.linear(&format!("{p}.self_attn.k_proj"), h, kv * d, config.qkv_bias)?,
+            v_proj: b.linear(&format!("{p}.self_attn.v_proj"), h, kv * d, config.qkv_bias)?,
+            o_proj: b.linear(
+                &format!("{p}.self_attn.o_proj"),
+                heads * d,
+                h,
+                config.o_bias,
+            )?,
+            num_heads: heads,
+            num_kv_heads: kv,
+            head_dim: d,
+        },
+        mlp: Mlp {
+            gate_proj: b.linear(&format!("{p}.mlp.gate_proj"), h, inter, false)?,
+            up_proj: b.linear(&format!("{p}.mlp.up_proj"), h, inter, false)?,
+            down_proj: b.linear(&format!("{p}.mlp.down_proj"), inter, h, false)?,
+        },
+        input_layernorm: RmsNorm::new(b.vector(&format!("{p}.input_layernorm.weight"), h)?, eps),
+        post_attention_layernorm: RmsNorm::new(
+            b.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            eps,
+        ),
     })
 }
 

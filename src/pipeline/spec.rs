@@ -406,6 +406,9 @@ fn default_headroom() -> f64 {
     0.1
 }
 
+/// Calibration sizes first, then streaming (kept as it was when streaming was added, so cell
+/// ids do not change); `reduce: [streaming, nsamples, seqlen]` tries first what changes no
+/// number of the run, only its time.
 fn default_reduce() -> Vec<ReduceKey> {
     vec![ReduceKey::Nsamples, ReduceKey::Seqlen, ReduceKey::Streaming]
 }
@@ -418,7 +421,8 @@ pub enum ReduceKey {
     Nsamples,
     /// `calibration.seqlen`, halved down to its floor.
     Seqlen,
-    /// Layer streaming: only the current layer's weights on the device.
+    /// Layer streaming: only the current layer's weights in memory, the others read from
+    /// disk (the checkpoint, or the layer store of pruned layers) when their turn comes.
     Streaming,
     /// `evaluation.seqlen`: clamped to the model's context, halved down to the seqlen floor;
     /// never changed unless listed.

@@ -21,7 +21,8 @@ use super::sparsegpt::{prune_sparsegpt, Hessian, SparseGptOptions};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{PruneError, Sparsity};
 use crate::model::fused;
-use crate::model::llama::{DecoderLayer, LayerContext, LinearInput, Llama};
+use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
+use crate::model::stream::Layers;
 
 /// The pruning method.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,10 +81,11 @@ pub struct ModelSparsity {
 }
 
 /// Measures the sparsity of every prunable linear of `model`.
-pub fn measure<B: Backend>(model: &Llama<B>) -> Result<ModelSparsity, PruneError> {
+pub fn measure<B: Backend>(model: &impl Layers<B>) -> Result<ModelSparsity, PruneError> {
     let mut report = ModelSparsity::default();
     let (mut zeros, mut total) = (0usize, 0usize);
-    for (i, layer) in model.layers.iter().enumerate() {
+    for i in 0..model.layer_count() {
+        let layer = model.layer(i)?;
         let (mut lz, mut lt) = (0usize, 0usize);
         for (name, _, linear) in layer.linears() {
             let (w, dims) = host_weight(linear.weight.val());
@@ -175,9 +177,10 @@ impl<B: Backend> LayerStats<B> {
 ///
 /// `calibration` holds the token windows (each the same length); it is required unless the
 /// method is magnitude. `batch` samples run through a layer at once. `progress(layer, layers)`
-/// is called after each layer.
+/// is called after each layer. Layers are taken one at a time and put back pruned, so a
+/// streamed model ([`crate::model::stream`]) holds one layer in memory.
 pub fn prune_model<B: Backend>(
-    model: &mut Llama<B>,
+    model: &mut impl Layers<B>,
     method: Method,
     sparsity: Sparsity,
     calibration: &[Vec<u32>],
@@ -185,12 +188,14 @@ pub fn prune_model<B: Backend>(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ModelSparsity, PruneError> {
     sparsity.validate()?;
-    let layers = model.layers.len();
+    let layers = model.layer_count();
     if !method.needs_calibration() {
-        for (i, layer) in model.layers.iter_mut().enumerate() {
-            prune_layer(layer, |w, dims, _| {
+        for i in 0..layers {
+            let mut layer = model.layer(i)?.into_owned();
+            prune_layer(&mut layer, |w, dims, _| {
                 prune_magnitude(w, dims, sparsity).map(|_| ())
             })?;
+            model.set_layer(i, layer)?;
             progress(i + 1, layers);
         }
         return measure(model);
@@ -201,7 +206,8 @@ pub fn prune_model<B: Backend>(
             what: "calibration set (empty or windows of unequal length)",
         });
     }
-    let device = model.embed_tokens.weight.device();
+    let shell = model.shell();
+    let device = shell.embed_tokens.weight.device();
     let batch = batch.max(1);
     // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
     let mut inputs: Vec<Tensor<B, 3>> = calibration
@@ -212,12 +218,13 @@ pub fn prune_model<B: Backend>(
                 TensorData::new(ids, [chunk.len(), seqlen]),
                 &device,
             );
-            model.embed(tokens)
+            shell.embed(tokens)
         })
         .collect();
-    let (cos, sin) = model.rope_tables(0, seqlen);
+    let (cos, sin) = shell.rope_tables(0, seqlen);
     let gram = matches!(method, Method::SparseGpt(_));
-    for (i, layer) in model.layers.iter_mut().enumerate() {
+    for i in 0..layers {
+        let mut layer = model.layer(i)?.into_owned();
         let mut stats = LayerStats::<B>::new(gram);
         for x in &inputs {
             let [b, s, _] = x.dims();
@@ -237,7 +244,7 @@ pub fn prune_model<B: Backend>(
             .into_iter()
             .map(|(k, t)| (k, host_vec(t)))
             .collect();
-        prune_layer(layer, |w, dims, input| {
+        prune_layer(&mut layer, |w, dims, input| {
             let sums = host.get(&input).ok_or(PruneError::NoSamples {
                 what: "layer input statistics",
             })?;
@@ -266,6 +273,7 @@ pub fn prune_model<B: Backend>(
                 layer.forward(x, ctx)
             })
             .collect();
+        model.set_layer(i, layer)?;
         progress(i + 1, layers);
     }
     // The calibration activations and work buffers are gone; the heap need not keep them.

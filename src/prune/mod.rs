@@ -34,6 +34,12 @@ pub mod wanda;
 
 pub use pattern::Sparsity;
 
+impl From<crate::model::stream::StreamError> for PruneError {
+    fn from(e: crate::model::stream::StreamError) -> Self {
+        PruneError::Layers(e.to_string())
+    }
+}
+
 /// Errors of the pruning kernels.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PruneError {
@@ -138,6 +144,10 @@ pub enum PruneError {
         /// What is wrong.
         reason: String,
     },
+    /// A streamed layer could not be read or stored (the message of the
+    /// [`crate::model::stream::StreamError`]).
+    #[error("{0}")]
+    Layers(String),
     /// SparseGPT produced a NaN or infinite weight.
     #[error(
         "sparsegpt produced a non-finite weight at input channel {channel}, output channel {output}; \

@@ -9,9 +9,10 @@ use crate::memory::device;
 use crate::memory::estimate::{estimate_prune, render, ComputeDevice, PruneRun};
 use crate::memory::gate::{decide, GatePolicy};
 use crate::memory::shape::{gib, Place};
+use crate::model::stream::Decoder;
 use crate::pipeline::plan::Plan;
 use crate::pipeline::runner::{StageFailure, StageOutcome};
-use crate::pipeline::spec::{Budget, GateOptions, ReduceKey, StageOptions};
+use crate::pipeline::spec::{Budget, GateOptions, StageOptions};
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
@@ -28,7 +29,7 @@ pub(super) fn run<B: Backend>(
         stage,
     )?;
     let decision = decide(&estimated.shape, &estimated.run, &policy(options, budget))?;
-    let table = format!("{}{}", decision.render(&label), no_streaming_note(options));
+    let table = decision.render(&label);
     (exec.report)(&table);
     if !decision.fits {
         let stage_breakdown = decision
@@ -45,8 +46,26 @@ pub(super) fn run<B: Backend>(
             ),
         });
     }
+    settle_layers(exec, decision.effective.streaming)?;
     exec.gate = Some(decision);
     Ok(StageOutcome::Continue)
+}
+
+/// Keeps the model streamed when the gate counted on streaming (checking every layer of the
+/// checkpoint once, so a broken one stops the run now rather than mid-prune), else reads all
+/// its layers into memory.
+fn settle_layers<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    streaming: bool,
+) -> Result<(), StageFailure> {
+    let Some(base) = exec.base.take() else {
+        return Ok(());
+    };
+    exec.base = Some(base.try_map_model(|model| match model {
+        Decoder::Streamed(model) if streaming => model.check().map(|()| Decoder::Streamed(model)),
+        model => model.into_resident().map(Decoder::Resident),
+    })?);
+    Ok(())
 }
 
 /// The gate's decision for `plan` before anything runs (for `wanda run --dry-run`): the
@@ -86,9 +105,8 @@ pub fn dry_run(
     let decision = decide(&shape, &run, &policy(options, bytes))?;
     let e = &decision.effective;
     Ok(Some(format!(
-        "{}{}effective: calibration.nsamples {}, calibration.seqlen {}, evaluation.seqlen {}, streaming {}\n",
+        "{}effective: calibration.nsamples {}, calibration.seqlen {}, evaluation.seqlen {}, streaming {}\n",
         decision.render(&label),
-        no_streaming_note(options),
         e.nsamples,
         e.seqlen,
         e.eval_seqlen.map_or("—".into(), |s| s.to_string()),
@@ -96,29 +114,13 @@ pub fn dry_run(
     )))
 }
 
-/// The gate's policy for `options` and `budget` bytes, without layer streaming: the executor
-/// keeps the whole model on the device, so a decision that counted on streaming would let a
-/// run start that then runs out of memory.
+/// The gate's policy for `options` and `budget` bytes.
 fn policy(options: &GateOptions, budget: u64) -> GatePolicy {
     GatePolicy {
         budget,
         headroom: options.headroom,
-        reduce: options
-            .reduce
-            .iter()
-            .copied()
-            .filter(|k| *k != ReduceKey::Streaming)
-            .collect(),
+        reduce: options.reduce.clone(),
         floor: options.floor.clone(),
-    }
-}
-
-/// A line saying that `streaming`, listed among the settings the gate may reduce, is not used.
-fn no_streaming_note(options: &GateOptions) -> &'static str {
-    if options.reduce.contains(&ReduceKey::Streaming) {
-        "  streaming              not used: this version keeps the whole model on the device\n"
-    } else {
-        ""
     }
 }
 

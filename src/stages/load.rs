@@ -1,8 +1,10 @@
-//! `load`: the model from the pipeline's `model:` onto the device, and its hash.
+//! `load`: the model from the pipeline's `model:` onto the device (or, when a gate follows,
+//! opened for streaming until the gate decides), and its hash.
 
 use burn::prelude::Backend;
 
 use super::PipelineExecutor;
+use crate::model::stream::Decoder;
 use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{ModelSource, Settings};
@@ -29,6 +31,13 @@ pub(super) fn run<B: Backend>(
 ) -> Result<(), StageFailure> {
     let origin = model_ref(settings, &exec.base_dir)?;
     exec.hashes.model = exec.model_hash(settings)?;
-    exec.base = Some(model::load::<B>(&origin, &exec.device)?);
+    // With a gate ahead, the layers stay in the checkpoint until it decides whether the run
+    // streams them (reading them now would already take the memory it may not have).
+    exec.base = Some(if exec.gated {
+        model::load_streamed::<B>(&origin, &exec.device, &exec.results_dir)?
+            .map_model(Decoder::Streamed)
+    } else {
+        model::load::<B>(&origin, &exec.device)?.map_model(Decoder::Resident)
+    });
     Ok(())
 }

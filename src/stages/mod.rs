@@ -19,8 +19,8 @@ use burn::prelude::Backend;
 
 use crate::data::calibration::CalibrationSet;
 use crate::memory::gate::GateDecision;
-use crate::model::llama::Llama;
-use crate::model::LoadedModel;
+use crate::model::stream::Decoder;
+use crate::model::Loaded;
 use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
 use crate::pipeline::record::{Hashes, RunRecord};
 use crate::pipeline::runner::{Executor, StageFailure, StageOutcome};
@@ -66,8 +66,12 @@ pub struct PipelineExecutor<B: Backend> {
     results_dir: PathBuf,
     device: B::Device,
     device_label: String,
-    /// The loaded (dense) model, shared by every cell.
-    base: Option<LoadedModel<B>>,
+    /// The loaded (dense) model, shared by every cell: streamed from its checkpoint from the
+    /// `load` stage until a gate decides whether it stays streamed.
+    base: Option<Loaded<Decoder<B>>>,
+    /// Whether a gate stage will decide on layer streaming (so `load` leaves the layers on
+    /// disk until then).
+    gated: bool,
     /// Pruned copies, by the prune node that made them: (stage id, cell index or None).
     pruned: Vec<(NodeKey, Pruned<B>)>,
     calibration: Option<CalibrationSet>,
@@ -96,7 +100,7 @@ pub struct PipelineExecutor<B: Backend> {
 
 /// A pruned copy of the model and its measured sparsity.
 struct Pruned<B: Backend> {
-    model: Llama<B>,
+    model: Decoder<B>,
     report: ModelSparsity,
 }
 
@@ -113,6 +117,11 @@ impl<B: Backend> PipelineExecutor<B> {
             device,
             device_label,
             base: None,
+            gated: plan
+                .spec
+                .stages
+                .iter()
+                .any(|s| matches!(s.options, StageOptions::Gate(_))),
             pruned: Vec::new(),
             calibration: None,
             eval_ids: None,
@@ -194,7 +203,7 @@ impl<B: Backend> PipelineExecutor<B> {
         }
     }
 
-    fn base(&self, stage: &str) -> Result<&LoadedModel<B>, StageError> {
+    fn base(&self, stage: &str) -> Result<&Loaded<Decoder<B>>, StageError> {
         self.base.as_ref().ok_or_else(|| StageError::Missing {
             stage: stage.to_string(),
             what: "a loaded model",
@@ -203,7 +212,7 @@ impl<B: Backend> PipelineExecutor<B> {
 
     /// The model a stage works on: the copy made by the last prune stage upstream of it, or
     /// the dense model when none is (e.g. a dense evaluation branch).
-    fn current(&self, stage: &str, upstream: &[&StageNode]) -> Result<&Llama<B>, StageError> {
+    fn current(&self, stage: &str, upstream: &[&StageNode]) -> Result<&Decoder<B>, StageError> {
         match self.pruned_upstream(stage, upstream)? {
             Some(pruned) => Ok(&pruned.model),
             None => Ok(&self.base(stage)?.model),

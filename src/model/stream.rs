@@ -1,0 +1,681 @@
+//! Layer streaming: a decoder whose layers are not all in memory at once.
+//!
+//! A [`StreamedLlama`] keeps in memory only what every token needs (embeddings, final norm, LM
+//! head — its *shell*). Each decoder layer is read when asked for: a dense layer from the
+//! checkpoint it was loaded from (dequantised again, exactly as a full load would), a layer
+//! that was replaced (pruned) from its own safetensors file in a layer store on disk. Memory
+//! then holds the shell, the layer in use and the activations, whatever the depth of the model.
+//!
+//! Clones are cheap and share files: a pruned copy of a streamed model starts with the dense
+//! model's layer slots and writes only the layers it replaces. A stored file is deleted when
+//! the last model that uses it is dropped, and the store's folder with it.
+//!
+//! [`Layers`] is what pruning, evaluation and saving need of a model, so they run unchanged on
+//! a [`Llama`] in memory and on a streamed one; [`Decoder`] is either.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use burn::module::Param;
+use burn::nn::Linear;
+use burn::prelude::*;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use super::config::LlamaConfig;
+use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
+use super::weights::{build_layer, build_shell, WeightError, WeightSource};
+
+/// Errors of a streamed model's layers.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The layer store could not be written or read.
+    #[error("layer store `{path}`: {source}; check that the results folder's disk has room for the pruned layers")]
+    Io {
+        /// The file or folder.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored layer file does not hold what was written.
+    #[error("layer store file `{path}` is damaged ({reason}); run again")]
+    Damaged {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A layer could not be read from the checkpoint.
+    #[error(transparent)]
+    Checkpoint(#[from] WeightError),
+    /// A layer index past the model's depth.
+    #[error("layer {index} asked of a model with {count} layers")]
+    NoSuchLayer {
+        /// The index.
+        index: usize,
+        /// The model's layers.
+        count: usize,
+    },
+}
+
+/// What pruning, evaluation and saving need of a model: its shell and its layers one at a time.
+pub trait Layers<B: Backend> {
+    /// Embeddings, final norm, LM head and rotary frequencies (its `layers` may be empty).
+    fn shell(&self) -> &Llama<B>;
+    /// Number of decoder layers.
+    fn layer_count(&self) -> usize;
+    /// Decoder layer `i`: borrowed when in memory, read from disk when streamed.
+    fn layer(&self, i: usize) -> Result<Cow<'_, DecoderLayer<B>>, StreamError>;
+    /// Replaces decoder layer `i` (a streamed model writes it to its layer store).
+    fn set_layer(&mut self, i: usize, layer: DecoderLayer<B>) -> Result<(), StreamError>;
+    /// The whole model when every layer is in memory.
+    fn resident(&self) -> Option<&Llama<B>>;
+}
+
+impl<B: Backend> Layers<B> for Llama<B> {
+    fn shell(&self) -> &Llama<B> {
+        self
+    }
+
+    fn layer_count(&self) -> usize {
+        self.layers.len()
+    }
+
+    fn layer(&self, i: usize) -> Result<Cow<'_, DecoderLayer<B>>, StreamError> {
+        self.layers
+            .get(i)
+            .map(Cow::Borrowed)
+            .ok_or(StreamError::NoSuchLayer {
+                index: i,
+                count: self.layers.len(),
+            })
+    }
+
+    fn set_layer(&mut self, i: usize, layer: DecoderLayer<B>) -> Result<(), StreamError> {
+        let count = self.layers.len();
+        let slot = self
+            .layers
+            .get_mut(i)
+            .ok_or(StreamError::NoSuchLayer { index: i, count })?;
+        *slot = layer;
+        Ok(())
+    }
+
+    fn resident(&self) -> Option<&Llama<B>> {
+        Some(self)
+    }
+}
+
+/// A folder of stored layers, removed with its last file.
+#[derive(Debug)]
+struct StoreDir {
+    path: PathBuf,
+    next: AtomicUsize,
+}
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        // Best effort: a folder left behind is removed by the next run (see `create`).
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Prefix of store folders; the process id follows, so a later run can tell stale ones.
+const STORE_PREFIX: &str = ".wanda-layers-";
+
+impl StoreDir {
+    /// A new, empty store folder below `root`; folders that processes no longer running left
+    /// there are removed first.
+    fn create(root: &Path) -> Result<Self, StreamError> {
+        static STORES: AtomicUsize = AtomicUsize::new(0);
+        let io = |path: &Path| {
+            let path = path.display().to_string();
+            move |source| StreamError::Io { path, source }
+        };
+        std::fs::create_dir_all(root).map_err(io(root))?;
+        remove_stale_stores(root);
+        let path = root.join(format!(
+            "{STORE_PREFIX}{}-{}",
+            std::process::id(),
+            STORES.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).map_err(io(&path))?;
+        Ok(Self {
+            path,
+            next: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// Removes the store folders below `root` whose process is gone (Linux only: elsewhere there
+/// is no cheap way to tell, and a live run's folder must never be removed).
+fn remove_stale_stores(root: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(STORE_PREFIX)) else {
+            continue;
+        };
+        let pid = rest.split('-').next().unwrap_or_default();
+        if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// One stored layer, deleted when no model uses it any more.
+#[derive(Debug)]
+struct LayerFile {
+    path: PathBuf,
+    _store: Arc<StoreDir>,
+}
+
+impl Drop for LayerFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Where a streamed layer is read from.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// The checkpoint, unchanged.
+    Checkpoint,
+    /// A replaced layer in the store.
+    Stored(Arc<LayerFile>),
+}
+
+/// A model streamed layer by layer from its checkpoint and a layer store on disk.
+#[derive(Clone)]
+pub struct StreamedLlama<B: Backend> {
+    shell: Llama<B>,
+    slots: Vec<Slot>,
+    checkpoint: Arc<dyn WeightSource>,
+    config: LlamaConfig,
+    store: Arc<StoreDir>,
+    device: B::Device,
+}
+
+impl<B: Backend> StreamedLlama<B> {
+    /// Opens `checkpoint` for streaming: the shell is loaded, the layers are read when asked
+    /// for (see [`StreamedLlama::check`]). Replaced layers are stored in a new folder below
+    /// `store_root`.
+    pub fn open(
+        config: &LlamaConfig,
+        checkpoint: Arc<dyn WeightSource>,
+        device: &B::Device,
+        store_root: &Path,
+    ) -> Result<Self, StreamError> {
+        let shell = build_shell(config, checkpoint.as_ref(), device)?;
+        checkpoint.release_pages();
+        Ok(Self {
+            shell,
+            slots: vec![Slot::Checkpoint; config.num_hidden_layers],
+            checkpoint,
+            config: config.clone(),
+            store: Arc::new(StoreDir::create(store_root)?),
+            device: device.clone(),
+        })
+    }
+
+    /// Reads every layer not yet replaced from the checkpoint once, and drops it: a missing or
+    /// misshapen tensor is an error now rather than when the layer's turn comes.
+    pub fn check(&self) -> Result<(), StreamError> {
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Slot::Checkpoint = slot {
+                build_layer::<B>(&self.config, self.checkpoint.as_ref(), i, &self.device)?;
+                self.checkpoint.release_pages();
+            }
+        }
+        Ok(())
+    }
+
+    /// Every layer read into memory: the model as a plain [`Llama`].
+    pub fn into_resident(self) -> Result<Llama<B>, StreamError> {
+        let layers = (0..self.slots.len())
+            .map(|i| self.layer(i).map(Cow::into_owned))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Llama {
+            layers,
+            ..self.shell
+        })
+    }
+
+    /// The folder replaced layers are written to.
+    pub fn store_path(&self) -> &Path {
+        &self.store.path
+    }
+}
+
+impl<B: Backend> Layers<B> for StreamedLlama<B> {
+    fn shell(&self) -> &Llama<B> {
+        &self.shell
+    }
+
+    fn layer_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn layer(&self, i: usize) -> Result<Cow<'_, DecoderLayer<B>>, StreamError> {
+        match self.slots.get(i) {
+            None => Err(StreamError::NoSuchLayer {
+                index: i,
+                count: self.slots.len(),
+            }),
+            Some(Slot::Checkpoint) => {
+                let layer = build_layer(&self.config, self.checkpoint.as_ref(), i, &self.device);
+                self.checkpoint.release_pages();
+                Ok(Cow::Owned(layer?))
+            }
+            Some(Slot::Stored(file)) => Ok(Cow::Owned(read_layer(
+                &file.path,
+                &self.config,
+                &self.device,
+            )?)),
+        }
+    }
+
+    fn set_layer(&mut self, i: usize, layer: DecoderLayer<B>) -> Result<(), StreamError> {
+        let count = self.slots.len();
+        if i >= count {
+            return Err(StreamError::NoSuchLayer { index: i, count });
+        }
+        let n = self.store.next.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .store
+            .path
+            .join(format!("layer-{i:05}-{n}.safetensors"));
+        write_layer(&layer, &path)?;
+        self.slots[i] = Slot::Stored(Arc::new(LayerFile {
+            path,
+            _store: self.store.clone(),
+        }));
+        Ok(())
+    }
+
+    fn resident(&self) -> Option<&Llama<B>> {
+        None
+    }
+}
+
+/// A model with all its layers in memory, or streamed.
+// Both variants hold a model's shell (a few hundred bytes of handles); one is made per model.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub enum Decoder<B: Backend> {
+    /// Every layer in memory.
+    Resident(Llama<B>),
+    /// One layer at a time.
+    Streamed(StreamedLlama<B>),
+}
+
+impl<B: Backend> Decoder<B> {
+    /// The model with every layer in memory.
+    pub fn into_resident(self) -> Result<Llama<B>, StreamError> {
+        match self {
+            Decoder::Resident(model) => Ok(model),
+            Decoder::Streamed(model) => model.into_resident(),
+        }
+    }
+}
+
+impl<B: Backend> Layers<B> for Decoder<B> {
+    fn shell(&self) -> &Llama<B> {
+        match self {
+            Decoder::Resident(m) => m.shell(),
+            Decoder::Streamed(m) => m.shell(),
+        }
+    }
+
+    fn layer_count(&self) -> usize {
+        match self {
+            Decoder::Resident(m) => m.layer_count(),
+            Decoder::Streamed(m) => m.layer_count(),
+        }
+    }
+
+    fn layer(&self, i: usize) -> Result<Cow<'_, DecoderLayer<B>>, StreamError> {
+        match self {
+            Decoder::Resident(m) => m.layer(i),
+            Decoder::Streamed(m) => m.layer(i),
+        }
+    }
+
+    fn set_layer(&mut self, i: usize, layer: DecoderLayer<B>) -> Result<(), StreamError> {
+        match self {
+            Decoder::Resident(m) => m.set_layer(i, layer),
+            Decoder::Streamed(m) => m.set_layer(i, layer),
+        }
+    }
+
+    fn resident(&self) -> Option<&Llama<B>> {
+        match self {
+            Decoder::Resident(m) => Some(m),
+            Decoder::Streamed(_) => None,
+        }
+    }
+}
+
+/// The names of a layer's linears in a stored file, with the linear.
+fn linears_of<B: Backend>(layer: &DecoderLayer<B>) -> impl Iterator<Item = (&str, &Linear<B>)> {
+    layer.linears().into_iter().map(|(name, _, l)| (name, l))
+}
+
+fn f32_values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("converted to f32 above")
+}
+
+/// Writes `layer` to `path` as f32 safetensors in Burn's layout (linear weights `[in, out]`),
+/// through a temporary file renamed into place, so a file that exists is complete.
+fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), StreamError> {
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut push = |name: String, shape: Vec<usize>, values: Vec<f32>| {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tensors.push((name, shape, bytes));
+    };
+    for (name, linear) in linears_of(layer) {
+        let w = linear.weight.val();
+        push(format!("{name}.weight"), w.dims().to_vec(), f32_values(w));
+        if let Some(bias) = &linear.bias {
+            let b = bias.val();
+            push(format!("{name}.bias"), b.dims().to_vec(), f32_values(b));
+        }
+    }
+    for (name, norm) in [
+        ("input_layernorm", &layer.input_layernorm),
+        ("post_attention_layernorm", &layer.post_attention_layernorm),
+    ] {
+        let w = norm.weight.val();
+        push(format!("{name}.weight"), w.dims().to_vec(), f32_values(w));
+    }
+    let damaged = |reason: String| StreamError::Damaged {
+        path: path.display().to_string(),
+        reason,
+    };
+    let views = tensors
+        .iter()
+        .map(|(name, shape, bytes)| {
+            TensorView::new(Dtype::F32, shape.clone(), bytes)
+                .map(|v| (name.as_str(), v))
+                .map_err(|e| damaged(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let partial = path.with_extension("partial");
+    safetensors::serialize_to_file(views, None, &partial).map_err(|e| StreamError::Io {
+        path: partial.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    std::fs::rename(&partial, path).map_err(|source| StreamError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Reads a layer written by [`write_layer`].
+fn read_layer<B: Backend>(
+    path: &Path,
+    config: &LlamaConfig,
+    device: &B::Device,
+) -> Result<DecoderLayer<B>, StreamError> {
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| StreamError::Io {
+        path: shown(),
+        source,
+    })?;
+    let damaged = |reason: String| StreamError::Damaged {
+        path: shown(),
+        reason,
+    };
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| damaged(e.to_string()))?;
+    /// Values and shape.
+    type Stored = (Vec<f32>, Vec<usize>);
+    let tensor = |name: &str| -> Result<Option<Stored>, StreamError> {
+        let view = match file.tensor(name) {
+            Ok(view) => view,
+            Err(safetensors::SafeTensorError::TensorNotFound(_)) => return Ok(None),
+            Err(e) => return Err(damaged(e.to_string())),
+        };
+        if view.dtype() != Dtype::F32 {
+            return Err(damaged(format!("`{name}` is {:?}, not F32", view.dtype())));
+        }
+        let values = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(Some((values, view.shape().to_vec())))
+    };
+    let required =
+        |name: String| tensor(&name)?.ok_or_else(|| damaged(format!("`{name}` is missing")));
+    let linear = |name: &str| -> Result<Linear<B>, StreamError> {
+        let (w, shape) = required(format!("{name}.weight"))?;
+        let [d_in, d_out] = <[usize; 2]>::try_from(shape)
+            .map_err(|s| damaged(format!("`{name}.weight` has shape {s:?}")))?;
+        let bias = tensor(&format!("{name}.bias"))?.map(|(b, shape)| {
+            Param::from_tensor(Tensor::from_data(TensorData::new(b, shape), device))
+        });
+        Ok(Linear {
+            weight: Param::from_tensor(Tensor::from_data(
+                TensorData::new(w, [d_in, d_out]),
+                device,
+            )),
+            bias,
+        })
+    };
+    let norm = |name: &str| -> Result<RmsNorm<B>, StreamError> {
+        let (w, shape) = required(format!("{name}.weight"))?;
+        Ok(RmsNorm::new(
+            Tensor::from_data(TensorData::new(w, shape), device),
+            config.rms_norm_eps,
+        ))
+    };
+    Ok(DecoderLayer {
+        self_attn: Attention {
+            q_proj: linear("self_attn.q_proj")?,
+            k_proj: linear("self_attn.k_proj")?,
+            v_proj: linear("self_attn.v_proj")?,
+            o_proj: linear("self_attn.o_proj")?,
+            num_heads: config.num_attention_heads,
+            num_kv_heads: config.num_key_value_heads,
+            head_dim: config.head_dim,
+        },
+        mlp: Mlp {
+            gate_proj: linear("mlp.gate_proj")?,
+            up_proj: linear("mlp.up_proj")?,
+            down_proj: linear("mlp.down_proj")?,
+        },
+        input_layernorm: norm("input_layernorm")?,
+        post_attention_layernorm: norm("post_attention_layernorm")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::perplexity::{perplexity, STREAMED_WINDOW_GROUP};
+    use crate::model::config::HfLlamaConfig;
+    use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+    use crate::model::weights::{build_llama, SafetensorsSource};
+    use crate::prune::layerwise::{prune_model, Method};
+    use crate::prune::Sparsity;
+    use burn::backend::NdArray;
+
+    type B = NdArray<f32>;
+
+    /// Three layers (untied head, q/k/v bias) saved as a safetensors folder in `dir`.
+    fn checkpoint(dir: &Path) -> (LlamaConfig, Arc<dyn WeightSource>) {
+        let config = HfLlamaConfig::from_json(
+            r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":16,"intermediate_size":24,
+            "num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,
+            "vocab_size":40,"rms_norm_eps":1e-5,"tie_word_embeddings":false}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let model = Llama::<B>::init_random(&config, 7, &Default::default());
+        let folder = dir.join("model");
+        save_hf_folder(
+            &model,
+            &config,
+            "{}",
+            &folder,
+            &SaveSpec::new(SaveDtype::F32),
+        )
+        .unwrap();
+        (config, Arc::new(SafetensorsSource::open(&folder).unwrap()))
+    }
+
+    fn windows(count: usize, len: usize) -> Vec<Vec<u32>> {
+        (0..count)
+            .map(|w| (0..len).map(|t| ((w * 7 + t * 13) % 40) as u32).collect())
+            .collect()
+    }
+
+    fn weights(model: &impl Layers<B>) -> Vec<Vec<f32>> {
+        (0..model.layer_count())
+            .flat_map(|i| {
+                let layer = model.layer(i).unwrap().into_owned();
+                linears_of(&layer)
+                    .map(|(_, l)| f32_values(l.weight.val()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, source) = checkpoint(dir.path());
+        let device = Default::default();
+        let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+        let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+        assert!(streamed.shell().layers.is_empty());
+        let calibration = windows(5, 6);
+        let method = Method::Wanda { use_variant: false };
+        let sparsity = Sparsity::unstructured(0.5).unwrap();
+        let a = prune_model(&mut resident, method, sparsity, &calibration, 2, |_, _| {}).unwrap();
+        let b = prune_model(&mut streamed, method, sparsity, &calibration, 2, |_, _| {}).unwrap();
+        assert_eq!(a, b);
+        assert!((a.total - 0.5).abs() < 1e-9, "{}", a.total);
+        assert_eq!(weights(&resident), weights(&streamed));
+        // More windows than one streamed group, and a last group that is not full.
+        let ids: Vec<u32> = windows(1, 8 * (STREAMED_WINDOW_GROUP + 3)).remove(0);
+        let in_memory = perplexity(&resident, &ids, 8, None, 64, |_, _| {})
+            .unwrap()
+            .perplexity;
+        let mut seen = Vec::new();
+        let layer_by_layer = perplexity(&streamed, &ids, 8, None, 64, |done, total| {
+            seen.push((done, total))
+        })
+        .unwrap()
+        .perplexity;
+        assert_eq!(in_memory.to_bits(), layer_by_layer.to_bits());
+        let windows = STREAMED_WINDOW_GROUP + 3;
+        assert_eq!(seen, [(STREAMED_WINDOW_GROUP, windows), (windows, windows)]);
+    }
+
+    #[test]
+    fn clones_share_stored_layers_until_they_replace_them_and_the_last_drop_removes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, source) = checkpoint(dir.path());
+        let device = Default::default();
+        let dense = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+        let store = dense.store_path().to_path_buf();
+        let files = || std::fs::read_dir(&store).map_or(0, |d| d.count());
+        let mut pruned = dense.clone();
+        let mut layer = pruned.layer(1).unwrap().into_owned();
+        layer.mlp.up_proj.weight = Param::from_tensor(layer.mlp.up_proj.weight.val().zeros_like());
+        pruned.set_layer(1, layer).unwrap();
+        assert_eq!(files(), 1);
+        let zeros = |m: &StreamedLlama<B>| {
+            f32_values(m.layer(1).unwrap().mlp.up_proj.weight.val())
+                .iter()
+                .filter(|v| **v == 0.0)
+                .count()
+        };
+        assert_eq!(zeros(&pruned), 16 * 24);
+        assert_eq!(
+            zeros(&dense),
+            0,
+            "the dense model still reads the checkpoint"
+        );
+        let copy = pruned.clone();
+        drop(pruned);
+        assert_eq!(zeros(&copy), 16 * 24, "a clone keeps the stored layer");
+        let resident = copy.clone().into_resident().unwrap();
+        assert_eq!(resident.layers.len(), 3);
+        drop(copy);
+        assert_eq!(files(), 0, "the last model using the file removed it");
+        drop(dense);
+        assert!(!store.exists(), "the store folder goes with its last model");
+    }
+
+    #[test]
+    fn a_streamed_model_saves_the_same_files_as_one_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, source) = checkpoint(dir.path());
+        let device = Default::default();
+        let resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+        let streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+        // Small shards, so layers are split across files.
+        let mut spec = SaveSpec::new(SaveDtype::Bf16);
+        spec.max_shard_bytes = 3000;
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        save_hf_folder(&resident, &config, "{}", &a, &spec).unwrap();
+        save_hf_folder(&streamed, &config, "{}", &b, &spec).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&a)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert!(names.len() > 4, "{names:?}");
+        for name in names {
+            assert_eq!(
+                std::fs::read(a.join(&name)).unwrap(),
+                std::fs::read(b.join(&name)).unwrap(),
+                "{name:?}"
+            );
+        }
+        // And the shards load back as the model, to bf16 rounding.
+        let back =
+            build_llama::<B>(&config, &SafetensorsSource::open(&b).unwrap(), &device).unwrap();
+        for (x, y) in weights(&resident)
+            .concat()
+            .iter()
+            .zip(weights(&back).concat())
+        {
+            assert!((x - y).abs() <= x.abs() / 128.0, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_store_file_is_an_error_that_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, source) = checkpoint(dir.path());
+        let device = Default::default();
+        let mut model = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+        let layer = model.layer(0).unwrap().into_owned();
+        model.set_layer(0, layer).unwrap();
+        let Slot::Stored(file) = &model.slots[0] else {
+            panic!("layer 0 was stored");
+        };
+        std::fs::write(&file.path, b"not safetensors").unwrap();
+        let err = model.layer(0).unwrap_err().to_string();
+        assert!(err.contains("layer-00000-0.safetensors"), "{err}");
+        assert!(err.contains("damaged"), "{err}");
+        assert!(matches!(
+            model.layer(3),
+            Err(StreamError::NoSuchLayer { index: 3, count: 3 })
+        ));
+    }
+}
