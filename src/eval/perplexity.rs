@@ -94,7 +94,7 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     let values: Vec<f32> = picked
         .into_data()
         .convert::<f32>()
-        .to_vec()
+        .into_vec()
         .expect("converted to f32 above");
     -values.iter().map(|&v| f64::from(v)).sum::<f64>()
 }

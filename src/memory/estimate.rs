@@ -41,10 +41,13 @@ use serde::Serialize;
 
 use super::shape::{gib, Breakdown, ModelShape, Place};
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
-use crate::model::fused::HEAD_ROWS;
+use crate::model::fused::{ATTENTION_ROWS, HEAD_ROWS};
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
 pub const ATTENTION_SCORE_COPIES: u64 = 2;
+/// Threads that may each hold a block of attention scores at once (a bound: machines this
+/// tool runs on have fewer cores).
+pub const ATTENTION_THREADS: u64 = 64;
 /// Live `[e, V]` buffers at the evaluation's peak beyond the head's operands, fitted to
 /// SmolLM2 probes at e = 256, 512 and 1024 (the log-softmax works row by row on them).
 pub const LOGIT_COPIES: u64 = 1;
@@ -189,7 +192,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                 Place::Device,
                 format!("({n} + {b}) samples × {s} × {} × 4 B", m.h),
             );
-            forward(&mut prune, &m, b, s);
+            forward(&mut prune, run, &m, b, s);
             match method {
                 PruneMethod::Wanda => prune.push(
                     "statistics",
@@ -278,7 +281,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                 format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
             );
         }
-        forward(&mut eval, &m, 1, e);
+        forward(&mut eval, run, &m, 1, e);
         if run.streaming {
             let group = STREAMED_WINDOW_GROUP as u64;
             eval.push(
@@ -421,16 +424,32 @@ fn weights(
 }
 
 /// Attention scores and layer intermediates of one forward pass of `b` samples of length `s`.
-fn forward(out: &mut Breakdown, m: &Dims, b: u64, s: u64) {
-    out.push(
-        "attention scores",
-        b * m.heads * s * s * F32 * ATTENTION_SCORE_COPIES,
-        Place::Device,
-        format!(
-            "{b} × {} heads × {s}² × 4 B × {ATTENTION_SCORE_COPIES}",
-            m.heads
-        ),
-    );
+///
+/// A streamed run on the CPU counts the scores as the fused kernels hold them, one block of
+/// [`ATTENTION_ROWS`] query rows per thread (measured streamed prune peaks on SmolLM2 at
+/// 32 × 256, 512 and 1024: 0.31, 0.37 and 0.58 GiB against 0.33, 0.38 and 0.56 estimated). A
+/// run with the model in memory keeps the whole-score term its estimate was fitted with
+/// (`results/estimator-accuracy.md`).
+fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
+    if run.streaming && run.device == ComputeDevice::Cpu {
+        let rows = ATTENTION_ROWS as u64;
+        out.push(
+            "attention score blocks",
+            ATTENTION_THREADS * rows * s * F32,
+            Place::Device,
+            format!("{ATTENTION_THREADS} threads × {rows} rows × {s} × 4 B"),
+        );
+    } else {
+        out.push(
+            "attention scores",
+            b * m.heads * s * s * F32 * ATTENTION_SCORE_COPIES,
+            Place::Device,
+            format!(
+                "{b} × {} heads × {s}² × 4 B × {ATTENTION_SCORE_COPIES}",
+                m.heads
+            ),
+        );
+    }
     out.push(
         "layer intermediates",
         b * s * (4 * m.q + 3 * m.i) * F32,
@@ -593,12 +612,17 @@ mod tests {
                 whole.stages.iter().find(|s| s.stage == stage).unwrap(),
                 streamed.stages.iter().find(|s| s.stage == stage).unwrap(),
             );
-            // Eval: the residual streams of a window group in, the head's operand copies
-            // (V × H × 4 × 3) out; the 4 rows of logits (4 × V × 4) are the same.
+            // Whole attention scores (b × 2 heads × s² × 4 × 2) out, one block of 64 rows
+            // per thread (64 × 64 × s × 4) in. Eval (b = 1, s = 4): also the residual streams
+            // of a window group in and the head's operand copies (V × H × 4 × 3) out; the 4
+            // rows of logits (4 × V × 4) are the same.
             let (added, removed) = if stage == "eval" {
-                (STREAMED_WINDOW_GROUP as u64 * 4 * 4 * 4, 10 * 4 * 4 * 3)
+                (
+                    STREAMED_WINDOW_GROUP as u64 * 4 * 4 * 4 + 64 * 64 * 4 * 4,
+                    10 * 4 * 4 * 3 + 2 * 16 * 4 * 2,
+                )
             } else {
-                (0, 0)
+                (64 * 64 * 5 * 4, 2 * 2 * 25 * 4 * 2)
             };
             assert_eq!(
                 b.breakdown.total(Place::Device) + 340 * 4 + 960 + removed,

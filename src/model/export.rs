@@ -84,7 +84,7 @@ fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> HostTensor {
     let data = t
         .into_data()
         .convert::<f32>()
-        .to_vec()
+        .into_vec()
         .expect("converted to f32 above");
     HostTensor { shape, data }
 }
@@ -112,6 +112,8 @@ pub fn hf_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
 
 /// The Hugging Face name of the token embeddings.
 const EMBED_NAME: &str = "model.embed_tokens.weight";
+/// Rows of the embeddings copied and written at a time.
+const EMBED_ROWS: usize = 4096;
 
 fn embed_tensor<B: Backend>(model: &Llama<B>) -> (String, HostTensor) {
     (
@@ -307,15 +309,19 @@ struct Planned {
 }
 
 /// Every tensor to save, in order; a decoder layer's names and shapes are those of layer 0
-/// (all layers have one shape), checked again when each layer is written.
+/// (all layers have one shape), checked again when each layer is written. Shapes only: no
+/// values are copied here.
 fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<Planned>, ExportError> {
     let shell = model.shell();
-    let planned = |(name, t): (String, HostTensor)| Planned {
-        name,
-        shape: t.shape,
+    let planned = |name: &str, shape: Vec<usize>| Planned {
+        name: name.to_string(),
+        shape,
         layer: None,
     };
-    let mut out = vec![planned(embed_tensor(shell))];
+    let mut out = vec![planned(
+        EMBED_NAME,
+        shell.embed_tokens.weight.dims().to_vec(),
+    )];
     if model.layer_count() > 0 {
         let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0);
         for i in 0..model.layer_count() {
@@ -327,7 +333,18 @@ fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<Planned>, ExportError>
             }));
         }
     }
-    out.extend(head_tensors(shell).into_iter().map(planned));
+    // As `head_tensors` orders them; linear weights in PyTorch's `[out, in]`.
+    if let Some(head) = &shell.lm_head {
+        let [d_in, d_out] = head.weight.dims();
+        out.push(planned("lm_head.weight", vec![d_out, d_in]));
+        if let Some(bias) = &head.bias {
+            out.push(planned("lm_head.bias", bias.dims().to_vec()));
+        }
+    }
+    out.push(planned(
+        "model.norm.weight",
+        shell.norm.weight.dims().to_vec(),
+    ));
     Ok(out)
 }
 
@@ -365,7 +382,6 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                     .find(|(n, _)| *n == tensor.name)
                     .map(|(_, t)| std::mem::take(t))
             }
-            None if tensor.name == EMBED_NAME => Some(embed_tensor(self.model.shell()).1),
             None => head_tensors(self.model.shell())
                 .into_iter()
                 .find(|(n, _)| *n == tensor.name)
@@ -417,6 +433,18 @@ fn write_safetensors<B: Backend, M: Layers<B>>(
         .and_then(|()| out.write_all(&header))
         .map_err(io(path))?;
     for t in tensors {
+        if t.name == EMBED_NAME {
+            // The largest tensor, copied off the device a block of rows at a time.
+            let embed = source.model.shell().embed_tokens.weight.val();
+            let [rows, width] = embed.dims();
+            for first in (0..rows).step_by(EMBED_ROWS) {
+                let last = rows.min(first + EMBED_ROWS);
+                let block = host(embed.clone().slice([first..last, 0..width]));
+                out.write_all(&encode(&block.data, dtype))
+                    .map_err(io(path))?;
+            }
+            continue;
+        }
         let values = source.values(t)?;
         // Encoded a slice at a time: no second copy of a large tensor.
         for chunk in values.data.chunks(1 << 18) {

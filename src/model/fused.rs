@@ -22,7 +22,7 @@ use super::llama::{Attention, DecoderLayer, LinearInput, Llama, RmsNorm};
 use burn::nn::Linear;
 
 /// Query rows per attention block: each block attends to the keys up to its last row.
-const ATTENTION_ROWS: usize = 64;
+pub const ATTENTION_ROWS: usize = 64;
 
 /// A row-major matrix view with explicit strides (in elements).
 #[derive(Clone, Copy)]

@@ -371,7 +371,7 @@ fn linears_of<B: Backend>(layer: &DecoderLayer<B>) -> impl Iterator<Item = (&str
 fn f32_values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
-        .to_vec()
+        .into_vec()
         .expect("converted to f32 above")
 }
 

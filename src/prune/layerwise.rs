@@ -116,7 +116,7 @@ fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
     let data = w
         .into_data()
         .convert::<f32>()
-        .to_vec()
+        .into_vec()
         .expect("converted to f32 above");
     (data, dims)
 }
@@ -124,7 +124,7 @@ fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
 fn host_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
-        .to_vec()
+        .into_vec()
         .expect("converted to f32 above")
 }
 

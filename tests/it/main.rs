@@ -13,4 +13,5 @@ mod queue_cli;
 mod run_cli;
 mod secrets;
 mod smollm;
+mod streaming;
 mod table;
