@@ -84,9 +84,13 @@ impl Architecture {
     }
 }
 
-/// `rope_scaling` as it appears in `config.json`.
+/// `rope_scaling` as it appears in `config.json`, or `rope_parameters` as transformers 5
+/// writes it (the same keys plus `rope_theta`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HfRopeScaling {
+    /// RoPE base (`rope_parameters` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
     /// `rope_type` (newer configs) …
     #[serde(default)]
     pub rope_type: Option<String>,
@@ -140,6 +144,10 @@ pub struct HfLlamaConfig {
     /// RoPE scaling.
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
+    /// RoPE base and scaling as transformers 5 writes them (in place of `rope_theta` and
+    /// `rope_scaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_parameters: Option<HfRopeScaling>,
     /// Longest context the model supports.
     #[serde(default)]
     pub max_position_embeddings: Option<usize>,
@@ -234,7 +242,11 @@ impl HfLlamaConfig {
                 format!("must be even and positive, got {head_dim}"),
             ));
         }
-        let rope_theta = self.rope_theta.unwrap_or(10_000.0);
+        let parameters = self.rope_parameters.as_ref();
+        let rope_theta = self
+            .rope_theta
+            .or(parameters.and_then(|p| p.rope_theta))
+            .unwrap_or(10_000.0);
         if !(rope_theta.is_finite() && rope_theta > 0.0) {
             return Err(invalid(
                 "rope_theta",
@@ -248,7 +260,7 @@ impl HfLlamaConfig {
                 format!("must be positive, got {rms_norm_eps}"),
             ));
         }
-        let rope_scaling = match &self.rope_scaling {
+        let rope_scaling = match self.rope_scaling.as_ref().or(parameters) {
             None => RopeScaling::None,
             Some(s) => resolve_rope_scaling(s)?,
         };
@@ -523,6 +535,27 @@ mod tests {
         assert!(c.qkv_bias && !c.o_bias);
         assert_eq!(c.head_dim, 4);
         assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, .. } if factor == 32.0));
+    }
+
+    /// transformers 5 writes the RoPE base and scaling as `rope_parameters`; read as if they
+    /// were 500000 and 100000 it would have been the default 10000 (found on a GPU machine: a
+    /// folder saved by transformers 5.17 evaluated 2.4 % away from PyTorch's perplexity).
+    #[test]
+    fn transformers_5_rope_parameters_give_the_base_and_the_scaling() {
+        let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":8,"intermediate_size":16,
+            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10,
+            "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":8.0,
+            "low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}}"#;
+        let c = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
+        assert_eq!(c.rope_theta, 500000.0);
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+        let plain = smollm_json().replace(
+            r#""rope_theta":100000.0"#,
+            r#""rope_parameters":{"rope_type":"default","rope_theta":100000.0}"#,
+        );
+        let c = HfLlamaConfig::from_json(&plain).unwrap().resolve().unwrap();
+        assert_eq!(c.rope_theta, 100000.0);
+        assert_eq!(c.rope_scaling, RopeScaling::None);
     }
 
     #[test]

@@ -144,6 +144,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
     };
     let rope_scaling = match file.get_str(&key("rope.scaling.type")) {
         Some("linear") => Some(HfRopeScaling {
+            rope_theta: None,
             rope_type: Some("linear".into()),
             kind: None,
             factor: file.get_f64(&key("rope.scaling.factor")),
@@ -170,6 +171,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
         rope_theta: file.get_f64(&key("rope.freq_base")),
         rope_scaling,
+        rope_parameters: None,
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),

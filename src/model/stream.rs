@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use burn::backend::NdArray;
 use burn::module::Param;
 use burn::nn::Linear;
 use burn::prelude::*;
@@ -225,12 +226,14 @@ impl<B: Backend> StreamedLlama<B> {
         })
     }
 
-    /// Reads every layer not yet replaced from the checkpoint once, and drops it: a missing or
-    /// misshapen tensor is an error now rather than when the layer's turn comes.
+    /// Reads every layer not yet replaced from the checkpoint once, into host memory, and drops
+    /// it: a missing or misshapen tensor is an error now rather than when the layer's turn
+    /// comes, and the device's memory pool does not grow by a layer it does not use yet.
     pub fn check(&self) -> Result<(), StreamError> {
+        let host = Default::default();
         for (i, slot) in self.slots.iter().enumerate() {
             if let Slot::Checkpoint = slot {
-                build_layer::<B>(&self.config, self.checkpoint.as_ref(), i, &self.device)?;
+                build_layer::<NdArray<f32>>(&self.config, self.checkpoint.as_ref(), i, &host)?;
                 self.checkpoint.release_pages();
             }
         }
@@ -508,7 +511,6 @@ mod tests {
     use crate::model::weights::{build_llama, SafetensorsSource};
     use crate::prune::layerwise::{prune_model, Method};
     use crate::prune::Sparsity;
-    use burn::backend::NdArray;
 
     type B = NdArray<f32>;
 
