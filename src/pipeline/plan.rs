@@ -212,6 +212,44 @@ impl Plan {
         needs
     }
 
+    /// Every node `node` depends on, directly or through others, in execution order.
+    pub fn ancestors(&self, node: NodeIndex) -> Vec<NodeIndex> {
+        let mut seen: Vec<NodeIndex> = Vec::new();
+        let mut stack = self.needs(node);
+        while let Some(n) = stack.pop() {
+            if !seen.contains(&n) {
+                seen.push(n);
+                stack.extend(self.needs(n));
+            }
+        }
+        seen.sort();
+        seen
+    }
+
+    /// Whether one prune stage is the only stage that reads the dense model's weights, so it
+    /// may prune the dense model itself instead of a copy (one cell; no evaluation, save or
+    /// probe of the dense model).
+    pub fn prunes_in_place(&self) -> bool {
+        let readers: Vec<StageKind> = self
+            .graph
+            .node_indices()
+            .filter(|&n| {
+                let node = &self.graph[n];
+                match &node.options {
+                    StageOptions::Prune(_) => true,
+                    StageOptions::Estimate(e) => e.probe,
+                    StageOptions::Eval(_) | StageOptions::Save(_) => !self
+                        .ancestors(n)
+                        .iter()
+                        .any(|&a| self.graph[a].kind == StageKind::Prune),
+                    _ => false,
+                }
+            })
+            .map(|n| self.graph[n].kind)
+            .collect();
+        readers == [StageKind::Prune]
+    }
+
     /// The nodes that run for one cell.
     pub fn cell_nodes(&self, cell: usize) -> impl Iterator<Item = NodeIndex> + '_ {
         self.graph

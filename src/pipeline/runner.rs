@@ -378,16 +378,10 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// Every node `node` depends on, directly or through others.
 fn upstream(plan: &Plan, node: NodeIndex) -> Vec<&StageNode> {
-    let mut seen: Vec<NodeIndex> = Vec::new();
-    let mut stack = plan.needs(node);
-    while let Some(n) = stack.pop() {
-        if !seen.contains(&n) {
-            seen.push(n);
-            stack.extend(plan.needs(n));
-        }
-    }
-    seen.sort();
-    seen.into_iter().map(|n| &plan.graph()[n]).collect()
+    plan.ancestors(node)
+        .into_iter()
+        .map(|n| &plan.graph()[n])
+        .collect()
 }
 
 fn stage_memory(peak: Option<u64>) -> StageMemory {

@@ -41,7 +41,7 @@ pub(super) fn run<B: Backend>(
         ComputeDevice::Cpu
     };
     for spec in specs {
-        let run = requested_run(spec, &exec.base_dir, device)?;
+        let run = requested_run(spec, &exec.base_dir, device, !exec.in_place)?;
         let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
         if largest.as_ref().is_none_or(|(p, _)| peak > *p) {
             largest = Some((peak, run));
@@ -90,12 +90,13 @@ pub(super) fn run<B: Backend>(
 }
 
 /// The settings of `spec` (a pipeline file in `base_dir`) as the estimator sees them, on
-/// `device`. A pipeline keeps its dense model loaded while it prunes a copy (other cells and
-/// stages may need it), so the estimate counts the copy unless the run streams.
+/// `device`; `keeps_dense_copy` when the dense model stays loaded beside the pruned copy (other
+/// cells or stages read it: not [`crate::pipeline::plan::Plan::prunes_in_place`]).
 pub fn requested_run(
     spec: &PipelineSpec,
     base_dir: &std::path::Path,
     device: ComputeDevice,
+    keeps_dense_copy: bool,
 ) -> Result<PruneRun, StageError> {
     let settings = &spec.settings;
     let method = spec.stages.iter().find_map(|s| match &s.options {
@@ -131,7 +132,7 @@ pub fn requested_run(
         seqlen: settings.calibration.as_ref().map_or(0, |c| c.seqlen),
         batch: super::prune::BATCH,
         eval_seqlen: settings.evaluation.as_ref().map(|e| e.seqlen),
-        keeps_dense_copy: true,
+        keeps_dense_copy,
         streaming: false,
         checkpoint_bytes: checkpoint,
         calibration_text_bytes: size(settings.calibration.as_ref().map(|c| c.text.as_path()))?,

@@ -19,7 +19,7 @@ use burn::prelude::Backend;
 
 use crate::data::calibration::CalibrationSet;
 use crate::memory::gate::GateDecision;
-use crate::model::stream::Decoder;
+use crate::model::stream::{Decoder, Layers};
 use crate::model::Loaded;
 use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
 use crate::pipeline::record::{Hashes, RunRecord};
@@ -72,6 +72,11 @@ pub struct PipelineExecutor<B: Backend> {
     /// Whether a gate stage will decide on layer streaming (so `load` leaves the layers on
     /// disk until then).
     gated: bool,
+    /// Whether the one prune stage is the only reader of the dense model, so it prunes the
+    /// model itself rather than a copy ([`Plan::prunes_in_place`]).
+    in_place: bool,
+    /// Whether the dense model's layers were handed to an in-place prune.
+    dense_taken: bool,
     /// Pruned copies, by the prune node that made them: (stage id, cell index or None).
     pruned: Vec<(NodeKey, Pruned<B>)>,
     calibration: Option<CalibrationSet>,
@@ -122,6 +127,8 @@ impl<B: Backend> PipelineExecutor<B> {
                 .stages
                 .iter()
                 .any(|s| matches!(s.options, StageOptions::Gate(_))),
+            in_place: plan.prunes_in_place(),
+            dense_taken: false,
             pruned: Vec::new(),
             calibration: None,
             eval_ids: None,
@@ -215,8 +222,25 @@ impl<B: Backend> PipelineExecutor<B> {
     fn current(&self, stage: &str, upstream: &[&StageNode]) -> Result<&Decoder<B>, StageError> {
         match self.pruned_upstream(stage, upstream)? {
             Some(pruned) => Ok(&pruned.model),
+            None if self.dense_taken => Err(StageError::Missing {
+                stage: stage.to_string(),
+                what: "the dense model (it was pruned in place)",
+            }),
             None => Ok(&self.base(stage)?.model),
         }
+    }
+
+    /// The dense model for an in-place prune: its layers leave the base, which keeps its
+    /// shell, config and tokenizer for the stages after.
+    fn take_dense(&mut self, stage: &str) -> Result<Decoder<B>, StageError> {
+        let base = self.base.as_mut().ok_or_else(|| StageError::Missing {
+            stage: stage.to_string(),
+            what: "a loaded model",
+        })?;
+        let mut shell = base.model.shell().clone();
+        shell.layers.clear();
+        self.dense_taken = true;
+        Ok(std::mem::replace(&mut base.model, Decoder::Resident(shell)))
     }
 
     /// The copy made by the last prune stage upstream of `stage`, if any prunes.

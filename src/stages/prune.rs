@@ -1,4 +1,5 @@
-//! `prune`: a copy of the dense model pruned layer by layer with the cell's method and pattern.
+//! `prune`: the dense model pruned layer by layer with the cell's method and pattern: a copy
+//! when other cells or stages still need the dense model, the model itself when none does.
 
 use burn::prelude::Backend;
 
@@ -31,7 +32,12 @@ pub(super) fn run<B: Backend>(
         Pattern::Unstructured => Sparsity::unstructured(options.sparsity.unwrap_or(0.0))?,
         Pattern::NM { n, m } => Sparsity::nm(n as usize, m as usize)?,
     };
-    let mut model = exec.base(&node.stage)?.model.clone();
+    // A copy, unless nothing after this stage reads the dense model.
+    let mut model = if exec.in_place {
+        exec.take_dense(&node.stage)?
+    } else {
+        exec.base(&node.stage)?.model.clone()
+    };
     let windows = match &exec.calibration {
         Some(c) => &c.windows[..],
         None => &[][..],

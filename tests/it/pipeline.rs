@@ -329,6 +329,16 @@ fn zipped_keys_advance_together() {
     assert_eq!(plan.cells[1].label, "wanda-0.5-2:4");
 }
 
+/// A prune may take the dense model itself only when nothing else reads it: one cell, no dense
+/// evaluation branch (list form), no sweep.
+#[test]
+fn only_a_sole_reader_of_the_dense_model_prunes_it_in_place() {
+    assert!(plan("map_form").prunes_in_place());
+    assert!(!plan("list_form").prunes_in_place(), "eval-dense reads it");
+    assert!(!plan("list_form_sweep").prunes_in_place());
+    assert!(!plan("sweep_cartesian").prunes_in_place());
+}
+
 #[test]
 fn list_form_keeps_the_dense_branch_shared_and_sweeps_calibration_per_cell() {
     let plan = plan("list_form_sweep");

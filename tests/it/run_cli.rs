@@ -201,9 +201,13 @@ fn gated_peak(pipeline: &Path, nsamples: usize) -> u64 {
     let plan = wanda::pipeline::plan::validate(pipeline).unwrap();
     let (shape, _) =
         wanda::model::inspect(&wanda::model::ModelRef::Folder(plan.base_dir.join("tiny"))).unwrap();
-    let mut run =
-        wanda::stages::requested_run(&plan.cells[0].spec, &plan.base_dir, ComputeDevice::Cpu)
-            .unwrap();
+    let mut run = wanda::stages::requested_run(
+        &plan.cells[0].spec,
+        &plan.base_dir,
+        ComputeDevice::Cpu,
+        !plan.prunes_in_place(),
+    )
+    .unwrap();
     run.nsamples = nsamples;
     estimate_prune(&shape, &run).peak(Place::Device).1
 }
