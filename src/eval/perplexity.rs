@@ -7,7 +7,6 @@ use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use serde::Serialize;
 
-use crate::model::llama::LayerContext;
 use crate::model::stream::{Layers, StreamError};
 
 /// Errors of the perplexity evaluation.
@@ -208,18 +207,7 @@ fn layer_by_layer<'a, B: Backend>(
     };
     let (cos, sin) = shell.rope_tables(0, seq);
     for i in 0..model.layer_count() {
-        let layer = model.layer(i)?;
-        hidden = hidden
-            .into_iter()
-            .map(|x| {
-                let ctx = LayerContext {
-                    cos: &cos,
-                    sin: &sin,
-                    cache: None,
-                };
-                layer.forward(x, ctx)
-            })
-            .collect();
+        hidden = model.layer(i)?.forward_each(hidden, &cos, &sin);
     }
     Ok(hidden)
 }

@@ -254,6 +254,30 @@ impl<B: Backend> DecoderLayer<B> {
         h + self.mlp.forward_observed(mlp_in, observe)
     }
 
+    /// Runs each of `inputs` (separate batches of one length) through the layer, without a
+    /// cache: the step of layer-by-layer calibration and streamed evaluation.
+    ///
+    /// # Shapes
+    /// - each input: `[batch, seq, hidden]` → `[batch, seq, hidden]`; `cos`, `sin`: `[seq, head_dim]`
+    pub fn forward_each(
+        &self,
+        inputs: Vec<Tensor<B, 3>>,
+        cos: &Tensor<B, 2>,
+        sin: &Tensor<B, 2>,
+    ) -> Vec<Tensor<B, 3>> {
+        inputs
+            .into_iter()
+            .map(|x| {
+                let ctx = LayerContext {
+                    cos,
+                    sin,
+                    cache: None,
+                };
+                self.forward(x, ctx)
+            })
+            .collect()
+    }
+
     /// Shows `observe` the input of every linear as [`DecoderLayer::forward_observed`] does,
     /// without computing the layer's output (`down_proj` is never applied): calibration's
     /// first pass over a layer needs only these inputs.

@@ -262,17 +262,7 @@ pub fn prune_model<B: Backend>(
                 Method::Magnitude => unreachable!("magnitude returns before calibration"),
             }
         })?;
-        inputs = inputs
-            .into_iter()
-            .map(|x| {
-                let ctx = LayerContext {
-                    cos: &cos,
-                    sin: &sin,
-                    cache: None,
-                };
-                layer.forward(x, ctx)
-            })
-            .collect();
+        inputs = layer.forward_each(inputs, &cos, &sin);
         model.set_layer(i, layer)?;
         progress(i + 1, layers);
     }
