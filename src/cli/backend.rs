@@ -1,14 +1,38 @@
 //! The one place that names concrete Burn backends: `NdArray<f32>` on CPU (`cpu`,
 //! `cpu-ndarray`), `Flex` (`cpu-flex`, burn's gemm-based CPU backend, measured ~10 % faster and
 //! ~12 % lighter on SmolLM2 eval, not yet the default: run records made with `cpu` must rerun bit
-//! for bit), `Cuda` behind the `cuda` feature. Everything below the CLI is generic over
+//! for bit), `Cuda` behind the `cuda` feature, computing in f32 (`cuda`, `cuda:N`) or in
+//! reduced precision (`cuda-bf16`, `cuda:N-f16`, …). Everything below the CLI is generic over
 //! `B: Backend`.
 
 use std::str::FromStr;
 
 use burn::prelude::Backend;
 
-/// The `--device` argument: `cpu`, `cuda` / `cuda:N`, or `auto`.
+/// The float type a CUDA device computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CudaFloat {
+    /// f32 (the default).
+    #[default]
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl CudaFloat {
+    /// The suffix of the device name (`-f16`, `-bf16`; none for f32).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            CudaFloat::F32 => "",
+            CudaFloat::F16 => "-f16",
+            CudaFloat::Bf16 => "-bf16",
+        }
+    }
+}
+
+/// The `--device` argument: `cpu`, `cuda` / `cuda:N` (optionally `-f16` / `-bf16`), or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceArg {
     /// The default pure-Rust CPU backend (burn-ndarray).
@@ -17,8 +41,8 @@ pub enum DeviceArg {
     CpuNdarray,
     /// burn-flex (gemm-based CPU backend).
     CpuFlex,
-    /// A CUDA GPU by index.
-    Cuda(usize),
+    /// A CUDA GPU by index, and the float type it computes in.
+    Cuda(usize, CudaFloat),
     /// CUDA:0 when built with CUDA support, else CPU.
     Auto,
 }
@@ -27,20 +51,29 @@ impl FromStr for DeviceArg {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let not_a_device = || {
+            format!("`{s}` is not a device; use `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (either with `-f16` or `-bf16` to compute in that type) or `auto`")
+        };
         match s {
-            "cpu" => Ok(DeviceArg::Cpu),
-            "cpu-ndarray" => Ok(DeviceArg::CpuNdarray),
-            "cpu-flex" => Ok(DeviceArg::CpuFlex),
-            "auto" => Ok(DeviceArg::Auto),
-            "cuda" => Ok(DeviceArg::Cuda(0)),
-            _ => s
+            "cpu" => return Ok(DeviceArg::Cpu),
+            "cpu-ndarray" => return Ok(DeviceArg::CpuNdarray),
+            "cpu-flex" => return Ok(DeviceArg::CpuFlex),
+            "auto" => return Ok(DeviceArg::Auto),
+            _ => {}
+        }
+        let (gpu, float) = match s.rsplit_once('-') {
+            Some((gpu, "f16")) => (gpu, CudaFloat::F16),
+            Some((gpu, "bf16")) => (gpu, CudaFloat::Bf16),
+            _ => (s, CudaFloat::F32),
+        };
+        let index = match gpu {
+            "cuda" => 0,
+            _ => gpu
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
-                .map(DeviceArg::Cuda)
-                .ok_or_else(|| {
-                    format!("`{s}` is not a device; use `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` or `auto`")
-                }),
-        }
+                .ok_or_else(not_a_device)?,
+        };
+        Ok(DeviceArg::Cuda(index, float))
     }
 }
 
@@ -55,7 +88,7 @@ pub trait OnBackend {
 /// Runs `work` on the backend chosen by `device`.
 pub fn dispatch<W: OnBackend>(device: DeviceArg, work: W) -> anyhow::Result<W::Output> {
     let resolved = match device {
-        DeviceArg::Auto if cfg!(feature = "cuda") => DeviceArg::Cuda(0),
+        DeviceArg::Auto if cfg!(feature = "cuda") => DeviceArg::Cuda(0, CudaFloat::F32),
         DeviceArg::Auto => DeviceArg::Cpu,
         other => other,
     };
@@ -69,13 +102,42 @@ pub fn dispatch<W: OnBackend>(device: DeviceArg, work: W) -> anyhow::Result<W::O
             "cpu (ndarray f32)".to_string(),
         ),
         #[cfg(feature = "cuda")]
-        DeviceArg::Cuda(index) => work.run::<burn::backend::Cuda>(
+        DeviceArg::Cuda(index, CudaFloat::F32) => work.run::<burn::backend::Cuda>(
             burn::backend::cuda::CudaDevice::new(index),
             format!("cuda:{index}"),
         ),
+        #[cfg(feature = "cuda")]
+        DeviceArg::Cuda(index, CudaFloat::F16) => work.run::<burn::backend::Cuda<half::f16>>(
+            burn::backend::cuda::CudaDevice::new(index),
+            format!("cuda:{index} (f16)"),
+        ),
+        #[cfg(feature = "cuda")]
+        DeviceArg::Cuda(index, CudaFloat::Bf16) => work.run::<burn::backend::Cuda<half::bf16>>(
+            burn::backend::cuda::CudaDevice::new(index),
+            format!("cuda:{index} (bf16)"),
+        ),
         #[cfg(not(feature = "cuda"))]
-        DeviceArg::Cuda(_) => anyhow::bail!(
+        DeviceArg::Cuda(..) => anyhow::bail!(
             "this build has no CUDA support; rebuild with `cargo build --release --features cuda` or use `--device cpu`"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_devices_name_their_index_and_float_type() {
+        let parse = |s: &str| s.parse::<DeviceArg>();
+        assert_eq!(parse("cuda"), Ok(DeviceArg::Cuda(0, CudaFloat::F32)));
+        assert_eq!(parse("cuda:2"), Ok(DeviceArg::Cuda(2, CudaFloat::F32)));
+        assert_eq!(parse("cuda-bf16"), Ok(DeviceArg::Cuda(0, CudaFloat::Bf16)));
+        assert_eq!(parse("cuda:1-f16"), Ok(DeviceArg::Cuda(1, CudaFloat::F16)));
+        assert_eq!(parse("cpu-flex"), Ok(DeviceArg::CpuFlex));
+        for bad in ["cuda:x", "cuda-f8", "cpu-bf16", "gpu"] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(&format!("`{bad}` is not a device")), "{err}");
+        }
     }
 }

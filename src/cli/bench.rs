@@ -27,7 +27,7 @@ pub struct BenchArgs {
     /// Print one JSON object per figure, one per line.
     #[arg(long, global = true)]
     pub json: bool,
-    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-f16`: compute in that type) or `auto`.
     #[arg(long, default_value = "auto", global = true)]
     pub device: DeviceArg,
 }
@@ -252,7 +252,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         DeviceArg::Cpu => "cpu".to_string(),
         DeviceArg::CpuNdarray => "cpu-ndarray".to_string(),
         DeviceArg::CpuFlex => "cpu-flex".to_string(),
-        DeviceArg::Cuda(i) => format!("cuda:{i}"),
+        DeviceArg::Cuda(i, float) => format!("cuda:{i}{}", float.suffix()),
         DeviceArg::Auto => "auto".to_string(),
     };
     let path = |p: &PathBuf| p.display().to_string();

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use burn::prelude::Backend;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::backend::{dispatch, DeviceArg, OnBackend};
+use super::backend::{dispatch, CudaFloat, DeviceArg, OnBackend};
 use wanda::pipeline::runner::{self, OnChanged, RunEvent, RunOptions, RunSummary};
 use wanda::pipeline::spec::{Budget, Device};
 use wanda::pipeline::{cell_is_finished, Plan};
@@ -239,10 +239,10 @@ pub(super) fn execute(
     let device = match plan.spec.settings.device {
         Device::Auto => DeviceArg::Auto,
         Device::Cpu => DeviceArg::Cpu,
-        Device::Cuda(i) => DeviceArg::Cuda(i as usize),
+        Device::Cuda(i) => DeviceArg::Cuda(i as usize, CudaFloat::F32),
     };
     let gpu_index = match device {
-        DeviceArg::Cuda(i) => Some(i as u32),
+        DeviceArg::Cuda(i, _) => Some(i as u32),
         DeviceArg::Auto if cfg!(feature = "cuda") => Some(0),
         _ => None,
     };
