@@ -4,11 +4,14 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM
 d, text, seqlen, windows, dump = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+dtype = getattr(torch, sys.argv[6]) if len(sys.argv) > 6 else torch.float32
+import time
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 ids = Tokenizer.from_file(f"{d}/tokenizer.json").encode(open(text).read()).ids
 print("tokens", len(ids))
-model = LlamaForCausalLM.from_pretrained(d, dtype=torch.float32).cuda().eval()
+model = LlamaForCausalLM.from_pretrained(d, dtype=dtype).cuda().eval()
+start = time.time()
 nll = 0.0
 with torch.no_grad():
     for w in range(windows):
@@ -17,4 +20,5 @@ with torch.no_grad():
         nll += F.cross_entropy(logits[0, :-1], x[0, 1:], reduction="sum").item()
         if w == 0:
             logits[0].cpu().numpy().astype("<f4").tofile(dump)
-print("torch_ppl", math.exp(nll / (windows * (seqlen - 1))))
+torch.cuda.synchronize()
+print("torch_ppl", dtype, math.exp(nll / (windows * (seqlen - 1))), "tokens/s", windows * seqlen / (time.time() - start))

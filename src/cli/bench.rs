@@ -27,7 +27,7 @@ pub struct BenchArgs {
     /// Print one JSON object per figure, one per line.
     #[arg(long, global = true)]
     pub json: bool,
-    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-f16`: compute in that type) or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto", global = true)]
     pub device: DeviceArg,
 }

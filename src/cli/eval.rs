@@ -31,7 +31,7 @@ pub struct EvalArgs {
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
-    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-f16`: compute in that type) or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto")]
     pub device: DeviceArg,
     /// Also write the first window's logits here (raw little-endian f32, `[seqlen, vocab]`),

@@ -30,7 +30,7 @@ pub struct GenerateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-f16`: compute in that type) or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto")]
     pub device: DeviceArg,
 }

@@ -71,7 +71,7 @@ pub struct PruneArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-f16`: compute in that type) or `auto`.
+    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto")]
     pub device: DeviceArg,
 }
