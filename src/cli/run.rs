@@ -202,6 +202,7 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         let label = match plan.spec.settings.device {
             Device::Cuda(i) => format!("cuda:{i}"),
+            Device::CudaBf16(i) => format!("cuda:{i} (bf16)"),
             Device::Auto if cfg!(feature = "cuda") => "cuda:0".to_string(),
             _ => "cpu".to_string(),
         };
@@ -240,6 +241,7 @@ pub(super) fn execute(
         Device::Auto => DeviceArg::Auto,
         Device::Cpu => DeviceArg::Cpu,
         Device::Cuda(i) => DeviceArg::Cuda(i as usize, CudaFloat::F32),
+        Device::CudaBf16(i) => DeviceArg::Cuda(i as usize, CudaFloat::Bf16),
     };
     let gpu_index = match device {
         DeviceArg::Cuda(i, _) => Some(i as u32),
@@ -310,8 +312,10 @@ fn run_workers(
         .filter(|c| args.force || !cell_is_finished(results_dir, &c.id))
         .map(|c| c.index)
         .collect();
-    let on_gpu = matches!(plan.spec.settings.device, Device::Cuda(_))
-        || (plan.spec.settings.device == Device::Auto && cfg!(feature = "cuda"));
+    let on_gpu = matches!(
+        plan.spec.settings.device,
+        Device::Cuda(_) | Device::CudaBf16(_)
+    ) || (plan.spec.settings.device == Device::Auto && cfg!(feature = "cuda"));
     let gpus: Vec<String> = if on_gpu {
         wanda::memory::device::gpus()
             .into_iter()

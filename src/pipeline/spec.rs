@@ -87,7 +87,8 @@ pub struct Settings {
     /// Seed of every random choice (calibration sampling).
     #[serde(default)]
     pub seed: u64,
-    /// Where tensors live: `auto`, `cpu`, `cuda` or `cuda:N`.
+    /// Where tensors live: `auto`, `cpu`, `cuda` or `cuda:N`, the CUDA forms with `-bf16` to
+    /// compute in bfloat16.
     #[serde(default)]
     pub device: Device,
     /// The model to prune.
@@ -110,6 +111,8 @@ pub enum Device {
     Cpu,
     /// A CUDA device by index.
     Cuda(u32),
+    /// A CUDA device by index, computing in bfloat16.
+    CudaBf16(u32),
 }
 
 impl fmt::Display for Device {
@@ -118,6 +121,7 @@ impl fmt::Display for Device {
             Device::Auto => f.write_str("auto"),
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
+            Device::CudaBf16(i) => write!(f, "cuda:{i}-bf16"),
         }
     }
 }
@@ -125,16 +129,24 @@ impl fmt::Display for Device {
 impl std::str::FromStr for Device {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "auto" => Ok(Device::Auto),
-            "cpu" => Ok(Device::Cpu),
-            "cuda" => Ok(Device::Cuda(0)),
-            _ => s
+        let (gpu, bf16) = match s.strip_suffix("-bf16") {
+            Some(gpu) => (gpu, true),
+            None => (s, false),
+        };
+        let index = match gpu {
+            "auto" if !bf16 => return Ok(Device::Auto),
+            "cpu" if !bf16 => return Ok(Device::Cpu),
+            "cuda" => 0,
+            _ => gpu
                 .strip_prefix("cuda:")
                 .and_then(|i| i.parse().ok())
-                .map(Device::Cuda)
-                .ok_or(()),
-        }
+                .ok_or(())?,
+        };
+        Ok(if bf16 {
+            Device::CudaBf16(index)
+        } else {
+            Device::Cuda(index)
+        })
     }
 }
 
@@ -1472,9 +1484,9 @@ impl JsonSchema for Device {
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "`auto`, `cpu`, `cuda` or `cuda:N`.",
+            "description": "`auto`, `cpu`, `cuda` or `cuda:N`; a CUDA device with `-bf16` computes in bfloat16.",
             "type": "string",
-            "pattern": "^(auto|cpu|cuda(:[0-9]+)?)$"
+            "pattern": "^(auto|cpu|cuda(:[0-9]+)?(-bf16)?)$"
         })
     }
 }
@@ -1491,7 +1503,7 @@ impl<'de> Deserialize<'de> for Device {
         impl Visitor<'_> for DeviceVisitor {
             type Value = Device;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("`auto`, `cpu`, `cuda` or `cuda:N`")
+                f.write_str("`auto`, `cpu`, `cuda`, `cuda:N`, `cuda-bf16` or `cuda:N-bf16`")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Device, E> {
                 s.parse()
@@ -1593,11 +1605,13 @@ mod tests {
 
     #[test]
     fn device_round_trips() {
-        for text in ["auto", "cpu", "cuda:1"] {
+        for text in ["auto", "cpu", "cuda:1", "cuda:0-bf16"] {
             let device: Device = text.parse().expect("valid device");
             assert_eq!(device.to_string(), text);
         }
         assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+        assert_eq!("cuda-bf16".parse::<Device>(), Ok(Device::CudaBf16(0)));
+        assert!("cpu-bf16".parse::<Device>().is_err());
         assert!("tpu".parse::<Device>().is_err());
     }
 

@@ -139,11 +139,11 @@ fn budget_of(budget: Budget, device_label: &str, stage: &str) -> Result<(u64, St
     }
 }
 
-/// Free memory of the device `label` names (`cpu`, `cuda:N`).
+/// Free memory of the device `label` names (`cpu`, `cuda:N`, `cuda:N (bf16)`).
 fn free_memory(label: &str) -> Option<u64> {
     match label.strip_prefix("cuda:") {
-        Some(index) => {
-            let index: usize = index.parse().ok()?;
+        Some(rest) => {
+            let index: usize = rest.split(' ').next()?.parse().ok()?;
             device::gpus().get(index).map(|g| g.free)
         }
         None => Some(device::host().free),
