@@ -7,6 +7,7 @@ use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use serde::Serialize;
 
+use crate::model::llama::Llama;
 use crate::model::stream::{Layers, StreamError};
 
 /// Errors of the perplexity evaluation.
@@ -98,6 +99,20 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     -values.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 
+/// Sum of next-token NLLs of one window from the residual stream after the last layer: the
+/// logits a few rows at a time where the fused kernels run
+/// ([`crate::model::fused::try_hidden_nll`], never a whole window's `seq × vocab` at once),
+/// else through [`Llama::head`] and [`window_nll`].
+///
+/// # Shapes
+/// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
+fn head_nll<B: Backend>(model: &Llama<B>, hidden: Tensor<B, 3>, window: &[u32]) -> f64 {
+    match crate::model::fused::try_hidden_nll(model, &hidden, window) {
+        Some(nll) => nll,
+        None => window_nll(model.head(hidden), window),
+    }
+}
+
 /// One window of token ids as a batch of one.
 ///
 /// # Shapes
@@ -148,8 +163,8 @@ pub fn perplexity<B: Backend>(
     match model.resident() {
         Some(model) => {
             for w in 0..windows {
-                total_nll +=
-                    window_nll(model.forward(window_tokens(window(w), &device)), window(w));
+                let x = model.hidden(window_tokens(window(w), &device));
+                total_nll += head_nll(model, x, window(w));
                 progress(w + 1, windows);
             }
         }
@@ -161,11 +176,7 @@ pub fn perplexity<B: Backend>(
                     .map_err(|e| PerplexityError::Layers(e.to_string()))?;
                 let shell = model.shell();
                 for (x, &w) in hidden.into_iter().zip(&group) {
-                    // The logits a few rows at a time where the fused kernels run.
-                    total_nll += match crate::model::fused::try_hidden_nll(shell, &x, window(w)) {
-                        Some(nll) => nll,
-                        None => window_nll(shell.head(x), window(w)),
-                    };
+                    total_nll += head_nll(shell, x, window(w));
                 }
                 progress(group.last().map_or(0, |w| w + 1), windows);
             }

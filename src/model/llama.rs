@@ -471,12 +471,21 @@ impl<B: Backend> Llama<B> {
         }
     }
 
-    /// The full causal forward pass layer by layer, on any backend (each layer still takes the
-    /// fused kernels where [`DecoderLayer::forward_observed`] can).
+    /// The residual stream after the last layer (the input of [`Llama::head`]).
     ///
     /// # Shapes
-    /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
-    pub fn forward_generic(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
+    ///
+    /// On burn-ndarray in f32 this runs the fused CPU kernels of [`super::fused`].
+    pub fn hidden(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        match super::fused::try_hidden(self, &tokens) {
+            Some(hidden) => hidden,
+            None => self.hidden_generic(tokens),
+        }
+    }
+
+    /// [`Llama::hidden`] layer by layer, on any backend.
+    fn hidden_generic(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [_batch, seq] = tokens.dims();
         let (cos, sin) = self.rope_tables(0, seq);
         let mut x = self.embed(tokens);
@@ -490,7 +499,16 @@ impl<B: Backend> Llama<B> {
                 },
             );
         }
-        self.head(x)
+        x
+    }
+
+    /// The full causal forward pass layer by layer, on any backend (each layer still takes the
+    /// fused kernels where [`DecoderLayer::forward_observed`] can).
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
+    pub fn forward_generic(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.head(self.hidden_generic(tokens))
     }
 
     /// Forward pass over new tokens that continue the cached positions; extends the cache.

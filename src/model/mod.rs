@@ -11,6 +11,7 @@ pub mod llama;
 pub mod rope;
 pub mod stream;
 pub mod tokenizer;
+pub mod vecmath;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
