@@ -330,6 +330,8 @@ struct Dims {
     /// `nh · d`.
     q: u64,
     heads: u64,
+    /// Query heads per kv head (a grouped-query attention block stacks them).
+    group: u64,
     v: u64,
     layers: u64,
     linears_per_layer: u64,
@@ -346,6 +348,7 @@ impl Dims {
             i,
             q,
             heads: shape.num_attention_heads as u64,
+            group: (shape.num_attention_heads / shape.num_key_value_heads.max(1)).max(1) as u64,
             v: shape.vocab_size as u64,
             layers: shape.num_hidden_layers as u64,
             linears_per_layer: shape.linear_parameters_per_layer(),
@@ -426,7 +429,7 @@ fn weights(
 /// Attention scores and layer intermediates of one forward pass of `b` samples of length `s`.
 ///
 /// A streamed run on the CPU counts the scores as the fused kernels hold them, one block of
-/// [`ATTENTION_ROWS`] query rows per thread (measured streamed prune peaks on SmolLM2 at
+/// [`ATTENTION_ROWS`] query rows of every query head of a kv group per thread (measured streamed prune peaks on SmolLM2 at
 /// 32 × 256, 512 and 1024: 0.31, 0.37 and 0.58 GiB against 0.33, 0.38 and 0.56 estimated). A
 /// run with the model in memory keeps the whole-score term its estimate was fitted with
 /// (`results/estimator-accuracy.md`).
@@ -435,9 +438,12 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
         let rows = ATTENTION_ROWS as u64;
         out.push(
             "attention score blocks",
-            ATTENTION_THREADS * rows * s * F32,
+            ATTENTION_THREADS * m.group * rows * s * F32,
             Place::Device,
-            format!("{ATTENTION_THREADS} threads × {rows} rows × {s} × 4 B"),
+            format!(
+                "{ATTENTION_THREADS} threads × {} heads × {rows} rows × {s} × 4 B",
+                m.group
+            ),
         );
     } else {
         out.push(
@@ -612,17 +618,17 @@ mod tests {
                 whole.stages.iter().find(|s| s.stage == stage).unwrap(),
                 streamed.stages.iter().find(|s| s.stage == stage).unwrap(),
             );
-            // Whole attention scores (b × 2 heads × s² × 4 × 2) out, one block of 64 rows
-            // per thread (64 × 64 × s × 4) in. Eval (b = 1, s = 4): also the residual streams
+            // Whole attention scores (b × 2 heads × s² × 4 × 2) out, one block of 64 rows of
+            // the kv group's 2 query heads per thread (64 × 2 × 64 × s × 4) in. Eval (b = 1, s = 4): also the residual streams
             // of a window group in and the head's operand copies (V × H × 4 × 3) out; the 4
             // rows of logits (4 × V × 4) are the same.
             let (added, removed) = if stage == "eval" {
                 (
-                    STREAMED_WINDOW_GROUP as u64 * 4 * 4 * 4 + 64 * 64 * 4 * 4,
+                    STREAMED_WINDOW_GROUP as u64 * 4 * 4 * 4 + 64 * 2 * 64 * 4 * 4,
                     10 * 4 * 4 * 3 + 2 * 16 * 4 * 2,
                 )
             } else {
-                (64 * 64 * 5 * 4, 2 * 2 * 25 * 4 * 2)
+                (64 * 2 * 64 * 5 * 4, 2 * 2 * 25 * 4 * 2)
             };
             assert_eq!(
                 b.breakdown.total(Place::Device) + 340 * 4 + 960 + removed,
