@@ -1,8 +1,10 @@
 //! The whole-sequence forward pass on the CPU with fused kernels over plain f32 slices: every
-//! linear is one `gemm` call (pure-Rust AVX2/AVX-512/NEON kernels, both cores), the residual adds
-//! are folded into the `o_proj` and `down_proj` products, RoPE is applied in place, and causal
-//! grouped-query attention runs per head in blocks of query rows against only the keys they may
-//! see, with no repeated kv heads, no mask tensor and no transposed copies.
+//! linear is `gemm` calls (pure-Rust AVX2/AVX-512/NEON kernels, one band of rows per core), the
+//! residual adds are folded into the `o_proj` and `down_proj` products, RoPE is applied in
+//! place, and causal grouped-query attention runs per kv group in blocks of query rows against
+//! only the keys they may see, with no repeated kv heads, no mask tensor and no transposed
+//! copies. Softmax, SwiGLU, RMSNorm and the NLL run on the vectorised kernels of
+//! [`super::vecmath`].
 //!
 //! Burn's generic path does the same arithmetic through one tensor op at a time and spends more
 //! than half of a forward pass outside matrix products (copies for `swap_dims`/`repeat_kv`,
