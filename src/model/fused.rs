@@ -212,14 +212,23 @@ impl HeadRef<'_> {
     /// # Shapes
     /// - `x`: `[seq, hidden]` → `[seq, vocab]`
     fn logits(&self, x: &[f32]) -> Vec<f32> {
+        let mut logits = vec![0.0f32; x.len() / self.hidden.max(1) * self.vocab];
+        self.logits_into(x, &mut logits);
+        logits
+    }
+
+    /// [`HeadRef::logits`] written into `out`.
+    ///
+    /// # Shapes
+    /// - `x`: `[seq, hidden]`, `out`: `[seq, vocab]`
+    fn logits_into(&self, x: &[f32], out: &mut [f32]) {
         let seq = x.len() / self.hidden.max(1);
         let mut normed = vec![0.0f32; x.len()];
         rms_norm(x, self.norm, self.eps, &mut normed);
-        let mut logits = vec![0.0f32; seq * self.vocab];
         match &self.lm_head {
-            Some(head) => head.apply(&normed, seq, &mut logits, false),
+            Some(head) => head.apply(&normed, seq, out, false),
             None => matmul(
-                &mut logits,
+                out,
                 self.vocab,
                 false,
                 View::dense(&normed, seq, self.hidden),
@@ -227,7 +236,6 @@ impl HeadRef<'_> {
                 true,
             ),
         }
-        logits
     }
 }
 
@@ -828,18 +836,23 @@ fn try_sequences<B: Backend>(
         inv_freq: &model.inv_freq,
         dims: dims_of(&model.layers.first()?.self_attn, hidden, model.norm.eps),
     };
+    if ids.iter().any(|&t| t < 0 || t as usize >= vocab) {
+        return None;
+    }
     let width = if logits { vocab } else { hidden };
-    let mut out = Vec::with_capacity(batch * seq * width);
-    for row in ids.chunks(seq.max(1)) {
+    // Each sequence writes its rows in place: a whole batch of logits is the largest buffer of
+    // the pass, and a second copy of it would cost its size again in page faults and memory.
+    let mut out = vec![0.0f32; batch * seq * width];
+    for (row, dst) in ids
+        .chunks(seq.max(1))
+        .zip(out.chunks_mut((seq * width).max(1)))
+    {
         let tokens: Vec<usize> = row.iter().map(|&t| t as usize).collect();
-        if tokens.iter().any(|&t| t >= vocab) {
-            return None;
-        }
         let x = sequence_hidden(&refs, &tokens);
         if logits {
-            out.extend(refs.head.logits(&x));
+            refs.head.logits_into(&x, dst);
         } else {
-            out.extend(x);
+            dst.copy_from_slice(&x);
         }
     }
     to_backend(out, [batch, seq, width])

@@ -5,8 +5,7 @@
 //! the same order, and `mul_add` is one rounding on every target, so a result does not depend
 //! on which CPU computed it.
 
-/// Independent accumulators per reduction: one AVX2 register of f32, and a fixed summation
-/// order on every target.
+/// Independent accumulators per reduction: one AVX2 register of f32.
 const LANES: usize = 8;
 
 /// `e^x` within 2 ulp for finite `x`; 0 below ln of the smallest subnormal, infinity above
@@ -62,19 +61,26 @@ fn larger(a: f32, b: f32) -> f32 {
     }
 }
 
-/// The maximum of `values` (−∞ when empty), in [`LANES`] lanes.
+/// Folds `values` into `lanes` with `step`, value `i` into lane `i % LANES`: a fixed order
+/// on every target, and one vector operation per [`LANES`] values.
 #[inline(always)]
-fn max_of(values: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
+fn fold_lanes<T: Copy>(lanes: &mut [T; LANES], values: &[f32], step: impl Fn(T, f32) -> T) {
     let mut chunks = values.chunks_exact(LANES);
     for chunk in &mut chunks {
         for (lane, &v) in lanes.iter_mut().zip(chunk) {
-            *lane = larger(v, *lane);
+            *lane = step(*lane, v);
         }
     }
     for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
-        *lane = larger(v, *lane);
+        *lane = step(*lane, v);
     }
+}
+
+/// The maximum of `values` (−∞ when empty).
+#[inline(always)]
+fn max_of(values: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    fold_lanes(&mut lanes, values, |m, v| larger(v, m));
     lanes.into_iter().fold(f32::NEG_INFINITY, larger)
 }
 
@@ -120,19 +126,11 @@ fn softmax_row_portable(row: &mut [f32], visible: usize, scale: f32) {
     live.iter_mut().for_each(|s| *s /= sum);
 }
 
-/// The sum of `values` in [`LANES`] lanes, added up in a fixed order.
+/// The sum of `values`, in lanes.
 #[inline(always)]
 fn sum_of(values: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
-    let mut chunks = values.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (lane, &v) in lanes.iter_mut().zip(chunk) {
-            *lane += v;
-        }
-    }
-    for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
-        *lane += v;
-    }
+    fold_lanes(&mut lanes, values, |sum, v| sum + v);
     lanes.iter().sum()
 }
 
@@ -145,15 +143,7 @@ dispatch! {
 #[inline(always)]
 fn rms_norm_row_portable(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let mut lanes = [0.0f32; LANES];
-    let mut chunks = x.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (lane, &v) in lanes.iter_mut().zip(chunk) {
-            *lane = v.mul_add(v, *lane);
-        }
-    }
-    for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
-        *lane = v.mul_add(v, *lane);
-    }
+    fold_lanes(&mut lanes, x, |sum, v| v.mul_add(v, sum));
     let mean_square = lanes.iter().sum::<f32>() / x.len() as f32;
     let rms = (mean_square + eps).sqrt();
     for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
@@ -191,15 +181,7 @@ fn token_nll_portable(row: &[f32], target: usize) -> f64 {
         for (t, &v) in terms.iter_mut().zip(block) {
             *t = exp(v - max);
         }
-        let mut chunks = terms.chunks_exact(LANES);
-        for chunk in &mut chunks {
-            for (sum, &t) in sums.iter_mut().zip(chunk) {
-                *sum += f64::from(t);
-            }
-        }
-        for (sum, &t) in sums.iter_mut().zip(chunks.remainder()) {
-            *sum += f64::from(t);
-        }
+        fold_lanes(&mut sums, terms, |sum, t| sum + f64::from(t));
     }
     sums.iter().sum::<f64>().ln() - f64::from(row[target] - max)
 }

@@ -28,8 +28,6 @@ pub(super) fn run<B: Backend>(
     let text = std::fs::read_to_string(&path).map_err(read)?;
     exec.hashes.calibration = Some(exec.hash_of(&path).map_err(read)?);
     let ids = exec.base(stage)?.tokenizer.encode(&text)?;
-    // Tokenising a whole text takes ~100 bytes per byte of text, all freed now.
-    crate::memory::allocator::release_freed_memory();
     // The gate's effective sizes where a gate ran.
     let (nsamples, seqlen) = exec
         .gate
