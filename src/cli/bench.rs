@@ -182,15 +182,22 @@ impl OnBackend for BenchJob {
                 let b =
                     Tensor::<B, 2>::random([k, n], burn::tensor::Distribution::Default, &device);
                 let flops = 2.0 * (m * k * n) as f64;
+                // The product the model's linears run: the fused one where it applies.
+                let fused = wanda::model::fused::try_matmul(&a, &b).is_some();
                 let runs = measure(self.repeats, flops / 1e9, || {
-                    let _ = a
-                        .clone()
-                        .matmul(b.clone())
-                        .slice([0..1, 0..1])
-                        .into_scalar();
+                    if fused {
+                        let _ = wanda::model::fused::try_matmul(&a, &b);
+                    } else {
+                        let _ = a
+                            .clone()
+                            .matmul(b.clone())
+                            .slice([0..1, 0..1])
+                            .into_scalar();
+                    }
                 });
+                let path = if fused { "fused linear" } else { "Burn matmul" };
                 Ok(figure(
-                    &format!("B6 gemm {m}x{k}·{k}x{n} f32"),
+                    &format!("B6 gemm {m}x{k}·{k}x{n} f32 ({path})"),
                     "GFLOP/s",
                     runs,
                     label,

@@ -771,6 +771,30 @@ pub fn try_gram<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
     to_backend(gram, [width, width])
 }
 
+/// `a · b` with the product every fused linear uses (one band of rows per core), for
+/// contiguous burn-ndarray f32 operands; `None` otherwise. What `wanda bench gemm` (B6)
+/// measures as the default CPU backend's GEMM.
+///
+/// # Shapes
+/// - `a`: `[m, k]`, `b`: `[k, n]` → `[m, n]`
+pub fn try_matmul<B: Backend>(a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+    let (a, [m, k]) = matrix_of(a)?;
+    let (b, [k_b, n]) = matrix_of(b)?;
+    if k != k_b {
+        return None;
+    }
+    let mut out = vec![0.0f32; m * n];
+    matmul(
+        &mut out,
+        n,
+        false,
+        View::dense(contiguous(&a)?, m, k),
+        View::dense(contiguous(&b)?, k, n),
+        true,
+    );
+    to_backend(out, [m, n])
+}
+
 /// Logits of `tokens` through the fused kernels, for a model on burn-ndarray f32 with
 /// contiguous weights; `None` for every other backend or layout (the caller then runs the
 /// generic path).
@@ -1187,6 +1211,34 @@ mod tests {
                 .collect();
             assert_eq!(columns, alone, "head {head}");
         }
+    }
+
+    #[test]
+    fn banded_product_equals_one_call_to_the_bit() {
+        // 300 rows: two bands of 150 on two threads, or one band on one.
+        let (m, k, n) = (300, 37, 29);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 31) % 97) as f32 / 13.0 - 3.0)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 17) % 89) as f32 / 11.0 - 4.0)
+            .collect();
+        let device = Default::default();
+        let at = Tensor::<B, 2>::from_data(TensorData::new(a.clone(), [m, k]), &device);
+        let bt = Tensor::<B, 2>::from_data(TensorData::new(b.clone(), [k, n]), &device);
+        let banded: Vec<f32> = try_matmul(&at, &bt).unwrap().into_data().to_vec().unwrap();
+        let mut whole = vec![0.0f32; m * n];
+        matmul(
+            &mut whole,
+            n,
+            false,
+            View::dense(&a, m, k),
+            View::dense(&b, k, n),
+            false,
+        );
+        assert_eq!(banded, whole);
+        let reference: Vec<f32> = at.matmul(bt).into_data().to_vec().unwrap();
+        close(&banded, &reference);
     }
 
     #[test]
