@@ -1,7 +1,9 @@
-//! The fuzz corpora, replayed: every input under `fuzz/corpus/<target>/` and
-//! `fuzz/regressions/<target>/` goes through its target (`wanda::fuzzing::run`) on the stable
-//! toolchain, so CI re-checks every finding and every interesting input without libFuzzer.
-//! The seed corpora come from tiny real files: `write_seed_corpora` (ignored) writes them.
+//! The fuzz inputs, replayed: the seed inputs (built here from tiny real files), every input in
+//! `fuzz/regressions/<target>/` (tracked in git: each is a past crash) and whatever a local
+//! fuzzing run left in `fuzz/corpus/<target>/` (generated, not tracked) go through their target
+//! (`wanda::fuzzing::run`) on the stable toolchain, so CI re-checks every finding without
+//! libFuzzer. `write_seed_corpora` (ignored; `scripts/fuzz-seed-corpus.sh`) writes the seeds
+//! into `fuzz/corpus/` to start a fuzzing run from.
 
 use std::path::{Path, PathBuf};
 
@@ -26,29 +28,49 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn every_corpus_and_regression_input_replays_without_a_panic() {
+fn every_seed_corpus_and_regression_input_replays_without_a_panic() {
+    let seeds = seed_inputs();
     let mut replayed = 0;
     for target in TARGETS {
-        let seeds = inputs(&fuzz_dir().join("corpus").join(target));
+        let mut cases: Vec<(String, Vec<u8>)> = seeds
+            .iter()
+            .filter(|seed| seed.target == *target)
+            .map(|seed| (format!("seed {}", seed.name), seed.bytes.clone()))
+            .collect();
         assert!(
-            !seeds.is_empty(),
-            "fuzz/corpus/{target} is empty: write the seeds with \
-             `cargo test --test it write_seed_corpora -- --ignored`"
+            !cases.is_empty(),
+            "no seed input for the fuzz target `{target}`"
         );
+        let corpus = inputs(&fuzz_dir().join("corpus").join(target));
         let regressions = inputs(&fuzz_dir().join("regressions").join(target));
-        for path in seeds.iter().chain(&regressions) {
-            let data = std::fs::read(path).unwrap();
-            let outcome = std::panic::catch_unwind(|| run(target, &data));
+        for path in corpus.iter().chain(&regressions) {
+            cases.push((path.display().to_string(), std::fs::read(path).unwrap()));
+        }
+        for (name, data) in &cases {
+            let outcome = std::panic::catch_unwind(|| run(target, data));
             assert!(
                 outcome.is_ok(),
-                "`{target}` panicked on {}; reproduce with `cargo +nightly fuzz run {target} {}`",
-                path.display(),
-                path.display()
+                "`{target}` panicked on {name}; write it to a file and reproduce with \
+                 `cargo +nightly fuzz run {target} FILE`"
             );
             replayed += 1;
         }
     }
     assert!(replayed >= TARGETS.len());
+    // The regressions are tracked in git; losing them would silently drop past crashes.
+    for (target, file) in [
+        ("gguf", "oom-layer-count"),
+        ("tokenizer_json", "panic-decoder-not-json"),
+    ] {
+        assert!(
+            fuzz_dir()
+                .join("regressions")
+                .join(target)
+                .join(file)
+                .is_file(),
+            "fuzz/regressions/{target}/{file} is missing"
+        );
+    }
 }
 
 /// A GGUF with one tensor of every block type the loader dequantises, filled with a byte
@@ -76,17 +98,24 @@ fn every_block_type() -> Vec<u8> {
     w.to_bytes().unwrap()
 }
 
-/// Writes `fuzz/corpus/<target>/seed-*` from tiny real files: GGUF models (f32, Q8_0, every
-/// block type), a safetensors checkpoint and its sharded index, config.json, the repository's
-/// pipelines and fixtures, tokenizer.json, and run.json records.
-#[test]
-#[ignore = "writes the seed corpora into fuzz/corpus"]
-fn write_seed_corpora() {
-    let corpus = fuzz_dir().join("corpus");
-    let put = |target: &str, name: &str, bytes: &[u8]| {
-        let dir = corpus.join(target);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("seed-{name}")), bytes).unwrap();
+/// One seed input of a fuzz target.
+struct Seed {
+    target: &'static str,
+    name: String,
+    bytes: Vec<u8>,
+}
+
+/// The seed inputs, from tiny real files: GGUF models (f32, Q8_0, every block type), a
+/// safetensors checkpoint and its sharded index, config.json, the repository's pipelines and
+/// fixtures, tokenizer.json, and run.json records.
+fn seed_inputs() -> Vec<Seed> {
+    let mut seeds = Vec::new();
+    let mut put = |target: &'static str, name: &str, bytes: &[u8]| {
+        seeds.push(Seed {
+            target,
+            name: name.to_string(),
+            bytes: bytes.to_vec(),
+        });
     };
     let tmp = tempfile::tempdir().unwrap();
 
@@ -190,5 +219,19 @@ fn write_seed_corpora() {
             &format!("{id}.json"),
             &std::fs::read(path).unwrap(),
         );
+    }
+    seeds
+}
+
+/// Writes `fuzz/corpus/<target>/seed-*` from [`seed_inputs`], the starting corpus of a fuzzing
+/// run (`scripts/fuzz-seed-corpus.sh`).
+#[test]
+#[ignore = "writes the seed corpora into fuzz/corpus"]
+fn write_seed_corpora() {
+    let corpus = fuzz_dir().join("corpus");
+    for seed in seed_inputs() {
+        let dir = corpus.join(seed.target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("seed-{}", seed.name)), &seed.bytes).unwrap();
     }
 }
