@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
+use wanda::prune::Method;
 
 use anyhow::Context;
 use burn::prelude::*;
@@ -72,9 +73,9 @@ pub enum BenchKind {
         /// Evaluation text.
         #[arg(long)]
         eval_text: PathBuf,
-        /// `magnitude`, `wanda` or `sparsegpt`.
-        #[arg(long, default_value = "wanda")]
-        method: String,
+        /// The pruning method.
+        #[arg(long, value_enum, default_value_t = Method::Wanda)]
+        method: Method,
         /// Unstructured ratio.
         #[arg(long, default_value_t = 0.5)]
         sparsity: f64,
@@ -325,7 +326,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     "--windows".into(),
                     windows.to_string(),
                     "--method".into(),
-                    method.clone(),
+                    method.to_string(),
                     "--sparsity".into(),
                     sparsity.to_string(),
                     "--pattern".into(),

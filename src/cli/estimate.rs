@@ -15,15 +15,12 @@ use wanda::data::calibration;
 use wanda::memory::calculator::{
     self, InferenceRequest, Lora, Optimizer, Parallelism, Precision, TrainingRequest,
 };
-use wanda::memory::estimate::{
-    estimate_prune, render, ComputeDevice, Estimate, PruneMethod, PruneRun,
-};
+use wanda::memory::estimate::{estimate_prune, render, ComputeDevice, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
 use wanda::memory::probe::probe_prune;
 use wanda::memory::shape::{gib, Breakdown, ModelShape, Place};
 use wanda::model::{self, ModelRef};
-use wanda::prune::layerwise::Method;
-use wanda::prune::sparsegpt::SparseGptOptions;
+use wanda::prune::Method;
 
 /// Arguments of `wanda estimate`.
 #[derive(Debug, clap::Args)]
@@ -34,9 +31,9 @@ pub struct EstimateArgs {
     /// `prune` (this tool's run), `inference` or `training`.
     #[arg(long, default_value = "prune")]
     pub mode: String,
-    /// `magnitude`, `wanda` or `sparsegpt` (prune mode).
-    #[arg(long, default_value = "wanda")]
-    pub method: String,
+    /// The pruning method (prune mode).
+    #[arg(long, value_enum, default_value_t = Method::Wanda)]
+    pub method: Method,
     /// Precision of inference or training: fp32, fp16, bf16, int8, int4, nf4.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
@@ -141,26 +138,12 @@ pub struct ProbeStage {
     ratio: f64,
 }
 
-fn parse_method(name: &str) -> anyhow::Result<(PruneMethod, Method)> {
-    Ok(match name {
-        "magnitude" => (PruneMethod::Magnitude, Method::Magnitude),
-        "wanda" => (PruneMethod::Wanda, Method::Wanda { use_variant: false }),
-        "sparsegpt" => (
-            PruneMethod::SparseGpt,
-            Method::SparseGpt(SparseGptOptions::default()),
-        ),
-        other => anyhow::bail!(
-            "`--method {other}` is not a method; use `magnitude`, `wanda` or `sparsegpt`"
-        ),
-    })
-}
-
 impl EstimateArgs {
     fn prune_estimate(&self) -> anyhow::Result<EstimateOutput> {
         let origin = ModelRef::parse(&self.model)?;
         let (shape, checkpoint_bytes) = model::inspect(&origin)
             .with_context(|| format!("cannot read the config of `{origin}`"))?;
-        let (method, _) = parse_method(&self.method)?;
+        let method = self.method;
         let device = match self.target.as_str() {
             "cpu" => ComputeDevice::Cpu,
             "cuda" => ComputeDevice::Cuda,
@@ -213,7 +196,7 @@ impl OnBackend for Probe {
 
     fn run<B: Backend>(self, device: B::Device, _label: String) -> anyhow::Result<EstimateOutput> {
         let Probe { args, mut estimate } = self;
-        let (_, method) = parse_method(&args.method)?;
+        let method = args.method;
         let mut log = MemoryLog::new();
         let mut measured = Vec::new();
         let origin = ModelRef::parse(&args.model)?;

@@ -15,9 +15,8 @@ use wanda::eval::perplexity::{perplexity, PerplexityReport};
 use wanda::memory::log::MemoryLog;
 use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
-use wanda::prune::layerwise::{prune_model, Method, ModelSparsity};
-use wanda::prune::sparsegpt::SparseGptOptions;
-use wanda::prune::Sparsity;
+use wanda::prune::layerwise::{prune_model, ModelSparsity};
+use wanda::prune::{Method, MethodOptions, Pattern, Sparsity};
 use wanda::stages::{RECIPE_FILE, SPARSITY_FILE};
 
 /// Arguments of `wanda prune`.
@@ -26,15 +25,15 @@ pub struct PruneArgs {
     /// A GGUF file, a Hugging Face folder, or a hub id (`org/name[@revision]`).
     #[arg(long)]
     pub model: String,
-    /// `magnitude`, `wanda` or `sparsegpt`.
-    #[arg(long, default_value = "wanda")]
-    pub method: String,
+    /// The pruning method.
+    #[arg(long, value_enum, default_value_t = Method::Wanda)]
+    pub method: Method,
     /// Fraction of weights to zero (unstructured).
     #[arg(long, default_value_t = 0.5)]
     pub sparsity: f64,
     /// `unstructured`, or `N:M` (N of every M consecutive input weights zeroed, e.g. `2:4`).
     #[arg(long, default_value = "unstructured")]
-    pub pattern: String,
+    pub pattern: Pattern,
     /// Wanda's per-row adaptive threshold (the reference's `--use_variant`).
     #[arg(long)]
     pub use_variant: bool,
@@ -93,19 +92,6 @@ pub struct PruneOutput {
     device: String,
 }
 
-fn parse_method(args: &PruneArgs) -> anyhow::Result<Method> {
-    Ok(match args.method.as_str() {
-        "magnitude" => Method::Magnitude,
-        "wanda" => Method::Wanda {
-            use_variant: args.use_variant,
-        },
-        "sparsegpt" => Method::SparseGpt(SparseGptOptions::default()),
-        other => anyhow::bail!(
-            "`--method {other}` is not a method; use `magnitude`, `wanda` or `sparsegpt`"
-        ),
-    })
-}
-
 impl PruneArgs {
     /// This command as a pipeline file (absolute paths), the recipe saved with the model.
     fn recipe_yaml(&self, origin: &ModelRef) -> anyhow::Result<String> {
@@ -119,8 +105,9 @@ impl PruneArgs {
                 serde_json::json!({ "hub": repo_id, "revision": revision })
             }
         };
-        let mut prune = serde_json::json!({ "method": self.method, "pattern": self.pattern });
-        if self.pattern == "unstructured" {
+        let mut prune =
+            serde_json::json!({ "method": self.method, "pattern": self.pattern.to_string() });
+        if self.pattern == Pattern::Unstructured {
             prune["sparsity"] = self.sparsity.into();
         }
         if self.use_variant {
@@ -160,8 +147,12 @@ impl OnBackend for PruneArgs {
     type Output = PruneOutput;
 
     fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<PruneOutput> {
-        let method = parse_method(&self)?;
-        let sparsity = Sparsity::from_pattern(&self.pattern, self.sparsity)?;
+        let method = self.method;
+        let options = MethodOptions {
+            use_variant: self.use_variant,
+            ..MethodOptions::default()
+        };
+        let sparsity = Sparsity::from_pattern(self.pattern, self.sparsity)?;
         let dtype = match self.dtype.as_str() {
             "f32" => SaveDtype::F32,
             "f16" => SaveDtype::F16,
@@ -201,6 +192,7 @@ impl OnBackend for PruneArgs {
         let report = prune_model(
             &mut loaded.model,
             method,
+            &options,
             sparsity,
             windows,
             self.batch,

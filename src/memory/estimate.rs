@@ -42,6 +42,7 @@ use serde::Serialize;
 use super::shape::{gib, Breakdown, ModelShape, Place};
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::model::fused::{ATTENTION_ROWS, HEAD_ROWS};
+use crate::prune::Method;
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
 pub const ATTENTION_SCORE_COPIES: u64 = 2;
@@ -64,18 +65,6 @@ pub const CPU_OVERHEAD_BYTES: u64 = 64 << 20;
 /// CUDA context and kernel modules on a GPU.
 pub const CUDA_OVERHEAD_BYTES: u64 = 512 << 20;
 
-/// The pruning methods, as memory sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PruneMethod {
-    /// No calibration.
-    Magnitude,
-    /// Input norms.
-    Wanda,
-    /// Hessians.
-    SparseGpt,
-}
-
 /// Where the run computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -90,7 +79,7 @@ pub enum ComputeDevice {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PruneRun {
     /// The method; None for a run that only evaluates.
-    pub method: Option<PruneMethod>,
+    pub method: Option<Method>,
     /// Calibration samples.
     pub nsamples: usize,
     /// Calibration sample length.
@@ -170,7 +159,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     });
 
     if let Some(method) = run.method {
-        if method != PruneMethod::Magnitude {
+        if method != Method::Magnitude {
             stages.push(tokenise(
                 "calibration text",
                 shape,
@@ -183,7 +172,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         let mut prune = Breakdown::default();
         overhead(&mut prune, run.device, host);
         weights(&mut prune, shape, run, &m, host, true);
-        if method != PruneMethod::Magnitude {
+        if method != Method::Magnitude {
             let (n, s) = (run.nsamples as u64, run.seqlen as u64);
             let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
             prune.push(
@@ -194,13 +183,13 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
             );
             forward(&mut prune, run, &m, b, s);
             match method {
-                PruneMethod::Wanda => prune.push(
+                Method::Wanda => prune.push(
                     "statistics",
                     b * s * m.i * F32,
                     Place::Device,
                     format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
                 ),
-                PruneMethod::SparseGpt => {
+                Method::Sparsegpt => {
                     let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
                     prune.push(
                         "statistics",
@@ -212,19 +201,19 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                         ),
                     )
                 }
-                PruneMethod::Magnitude => {}
+                Method::Magnitude => {}
             }
         }
         let widest = m.widest_linear();
         let (method_bytes, method_formula) = match method {
-            PruneMethod::SparseGpt => {
+            Method::Sparsegpt => {
                 let cols = m.h.max(m.i).max(m.q);
                 (
                     cols * cols * 8 * 3,
                     format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)"),
                 )
             }
-            PruneMethod::Wanda | PruneMethod::Magnitude => (
+            Method::Wanda | Method::Magnitude => (
                 widest * 12,
                 format!("{widest} × 12 B (scores f32, sort order)"),
             ),
@@ -503,7 +492,7 @@ mod tests {
         }
     }
 
-    fn run(method: PruneMethod) -> PruneRun {
+    fn run(method: Method) -> PruneRun {
         PruneRun {
             method: Some(method),
             nsamples: 3,
@@ -532,7 +521,7 @@ mod tests {
 
     #[test]
     fn wanda_run_by_hand() {
-        let e = estimate_prune(&tiny(), &run(PruneMethod::Wanda));
+        let e = estimate_prune(&tiny(), &run(Method::Wanda));
         let names: Vec<_> = e.stages.iter().map(|s| s.stage).collect();
         assert_eq!(
             names,
@@ -566,7 +555,7 @@ mod tests {
 
     #[test]
     fn sparsegpt_holds_hessians_in_f32_and_f64() {
-        let e = estimate_prune(&tiny(), &run(PruneMethod::SparseGpt));
+        let e = estimate_prune(&tiny(), &run(Method::Sparsegpt));
         // (2·H² + (nh·d)² + I²) × 12 = (32 + 16 + 36) × 12.
         assert_eq!(item(&e, "prune", "statistics"), 1008);
         // 120 × 4 + widest input 6² × 8 × 3.
@@ -575,7 +564,7 @@ mod tests {
 
     #[test]
     fn magnitude_needs_no_calibration_and_a_cli_run_no_copy() {
-        let mut r = run(PruneMethod::Magnitude);
+        let mut r = run(Method::Magnitude);
         r.keeps_dense_copy = false;
         let e = estimate_prune(&tiny(), &r);
         let names: Vec<_> = e.stages.iter().map(|s| s.stage).collect();
@@ -589,7 +578,7 @@ mod tests {
 
     #[test]
     fn streaming_on_a_gpu_keeps_one_layer_and_the_embeddings_on_the_device() {
-        let mut r = run(PruneMethod::Wanda);
+        let mut r = run(Method::Wanda);
         r.device = ComputeDevice::Cuda;
         r.streaming = true;
         let e = estimate_prune(&tiny(), &r);
@@ -607,7 +596,7 @@ mod tests {
 
     #[test]
     fn streaming_on_the_cpu_counts_one_layer_and_the_residual_streams_of_a_window_group() {
-        let mut r = run(PruneMethod::Wanda);
+        let mut r = run(Method::Wanda);
         let whole = estimate_prune(&tiny(), &r);
         r.streaming = true;
         let streamed = estimate_prune(&tiny(), &r);

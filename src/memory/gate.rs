@@ -240,7 +240,8 @@ impl GateDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::estimate::{ComputeDevice, PruneMethod};
+    use crate::memory::estimate::ComputeDevice;
+    use crate::prune::Method;
 
     fn shape() -> ModelShape {
         ModelShape {
@@ -259,7 +260,7 @@ mod tests {
 
     fn run(nsamples: usize, seqlen: usize) -> PruneRun {
         PruneRun {
-            method: Some(PruneMethod::Wanda),
+            method: Some(Method::Wanda),
             nsamples,
             seqlen,
             batch: 8,

@@ -6,10 +6,11 @@ use burn::prelude::Backend;
 
 use super::log::MemoryLog;
 use crate::model::stream::Layers;
-use crate::prune::layerwise::{prune_model, Method};
-use crate::prune::{PruneError, Sparsity};
+use crate::prune::layerwise::prune_model;
+use crate::prune::{Method, MethodOptions, PruneError, Sparsity};
 
-/// Prunes a copy of the first `layers` layers of `model` to 50 % with `method` on `windows`,
+/// Prunes a copy of the first `layers` layers of `model` to 50 % with `method` (default
+/// options) on `windows`,
 /// `batch` at a time, drops it, and returns the process's peak resident set (None where
 /// `/proc` is missing).
 pub fn probe_prune<B: Backend>(
@@ -26,6 +27,7 @@ pub fn probe_prune<B: Backend>(
     prune_model(
         &mut copy,
         method,
+        &MethodOptions::default(),
         Sparsity::unstructured(0.5)?,
         windows,
         batch,

@@ -509,8 +509,9 @@ mod tests {
     use crate::model::config::HfLlamaConfig;
     use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
     use crate::model::weights::{build_llama, SafetensorsSource};
-    use crate::prune::layerwise::{prune_model, Method};
+    use crate::prune::layerwise::prune_model;
     use crate::prune::Sparsity;
+    use crate::prune::{Method, MethodOptions};
 
     type B = NdArray<f32>;
 
@@ -563,10 +564,28 @@ mod tests {
         let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
         assert!(streamed.shell().layers.is_empty());
         let calibration = windows(5, 6);
-        let method = Method::Wanda { use_variant: false };
+        let (method, options) = (Method::Wanda, MethodOptions::default());
         let sparsity = Sparsity::unstructured(0.5).unwrap();
-        let a = prune_model(&mut resident, method, sparsity, &calibration, 2, |_, _| {}).unwrap();
-        let b = prune_model(&mut streamed, method, sparsity, &calibration, 2, |_, _| {}).unwrap();
+        let a = prune_model(
+            &mut resident,
+            method,
+            &options,
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        )
+        .unwrap();
+        let b = prune_model(
+            &mut streamed,
+            method,
+            &options,
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        )
+        .unwrap();
         assert_eq!(a, b);
         assert!((a.total - 0.5).abs() < 1e-9, "{}", a.total);
         assert_eq!(weights(&resident), weights(&streamed));

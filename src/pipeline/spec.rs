@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::de::{from_entry, from_node};
 use super::error::{nearest, Diagnostic, Problem};
 use super::yaml::{KeyPath, Node, Origin, Value};
+pub use crate::prune::{Method, Pattern};
 
 /// Top-level keys that are not settings.
 pub(crate) const STRUCTURE_KEYS: &[&str] = &["stages", "sweep"];
@@ -677,107 +678,6 @@ impl PruneOptions {
             (None, Pattern::NM { n, m }) => Some(f64::from(n) / f64::from(m)),
             (None, Pattern::Unstructured) => None,
         }
-    }
-}
-
-/// A pruning method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Method {
-    /// |W|, no calibration.
-    Magnitude,
-    /// |W| · ‖X‖₂ (arXiv 2306.11695).
-    Wanda,
-    /// Optimal brain surgeon with Hessian updates (arXiv 2301.00774).
-    Sparsegpt,
-}
-
-impl Method {
-    /// The name used in pipeline files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Magnitude => "magnitude",
-            Method::Wanda => "wanda",
-            Method::Sparsegpt => "sparsegpt",
-        }
-    }
-
-    /// Whether the method needs calibration activations.
-    pub fn needs_calibration(self) -> bool {
-        !matches!(self, Method::Magnitude)
-    }
-}
-
-/// A sparsity pattern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Pattern {
-    /// Any weights, per output row.
-    #[default]
-    Unstructured,
-    /// `n` of every `m` consecutive input weights.
-    NM {
-        /// Weights removed per group.
-        n: u32,
-        /// Group size.
-        m: u32,
-    },
-}
-
-impl fmt::Display for Pattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Pattern::Unstructured => f.write_str("unstructured"),
-            Pattern::NM { n, m } => write!(f, "{n}:{m}"),
-        }
-    }
-}
-
-impl Pattern {
-    /// Parses `unstructured` or `N:M`.
-    pub fn parse(text: &str) -> Option<Pattern> {
-        if text == "unstructured" {
-            return Some(Pattern::Unstructured);
-        }
-        let (n, m) = text.split_once(':')?;
-        Some(Pattern::NM {
-            n: n.trim().parse().ok()?,
-            m: m.trim().parse().ok()?,
-        })
-    }
-}
-
-impl Serialize for Pattern {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Pattern {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct PatternVisitor;
-        impl Visitor<'_> for PatternVisitor {
-            type Value = Pattern;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("`unstructured` or `N:M` such as `\"2:4\"`")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Pattern, E> {
-                Pattern::parse(s).ok_or_else(|| E::invalid_value(Unexpected::Str(s), &self))
-            }
-        }
-        d.deserialize_str(PatternVisitor)
-    }
-}
-
-impl JsonSchema for Pattern {
-    fn schema_name() -> Cow<'static, str> {
-        "Pattern".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "`unstructured`, or `N:M`: N of every M consecutive input weights removed (quote it: \"2:4\").",
-            "type": "string",
-            "pattern": "^(unstructured|[0-9]+:[0-9]+)$"
-        })
     }
 }
 

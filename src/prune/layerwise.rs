@@ -17,42 +17,12 @@ use serde::Serialize;
 
 use super::magnitude::prune_magnitude;
 use super::report::SparsityReport;
-use super::sparsegpt::{prune_sparsegpt, Hessian, SparseGptOptions};
+use super::sparsegpt::{prune_sparsegpt, Hessian};
 use super::wanda::{prune_wanda, InputNorms};
-use super::{PruneError, Sparsity};
+use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::fused;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
-
-/// The pruning method.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Method {
-    /// `|W|`, no calibration.
-    Magnitude,
-    /// `|W| · ‖X‖₂`, optionally with the per-row adaptive threshold (`use_variant`).
-    Wanda {
-        /// The reference's `--use_variant`.
-        use_variant: bool,
-    },
-    /// Optimal-brain-surgeon pruning with weight updates.
-    SparseGpt(SparseGptOptions),
-}
-
-impl Method {
-    /// Whether the method needs calibration activations.
-    pub fn needs_calibration(&self) -> bool {
-        !matches!(self, Method::Magnitude)
-    }
-
-    /// Short name as written in pipelines.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Method::Magnitude => "magnitude",
-            Method::Wanda { .. } => "wanda",
-            Method::SparseGpt(_) => "sparsegpt",
-        }
-    }
-}
 
 /// Sparsity of one pruned linear.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -182,6 +152,7 @@ impl<B: Backend> LayerStats<B> {
 pub fn prune_model<B: Backend>(
     model: &mut impl Layers<B>,
     method: Method,
+    options: &MethodOptions,
     sparsity: Sparsity,
     calibration: &[Vec<u32>],
     batch: usize,
@@ -222,7 +193,7 @@ pub fn prune_model<B: Backend>(
         })
         .collect();
     let (cos, sin) = shell.rope_tables(0, seqlen);
-    let gram = matches!(method, Method::SparseGpt(_));
+    let gram = method == Method::Sparsegpt;
     for i in 0..layers {
         let mut layer = model.layer(i)?.into_owned();
         let mut stats = LayerStats::<B>::new(gram);
@@ -249,15 +220,15 @@ pub fn prune_model<B: Backend>(
                 what: "layer input statistics",
             })?;
             match method {
-                Method::Wanda { use_variant } => {
+                Method::Wanda => {
                     let mut norms = InputNorms::new(dims[0]);
                     norms.add_sum_sq(sums, samples, tokens)?;
-                    prune_wanda(w, dims, &norms, sparsity, use_variant).map(|_| ())
+                    prune_wanda(w, dims, &norms, sparsity, options.use_variant).map(|_| ())
                 }
-                Method::SparseGpt(options) => {
+                Method::Sparsegpt => {
                     let mut h = Hessian::new(dims[0]);
                     h.add_gram(sums, samples, tokens)?;
-                    prune_sparsegpt(w, dims, &h, sparsity, &options).map(|_| ())
+                    prune_sparsegpt(w, dims, &h, sparsity, &options.sparsegpt).map(|_| ())
                 }
                 Method::Magnitude => unreachable!("magnitude returns before calibration"),
             }

@@ -27,12 +27,14 @@ pub mod layerwise;
 pub mod linalg;
 pub mod magnitude;
 pub mod mask;
+pub mod method;
 pub mod pattern;
 pub mod report;
 pub mod sparsegpt;
 pub mod wanda;
 
-pub use pattern::Sparsity;
+pub use method::{Method, MethodOptions};
+pub use pattern::{Pattern, Sparsity};
 
 impl From<crate::model::stream::StreamError> for PruneError {
     fn from(e: crate::model::stream::StreamError) -> Self {

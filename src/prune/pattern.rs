@@ -1,10 +1,88 @@
 //! Sparsity patterns: an unstructured ratio, or N:M semi-structured groups as in the Wanda paper
 //! (arXiv 2306.11695, §4) where "2:4" means 2 of every 4 consecutive weights are zero.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::de::{self, Deserializer, Unexpected, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
 use super::PruneError;
+
+/// A sparsity pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Pattern {
+    /// Any weights, per output row.
+    #[default]
+    Unstructured,
+    /// `n` of every `m` consecutive input weights.
+    NM {
+        /// Weights removed per group.
+        n: u32,
+        /// Group size.
+        m: u32,
+    },
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Unstructured => f.write_str("unstructured"),
+            Pattern::NM { n, m } => write!(f, "{n}:{m}"),
+        }
+    }
+}
+
+impl Pattern {
+    /// Parses `unstructured` or `N:M`.
+    pub fn parse(text: &str) -> Option<Pattern> {
+        if text == "unstructured" {
+            return Some(Pattern::Unstructured);
+        }
+        let (n, m) = text.split_once(':')?;
+        Some(Pattern::NM {
+            n: n.trim().parse().ok()?,
+            m: m.trim().parse().ok()?,
+        })
+    }
+}
+
+impl Serialize for Pattern {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct PatternVisitor;
+        impl Visitor<'_> for PatternVisitor {
+            type Value = Pattern;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`unstructured` or `N:M` such as `\"2:4\"`")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Pattern, E> {
+                Pattern::parse(s).ok_or_else(|| E::invalid_value(Unexpected::Str(s), &self))
+            }
+        }
+        d.deserialize_str(PatternVisitor)
+    }
+}
+
+impl JsonSchema for Pattern {
+    fn schema_name() -> Cow<'static, str> {
+        "Pattern".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`unstructured`, or `N:M`: N of every M consecutive input weights removed (quote it: \"2:4\").",
+            "type": "string",
+            "pattern": "^(unstructured|[0-9]+:[0-9]+)$"
+        })
+    }
+}
 
 /// What to prune.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,13 +117,12 @@ impl Sparsity {
         Ok(s)
     }
 
-    /// Reads a pipeline's `pattern` and `sparsity` keys: `"unstructured"` takes `ratio`;
-    /// an `"n:m"` pattern ignores it (the reference requires 0.5 there but never uses it).
-    pub fn from_pattern(pattern: &str, ratio: f64) -> Result<Self, PruneError> {
-        if pattern.trim().eq_ignore_ascii_case("unstructured") {
-            Sparsity::unstructured(ratio)
-        } else {
-            parse_nm(pattern)
+    /// The sparsity a pipeline's `pattern` and `sparsity` keys ask for: `unstructured` takes
+    /// `ratio`; an N:M pattern ignores it (the reference requires 0.5 there but never uses it).
+    pub fn from_pattern(pattern: Pattern, ratio: f64) -> Result<Self, PruneError> {
+        match pattern {
+            Pattern::Unstructured => Sparsity::unstructured(ratio),
+            Pattern::NM { n, m } => Sparsity::nm(n as usize, m as usize),
         }
     }
 
@@ -105,6 +182,25 @@ impl FromStr for Sparsity {
     }
 }
 
+/// Reads `unstructured` or a valid `n:m` (the command line's `--pattern`); an invalid pattern
+/// is an error that says what is wrong.
+impl FromStr for Pattern {
+    type Err = PruneError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().eq_ignore_ascii_case("unstructured") {
+            return Ok(Pattern::Unstructured);
+        }
+        match parse_nm(s)? {
+            Sparsity::NM { n, m } => Ok(Pattern::NM {
+                n: u32::try_from(n).map_err(|_| PruneError::InvalidNm { n, m })?,
+                m: u32::try_from(m).map_err(|_| PruneError::InvalidNm { n, m })?,
+            }),
+            Sparsity::Unstructured { .. } => Ok(Pattern::Unstructured),
+        }
+    }
+}
+
 fn parse_nm(s: &str) -> Result<Sparsity, PruneError> {
     let invalid = |reason: &str| PruneError::InvalidPattern {
         input: s.to_string(),
@@ -146,11 +242,11 @@ mod tests {
             Ok(Sparsity::Unstructured { ratio: 0.5 })
         );
         assert_eq!(
-            Sparsity::from_pattern("unstructured", 0.3),
+            Sparsity::from_pattern(Pattern::Unstructured, 0.3),
             Ok(Sparsity::Unstructured { ratio: 0.3 })
         );
         assert_eq!(
-            Sparsity::from_pattern("2:4", 0.5),
+            Sparsity::from_pattern(Pattern::NM { n: 2, m: 4 }, 0.5),
             Ok(Sparsity::NM { n: 2, m: 4 })
         );
     }
@@ -184,7 +280,7 @@ mod tests {
         assert!(err.to_string().contains("`n` (before the colon)"), "{err}");
         let err = "2:x".parse::<Sparsity>().unwrap_err();
         assert!(err.to_string().contains("`m` (after the colon)"), "{err}");
-        let err = Sparsity::from_pattern("structured", 0.5).unwrap_err();
+        let err = "structured".parse::<Pattern>().unwrap_err();
         assert!(err.to_string().contains("`structured`"), "{err}");
         assert_eq!(
             "1.0".parse::<Sparsity>(),

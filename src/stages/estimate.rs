@@ -6,13 +6,12 @@ use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
 use crate::data::calibration;
-use crate::memory::estimate::{estimate_prune, ComputeDevice, PruneMethod, PruneRun};
+use crate::memory::estimate::{estimate_prune, ComputeDevice, PruneRun};
 use crate::memory::probe::probe_prune;
 use crate::memory::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{EstimateOptions, Method, PipelineSpec, StageOptions};
-use crate::prune::layerwise;
+use crate::pipeline::spec::{EstimateOptions, PipelineSpec, StageOptions};
 
 /// Layers a probe prunes.
 const PROBE_LAYERS: usize = 2;
@@ -65,11 +64,6 @@ pub(super) fn run<B: Backend>(
             })?;
             let ids = exec.base(stage)?.tokenizer.encode(&text)?;
             let set = calibration::draw(&ids, run.nsamples, run.seqlen, specs[0].settings.seed)?;
-            let method = match method {
-                PruneMethod::Magnitude => layerwise::Method::Magnitude,
-                PruneMethod::Wanda => layerwise::Method::Wanda { use_variant: false },
-                PruneMethod::SparseGpt => layerwise::Method::SparseGpt(Default::default()),
-            };
             let measured = probe_prune(
                 &exec.base(stage)?.model,
                 method,
@@ -100,11 +94,7 @@ pub fn requested_run(
 ) -> Result<PruneRun, StageError> {
     let settings = &spec.settings;
     let method = spec.stages.iter().find_map(|s| match &s.options {
-        StageOptions::Prune(p) => Some(match p.method {
-            Method::Magnitude => PruneMethod::Magnitude,
-            Method::Wanda => PruneMethod::Wanda,
-            Method::Sparsegpt => PruneMethod::SparseGpt,
-        }),
+        StageOptions::Prune(p) => Some(p.method),
         _ => None,
     });
     let size = |path: Option<&std::path::Path>| -> Result<u64, StageError> {

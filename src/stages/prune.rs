@@ -7,10 +7,9 @@ use super::{PipelineExecutor, Pruned};
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{Method as SpecMethod, Pattern, PruneOptions};
-use crate::prune::layerwise::{prune_model, Method};
-use crate::prune::sparsegpt::SparseGptOptions;
-use crate::prune::Sparsity;
+use crate::pipeline::spec::PruneOptions;
+use crate::prune::layerwise::prune_model;
+use crate::prune::{MethodOptions, Sparsity};
 
 /// Samples per forward pass while calibrating.
 pub(super) const BATCH: usize = 8;
@@ -21,17 +20,11 @@ pub(super) fn run<B: Backend>(
     options: &PruneOptions,
     record: &mut RunRecord,
 ) -> Result<(), StageFailure> {
-    let method = match options.method {
-        SpecMethod::Magnitude => Method::Magnitude,
-        SpecMethod::Wanda => Method::Wanda {
-            use_variant: options.use_variant,
-        },
-        SpecMethod::Sparsegpt => Method::SparseGpt(SparseGptOptions::default()),
+    let method_options = MethodOptions {
+        use_variant: options.use_variant,
+        ..MethodOptions::default()
     };
-    let sparsity = match options.pattern {
-        Pattern::Unstructured => Sparsity::unstructured(options.sparsity.unwrap_or(0.0))?,
-        Pattern::NM { n, m } => Sparsity::nm(n as usize, m as usize)?,
-    };
+    let sparsity = Sparsity::from_pattern(options.pattern, options.sparsity.unwrap_or(0.0))?;
     // A copy, unless nothing after this stage reads the dense model.
     let mut model = if exec.in_place {
         exec.take_dense(&node.stage)?
@@ -44,7 +37,8 @@ pub(super) fn run<B: Backend>(
     };
     let report = prune_model(
         &mut model,
-        method,
+        options.method,
+        &method_options,
         sparsity,
         windows,
         BATCH,

@@ -4,10 +4,11 @@
 
 use burn::prelude::*;
 use wanda::model::llama::Llama;
-use wanda::prune::layerwise::{measure, prune_model, Method};
+use wanda::prune::layerwise::{measure, prune_model};
 use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::wanda::{wanda_mask, InputNorms};
 use wanda::prune::Sparsity;
+use wanda::prune::{Method, MethodOptions};
 
 use crate::common::{logits, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B};
 
@@ -36,7 +37,8 @@ fn wanda_unstructured_keeps_exactly_the_reference_count_per_output() {
     let mut model = tiny_model(&config, 1);
     let report = prune_model(
         &mut model,
-        Method::Wanda { use_variant: false },
+        Method::Wanda,
+        &MethodOptions::default(),
         Sparsity::unstructured(0.3).unwrap(),
         &windows(),
         3,
@@ -58,18 +60,12 @@ fn wanda_unstructured_keeps_exactly_the_reference_count_per_output() {
 #[test]
 fn n_m_prunes_n_of_every_m_consecutive_inputs() {
     let config = tiny_config("LlamaForCausalLM", true);
-    for method in [
-        Method::Magnitude,
-        Method::Wanda { use_variant: false },
-        Method::SparseGpt(SparseGptOptions {
-            blocksize: 8,
-            percdamp: 0.01,
-        }),
-    ] {
+    for method in Method::ALL {
         let mut model = tiny_model(&config, 2);
         let report = prune_model(
             &mut model,
             method,
+            &small_blocks(),
             Sparsity::nm(2, 4).unwrap(),
             &windows(),
             4,
@@ -115,7 +111,8 @@ fn layer_zero_statistics_are_the_normed_embeddings() {
     let mut pruned = tiny_model(&config, 3);
     prune_model(
         &mut pruned,
-        Method::Wanda { use_variant: false },
+        Method::Wanda,
+        &MethodOptions::default(),
         sparsity,
         &windows(),
         2,
@@ -138,10 +135,8 @@ fn sparsegpt_updates_kept_weights_and_magnitude_needs_no_calibration() {
     let mut sg = tiny_model(&config, 4);
     prune_model(
         &mut sg,
-        Method::SparseGpt(SparseGptOptions {
-            blocksize: 8,
-            percdamp: 0.01,
-        }),
+        Method::Sparsegpt,
+        &small_blocks(),
         Sparsity::unstructured(0.5).unwrap(),
         &windows(),
         4,
@@ -164,6 +159,7 @@ fn sparsegpt_updates_kept_weights_and_magnitude_needs_no_calibration() {
     let report = prune_model(
         &mut mag,
         Method::Magnitude,
+        &MethodOptions::default(),
         Sparsity::unstructured(0.5).unwrap(),
         &[],
         1,
@@ -181,7 +177,8 @@ fn calibration_methods_refuse_an_empty_calibration_set() {
     let before = logits(&model, &[1, 2, 3]);
     let err = prune_model(
         &mut model,
-        Method::Wanda { use_variant: false },
+        Method::Wanda,
+        &MethodOptions::default(),
         Sparsity::unstructured(0.5).unwrap(),
         &[],
         1,
@@ -240,4 +237,15 @@ fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
         (&prune["method"], &prune["pattern"]),
         (&"wanda".into(), &"2:4".into())
     );
+}
+
+/// Default options, with SparseGPT blocks of 8 to fit the tiny model's widths.
+fn small_blocks() -> MethodOptions {
+    MethodOptions {
+        sparsegpt: SparseGptOptions {
+            blocksize: 8,
+            percdamp: 0.01,
+        },
+        ..MethodOptions::default()
+    }
 }

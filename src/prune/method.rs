@@ -1,0 +1,91 @@
+//! The pruning method: one type for the pipeline file, the command line, the estimator and the
+//! layer-wise driver, and the options that tune a method.
+
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::sparsegpt::SparseGptOptions;
+
+/// A pruning method.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// |W|, no calibration.
+    Magnitude,
+    /// |W| · ‖X‖₂ (arXiv 2306.11695).
+    Wanda,
+    /// Optimal brain surgeon with Hessian updates (arXiv 2301.00774).
+    Sparsegpt,
+}
+
+impl Method {
+    /// Every method, in the order help texts list them.
+    pub const ALL: [Method; 3] = [Method::Magnitude, Method::Wanda, Method::Sparsegpt];
+
+    /// The name used in pipeline files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Magnitude => "magnitude",
+            Method::Wanda => "wanda",
+            Method::Sparsegpt => "sparsegpt",
+        }
+    }
+
+    /// Whether the method needs calibration activations.
+    pub fn needs_calibration(self) -> bool {
+        !matches!(self, Method::Magnitude)
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Method {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!("`{s}` is not a method; use `magnitude`, `wanda` or `sparsegpt`")
+            })
+    }
+}
+
+/// The options that tune a method; each method reads its own.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MethodOptions {
+    /// Wanda: the reference's `--use_variant` (per-row adaptive threshold).
+    pub use_variant: bool,
+    /// SparseGPT: block size and dampening.
+    pub sparsegpt: SparseGptOptions,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_other_words_are_refused() {
+        for method in Method::ALL {
+            assert_eq!(method.to_string().parse::<Method>(), Ok(method));
+            assert_eq!(
+                serde_json::to_value(method).unwrap(),
+                serde_json::json!(method.name())
+            );
+        }
+        let err = "obs".parse::<Method>().unwrap_err();
+        assert!(err.contains("`obs` is not a method"), "{err}");
+        assert!(!Method::Magnitude.needs_calibration());
+        assert!(Method::Wanda.needs_calibration() && Method::Sparsegpt.needs_calibration());
+    }
+}
