@@ -13,3 +13,4 @@ pub mod prune;
 pub mod queue;
 pub mod report;
 pub mod stages;
+pub mod sys;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    wanda::memory::allocator::keep_freed_memory_for_reuse();
+    wanda::sys::allocator::keep_freed_memory_for_reuse();
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,

@@ -122,7 +122,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let write = |path: &std::path::Path, bytes: &[u8]| {
-        wanda::pipeline::record::write_atomic(path, bytes)
+        wanda::sys::write_atomic(path, bytes)
             .map_err(|e| anyhow::anyhow!("cannot write `{}`: {e}", path.display()))
     };
     // Slurm does not create the log folder; a task whose log cannot be opened fails silently.

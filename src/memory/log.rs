@@ -250,7 +250,7 @@ impl MemoryLog {
     /// Writes `memory_log.csv` into `dir` (atomically).
     pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        crate::pipeline::record::write_atomic(&dir.join(CSV_FILE), self.to_csv().as_bytes())
+        crate::sys::write_atomic(&dir.join(CSV_FILE), self.to_csv().as_bytes())
     }
 
     /// A summary table: checkpoint, RSS, GPU alloc, GPU peak; then overall peaks.

@@ -1,7 +1,6 @@
 //! Memory accounting: the per-run memory log, the model shape and breakdown types of the
 //! estimators.
 
-pub mod allocator;
 pub mod calculator;
 pub mod device;
 pub mod estimate;

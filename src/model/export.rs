@@ -466,10 +466,7 @@ fn remove_stale_staging(folder: &Path) {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    crate::pipeline::record::remove_orphans(
-        parent,
-        &format!(".{}.partial-", name.to_string_lossy()),
-    );
+    crate::sys::remove_orphans(parent, &format!(".{}.partial-", name.to_string_lossy()));
 }
 
 fn staging_path(folder: &Path) -> PathBuf {

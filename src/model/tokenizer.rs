@@ -119,7 +119,7 @@ impl Tokenizer {
         let ids = encoding.get_ids().to_vec();
         drop(encoding);
         if text.len() >= LONG_TEXT {
-            crate::memory::allocator::release_freed_memory();
+            crate::sys::allocator::release_freed_memory();
         }
         Ok(ids)
     }

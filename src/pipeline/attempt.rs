@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::plan::CellId;
-use super::record::write_atomic;
+use crate::sys::write_atomic;
 
 /// The file name inside a cell's folder.
 pub const ATTEMPT_FILE: &str = "attempt.json";

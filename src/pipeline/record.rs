@@ -5,14 +5,13 @@
 //! skipping cells whose record exists and names the same cell.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Cell, CellId, Plan};
+use crate::sys::write_atomic;
 
 /// Version of the record layout; bumped on incompatible changes.
 pub const RECORD_VERSION: u32 = 1;
@@ -383,73 +382,6 @@ fn normalize_lexically(path: &Path) -> PathBuf {
 /// Whether a cell has finished: its `run.json` exists, parses, and names the same cell.
 pub fn cell_is_finished(results_dir: &Path, cell: &CellId) -> bool {
     RunRecord::read(&RunRecord::path(results_dir, cell)).is_ok_and(|r| &r.cell.id == cell)
-}
-
-/// Writes `bytes` to `path` so that readers see the old file or the new one, never a part:
-/// a temp file in the same folder (same file system, so the rename is atomic), fsync, rename,
-/// then fsync of the folder so the rename itself survives a crash.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")
-    })?;
-    let prefix = format!(".{}.tmp-", name.to_string_lossy());
-    remove_orphans(&dir, &prefix);
-    let temp = dir.join(format!(
-        "{prefix}{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temp, path)?;
-        // Directory fsync makes the rename durable; not every platform allows opening a folder.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result
-}
-
-/// Removes what processes that died mid-write left in `dir`: entries named `{prefix}{pid}…`
-/// (temp files, staging folders) whose process id no longer exists. Checked through `/proc`;
-/// without it nothing is removed.
-pub fn remove_orphans(dir: &Path, prefix: &str) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(prefix) else {
-            continue;
-        };
-        let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        if !pid.is_empty() && !Path::new("/proc").join(&pid).exists() {
-            let path = entry.path();
-            let _ = if path.is_dir() {
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            };
-        }
-    }
 }
 
 #[cfg(test)]

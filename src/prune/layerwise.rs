@@ -239,7 +239,7 @@ pub fn prune_model<B: Backend>(
     }
     // The calibration activations and work buffers are gone; the heap need not keep them.
     drop(inputs);
-    crate::memory::allocator::release_freed_memory();
+    crate::sys::allocator::release_freed_memory();
     measure(model)
 }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::record::write_atomic;
 use crate::pipeline::{Plan, RunRecord};
+use crate::sys::write_atomic;
 
 /// The manifest of one pipeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,8 @@
+//! The bottom floor: file-system and process helpers every other module may use and that use
+//! nothing of this crate — atomic writes and orphan cleanup ([`atomic`]) and the allocator's
+//! tuning ([`allocator`]).
+
+pub mod allocator;
+pub mod atomic;
+
+pub use atomic::{remove_orphans, write_atomic};
