@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
 use wanda::data::calibration;
+use wanda::data::read_tokenized;
 use wanda::memory::calculator::{
     self, InferenceRequest, Lora, Optimizer, Parallelism, Precision, TrainingRequest,
 };
@@ -209,9 +210,7 @@ impl OnBackend for Probe {
                 .calib_text
                 .as_ref()
                 .context("`--probe` with a calibration method needs `--calib-text FILE`")?;
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read calibration text `{}`", path.display()))?;
-            let ids = loaded.tokenizer.encode(&text)?;
+            let ids = read_tokenized(path, &loaded.tokenizer)?;
             measured.push((
                 "calibration text",
                 log.checkpoint("calibration text").peak_rss,
@@ -227,9 +226,7 @@ impl OnBackend for Probe {
             measured.push(("prune", log.checkpoint("prune").peak_rss));
         }
         if let (Some(seqlen), Some(path)) = (args.eval_seqlen, &args.eval_text) {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read eval text `{}`", path.display()))?;
-            let ids = loaded.tokenizer.encode(&text)?;
+            let ids = read_tokenized(path, &loaded.tokenizer)?;
             measured.push(("eval text", log.checkpoint("eval text").peak_rss));
             wanda::eval::perplexity::perplexity(
                 &loaded.model,

@@ -9,6 +9,7 @@ use burn::prelude::Backend;
 use serde::Serialize;
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
+use wanda::data::read_tokenized;
 use wanda::eval::perplexity::{perplexity, window_tokens, PerplexityReport};
 use wanda::memory::log::MemoryLog;
 use wanda::model::{self, ModelRef};
@@ -59,23 +60,20 @@ impl OnBackend for EvalArgs {
 
     fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<EvalOutput> {
         let origin = ModelRef::parse(&self.model)?;
-        let text = std::fs::read_to_string(&self.text)
+        // Fail before the (long) model load when the text cannot be opened.
+        std::fs::File::open(&self.text)
             .with_context(|| format!("cannot read eval text `{}`", self.text.display()))?;
         let started = Instant::now();
         let loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;
         let load_seconds = started.elapsed().as_secs_f64();
-        let ids = loaded.tokenizer.encode(&text)?;
+        let ids = read_tokenized(&self.text, &loaded.tokenizer)?;
         if let Some(path) = &self.dump_logits {
             let window = ids.get(..self.seqlen).with_context(|| {
                 format!("the text has fewer than {} tokens to dump", self.seqlen)
             })?;
             let logits = loaded.model.forward(window_tokens::<B>(window, &device));
-            let values: Vec<f32> = logits
-                .into_data()
-                .convert::<f32>()
-                .to_vec()
-                .map_err(|e| anyhow::anyhow!("cannot read the logits back: {e:?}"))?;
+            let values = wanda::model::host::to_host_f32(logits);
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             std::fs::write(path, bytes)
                 .with_context(|| format!("cannot write logits to `{}`", path.display()))?;

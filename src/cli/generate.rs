@@ -101,13 +101,8 @@ impl OnBackend for GenerateArgs {
             let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [1, n]), &device);
             let logits = loaded.model.forward_cached(tokens, &mut cache);
             let [_, seq, vocab] = logits.dims();
-            let last: Vec<f32> = logits
-                .narrow(1, seq - 1, 1)
-                .reshape([vocab])
-                .into_data()
-                .convert::<f32>()
-                .to_vec()
-                .expect("converted to f32 above");
+            let last =
+                wanda::model::host::to_host_f32(logits.narrow(1, seq - 1, 1).reshape([vocab]));
             let next = pick(&last, self.temperature, &mut rng);
             if Some(next) == loaded.config.eos_token_id {
                 break;

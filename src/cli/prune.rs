@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::backend::{dispatch, DeviceArg, OnBackend};
 use wanda::data::calibration::{self, CalibrationSet};
+use wanda::data::read_tokenized;
 use wanda::eval::perplexity::{perplexity, PerplexityReport};
 use wanda::memory::log::MemoryLog;
 use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
@@ -169,10 +170,7 @@ impl OnBackend for PruneArgs {
 
         let calibration = match (&self.calib_text, method.needs_calibration()) {
             (Some(path), true) => {
-                let text = std::fs::read_to_string(path).with_context(|| {
-                    format!("cannot read calibration text `{}`", path.display())
-                })?;
-                let ids = loaded.tokenizer.encode(&text)?;
+                let ids = read_tokenized(path, &loaded.tokenizer)?;
                 Some(calibration::draw(
                     &ids,
                     self.nsamples,
@@ -203,9 +201,7 @@ impl OnBackend for PruneArgs {
 
         let (perplexity, eval_seconds) = match &self.eval_text {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read eval text `{}`", path.display()))?;
-                let ids = loaded.tokenizer.encode(&text)?;
+                let ids = read_tokenized(path, &loaded.tokenizer)?;
                 let bar = super::counter_bar("perplexity", "windows");
                 let started = Instant::now();
                 let r = perplexity(

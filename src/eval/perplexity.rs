@@ -91,11 +91,7 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     let targets: Vec<i64> = window[1..].iter().map(|&t| i64::from(t)).collect();
     let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [seq - 1, 1]), &device);
     let picked = log_softmax(predicted, 1).gather(1, targets);
-    let values: Vec<f32> = picked
-        .into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("converted to f32 above");
+    let values = crate::model::host::to_host_f32(picked);
     -values.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 

@@ -81,11 +81,7 @@ impl SaveDtype {
 
 fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> HostTensor {
     let shape = t.dims().to_vec();
-    let data = t
-        .into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("converted to f32 above");
+    let data = super::host::to_host_f32(t);
     HostTensor { shape, data }
 }
 

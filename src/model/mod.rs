@@ -6,6 +6,7 @@ pub mod export;
 pub mod fused;
 pub mod gguf;
 pub mod gguf_model;
+pub mod host;
 pub mod hub;
 pub mod llama;
 pub mod rope;

@@ -25,6 +25,7 @@ use burn::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::config::LlamaConfig;
+use super::host::to_host_f32;
 use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
 use super::weights::{build_layer, build_shell, WeightError, WeightSource};
 
@@ -371,13 +372,6 @@ fn linears_of<B: Backend>(layer: &DecoderLayer<B>) -> impl Iterator<Item = (&str
     layer.linears().into_iter().map(|(name, _, l)| (name, l))
 }
 
-fn f32_values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("converted to f32 above")
-}
-
 /// Writes `layer` to `path` as f32 safetensors in Burn's layout (linear weights `[in, out]`),
 /// through a temporary file renamed into place, so a file that exists is complete.
 fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), StreamError> {
@@ -388,10 +382,10 @@ fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), S
     };
     for (name, linear) in linears_of(layer) {
         let w = linear.weight.val();
-        push(format!("{name}.weight"), w.dims().to_vec(), f32_values(w));
+        push(format!("{name}.weight"), w.dims().to_vec(), to_host_f32(w));
         if let Some(bias) = &linear.bias {
             let b = bias.val();
-            push(format!("{name}.bias"), b.dims().to_vec(), f32_values(b));
+            push(format!("{name}.bias"), b.dims().to_vec(), to_host_f32(b));
         }
     }
     for (name, norm) in [
@@ -399,7 +393,7 @@ fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), S
         ("post_attention_layernorm", &layer.post_attention_layernorm),
     ] {
         let w = norm.weight.val();
-        push(format!("{name}.weight"), w.dims().to_vec(), f32_values(w));
+        push(format!("{name}.weight"), w.dims().to_vec(), to_host_f32(w));
     }
     let damaged = |reason: String| StreamError::Damaged {
         path: path.display().to_string(),
@@ -549,7 +543,7 @@ mod tests {
             .flat_map(|i| {
                 let layer = model.layer(i).unwrap().into_owned();
                 linears_of(&layer)
-                    .map(|(_, l)| f32_values(l.weight.val()))
+                    .map(|(_, l)| to_host_f32(l.weight.val()))
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -619,7 +613,7 @@ mod tests {
         pruned.set_layer(1, layer).unwrap();
         assert_eq!(files(), 1);
         let zeros = |m: &StreamedLlama<B>| {
-            f32_values(m.layer(1).unwrap().mlp.up_proj.weight.val())
+            to_host_f32(m.layer(1).unwrap().mlp.up_proj.weight.val())
                 .iter()
                 .filter(|v| **v == 0.0)
                 .count()

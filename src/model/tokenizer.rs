@@ -152,6 +152,13 @@ impl Tokenizer {
     }
 }
 
+impl crate::data::TextEncoder for Tokenizer {
+    type Error = TokenizerError;
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        self.encode(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ use super::sparsegpt::{prune_sparsegpt, Hessian};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::fused;
+use crate::model::host::to_host_f32;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
 
@@ -83,19 +84,7 @@ pub fn measure<B: Backend>(model: &impl Layers<B>) -> Result<ModelSparsity, Prun
 
 fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
     let dims = w.dims();
-    let data = w
-        .into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("converted to f32 above");
-    (data, dims)
-}
-
-fn host_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("converted to f32 above")
+    (to_host_f32(w), dims)
 }
 
 /// Per-input statistics of one decoder layer, accumulated on the device.
@@ -213,7 +202,7 @@ pub fn prune_model<B: Backend>(
         let host: BTreeMap<LinearInput, Vec<f32>> = stats
             .sums
             .into_iter()
-            .map(|(k, t)| (k, host_vec(t)))
+            .map(|(k, t)| (k, to_host_f32(t)))
             .collect();
         prune_layer(&mut layer, |w, dims, input| {
             let sums = host.get(&input).ok_or(PruneError::NoSamples {
