@@ -13,7 +13,8 @@ use anyhow::Context;
 use burn::prelude::*;
 use serde::Serialize;
 
-use super::backend::{dispatch, DeviceArg, OnBackend};
+use super::backend::{dispatch, OnBackend};
+use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::{self, ModelRef};
 
 /// Arguments of `wanda bench`.
@@ -30,7 +31,7 @@ pub struct BenchArgs {
     pub json: bool,
     /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto", global = true)]
-    pub device: DeviceArg,
+    pub device: DeviceSpec,
 }
 
 /// The benchmark figures.
@@ -154,7 +155,7 @@ pub struct BenchJob {
 impl OnBackend for BenchJob {
     type Output = Figure;
 
-    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<Figure> {
+    fn run<B: Backend>(self, device: B::Device, choice: DeviceChoice) -> anyhow::Result<Figure> {
         match self.what {
             BenchKind::Forward { model, seqlen } => {
                 let origin = ModelRef::parse(&model)?;
@@ -172,7 +173,7 @@ impl OnBackend for BenchJob {
                     // Reading one value forces the whole lazy graph on every backend.
                     let _ = logits.narrow(1, seqlen - 1, 1).sum().into_scalar();
                 });
-                Ok(figure("B1 forward", "tokens/s", runs, label))
+                Ok(figure("B1 forward", "tokens/s", runs, choice.label()))
             }
             BenchKind::Perplexity { .. } | BenchKind::Prune { .. } => {
                 unreachable!("process benchmarks are run by `child_figures`, not on a backend")
@@ -201,7 +202,7 @@ impl OnBackend for BenchJob {
                     &format!("B6 gemm {m}x{k}·{k}x{n} f32 ({path})"),
                     "GFLOP/s",
                     runs,
-                    label,
+                    choice.label(),
                 ))
             }
         }
@@ -256,13 +257,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         args.repeats >= 3,
         "--repeats must be at least 3 (the median of fewer runs is noise)"
     );
-    let device = match args.device {
-        DeviceArg::Cpu => "cpu".to_string(),
-        DeviceArg::CpuNdarray => "cpu-ndarray".to_string(),
-        DeviceArg::CpuFlex => "cpu-flex".to_string(),
-        DeviceArg::Cuda(i, float) => format!("cuda:{i}{}", float.suffix()),
-        DeviceArg::Auto => "auto".to_string(),
-    };
+    let device = args.device.to_string();
     let path = |p: &PathBuf| p.display().to_string();
     let figures = match &args.what {
         BenchKind::Perplexity {

@@ -10,12 +10,13 @@ use anyhow::Context;
 use burn::prelude::Backend;
 use serde::Serialize;
 
-use super::backend::{dispatch, DeviceArg, OnBackend};
+use super::backend::{dispatch, OnBackend};
 use wanda::data::calibration;
 use wanda::data::read_tokenized;
 use wanda::memory::calculator::{
     self, InferenceRequest, Lora, Optimizer, Parallelism, Precision, TrainingRequest,
 };
+use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::memory::estimate::{estimate_prune, render, ComputeDevice, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
 use wanda::memory::probe::probe_prune;
@@ -195,7 +196,11 @@ struct Probe {
 impl OnBackend for Probe {
     type Output = EstimateOutput;
 
-    fn run<B: Backend>(self, device: B::Device, _label: String) -> anyhow::Result<EstimateOutput> {
+    fn run<B: Backend>(
+        self,
+        device: B::Device,
+        _choice: DeviceChoice,
+    ) -> anyhow::Result<EstimateOutput> {
         let Probe { args, mut estimate } = self;
         let method = args.method;
         let mut log = MemoryLog::new();
@@ -397,7 +402,10 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<ExitCode> {
     }
     let estimate = args.prune_estimate()?;
     let out = if args.probe {
-        dispatch(DeviceArg::Cpu, Probe { args, estimate })?
+        dispatch(
+            DeviceSpec::Exact(DeviceChoice::CPU),
+            Probe { args, estimate },
+        )?
     } else {
         estimate
     };

@@ -8,9 +8,10 @@ use anyhow::Context;
 use burn::prelude::Backend;
 use serde::Serialize;
 
-use super::backend::{dispatch, DeviceArg, OnBackend};
+use super::backend::{dispatch, OnBackend};
 use wanda::data::read_tokenized;
 use wanda::eval::perplexity::{perplexity, window_tokens, PerplexityReport};
+use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::memory::log::MemoryLog;
 use wanda::model::{self, ModelRef};
 
@@ -34,7 +35,7 @@ pub struct EvalArgs {
     pub json: bool,
     /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto")]
-    pub device: DeviceArg,
+    pub device: DeviceSpec,
     /// Also write the first window's logits here (raw little-endian f32, `[seqlen, vocab]`),
     /// to compare with another implementation (`scripts/ab-transformers.sh` does).
     #[arg(long)]
@@ -58,7 +59,11 @@ pub struct EvalOutput {
 impl OnBackend for EvalArgs {
     type Output = EvalOutput;
 
-    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<EvalOutput> {
+    fn run<B: Backend>(
+        self,
+        device: B::Device,
+        choice: DeviceChoice,
+    ) -> anyhow::Result<EvalOutput> {
         let origin = ModelRef::parse(&self.model)?;
         // Fail before the (long) model load when the text cannot be opened.
         std::fs::File::open(&self.text)
@@ -95,7 +100,7 @@ impl OnBackend for EvalArgs {
             report,
             model: origin.to_string(),
             text: self.text.display().to_string(),
-            device: label,
+            device: choice.label(),
             load_seconds,
             eval_seconds,
             peak_rss_bytes: MemoryLog::with_gpu(None).checkpoint("end").peak_rss,

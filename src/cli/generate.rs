@@ -8,7 +8,8 @@ use burn::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::backend::{dispatch, DeviceArg, OnBackend};
+use super::backend::{dispatch, OnBackend};
+use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::llama::KvCache;
 use wanda::model::{self, ModelRef};
 
@@ -32,7 +33,7 @@ pub struct GenerateArgs {
     pub seed: u64,
     /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto")]
-    pub device: DeviceArg,
+    pub device: DeviceSpec,
 }
 
 /// Picks the next token from `logits`: argmax at temperature 0, else a softmax sample.
@@ -72,7 +73,7 @@ fn pick(logits: &[f32], temperature: f64, rng: &mut StdRng) -> u32 {
 impl OnBackend for GenerateArgs {
     type Output = ();
 
-    fn run<B: Backend>(self, device: B::Device, _label: String) -> anyhow::Result<()> {
+    fn run<B: Backend>(self, device: B::Device, _choice: DeviceChoice) -> anyhow::Result<()> {
         let origin = ModelRef::parse(&self.model)?;
         let loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;

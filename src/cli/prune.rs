@@ -9,10 +9,11 @@ use anyhow::Context;
 use burn::prelude::Backend;
 use serde::Serialize;
 
-use super::backend::{dispatch, DeviceArg, OnBackend};
+use super::backend::{dispatch, OnBackend};
 use wanda::data::calibration::{self, CalibrationSet};
 use wanda::data::read_tokenized;
 use wanda::eval::perplexity::{perplexity, PerplexityReport};
+use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::memory::log::MemoryLog;
 use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
@@ -73,7 +74,7 @@ pub struct PruneArgs {
     pub json: bool,
     /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
     #[arg(long, default_value = "auto")]
-    pub device: DeviceArg,
+    pub device: DeviceSpec,
 }
 
 /// What `wanda prune --json` prints.
@@ -147,7 +148,11 @@ impl PruneArgs {
 impl OnBackend for PruneArgs {
     type Output = PruneOutput;
 
-    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<PruneOutput> {
+    fn run<B: Backend>(
+        self,
+        device: B::Device,
+        choice: DeviceChoice,
+    ) -> anyhow::Result<PruneOutput> {
         let method = self.method;
         let options = MethodOptions {
             use_variant: self.use_variant,
@@ -244,7 +249,7 @@ impl OnBackend for PruneArgs {
             prune_seconds,
             eval_seconds,
             peak_rss_bytes: MemoryLog::with_gpu(None).checkpoint("end").peak_rss,
-            device: label,
+            device: choice.label(),
         })
     }
 }

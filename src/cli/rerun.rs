@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::pipeline::plan::{validate_source, ValidateOptions};
 use wanda::pipeline::record::Versions;
 use wanda::pipeline::RunRecord;
@@ -34,13 +35,9 @@ pub fn run(args: RerunArgs) -> anyhow::Result<ExitCode> {
     // The record's config is the cell's resolved pipeline without name and device.
     let mut config = old.config.clone();
     config["name"] = old.cell.pipeline.clone().into();
-    // The device the cell ran on, from its label (`cpu (ndarray f32)`, `cuda:0 (…)`).
-    let device = old
-        .effective
-        .device
-        .split_whitespace()
-        .next()
-        .unwrap_or("auto");
+    // The device the cell ran on, from its label (`cpu (ndarray f32)`, `cuda:0 (bf16)`, …).
+    let device = DeviceChoice::from_label(&old.effective.device)
+        .map_or_else(|| DeviceSpec::Auto.to_string(), |choice| choice.to_string());
     config["device"] = device.into();
     let text = serde_saphyr::to_string(&config)?;
     // Validated as if it were the original file, so relative paths resolve as they did.

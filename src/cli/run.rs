@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use burn::prelude::Backend;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::backend::{dispatch, CudaFloat, DeviceArg, OnBackend};
+use super::backend::{dispatch, OnBackend};
+use wanda::memory::device::DeviceChoice;
 use wanda::pipeline::runner::{self, OnChanged, RunEvent, RunOptions, RunSummary};
-use wanda::pipeline::spec::{Budget, Device};
+use wanda::pipeline::spec::Budget;
 use wanda::pipeline::{cell_is_finished, Plan};
 use wanda::queue::local::{run_queue, worker_slots, QueueEvent};
 use wanda::queue::manifest::{self, Manifest};
@@ -104,7 +105,11 @@ struct Job {
 impl OnBackend for Job {
     type Output = RunSummary;
 
-    fn run<B: Backend>(self, device: B::Device, label: String) -> anyhow::Result<RunSummary> {
+    fn run<B: Backend>(
+        self,
+        device: B::Device,
+        choice: DeviceChoice,
+    ) -> anyhow::Result<RunSummary> {
         let bars = MultiProgress::new();
         let bar = bars.add(
             ProgressBar::new(self.plan.cells.len() as u64).with_style(
@@ -118,13 +123,15 @@ impl OnBackend for Job {
         let stage_bar = bars.add(super::counter_bar("    stage", "steps"));
         let stage_progress = stage_bar.clone();
         let report_bar = bar.clone();
-        let mut executor =
-            PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, label)
-                .with_progress(move |_stage, done, total| {
-                    super::advance(&stage_progress, done, total)
-                })
-                .with_report(move |text| super::say(&report_bar, text.trim_end()))
-                .with_budget(self.budget);
+        let mut executor = PipelineExecutor::<B>::new(
+            &self.plan,
+            &self.options.results_dir,
+            device,
+            choice.label(),
+        )
+        .with_progress(move |_stage, done, total| super::advance(&stage_progress, done, total))
+        .with_report(move |text| super::say(&report_bar, text.trim_end()))
+        .with_budget(self.budget);
         let summary = runner::run(
             &self.plan,
             &mut executor,
@@ -200,13 +207,8 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             println!("{:<12} {:<32} {state}", cell.id.0, cell.label);
         }
-        let label = match plan.spec.settings.device {
-            Device::Cuda(i) => format!("cuda:{i}"),
-            Device::CudaBf16(i) => format!("cuda:{i} (bf16)"),
-            Device::Auto if cfg!(feature = "cuda") => "cuda:0".to_string(),
-            _ => "cpu".to_string(),
-        };
-        match wanda::stages::gate_dry_run(&plan, &label, args.budget) {
+        let device = plan.spec.settings.device.resolve();
+        match wanda::stages::gate_dry_run(&plan, &device.label(), args.budget) {
             Ok(Some(text)) => print!("{text}"),
             Ok(None) => {}
             Err(e) => println!("gate: cannot decide before the run: {e}"),
@@ -237,17 +239,8 @@ pub(super) fn execute(
     args: &RunArgs,
     results_dir: PathBuf,
 ) -> anyhow::Result<RunSummary> {
-    let device = match plan.spec.settings.device {
-        Device::Auto => DeviceArg::Auto,
-        Device::Cpu => DeviceArg::Cpu,
-        Device::Cuda(i) => DeviceArg::Cuda(i as usize, CudaFloat::F32),
-        Device::CudaBf16(i) => DeviceArg::Cuda(i as usize, CudaFloat::Bf16),
-    };
-    let gpu_index = match device {
-        DeviceArg::Cuda(i, _) => Some(i as u32),
-        DeviceArg::Auto if cfg!(feature = "cuda") => Some(0),
-        _ => None,
-    };
+    let device = plan.spec.settings.device;
+    let gpu_index = device.resolve().gpu_index();
     let options = RunOptions {
         results_dir,
         only: args.only.clone(),
@@ -312,10 +305,7 @@ fn run_workers(
         .filter(|c| args.force || !cell_is_finished(results_dir, &c.id))
         .map(|c| c.index)
         .collect();
-    let on_gpu = matches!(
-        plan.spec.settings.device,
-        Device::Cuda(_) | Device::CudaBf16(_)
-    ) || (plan.spec.settings.device == Device::Auto && cfg!(feature = "cuda"));
+    let on_gpu = plan.spec.settings.device.resolve().is_cuda();
     let gpus: Vec<String> = if on_gpu {
         wanda::memory::device::gpus()
             .into_iter()

@@ -1,8 +1,232 @@
-//! The memory of the machine's devices: NVIDIA GPUs through NVML (loaded at run time, so a
-//! machine without a driver simply has none) and host RAM through `sysinfo`.
+//! Devices: which one a run computes on ([`DeviceSpec`] as written in a pipeline or on the
+//! command line, [`DeviceChoice`] once resolved — made once and passed down), and the memory of
+//! the machine's devices: NVIDIA GPUs through NVML (loaded at run time, so a machine without a
+//! driver simply has none) and host RAM through `sysinfo`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
 
 use nvml_wrapper::Nvml;
-use serde::Serialize;
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::de::{self, Deserializer, Unexpected, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// What computes: a CPU backend or a CUDA GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// The default pure-Rust CPU backend (burn-ndarray, with the fused kernels).
+    Cpu,
+    /// burn-flex, burn's gemm-based CPU backend, for A/B comparisons.
+    CpuFlex,
+    /// A CUDA GPU.
+    Cuda,
+}
+
+/// The float type a device computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// f32 (the default).
+    #[default]
+    F32,
+    /// bfloat16 (CUDA only).
+    Bf16,
+}
+
+/// A resolved device: what computes, which one, and in what precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceChoice {
+    /// CPU backend or GPU.
+    pub kind: DeviceKind,
+    /// The GPU's index as CUDA numbers them (0 on the CPU).
+    pub index: u32,
+    /// The float type of the work.
+    pub precision: Precision,
+}
+
+impl DeviceChoice {
+    /// The default CPU backend in f32.
+    pub const CPU: DeviceChoice = DeviceChoice {
+        kind: DeviceKind::Cpu,
+        index: 0,
+        precision: Precision::F32,
+    };
+
+    /// CUDA device `index`, computing in `precision`.
+    pub fn cuda(index: u32, precision: Precision) -> Self {
+        DeviceChoice {
+            kind: DeviceKind::Cuda,
+            index,
+            precision,
+        }
+    }
+
+    /// Whether a GPU computes.
+    pub fn is_cuda(self) -> bool {
+        self.kind == DeviceKind::Cuda
+    }
+
+    /// The GPU's index, None on the CPU.
+    pub fn gpu_index(self) -> Option<u32> {
+        self.is_cuda().then_some(self.index)
+    }
+
+    /// The device as run records name it: `cpu (ndarray f32)`, `cpu (flex f32)`, `cuda:N` or
+    /// `cuda:N (bf16)`.
+    pub fn label(self) -> String {
+        match (self.kind, self.precision) {
+            (DeviceKind::Cpu, _) => "cpu (ndarray f32)".into(),
+            (DeviceKind::CpuFlex, _) => "cpu (flex f32)".into(),
+            (DeviceKind::Cuda, Precision::F32) => format!("cuda:{}", self.index),
+            (DeviceKind::Cuda, Precision::Bf16) => format!("cuda:{} (bf16)", self.index),
+        }
+    }
+
+    /// Reads a [`label`](Self::label) back (a run record's `effective.device`); None for text
+    /// that is not one.
+    pub fn from_label(label: &str) -> Option<Self> {
+        match label {
+            "cpu (ndarray f32)" | "cpu" => return Some(DeviceChoice::CPU),
+            "cpu (flex f32)" => {
+                return Some(DeviceChoice {
+                    kind: DeviceKind::CpuFlex,
+                    ..DeviceChoice::CPU
+                })
+            }
+            _ => {}
+        }
+        let (gpu, precision) = match label.strip_suffix(" (bf16)") {
+            Some(gpu) => (gpu, Precision::Bf16),
+            None => (label, Precision::F32),
+        };
+        let index = gpu.strip_prefix("cuda:")?.parse().ok()?;
+        Some(DeviceChoice::cuda(index, precision))
+    }
+
+    /// Free memory of this device now: available host RAM on the CPU, the GPU's free memory
+    /// (None when NVML cannot see it).
+    pub fn free_memory(self) -> Option<u64> {
+        match self.gpu_index() {
+            Some(index) => gpus().get(index as usize).map(|g| g.free),
+            None => Some(host().free),
+        }
+    }
+}
+
+/// Formats as `cpu`, `cpu-flex`, `cuda:N` or `cuda:N-bf16`, the forms [`DeviceSpec`] reads.
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.kind, self.precision) {
+            (DeviceKind::Cpu, _) => f.write_str("cpu"),
+            (DeviceKind::CpuFlex, _) => f.write_str("cpu-flex"),
+            (DeviceKind::Cuda, Precision::F32) => write!(f, "cuda:{}", self.index),
+            (DeviceKind::Cuda, Precision::Bf16) => write!(f, "cuda:{}-bf16", self.index),
+        }
+    }
+}
+
+/// A device as written in a pipeline's `device:` or a command's `--device`: `auto` or an exact
+/// choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DeviceSpec {
+    /// CUDA device 0 in a build with CUDA support, else the CPU.
+    #[default]
+    Auto,
+    /// This device.
+    Exact(DeviceChoice),
+}
+
+impl DeviceSpec {
+    /// The device the run computes on.
+    pub fn resolve(self) -> DeviceChoice {
+        match self {
+            DeviceSpec::Exact(choice) => choice,
+            DeviceSpec::Auto if cfg!(feature = "cuda") => DeviceChoice::cuda(0, Precision::F32),
+            DeviceSpec::Auto => DeviceChoice::CPU,
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Auto => f.write_str("auto"),
+            DeviceSpec::Exact(choice) => choice.fmt(f),
+        }
+    }
+}
+
+/// The forms a device is written in, for messages.
+const DEVICE_FORMS: &str =
+    "`auto`, `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N`, `cuda-bf16` or `cuda:N-bf16`";
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let not_a_device = || format!("`{s}` is not a device; use {DEVICE_FORMS}");
+        let cpu = |kind| {
+            Ok(DeviceSpec::Exact(DeviceChoice {
+                kind,
+                ..DeviceChoice::CPU
+            }))
+        };
+        match s {
+            "auto" => return Ok(DeviceSpec::Auto),
+            "cpu" | "cpu-ndarray" => return cpu(DeviceKind::Cpu),
+            "cpu-flex" => return cpu(DeviceKind::CpuFlex),
+            _ => {}
+        }
+        let (gpu, precision) = match s.strip_suffix("-bf16") {
+            Some(gpu) => (gpu, Precision::Bf16),
+            None => (s, Precision::F32),
+        };
+        let index = match gpu {
+            "cuda" => 0,
+            _ => gpu
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(not_a_device)?,
+        };
+        Ok(DeviceSpec::Exact(DeviceChoice::cuda(index, precision)))
+    }
+}
+
+impl JsonSchema for DeviceSpec {
+    fn schema_name() -> Cow<'static, str> {
+        "Device".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`auto`, `cpu` (`cpu-ndarray`), `cpu-flex`, `cuda` or `cuda:N`; a CUDA device with `-bf16` computes in bfloat16.",
+            "type": "string",
+            "pattern": "^(auto|cpu|cpu-flex|cpu-ndarray|cuda(:[0-9]+)?(-bf16)?)$"
+        })
+    }
+}
+
+impl Serialize for DeviceSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct DeviceVisitor;
+        impl Visitor<'_> for DeviceVisitor {
+            type Value = DeviceSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(DEVICE_FORMS)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<DeviceSpec, E> {
+                s.parse()
+                    .map_err(|_| E::invalid_value(Unexpected::Str(s), &self))
+            }
+        }
+        d.deserialize_str(DeviceVisitor)
+    }
+}
 
 /// Total and free memory of one device.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -113,6 +337,43 @@ mod tests {
         assert_eq!(ids(Some("1,7,0")), vec![1]);
         assert_eq!(ids(Some("")), Vec::<u32>::new());
         assert_eq!(ids(Some("-1")), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn devices_parse_print_and_resolve() {
+        let parse = |s: &str| s.parse::<DeviceSpec>();
+        for text in ["auto", "cpu", "cpu-flex", "cuda:1", "cuda:0-bf16"] {
+            assert_eq!(parse(text).unwrap().to_string(), text);
+        }
+        let exact = |s: &str| match parse(s).unwrap() {
+            DeviceSpec::Exact(choice) => choice,
+            DeviceSpec::Auto => panic!("{s} is not auto"),
+        };
+        assert_eq!(exact("cuda"), DeviceChoice::cuda(0, Precision::F32));
+        assert_eq!(exact("cuda-bf16"), DeviceChoice::cuda(0, Precision::Bf16));
+        assert_eq!(exact("cuda:1-bf16"), DeviceChoice::cuda(1, Precision::Bf16));
+        assert_eq!(exact("cpu-ndarray"), DeviceChoice::CPU);
+        for bad in ["cuda:x", "cuda-f16", "cpu-bf16", "gpu", "tpu"] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(&format!("`{bad}` is not a device")), "{err}");
+        }
+        let auto = DeviceSpec::Auto.resolve();
+        assert_eq!(auto.is_cuda(), cfg!(feature = "cuda"));
+        for choice in [
+            DeviceChoice::CPU,
+            exact("cpu-flex"),
+            exact("cuda:3"),
+            exact("cuda:2-bf16"),
+        ] {
+            assert_eq!(DeviceChoice::from_label(&choice.label()), Some(choice));
+        }
+        assert_eq!(
+            DeviceChoice::from_label("cuda:2 (bf16)")
+                .unwrap()
+                .gpu_index(),
+            Some(2)
+        );
+        assert_eq!(DeviceChoice::from_label("a toaster"), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Cell, CellId, Plan};
+use crate::prune::layerwise::ModelSparsity;
 use crate::sys::write_atomic;
 
 /// Version of the record layout; bumped on incompatible changes.
@@ -33,7 +34,7 @@ pub struct RunRecord {
     pub metrics: Metrics,
     /// Measured sparsity of the pruned weights.
     #[serde(default)]
-    pub sparsity: SparsityReport,
+    pub sparsity: RecordedSparsity,
     /// Wall time per stage.
     #[serde(default)]
     pub timings: Timings,
@@ -101,9 +102,9 @@ pub struct Metrics {
     pub other: BTreeMap<String, serde_json::Value>,
 }
 
-/// Measured sparsity.
+/// The measured sparsity of a cell's pruned model as run.json records it (fractions only).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct SparsityReport {
+pub struct RecordedSparsity {
     /// Zeros over all prunable weights.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<f64>,
@@ -113,6 +114,25 @@ pub struct SparsityReport {
     /// Per linear, by checkpoint name (`model.layers.0.self_attn.q_proj`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub linears: BTreeMap<String, f64>,
+}
+
+impl From<&ModelSparsity> for RecordedSparsity {
+    fn from(report: &ModelSparsity) -> Self {
+        Self {
+            total: Some(report.total),
+            layers: report
+                .per_layer
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (format!("model.layers.{i}"), *f))
+                .collect(),
+            linears: report
+                .per_linear
+                .iter()
+                .map(|(name, s)| (name.clone(), s.fraction))
+                .collect(),
+        }
+    }
 }
 
 /// Wall-clock times in seconds.
@@ -260,7 +280,7 @@ impl RunRecord {
                 gate: None,
             },
             metrics: Metrics::default(),
-            sparsity: SparsityReport::default(),
+            sparsity: RecordedSparsity::default(),
             timings: Timings::default(),
             memory: MemoryReport::default(),
             versions: Versions::default(),
@@ -411,9 +431,9 @@ mod tests {
                 perplexity: Some(12.5),
                 other: BTreeMap::new(),
             },
-            sparsity: SparsityReport {
+            sparsity: RecordedSparsity {
                 total: Some(0.5),
-                ..SparsityReport::default()
+                ..RecordedSparsity::default()
             },
             timings: Timings::default(),
             memory: MemoryReport::default(),

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::de::{from_entry, from_node};
 use super::error::{nearest, Diagnostic, Problem};
 use super::yaml::{KeyPath, Node, Origin, Value};
+pub use crate::memory::device::DeviceSpec;
 pub use crate::prune::{Method, Pattern};
 
 /// Top-level keys that are not settings.
@@ -91,7 +92,7 @@ pub struct Settings {
     /// Where tensors live: `auto`, `cpu`, `cuda` or `cuda:N`, the CUDA forms with `-bf16` to
     /// compute in bfloat16.
     #[serde(default)]
-    pub device: Device,
+    pub device: DeviceSpec,
     /// The model to prune.
     pub model: ModelSpec,
     /// Calibration text and size (needed by `calibrate`).
@@ -100,55 +101,6 @@ pub struct Settings {
     /// Evaluation text and window length (needed by `eval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<EvaluationSpec>,
-}
-
-/// Where tensors live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Device {
-    /// CUDA device 0 when available, else the CPU.
-    #[default]
-    Auto,
-    /// The CPU.
-    Cpu,
-    /// A CUDA device by index.
-    Cuda(u32),
-    /// A CUDA device by index, computing in bfloat16.
-    CudaBf16(u32),
-}
-
-impl fmt::Display for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Device::Auto => f.write_str("auto"),
-            Device::Cpu => f.write_str("cpu"),
-            Device::Cuda(i) => write!(f, "cuda:{i}"),
-            Device::CudaBf16(i) => write!(f, "cuda:{i}-bf16"),
-        }
-    }
-}
-
-impl std::str::FromStr for Device {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        let (gpu, bf16) = match s.strip_suffix("-bf16") {
-            Some(gpu) => (gpu, true),
-            None => (s, false),
-        };
-        let index = match gpu {
-            "auto" if !bf16 => return Ok(Device::Auto),
-            "cpu" if !bf16 => return Ok(Device::Cpu),
-            "cuda" => 0,
-            _ => gpu
-                .strip_prefix("cuda:")
-                .and_then(|i| i.parse().ok())
-                .ok_or(())?,
-        };
-        Ok(if bf16 {
-            Device::CudaBf16(index)
-        } else {
-            Device::Cuda(index)
-        })
-    }
 }
 
 /// The model source, as written. Exactly one of `gguf`, `path` and `hub` must be given;
@@ -1378,42 +1330,6 @@ impl JsonSchema for SweepSchema {
     }
 }
 
-impl JsonSchema for Device {
-    fn schema_name() -> Cow<'static, str> {
-        "Device".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "`auto`, `cpu`, `cuda` or `cuda:N`; a CUDA device with `-bf16` computes in bfloat16.",
-            "type": "string",
-            "pattern": "^(auto|cpu|cuda(:[0-9]+)?(-bf16)?)$"
-        })
-    }
-}
-
-impl Serialize for Device {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Device {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct DeviceVisitor;
-        impl Visitor<'_> for DeviceVisitor {
-            type Value = Device;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("`auto`, `cpu`, `cuda`, `cuda:N`, `cuda-bf16` or `cuda:N-bf16`")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Device, E> {
-                s.parse()
-                    .map_err(|()| E::invalid_value(Unexpected::Str(s), &self))
-            }
-        }
-        d.deserialize_str(DeviceVisitor)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1501,18 +1417,6 @@ mod tests {
             Some(PathBuf::from("/base/dir/e.txt"))
         );
         assert_eq!(again.spec.stages, parsed.spec.stages);
-    }
-
-    #[test]
-    fn device_round_trips() {
-        for text in ["auto", "cpu", "cuda:1", "cuda:0-bf16"] {
-            let device: Device = text.parse().expect("valid device");
-            assert_eq!(device.to_string(), text);
-        }
-        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
-        assert_eq!("cuda-bf16".parse::<Device>(), Ok(Device::CudaBf16(0)));
-        assert!("cpu-bf16".parse::<Device>().is_err());
-        assert!("tpu".parse::<Device>().is_err());
     }
 
     #[test]

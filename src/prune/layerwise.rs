@@ -16,7 +16,7 @@ use burn::prelude::*;
 use serde::Serialize;
 
 use super::magnitude::prune_magnitude;
-use super::report::SparsityReport;
+use super::report::MatrixSparsity;
 use super::sparsegpt::{prune_sparsegpt, Hessian};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
@@ -24,21 +24,6 @@ use crate::model::fused;
 use crate::model::host::to_host_f32;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
-
-/// Sparsity of one pruned linear.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LinearSparsity {
-    /// Exact zeros.
-    pub zeros: usize,
-    /// All weights.
-    pub total: usize,
-    /// `zeros / total`.
-    pub fraction: f64,
-    /// Fewest weights kept by one output channel.
-    pub min_kept: usize,
-    /// Most weights kept by one output channel.
-    pub max_kept: usize,
-}
 
 /// The sparsity report of a pruned model: per linear (HF path), per layer, and total.
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
@@ -48,7 +33,7 @@ pub struct ModelSparsity {
     /// Per decoder layer: zeros over the layer's prunable weights.
     pub per_layer: Vec<f64>,
     /// Per linear, keyed `model.layers.{i}.self_attn.q_proj` etc.
-    pub per_linear: BTreeMap<String, LinearSparsity>,
+    pub per_linear: BTreeMap<String, MatrixSparsity>,
 }
 
 /// Measures the sparsity of every prunable linear of `model`.
@@ -60,19 +45,12 @@ pub fn measure<B: Backend>(model: &impl Layers<B>) -> Result<ModelSparsity, Prun
         let (mut lz, mut lt) = (0usize, 0usize);
         for (name, _, linear) in layer.linears() {
             let (w, dims) = host_weight(linear.weight.val());
-            let r = SparsityReport::measure(&w, dims)?;
+            let r = MatrixSparsity::measure(&w, dims)?;
             lz += r.zeros;
             lt += r.total;
-            report.per_linear.insert(
-                format!("model.layers.{i}.{name}"),
-                LinearSparsity {
-                    zeros: r.zeros,
-                    total: r.total,
-                    fraction: r.fraction,
-                    min_kept: r.min_kept,
-                    max_kept: r.max_kept,
-                },
-            );
+            report
+                .per_linear
+                .insert(format!("model.layers.{i}.{name}"), r);
         }
         report.per_layer.push(lz as f64 / lt.max(1) as f64);
         zeros += lz;

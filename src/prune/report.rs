@@ -29,9 +29,9 @@ pub fn kept_per_output_channel(weight: &[f32], dims: [usize; 2]) -> Result<Vec<u
     Ok(kept)
 }
 
-/// The sparsity of one pruned matrix.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SparsityReport {
+/// The sparsity of one pruned matrix (a linear's weight).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MatrixSparsity {
     /// Exact zeros.
     pub zeros: usize,
     /// All weights (`in × out`).
@@ -44,7 +44,7 @@ pub struct SparsityReport {
     pub max_kept: usize,
 }
 
-impl SparsityReport {
+impl MatrixSparsity {
     /// Measures `weight`.
     ///
     /// # Shapes
@@ -79,10 +79,10 @@ mod tests {
             kept_per_output_channel(&w, [3, 5]).unwrap(),
             [1, 2, 2, 2, 2]
         );
-        let r = SparsityReport::measure(&w, [3, 5]).unwrap();
+        let r = MatrixSparsity::measure(&w, [3, 5]).unwrap();
         assert_eq!(
             r,
-            SparsityReport {
+            MatrixSparsity {
                 zeros: 6,
                 total: 15,
                 fraction: 0.4,

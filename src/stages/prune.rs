@@ -44,18 +44,7 @@ pub(super) fn run<B: Backend>(
         BATCH,
         |done, total| (exec.progress)(&node.stage, done, total),
     )?;
-    record.sparsity.total = Some(report.total);
-    record.sparsity.layers = report
-        .per_layer
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (format!("model.layers.{i}"), *f))
-        .collect();
-    record.sparsity.linears = report
-        .per_linear
-        .iter()
-        .map(|(name, s)| (name.clone(), s.fraction))
-        .collect();
+    record.sparsity = (&report).into();
     let key = super::node_key(node);
     exec.pruned.retain(|(k, _)| *k != key);
     exec.pruned.push((key, Pruned { model, report }));
