@@ -66,9 +66,9 @@ pub struct PruneArgs {
     /// Save the pruned model as a Hugging Face folder here.
     #[arg(long)]
     pub save: Option<PathBuf>,
-    /// Element type of the saved tensors: f32, f16 or bf16.
-    #[arg(long, default_value = "f32")]
-    pub dtype: String,
+    /// Element type of the saved tensors.
+    #[arg(long, value_enum, default_value_t = SaveDtype::F32)]
+    pub dtype: SaveDtype,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -159,14 +159,6 @@ impl OnBackend for PruneArgs {
             ..MethodOptions::default()
         };
         let sparsity = Sparsity::from_pattern(self.pattern, self.sparsity)?;
-        let dtype = match self.dtype.as_str() {
-            "f32" => SaveDtype::F32,
-            "f16" => SaveDtype::F16,
-            "bf16" => SaveDtype::Bf16,
-            other => {
-                anyhow::bail!("`--dtype {other}` is not supported; use `f32`, `f16` or `bf16`")
-            }
-        };
         let origin = ModelRef::parse(&self.model)?;
         let started = Instant::now();
         let mut loaded = model::load::<B>(&origin, &device)
@@ -223,7 +215,7 @@ impl OnBackend for PruneArgs {
             None => (None, None),
         };
         if let Some(folder) = &self.save {
-            let mut spec = SaveSpec::new(dtype);
+            let mut spec = SaveSpec::new(self.dtype);
             spec.extra_files = loaded.tokenizer_files.clone();
             spec.extra_files
                 .push((RECIPE_FILE.into(), self.recipe_yaml(&origin)?));

@@ -15,14 +15,27 @@ use super::llama::{DecoderLayer, Llama};
 use super::stream::Layers;
 use super::weights::{transpose, HostTensor};
 
-/// Element type of the saved tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Element type of the saved tensors (a pipeline's `save.dtype`, `wanda prune --dtype`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "Dtype")]
 pub enum SaveDtype {
     /// 32-bit float.
-    #[default]
     F32,
-    /// IEEE half.
+    /// 16-bit float (IEEE half), the default of a pipeline's `save` stage.
+    #[default]
     F16,
     /// bfloat16.
     Bf16,

@@ -25,6 +25,7 @@ use super::de::{from_entry, from_node};
 use super::error::{nearest, Diagnostic, Problem};
 use super::yaml::{KeyPath, Node, Origin, Value};
 pub use crate::memory::device::DeviceSpec;
+pub use crate::model::export::SaveDtype;
 pub use crate::prune::{Method, Pattern};
 
 /// Top-level keys that are not settings.
@@ -661,24 +662,11 @@ pub struct SaveOptions {
     pub model: bool,
     /// Precision of written weights.
     #[serde(default)]
-    pub dtype: Dtype,
+    pub dtype: SaveDtype,
     /// Largest safetensors file; a bigger model is split into shards with an index
     /// (`model.safetensors.index.json`). Hugging Face's default, `5GB`, when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_shard_size: Option<ByteSize>,
-}
-
-/// Precision of written weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    /// 32-bit float.
-    F32,
-    /// 16-bit float.
-    #[default]
-    F16,
-    /// bfloat16.
-    Bf16,
 }
 
 /// A stage's options, by kind.

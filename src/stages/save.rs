@@ -6,10 +6,10 @@
 use burn::prelude::Backend;
 
 use super::PipelineExecutor;
-use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+use crate::model::export::{save_hf_folder, SaveSpec};
 use crate::pipeline::plan::{Cell, StageNode};
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{Dtype, SaveOptions};
+use crate::pipeline::spec::SaveOptions;
 
 /// The recipe's file name in a saved folder.
 pub const RECIPE_FILE: &str = "wanda_recipe.yaml";
@@ -26,11 +26,6 @@ pub(super) fn run<B: Backend>(
     if !options.model {
         return Ok(());
     }
-    let dtype = match options.dtype {
-        Dtype::F32 => SaveDtype::F32,
-        Dtype::F16 => SaveDtype::F16,
-        Dtype::Bf16 => SaveDtype::Bf16,
-    };
     let base = exec.base(stage)?;
     // A save for one cell goes into its folder; one shared by several (no sweep key reaches it)
     // once beside the cells, with the whole pipeline as its recipe.
@@ -52,7 +47,7 @@ pub(super) fn run<B: Backend>(
             ),
         ),
     };
-    let mut spec = SaveSpec::new(dtype);
+    let mut spec = SaveSpec::new(options.dtype);
     if let Some(size) = options.max_shard_size {
         spec.max_shard_bytes = size.0;
     }
