@@ -4,10 +4,10 @@
 
 use burn::prelude::Backend;
 
+use super::probe::probe_prune;
 use super::{PipelineExecutor, StageError};
 use crate::data::calibration;
 use crate::memory::estimate::{estimate_prune, ComputeDevice, PruneRun};
-use crate::memory::probe::probe_prune;
 use crate::memory::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;

@@ -6,6 +6,7 @@ mod estimate;
 mod eval;
 mod gate;
 mod load;
+pub mod probe;
 mod prune;
 mod save;
 

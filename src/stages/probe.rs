@@ -4,7 +4,7 @@
 
 use burn::prelude::Backend;
 
-use super::log::MemoryLog;
+use crate::memory::log::MemoryLog;
 use crate::model::stream::Layers;
 use crate::prune::layerwise::prune_model;
 use crate::prune::{Method, MethodOptions, PruneError, Sparsity};
