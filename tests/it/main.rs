@@ -1,5 +1,6 @@
 //! The one integration-test binary; a module per area.
 
+mod architecture;
 mod common;
 mod estimate_cli;
 mod eval_cli;
