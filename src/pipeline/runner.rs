@@ -225,17 +225,14 @@ pub fn run(
         if !node.is_shared() {
             continue;
         }
-        on_event(RunEvent::StageStarted { node, cell: None });
-        let upstream = upstream(plan, index);
-        let (outcome, seconds, peak) = timed(&mut shared_log, &node.stage, || {
-            executor.run_stage(node, &upstream, sole_cell, &mut shared_record)
-        });
-        let outcome = outcome.map_err(|source| RunError::Stage {
-            stage: node.stage.clone(),
+        let step = Step {
+            plan,
+            index,
             cell: None,
-            source,
-        });
-        let outcome = match outcome {
+            record_cell: sole_cell,
+        };
+        let outcome = step.run(executor, &mut shared_log, &mut shared_record, &mut on_event);
+        let (outcome, seconds, peak) = match outcome {
             Ok(outcome) => outcome,
             Err(error) => {
                 // None of this process's cells can run now.
@@ -275,43 +272,29 @@ pub fn run(
             })?;
         let started = Instant::now();
         for (stage, seconds, peak) in &shared_times {
-            record.timings.stages.insert(stage.clone(), *seconds);
-            record
-                .memory
-                .stages
-                .insert(stage.clone(), stage_memory(*peak));
+            record_stage(&mut record, stage, *seconds, *peak);
         }
         for index in plan.cell_nodes(cell.index) {
             let node = &plan.graph()[index];
-            on_event(RunEvent::StageStarted {
-                node,
+            let step = Step {
+                plan,
+                index,
                 cell: Some(cell),
-            });
-            let upstream = upstream(plan, index);
-            let (outcome, seconds, peak) = timed(&mut log, &node.stage, || {
-                executor.run_stage(node, &upstream, Some(cell), &mut record)
-            });
-            let outcome = outcome.map_err(|source| RunError::Stage {
-                stage: node.stage.clone(),
-                cell: Some(cell.label.clone()),
-                source,
-            });
-            let outcome = match outcome {
-                Ok(outcome) => outcome,
-                Err(error) => {
-                    mark(
-                        &attempt.clone().failed(error_chain(&error)),
-                        &options.results_dir,
-                        cell,
-                    );
-                    return Err(error);
-                }
+                record_cell: Some(cell),
             };
-            record.timings.stages.insert(node.stage.clone(), seconds);
-            record
-                .memory
-                .stages
-                .insert(node.stage.clone(), stage_memory(peak));
+            let (outcome, seconds, peak) =
+                match step.run(executor, &mut log, &mut record, &mut on_event) {
+                    Ok(outcome) => outcome,
+                    Err(error) => {
+                        mark(
+                            &attempt.clone().failed(error_chain(&error)),
+                            &options.results_dir,
+                            cell,
+                        );
+                        return Err(error);
+                    }
+                };
+            record_stage(&mut record, &node.stage, seconds, peak);
             if let StageOutcome::Halt { reason } = outcome {
                 mark(
                     &attempt.clone().failed(format!("halted: {reason}")),
@@ -384,11 +367,57 @@ fn upstream(plan: &Plan, node: NodeIndex) -> Vec<&StageNode> {
         .collect()
 }
 
-fn stage_memory(peak: Option<u64>) -> StageMemory {
-    StageMemory {
-        peak_rss_bytes: peak,
-        peak_gpu_bytes: None,
+/// One stage node to run: shared (`cell` None) or for a cell; `record_cell` is the cell the
+/// executor is told about (a pipeline without a sweep gives its only cell to shared stages).
+struct Step<'a> {
+    plan: &'a Plan,
+    index: NodeIndex,
+    cell: Option<&'a Cell>,
+    record_cell: Option<&'a Cell>,
+}
+
+impl Step<'_> {
+    /// Announces the node, runs it between two memory checkpoints, and returns its outcome,
+    /// wall seconds and the peak RSS seen at its end, or the failure named after the stage and
+    /// cell. Shared and per-cell stages both run through here.
+    fn run<'p>(
+        &self,
+        executor: &mut dyn Executor,
+        log: &mut MemoryLog,
+        record: &mut RunRecord,
+        on_event: &mut impl FnMut(RunEvent<'p>),
+    ) -> Result<(StageOutcome, f64, Option<u64>), RunError>
+    where
+        Self: 'p,
+    {
+        let node = &self.plan.graph()[self.index];
+        on_event(RunEvent::StageStarted {
+            node,
+            cell: self.cell,
+        });
+        let upstream = upstream(self.plan, self.index);
+        let (outcome, seconds, peak) = timed(log, &node.stage, || {
+            executor.run_stage(node, &upstream, self.record_cell, record)
+        });
+        let outcome = outcome.map_err(|source| RunError::Stage {
+            stage: node.stage.clone(),
+            cell: self.cell.map(|c| c.label.clone()),
+            source,
+        })?;
+        Ok((outcome, seconds, peak))
     }
+}
+
+/// Puts a stage's wall time and peak into a cell's record.
+fn record_stage(record: &mut RunRecord, stage: &str, seconds: f64, peak: Option<u64>) {
+    record.timings.stages.insert(stage.to_string(), seconds);
+    record.memory.stages.insert(
+        stage.to_string(),
+        StageMemory {
+            peak_rss_bytes: peak,
+            peak_gpu_bytes: None,
+        },
+    );
 }
 
 /// Runs `f` between two checkpoints named after the stage; returns its result, wall seconds
