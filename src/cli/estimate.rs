@@ -16,8 +16,9 @@ use wanda::data::read_tokenized;
 use wanda::memory::calculator::{
     self, InferenceRequest, Lora, Optimizer, Parallelism, Precision, TrainingRequest,
 };
+use wanda::memory::device::DeviceKind;
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::memory::estimate::{estimate_prune, render, ComputeDevice, Estimate, PruneRun};
+use wanda::memory::estimate::{estimate_prune, render, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
 use wanda::memory::shape::{gib, Breakdown, ModelShape, Place};
 use wanda::model::{self, ModelRef};
@@ -91,9 +92,9 @@ pub struct EstimateArgs {
     /// Layer streaming: only the current layer's weights on the device.
     #[arg(long)]
     pub streaming: bool,
-    /// The device to estimate for: `cpu` or `cuda`.
-    #[arg(long, default_value = "cpu")]
-    pub target: String,
+    /// The device to estimate for.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    pub target: DeviceKind,
     /// Run load, calibration and the pruning of the first `--probe-layers` layers (and one
     /// evaluation window) for real and compare the measured peak resident set with the estimate.
     #[arg(long)]
@@ -146,11 +147,7 @@ impl EstimateArgs {
         let (shape, checkpoint_bytes) = model::inspect(&origin)
             .with_context(|| format!("cannot read the config of `{origin}`"))?;
         let method = self.method;
-        let device = match self.target.as_str() {
-            "cpu" => ComputeDevice::Cpu,
-            "cuda" => ComputeDevice::Cuda,
-            other => anyhow::bail!("`--target {other}` is not a device; use `cpu` or `cuda`"),
-        };
+        let device = self.target;
         let run = PruneRun {
             method: Some(method),
             nsamples: self.nsamples,
@@ -430,7 +427,7 @@ pub fn run(args: EstimateArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render(&stage.breakdown));
     }
     println!("peak   {} ({})", gib(out.peak_bytes), out.peak_stage);
-    if out.run.device == ComputeDevice::Cuda {
+    if out.run.device == DeviceKind::Cuda {
         println!(
             "{}",
             fits_line(&calculator::fits_on(out.peak_bytes, FITS_HEADROOM))

@@ -123,15 +123,13 @@ impl OnBackend for Job {
         let stage_bar = bars.add(super::counter_bar("    stage", "steps"));
         let stage_progress = stage_bar.clone();
         let report_bar = bar.clone();
-        let mut executor = PipelineExecutor::<B>::new(
-            &self.plan,
-            &self.options.results_dir,
-            device,
-            choice.label(),
-        )
-        .with_progress(move |_stage, done, total| super::advance(&stage_progress, done, total))
-        .with_report(move |text| super::say(&report_bar, text.trim_end()))
-        .with_budget(self.budget);
+        let mut executor =
+            PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, choice)
+                .with_progress(move |_stage, done, total| {
+                    super::advance(&stage_progress, done, total)
+                })
+                .with_report(move |text| super::say(&report_bar, text.trim_end()))
+                .with_budget(self.budget);
         let summary = runner::run(
             &self.plan,
             &mut executor,
@@ -208,7 +206,7 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
             println!("{:<12} {:<32} {state}", cell.id.0, cell.label);
         }
         let device = plan.spec.settings.device.resolve();
-        match wanda::stages::gate_dry_run(&plan, &device.label(), args.budget) {
+        match wanda::stages::gate_dry_run(&plan, device, args.budget) {
             Ok(Some(text)) => print!("{text}"),
             Ok(None) => {}
             Err(e) => println!("gate: cannot decide before the run: {e}"),

@@ -12,8 +12,9 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-/// What computes: a CPU backend or a CUDA GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What computes: a CPU backend or a CUDA GPU (the estimator's `--target`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// The default pure-Rust CPU backend (burn-ndarray, with the fused kernels).
     Cpu,

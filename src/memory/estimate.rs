@@ -39,6 +39,7 @@
 
 use serde::Serialize;
 
+use super::device::DeviceKind;
 use super::shape::{gib, Breakdown, ModelShape, Place};
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::model::fused::{ATTENTION_ROWS, HEAD_ROWS};
@@ -65,16 +66,6 @@ pub const CPU_OVERHEAD_BYTES: u64 = 64 << 20;
 /// CUDA context and kernel modules on a GPU.
 pub const CUDA_OVERHEAD_BYTES: u64 = 512 << 20;
 
-/// Where the run computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ComputeDevice {
-    /// The CPU: device memory is host RAM.
-    Cpu,
-    /// A CUDA GPU.
-    Cuda,
-}
-
 /// The settings of a run that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PruneRun {
@@ -99,7 +90,7 @@ pub struct PruneRun {
     /// Bytes of the evaluation text file.
     pub eval_text_bytes: u64,
     /// The compute device.
-    pub device: ComputeDevice,
+    pub device: DeviceKind,
 }
 
 /// One stage's breakdown.
@@ -137,8 +128,8 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     let m = Dims::new(shape);
     // Device placement: on the CPU everything is device memory (one pool).
     let host = match run.device {
-        ComputeDevice::Cpu => Place::Device,
-        ComputeDevice::Cuda => Place::Host,
+        DeviceKind::Cpu | DeviceKind::CpuFlex => Place::Device,
+        DeviceKind::Cuda => Place::Host,
     };
     let mut stages = Vec::new();
 
@@ -246,7 +237,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         let mut eval = Breakdown::default();
         overhead(&mut eval, run.device, host);
         weights(&mut eval, shape, run, &m, host, run.method.is_some());
-        if run.streaming && run.device == ComputeDevice::Cpu {
+        if run.streaming && run.device != DeviceKind::Cuda {
             // The fused kernels read the head in place and form HEAD_ROWS rows of logits at
             // a time.
             let rows = (HEAD_ROWS as u64).min(e);
@@ -351,14 +342,14 @@ impl Dims {
     }
 }
 
-fn overhead(b: &mut Breakdown, device: ComputeDevice, host: Place) {
+fn overhead(b: &mut Breakdown, device: DeviceKind, host: Place) {
     b.push(
         "framework overhead",
         CPU_OVERHEAD_BYTES,
         host,
         "measured constant (CPU process)".into(),
     );
-    if device == ComputeDevice::Cuda {
+    if device == DeviceKind::Cuda {
         b.push(
             "CUDA context",
             CUDA_OVERHEAD_BYTES,
@@ -423,7 +414,7 @@ fn weights(
 /// run with the model in memory keeps the whole-score term its estimate was fitted with
 /// (`results/estimator-accuracy.md`).
 fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
-    if run.streaming && run.device == ComputeDevice::Cpu {
+    if run.streaming && run.device != DeviceKind::Cuda {
         let rows = ATTENTION_ROWS as u64;
         out.push(
             "attention score blocks",
@@ -504,7 +495,7 @@ mod tests {
             checkpoint_bytes: 1000,
             calibration_text_bytes: 10,
             eval_text_bytes: 20,
-            device: ComputeDevice::Cpu,
+            device: DeviceKind::Cpu,
         }
     }
 
@@ -579,7 +570,7 @@ mod tests {
     #[test]
     fn streaming_on_a_gpu_keeps_one_layer_and_the_embeddings_on_the_device() {
         let mut r = run(Method::Wanda);
-        r.device = ComputeDevice::Cuda;
+        r.device = DeviceKind::Cuda;
         r.streaming = true;
         let e = estimate_prune(&tiny(), &r);
         // Untied: embeddings and head 2 × V × H, plus one layer's 120 linear weights.

@@ -240,7 +240,7 @@ impl GateDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::estimate::ComputeDevice;
+    use crate::memory::device::DeviceKind;
     use crate::prune::Method;
 
     fn shape() -> ModelShape {
@@ -270,7 +270,7 @@ mod tests {
             checkpoint_bytes: 0,
             calibration_text_bytes: 0,
             eval_text_bytes: 0,
-            device: ComputeDevice::Cuda,
+            device: DeviceKind::Cuda,
         }
     }
 

@@ -1,10 +1,10 @@
 //! `calibrate`: tokenise the calibration text and draw the seeded windows (as many and as
-//! long as the gate allowed, where one ran).
+//! long as the effective settings say: the gate's, where one ran).
 
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
-use crate::data::calibration;
+use crate::data::{calibration, read_tokenized};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::Settings;
 
@@ -25,16 +25,13 @@ pub(super) fn run<B: Backend>(
         path: path.display().to_string(),
         source,
     };
-    let text = std::fs::read_to_string(&path).map_err(read)?;
-    exec.hashes.calibration = Some(exec.hash_of(&path).map_err(read)?);
-    let ids = exec.base(stage)?.tokenizer.encode(&text)?;
-    // The gate's effective sizes where a gate ran.
-    let (nsamples, seqlen) = exec
-        .gate
-        .as_ref()
-        .map_or((spec.nsamples, spec.seqlen), |g| {
-            (g.effective.nsamples, g.effective.seqlen)
-        });
-    exec.calibration = Some(calibration::draw(&ids, nsamples, seqlen, settings.seed)?);
+    exec.hashes.recorded.calibration = Some(exec.hash_of(&path).map_err(read)?);
+    let ids = read_tokenized(&path, &exec.base(stage)?.tokenizer)?;
+    exec.artifacts.calibration = Some(calibration::draw(
+        &ids,
+        spec.nsamples,
+        spec.seqlen,
+        settings.seed,
+    )?);
     Ok(())
 }

@@ -6,8 +6,9 @@ use burn::prelude::Backend;
 
 use super::probe::probe_prune;
 use super::{PipelineExecutor, StageError};
-use crate::data::calibration;
-use crate::memory::estimate::{estimate_prune, ComputeDevice, PruneRun};
+use crate::data::{calibration, read_tokenized};
+use crate::memory::device::DeviceKind;
+use crate::memory::estimate::{estimate_prune, PruneRun};
 use crate::memory::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
@@ -34,13 +35,9 @@ pub(super) fn run<B: Backend>(
     let base = exec.base(stage)?;
     let shape = ModelShape::from_config(&base.config).with_parameters(base.parameter_count);
     let mut largest: Option<(u64, PruneRun)> = None;
-    let device = if exec.device_label.starts_with("cuda") {
-        ComputeDevice::Cuda
-    } else {
-        ComputeDevice::Cpu
-    };
+    let device = exec.ctx.choice.kind;
     for spec in specs {
-        let run = requested_run(spec, &exec.base_dir, device, !exec.in_place)?;
+        let run = requested_run(spec, &exec.ctx.base_dir, device, !exec.ctx.in_place)?;
         let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
         if largest.as_ref().is_none_or(|(p, _)| peak > *p) {
             largest = Some((peak, run));
@@ -56,13 +53,7 @@ pub(super) fn run<B: Backend>(
     record.memory.estimated_peak_bytes = Some(peak);
     if options.probe {
         if let (Some(calib), Some(method)) = (&specs[0].settings.calibration, run.method) {
-            let text = std::fs::read_to_string(exec.path(&calib.text)).map_err(|source| {
-                StageError::Read {
-                    path: exec.path(&calib.text).display().to_string(),
-                    source,
-                }
-            })?;
-            let ids = exec.base(stage)?.tokenizer.encode(&text)?;
+            let ids = read_tokenized(&exec.path(&calib.text), &exec.base(stage)?.tokenizer)?;
             let set = calibration::draw(&ids, run.nsamples, run.seqlen, specs[0].settings.seed)?;
             let measured = probe_prune(
                 &exec.base(stage)?.model,
@@ -79,7 +70,7 @@ pub(super) fn run<B: Backend>(
             }
         }
     }
-    exec.estimated = Some(Estimated { shape, run, peak });
+    exec.artifacts.estimated = Some(Estimated { shape, run, peak });
     Ok(())
 }
 
@@ -89,7 +80,7 @@ pub(super) fn run<B: Backend>(
 pub fn requested_run(
     spec: &PipelineSpec,
     base_dir: &std::path::Path,
-    device: ComputeDevice,
+    device: DeviceKind,
     keeps_dense_copy: bool,
 ) -> Result<PruneRun, StageError> {
     let settings = &spec.settings;

@@ -4,6 +4,7 @@
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
+use crate::data::read_tokenized;
 use crate::eval::perplexity::perplexity;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
@@ -29,33 +30,33 @@ pub(super) fn run<B: Backend>(
             what: "an `evaluation:` section",
         })?;
     let path = exec.path(&spec.text);
-    if exec.eval_ids.as_ref().is_none_or(|(p, _)| p != &path) {
+    if exec
+        .artifacts
+        .eval_ids
+        .as_ref()
+        .is_none_or(|(p, _)| p != &path)
+    {
         let read = |source| StageError::Read {
             path: path.display().to_string(),
             source,
         };
-        let text = std::fs::read_to_string(&path).map_err(read)?;
-        exec.hashes.evaluation = Some(exec.hash_of(&path).map_err(read)?);
-        let ids = exec.base(stage)?.tokenizer.encode(&text)?;
-        exec.eval_ids = Some((path, ids));
+        exec.hashes.recorded.evaluation = Some(exec.hash_of(&path).map_err(read)?);
+        let ids = read_tokenized(&path, &exec.base(stage)?.tokenizer)?;
+        exec.artifacts.eval_ids = Some((path, ids));
     }
-    let (_, ids) = exec.eval_ids.as_ref().expect("set just above");
+    let (_, ids) = exec.artifacts.eval_ids.as_ref().expect("set just above");
     let context = exec.base(stage)?.config.context_limit();
-    let seqlen = exec
-        .gate
-        .as_ref()
-        .and_then(|g| g.effective.eval_seqlen)
-        .unwrap_or(spec.seqlen);
+    let seqlen = spec.seqlen;
     let report = perplexity(
         exec.current(stage, upstream)?,
         ids,
         seqlen,
         spec.windows,
         context,
-        |done, total| (exec.progress)(stage, done, total),
+        |done, total| (exec.ctx.progress)(stage, done, total),
     )?;
     record.metrics.perplexity = Some(report.perplexity);
-    record.hashes.evaluation = exec.hashes.evaluation.clone();
+    record.hashes.evaluation = exec.hashes.recorded.evaluation.clone();
     for (key, value) in [
         ("eval_windows", report.windows),
         ("eval_seqlen", report.seqlen),

@@ -5,8 +5,8 @@
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
-use crate::memory::device;
-use crate::memory::estimate::{estimate_prune, render, ComputeDevice, PruneRun};
+use crate::memory::device::DeviceChoice;
+use crate::memory::estimate::{estimate_prune, render, PruneRun};
 use crate::memory::gate::{decide, GatePolicy};
 use crate::memory::shape::{gib, Place};
 use crate::model::stream::Decoder;
@@ -19,18 +19,22 @@ pub(super) fn run<B: Backend>(
     stage: &str,
     options: &GateOptions,
 ) -> Result<StageOutcome, StageFailure> {
-    let estimated = exec.estimated.as_ref().ok_or_else(|| StageError::Missing {
-        stage: stage.to_string(),
-        what: "an estimate",
-    })?;
+    let estimated = exec
+        .artifacts
+        .estimated
+        .as_ref()
+        .ok_or_else(|| StageError::Missing {
+            stage: stage.to_string(),
+            what: "an estimate",
+        })?;
     let (budget, label) = budget_of(
-        exec.budget.unwrap_or(options.budget),
-        &exec.device_label,
+        exec.ctx.budget.unwrap_or(options.budget),
+        exec.ctx.choice,
         stage,
     )?;
     let decision = decide(&estimated.shape, &estimated.run, &policy(options, budget))?;
     let table = decision.render(&label);
-    (exec.report)(&table);
+    (exec.ctx.report)(&table);
     if !decision.fits {
         let stage_breakdown = decision
             .estimate
@@ -47,7 +51,7 @@ pub(super) fn run<B: Backend>(
         });
     }
     settle_layers(exec, decision.effective.streaming)?;
-    exec.gate = Some(decision);
+    exec.artifacts.gate = Some(decision);
     Ok(StageOutcome::Continue)
 }
 
@@ -58,10 +62,10 @@ fn settle_layers<B: Backend>(
     exec: &mut PipelineExecutor<B>,
     streaming: bool,
 ) -> Result<(), StageFailure> {
-    let Some(base) = exec.base.take() else {
+    let Some(base) = exec.artifacts.base.take() else {
         return Ok(());
     };
-    exec.base = Some(base.try_map_model(|model| match model {
+    exec.artifacts.base = Some(base.try_map_model(|model| match model {
         Decoder::Streamed(model) if streaming => model.check().map(|()| Decoder::Streamed(model)),
         model => model.into_resident().map(Decoder::Resident),
     })?);
@@ -73,7 +77,7 @@ fn settle_layers<B: Backend>(
 /// gate stage would take it. None when the plan has no gate.
 pub fn dry_run(
     plan: &Plan,
-    device_label: &str,
+    device: DeviceChoice,
     budget: Option<Budget>,
 ) -> Result<Option<String>, StageFailure> {
     let Some(options) = plan.spec.stages.iter().find_map(|s| match &s.options {
@@ -85,15 +89,14 @@ pub fn dry_run(
     let settings = &plan.spec.settings;
     let origin = super::load::model_ref(settings, &plan.base_dir)?;
     let (shape, _) = crate::model::inspect(&origin)?;
-    let device = if device_label.starts_with("cuda") {
-        ComputeDevice::Cuda
-    } else {
-        ComputeDevice::Cpu
-    };
     let mut largest: Option<(u64, PruneRun)> = None;
     for cell in &plan.cells {
-        let run =
-            super::requested_run(&cell.spec, &plan.base_dir, device, !plan.prunes_in_place())?;
+        let run = super::requested_run(
+            &cell.spec,
+            &plan.base_dir,
+            device.kind,
+            !plan.prunes_in_place(),
+        )?;
         let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
         if largest.as_ref().is_none_or(|(p, _)| peak > *p) {
             largest = Some((peak, run));
@@ -102,7 +105,7 @@ pub fn dry_run(
     let Some((_, run)) = largest else {
         return Ok(None);
     };
-    let (bytes, label) = budget_of(budget.unwrap_or(options.budget), device_label, "gate")?;
+    let (bytes, label) = budget_of(budget.unwrap_or(options.budget), device, "gate")?;
     let decision = decide(&shape, &run, &policy(options, bytes))?;
     let e = &decision.effective;
     Ok(Some(format!(
@@ -125,27 +128,20 @@ fn policy(options: &GateOptions, budget: u64) -> GatePolicy {
     }
 }
 
-/// Bytes and a label of `budget` on the device `device_label`.
-fn budget_of(budget: Budget, device_label: &str, stage: &str) -> Result<(u64, String), StageError> {
+/// Bytes and a label of `budget` on `device`.
+fn budget_of(
+    budget: Budget,
+    device: DeviceChoice,
+    stage: &str,
+) -> Result<(u64, String), StageError> {
     match budget {
         Budget::Bytes(bytes) => Ok((bytes, gib(bytes))),
         Budget::Auto => {
-            let free = free_memory(device_label).ok_or_else(|| StageError::NoBudget {
+            let free = device.free_memory().ok_or_else(|| StageError::NoBudget {
                 stage: stage.to_string(),
-                device: device_label.to_string(),
+                device: device.label(),
             })?;
-            Ok((free, format!("{} free on {device_label}", gib(free))))
+            Ok((free, format!("{} free on {}", gib(free), device.label())))
         }
-    }
-}
-
-/// Free memory of the device `label` names (`cpu`, `cuda:N`, `cuda:N (bf16)`).
-fn free_memory(label: &str) -> Option<u64> {
-    match label.strip_prefix("cuda:") {
-        Some(rest) => {
-            let index: usize = rest.split(' ').next()?.parse().ok()?;
-            device::gpus().get(index).map(|g| g.free)
-        }
-        None => Some(device::host().free),
     }
 }

@@ -29,15 +29,15 @@ pub(super) fn run<B: Backend>(
     _stage: &str,
     settings: &Settings,
 ) -> Result<(), StageFailure> {
-    let origin = model_ref(settings, &exec.base_dir)?;
-    exec.hashes.model = exec.model_hash(settings)?;
+    let origin = model_ref(settings, &exec.ctx.base_dir)?;
+    exec.hashes.recorded.model = exec.model_hash(settings)?;
     // With a gate ahead, the layers stay in the checkpoint until it decides whether the run
     // streams them (reading them now would already take the memory it may not have).
-    exec.base = Some(if exec.gated {
-        model::load_streamed::<B>(&origin, &exec.device, &exec.results_dir)?
+    exec.artifacts.base = Some(if exec.ctx.gated {
+        model::load_streamed::<B>(&origin, &exec.ctx.device, &exec.ctx.results_dir)?
             .map_model(Decoder::Streamed)
     } else {
-        model::load::<B>(&origin, &exec.device)?.map_model(Decoder::Resident)
+        model::load::<B>(&origin, &exec.ctx.device)?.map_model(Decoder::Resident)
     });
     Ok(())
 }

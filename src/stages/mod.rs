@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use burn::prelude::Backend;
 
 use crate::data::calibration::CalibrationSet;
+use crate::memory::device::DeviceChoice;
 use crate::memory::gate::GateDecision;
 use crate::model::stream::{Decoder, Layers};
 use crate::model::Loaded;
@@ -61,21 +62,47 @@ pub enum StageError {
 /// Receives `(stage, done, total)` from long stages.
 type ProgressFn = dyn Fn(&str, usize, usize);
 
-/// Runs the stages of one plan on backend `B`, holding the artifacts between them.
+/// Runs the stages of one plan on backend `B`: a context every stage reads, the artifacts
+/// stages hand each other, and the hashes of the inputs.
 pub struct PipelineExecutor<B: Backend> {
+    ctx: StageContext<B>,
+    artifacts: Artifacts<B>,
+    hashes: InputHashes,
+}
+
+/// What stages read and never change during a run: where files are, the device, facts of the
+/// plan, and the callbacks.
+struct StageContext<B: Backend> {
     base_dir: PathBuf,
     results_dir: PathBuf,
     device: B::Device,
-    device_label: String,
-    /// The loaded (dense) model, shared by every cell: streamed from its checkpoint from the
-    /// `load` stage until a gate decides whether it stays streamed.
-    base: Option<Loaded<Decoder<B>>>,
+    /// The device `device` is, as resolved once by the caller.
+    choice: DeviceChoice,
     /// Whether a gate stage will decide on layer streaming (so `load` leaves the layers on
     /// disk until then).
     gated: bool,
     /// Whether the one prune stage is the only reader of the dense model, so it prunes the
     /// model itself rather than a copy ([`Plan::prunes_in_place`]).
     in_place: bool,
+    /// Settings of the shared stages: keys they read are not swept, so every cell agrees.
+    shared_settings: Settings,
+    /// The pipeline as written, the recipe of what shared stages save.
+    pipeline: PipelineSpec,
+    /// Every cell's resolved pipeline, for shared stages that look at all of them.
+    cell_specs: Vec<PipelineSpec>,
+    /// A budget that overrides the pipeline's (`wanda run --budget`).
+    budget: Option<Budget>,
+    /// Told `(stage, done, total)` as long stages advance (layers pruned, windows evaluated).
+    progress: Box<ProgressFn>,
+    /// Shown what stages decide (the gate's table).
+    report: Box<dyn Fn(&str)>,
+}
+
+/// What stages produce and later stages read.
+struct Artifacts<B: Backend> {
+    /// The loaded (dense) model, shared by every cell: streamed from its checkpoint from the
+    /// `load` stage until a gate decides whether it stays streamed.
+    base: Option<Loaded<Decoder<B>>>,
     /// Whether the dense model's layers were handed to an in-place prune.
     dense_taken: bool,
     /// Pruned copies, by the prune node that made them: (stage id, cell index or None).
@@ -83,25 +110,19 @@ pub struct PipelineExecutor<B: Backend> {
     calibration: Option<CalibrationSet>,
     /// Tokenised evaluation text, by file, so cells tokenise it once.
     eval_ids: Option<(PathBuf, Vec<u32>)>,
-    hashes: Hashes,
-    /// SHA-256 of every input file hashed so far, so resuming and loading hash each once.
-    file_hashes: std::collections::HashMap<PathBuf, String>,
-    /// Settings of the shared stages: keys they read are not swept, so every cell agrees.
-    shared_settings: Settings,
-    /// Told `(stage, done, total)` as long stages advance (layers pruned, windows evaluated).
-    progress: Box<ProgressFn>,
-    /// The pipeline as written, the recipe of what shared stages save.
-    pipeline: PipelineSpec,
-    /// Every cell's resolved pipeline, for shared stages that look at all of them.
-    cell_specs: Vec<PipelineSpec>,
     /// The estimate the gate works from.
     estimated: Option<estimate::Estimated>,
-    /// The gate's decision: the effective settings.
+    /// The gate's decision. Stages never read it: [`PipelineExecutor::effective_settings`]
+    /// applies it to the settings they are given.
     gate: Option<GateDecision>,
-    /// A budget that overrides the pipeline's (`wanda run --budget`).
-    budget: Option<Budget>,
-    /// Shown what stages decide (the gate's table).
-    report: Box<dyn Fn(&str)>,
+}
+
+/// The hashes of the run's inputs.
+struct InputHashes {
+    /// What run records keep.
+    recorded: Hashes,
+    /// SHA-256 of every input file hashed so far, so resuming and loading hash each once.
+    files: std::collections::HashMap<PathBuf, String>,
 }
 
 /// A pruned copy of the model and its measured sparsity.
@@ -111,73 +132,103 @@ struct Pruned<B: Backend> {
 }
 
 impl<B: Backend> PipelineExecutor<B> {
-    /// An executor for `plan` writing cell outputs below `results_dir`.
-    pub fn new(plan: &Plan, results_dir: &Path, device: B::Device, device_label: String) -> Self {
-        let hashes = Hashes {
+    /// An executor for `plan` writing cell outputs below `results_dir`, computing on `device`,
+    /// which is `choice`.
+    pub fn new(plan: &Plan, results_dir: &Path, device: B::Device, choice: DeviceChoice) -> Self {
+        let recorded = Hashes {
             pipeline: crate::data::hash::sha256_file(&plan.file).ok(),
             ..Hashes::default()
         };
         Self {
-            base_dir: plan.base_dir.clone(),
-            results_dir: results_dir.to_path_buf(),
-            device,
-            device_label,
-            base: None,
-            gated: plan
-                .spec
-                .stages
-                .iter()
-                .any(|s| matches!(s.options, StageOptions::Gate(_))),
-            in_place: plan.prunes_in_place(),
-            dense_taken: false,
-            pruned: Vec::new(),
-            calibration: None,
-            eval_ids: None,
-            hashes,
-            file_hashes: std::collections::HashMap::new(),
-            shared_settings: plan
-                .cells
-                .first()
-                .map_or_else(|| plan.spec.settings.clone(), |c| c.spec.settings.clone()),
-            progress: Box::new(|_, _, _| {}),
-            pipeline: plan.spec.clone(),
-            cell_specs: plan.cells.iter().map(|c| c.spec.clone()).collect(),
-            estimated: None,
-            gate: None,
-            budget: None,
-            report: Box::new(|_| {}),
+            ctx: StageContext {
+                base_dir: plan.base_dir.clone(),
+                results_dir: results_dir.to_path_buf(),
+                device,
+                choice,
+                gated: plan
+                    .spec
+                    .stages
+                    .iter()
+                    .any(|s| matches!(s.options, StageOptions::Gate(_))),
+                in_place: plan.prunes_in_place(),
+                shared_settings: plan
+                    .cells
+                    .first()
+                    .map_or_else(|| plan.spec.settings.clone(), |c| c.spec.settings.clone()),
+                pipeline: plan.spec.clone(),
+                cell_specs: plan.cells.iter().map(|c| c.spec.clone()).collect(),
+                budget: None,
+                progress: Box::new(|_, _, _| {}),
+                report: Box::new(|_| {}),
+            },
+            artifacts: Artifacts {
+                base: None,
+                dense_taken: false,
+                pruned: Vec::new(),
+                calibration: None,
+                eval_ids: None,
+                estimated: None,
+                gate: None,
+            },
+            hashes: InputHashes {
+                recorded,
+                files: std::collections::HashMap::new(),
+            },
         }
+    }
+
+    /// The settings a stage runs with: the cell's (or, for shared stages, the shared ones),
+    /// with the gate's effective calibration size and evaluation window where a gate ran. The
+    /// one place the gate's decision reaches the stages.
+    fn effective_settings(&self, cell: Option<&Cell>) -> Settings {
+        let mut settings = match cell {
+            Some(c) => c.spec.settings.clone(),
+            None => self.ctx.shared_settings.clone(),
+        };
+        if let Some(gate) = &self.artifacts.gate {
+            let effective = &gate.effective;
+            if let Some(calibration) = settings.calibration.as_mut() {
+                calibration.nsamples = effective.nsamples;
+                calibration.seqlen = effective.seqlen;
+            }
+            if let (Some(evaluation), Some(seqlen)) =
+                (settings.evaluation.as_mut(), effective.eval_seqlen)
+            {
+                evaluation.seqlen = seqlen;
+            }
+        }
+        settings
     }
 
     /// Reports the progress of long stages to `progress(stage, done, total)`.
     pub fn with_progress(mut self, progress: impl Fn(&str, usize, usize) + 'static) -> Self {
-        self.progress = Box::new(progress);
+        self.ctx.progress = Box::new(progress);
         self
     }
 
     /// Shows `report` what stages decide (the gate's table).
     pub fn with_report(mut self, report: impl Fn(&str) + 'static) -> Self {
-        self.report = Box::new(report);
+        self.ctx.report = Box::new(report);
         self
     }
 
     /// Uses `budget` instead of the gate's own.
     pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
-        self.budget = budget;
+        self.ctx.budget = budget;
         self
     }
 
     fn path(&self, p: &Path) -> PathBuf {
-        self.base_dir.join(p)
+        self.ctx.base_dir.join(p)
     }
 
     /// SHA-256 of an input file, hashed once per run.
     fn hash_of(&mut self, path: &Path) -> std::io::Result<String> {
-        if let Some(hash) = self.file_hashes.get(path) {
+        if let Some(hash) = self.hashes.files.get(path) {
             return Ok(hash.clone());
         }
         let hash = crate::data::hash::sha256_file(path)?;
-        self.file_hashes.insert(path.to_path_buf(), hash.clone());
+        self.hashes.files.insert(path.to_path_buf(), hash.clone());
         Ok(hash)
     }
 
@@ -189,7 +240,7 @@ impl<B: Backend> PipelineExecutor<B> {
             path: path.display().to_string(),
             source,
         };
-        match load::model_ref(settings, &self.base_dir)? {
+        match load::model_ref(settings, &self.ctx.base_dir)? {
             crate::model::ModelRef::Gguf(p) => Ok(Some(self.hash_of(&p).map_err(|e| read(&p, e))?)),
             crate::model::ModelRef::Folder(dir) => {
                 let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -212,10 +263,13 @@ impl<B: Backend> PipelineExecutor<B> {
     }
 
     fn base(&self, stage: &str) -> Result<&Loaded<Decoder<B>>, StageError> {
-        self.base.as_ref().ok_or_else(|| StageError::Missing {
-            stage: stage.to_string(),
-            what: "a loaded model",
-        })
+        self.artifacts
+            .base
+            .as_ref()
+            .ok_or_else(|| StageError::Missing {
+                stage: stage.to_string(),
+                what: "a loaded model",
+            })
     }
 
     /// The model a stage works on: the copy made by the last prune stage upstream of it, or
@@ -223,7 +277,7 @@ impl<B: Backend> PipelineExecutor<B> {
     fn current(&self, stage: &str, upstream: &[&StageNode]) -> Result<&Decoder<B>, StageError> {
         match self.pruned_upstream(stage, upstream)? {
             Some(pruned) => Ok(&pruned.model),
-            None if self.dense_taken => Err(StageError::Missing {
+            None if self.artifacts.dense_taken => Err(StageError::Missing {
                 stage: stage.to_string(),
                 what: "the dense model (it was pruned in place)",
             }),
@@ -234,13 +288,17 @@ impl<B: Backend> PipelineExecutor<B> {
     /// The dense model for an in-place prune: its layers leave the base, which keeps its
     /// shell, config and tokenizer for the stages after.
     fn take_dense(&mut self, stage: &str) -> Result<Decoder<B>, StageError> {
-        let base = self.base.as_mut().ok_or_else(|| StageError::Missing {
-            stage: stage.to_string(),
-            what: "a loaded model",
-        })?;
+        let base = self
+            .artifacts
+            .base
+            .as_mut()
+            .ok_or_else(|| StageError::Missing {
+                stage: stage.to_string(),
+                what: "a loaded model",
+            })?;
         let mut shell = base.model.shell().clone();
         shell.layers.clear();
-        self.dense_taken = true;
+        self.artifacts.dense_taken = true;
         Ok(std::mem::replace(&mut base.model, Decoder::Resident(shell)))
     }
 
@@ -258,7 +316,8 @@ impl<B: Backend> PipelineExecutor<B> {
         else {
             return Ok(None);
         };
-        self.pruned
+        self.artifacts
+            .pruned
             .iter()
             .find(|(k, _)| *k == key)
             .map(|(_, p)| Some(p))
@@ -288,10 +347,7 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
         cell: Option<&Cell>,
         record: &mut RunRecord,
     ) -> Result<StageOutcome, StageFailure> {
-        let settings = match cell {
-            Some(c) => c.spec.settings.clone(),
-            None => self.shared_settings.clone(),
-        };
+        let settings = self.effective_settings(cell);
         match &node.options {
             StageOptions::Load(_) => load::run(self, &node.stage, &settings)?,
             StageOptions::Calibrate(_) => calibrate::run(self, &node.stage, &settings)?,
@@ -303,7 +359,7 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
             StageOptions::Estimate(options) => {
                 let specs = match cell {
                     Some(c) => vec![c.spec.clone()],
-                    None => self.cell_specs.clone(),
+                    None => self.ctx.cell_specs.clone(),
                 };
                 estimate::run(self, &node.stage, options, &specs, record)?
             }
@@ -348,16 +404,19 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
 
     fn begin_cell(&mut self, _cell: &Cell, record: &mut RunRecord) {
         // The previous cell's pruned copies are no longer needed; shared ones stay.
-        self.pruned.retain(|((_, cell), _)| cell.is_none());
-        record.hashes = self.hashes.clone();
-        record.effective.device = self.device_label.clone();
+        self.artifacts
+            .pruned
+            .retain(|((_, cell), _)| cell.is_none());
+        record.hashes = self.hashes.recorded.clone();
+        record.effective.device = self.ctx.choice.label();
         record.versions.burn = Some("0.21.0".to_string());
         record.memory.estimated_peak_bytes = self
+            .artifacts
             .gate
             .as_ref()
             .map(|g| g.effective_peak)
-            .or(self.estimated.as_ref().map(|e| e.peak));
-        if let Some(gate) = &self.gate {
+            .or(self.artifacts.estimated.as_ref().map(|e| e.peak));
+        if let Some(gate) = &self.artifacts.gate {
             let effective = &gate.effective;
             record.effective.eval_seqlen = effective.eval_seqlen;
             record.effective.streaming = effective.streaming;
@@ -371,7 +430,7 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
                     .join("; ")
             });
         }
-        if let Some(c) = &self.calibration {
+        if let Some(c) = &self.artifacts.calibration {
             record.effective.nsamples = Some(c.windows.len());
             record.effective.seqlen = Some(c.seqlen);
             record.metrics.other.insert(

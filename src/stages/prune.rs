@@ -26,12 +26,12 @@ pub(super) fn run<B: Backend>(
     };
     let sparsity = Sparsity::from_pattern(options.pattern, options.sparsity.unwrap_or(0.0))?;
     // A copy, unless nothing after this stage reads the dense model.
-    let mut model = if exec.in_place {
+    let mut model = if exec.ctx.in_place {
         exec.take_dense(&node.stage)?
     } else {
         exec.base(&node.stage)?.model.clone()
     };
-    let windows = match &exec.calibration {
+    let windows = match &exec.artifacts.calibration {
         Some(c) => &c.windows[..],
         None => &[][..],
     };
@@ -42,11 +42,11 @@ pub(super) fn run<B: Backend>(
         sparsity,
         windows,
         BATCH,
-        |done, total| (exec.progress)(&node.stage, done, total),
+        |done, total| (exec.ctx.progress)(&node.stage, done, total),
     )?;
     record.sparsity = (&report).into();
     let key = super::node_key(node);
-    exec.pruned.retain(|(k, _)| *k != key);
-    exec.pruned.push((key, Pruned { model, report }));
+    exec.artifacts.pruned.retain(|(k, _)| *k != key);
+    exec.artifacts.pruned.push((key, Pruned { model, report }));
     Ok(())
 }

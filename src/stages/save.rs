@@ -31,19 +31,19 @@ pub(super) fn run<B: Backend>(
     // once beside the cells, with the whole pipeline as its recipe.
     let (folder, recipe) = match cell {
         Some(cell) => (
-            exec.results_dir.join(&cell.id.0).join("model"),
+            exec.ctx.results_dir.join(&cell.id.0).join("model"),
             format!(
                 "# The resolved cell `{}` ({}) that made this model.\n{}",
                 cell.label,
                 cell.id,
-                cell.spec.to_portable_yaml(&exec.base_dir)
+                cell.spec.to_portable_yaml(&exec.ctx.base_dir)
             ),
         ),
         None => (
-            exec.results_dir.join("model"),
+            exec.ctx.results_dir.join("model"),
             format!(
                 "# The pipeline that made this model.\n{}",
-                exec.pipeline.to_portable_yaml(&exec.base_dir)
+                exec.ctx.pipeline.to_portable_yaml(&exec.ctx.base_dir)
             ),
         ),
     };

@@ -196,7 +196,8 @@ stages:
 
 /// The estimated peak of the gated fixture's cell with `nsamples` calibration samples.
 fn gated_peak(pipeline: &Path, nsamples: usize) -> u64 {
-    use wanda::memory::estimate::{estimate_prune, ComputeDevice};
+    use wanda::memory::device::DeviceKind;
+    use wanda::memory::estimate::estimate_prune;
     use wanda::memory::shape::Place;
     let plan = wanda::pipeline::plan::validate(pipeline).unwrap();
     let (shape, _) =
@@ -204,7 +205,7 @@ fn gated_peak(pipeline: &Path, nsamples: usize) -> u64 {
     let mut run = wanda::stages::requested_run(
         &plan.cells[0].spec,
         &plan.base_dir,
-        ComputeDevice::Cpu,
+        DeviceKind::Cpu,
         !plan.prunes_in_place(),
     )
     .unwrap();
