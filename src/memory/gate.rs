@@ -10,11 +10,56 @@
 //! evaluation window (only when listed) — re-estimating after each step. When nothing fits,
 //! the decision says so with the smallest budget that would have fitted.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use super::estimate::{estimate_prune, Estimate, PruneRun};
 use super::shape::{gib, ModelShape, Place};
-use crate::pipeline::spec::{Floor, ReduceKey};
+
+/// A setting the gate may reduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceKey {
+    /// `calibration.nsamples`, halved down to its floor.
+    Nsamples,
+    /// `calibration.seqlen`, halved down to its floor.
+    Seqlen,
+    /// Layer streaming: only the current layer's weights in memory, the others read from
+    /// disk (the checkpoint, or the layer store of pruned layers) when their turn comes.
+    Streaming,
+    /// `evaluation.seqlen`: clamped to the model's context, halved down to the seqlen floor;
+    /// never changed unless listed.
+    EvalSeqlen,
+}
+
+/// The gate's lower limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Floor {
+    /// Fewest calibration sequences.
+    #[serde(default = "default_floor_nsamples")]
+    pub nsamples: usize,
+    /// Shortest calibration sequence.
+    #[serde(default = "default_floor_seqlen")]
+    pub seqlen: usize,
+}
+
+impl Default for Floor {
+    fn default() -> Self {
+        Self {
+            nsamples: default_floor_nsamples(),
+            seqlen: default_floor_seqlen(),
+        }
+    }
+}
+
+fn default_floor_nsamples() -> usize {
+    8
+}
+
+fn default_floor_seqlen() -> usize {
+    256
+}
 
 /// What the gate may do and within which limits.
 #[derive(Debug, Clone, PartialEq)]

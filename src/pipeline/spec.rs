@@ -25,6 +25,7 @@ use super::de::{from_entry, from_node};
 use super::error::{nearest, Diagnostic, Problem};
 use super::yaml::{KeyPath, Node, Origin, Value};
 pub use crate::memory::device::DeviceSpec;
+pub use crate::memory::gate::{Floor, ReduceKey};
 pub use crate::model::export::SaveDtype;
 pub use crate::prune::{Method, Pattern};
 
@@ -377,51 +378,6 @@ fn default_headroom() -> f64 {
 /// number of the run, only its time.
 fn default_reduce() -> Vec<ReduceKey> {
     vec![ReduceKey::Nsamples, ReduceKey::Seqlen, ReduceKey::Streaming]
-}
-
-/// A setting the gate may reduce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReduceKey {
-    /// `calibration.nsamples`, halved down to its floor.
-    Nsamples,
-    /// `calibration.seqlen`, halved down to its floor.
-    Seqlen,
-    /// Layer streaming: only the current layer's weights in memory, the others read from
-    /// disk (the checkpoint, or the layer store of pruned layers) when their turn comes.
-    Streaming,
-    /// `evaluation.seqlen`: clamped to the model's context, halved down to the seqlen floor;
-    /// never changed unless listed.
-    EvalSeqlen,
-}
-
-/// The gate's lower limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Floor {
-    /// Fewest calibration sequences.
-    #[serde(default = "default_floor_nsamples")]
-    pub nsamples: usize,
-    /// Shortest calibration sequence.
-    #[serde(default = "default_floor_seqlen")]
-    pub seqlen: usize,
-}
-
-impl Default for Floor {
-    fn default() -> Self {
-        Self {
-            nsamples: default_floor_nsamples(),
-            seqlen: default_floor_seqlen(),
-        }
-    }
-}
-
-fn default_floor_nsamples() -> usize {
-    8
-}
-
-fn default_floor_seqlen() -> usize {
-    256
 }
 
 /// A memory budget.
