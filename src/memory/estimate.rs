@@ -39,9 +39,8 @@
 
 use serde::Serialize;
 
-use super::shape::{gib, Breakdown, ModelShape, Place};
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
-use crate::model::fused::{ATTENTION_ROWS, HEAD_ROWS};
+use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
 use crate::prune::Method;
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.

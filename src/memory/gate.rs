@@ -13,7 +13,7 @@
 use serde::Serialize;
 
 use super::estimate::{estimate_prune, Estimate, PruneRun};
-use super::shape::{gib, ModelShape, Place};
+use crate::model::shape::{gib, ModelShape, Place};
 use crate::pipeline::spec::{Floor, ReduceKey};
 
 /// What the gate may do and within which limits.

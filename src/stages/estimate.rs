@@ -8,7 +8,7 @@ use super::probe::probe_prune;
 use super::{PipelineExecutor, StageError};
 use crate::data::calibration;
 use crate::memory::estimate::{estimate_prune, ComputeDevice, PruneRun};
-use crate::memory::shape::{ModelShape, Place};
+use crate::model::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{EstimateOptions, PipelineSpec, StageOptions};

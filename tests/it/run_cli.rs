@@ -197,7 +197,7 @@ stages:
 /// The estimated peak of the gated fixture's cell with `nsamples` calibration samples.
 fn gated_peak(pipeline: &Path, nsamples: usize) -> u64 {
     use wanda::memory::estimate::{estimate_prune, ComputeDevice};
-    use wanda::memory::shape::Place;
+    use wanda::model::shape::Place;
     let plan = wanda::pipeline::plan::validate(pipeline).unwrap();
     let (shape, _) =
         wanda::model::inspect(&wanda::model::ModelRef::Folder(plan.base_dir.join("tiny"))).unwrap();
