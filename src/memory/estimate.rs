@@ -41,6 +41,7 @@ use serde::Serialize;
 
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
+use crate::model::shape::{gib, Breakdown, ModelShape, Place};
 use crate::prune::Method;
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.

@@ -98,7 +98,7 @@ pub struct LayerContext<'a, B: Backend> {
 
 /// Grouped-query self-attention with rotary positions.
 #[derive(Module, Debug)]
-pub struct Attention<B: Backend> {
+pub(crate) struct Attention<B: Backend> {
     /// `[hidden, heads * head_dim]`.
     pub q_proj: Linear<B>,
     /// `[hidden, kv_heads * head_dim]`.
@@ -116,13 +116,10 @@ pub struct Attention<B: Backend> {
 }
 
 impl<B: Backend> Attention<B> {
+    /// The attention block, showing `observe` the input of `o_proj` ([`LinearInput::AttnOut`]).
+    ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-    pub fn forward(&self, x: Tensor<B, 3>, ctx: LayerContext<'_, B>) -> Tensor<B, 3> {
-        self.forward_observed(x, ctx, &mut |_, _| {})
-    }
-
-    /// [`Attention::forward`] that shows `observe` the input of `o_proj` ([`LinearInput::AttnOut`]).
     pub fn forward_observed(
         &self,
         x: Tensor<B, 3>,
@@ -175,7 +172,7 @@ impl<B: Backend> Attention<B> {
 ///
 /// # Shapes
 /// - `x`: `[batch, kv_heads, seq, head_dim]` → `[batch, kv_heads * groups, seq, head_dim]`
-pub fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
+fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
     if groups == 1 {
         return x;
     }
@@ -187,7 +184,7 @@ pub fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
 
 /// The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 #[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
+pub(crate) struct Mlp<B: Backend> {
     /// `[hidden, intermediate]`.
     pub gate_proj: Linear<B>,
     /// `[hidden, intermediate]`.
@@ -197,13 +194,11 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
+    /// The feed-forward block, showing `observe` the input of `down_proj`
+    /// ([`LinearInput::MlpHidden`]).
+    ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.forward_observed(x, &mut |_, _| {})
-    }
-
-    /// [`Mlp::forward`] that shows `observe` the input of `down_proj` ([`LinearInput::MlpHidden`]).
     pub fn forward_observed(
         &self,
         x: Tensor<B, 3>,
@@ -227,9 +222,9 @@ impl<B: Backend> Mlp<B> {
 #[derive(Module, Debug)]
 pub struct DecoderLayer<B: Backend> {
     /// Attention block.
-    pub self_attn: Attention<B>,
+    pub(crate) self_attn: Attention<B>,
     /// Feed-forward block.
-    pub mlp: Mlp<B>,
+    pub(crate) mlp: Mlp<B>,
     /// Norm before attention.
     pub input_layernorm: RmsNorm<B>,
     /// Norm before the MLP.
@@ -655,7 +650,7 @@ mod tests {
         // x = [1, 2]: gate = [1, 2, 3], up = [4, 1, 2]
         // silu(g) = g * sigmoid(g); h = silu(g) * up; out = [h0 + h2, h1 + h2]
         let out: Vec<f32> = mlp
-            .forward(t(vec![1.0, 2.0], [1, 1, 2]))
+            .forward_observed(t(vec![1.0, 2.0], [1, 1, 2]), &mut |_, _| {})
             .into_data()
             .to_vec()
             .unwrap();
@@ -692,13 +687,14 @@ mod tests {
         // x0 = [1, 0], x1 = [0, 1]; k = v = x.
         let x = t(vec![1.0, 0.0, 0.0, 1.0], [1, 2, 2]);
         let out: Vec<f32> = attn
-            .forward(
+            .forward_observed(
                 x,
                 LayerContext {
                     cos: &cos,
                     sin: &sin,
                     cache: None,
                 },
+                &mut |_, _| {},
             )
             .into_data()
             .to_vec()
