@@ -5,8 +5,8 @@
 //! returns `None` where the fast path does not apply, and the caller then runs the generic
 //! path. [`kernels`] picks the implementation for a backend type: the fused CPU kernels of
 //! `fused.rs` (gemm products on borrowed f32 slices, with the vectorised element-wise kernels of
-//! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; [`Portable`], which has none,
-//! for every other backend. That choice is the crate's only backend check.
+//! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; for every other backend an
+//! implementation with no fast path at all. That choice is the crate's only backend check.
 //!
 //! The kernels see a model through borrowed views ([`LayerWeights`], [`HeadWeights`],
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
@@ -202,12 +202,12 @@ pub trait Kernels<B: Backend>: Sync {
 }
 
 /// The kernels of a backend without fast paths: every operation takes Burn's generic ops.
-pub struct Portable;
+struct Portable;
 
 impl<B: Backend> Kernels<B> for Portable {}
 
-/// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, [`Portable`] for
-/// every other backend. The crate's one backend check; it compares type ids only, so it costs
+/// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, for every other
+/// backend kernels that have no fast path (every method `None`). The crate's one backend check; it compares type ids only, so it costs
 /// nothing at run time.
 pub fn kernels<B: Backend>() -> &'static dyn Kernels<B> {
     let fused: &'static dyn Kernels<NdArray<f32>> = &fused::Fused;
