@@ -185,10 +185,11 @@ impl OnBackend for BenchJob {
                     Tensor::<B, 2>::random([k, n], burn::tensor::Distribution::Default, &device);
                 let flops = 2.0 * (m * k * n) as f64;
                 // The product the model's linears run: the fused one where it applies.
-                let fused = wanda::model::fused::try_matmul(&a, &b).is_some();
+                let kernels = wanda::model::kernels::kernels::<B>();
+                let fused = kernels.matmul(&a, &b).is_some();
                 let runs = measure(self.repeats, flops / 1e9, || {
                     if fused {
-                        let _ = wanda::model::fused::try_matmul(&a, &b);
+                        let _ = kernels.matmul(&a, &b);
                     } else {
                         let _ = a
                             .clone()

@@ -20,7 +20,7 @@ use wanda::memory::device::DeviceKind;
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::memory::estimate::{estimate_prune, render, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
-use wanda::memory::shape::{gib, Breakdown, ModelShape, Place};
+use wanda::model::shape::{gib, Breakdown, ModelShape, Place};
 use wanda::model::{self, ModelRef};
 use wanda::prune::Method;
 use wanda::stages::probe::probe_prune;

@@ -7,6 +7,7 @@ use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use serde::Serialize;
 
+use crate::model::kernels::kernels;
 use crate::model::llama::Llama;
 use crate::model::stream::{Layers, StreamError};
 
@@ -78,10 +79,11 @@ pub fn window_count(tokens: usize, seqlen: usize) -> usize {
 /// # Shapes
 /// - `logits`: `[1, seq, vocab]`, `window`: `seq` ids → the sum over the `seq − 1` predictions
 ///
-/// burn-ndarray f32 logits are read in place ([`crate::model::fused::try_window_nll`]); other
-/// backends go through Burn's `log_softmax`.
+/// burn-ndarray f32 logits are read in place by the backend's kernels
+/// ([`crate::model::kernels::Kernels::window_nll`]); other backends go through Burn's
+/// `log_softmax`.
 pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
-    if let Some(nll) = crate::model::fused::try_window_nll(&logits, window) {
+    if let Some(nll) = kernels::<B>().window_nll(&logits, window) {
         return nll;
     }
     let [batch, seq, vocab] = logits.dims();
@@ -97,13 +99,13 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
 
 /// Sum of next-token NLLs of one window from the residual stream after the last layer: the
 /// logits a few rows at a time where the fused kernels run
-/// ([`crate::model::fused::try_hidden_nll`], never a whole window's `seq × vocab` at once),
+/// ([`crate::model::kernels::Kernels::hidden_nll`], never a whole window's `seq × vocab` at once),
 /// else through [`Llama::head`] and [`window_nll`].
 ///
 /// # Shapes
 /// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
 fn head_nll<B: Backend>(model: &Llama<B>, hidden: Tensor<B, 3>, window: &[u32]) -> f64 {
-    match crate::model::fused::try_hidden_nll(model, &hidden, window) {
+    match kernels::<B>().hidden_nll(&model.head_weights(), &hidden, window) {
         Some(nll) => nll,
         None => window_nll(model.head(hidden), window),
     }

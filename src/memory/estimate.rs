@@ -40,9 +40,9 @@
 use serde::Serialize;
 
 use super::device::DeviceKind;
-use super::shape::{gib, Breakdown, ModelShape, Place};
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
-use crate::model::fused::{ATTENTION_ROWS, HEAD_ROWS};
+use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
+use crate::model::shape::{gib, Breakdown, ModelShape, Place};
 use crate::prune::Method;
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.

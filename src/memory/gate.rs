@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::estimate::{estimate_prune, Estimate, PruneRun};
-use super::shape::{gib, ModelShape, Place};
+use crate::model::shape::{gib, ModelShape, Place};
 
 /// A setting the gate may reduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

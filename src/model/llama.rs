@@ -15,7 +15,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::LlamaConfig;
+use super::kernels::{kernels, HeadWeights, LayerWeights, ModelWeights, NormWeights};
 use super::rope;
+
+pub use super::kernels::LinearInput;
 
 /// Root-mean-square layer norm: `x / sqrt(mean(x²) + eps) * weight`.
 #[derive(Module, Debug)]
@@ -45,6 +48,14 @@ impl<B: Backend> RmsNorm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let rms = (x.clone().square().mean_dim(2) + self.eps).sqrt();
         x / rms * self.weight.val().unsqueeze::<3>()
+    }
+
+    /// The borrowed view of this norm that the kernels read.
+    fn weights(&self) -> NormWeights<'_, B> {
+        NormWeights {
+            weight: &self.weight,
+            eps: self.eps,
+        }
     }
 }
 
@@ -87,7 +98,7 @@ pub struct LayerContext<'a, B: Backend> {
 
 /// Grouped-query self-attention with rotary positions.
 #[derive(Module, Debug)]
-pub struct Attention<B: Backend> {
+pub(crate) struct Attention<B: Backend> {
     /// `[hidden, heads * head_dim]`.
     pub q_proj: Linear<B>,
     /// `[hidden, kv_heads * head_dim]`.
@@ -105,13 +116,10 @@ pub struct Attention<B: Backend> {
 }
 
 impl<B: Backend> Attention<B> {
+    /// The attention block, showing `observe` the input of `o_proj` ([`LinearInput::AttnOut`]).
+    ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-    pub fn forward(&self, x: Tensor<B, 3>, ctx: LayerContext<'_, B>) -> Tensor<B, 3> {
-        self.forward_observed(x, ctx, &mut |_, _| {})
-    }
-
-    /// [`Attention::forward`] that shows `observe` the input of `o_proj` ([`LinearInput::AttnOut`]).
     pub fn forward_observed(
         &self,
         x: Tensor<B, 3>,
@@ -164,7 +172,7 @@ impl<B: Backend> Attention<B> {
 ///
 /// # Shapes
 /// - `x`: `[batch, kv_heads, seq, head_dim]` → `[batch, kv_heads * groups, seq, head_dim]`
-pub fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
+fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
     if groups == 1 {
         return x;
     }
@@ -176,7 +184,7 @@ pub fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
 
 /// The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 #[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
+pub(crate) struct Mlp<B: Backend> {
     /// `[hidden, intermediate]`.
     pub gate_proj: Linear<B>,
     /// `[hidden, intermediate]`.
@@ -186,13 +194,11 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
+    /// The feed-forward block, showing `observe` the input of `down_proj`
+    /// ([`LinearInput::MlpHidden`]).
+    ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.forward_observed(x, &mut |_, _| {})
-    }
-
-    /// [`Mlp::forward`] that shows `observe` the input of `down_proj` ([`LinearInput::MlpHidden`]).
     pub fn forward_observed(
         &self,
         x: Tensor<B, 3>,
@@ -216,9 +222,9 @@ impl<B: Backend> Mlp<B> {
 #[derive(Module, Debug)]
 pub struct DecoderLayer<B: Backend> {
     /// Attention block.
-    pub self_attn: Attention<B>,
+    pub(crate) self_attn: Attention<B>,
     /// Feed-forward block.
-    pub mlp: Mlp<B>,
+    pub(crate) mlp: Mlp<B>,
     /// Norm before attention.
     pub input_layernorm: RmsNorm<B>,
     /// Norm before the MLP.
@@ -241,7 +247,8 @@ impl<B: Backend> DecoderLayer<B> {
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) -> Tensor<B, 3> {
         if ctx.cache.is_none() {
-            if let Some(out) = super::fused::try_layer_forward(self, &x, ctx.cos, ctx.sin, observe)
+            if let Some(out) =
+                kernels::<B>().layer_forward(&self.weights(), &x, ctx.cos, ctx.sin, observe)
             {
                 return out;
             }
@@ -288,7 +295,9 @@ impl<B: Backend> DecoderLayer<B> {
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) {
         if ctx.cache.is_none()
-            && super::fused::try_layer_inputs(self, &x, ctx.cos, ctx.sin, observe).is_some()
+            && kernels::<B>()
+                .layer_inputs(&self.weights(), &x, ctx.cos, ctx.sin, observe)
+                .is_some()
         {
             return;
         }
@@ -298,6 +307,25 @@ impl<B: Backend> DecoderLayer<B> {
         let mlp_in = self.post_attention_layernorm.forward(h);
         observe(LinearInput::MlpIn, &mlp_in);
         observe(LinearInput::MlpHidden, &self.mlp.hidden(mlp_in));
+    }
+
+    /// The borrowed view of this layer that the kernels read.
+    fn weights(&self) -> LayerWeights<'_, B> {
+        let (a, m) = (&self.self_attn, &self.mlp);
+        LayerWeights {
+            q_proj: &a.q_proj,
+            k_proj: &a.k_proj,
+            v_proj: &a.v_proj,
+            o_proj: &a.o_proj,
+            gate_proj: &m.gate_proj,
+            up_proj: &m.up_proj,
+            down_proj: &m.down_proj,
+            input_norm: self.input_layernorm.weights(),
+            post_norm: self.post_attention_layernorm.weights(),
+            heads: a.num_heads,
+            kv_heads: a.num_kv_heads,
+            head_dim: a.head_dim,
+        }
     }
 
     /// The prunable linears with their names relative to the layer and the input they read.
@@ -328,20 +356,6 @@ impl<B: Backend> DecoderLayer<B> {
             _ => return None,
         })
     }
-}
-
-/// The activations that feed a decoder layer's linears; linears that read the same tensor
-/// share one entry (q/k/v read [`LinearInput::AttnIn`], gate/up read [`LinearInput::MlpIn`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LinearInput {
-    /// Normed residual before attention → q/k/v projections.
-    AttnIn,
-    /// Attention heads, concatenated → `o_proj`.
-    AttnOut,
-    /// Normed residual before the MLP → gate/up projections.
-    MlpIn,
-    /// `silu(gate) * up` → `down_proj`.
-    MlpHidden,
 }
 
 /// A Llama-family causal language model.
@@ -451,6 +465,25 @@ impl<B: Backend> Llama<B> {
         }
     }
 
+    /// The borrowed view of the embeddings, final norm and LM head that the kernels read (for
+    /// [`super::kernels::Kernels::hidden_nll`]).
+    pub fn head_weights(&self) -> HeadWeights<'_, B> {
+        HeadWeights {
+            embed: &self.embed_tokens.weight,
+            norm: self.norm.weights(),
+            lm_head: self.lm_head.as_ref(),
+        }
+    }
+
+    /// The borrowed view of the whole model that the kernels read.
+    fn weights(&self) -> ModelWeights<'_, B> {
+        ModelWeights {
+            layers: self.layers.iter().map(DecoderLayer::weights).collect(),
+            head: self.head_weights(),
+            inv_freq: &self.inv_freq,
+        }
+    }
+
     /// Rotary tables for positions `offset..offset + len`.
     pub fn rope_tables(&self, offset: usize, len: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let device = self.embed_tokens.weight.device();
@@ -462,10 +495,10 @@ impl<B: Backend> Llama<B> {
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
     ///
-    /// On burn-ndarray in f32 this runs the fused CPU kernels of [`super::fused`]; elsewhere
-    /// it is [`Llama::forward_generic`].
+    /// Where the backend has fast kernels ([`super::kernels`]: burn-ndarray in f32) this runs
+    /// them; elsewhere it is [`Llama::forward_generic`].
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        match super::fused::try_forward(self, &tokens) {
+        match kernels::<B>().forward(&self.weights(), &tokens) {
             Some(logits) => logits,
             None => self.forward_generic(tokens),
         }
@@ -476,9 +509,10 @@ impl<B: Backend> Llama<B> {
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
     ///
-    /// On burn-ndarray in f32 this runs the fused CPU kernels of [`super::fused`].
+    /// Where the backend has fast kernels ([`super::kernels`]: burn-ndarray in f32) this runs
+    /// them.
     pub fn hidden(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        match super::fused::try_hidden(self, &tokens) {
+        match kernels::<B>().hidden(&self.weights(), &tokens) {
             Some(hidden) => hidden,
             None => self.hidden_generic(tokens),
         }
@@ -616,7 +650,7 @@ mod tests {
         // x = [1, 2]: gate = [1, 2, 3], up = [4, 1, 2]
         // silu(g) = g * sigmoid(g); h = silu(g) * up; out = [h0 + h2, h1 + h2]
         let out: Vec<f32> = mlp
-            .forward(t(vec![1.0, 2.0], [1, 1, 2]))
+            .forward_observed(t(vec![1.0, 2.0], [1, 1, 2]), &mut |_, _| {})
             .into_data()
             .to_vec()
             .unwrap();
@@ -653,13 +687,14 @@ mod tests {
         // x0 = [1, 0], x1 = [0, 1]; k = v = x.
         let x = t(vec![1.0, 0.0, 0.0, 1.0], [1, 2, 2]);
         let out: Vec<f32> = attn
-            .forward(
+            .forward_observed(
                 x,
                 LayerContext {
                     cos: &cos,
                     sin: &sin,
                     cache: None,
                 },
+                &mut |_, _| {},
             )
             .into_data()
             .to_vec()
@@ -776,6 +811,142 @@ mod tests {
             .unwrap();
         for (x, y) in la.iter().zip(&lb) {
             assert!((x - y).abs() < 1e-5);
+        }
+    }
+
+    /// The decoder's fused path (the kernels of burn-ndarray in f32) against its generic path.
+    mod fused_path {
+        use super::*;
+        use burn::backend::Flex;
+
+        fn model<K: Backend>(json: &str, seed: u64) -> Llama<K> {
+            let config = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
+            Llama::<K>::init_random(&config, seed, &Default::default())
+        }
+
+        /// Fused logits against Burn's generic ops (the same seeded model on the Flex backend, which
+        /// never takes the fused path) on a random model with GQA, a sequence longer than one
+        /// attention block, and (second case) q/k/v biases and an untied head.
+        #[test]
+        fn fused_forward_equals_the_generic_path() {
+            let tied = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
+                "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
+                "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
+            let biased = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":40,
+                "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,"vocab_size":50,
+                "rms_norm_eps":1e-6,"tie_word_embeddings":false}"#;
+            for (json, seq) in [(tied, 150usize), (biased, 70)] {
+                let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
+                let fused: Vec<f32> = {
+                    let m = model::<B>(json, 11);
+                    let tokens = Tensor::<B, 2, Int>::from_data(
+                        TensorData::new(ids.clone(), [2, seq]),
+                        &Default::default(),
+                    );
+                    kernels::<B>()
+                        .forward(&m.weights(), &tokens)
+                        .expect("ndarray f32 takes the fused path")
+                        .into_data()
+                        .to_vec()
+                        .unwrap()
+                };
+                let m = model::<Flex>(json, 11);
+                let tokens = Tensor::<Flex, 2, Int>::from_data(
+                    TensorData::new(ids, [2, seq]),
+                    &Default::default(),
+                );
+                assert!(
+                    kernels::<Flex>().forward(&m.weights(), &tokens).is_none(),
+                    "flex keeps Burn's ops"
+                );
+                let generic: Vec<f32> = m.forward(tokens).into_data().to_vec().unwrap();
+                close(&fused, &generic);
+            }
+        }
+
+        /// The layer path shows `observe` the same four inputs as Burn's ops, in the same order, and
+        /// returns the same output.
+        #[test]
+        fn fused_layer_observes_what_the_generic_layer_observes() {
+            let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
+                "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
+                "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
+            fn run<K: Backend>(json: &str) -> (Vec<f32>, Vec<(LinearInput, Vec<f32>)>) {
+                let m = model::<K>(json, 5);
+                let ids: Vec<i64> = (0..3 * 80).map(|i| (i * 7 + 1) % 50).collect();
+                let tokens = Tensor::<K, 2, Int>::from_data(
+                    TensorData::new(ids, [3, 80]),
+                    &Default::default(),
+                );
+                let (cos, sin) = m.rope_tables(0, 80);
+                let mut seen = Vec::new();
+                let out = m.layers[0].forward_observed(
+                    m.embed(tokens),
+                    LayerContext {
+                        cos: &cos,
+                        sin: &sin,
+                        cache: None,
+                    },
+                    &mut |input, t| seen.push((input, t.clone().into_data().to_vec().unwrap())),
+                );
+                (out.into_data().to_vec().unwrap(), seen)
+            }
+            let (fused_out, fused_seen) = run::<B>(json);
+            let (generic_out, generic_seen) = run::<Flex>(json);
+            close(&fused_out, &generic_out);
+            assert_eq!(fused_seen.len(), 4);
+            for ((fi, f), (gi, g)) in fused_seen.iter().zip(&generic_seen) {
+                assert_eq!(fi, gi);
+                close(f, g);
+            }
+        }
+
+        /// `observe_inputs` shows the same four inputs as `forward_observed`, on the fused path
+        /// (burn-ndarray) and on Burn's ops (Flex), without computing the output.
+        #[test]
+        fn observe_inputs_sees_what_the_full_layer_sees() {
+            let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
+                "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
+                "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
+            fn run<K: Backend>(json: &str, full: bool) -> Vec<(LinearInput, Vec<f32>)> {
+                let m = model::<K>(json, 9);
+                let ids: Vec<i64> = (0..2 * 70).map(|i| (i * 11 + 3) % 50).collect();
+                let tokens = Tensor::<K, 2, Int>::from_data(
+                    TensorData::new(ids, [2, 70]),
+                    &Default::default(),
+                );
+                let (cos, sin) = m.rope_tables(0, 70);
+                let ctx = LayerContext {
+                    cos: &cos,
+                    sin: &sin,
+                    cache: None,
+                };
+                let mut seen = Vec::new();
+                let mut observe = |input, t: &Tensor<K, 3>| {
+                    seen.push((input, t.clone().into_data().to_vec().unwrap()))
+                };
+                if full {
+                    let _ = m.layers[0].forward_observed(m.embed(tokens), ctx, &mut observe);
+                } else {
+                    m.layers[0].observe_inputs(m.embed(tokens), ctx, &mut observe);
+                }
+                seen
+            }
+            for (inputs_only, full) in [
+                (run::<B>(json, false), run::<B>(json, true)),
+                (run::<Flex>(json, false), run::<Flex>(json, true)),
+            ] {
+                assert_eq!(inputs_only.len(), 4);
+                assert_eq!(inputs_only, full);
+            }
+        }
+
+        fn close(a: &[f32], b: &[f32]) {
+            assert_eq!(a.len(), b.len());
+            let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-5 * scale, "{x} vs {y} (scale {scale})");
+            }
         }
     }
 }

@@ -1,18 +1,20 @@
 //! Llama-family models on Burn: configuration, the decoder, rotary embeddings, weights from
-//! safetensors folders, GGUF files and the Hugging Face hub, and the tokenizer.
+//! safetensors folders, GGUF files and the Hugging Face hub, and the tokenizer; the decoder's
+//! fast kernels behind one seam ([`kernels`]); the shape of a model that memory formulas read
+//! ([`shape`]).
 
 pub mod config;
 pub mod export;
-pub mod fused;
 pub mod gguf;
 pub mod gguf_model;
 pub mod host;
 pub mod hub;
+pub mod kernels;
 pub mod llama;
 pub mod rope;
+pub mod shape;
 pub mod stream;
 pub mod tokenizer;
-pub mod vecmath;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -20,9 +22,9 @@ use std::sync::Arc;
 
 use burn::prelude::*;
 
-use crate::memory::shape::ModelShape;
 use config::{ConfigError, HfLlamaConfig, LlamaConfig};
 use llama::Llama;
+use shape::ModelShape;
 use tokenizer::{Tokenizer, TokenizerError};
 use weights::{SafetensorsSource, WeightError, WeightSource};
 

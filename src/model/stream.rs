@@ -499,13 +499,9 @@ fn read_layer<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::perplexity::{perplexity, STREAMED_WINDOW_GROUP};
     use crate::model::config::HfLlamaConfig;
     use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
     use crate::model::weights::{build_llama, SafetensorsSource};
-    use crate::prune::layerwise::prune_model;
-    use crate::prune::Sparsity;
-    use crate::prune::{Method, MethodOptions};
 
     type B = NdArray<f32>;
 
@@ -532,12 +528,6 @@ mod tests {
         (config, Arc::new(SafetensorsSource::open(&folder).unwrap()))
     }
 
-    fn windows(count: usize, len: usize) -> Vec<Vec<u32>> {
-        (0..count)
-            .map(|w| (0..len).map(|t| ((w * 7 + t * 13) % 40) as u32).collect())
-            .collect()
-    }
-
     fn weights(model: &impl Layers<B>) -> Vec<Vec<f32>> {
         (0..model.layer_count())
             .flat_map(|i| {
@@ -547,56 +537,6 @@ mod tests {
                     .collect::<Vec<_>>()
             })
             .collect()
-    }
-
-    #[test]
-    fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
-        let dir = tempfile::tempdir().unwrap();
-        let (config, source) = checkpoint(dir.path());
-        let device = Default::default();
-        let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
-        let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
-        assert!(streamed.shell().layers.is_empty());
-        let calibration = windows(5, 6);
-        let (method, options) = (Method::Wanda, MethodOptions::default());
-        let sparsity = Sparsity::unstructured(0.5).unwrap();
-        let a = prune_model(
-            &mut resident,
-            method,
-            &options,
-            sparsity,
-            &calibration,
-            2,
-            |_, _| {},
-        )
-        .unwrap();
-        let b = prune_model(
-            &mut streamed,
-            method,
-            &options,
-            sparsity,
-            &calibration,
-            2,
-            |_, _| {},
-        )
-        .unwrap();
-        assert_eq!(a, b);
-        assert!((a.total - 0.5).abs() < 1e-9, "{}", a.total);
-        assert_eq!(weights(&resident), weights(&streamed));
-        // More windows than one streamed group, and a last group that is not full.
-        let ids: Vec<u32> = windows(1, 8 * (STREAMED_WINDOW_GROUP + 3)).remove(0);
-        let in_memory = perplexity(&resident, &ids, 8, None, 64, |_, _| {})
-            .unwrap()
-            .perplexity;
-        let mut seen = Vec::new();
-        let layer_by_layer = perplexity(&streamed, &ids, 8, None, 64, |done, total| {
-            seen.push((done, total))
-        })
-        .unwrap()
-        .perplexity;
-        assert_eq!(in_memory.to_bits(), layer_by_layer.to_bits());
-        let windows = STREAMED_WINDOW_GROUP + 3;
-        assert_eq!(seen, [(STREAMED_WINDOW_GROUP, windows), (windows, windows)]);
     }
 
     #[test]

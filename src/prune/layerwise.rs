@@ -20,8 +20,8 @@ use super::report::MatrixSparsity;
 use super::sparsegpt::{prune_sparsegpt, Hessian};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
-use crate::model::fused;
 use crate::model::host::to_host_f32;
+use crate::model::kernels::kernels;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
 
@@ -92,12 +92,12 @@ impl<B: Backend> LayerStats<B> {
         // The fused CPU kernels when the backend has them (the column sums are bit-identical
         // to Burn's), Burn's ops otherwise.
         let contribution = if self.gram {
-            match fused::try_gram(&flat) {
+            match kernels::<B>().gram(&flat) {
                 Some(gram) => gram,
                 None => flat.clone().transpose().matmul(flat),
             }
         } else {
-            match fused::try_column_sum_sq(&flat) {
+            match kernels::<B>().column_sum_sq(&flat) {
                 Some(sums) => sums,
                 None => flat.square().sum_dim(0),
             }

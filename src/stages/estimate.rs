@@ -9,7 +9,7 @@ use super::{PipelineExecutor, StageError};
 use crate::data::{calibration, read_tokenized};
 use crate::memory::device::DeviceKind;
 use crate::memory::estimate::{estimate_prune, PruneRun};
-use crate::memory::shape::{ModelShape, Place};
+use crate::model::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{EstimateOptions, PipelineSpec, StageOptions};

@@ -8,7 +8,7 @@ use super::{PipelineExecutor, StageError};
 use crate::memory::device::DeviceChoice;
 use crate::memory::estimate::{estimate_prune, render, PruneRun};
 use crate::memory::gate::{decide, GatePolicy};
-use crate::memory::shape::{gib, Place};
+use crate::model::shape::{gib, Place};
 use crate::model::stream::Decoder;
 use crate::pipeline::plan::Plan;
 use crate::pipeline::runner::{StageFailure, StageOutcome};

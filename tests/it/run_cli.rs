@@ -198,7 +198,7 @@ stages:
 fn gated_peak(pipeline: &Path, nsamples: usize) -> u64 {
     use wanda::memory::device::DeviceKind;
     use wanda::memory::estimate::estimate_prune;
-    use wanda::memory::shape::Place;
+    use wanda::model::shape::Place;
     let plan = wanda::pipeline::plan::validate(pipeline).unwrap();
     let (shape, _) =
         wanda::model::inspect(&wanda::model::ModelRef::Folder(plan.base_dir.join("tiny"))).unwrap();

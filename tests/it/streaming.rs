@@ -1,13 +1,117 @@
-//! Layer streaming end to end on SmolLM2-135M: with a budget below the model's f32 weights the
+//! Layer streaming end to end: a streamed tiny model prunes and evaluates to the bit like the
+//! same model in memory; and on SmolLM2-135M, with a budget below the model's f32 weights the
 //! gate switches streaming on, every layer is pruned, and the cell gives the perplexity of the
 //! same cell run with the model in memory, to the bit, at a peak resident set below the weights.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
+use wanda::eval::perplexity::{perplexity, STREAMED_WINDOW_GROUP};
+use wanda::model::config::{HfLlamaConfig, LlamaConfig};
+use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+use wanda::model::host::to_host_f32;
+use wanda::model::llama::Llama;
+use wanda::model::stream::{Layers, StreamedLlama};
+use wanda::model::weights::{build_llama, SafetensorsSource, WeightSource};
 use wanda::pipeline::RunRecord;
+use wanda::prune::layerwise::prune_model;
+use wanda::prune::{Method, MethodOptions, Sparsity};
 
-use crate::common::shared;
+use crate::common::{shared, B};
+
+/// Three layers (untied head, q/k/v bias) saved as a safetensors folder in `dir`.
+fn checkpoint(dir: &Path) -> (LlamaConfig, Arc<dyn WeightSource>) {
+    let config = HfLlamaConfig::from_json(
+        r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":16,"intermediate_size":24,
+        "num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,
+        "vocab_size":40,"rms_norm_eps":1e-5,"tie_word_embeddings":false}"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let model = Llama::<B>::init_random(&config, 7, &Default::default());
+    let folder = dir.join("model");
+    save_hf_folder(
+        &model,
+        &config,
+        "{}",
+        &folder,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    (config, Arc::new(SafetensorsSource::open(&folder).unwrap()))
+}
+
+fn windows(count: usize, len: usize) -> Vec<Vec<u32>> {
+    (0..count)
+        .map(|w| (0..len).map(|t| ((w * 7 + t * 13) % 40) as u32).collect())
+        .collect()
+}
+
+/// Every linear's weight, layer by layer.
+fn weights(model: &impl Layers<B>) -> Vec<Vec<f32>> {
+    (0..model.layer_count())
+        .flat_map(|i| {
+            let layer = model.layer(i).unwrap().into_owned();
+            layer
+                .linears()
+                .into_iter()
+                .map(|(_, _, l)| to_host_f32(l.weight.val()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, source) = checkpoint(dir.path());
+    let device = Default::default();
+    let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+    let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+    assert!(streamed.shell().layers.is_empty());
+    let calibration = windows(5, 6);
+    let (method, options) = (Method::Wanda, MethodOptions::default());
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let a = prune_model(
+        &mut resident,
+        method,
+        &options,
+        sparsity,
+        &calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    let b = prune_model(
+        &mut streamed,
+        method,
+        &options,
+        sparsity,
+        &calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    assert!((a.total - 0.5).abs() < 1e-9, "{}", a.total);
+    assert_eq!(weights(&resident), weights(&streamed));
+    // More windows than one streamed group, and a last group that is not full.
+    let ids: Vec<u32> = windows(1, 8 * (STREAMED_WINDOW_GROUP + 3)).remove(0);
+    let in_memory = perplexity(&resident, &ids, 8, None, 64, |_, _| {})
+        .unwrap()
+        .perplexity;
+    let mut seen = Vec::new();
+    let layer_by_layer = perplexity(&streamed, &ids, 8, None, 64, |done, total| {
+        seen.push((done, total))
+    })
+    .unwrap()
+    .perplexity;
+    assert_eq!(in_memory.to_bits(), layer_by_layer.to_bits());
+    let windows = STREAMED_WINDOW_GROUP + 3;
+    assert_eq!(seen, [(STREAMED_WINDOW_GROUP, windows), (windows, windows)]);
+}
 
 /// SmolLM2-135M's parameters × 4 B: its weights in f32.
 const WEIGHT_BYTES: u64 = 134_515_008 * 4;

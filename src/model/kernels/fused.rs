@@ -8,21 +8,23 @@
 //!
 //! Burn's generic path does the same arithmetic through one tensor op at a time and spends more
 //! than half of a forward pass outside matrix products (copies for `swap_dims`/`repeat_kv`,
-//! separate element-wise passes). [`try_forward`] takes over [`Llama::forward`] when the model
-//! lives on burn-ndarray in f32 (the default CPU backend) and its weights are contiguous; every
-//! other backend keeps the generic path. The weights are borrowed, never copied.
-
-use std::any::Any;
+//! separate element-wise passes). [`Fused`] is the [`Kernels`] of burn-ndarray in f32 (the
+//! default CPU backend), chosen by [`super::kernels`]; it runs where the weights are contiguous.
+//! It reads the model through the borrowed views of [`super`] (never the decoder's own types),
+//! and the weights are borrowed, never copied.
 
 use burn::backend::ndarray::NdArrayTensor;
 use burn::backend::NdArray;
+use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use rayon::prelude::*;
 
-use super::llama::{Attention, DecoderLayer, LinearInput, Llama, RmsNorm};
 use super::vecmath;
-use burn::nn::Linear;
+use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
+
+/// The backend these kernels serve.
+type Nd = NdArray<f32>;
 
 /// Query rows per attention block: each block attends to the keys up to its last row.
 pub const ATTENTION_ROWS: usize = 64;
@@ -189,7 +191,7 @@ struct Dims {
 }
 
 /// Borrowed weights of the whole model.
-struct ModelRef<'a> {
+struct DecoderRef<'a> {
     layers: Vec<LayerRef<'a>>,
     head: HeadRef<'a>,
     inv_freq: &'a [f32],
@@ -464,7 +466,7 @@ fn layer_forward(
 ///
 /// # Shapes
 /// - `tokens`: `seq` ids → `[seq, hidden]`
-fn sequence_hidden(model: &ModelRef, tokens: &[usize]) -> Vec<f32> {
+fn sequence_hidden(model: &DecoderRef, tokens: &[usize]) -> Vec<f32> {
     let d = &model.dims;
     let (seq, hidden) = (tokens.len(), d.hidden);
     let mut x = Vec::with_capacity(seq * hidden);
@@ -519,7 +521,7 @@ struct Held {
 }
 
 impl Held {
-    fn push<const D: usize>(&mut self, t: Tensor<NdArray<f32>, D>) -> usize {
+    fn push<const D: usize>(&mut self, t: Tensor<Nd, D>) -> usize {
         self.tensors.push(t.into_primitive().tensor());
         self.tensors.len() - 1
     }
@@ -536,7 +538,7 @@ struct HeldLinear {
     dims: [usize; 2],
 }
 
-fn hold_linear(held: &mut Held, linear: &Linear<NdArray<f32>>) -> HeldLinear {
+fn hold_linear(held: &mut Held, linear: &Linear<Nd>) -> HeldLinear {
     let weight = linear.weight.val();
     let dims = weight.dims();
     HeldLinear {
@@ -558,7 +560,7 @@ fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef<'a>> {
     })
 }
 
-fn hold_norm(held: &mut Held, norm: &RmsNorm<NdArray<f32>>) -> usize {
+fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> usize {
     held.push(norm.weight.val())
 }
 
@@ -569,21 +571,20 @@ struct HeldLayer {
     post_norm: usize,
 }
 
-fn hold_layer(held: &mut Held, layer: &DecoderLayer<NdArray<f32>>) -> HeldLayer {
-    let (a, m) = (&layer.self_attn, &layer.mlp);
+fn hold_layer(held: &mut Held, layer: &LayerWeights<Nd>) -> HeldLayer {
     HeldLayer {
         linears: [
-            &a.q_proj,
-            &a.k_proj,
-            &a.v_proj,
-            &a.o_proj,
-            &m.gate_proj,
-            &m.up_proj,
-            &m.down_proj,
+            layer.q_proj,
+            layer.k_proj,
+            layer.v_proj,
+            layer.o_proj,
+            layer.gate_proj,
+            layer.up_proj,
+            layer.down_proj,
         ]
         .map(|lin| hold_linear(held, lin)),
-        input_norm: hold_norm(held, &layer.input_layernorm),
-        post_norm: hold_norm(held, &layer.post_attention_layernorm),
+        input_norm: hold_norm(held, &layer.input_norm),
+        post_norm: hold_norm(held, &layer.post_norm),
     }
 }
 
@@ -602,85 +603,170 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer) -> Option<LayerRef<'a>> {
     })
 }
 
-fn dims_of(attention: &Attention<NdArray<f32>>, hidden: usize, eps: f64) -> Dims {
+fn dims_of(layer: &LayerWeights<Nd>, hidden: usize, eps: f64) -> Dims {
     Dims {
         hidden,
-        heads: attention.num_heads,
-        kv_heads: attention.num_kv_heads,
-        head_dim: attention.head_dim,
+        heads: layer.heads,
+        kv_heads: layer.kv_heads,
+        head_dim: layer.head_dim,
         eps,
     }
 }
 
-/// A burn-ndarray f32 tensor owning `values`, handed back as `Tensor<B, D>` (the caller has
-/// established that `B` is `NdArray<f32>`).
-fn to_backend<B: Backend, const D: usize>(
-    values: Vec<f32>,
-    shape: [usize; D],
-) -> Option<Tensor<B, D>> {
+/// A burn-ndarray f32 tensor owning `values`.
+fn to_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Option<Tensor<Nd, D>> {
     let array = ndarray::ArcArray::from_shape_vec(ndarray::IxDyn(&shape), values).ok()?;
-    let out = Tensor::<NdArray<f32>, D>::from_primitive(TensorPrimitive::Float(
+    Some(Tensor::<Nd, D>::from_primitive(TensorPrimitive::Float(
         NdArrayTensor::from(array),
-    ));
-    (Box::new(out) as Box<dyn Any>)
-        .downcast::<Tensor<B, D>>()
-        .ok()
-        .map(|b| *b)
+    )))
 }
 
-/// One decoder layer through the fused kernels, for burn-ndarray f32 with contiguous weights,
-/// input and rotary tables; `None` otherwise (the caller runs the generic path).
-/// `observe` sees each linear's input as [`DecoderLayer::forward_observed`] shows it.
-///
-/// # Shapes
-/// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-/// - `cos`, `sin`: `[seq, head_dim]` as made by [`super::rope::tables`]
-pub fn try_layer_forward<B: Backend>(
-    layer: &DecoderLayer<B>,
-    x: &Tensor<B, 3>,
-    cos: &Tensor<B, 2>,
-    sin: &Tensor<B, 2>,
-    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
-) -> Option<Tensor<B, 3>> {
-    let [batch, seq, hidden] = x.dims();
-    let values = try_layer(layer, x, cos, sin, true, observe)?;
-    to_backend(values, [batch, seq, hidden])
+/// The fused CPU kernels, for burn-ndarray in f32 ([`super::kernels`] picks them). Each
+/// operation takes contiguous f32 storage and returns `None` for any other layout.
+pub(super) struct Fused;
+
+impl Kernels<Nd> for Fused {
+    /// `None` unless the weights, input and rotary tables are contiguous f32.
+    fn layer_forward(
+        &self,
+        layer: &LayerWeights<'_, Nd>,
+        x: &Tensor<Nd, 3>,
+        cos: &Tensor<Nd, 2>,
+        sin: &Tensor<Nd, 2>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<Nd, 3>),
+    ) -> Option<Tensor<Nd, 3>> {
+        let [batch, seq, hidden] = x.dims();
+        let values = fused_layer(layer, x, cos, sin, true, observe)?;
+        to_tensor(values, [batch, seq, hidden])
+    }
+
+    fn layer_inputs(
+        &self,
+        layer: &LayerWeights<'_, Nd>,
+        x: &Tensor<Nd, 3>,
+        cos: &Tensor<Nd, 2>,
+        sin: &Tensor<Nd, 2>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<Nd, 3>),
+    ) -> Option<()> {
+        fused_layer(layer, x, cos, sin, false, observe).map(|_| ())
+    }
+
+    fn forward(
+        &self,
+        model: &ModelWeights<'_, Nd>,
+        tokens: &Tensor<Nd, 2, Int>,
+    ) -> Option<Tensor<Nd, 3>> {
+        fused_sequences(model, tokens, true)
+    }
+
+    fn hidden(
+        &self,
+        model: &ModelWeights<'_, Nd>,
+        tokens: &Tensor<Nd, 2, Int>,
+    ) -> Option<Tensor<Nd, 3>> {
+        fused_sequences(model, tokens, false)
+    }
+
+    /// One pass per row for the maximum and one for the exponentials (accumulated in f64),
+    /// rows in parallel, summed in order (the result does not depend on how rayon splits the
+    /// rows).
+    fn window_nll(&self, logits: &Tensor<Nd, 3>, window: &[u32]) -> Option<f64> {
+        let [batch, seq, vocab] = logits.dims();
+        if batch != 1 || window.len() != seq || window[1..].iter().any(|&t| t as usize >= vocab) {
+            return None;
+        }
+        let primitive = logits.clone().into_primitive().tensor();
+        let data = contiguous(&primitive)?;
+        let per_token: Vec<f64> = data
+            .par_chunks(vocab)
+            .zip(window[1..].par_iter())
+            .map(|(row, &target)| vecmath::token_nll(row, target as usize))
+            .collect();
+        Some(per_token.iter().sum())
+    }
+
+    /// The final norm and LM head run [`HEAD_ROWS`] rows at a time, with the kernels of
+    /// [`Kernels::forward`], and the per-token terms are summed in the order
+    /// [`Kernels::window_nll`] sums them, so the result is the same to the bit.
+    fn hidden_nll(
+        &self,
+        head: &HeadWeights<'_, Nd>,
+        hidden: &Tensor<Nd, 3>,
+        window: &[u32],
+    ) -> Option<f64> {
+        fused_hidden_nll(head, hidden, window)
+    }
+
+    /// One gemm call on every core.
+    fn gram(&self, x: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 2>> {
+        let (primitive, [rows, width]) = matrix_of(x)?;
+        let data = contiguous(&primitive)?;
+        let mut gram = vec![0.0f32; width * width];
+        matmul(
+            &mut gram,
+            width,
+            false,
+            View::transposed(data, width, rows),
+            View::dense(data, rows, width),
+            true,
+        );
+        to_tensor(gram, [width, width])
+    }
+
+    /// In parallel over blocks of columns. Each column is summed row by row from zero, the
+    /// order burn-ndarray's `sum_dim(0)` adds in, so the result is the same to the bit.
+    fn column_sum_sq(&self, x: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 2>> {
+        let (primitive, [_, width]) = matrix_of(x)?;
+        let data = contiguous(&primitive)?;
+        let mut sums = vec![0.0f32; width];
+        sums.par_chunks_mut(COLUMN_BLOCK)
+            .enumerate()
+            .for_each(|(block, acc)| {
+                let columns = block * COLUMN_BLOCK..block * COLUMN_BLOCK + acc.len();
+                for row in data.chunks_exact(width.max(1)) {
+                    for (a, &v) in acc.iter_mut().zip(&row[columns.clone()]) {
+                        *a += v * v;
+                    }
+                }
+            });
+        to_tensor(sums, [1, width])
+    }
+
+    /// The product every fused linear uses (one band of rows per core): what
+    /// `wanda bench gemm` (B6) measures as the default CPU backend's GEMM.
+    fn matmul(&self, a: &Tensor<Nd, 2>, b: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 2>> {
+        let (a, [m, k]) = matrix_of(a)?;
+        let (b, [k_b, n]) = matrix_of(b)?;
+        if k != k_b {
+            return None;
+        }
+        let mut out = vec![0.0f32; m * n];
+        matmul(
+            &mut out,
+            n,
+            false,
+            View::dense(contiguous(&a)?, m, k),
+            View::dense(contiguous(&b)?, k, n),
+            true,
+        );
+        to_tensor(out, [m, n])
+    }
 }
 
-/// [`try_layer_forward`] without the layer's output: it stops once `down_proj`'s input is
-/// observed, as [`DecoderLayer::observe_inputs`] does. `None` when the fused path does not
-/// apply (nothing was observed then).
-pub fn try_layer_inputs<B: Backend>(
-    layer: &DecoderLayer<B>,
-    x: &Tensor<B, 3>,
-    cos: &Tensor<B, 2>,
-    sin: &Tensor<B, 2>,
-    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
-) -> Option<()> {
-    try_layer(layer, x, cos, sin, false, observe).map(|_| ())
-}
-
-/// The fused layer for both entry points: the residual stream after the layer (or, with
-/// `output` false, after its attention), row-major `[batch · seq, hidden]`.
-fn try_layer<B: Backend>(
-    layer: &DecoderLayer<B>,
-    x: &Tensor<B, 3>,
-    cos: &Tensor<B, 2>,
-    sin: &Tensor<B, 2>,
+/// The fused layer for both layer entry points: the residual stream after the layer (or, with
+/// `output` false, after its attention), row-major `[batch · seq, hidden]`; `None` unless the
+/// weights, input and rotary tables are contiguous and the tables are `[seq, head_dim]`.
+/// `observe` sees each linear's input as the decoder's generic layer shows it.
+fn fused_layer(
+    layer: &LayerWeights<Nd>,
+    x: &Tensor<Nd, 3>,
+    cos: &Tensor<Nd, 2>,
+    sin: &Tensor<Nd, 2>,
     output: bool,
-    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    observe: &mut dyn FnMut(LinearInput, &Tensor<Nd, 3>),
 ) -> Option<Vec<f32>> {
-    let layer = (layer as &dyn Any).downcast_ref::<DecoderLayer<NdArray<f32>>>()?;
-    let as_nd2 = |t: &Tensor<B, 2>| {
-        (t as &dyn Any)
-            .downcast_ref::<Tensor<NdArray<f32>, 2>>()
-            .cloned()
-    };
-    let x_nd = (x as &dyn Any)
-        .downcast_ref::<Tensor<NdArray<f32>, 3>>()?
-        .clone();
-    let [batch, seq, hidden] = x_nd.dims();
-    let head_dim = layer.self_attn.head_dim;
+    let [batch, seq, hidden] = x.dims();
+    let head_dim = layer.head_dim;
     if cos.dims() != [seq, head_dim] || sin.dims() != [seq, head_dim] {
         return None;
     }
@@ -688,9 +774,9 @@ fn try_layer<B: Backend>(
         tensors: Vec::new(),
     };
     let layer_index = hold_layer(&mut held, layer);
-    let x_index = held.push(x_nd);
-    let cos_index = held.push(as_nd2(cos)?);
-    let sin_index = held.push(as_nd2(sin)?);
+    let x_index = held.push(x.clone());
+    let cos_index = held.push(cos.clone());
+    let sin_index = held.push(sin.clone());
     let refs = layer_ref(&held, &layer_index)?;
     let tables = RopeTables {
         cos: held.slice(cos_index)?,
@@ -698,7 +784,7 @@ fn try_layer<B: Backend>(
         stride: head_dim,
         seq,
     };
-    let d = dims_of(&layer.self_attn, hidden, layer.input_layernorm.eps);
+    let d = dims_of(layer, hidden, layer.input_norm.eps);
     let mut values = held.slice(x_index)?.to_vec();
     let mut failed = false;
     layer_forward(
@@ -708,7 +794,7 @@ fn try_layer<B: Backend>(
         tables,
         output,
         &mut Scratch::default(),
-        &mut |input, data, width| match to_backend::<B, 3>(data.to_vec(), [batch, seq, width]) {
+        &mut |input, data, width| match to_tensor(data.to_vec(), [batch, seq, width]) {
             Some(t) => observe(input, &t),
             None => failed = true,
         },
@@ -717,131 +803,41 @@ fn try_layer<B: Backend>(
 }
 
 /// The contiguous f32 storage of a burn-ndarray matrix, with its shape.
-fn matrix_of<B: Backend>(x: &Tensor<B, 2>) -> Option<(NdArrayTensor, [usize; 2])> {
-    let x = (x as &dyn Any).downcast_ref::<Tensor<NdArray<f32>, 2>>()?;
+fn matrix_of(x: &Tensor<Nd, 2>) -> Option<(NdArrayTensor, [usize; 2])> {
     let dims = x.dims();
     let primitive = x.clone().into_primitive().tensor();
     contiguous(&primitive)?;
     Some((primitive, dims))
 }
 
-/// Columns summed per parallel job in [`try_column_sum_sq`].
+/// Columns summed per parallel job in [`Kernels::column_sum_sq`].
 const COLUMN_BLOCK: usize = 128;
 
-/// `x.square().sum_dim(0)` of a burn-ndarray f32 matrix, in parallel over blocks of columns;
-/// `None` for other backends or layouts. Each column is summed row by row from zero, the order
-/// burn-ndarray's `sum_dim(0)` adds in, so the result is the same to the bit.
+/// Each row of `tokens` through the fused layers, then through the head when `logits`; `None`
+/// unless every weight is contiguous and every id is inside the vocabulary.
 ///
 /// # Shapes
-/// - `x`: `[rows, width]` → `[1, width]`
-pub fn try_column_sum_sq<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
-    let (primitive, [_, width]) = matrix_of(x)?;
-    let data = contiguous(&primitive)?;
-    let mut sums = vec![0.0f32; width];
-    sums.par_chunks_mut(COLUMN_BLOCK)
-        .enumerate()
-        .for_each(|(block, acc)| {
-            let columns = block * COLUMN_BLOCK..block * COLUMN_BLOCK + acc.len();
-            for row in data.chunks_exact(width.max(1)) {
-                for (a, &v) in acc.iter_mut().zip(&row[columns.clone()]) {
-                    *a += v * v;
-                }
-            }
-        });
-    to_backend(sums, [1, width])
-}
-
-/// `xᵀ · x` of a burn-ndarray f32 matrix through one gemm call on both cores; `None` for other
-/// backends or layouts.
-///
-/// # Shapes
-/// - `x`: `[rows, width]` → `[width, width]`
-pub fn try_gram<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
-    let (primitive, [rows, width]) = matrix_of(x)?;
-    let data = contiguous(&primitive)?;
-    let mut gram = vec![0.0f32; width * width];
-    matmul(
-        &mut gram,
-        width,
-        false,
-        View::transposed(data, width, rows),
-        View::dense(data, rows, width),
-        true,
-    );
-    to_backend(gram, [width, width])
-}
-
-/// `a · b` with the product every fused linear uses (one band of rows per core), for
-/// contiguous burn-ndarray f32 operands; `None` otherwise. What `wanda bench gemm` (B6)
-/// measures as the default CPU backend's GEMM.
-///
-/// # Shapes
-/// - `a`: `[m, k]`, `b`: `[k, n]` → `[m, n]`
-pub fn try_matmul<B: Backend>(a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
-    let (a, [m, k]) = matrix_of(a)?;
-    let (b, [k_b, n]) = matrix_of(b)?;
-    if k != k_b {
-        return None;
-    }
-    let mut out = vec![0.0f32; m * n];
-    matmul(
-        &mut out,
-        n,
-        false,
-        View::dense(contiguous(&a)?, m, k),
-        View::dense(contiguous(&b)?, k, n),
-        true,
-    );
-    to_backend(out, [m, n])
-}
-
-/// Logits of `tokens` through the fused kernels, for a model on burn-ndarray f32 with
-/// contiguous weights; `None` for every other backend or layout (the caller then runs the
-/// generic path).
-///
-/// # Shapes
-/// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
-pub fn try_forward<B: Backend>(
-    model: &Llama<B>,
-    tokens: &Tensor<B, 2, Int>,
-) -> Option<Tensor<B, 3>> {
-    try_sequences(model, tokens, true)
-}
-
-/// [`try_forward`] without the final norm and LM head: the residual stream after the last
-/// layer, for [`try_hidden_nll`].
-///
-/// # Shapes
-/// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
-pub fn try_hidden<B: Backend>(
-    model: &Llama<B>,
-    tokens: &Tensor<B, 2, Int>,
-) -> Option<Tensor<B, 3>> {
-    try_sequences(model, tokens, false)
-}
-
-/// Each row of `tokens` through the fused layers, then through the head when `logits`.
-fn try_sequences<B: Backend>(
-    model: &Llama<B>,
-    tokens: &Tensor<B, 2, Int>,
+/// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`, or `[batch, seq, hidden]`
+fn fused_sequences(
+    model: &ModelWeights<Nd>,
+    tokens: &Tensor<Nd, 2, Int>,
     logits: bool,
-) -> Option<Tensor<B, 3>> {
-    let model = (model as &dyn Any).downcast_ref::<Llama<NdArray<f32>>>()?;
+) -> Option<Tensor<Nd, 3>> {
     let [batch, seq] = tokens.dims();
     let ids: Vec<i64> = tokens.clone().into_data().convert::<i64>().to_vec().ok()?;
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let embed_index = held.push(model.embed_tokens.weight.val());
-    let [vocab, hidden] = model.embed_tokens.weight.dims();
+    let embed_index = held.push(model.head.embed.val());
+    let [vocab, hidden] = model.head.embed.dims();
     let layers: Vec<HeldLayer> = model
         .layers
         .iter()
         .map(|l| hold_layer(&mut held, l))
         .collect();
-    let norm_index = hold_norm(&mut held, &model.norm);
-    let head = model.lm_head.as_ref().map(|h| hold_linear(&mut held, h));
-    let refs = ModelRef {
+    let norm_index = hold_norm(&mut held, &model.head.norm);
+    let head = model.head.lm_head.map(|h| hold_linear(&mut held, h));
+    let refs = DecoderRef {
         layers: layers
             .iter()
             .map(|l| layer_ref(&held, l))
@@ -851,14 +847,14 @@ fn try_sequences<B: Backend>(
             vocab,
             hidden,
             norm: held.slice(norm_index)?,
-            eps: model.norm.eps,
+            eps: model.head.norm.eps,
             lm_head: match &head {
                 Some(h) => Some(linear_ref(&held, h)?),
                 None => None,
             },
         },
-        inv_freq: &model.inv_freq,
-        dims: dims_of(&model.layers.first()?.self_attn, hidden, model.norm.eps),
+        inv_freq: model.inv_freq,
+        dims: dims_of(model.layers.first()?, hidden, model.head.norm.eps),
     };
     if ids.iter().any(|&t| t < 0 || t as usize >= vocab) {
         return None;
@@ -879,51 +875,19 @@ fn try_sequences<B: Backend>(
             dst.copy_from_slice(&x);
         }
     }
-    to_backend(out, [batch, seq, width])
+    to_tensor(out, [batch, seq, width])
 }
 
-/// Sum of next-token NLLs of one window read straight from burn-ndarray f32 logits: one pass
-/// per row for the maximum and one for the exponentials (accumulated in f64), rows in parallel,
-/// summed in order (the result does not depend on how rayon splits the rows). `None` for other
-/// backends or layouts.
-///
-/// # Shapes
-/// - `logits`: `[1, seq, vocab]`, `window`: `seq` ids
-pub fn try_window_nll<B: Backend>(logits: &Tensor<B, 3>, window: &[u32]) -> Option<f64> {
-    let logits = (logits as &dyn Any).downcast_ref::<Tensor<NdArray<f32>, 3>>()?;
-    let [batch, seq, vocab] = logits.dims();
-    if batch != 1 || window.len() != seq || window[1..].iter().any(|&t| t as usize >= vocab) {
-        return None;
-    }
-    let primitive = logits.clone().into_primitive().tensor();
-    let data = contiguous(&primitive)?;
-    let per_token: Vec<f64> = data
-        .par_chunks(vocab)
-        .zip(window[1..].par_iter())
-        .map(|(row, &target)| vecmath::token_nll(row, target as usize))
-        .collect();
-    Some(per_token.iter().sum())
-}
-
-/// Rows of logits a streamed evaluation holds at once ([`try_hidden_nll`]).
+/// Rows of logits a streamed evaluation holds at once ([`Kernels::hidden_nll`]).
 pub const HEAD_ROWS: usize = 64;
 
-/// [`try_window_nll`] of the logits of `hidden` (the residual stream after the last layer)
-/// without holding them whole: the final norm and LM head run [`HEAD_ROWS`] rows at a time,
-/// with the kernels of [`try_forward`], and the per-token terms are summed in the same order,
-/// so the result is the same to the bit. `None` for other backends.
+/// [`Kernels::hidden_nll`] of the fused kernels.
 ///
 /// # Shapes
 /// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
-pub fn try_hidden_nll<B: Backend>(
-    model: &Llama<B>,
-    hidden: &Tensor<B, 3>,
-    window: &[u32],
-) -> Option<f64> {
-    let model = (model as &dyn Any).downcast_ref::<Llama<NdArray<f32>>>()?;
-    let x = (hidden as &dyn Any).downcast_ref::<Tensor<NdArray<f32>, 3>>()?;
+fn fused_hidden_nll(head: &HeadWeights<Nd>, x: &Tensor<Nd, 3>, window: &[u32]) -> Option<f64> {
     let [batch, seq, width] = x.dims();
-    let [vocab, hidden_size] = model.embed_tokens.weight.dims();
+    let [vocab, hidden_size] = head.embed.dims();
     if batch != 1
         || width != hidden_size
         || window.len() != seq
@@ -934,16 +898,16 @@ pub fn try_hidden_nll<B: Backend>(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let embed_index = held.push(model.embed_tokens.weight.val());
-    let norm_index = hold_norm(&mut held, &model.norm);
-    let head_index = model.lm_head.as_ref().map(|h| hold_linear(&mut held, h));
+    let embed_index = held.push(head.embed.val());
+    let norm_index = hold_norm(&mut held, &head.norm);
+    let head_index = head.lm_head.map(|h| hold_linear(&mut held, h));
     let x_index = held.push(x.clone());
     let head = HeadRef {
         embed: held.slice(embed_index)?,
         vocab,
         hidden: hidden_size,
         norm: held.slice(norm_index)?,
-        eps: model.norm.eps,
+        eps: head.norm.eps,
         lm_head: match &head_index {
             Some(h) => Some(linear_ref(&held, h)?),
             None => None,
@@ -969,126 +933,12 @@ pub fn try_hidden_nll<B: Backend>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernels;
     use super::*;
-    use crate::model::config::HfLlamaConfig;
 
     use burn::backend::Flex;
 
     type B = NdArray<f32>;
-
-    fn model<K: Backend>(json: &str, seed: u64) -> Llama<K> {
-        let config = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
-        Llama::<K>::init_random(&config, seed, &Default::default())
-    }
-
-    /// Fused logits against Burn's generic ops (the same seeded model on the Flex backend, which
-    /// never takes the fused path) on a random model with GQA, a sequence longer than one
-    /// attention block, and (second case) q/k/v biases and an untied head.
-    #[test]
-    fn fused_forward_equals_the_generic_path() {
-        let tied = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
-            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
-            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
-        let biased = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":40,
-            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,"vocab_size":50,
-            "rms_norm_eps":1e-6,"tie_word_embeddings":false}"#;
-        for (json, seq) in [(tied, 150usize), (biased, 70)] {
-            let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
-            let fused: Vec<f32> = {
-                let m = model::<B>(json, 11);
-                let tokens = Tensor::<B, 2, Int>::from_data(
-                    TensorData::new(ids.clone(), [2, seq]),
-                    &Default::default(),
-                );
-                try_forward(&m, &tokens)
-                    .expect("ndarray f32 takes the fused path")
-                    .into_data()
-                    .to_vec()
-                    .unwrap()
-            };
-            let m = model::<Flex>(json, 11);
-            let tokens = Tensor::<Flex, 2, Int>::from_data(
-                TensorData::new(ids, [2, seq]),
-                &Default::default(),
-            );
-            assert!(try_forward(&m, &tokens).is_none(), "flex keeps Burn's ops");
-            let generic: Vec<f32> = m.forward(tokens).into_data().to_vec().unwrap();
-            close(&fused, &generic);
-        }
-    }
-
-    /// The layer path shows `observe` the same four inputs as Burn's ops, in the same order, and
-    /// returns the same output.
-    #[test]
-    fn fused_layer_observes_what_the_generic_layer_observes() {
-        let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
-            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
-            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
-        fn run<K: Backend>(json: &str) -> (Vec<f32>, Vec<(LinearInput, Vec<f32>)>) {
-            let m = model::<K>(json, 5);
-            let ids: Vec<i64> = (0..3 * 80).map(|i| (i * 7 + 1) % 50).collect();
-            let tokens =
-                Tensor::<K, 2, Int>::from_data(TensorData::new(ids, [3, 80]), &Default::default());
-            let (cos, sin) = m.rope_tables(0, 80);
-            let mut seen = Vec::new();
-            let out = m.layers[0].forward_observed(
-                m.embed(tokens),
-                crate::model::llama::LayerContext {
-                    cos: &cos,
-                    sin: &sin,
-                    cache: None,
-                },
-                &mut |input, t| seen.push((input, t.clone().into_data().to_vec().unwrap())),
-            );
-            (out.into_data().to_vec().unwrap(), seen)
-        }
-        let (fused_out, fused_seen) = run::<B>(json);
-        let (generic_out, generic_seen) = run::<Flex>(json);
-        close(&fused_out, &generic_out);
-        assert_eq!(fused_seen.len(), 4);
-        for ((fi, f), (gi, g)) in fused_seen.iter().zip(&generic_seen) {
-            assert_eq!(fi, gi);
-            close(f, g);
-        }
-    }
-
-    /// `observe_inputs` shows the same four inputs as `forward_observed`, on the fused path
-    /// (burn-ndarray) and on Burn's ops (Flex), without computing the output.
-    #[test]
-    fn observe_inputs_sees_what_the_full_layer_sees() {
-        let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
-            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":50,
-            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#;
-        fn run<K: Backend>(json: &str, full: bool) -> Vec<(LinearInput, Vec<f32>)> {
-            let m = model::<K>(json, 9);
-            let ids: Vec<i64> = (0..2 * 70).map(|i| (i * 11 + 3) % 50).collect();
-            let tokens =
-                Tensor::<K, 2, Int>::from_data(TensorData::new(ids, [2, 70]), &Default::default());
-            let (cos, sin) = m.rope_tables(0, 70);
-            let ctx = crate::model::llama::LayerContext {
-                cos: &cos,
-                sin: &sin,
-                cache: None,
-            };
-            let mut seen = Vec::new();
-            let mut observe = |input, t: &Tensor<K, 3>| {
-                seen.push((input, t.clone().into_data().to_vec().unwrap()))
-            };
-            if full {
-                let _ = m.layers[0].forward_observed(m.embed(tokens), ctx, &mut observe);
-            } else {
-                m.layers[0].observe_inputs(m.embed(tokens), ctx, &mut observe);
-            }
-            seen
-        }
-        for (inputs_only, full) in [
-            (run::<B>(json, false), run::<B>(json, true)),
-            (run::<Flex>(json, false), run::<Flex>(json, true)),
-        ] {
-            assert_eq!(inputs_only.len(), 4);
-            assert_eq!(inputs_only, full);
-        }
-    }
 
     /// The parallel column sums equal burn-ndarray's `square().sum_dim(0)` to the bit, on a
     /// width that is not a multiple of the column block.
@@ -1100,7 +950,7 @@ mod tests {
             .collect();
         let x =
             Tensor::<B, 2>::from_data(TensorData::new(values, [rows, width]), &Default::default());
-        let fused = try_column_sum_sq(&x).unwrap().into_data();
+        let fused = kernels::<B>().column_sum_sq(&x).unwrap().into_data();
         let burn = x.square().sum_dim(0).into_data();
         assert_eq!(fused.shape, burn.shape);
         assert_eq!(
@@ -1116,7 +966,7 @@ mod tests {
             TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [3, 2]),
             &Default::default(),
         );
-        let gram = try_gram(&x).unwrap().into_data();
+        let gram = kernels::<B>().gram(&x).unwrap().into_data();
         assert_eq!(gram.shape.dims::<2>(), [2, 2]);
         assert_eq!(gram.to_vec::<f32>().unwrap(), vec![35.0, 44.0, 44.0, 56.0]);
         let flex = Tensor::<Flex, 2>::from_data(
@@ -1124,7 +974,7 @@ mod tests {
             &Default::default(),
         );
         assert!(
-            try_gram(&flex).is_none(),
+            kernels::<Flex>().gram(&flex).is_none(),
             "only burn-ndarray takes the fused path"
         );
     }
@@ -1145,10 +995,12 @@ mod tests {
             TensorData::new(vec![0.0, ln2, 0.0, ln3, 0.0, 0.0, 5.0, 5.0, 5.0], [1, 3, 3]),
             &Default::default(),
         );
-        let nll = try_window_nll(&logits, &[0, 1, 9]);
+        let nll = kernels::<B>().window_nll(&logits, &[0, 1, 9]);
         assert_eq!(nll, None, "target 9 is outside the vocabulary");
         // The first token is never a target, so any id is fine there.
-        let nll = try_window_nll(&logits, &[9, 1, 0]).expect("ndarray f32 logits");
+        let nll = kernels::<B>()
+            .window_nll(&logits, &[9, 1, 0])
+            .expect("ndarray f32 logits");
         let want = -(0.5f64.ln()) - 0.6f64.ln();
         assert!((nll - want).abs() < 1e-6, "{nll} vs {want}");
     }
@@ -1226,7 +1078,12 @@ mod tests {
         let device = Default::default();
         let at = Tensor::<B, 2>::from_data(TensorData::new(a.clone(), [m, k]), &device);
         let bt = Tensor::<B, 2>::from_data(TensorData::new(b.clone(), [k, n]), &device);
-        let banded: Vec<f32> = try_matmul(&at, &bt).unwrap().into_data().to_vec().unwrap();
+        let banded: Vec<f32> = kernels::<B>()
+            .matmul(&at, &bt)
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
         let mut whole = vec![0.0f32; m * n];
         matmul(
             &mut whole,

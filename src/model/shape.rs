@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::model::config::LlamaConfig;
+use super::config::LlamaConfig;
 
 /// The dimensions of a Llama-family decoder that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,0 +1,238 @@
+//! The seam between the decoder (and the other callers of its hot loops: layer-wise pruning,
+//! perplexity, `wanda bench gemm`) and a backend's fast kernels.
+//!
+//! [`Kernels`] lists the operations a backend may run faster than Burn's generic ops; each
+//! returns `None` where the fast path does not apply, and the caller then runs the generic
+//! path. [`kernels`] picks the implementation for a backend type: the fused CPU kernels of
+//! `fused.rs` (gemm products on borrowed f32 slices, with the vectorised element-wise kernels of
+//! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; for every other backend an
+//! implementation with no fast path at all. That choice is the crate's only backend check.
+//!
+//! The kernels see a model through borrowed views ([`LayerWeights`], [`HeadWeights`],
+//! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
+//! the decoder: the arrow points from the decoder down to this module.
+
+mod fused;
+mod vecmath;
+
+use std::any::Any;
+
+use burn::backend::NdArray;
+use burn::module::Param;
+use burn::nn::Linear;
+use burn::prelude::*;
+
+pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
+
+/// The activations that feed a decoder layer's linears; linears that read the same tensor
+/// share one entry (q/k/v read [`LinearInput::AttnIn`], gate/up read [`LinearInput::MlpIn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinearInput {
+    /// Normed residual before attention → q/k/v projections.
+    AttnIn,
+    /// Attention heads, concatenated → `o_proj`.
+    AttnOut,
+    /// Normed residual before the MLP → gate/up projections.
+    MlpIn,
+    /// `silu(gate) * up` → `down_proj`.
+    MlpHidden,
+}
+
+/// A borrowed RMSNorm: per-channel gain `[hidden]` and the epsilon added to the mean square.
+#[derive(Clone, Copy)]
+pub struct NormWeights<'a, B: Backend> {
+    /// Per-channel gain, `[hidden]`.
+    pub weight: &'a Param<Tensor<B, 1>>,
+    /// Added to the mean square for stability.
+    pub eps: f64,
+}
+
+/// The borrowed weights and head counts of one decoder layer; linear weights are `[in, out]`.
+pub struct LayerWeights<'a, B: Backend> {
+    /// `[hidden, heads * head_dim]`.
+    pub q_proj: &'a Linear<B>,
+    /// `[hidden, kv_heads * head_dim]`.
+    pub k_proj: &'a Linear<B>,
+    /// `[hidden, kv_heads * head_dim]`.
+    pub v_proj: &'a Linear<B>,
+    /// `[heads * head_dim, hidden]`.
+    pub o_proj: &'a Linear<B>,
+    /// `[hidden, intermediate]`.
+    pub gate_proj: &'a Linear<B>,
+    /// `[hidden, intermediate]`.
+    pub up_proj: &'a Linear<B>,
+    /// `[intermediate, hidden]`.
+    pub down_proj: &'a Linear<B>,
+    /// Norm before attention.
+    pub input_norm: NormWeights<'a, B>,
+    /// Norm before the MLP.
+    pub post_norm: NormWeights<'a, B>,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Per-head width.
+    pub head_dim: usize,
+}
+
+/// The borrowed embeddings, final norm and LM head of a model.
+pub struct HeadWeights<'a, B: Backend> {
+    /// Token embeddings, `[vocab, hidden]`.
+    pub embed: &'a Param<Tensor<B, 2>>,
+    /// Final norm.
+    pub norm: NormWeights<'a, B>,
+    /// Untied LM head `[hidden, vocab]`; `None` when tied to the embeddings.
+    pub lm_head: Option<&'a Linear<B>>,
+}
+
+/// The borrowed weights of a whole decoder.
+pub struct ModelWeights<'a, B: Backend> {
+    /// Decoder layers, in order.
+    pub layers: Vec<LayerWeights<'a, B>>,
+    /// Embeddings, final norm and LM head.
+    pub head: HeadWeights<'a, B>,
+    /// Rotary inverse frequencies, `head_dim / 2` values.
+    pub inv_freq: &'a [f32],
+}
+
+/// Operations a backend may run faster than Burn's generic ops. Every method returns `None`
+/// where its fast path does not apply (another layout, shapes it does not take); the caller then
+/// runs the generic Burn path, which computes the same function. The defaults are all `None`.
+pub trait Kernels<B: Backend>: Sync {
+    /// One decoder layer without a cache, showing `observe` the input of every linear once per
+    /// shared input, as the decoder's generic layer does.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+    /// - `cos`, `sin`: `[seq, head_dim]` as made by [`super::rope::tables`]
+    fn layer_forward(
+        &self,
+        _layer: &LayerWeights<'_, B>,
+        _x: &Tensor<B, 3>,
+        _cos: &Tensor<B, 2>,
+        _sin: &Tensor<B, 2>,
+        _observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Option<Tensor<B, 3>> {
+        None
+    }
+
+    /// [`Kernels::layer_forward`] without the layer's output: it stops once `down_proj`'s input
+    /// is observed. `None` when the fast path does not apply (nothing was observed then).
+    fn layer_inputs(
+        &self,
+        _layer: &LayerWeights<'_, B>,
+        _x: &Tensor<B, 3>,
+        _cos: &Tensor<B, 2>,
+        _sin: &Tensor<B, 2>,
+        _observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Option<()> {
+        None
+    }
+
+    /// Logits of `tokens` through the whole model.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → logits `[batch, seq, vocab]`
+    fn forward(
+        &self,
+        _model: &ModelWeights<'_, B>,
+        _tokens: &Tensor<B, 2, Int>,
+    ) -> Option<Tensor<B, 3>> {
+        None
+    }
+
+    /// [`Kernels::forward`] without the final norm and LM head: the residual stream after the
+    /// last layer.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
+    fn hidden(
+        &self,
+        _model: &ModelWeights<'_, B>,
+        _tokens: &Tensor<B, 2, Int>,
+    ) -> Option<Tensor<B, 3>> {
+        None
+    }
+
+    /// Sum of the next-token NLLs of one window from its logits.
+    ///
+    /// # Shapes
+    /// - `logits`: `[1, seq, vocab]`, `window`: `seq` ids
+    fn window_nll(&self, _logits: &Tensor<B, 3>, _window: &[u32]) -> Option<f64> {
+        None
+    }
+
+    /// [`Kernels::window_nll`] of the logits of `hidden` (the residual stream after the last
+    /// layer) through `head`, without holding a whole window's logits at once.
+    ///
+    /// # Shapes
+    /// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
+    fn hidden_nll(
+        &self,
+        _head: &HeadWeights<'_, B>,
+        _hidden: &Tensor<B, 3>,
+        _window: &[u32],
+    ) -> Option<f64> {
+        None
+    }
+
+    /// `xᵀ · x`.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, width]` → `[width, width]`
+    fn gram(&self, _x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        None
+    }
+
+    /// `x.square().sum_dim(0)`, equal to Burn's to the bit.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, width]` → `[1, width]`
+    fn column_sum_sq(&self, _x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        None
+    }
+
+    /// `a · b` with the product the fast linears use.
+    ///
+    /// # Shapes
+    /// - `a`: `[m, k]`, `b`: `[k, n]` → `[m, n]`
+    fn matmul(&self, _a: &Tensor<B, 2>, _b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        None
+    }
+}
+
+/// The kernels of a backend without fast paths: every operation takes Burn's generic ops.
+struct Portable;
+
+impl<B: Backend> Kernels<B> for Portable {}
+
+/// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, for every other
+/// backend kernels that have no fast path (every method `None`). The crate's one backend check; it compares type ids only, so it costs
+/// nothing at run time.
+pub fn kernels<B: Backend>() -> &'static dyn Kernels<B> {
+    let fused: &'static dyn Kernels<NdArray<f32>> = &fused::Fused;
+    match (&fused as &dyn Any).downcast_ref::<&'static dyn Kernels<B>>() {
+        Some(kernels) => *kernels,
+        None => &Portable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    #[test]
+    fn burn_ndarray_in_f32_gets_the_fused_kernels_and_other_backends_none() {
+        let x = Tensor::<NdArray<f32>, 2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
+            &Default::default(),
+        );
+        assert!(kernels::<NdArray<f32>>().gram(&x).is_some());
+        let x = Tensor::<Flex, 2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
+            &Default::default(),
+        );
+        assert!(kernels::<Flex>().gram(&x).is_none());
+    }
+}
