@@ -6,7 +6,6 @@
 pub mod config;
 pub mod export;
 pub mod gguf;
-pub mod gguf_model;
 pub mod host;
 pub mod hub;
 pub mod kernels;
@@ -204,7 +203,7 @@ pub fn inspect(origin: &ModelRef) -> Result<(ModelShape, u64), LoadError> {
     };
     match origin {
         ModelRef::Gguf(path) => {
-            let checkpoint = gguf_model::GgufCheckpoint::open(path)?;
+            let checkpoint = gguf::GgufCheckpoint::open(path)?;
             let shape = ModelShape::from_config(checkpoint.config())
                 .with_parameters(checkpoint.parameter_count());
             Ok((shape, file_len(path)?))
@@ -268,7 +267,7 @@ fn load_with<M>(
 ) -> Result<Loaded<M>, LoadError> {
     match origin {
         ModelRef::Gguf(path) => {
-            let checkpoint = gguf_model::GgufCheckpoint::open(path)?;
+            let checkpoint = gguf::GgufCheckpoint::open(path)?;
             let tokenizer = checkpoint.tokenizer()?;
             let config = checkpoint.config().clone();
             let tokenizer_files = checkpoint.tokenizer_files(&tokenizer);

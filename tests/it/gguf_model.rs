@@ -5,8 +5,7 @@ use std::path::Path;
 
 use wanda::model::config::{HfLlamaConfig, LlamaConfig};
 use wanda::model::export::hf_tensors;
-use wanda::model::gguf::GgufWriter;
-use wanda::model::gguf_model::gguf_name;
+use wanda::model::gguf::{gguf_name, GgufWriter};
 use wanda::model::llama::Llama;
 use wanda::model::{self, ModelRef};
 

@@ -4,7 +4,7 @@
 
 use wanda::eval::perplexity::perplexity;
 use wanda::model::config::HfLlamaConfig;
-use wanda::model::gguf_model::GgufCheckpoint;
+use wanda::model::gguf::GgufCheckpoint;
 use wanda::model::tokenizer::Tokenizer;
 use wanda::model::{self, ModelRef};
 use wanda::pipeline::RunRecord;

@@ -7,13 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::config::{
+use super::{tokenizer_json, GgufFile};
+use crate::model::config::{
     Architecture, ConfigError, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
 };
-use super::gguf::GgufFile;
-use super::tokenizer::Tokenizer;
-use super::weights::{HostTensor, WeightError, WeightSource};
-use super::LoadError;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::weights::{HostTensor, WeightError, WeightSource};
+use crate::model::LoadError;
 
 /// An opened GGUF checkpoint.
 pub struct GgufCheckpoint {
@@ -47,7 +47,7 @@ impl GgufCheckpoint {
 
     /// The tokenizer built from the GGUF vocabulary.
     pub fn tokenizer(&self) -> Result<Tokenizer, LoadError> {
-        let json = super::gguf::tokenizer_json(&self.file).map_err(WeightError::from)?;
+        let json = tokenizer_json(&self.file).map_err(WeightError::from)?;
         Ok(Tokenizer::from_json(
             &json.to_string(),
             &self.path.display().to_string(),
@@ -226,7 +226,7 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 ///
 /// # Shapes
 /// - `data`: `[heads · d, cols]` row-major → same shape
-pub fn unpermute_rows(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+fn unpermute_rows(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
     let rows = data.len() / cols.max(1);
     let d = rows / heads.max(1);
     let half = d / 2;
