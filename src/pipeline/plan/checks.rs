@@ -1,0 +1,416 @@
+//! The checks of each cell: ranges, patterns, files that must exist, and the artifacts every
+//! stage needs, each reported at the value it is about.
+
+use super::*;
+
+/// File checks, cached per resolved path.
+pub(super) struct Checker<'a> {
+    pub(super) base_dir: &'a Path,
+    pub(super) check_files: bool,
+    pub(super) files: HashMap<PathBuf, bool>,
+}
+
+impl Checker<'_> {
+    pub(super) fn exists(
+        &mut self,
+        written: &Path,
+        kind: PathKind,
+        key: &str,
+        origin: Origin,
+        problems: &mut Vec<Diagnostic>,
+    ) {
+        if !self.check_files {
+            return;
+        }
+        let resolved = self.base_dir.join(written);
+        let ok = *self
+            .files
+            .entry(resolved.clone())
+            .or_insert_with(|| match kind {
+                PathKind::File => resolved.is_file(),
+                PathKind::Folder => resolved.is_dir(),
+            });
+        if !ok {
+            problems.push(Diagnostic {
+                origin,
+                problem: Problem::MissingFile {
+                    key: key.into(),
+                    written: written.to_path_buf(),
+                    resolved,
+                    kind,
+                },
+            });
+        }
+    }
+}
+
+/// Problems gathered over cells: each distinct (origin, message) once, with the cells it
+/// occurred in.
+#[derive(Default)]
+pub(super) struct CellProblems {
+    pub(super) order: Vec<(Origin, String)>,
+    pub(super) found: HashMap<(Origin, String), (Diagnostic, Vec<usize>)>,
+}
+
+impl CellProblems {
+    pub(super) fn add(&mut self, diagnostic: Diagnostic, cell: usize) {
+        let key = (diagnostic.origin.clone(), diagnostic.problem.to_string());
+        match self.found.get_mut(&key) {
+            Some((_, cells)) => cells.push(cell),
+            None => {
+                self.order.push(key.clone());
+                self.found.insert(key, (diagnostic, vec![cell]));
+            }
+        }
+    }
+
+    pub(super) fn into_diagnostics(mut self, labels: &[String]) -> Vec<Diagnostic> {
+        let total = labels.len();
+        let mut out = Vec::new();
+        for key in self.order {
+            if let Some((mut diagnostic, cells)) = self.found.remove(&key) {
+                if let Problem::MissingArtifact { cells: names, .. } = &mut diagnostic.problem {
+                    if cells.len() < total {
+                        *names = cells
+                            .iter()
+                            .filter_map(|&c| labels.get(c).cloned())
+                            .collect();
+                    }
+                }
+                out.push(diagnostic);
+            }
+        }
+        out
+    }
+}
+
+/// Where a stage option's value was written: the value, else the key, else the stage.
+pub(super) fn option_origin(tree: &Node, layout: &StageLayout, option: &str) -> Origin {
+    node_at(tree, &layout.node_path)
+        .and_then(|n| n.entry(option))
+        .map(|e| e.value.origin.clone())
+        .unwrap_or_else(|| layout.origin.clone())
+}
+
+/// Where a setting was written (value, else its section key, else the top).
+pub(super) fn setting_origin(tree: &Node, section: &str, field: Option<&str>) -> Origin {
+    let Some(entry) = tree.entry(section) else {
+        return tree.origin.clone();
+    };
+    match field.and_then(|f| entry.value.entry(f)) {
+        Some(e) => e.value.origin.clone(),
+        None => entry.key_origin.clone(),
+    }
+}
+
+/// Value-level checks of one cell: ranges, patterns, model source, files, sections, and the
+/// artifacts every stage needs.
+pub(super) fn check_cell(
+    tree: &Node,
+    spec: &PipelineSpec,
+    layout: &[StageLayout],
+    checker: &mut Checker<'_>,
+) -> Vec<Diagnostic> {
+    let mut problems = Vec::new();
+    let settings = &spec.settings;
+    let model_origin = setting_origin(tree, "model", None);
+    match settings.model.source() {
+        Err(problem) => problems.push(Diagnostic {
+            origin: match problem {
+                Problem::RevisionWithoutHub => setting_origin(tree, "model", Some("revision")),
+                Problem::InvalidHubId { .. } => setting_origin(tree, "model", Some("hub")),
+                _ => model_origin,
+            },
+            problem,
+        }),
+        Ok(ModelSource::Gguf(file)) => checker.exists(
+            &file,
+            PathKind::File,
+            "model.gguf",
+            setting_origin(tree, "model", Some("gguf")),
+            &mut problems,
+        ),
+        Ok(ModelSource::Folder(dir)) => checker.exists(
+            &dir,
+            PathKind::Folder,
+            "model.path",
+            setting_origin(tree, "model", Some("path")),
+            &mut problems,
+        ),
+        Ok(ModelSource::Hub { .. }) => {}
+    }
+    if let Some(CalibrationSpec {
+        text,
+        nsamples,
+        seqlen,
+    }) = &settings.calibration
+    {
+        checker.exists(
+            text,
+            PathKind::File,
+            "calibration.text",
+            setting_origin(tree, "calibration", Some("text")),
+            &mut problems,
+        );
+        for (field, value) in [("nsamples", nsamples), ("seqlen", seqlen)] {
+            if *value == 0 {
+                problems.push(Diagnostic {
+                    origin: setting_origin(tree, "calibration", Some(field)),
+                    problem: Problem::OutOfRange {
+                        key: format!("calibration.{field}"),
+                        value: "0".into(),
+                        allowed: "1 or more".into(),
+                    },
+                });
+            }
+        }
+    }
+    if let Some(EvaluationSpec {
+        text,
+        seqlen,
+        windows,
+    }) = &settings.evaluation
+    {
+        checker.exists(
+            text,
+            PathKind::File,
+            "evaluation.text",
+            setting_origin(tree, "evaluation", Some("text")),
+            &mut problems,
+        );
+        if *seqlen < 2 {
+            problems.push(Diagnostic {
+                origin: setting_origin(tree, "evaluation", Some("seqlen")),
+                problem: Problem::OutOfRange {
+                    key: "evaluation.seqlen".into(),
+                    value: seqlen.to_string(),
+                    allowed: "2 or more (a window predicts its tokens after the first)".into(),
+                },
+            });
+        }
+        if *windows == Some(0) {
+            problems.push(Diagnostic {
+                origin: setting_origin(tree, "evaluation", Some("windows")),
+                problem: Problem::OutOfRange {
+                    key: "evaluation.windows".into(),
+                    value: "0".into(),
+                    allowed: "1 or more (or leave it out for all windows)".into(),
+                },
+            });
+        }
+    }
+    for (stage, stage_layout) in spec.stages.iter().zip(layout) {
+        check_stage_options(tree, spec, stage, stage_layout, &mut problems);
+    }
+    check_artifacts(tree, spec, layout, &mut problems);
+    problems
+}
+
+pub(super) fn check_stage_options(
+    tree: &Node,
+    spec: &PipelineSpec,
+    stage: &StageSpec,
+    layout: &StageLayout,
+    problems: &mut Vec<Diagnostic>,
+) {
+    let id = &stage.id;
+    let at = |option: &str| option_origin(tree, layout, option);
+    match &stage.options {
+        StageOptions::Calibrate(_) if spec.settings.calibration.is_none() => {
+            problems.push(Diagnostic {
+                origin: layout.origin.clone(),
+                problem: Problem::MissingSection {
+                    stage: id.clone(),
+                    section: "calibration".into(),
+                },
+            })
+        }
+        StageOptions::Eval(e) if e.perplexity && spec.settings.evaluation.is_none() => problems
+            .push(Diagnostic {
+                origin: layout.origin.clone(),
+                problem: Problem::MissingSection {
+                    stage: id.clone(),
+                    section: "evaluation".into(),
+                },
+            }),
+        StageOptions::Gate(g) => {
+            if !(0.0..1.0).contains(&g.headroom) {
+                problems.push(Diagnostic {
+                    origin: at("headroom"),
+                    problem: Problem::OutOfRange {
+                        key: format!("{id}.headroom"),
+                        value: g.headroom.to_string(),
+                        allowed: "[0, 1)".into(),
+                    },
+                });
+            }
+            // Only a floor written out is checked against the setting: a default floor above a
+            // small setting just means the gate cannot reduce that setting.
+            let floor_origin = |field: &str| {
+                node_at(tree, &layout.node_path)
+                    .and_then(|n| n.get("floor"))
+                    .and_then(|f| f.entry(field))
+                    .map(|e| e.value.origin.clone())
+            };
+            let calibration = spec.settings.calibration.as_ref();
+            for (field, floor, setting) in [
+                (
+                    "nsamples",
+                    g.floor.nsamples,
+                    calibration.map(|c| c.nsamples),
+                ),
+                ("seqlen", g.floor.seqlen, calibration.map(|c| c.seqlen)),
+            ] {
+                let ceiling = setting.unwrap_or(usize::MAX);
+                let Some(origin) = floor_origin(field) else {
+                    continue;
+                };
+                if floor == 0 || floor > ceiling {
+                    problems.push(Diagnostic {
+                        origin,
+                        problem: Problem::OutOfRange {
+                            key: format!("{id}.floor.{field}"),
+                            value: floor.to_string(),
+                            allowed: match setting {
+                                Some(s) => format!("[1, {s}] (at most `calibration.{field}`)"),
+                                None => "1 or more".into(),
+                            },
+                        },
+                    });
+                }
+            }
+        }
+        StageOptions::Prune(p) => {
+            if let Some(s) = p.sparsity {
+                if !(0.0..1.0).contains(&s) {
+                    problems.push(Diagnostic {
+                        origin: at("sparsity"),
+                        problem: Problem::SparsityOutOfRange {
+                            key: format!("{id}.sparsity"),
+                            value: s,
+                        },
+                    });
+                }
+            }
+            match p.pattern {
+                Pattern::NM { n, m } if n == 0 || n >= m => problems.push(Diagnostic {
+                    origin: at("pattern"),
+                    problem: Problem::PatternNotBelow {
+                        key: format!("{id}.pattern"),
+                        n,
+                        m,
+                    },
+                }),
+                Pattern::NM { n, m } => {
+                    let implied = f64::from(n) / f64::from(m);
+                    if let Some(s) = p.sparsity.filter(|s| (s - implied).abs() > 1e-9) {
+                        problems.push(Diagnostic {
+                            origin: at("sparsity"),
+                            problem: Problem::PatternContradictsSparsity {
+                                stage: id.clone(),
+                                sparsity: s,
+                                n,
+                                m,
+                                implied,
+                            },
+                        });
+                    }
+                }
+                Pattern::Unstructured if p.sparsity.is_none() => problems.push(Diagnostic {
+                    origin: layout.origin.clone(),
+                    problem: Problem::MissingSparsity { stage: id.clone() },
+                }),
+                Pattern::Unstructured => {}
+            }
+            if p.use_variant && p.method != spec::Method::Wanda {
+                problems.push(Diagnostic {
+                    origin: at("use_variant"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.use_variant"),
+                        reason: format!(
+                            "the variant is Wanda's, and this stage prunes by `{}`",
+                            p.method.name()
+                        ),
+                        fix: "remove `use_variant`, or use `method: wanda`".into(),
+                    },
+                });
+            } else if p.use_variant && p.pattern != Pattern::Unstructured {
+                problems.push(Diagnostic {
+                    origin: at("use_variant"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.use_variant"),
+                        reason: format!(
+                            "the variant chooses per-row sparsity, which pattern `{}` fixes",
+                            p.pattern
+                        ),
+                        fix: "remove `use_variant`, or use `pattern: unstructured`".into(),
+                    },
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every stage's required artifacts must be made by a stage upstream of it.
+pub(super) fn check_artifacts(
+    tree: &Node,
+    spec: &PipelineSpec,
+    layout: &[StageLayout],
+    problems: &mut Vec<Diagnostic>,
+) {
+    let index: HashMap<&str, usize> = spec
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    for (i, stage) in spec.stages.iter().enumerate() {
+        // Upstream: everything reachable through `needs` (no cycles by now).
+        let mut upstream = HashSet::new();
+        let mut todo: Vec<usize> = stage
+            .needs
+            .iter()
+            .filter_map(|n| index.get(n.as_str()).copied())
+            .collect();
+        while let Some(u) = todo.pop() {
+            if upstream.insert(u) {
+                todo.extend(
+                    spec.stages[u]
+                        .needs
+                        .iter()
+                        .filter_map(|n| index.get(n.as_str()).copied()),
+                );
+            }
+        }
+        for artifact in requires(&stage.options) {
+            let made = upstream
+                .iter()
+                .any(|&u| produces(spec.stages[u].kind()).contains(&artifact));
+            if made {
+                continue;
+            }
+            let producer = spec
+                .stages
+                .iter()
+                .enumerate()
+                .find(|(j, s)| *j != i && produces(s.kind()).contains(&artifact))
+                .map(|(_, s)| s.id.clone());
+            let origin = if artifact == ArtifactKind::Calibration {
+                option_origin(tree, &layout[i], "method")
+            } else {
+                layout[i].origin.clone()
+            };
+            problems.push(Diagnostic {
+                origin,
+                problem: Problem::MissingArtifact {
+                    stage: stage.id.clone(),
+                    kind: stage.kind(),
+                    artifact,
+                    producer,
+                    cells: Vec::new(),
+                },
+            });
+        }
+    }
+}
