@@ -12,9 +12,10 @@ use super::{
 
 /// Builds small GGUF (version 3) files in memory: for tests, examples and fuzz seeds.
 ///
-/// Tensors are given in row-major ("PyTorch") shape order, like [`GgufFile::tensor_f32`]
-/// returns them, and stored with GGUF's reversed dimensions. Metadata is written in insertion
-/// order; `general.alignment`, when set, controls the data alignment.
+/// Tensors are given in row-major ("PyTorch") shape order, like
+/// [`GgufFile::tensor_f32`](super::GgufFile::tensor_f32) returns them, and stored with GGUF's
+/// reversed dimensions. Metadata is written in insertion order; `general.alignment`, when set,
+/// controls the data alignment.
 ///
 /// ```
 /// # use wanda::model::gguf::{GgufFile, GgufWriter};
