@@ -196,6 +196,7 @@ fn open_shard(path: &Path) -> Result<Shard, WeightError> {
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: the map is read-only and lives as long as the source; a checkpoint modified by
     // another process while it is read is outside what this tool can guard against.
+    #[allow(unsafe_code)]
     let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
     let (header_len, metadata) =
         safetensors::SafeTensors::read_metadata(&mmap[..]).map_err(|e| {
@@ -217,6 +218,7 @@ impl WeightSource for SafetensorsSource {
         for shard in &self.shards {
             // SAFETY: the maps are read-only and file-backed, so MADV_DONTNEED only drops
             // pages that the next read faults in again from the file.
+            #[allow(unsafe_code)]
             let _ = unsafe {
                 shard
                     .mmap

@@ -6,6 +6,7 @@
 
 /// Keeps freed buffers of up to 32 MiB in the heap for the next allocation instead of handing
 /// them back to the kernel. Call once at start-up, before other threads exist.
+#[allow(unsafe_code)]
 pub fn keep_freed_memory_for_reuse() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters.
@@ -17,6 +18,7 @@ pub fn keep_freed_memory_for_reuse() {
 
 /// Hands the freed memory the heap keeps back to the kernel, so that after a phase with large
 /// work buffers (calibration) the resident set is what is still in use.
+#[allow(unsafe_code)]
 pub fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap pages to the kernel.

@@ -84,6 +84,7 @@ impl Storage {
         if let Storage::Mapped(m) = self {
             // SAFETY: the map is read-only and file-backed, so MADV_DONTNEED only drops pages
             // that the next read faults in again from the file; no data is lost.
+            #[allow(unsafe_code)]
             let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
         }
     }

@@ -116,6 +116,7 @@ fn matmul(dst: &mut [f32], dst_stride: usize, accumulate: bool, a: View, b: View
     };
     // SAFETY: the asserts above keep every index gemm touches inside the three slices, and `dst`
     // is borrowed mutably, so it overlaps neither operand.
+    #[allow(unsafe_code)]
     unsafe {
         gemm::gemm(
             m,

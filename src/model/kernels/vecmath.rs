@@ -99,6 +99,7 @@ macro_rules! dispatch {
                     && std::arch::is_x86_feature_detected!("fma")
                 {
                     // SAFETY: the CPU has the features `accelerated` is compiled for.
+                    #[allow(unsafe_code)]
                     return unsafe { accelerated($($arg),*) };
                 }
             }
