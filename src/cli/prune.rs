@@ -1,25 +1,26 @@
-//! `wanda prune`: one pruning cell from the command line — load, calibrate + prune layer by
-//! layer, evaluate perplexity, optionally save the pruned model as a Hugging Face folder.
+//! `wanda prune`: one pruning cell from the command line. The flags become a pipeline (load →
+//! calibrate → prune → eval → save) that runs through the same runner and stages as `wanda run`,
+//! so the recipe saved with the model is exactly what ran.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::Context;
 use burn::prelude::Backend;
 use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
-use wanda::data::calibration::{self, CalibrationSet};
-use wanda::data::read_tokenized;
-use wanda::eval::perplexity::{perplexity, PerplexityReport};
+use wanda::data::calibration::CalibrationSet;
+use wanda::eval::perplexity::PerplexityReport;
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::memory::log::MemoryLog;
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-use wanda::model::{self, ModelRef};
-use wanda::prune::layerwise::{prune_model, ModelSparsity};
-use wanda::prune::{Method, MethodOptions, Pattern, Sparsity};
-use wanda::stages::{RECIPE_FILE, SPARSITY_FILE};
+use wanda::model::export::SaveDtype;
+use wanda::model::ModelRef;
+use wanda::pipeline::plan::{validate_source, Plan, ValidateOptions};
+use wanda::pipeline::record::RunRecord;
+use wanda::pipeline::runner::{self, RunOptions};
+use wanda::prune::layerwise::ModelSparsity;
+use wanda::prune::{Method, Pattern, Sparsity};
+use wanda::stages::PipelineExecutor;
 
 /// Arguments of `wanda prune`.
 #[derive(Debug, clap::Args)]
@@ -51,9 +52,6 @@ pub struct PruneArgs {
     /// Seed of the calibration draw.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Samples per forward pass during calibration.
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
     /// Evaluation text; no evaluation without it.
     #[arg(long)]
     pub eval_text: Option<PathBuf>,
@@ -66,6 +64,10 @@ pub struct PruneArgs {
     /// Save the pruned model as a Hugging Face folder here.
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// Keep the cell's run.json and memory log in `DIR/wanda-prune/<cell>/` (by default they
+    /// go to a temporary folder that is removed).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
     /// Element type of the saved tensors.
     #[arg(long, value_enum, default_value_t = SaveDtype::F32)]
     pub dtype: SaveDtype,
@@ -88,18 +90,29 @@ pub struct PruneOutput {
     sparsity: ModelSparsity,
     perplexity: Option<PerplexityReport>,
     load_seconds: f64,
+    /// The calibration passes and the pruning, layer by layer.
     prune_seconds: f64,
+    /// Tokenising the evaluation text and the perplexity.
     eval_seconds: Option<f64>,
     peak_rss_bytes: Option<u64>,
     device: String,
 }
 
+/// The pipeline file's name for a `wanda prune` run.
+const PIPELINE_NAME: &str = "wanda-prune";
+
 impl PruneArgs {
-    /// This command as a pipeline file (absolute paths), the recipe saved with the model.
-    fn recipe_yaml(&self, origin: &ModelRef) -> anyhow::Result<String> {
-        let absolute = |p: &std::path::Path| -> anyhow::Result<String> {
+    /// This command as a pipeline (absolute paths), validated into a plan.
+    fn plan(&self, origin: &ModelRef) -> anyhow::Result<Plan> {
+        let absolute = |p: &Path| -> anyhow::Result<String> {
             Ok(std::path::absolute(p)?.display().to_string())
         };
+        if self.method.needs_calibration() && self.calib_text.is_none() {
+            anyhow::bail!(
+                "`--method {}` needs calibration data; pass `--calib-text FILE`",
+                self.method
+            );
+        }
         let model = match origin {
             ModelRef::Gguf(path) => serde_json::json!({ "gguf": absolute(path)? }),
             ModelRef::Folder(path) => serde_json::json!({ "path": absolute(path)? }),
@@ -115,37 +128,48 @@ impl PruneArgs {
         if self.use_variant {
             prune["use_variant"] = true.into();
         }
-        let mut recipe = serde_json::json!({
-            "name": "wanda-prune",
+        let mut pipeline = serde_json::json!({
+            "name": PIPELINE_NAME,
             "seed": self.seed,
+            "device": self.device.to_string(),
             "model": model,
             "stages": { "load": {} },
         });
-        if let Some(text) = &self.calib_text {
-            recipe["calibration"] = serde_json::json!({
+        if let (Some(text), true) = (&self.calib_text, self.method.needs_calibration()) {
+            pipeline["calibration"] = serde_json::json!({
                 "text": absolute(text)?, "nsamples": self.nsamples, "seqlen": self.seqlen,
             });
-            recipe["stages"]["calibrate"] = serde_json::json!({});
+            pipeline["stages"]["calibrate"] = serde_json::json!({});
         }
-        recipe["stages"]["prune"] = prune;
+        pipeline["stages"]["prune"] = prune;
         if let Some(text) = &self.eval_text {
             let mut evaluation =
                 serde_json::json!({ "text": absolute(text)?, "seqlen": self.eval_seqlen });
             if let Some(windows) = self.windows {
                 evaluation["windows"] = windows.into();
             }
-            recipe["evaluation"] = evaluation;
-            recipe["stages"]["eval"] = serde_json::json!({});
+            pipeline["evaluation"] = evaluation;
+            pipeline["stages"]["eval"] = serde_json::json!({});
         }
-        recipe["stages"]["save"] = serde_json::json!({ "model": true, "dtype": self.dtype });
-        Ok(format!(
-            "# The `wanda prune` command that made this model, as a pipeline.\n{}",
-            serde_saphyr::to_string(&recipe)?
-        ))
+        if self.save.is_some() {
+            pipeline["stages"]["save"] = serde_json::json!({ "model": true, "dtype": self.dtype });
+        }
+        let text = serde_saphyr::to_string(&pipeline)?;
+        // Paths are absolute, so the pipeline's own (virtual) place does not matter.
+        let file = std::env::current_dir()?.join(format!("{PIPELINE_NAME}.yaml"));
+        validate_source(&text, &file, &ValidateOptions::default()).map_err(anyhow::Error::new)
     }
 }
 
-impl OnBackend for PruneArgs {
+/// The cell, planned and placed: where its results go while it runs.
+struct Job {
+    args: PruneArgs,
+    origin: ModelRef,
+    plan: Plan,
+    results: PathBuf,
+}
+
+impl OnBackend for Job {
     type Output = PruneOutput;
 
     fn run<B: Backend>(
@@ -153,103 +177,113 @@ impl OnBackend for PruneArgs {
         device: B::Device,
         choice: DeviceChoice,
     ) -> anyhow::Result<PruneOutput> {
-        let method = self.method;
-        let options = MethodOptions {
-            use_variant: self.use_variant,
-            ..MethodOptions::default()
+        let Job {
+            args,
+            origin,
+            plan,
+            results,
+        } = self;
+        let results_dir = results.join(plan.name());
+        let bar = super::counter_bar("prune", "steps");
+        let progress = bar.clone();
+        let mut executor = PipelineExecutor::<B>::new(&plan, &results_dir, device, choice)
+            .with_progress(move |_stage, done, total| super::advance(&progress, done, total));
+        let options = RunOptions {
+            results_dir: results_dir.clone(),
+            only: None,
+            force: true,
+            memory_log: true,
+            gpu_index: choice.gpu_index(),
+            on_changed: Default::default(),
         };
-        let sparsity = Sparsity::from_pattern(self.pattern, self.sparsity)?;
-        let origin = ModelRef::parse(&self.model)?;
-        let started = Instant::now();
-        let mut loaded = model::load::<B>(&origin, &device)
-            .with_context(|| format!("cannot load model `{origin}`"))?;
-        let load_seconds = started.elapsed().as_secs_f64();
-
-        let calibration = match (&self.calib_text, method.needs_calibration()) {
-            (Some(path), true) => {
-                let ids = read_tokenized(path, &loaded.tokenizer)?;
-                Some(calibration::draw(
-                    &ids,
-                    self.nsamples,
-                    self.seqlen,
-                    self.seed,
-                )?)
+        let summary = runner::run(&plan, &mut executor, &options, |event| {
+            if let runner::RunEvent::StageStarted { node, .. } = event {
+                bar.set_message(node.stage.clone());
+                bar.reset();
             }
-            (None, true) => anyhow::bail!(
-                "`--method {}` needs calibration data; pass `--calib-text FILE`",
-                method.name()
-            ),
-            (_, false) => None,
-        };
-        let bar = super::counter_bar("prune", "layers");
-        let started = Instant::now();
-        let windows = calibration.as_ref().map_or(&[][..], |c| &c.windows[..]);
-        let report = prune_model(
-            &mut loaded.model,
-            method,
-            &options,
-            sparsity,
-            windows,
-            self.batch,
-            |done, total| super::advance(&bar, done, total),
-        )?;
+        })?;
         bar.finish_and_clear();
-        let prune_seconds = started.elapsed().as_secs_f64();
-
-        let (perplexity, eval_seconds) = match &self.eval_text {
-            Some(path) => {
-                let ids = read_tokenized(path, &loaded.tokenizer)?;
-                let bar = super::counter_bar("perplexity", "windows");
-                let started = Instant::now();
-                let r = perplexity(
-                    &loaded.model,
-                    &ids,
-                    self.eval_seqlen,
-                    self.windows,
-                    loaded.config.context_limit(),
-                    |d, t| super::advance(&bar, d, t),
-                )?;
-                bar.finish_and_clear();
-                (Some(r), Some(started.elapsed().as_secs_f64()))
-            }
-            None => (None, None),
-        };
-        if let Some(folder) = &self.save {
-            let mut spec = SaveSpec::new(self.dtype);
-            spec.extra_files = loaded.tokenizer_files.clone();
-            spec.extra_files
-                .push((RECIPE_FILE.into(), self.recipe_yaml(&origin)?));
-            spec.extra_files
-                .push((SPARSITY_FILE.into(), serde_json::to_string_pretty(&report)?));
-            save_hf_folder(
-                &loaded.model,
-                &loaded.config,
-                &loaded.tokenizer.to_json()?,
-                folder,
-                &spec,
-            )?;
+        let record = summary
+            .finished
+            .first()
+            .context("the prune cell did not finish")?;
+        if let Some(folder) = &args.save {
+            move_saved_model(&results_dir, record, folder)?;
         }
+        let sparsity = executor
+            .pruned_sparsity()
+            .context("the prune stage left no pruned model")?
+            .clone();
+        let target = Sparsity::from_pattern(args.pattern, args.sparsity)?;
+        let stage_seconds = |stage: &str| record.timings.stages.get(stage).copied();
         Ok(PruneOutput {
             model: origin.to_string(),
-            method: method.name().to_string(),
-            pattern: sparsity.to_string(),
-            target_sparsity: sparsity.target_ratio(),
-            calibration,
-            sparsity: report,
-            perplexity,
-            load_seconds,
-            prune_seconds,
-            eval_seconds,
-            peak_rss_bytes: MemoryLog::with_gpu(None).checkpoint("end").peak_rss,
-            device: choice.label(),
+            method: args.method.to_string(),
+            pattern: target.to_string(),
+            target_sparsity: target.target_ratio(),
+            calibration: executor.calibration().cloned(),
+            sparsity,
+            perplexity: executor.perplexity().cloned(),
+            load_seconds: stage_seconds("load").unwrap_or(0.0),
+            prune_seconds: stage_seconds("prune").unwrap_or(0.0),
+            eval_seconds: stage_seconds("eval"),
+            peak_rss_bytes: record.memory.peak_rss_bytes,
+            device: record.effective.device.clone(),
         })
     }
+}
+
+/// Moves the model the save stage wrote into the cell's folder to `folder` (replacing what is
+/// there, as a save always did).
+fn move_saved_model(results_dir: &Path, record: &RunRecord, folder: &Path) -> anyhow::Result<()> {
+    let saved = results_dir.join(&record.cell.id.0).join("model");
+    if folder.exists() {
+        std::fs::remove_dir_all(folder)
+            .with_context(|| format!("cannot replace `{}`", folder.display()))?;
+    }
+    if let Some(parent) = folder.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create `{}`", parent.display()))?;
+    }
+    std::fs::rename(&saved, folder)
+        .with_context(|| format!("cannot move the saved model to `{}`", folder.display()))
 }
 
 /// Runs `wanda prune`.
 pub fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let json = args.json;
-    let out = dispatch(args.device, args)?;
+    let origin = ModelRef::parse(&args.model)?;
+    let plan = args.plan(&origin)?;
+    // Results go beside `--save` (a rename then stays on one file system) or to `--results`;
+    // a temporary folder of this process otherwise, removed at the end.
+    let (results, temporary) = match (&args.results, &args.save) {
+        (Some(dir), _) => (dir.clone(), false),
+        (None, Some(save)) => {
+            let parent = std::path::absolute(save)?
+                .parent()
+                .map_or_else(std::env::temp_dir, Path::to_path_buf);
+            (
+                parent.join(format!(".wanda-prune-{}", std::process::id())),
+                true,
+            )
+        }
+        (None, None) => (
+            std::env::temp_dir().join(format!("wanda-prune-{}", std::process::id())),
+            true,
+        ),
+    };
+    let device = args.device;
+    let job = Job {
+        args,
+        origin,
+        plan,
+        results: results.clone(),
+    };
+    let out = dispatch(device, job);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&results);
+    }
+    let out = out?;
     if json {
         println!("{}", serde_json::to_string(&out)?);
     } else {

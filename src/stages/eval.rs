@@ -64,5 +64,6 @@ pub(super) fn run<B: Backend>(
     ] {
         record.metrics.other.insert(key.into(), value.into());
     }
+    exec.artifacts.perplexity = Some(report);
     Ok(())
 }

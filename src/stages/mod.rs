@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use burn::prelude::Backend;
 
 use crate::data::calibration::CalibrationSet;
+use crate::eval::perplexity::PerplexityReport;
 use crate::memory::device::DeviceChoice;
 use crate::memory::gate::GateDecision;
 use crate::model::stream::{Decoder, Layers};
@@ -110,6 +111,8 @@ struct Artifacts<B: Backend> {
     calibration: Option<CalibrationSet>,
     /// Tokenised evaluation text, by file, so cells tokenise it once.
     eval_ids: Option<(PathBuf, Vec<u32>)>,
+    /// The last perplexity measured, whole (run records keep its main figures).
+    perplexity: Option<PerplexityReport>,
     /// The estimate the gate works from.
     estimated: Option<estimate::Estimated>,
     /// The gate's decision. Stages never read it: [`PipelineExecutor::effective_settings`]
@@ -167,6 +170,7 @@ impl<B: Backend> PipelineExecutor<B> {
                 pruned: Vec::new(),
                 calibration: None,
                 eval_ids: None,
+                perplexity: None,
                 estimated: None,
                 gate: None,
             },
@@ -198,6 +202,22 @@ impl<B: Backend> PipelineExecutor<B> {
             }
         }
         settings
+    }
+
+    /// The calibration draw of the last cell that calibrated (for `wanda prune`'s report).
+    pub fn calibration(&self) -> Option<&CalibrationSet> {
+        self.artifacts.calibration.as_ref()
+    }
+
+    /// The measured sparsity of the last pruned model, with every linear's counts (for `wanda
+    /// prune`'s report: run records keep only the fractions).
+    pub fn pruned_sparsity(&self) -> Option<&ModelSparsity> {
+        self.artifacts.pruned.last().map(|(_, p)| &p.report)
+    }
+
+    /// The last perplexity measured (for `wanda prune`'s report).
+    pub fn perplexity(&self) -> Option<&PerplexityReport> {
+        self.artifacts.perplexity.as_ref()
     }
 
     /// Reports the progress of long stages to `progress(stage, done, total)`.
