@@ -44,6 +44,16 @@ pub enum ModelRef {
 }
 
 impl ModelRef {
+    /// The same source with a relative file or folder joined to `base` (a pipeline file's
+    /// folder); hub ids are left as they are.
+    pub fn resolved_against(self, base: &Path) -> ModelRef {
+        match self {
+            ModelRef::Gguf(p) => ModelRef::Gguf(base.join(p)),
+            ModelRef::Folder(p) => ModelRef::Folder(base.join(p)),
+            hub @ ModelRef::Hub { .. } => hub,
+        }
+    }
+
     /// Interprets a command-line model argument: an existing `.gguf` file, an existing folder,
     /// or else a hub id `org/name` with an optional `@revision`.
     pub fn parse(arg: &str) -> Result<Self, LoadError> {

@@ -27,6 +27,7 @@ use super::yaml::{KeyPath, Node, Origin, Value};
 pub use crate::memory::device::DeviceSpec;
 pub use crate::memory::gate::{Floor, ReduceKey};
 pub use crate::model::export::SaveDtype;
+use crate::model::ModelRef;
 pub use crate::prune::{Method, Pattern};
 
 /// Top-level keys that are not settings.
@@ -129,25 +130,10 @@ pub struct ModelSpec {
     pub revision: Option<String>,
 }
 
-/// The model source, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSource {
-    /// A GGUF file.
-    Gguf(PathBuf),
-    /// A Hugging Face folder.
-    Folder(PathBuf),
-    /// A hub repository.
-    Hub {
-        /// `org/name`.
-        id: String,
-        /// Branch, tag or commit; `main` when absent.
-        revision: Option<String>,
-    },
-}
-
 impl ModelSpec {
-    /// The one source named, or the problem.
-    pub fn source(&self) -> Result<ModelSource, Problem> {
+    /// The one source named, as written (paths relative to the pipeline file's folder:
+    /// [`ModelRef::resolved_against`] joins them), or the problem.
+    pub fn source(&self) -> Result<ModelRef, Problem> {
         let found: Vec<String> = [
             ("gguf", self.gguf.is_some()),
             ("path", self.path.is_some()),
@@ -164,8 +150,8 @@ impl ModelSpec {
             return Err(Problem::RevisionWithoutHub);
         }
         Ok(match (&self.gguf, &self.path, &self.hub) {
-            (Some(file), _, _) => ModelSource::Gguf(file.clone()),
-            (_, Some(dir), _) => ModelSource::Folder(dir.clone()),
+            (Some(file), _, _) => ModelRef::Gguf(file.clone()),
+            (_, Some(dir), _) => ModelRef::Folder(dir.clone()),
             (_, _, Some(id)) => {
                 let mut parts = id.split('/');
                 let valid = matches!(
@@ -175,9 +161,9 @@ impl ModelSpec {
                 if !valid {
                     return Err(Problem::InvalidHubId { id: id.clone() });
                 }
-                ModelSource::Hub {
-                    id: id.clone(),
-                    revision: self.revision.clone(),
+                ModelRef::Hub {
+                    repo_id: id.clone(),
+                    revision: self.revision.clone().unwrap_or_else(|| "main".to_string()),
                 }
             }
             (None, None, None) => return Err(Problem::ModelSource { found: vec![] }),

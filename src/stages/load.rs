@@ -7,21 +7,14 @@ use super::PipelineExecutor;
 use crate::model::stream::Decoder;
 use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{ModelSource, Settings};
+use crate::pipeline::spec::Settings;
 
 /// The model `settings` name, its paths resolved against `base_dir` (the pipeline's folder).
 pub fn model_ref(
     settings: &Settings,
     base_dir: &std::path::Path,
 ) -> Result<ModelRef, crate::pipeline::Problem> {
-    Ok(match settings.model.source()? {
-        ModelSource::Gguf(p) => ModelRef::Gguf(base_dir.join(p)),
-        ModelSource::Folder(p) => ModelRef::Folder(base_dir.join(p)),
-        ModelSource::Hub { id, revision } => ModelRef::Hub {
-            repo_id: id,
-            revision: revision.unwrap_or_else(|| "main".to_string()),
-        },
-    })
+    Ok(settings.model.source()?.resolved_against(base_dir))
 }
 
 pub(super) fn run<B: Backend>(

@@ -2,6 +2,7 @@
 //! stage needs, each reported at the value it is about.
 
 use super::*;
+use crate::model::ModelRef;
 
 /// File checks, cached per resolved path.
 pub(super) struct Checker<'a> {
@@ -123,21 +124,21 @@ pub(super) fn check_cell(
             },
             problem,
         }),
-        Ok(ModelSource::Gguf(file)) => checker.exists(
+        Ok(ModelRef::Gguf(file)) => checker.exists(
             &file,
             PathKind::File,
             "model.gguf",
             setting_origin(tree, "model", Some("gguf")),
             &mut problems,
         ),
-        Ok(ModelSource::Folder(dir)) => checker.exists(
+        Ok(ModelRef::Folder(dir)) => checker.exists(
             &dir,
             PathKind::Folder,
             "model.path",
             setting_origin(tree, "model", Some("path")),
             &mut problems,
         ),
-        Ok(ModelSource::Hub { .. }) => {}
+        Ok(ModelRef::Hub { .. }) => {}
     }
     if let Some(CalibrationSpec {
         text,
