@@ -1,12 +1,16 @@
 //! Model configuration: the Hugging Face `config.json` as a plain serde struct
 //! ([`HfLlamaConfig`]) and the resolved, option-free [`LlamaConfig`] the model is built from.
 //!
-//! Llama, Mistral and Qwen2 share one decoder shape; what differs (q/k/v bias, RoPE scaling,
-//! tied embeddings) is made explicit in the resolved config so the model code never guesses.
+//! Every family shares one decoder shape; what differs (q/k/v bias, sliding window, RoPE
+//! scaling, tied embeddings) is decided once here, with the family's adapter
+//! ([`super::family`]), and made explicit in the resolved config so the model code never
+//! guesses.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use super::family::Architecture;
 
 /// Errors while reading or resolving a model configuration.
 #[derive(Debug, thiserror::Error)]
@@ -29,10 +33,12 @@ pub enum ConfigError {
         reason: String,
     },
     /// The architecture is not one this tool runs.
-    #[error("unsupported architecture `{found}`; supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM")]
+    #[error("unsupported architecture `{found}`; supported: {supported}")]
     UnsupportedArchitecture {
         /// What the config names.
         found: String,
+        /// The names this tool runs.
+        supported: String,
     },
     /// A value is missing or out of range.
     #[error("invalid model config: key `{key}` {problem}")]
@@ -42,46 +48,6 @@ pub enum ConfigError {
         /// What is wrong with it.
         problem: String,
     },
-}
-
-/// The decoder family a checkpoint belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Architecture {
-    /// `LlamaForCausalLM` (Llama 1/2/3, SmolLM, TinyLlama, …).
-    Llama,
-    /// `MistralForCausalLM`.
-    Mistral,
-    /// `Qwen2ForCausalLM` (q/k/v projections carry a bias).
-    Qwen2,
-}
-
-impl Architecture {
-    /// The Hugging Face class name, as written in `config.json` `architectures`.
-    pub fn hf_class(self) -> &'static str {
-        match self {
-            Architecture::Llama => "LlamaForCausalLM",
-            Architecture::Mistral => "MistralForCausalLM",
-            Architecture::Qwen2 => "Qwen2ForCausalLM",
-        }
-    }
-
-    /// The Hugging Face `model_type`.
-    pub fn model_type(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Mistral => "mistral",
-            Architecture::Qwen2 => "qwen2",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "LlamaForCausalLM" | "llama" => Some(Architecture::Llama),
-            "MistralForCausalLM" | "mistral" => Some(Architecture::Mistral),
-            "Qwen2ForCausalLM" | "qwen2" => Some(Architecture::Qwen2),
-            _ => None,
-        }
-    }
 }
 
 /// `rope_scaling` as it appears in `config.json`, or `rope_parameters` as transformers 5
@@ -199,8 +165,13 @@ impl HfLlamaConfig {
             .and_then(|a| a.first().cloned())
             .or_else(|| self.model_type.clone())
             .unwrap_or_else(|| "<none>".to_string());
-        let architecture = Architecture::from_name(&arch_name)
-            .ok_or(ConfigError::UnsupportedArchitecture { found: arch_name })?;
+        let architecture = Architecture::from_hf_name(&arch_name).ok_or_else(|| {
+            ConfigError::UnsupportedArchitecture {
+                found: arch_name,
+                supported: Architecture::supported_hf_classes(),
+            }
+        })?;
+        let family = architecture.family();
         if let Some(act) = &self.hidden_act {
             if act != "silu" {
                 return Err(invalid(
@@ -264,11 +235,7 @@ impl HfLlamaConfig {
             None => RopeScaling::None,
             Some(s) => resolve_rope_scaling(s)?,
         };
-        let qkv_bias = match architecture {
-            Architecture::Qwen2 => true,
-            _ => self.attention_bias.unwrap_or(false),
-        };
-        let o_bias = architecture != Architecture::Qwen2 && self.attention_bias.unwrap_or(false);
+        let biases = family.attention_biases(self);
         Ok(LlamaConfig {
             architecture,
             hidden_size: self.hidden_size,
@@ -283,12 +250,9 @@ impl HfLlamaConfig {
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
             vocab_size: self.vocab_size,
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
-            qkv_bias,
-            o_bias,
-            sliding_window: match architecture {
-                Architecture::Mistral => self.sliding_window,
-                _ => None,
-            },
+            qkv_bias: biases.qkv,
+            o_bias: biases.o,
+            sliding_window: family.sliding_window(self),
             bos_token_id: first_id(&self.bos_token_id),
             eos_token_id: first_id(&self.eos_token_id),
         })

@@ -1,10 +1,16 @@
-//! Llama-family models on Burn: configuration, the decoder, rotary embeddings, weights from
-//! safetensors folders, GGUF files and the Hugging Face hub, and the tokenizer; the decoder's
-//! fast kernels behind one seam ([`kernels`]); the shape of a model that memory formulas read
-//! ([`shape`]).
+//! Decoder models on Burn, in four groups:
+//! - **loaders**: GGUF files ([`gguf`]), safetensors folders ([`weights`]), the Hugging Face
+//!   hub ([`hub`]), the tokenizer ([`tokenizer`]), and the way back out ([`export`]);
+//! - **the decoder**: its resolved configuration ([`config`]), layers ([`llama`]), rotary
+//!   embeddings ([`rope`]), layer-by-layer streaming ([`stream`]), and the shape memory
+//!   formulas read ([`shape`]);
+//! - **kernels**: the decoder's fast CPU path behind one seam ([`kernels`]);
+//! - **families**: what each model family adds to the shared decoder, one file each
+//!   ([`family`]).
 
 pub mod config;
 pub mod export;
+pub mod family;
 pub mod gguf;
 pub mod host;
 pub mod hub;

@@ -3,14 +3,13 @@
 //!
 //! llama.cpp's converter permutes the rows of `attn_q`/`attn_k` for its interleaved RoPE; the
 //! model here uses the Hugging Face "rotate half" layout, so those rows are permuted back on
-//! load (as transformers' GGUF loader does). Only `llama`-architecture files are permuted.
+//! load (as transformers' GGUF loader does), for the families whose adapter says so.
 
 use std::path::{Path, PathBuf};
 
 use super::{tokenizer_json, GgufFile};
-use crate::model::config::{
-    Architecture, ConfigError, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
-};
+use crate::model::config::{ConfigError, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling};
+use crate::model::family::Architecture;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::{HostTensor, WeightError, WeightSource};
 use crate::model::LoadError;
@@ -19,7 +18,6 @@ use crate::model::LoadError;
 pub struct GgufCheckpoint {
     path: PathBuf,
     file: GgufFile,
-    arch: String,
     config: LlamaConfig,
 }
 
@@ -27,15 +25,11 @@ impl GgufCheckpoint {
     /// Opens the file and resolves its config from the metadata.
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         let file = GgufFile::open(path).map_err(WeightError::from)?;
-        let arch = file
-            .get_str("general.architecture")
-            .unwrap_or("<missing>")
-            .to_string();
-        let config = config_from_metadata(&file, &arch)?;
+        let arch = file.get_str("general.architecture").unwrap_or("<missing>");
+        let config = config_from_metadata(&file, arch)?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
-            arch,
             config,
         })
     }
@@ -112,15 +106,11 @@ impl GgufCheckpoint {
 }
 
 fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, ConfigError> {
-    let architecture = match arch {
-        "llama" => Architecture::Llama,
-        "qwen2" => Architecture::Qwen2,
-        other => {
-            return Err(ConfigError::UnsupportedArchitecture {
-                found: format!("GGUF `{other}`"),
-            })
-        }
-    };
+    let architecture =
+        Architecture::from_gguf_arch(arch).ok_or_else(|| ConfigError::UnsupportedArchitecture {
+            found: format!("GGUF `{arch}`"),
+            supported: Architecture::supported_gguf_archs(),
+        })?;
     let key = |k: &str| format!("{arch}.{k}");
     let required = |k: &str| {
         file.get_u64(&key(k))
@@ -269,7 +259,7 @@ impl WeightSource for GgufCheckpoint {
             None
         };
         let data = match heads {
-            Some(heads) if self.arch == "llama" => {
+            Some(heads) if self.config.architecture.family().gguf_interleaves_qk() => {
                 let cols = if shape.len() == 2 { shape[1] } else { 1 };
                 unpermute_rows(&data, heads, cols)
             }

@@ -1,0 +1,144 @@
+//! Decoder families. Every family runs on the one shared decoder ([`crate::model::llama`]), its
+//! fast kernels, pruning, streaming, the estimator and `save`; a family says only what is its
+//! own: its names in `config.json` and in GGUF files, and the config decisions that differ
+//! between families (which projections carry biases, sliding-window attention, the row order of
+//! GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
+//! in [`Architecture::family`].
+
+pub mod llama;
+pub mod mistral;
+pub mod qwen2;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::HfLlamaConfig;
+
+/// Which projections of the attention block carry a bias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionBiases {
+    /// q, k and v.
+    pub qkv: bool,
+    /// The output projection.
+    pub o: bool,
+}
+
+/// What one decoder family adds to the shared decoder.
+pub trait Family: Sync {
+    /// The Hugging Face class name, as written in `config.json` `architectures`.
+    fn hf_class(&self) -> &'static str;
+
+    /// The Hugging Face `model_type`.
+    fn model_type(&self) -> &'static str;
+
+    /// The GGUF `general.architecture` llama.cpp writes for this family, when it has its own
+    /// (Mistral files say `llama`).
+    fn gguf_arch(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether llama.cpp's converter interleaved the rows of `attn_q`/`attn_k` for its RoPE, so
+    /// the loader permutes them back to the "rotate half" layout.
+    fn gguf_interleaves_qk(&self) -> bool {
+        false
+    }
+
+    /// The biases the attention block carries, from `attention_bias` unless the family fixes
+    /// them.
+    fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
+        let bias = hf.attention_bias.unwrap_or(false);
+        AttentionBiases { qkv: bias, o: bias }
+    }
+
+    /// The sliding-window span of every layer's attention, when the family uses one.
+    fn sliding_window(&self, _hf: &HfLlamaConfig) -> Option<usize> {
+        None
+    }
+}
+
+/// The decoder family a checkpoint belongs to: the serialisable name of a [`Family`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Architecture {
+    /// `LlamaForCausalLM` (Llama 1/2/3, SmolLM, TinyLlama, …).
+    Llama,
+    /// `MistralForCausalLM`.
+    Mistral,
+    /// `Qwen2ForCausalLM` (q/k/v projections carry a bias).
+    Qwen2,
+}
+
+impl Architecture {
+    /// Every family this tool runs.
+    pub const ALL: [Architecture; 3] = [
+        Architecture::Llama,
+        Architecture::Mistral,
+        Architecture::Qwen2,
+    ];
+
+    /// The family's adapter.
+    pub fn family(self) -> &'static dyn Family {
+        match self {
+            Architecture::Llama => &llama::Llama,
+            Architecture::Mistral => &mistral::Mistral,
+            Architecture::Qwen2 => &qwen2::Qwen2,
+        }
+    }
+
+    /// The Hugging Face class name, as written in `config.json` `architectures`.
+    pub fn hf_class(self) -> &'static str {
+        self.family().hf_class()
+    }
+
+    /// The Hugging Face `model_type`.
+    pub fn model_type(self) -> &'static str {
+        self.family().model_type()
+    }
+
+    /// The family a `config.json` names, by class name or `model_type`.
+    pub fn from_hf_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| {
+            let family = a.family();
+            family.hf_class() == name || family.model_type() == name
+        })
+    }
+
+    /// The family of a GGUF file's `general.architecture`.
+    pub fn from_gguf_arch(arch: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.family().gguf_arch() == Some(arch))
+    }
+
+    /// The class names this tool runs, for error messages.
+    pub fn supported_hf_classes() -> String {
+        Self::ALL.map(Architecture::hf_class).join(", ")
+    }
+
+    /// The GGUF architectures this tool reads, for error messages.
+    pub fn supported_gguf_archs() -> String {
+        let archs: Vec<&str> = Self::ALL
+            .iter()
+            .filter_map(|a| a.family().gguf_arch())
+            .collect();
+        archs.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_found_by_each_of_its_names() {
+        for arch in Architecture::ALL {
+            let family = arch.family();
+            assert_eq!(Architecture::from_hf_name(family.hf_class()), Some(arch));
+            assert_eq!(Architecture::from_hf_name(family.model_type()), Some(arch));
+            if let Some(gguf) = family.gguf_arch() {
+                assert_eq!(Architecture::from_gguf_arch(gguf), Some(arch));
+            }
+        }
+        assert_eq!(Architecture::from_hf_name("GPT2LMHeadModel"), None);
+        assert_eq!(Architecture::from_gguf_arch("mistral"), None);
+        assert_eq!(Architecture::supported_gguf_archs(), "llama, qwen2");
+    }
+}
