@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""One whole Wanda pruning cell with the PyTorch stack, done the way the Wanda reference code
-(github.com/locuslab/wanda, `lib/prune.py: prune_wanda`, `lib/eval.py: eval_ppl_wikitext`) does
-it: load, calibrate + prune layer by layer, evaluate WikiText-2 perplexity. It is the bar B3 is
+"""One whole pruning cell with the PyTorch stack, done the way the Wanda reference code
+(github.com/locuslab/wanda, `lib/prune.py: prune_wanda, prune_magnitude, prune_sparsegpt`,
+`lib/sparsegpt.py`, `lib/eval.py: eval_ppl_wikitext`) does it: load, calibrate + prune layer by
+layer, evaluate WikiText-2 perplexity. `--method` picks wanda (default), magnitude or sparsegpt,
+`--pattern` unstructured (default) or N:M; `--save-pruned` writes the pruned linears so masks
+can be compared with a `wanda prune --save` folder (scripts/compare-masks.py). It is the bar B3 is
 measured against (`scripts/ab-transformers.sh` runs it); CI never runs it.
 
 What it does, step by step, as the reference does:
@@ -26,7 +29,7 @@ calibration offsets.
         --calib-text ../shared/data/wikitext-2/wikitext2-v1-valid.txt \
         --eval-text ../shared/data/wikitext-2/wikitext2-raw-test.txt
 """
-import argparse, json, os, random, resource, time
+import argparse, json, math, os, random, resource, time
 
 T_START = time.time()
 
@@ -42,10 +45,14 @@ p.add_argument("--nsamples", type=int, default=32)
 p.add_argument("--seqlen", type=int, default=512)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--sparsity", type=float, default=0.5)
+p.add_argument("--method", choices=["wanda", "magnitude", "sparsegpt"], default="wanda")
+p.add_argument("--pattern", default="unstructured", help="`unstructured` or N:M, e.g. 2:4")
+p.add_argument("--save-pruned", help="write the pruned linears here (safetensors, HF names, f32)")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
 a = p.parse_args()
 torch.set_num_threads(a.threads)
+prune_n, prune_m = (0, 0) if a.pattern == "unstructured" else map(int, a.pattern.split(":"))
 
 # Load.
 t0 = time.time()
@@ -104,18 +111,108 @@ def run_layer(layer, x):
 
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+
+
+def nm_mask(metric):
+    """The reference's N:M mask: the `prune_n` lowest of every `prune_m` consecutive columns."""
+    mask = torch.zeros_like(metric, dtype=torch.bool)
+    for ii in range(0, metric.shape[1], prune_m):
+        tmp = metric[:, ii:ii + prune_m].float()
+        mask.scatter_(1, ii + torch.topk(tmp, prune_n, dim=1, largest=False)[1], True)
+    return mask
+
+
+def wanda_prune(m, scaler):
+    """locuslab/wanda `prune_wanda`: |W| · sqrt(scaler_row), lowest per output row (stable)."""
+    metric = torch.abs(m.weight.data) * torch.sqrt(scaler.reshape((1, -1)))
+    if prune_n:
+        mask = nm_mask(metric)
+    else:
+        mask = torch.zeros_like(metric, dtype=torch.bool)
+        order = torch.sort(metric, dim=-1, stable=True)[1]
+        mask.scatter_(1, order[:, :int(metric.shape[1] * a.sparsity)], True)
+    m.weight.data[mask] = 0
+
+
+def magnitude_prune(m):
+    """locuslab/wanda `prune_magnitude`: one threshold per matrix (`<=`), or N:M per row."""
+    W = m.weight.data
+    metric = torch.abs(W)
+    if prune_n:
+        mask = nm_mask(metric)
+    else:
+        thresh = torch.sort(metric.flatten())[0][int(W.numel() * a.sparsity)]
+        mask = metric <= thresh
+    W[mask] = 0
+
+
+def sparsegpt_prune(m, H, blocksize=128, percdamp=0.01):
+    """SparseGPT's `fasterprune` (IST-DASLab/sparsegpt f5c2500, as locuslab/wanda vendors it)."""
+    W = m.weight.data.clone().float()
+    rows, cols = W.shape
+    H = H.clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1
+    W[:, dead] = 0
+    damp = percdamp * torch.mean(torch.diag(H))
+    diag = torch.arange(cols)
+    H[diag, diag] += damp
+    H = torch.linalg.cholesky(H)
+    H = torch.cholesky_inverse(H)
+    Hinv = torch.linalg.cholesky(H, upper=True)
+    for i1 in range(0, cols, blocksize):
+        i2 = min(i1 + blocksize, cols)
+        W1 = W[:, i1:i2].clone()
+        Q1 = torch.zeros_like(W1)
+        Err1 = torch.zeros_like(W1)
+        Hinv1 = Hinv[i1:i2, i1:i2]
+        if prune_n == 0:
+            tmp = W1 ** 2 / (torch.diag(Hinv1).reshape((1, -1))) ** 2
+            thresh = torch.sort(tmp.flatten())[0][int(tmp.numel() * a.sparsity)]
+            mask1 = tmp <= thresh
+        else:
+            mask1 = torch.zeros_like(W1) == 1
+        for i in range(i2 - i1):
+            w = W1[:, i]
+            d = Hinv1[i, i]
+            if prune_n != 0 and i % prune_m == 0:
+                tmp = W1[:, i:i + prune_m] ** 2 / (torch.diag(Hinv1)[i:i + prune_m].reshape((1, -1))) ** 2
+                mask1.scatter_(1, i + torch.topk(tmp, prune_n, dim=1, largest=False)[1], True)
+            q = w.clone()
+            q[mask1[:, i]] = 0
+            Q1[:, i] = q
+            err1 = (w - q) / d
+            W1[:, i:] -= err1.unsqueeze(1).matmul(Hinv1[i, i:].unsqueeze(0))
+            Err1[:, i] = err1
+        W[:, i1:i2] = Q1
+        W[:, i2:] -= Err1.matmul(Hinv[i1:i2, i2:])
+    m.weight.data = W.reshape(m.weight.shape).to(m.weight.data.dtype)
+
+
 with torch.no_grad():
     for layer in layers:
         subset = {n: layer.get_submodule(n) for n in LINEARS}
-        scaler = {n: torch.zeros(m.weight.shape[1]) for n, m in subset.items()}
+        if a.method == "magnitude":
+            for m in subset.values():
+                magnitude_prune(m)
+            for j in range(a.nsamples):
+                outs[j] = run_layer(layer, inps[j])
+            inps, outs = outs, inps
+            continue
+        stats = {n: (torch.zeros(m.weight.shape[1]) if a.method == "wanda"
+                     else torch.zeros(m.weight.shape[1], m.weight.shape[1])) for n, m in subset.items()}
         seen = {n: 0 for n in subset}
 
         def hook(n):
             def add_batch(_module, inputs, _output):
                 x = inputs[0].reshape(-1, inputs[0].shape[-1]).t().float()
-                scaler[n] *= seen[n] / (seen[n] + 1)
+                stats[n] *= seen[n] / (seen[n] + 1)
                 seen[n] += 1
-                scaler[n] += torch.norm(x, p=2, dim=1) ** 2 / seen[n]
+                if a.method == "wanda":
+                    stats[n] += torch.norm(x, p=2, dim=1) ** 2 / seen[n]
+                else:
+                    x = math.sqrt(2 / seen[n]) * x
+                    stats[n] += x.matmul(x.t())
             return add_batch
 
         handles = [subset[n].register_forward_hook(hook(n)) for n in subset]
@@ -124,11 +221,10 @@ with torch.no_grad():
         for h in handles:
             h.remove()
         for n, m in subset.items():
-            metric = torch.abs(m.weight.data) * torch.sqrt(scaler[n].reshape((1, -1)))
-            mask = torch.zeros_like(metric, dtype=torch.bool)
-            order = torch.sort(metric, dim=-1, stable=True)[1]
-            mask.scatter_(1, order[:, :int(metric.shape[1] * a.sparsity)], True)
-            m.weight.data[mask] = 0
+            if a.method == "wanda":
+                wanda_prune(m, stats[n])
+            else:
+                sparsegpt_prune(m, stats[n])
         for j in range(a.nsamples):
             outs[j] = run_layer(layer, inps[j])
         inps, outs = outs, inps
@@ -140,6 +236,11 @@ for layer in layers:
         w = layer.get_submodule(n).weight.data
         zeros += int((w == 0).sum())
         total += w.numel()
+
+if a.save_pruned:
+    from safetensors.torch import save_file
+    save_file({f"model.layers.{i}.{n}.weight": layer.get_submodule(n).weight.data.float().contiguous()
+               for i, layer in enumerate(layers) for n in LINEARS}, a.save_pruned)
 
 # Evaluate.
 t0 = time.time()
@@ -155,7 +256,8 @@ with torch.no_grad():
 eval_s = time.time() - t0
 mean = nll / (n * (a.seqlen - 1))
 print(json.dumps({
-    "implementation": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+    "implementation": "pytorch", "method": a.method, "pattern": a.pattern,
+    "sparsity_ratio": a.sparsity, "torch": torch.__version__, "threads": torch.get_num_threads(),
     "perplexity": float(torch.exp(torch.tensor(mean, dtype=torch.float64))), "mean_nll": mean,
     "windows": n, "seqlen": a.seqlen, "sparsity": zeros / total,
     "calibration_offsets": offsets,

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Compares the pruned linears of two models layer by layer: a `wanda prune --save DIR` folder
+(or any safetensors file/folder) against `scripts/torch-wanda-cell.py --save-pruned FILE`. For
+each linear it prints the share of weights whose keep/prune decision differs and the relative
+difference of the kept weights, so the first layer where the two implementations part shows
+itself. A diagnostic tool, not a test.
+
+    python scripts/compare-masks.py OURS_DIR_OR_FILE THEIRS_FILE [--all]
+"""
+import argparse, glob, os, sys
+
+import torch
+from safetensors.torch import load_file
+
+p = argparse.ArgumentParser()
+p.add_argument("ours")
+p.add_argument("theirs")
+p.add_argument("--all", action="store_true", help="print every linear, not only a per-layer line")
+a = p.parse_args()
+
+
+def load(path):
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors"))) if os.path.isdir(path) else [path]
+    out = {}
+    for f in files:
+        out.update(load_file(f))
+    return out
+
+
+ours, theirs = load(a.ours), load(a.theirs)
+names = sorted((n for n in theirs if n in ours),
+               key=lambda n: (int(n.split(".")[2]), n))
+if not names:
+    sys.exit("no tensor names in common")
+layer_rows = {}
+for n in names:
+    x, y = ours[n].float(), theirs[n].float()
+    if x.shape != y.shape:
+        sys.exit(f"{n}: shapes differ {tuple(x.shape)} vs {tuple(y.shape)}")
+    differ = ((x == 0) != (y == 0)).float().mean().item()
+    kept = (x != 0) & (y != 0)
+    rel = ((x - y)[kept].norm() / y[kept].norm().clamp_min(1e-30)).item()
+    layer = int(n.split(".")[2])
+    acc = layer_rows.setdefault(layer, [0.0, 0.0, 0])
+    acc[0] += differ; acc[1] = max(acc[1], rel); acc[2] += 1
+    if a.all:
+        print(f"{n:50} mask differs {differ:9.6f}  kept rel diff {rel:.3e}")
+print(f"{'layer':>5} {'mean mask differs':>18} {'max kept rel diff':>18}")
+for layer, (d, r, k) in sorted(layer_rows.items()):
+    print(f"{layer:5} {d / k:18.6f} {r:18.3e}")
