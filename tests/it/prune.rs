@@ -3,7 +3,7 @@
 //! `wanda prune --save` writes.
 
 use burn::prelude::*;
-use wanda::model::llama::Llama;
+use wanda::model::llama::{DecoderLayer, LayerContext, LinearInput, Llama};
 use wanda::prune::layerwise::{measure, prune_model};
 use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::wanda::{wanda_mask, InputNorms};
@@ -126,6 +126,70 @@ fn layer_zero_statistics_are_the_normed_embeddings() {
         .map(|(a, b)| *a == 0.0 && *b != 0.0)
         .collect();
     assert_eq!(got, expected);
+}
+
+/// The Wanda mask of layer 1's `q_proj` when layer 1 sees `layer0`'s outputs, batched as the
+/// driver batches (2 windows per call) and observed through the same layer pass.
+fn layer_one_q_mask(dense: &Llama<B>, layer0: &DecoderLayer<B>, sparsity: Sparsity) -> Vec<bool> {
+    let device = Default::default();
+    let hidden = weights(dense, 1, "self_attn.q_proj").1[0];
+    let (cos, sin) = dense.rope_tables(0, 8);
+    let mut norms = InputNorms::new(hidden);
+    for pair in windows().chunks(2) {
+        let ids: Vec<i64> = pair.iter().flatten().map(|&t| i64::from(t)).collect();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 8]), &device);
+        let ctx = || LayerContext {
+            cos: &cos,
+            sin: &sin,
+            cache: None,
+        };
+        let x1 = layer0.forward(dense.embed(tokens), ctx());
+        dense.layers[1].forward_observed(x1, ctx(), &mut |input, x| {
+            if input == LinearInput::AttnIn {
+                let [b, s, h] = x.dims();
+                let flat: Vec<f32> = x.clone().into_data().to_vec().unwrap();
+                norms.add_batch(&flat, b * s, h).unwrap();
+            }
+        });
+    }
+    let (w, dims) = weights(dense, 1, "self_attn.q_proj");
+    wanda_mask(&w, dims, &norms, sparsity, false).unwrap().mask
+}
+
+/// Regression guard from the 70 % comparison with the reference (issue 22): at high sparsity
+/// the pruned layer's outputs differ most from the dense ones, and the reference computes every
+/// layer's statistics from the outputs of the already pruned layers before it. Layer 1's mask
+/// must be the one its pruned-input statistics give, and differ from the dense-input one.
+#[test]
+fn at_70_percent_layer_one_is_scored_on_the_pruned_layer_zero_outputs() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let dense = tiny_model(&config, 5);
+    let sparsity = Sparsity::unstructured(0.7).unwrap();
+    let mut pruned = tiny_model(&config, 5);
+    prune_model(
+        &mut pruned,
+        Method::Wanda,
+        &MethodOptions::default(),
+        sparsity,
+        &windows(),
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    let from_pruned = layer_one_q_mask(&dense, &pruned.layers[0], sparsity);
+    let from_dense = layer_one_q_mask(&dense, &dense.layers[0], sparsity);
+    assert_ne!(
+        from_pruned, from_dense,
+        "the test needs inputs that tell the two apart"
+    );
+    let (w, _) = weights(&dense, 1, "self_attn.q_proj");
+    let (p, _) = weights(&pruned, 1, "self_attn.q_proj");
+    let got: Vec<bool> = p
+        .iter()
+        .zip(&w)
+        .map(|(a, b)| *a == 0.0 && *b != 0.0)
+        .collect();
+    assert_eq!(got, from_pruned);
 }
 
 #[test]
