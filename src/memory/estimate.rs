@@ -174,7 +174,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
             );
             forward(&mut prune, run, &m, b, s);
             match method {
-                Method::Wanda => prune.push(
+                Method::Wanda | Method::Ria => prune.push(
                     "statistics",
                     b * s * m.i * F32,
                     Place::Device,
@@ -204,7 +204,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                     format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)"),
                 )
             }
-            Method::Wanda | Method::Magnitude => (
+            Method::Wanda | Method::Ria | Method::Magnitude => (
                 widest * 12,
                 format!("{widest} × 12 B (scores f32, sort order)"),
             ),

@@ -21,11 +21,18 @@ pub enum Method {
     Wanda,
     /// Optimal brain surgeon with Hessian updates (arXiv 2301.00774).
     Sparsegpt,
+    /// Relative importance · ‖X‖₂^0.5, compared per matrix (RIA, ICLR 2024).
+    Ria,
 }
 
 impl Method {
     /// Every method, in the order help texts list them.
-    pub const ALL: [Method; 3] = [Method::Magnitude, Method::Wanda, Method::Sparsegpt];
+    pub const ALL: [Method; 4] = [
+        Method::Magnitude,
+        Method::Wanda,
+        Method::Sparsegpt,
+        Method::Ria,
+    ];
 
     /// The name used in pipeline files and on the command line.
     pub fn name(self) -> &'static str {
@@ -33,6 +40,7 @@ impl Method {
             Method::Magnitude => "magnitude",
             Method::Wanda => "wanda",
             Method::Sparsegpt => "sparsegpt",
+            Method::Ria => "ria",
         }
     }
 
@@ -56,7 +64,7 @@ impl FromStr for Method {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("`{s}` is not a method; use `magnitude`, `wanda` or `sparsegpt`")
+                format!("`{s}` is not a method; use `magnitude`, `wanda`, `sparsegpt` or `ria`")
             })
     }
 }
@@ -87,5 +95,6 @@ mod tests {
         assert!(err.contains("`obs` is not a method"), "{err}");
         assert!(!Method::Magnitude.needs_calibration());
         assert!(Method::Wanda.needs_calibration() && Method::Sparsegpt.needs_calibration());
+        assert!(Method::Ria.needs_calibration());
     }
 }

@@ -1,6 +1,6 @@
 //! Pruning kernels: sparsity patterns, masks (per-output top-k, N:M, per-matrix threshold) and the
-//! magnitude, Wanda (arXiv 2306.11695) and SparseGPT (arXiv 2301.00774) methods, all as pure
-//! host-side functions on `f32` matrices.
+//! magnitude, Wanda (arXiv 2306.11695), SparseGPT (arXiv 2301.00774) and RIA (ICLR 2024) methods,
+//! all as pure host-side functions on `f32` matrices.
 //!
 //! Every weight here is in Burn's `Linear` layout `[in, out]`, row-major (`W[i * out + o]`, `i` an
 //! input channel, `o` an output channel) — the transpose of PyTorch's `[out, in]`. Functions take
@@ -30,6 +30,7 @@ pub mod mask;
 pub mod method;
 pub mod pattern;
 pub mod report;
+pub mod ria;
 pub mod sparsegpt;
 pub mod wanda;
 
