@@ -2,7 +2,8 @@
 """One whole pruning cell with the PyTorch stack, done the way the Wanda reference code
 (github.com/locuslab/wanda, `lib/prune.py: prune_wanda, prune_magnitude, prune_sparsegpt`,
 `lib/sparsegpt.py`, `lib/eval.py: eval_ppl_wikitext`) does it: load, calibrate + prune layer by
-layer, evaluate WikiText-2 perplexity. `--method` picks wanda (default), magnitude or sparsegpt,
+layer, evaluate WikiText-2 perplexity. `--method` picks wanda (default), magnitude, sparsegpt or
+ria (biomedical-cybernetics/Relative-importance-and-activation-pruning `prune_ria`, its defaults),
 `--pattern` unstructured (default) or N:M; `--save-pruned` writes the pruned linears so masks
 can be compared with a `wanda prune --save` folder (scripts/compare-masks.py). It is the bar B3 is
 measured against (`scripts/ab-transformers.sh` runs it); CI never runs it.
@@ -45,12 +46,18 @@ p.add_argument("--nsamples", type=int, default=32)
 p.add_argument("--seqlen", type=int, default=512)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--sparsity", type=float, default=0.5)
-p.add_argument("--method", choices=["wanda", "magnitude", "sparsegpt"], default="wanda")
+p.add_argument("--method", choices=["wanda", "magnitude", "sparsegpt", "ria"], default="wanda")
 p.add_argument("--pattern", default="unstructured", help="`unstructured` or N:M, e.g. 2:4")
 p.add_argument("--save-pruned", help="write the pruned linears here (safetensors, HF names, f32)")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
+p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+               help="compute everything (forward, statistics, pruning) in this precision; float64 "
+               "shows what the cell gives without f32 rounding")
 a = p.parse_args()
+DT = getattr(torch, a.dtype)
+# The reference accumulates statistics in f32 (`inp.type(torch.float32)`); float64 keeps f64.
+STAT_DT = torch.float64 if DT == torch.float64 else torch.float32
 torch.set_num_threads(a.threads)
 prune_n, prune_m = (0, 0) if a.pattern == "unstructured" else map(int, a.pattern.split(":"))
 
@@ -59,7 +66,7 @@ t0 = time.time()
 folder, name = os.path.split(os.path.abspath(a.gguf))
 extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
 model = AutoModelForCausalLM.from_pretrained(
-    folder, gguf_file=name, torch_dtype=torch.float32, **extra).eval()
+    folder, gguf_file=name, torch_dtype=torch.float32, **extra).eval().to(DT)
 model.config.use_cache = False
 tok = AutoTokenizer.from_pretrained(a.hf_dir) if a.hf_dir else AutoTokenizer.from_pretrained(
     folder, gguf_file=name)
@@ -74,7 +81,7 @@ samples = [calib_ids[:, i:i + a.seqlen] for i in offsets]
 
 layers = model.model.layers
 hidden = model.config.hidden_size
-inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=torch.float32)
+inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=DT)
 layer_kwargs = {}
 
 
@@ -117,7 +124,7 @@ def nm_mask(metric):
     """The reference's N:M mask: the `prune_n` lowest of every `prune_m` consecutive columns."""
     mask = torch.zeros_like(metric, dtype=torch.bool)
     for ii in range(0, metric.shape[1], prune_m):
-        tmp = metric[:, ii:ii + prune_m].float()
+        tmp = metric[:, ii:ii + prune_m].to(STAT_DT)
         mask.scatter_(1, ii + torch.topk(tmp, prune_n, dim=1, largest=False)[1], True)
     return mask
 
@@ -134,6 +141,22 @@ def wanda_prune(m, scaler):
     m.weight.data[mask] = 0
 
 
+def ria_prune(m, scaler, exponent=0.5):
+    """biomedical-cybernetics/Relative-importance-and-activation-pruning `prune_ria` (defaults:
+    `--a 0.5`, no `--per_outneuron`, no reallocation): relative importance times the activation
+    norm to the power a, one threshold per matrix (`<=`), or N:M per row."""
+    W = m.weight.data
+    A = torch.abs(W)
+    metric = (A / torch.sum(A, dim=0) + A / torch.sum(A, dim=1).reshape(-1, 1)) \
+        * torch.sqrt(scaler.reshape((1, -1))) ** exponent
+    if prune_n:
+        mask = nm_mask(metric)
+    else:
+        thresh = torch.sort(metric.flatten())[0][int(W.shape[0] * W.shape[1] * a.sparsity)]
+        mask = metric <= thresh
+    W[mask] = 0
+
+
 def magnitude_prune(m):
     """locuslab/wanda `prune_magnitude`: one threshold per matrix (`<=`), or N:M per row."""
     W = m.weight.data
@@ -148,7 +171,7 @@ def magnitude_prune(m):
 
 def sparsegpt_prune(m, H, blocksize=128, percdamp=0.01):
     """SparseGPT's `fasterprune` (IST-DASLab/sparsegpt f5c2500, as locuslab/wanda vendors it)."""
-    W = m.weight.data.clone().float()
+    W = m.weight.data.clone().to(STAT_DT)
     rows, cols = W.shape
     H = H.clone()
     dead = torch.diag(H) == 0
@@ -199,16 +222,17 @@ with torch.no_grad():
                 outs[j] = run_layer(layer, inps[j])
             inps, outs = outs, inps
             continue
-        stats = {n: (torch.zeros(m.weight.shape[1]) if a.method == "wanda"
-                     else torch.zeros(m.weight.shape[1], m.weight.shape[1])) for n, m in subset.items()}
+        stats = {n: (torch.zeros(m.weight.shape[1], dtype=STAT_DT) if a.method in ("wanda", "ria")
+                     else torch.zeros(m.weight.shape[1], m.weight.shape[1], dtype=STAT_DT))
+                 for n, m in subset.items()}
         seen = {n: 0 for n in subset}
 
         def hook(n):
             def add_batch(_module, inputs, _output):
-                x = inputs[0].reshape(-1, inputs[0].shape[-1]).t().float()
+                x = inputs[0].reshape(-1, inputs[0].shape[-1]).t().to(STAT_DT)
                 stats[n] *= seen[n] / (seen[n] + 1)
                 seen[n] += 1
-                if a.method == "wanda":
+                if a.method in ("wanda", "ria"):
                     stats[n] += torch.norm(x, p=2, dim=1) ** 2 / seen[n]
                 else:
                     x = math.sqrt(2 / seen[n]) * x
@@ -223,6 +247,8 @@ with torch.no_grad():
         for n, m in subset.items():
             if a.method == "wanda":
                 wanda_prune(m, stats[n])
+            elif a.method == "ria":
+                ria_prune(m, stats[n])
             else:
                 sparsegpt_prune(m, stats[n])
         for j in range(a.nsamples):
