@@ -48,6 +48,9 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--sparsity", type=float, default=0.5)
 p.add_argument("--method", choices=["wanda", "magnitude", "sparsegpt", "ria"], default="wanda")
 p.add_argument("--pattern", default="unstructured", help="`unstructured` or N:M, e.g. 2:4")
+p.add_argument("--ria-reallocation", action="store_true",
+               help="ria with N:M: the reference's `--reallocation` (zig-zag channel permutation, "
+               "without its LSA refinement)")
 p.add_argument("--save-pruned", help="write the pruned linears here (safetensors, HF names, f32)")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
@@ -149,7 +152,18 @@ def ria_prune(m, scaler, exponent=0.5):
     A = torch.abs(W)
     metric = (A / torch.sum(A, dim=0) + A / torch.sum(A, dim=1).reshape(-1, 1)) \
         * torch.sqrt(scaler.reshape((1, -1))) ** exponent
-    if prune_n:
+    if prune_n and a.ria_reallocation:
+        # Columns sorted by summed score, cut into prune_m chunks, dealt into the groups with
+        # every other chunk reversed; the mask is found on the permuted columns, mapped back.
+        cols = metric.shape[1]
+        order = torch.sort(torch.sum(metric, dim=0))[1]
+        index = torch.zeros_like(order)
+        for c in range(prune_m):
+            chunk = order[int(cols * c / prune_m):int(cols * (c + 1) / prune_m)]
+            index[c::prune_m] = chunk if c % 2 == 0 else chunk.flip(0)
+        mask = torch.zeros_like(metric, dtype=torch.bool)
+        mask[:, index] = nm_mask(metric[:, index])
+    elif prune_n:
         mask = nm_mask(metric)
     else:
         thresh = torch.sort(metric.flatten())[0][int(W.shape[0] * W.shape[1] * a.sparsity)]

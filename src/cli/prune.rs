@@ -40,6 +40,10 @@ pub struct PruneArgs {
     /// Wanda's per-row adaptive threshold (the reference's `--use_variant`).
     #[arg(long)]
     pub use_variant: bool,
+    /// RIA with N:M: groups over importance-reallocated input channels (the reference's
+    /// `--reallocation`).
+    #[arg(long)]
+    pub channel_permutation: bool,
     /// Calibration text (windows are drawn from it at seeded random offsets).
     #[arg(long)]
     pub calib_text: Option<PathBuf>,
@@ -127,6 +131,9 @@ impl PruneArgs {
         }
         if self.use_variant {
             prune["use_variant"] = true.into();
+        }
+        if self.channel_permutation {
+            prune["channel_permutation"] = true.into();
         }
         let mut pipeline = serde_json::json!({
             "name": PIPELINE_NAME,

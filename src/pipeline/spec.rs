@@ -563,6 +563,10 @@ pub struct PruneOptions {
     /// (unstructured Wanda only).
     #[serde(default)]
     pub use_variant: bool,
+    /// RIA's channel permutation for N:M (the reference's `--reallocation`): the groups of M
+    /// are formed over input channels reordered by importance (RIA with an N:M pattern only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub channel_permutation: bool,
 }
 
 impl PruneOptions {
@@ -1353,7 +1357,16 @@ mod tests {
     fn option_names_come_from_the_schema() {
         let mut names = StageKind::Prune.option_names();
         names.sort();
-        assert_eq!(names, ["method", "pattern", "sparsity", "use_variant"]);
+        assert_eq!(
+            names,
+            [
+                "channel_permutation",
+                "method",
+                "pattern",
+                "sparsity",
+                "use_variant"
+            ]
+        );
         assert!(StageKind::Load.option_names().is_empty());
     }
 

@@ -120,7 +120,10 @@ impl<B: Backend> LayerStats<B> {
 /// - `flat`: `[rows, width]` → `[1, width]`
 fn column_sum_sq<B: Backend>(flat: Tensor<B, 2>) -> Tensor<B, 2> {
     let [rows, width] = flat.dims();
-    let block = (1..=64).rev().find(|b| rows % b == 0).unwrap_or(1);
+    let block = (1..=64)
+        .rev()
+        .find(|&b| rows.is_multiple_of(b))
+        .unwrap_or(1);
     flat.square()
         .reshape([rows / block, block, width])
         .sum_dim(1)
@@ -213,7 +216,7 @@ pub fn prune_model<B: Backend>(
                 Method::Ria => {
                     let mut norms = InputNorms::new(dims[0]);
                     norms.add_sum_sq(sums, samples, tokens)?;
-                    prune_ria(w, dims, &norms, sparsity).map(|_| ())
+                    prune_ria(w, dims, &norms, sparsity, options.channel_permutation).map(|_| ())
                 }
                 Method::Sparsegpt => {
                     let mut h = Hessian::new(dims[0]);

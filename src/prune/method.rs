@@ -76,6 +76,9 @@ pub struct MethodOptions {
     pub use_variant: bool,
     /// SparseGPT: block size and dampening.
     pub sparsegpt: SparseGptOptions,
+    /// RIA with N:M: form the groups over importance-reallocated input channels (the
+    /// reference's `--reallocation`).
+    pub channel_permutation: bool,
 }
 
 #[cfg(test)]

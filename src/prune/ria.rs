@@ -64,9 +64,39 @@ pub fn ria_scores(
     Ok(scores)
 }
 
+/// The reference's channel reallocation for N:M (`--reallocation`, without its optional linear
+/// sum assignment): input channels sorted by their summed score (ascending) are cut into `m`
+/// equal chunks, and permuted position `g · m + c` takes element `g` of chunk `c`, counted from
+/// the front for even `c` and from the back for odd `c` (a zig-zag), so every group of `m`
+/// permuted channels mixes channels of every importance band. Returns the input channel at each
+/// permuted position.
+///
+/// # Shapes
+/// - `scores`: `[in, out]`, `dims = [in, out]` with `in % m == 0` → `[in]`
+pub fn reallocation_order(scores: &[f32], dims: [usize; 2], m: usize) -> Vec<usize> {
+    let [in_features, out_features] = dims;
+    let importance: Vec<f64> = scores
+        .chunks_exact(out_features.max(1))
+        .map(|row| row.iter().map(|&s| f64::from(s)).sum())
+        .collect();
+    let mut sorted: Vec<usize> = (0..in_features).collect();
+    sorted.sort_by(|&a, &b| importance[a].total_cmp(&importance[b]).then(a.cmp(&b)));
+    let groups = in_features / m.max(1);
+    let mut order = vec![0usize; in_features];
+    for (c, chunk) in sorted.chunks_exact(groups.max(1)).take(m).enumerate() {
+        for g in 0..groups {
+            let pick = if c % 2 == 0 { g } else { groups - 1 - g };
+            order[g * m + c] = chunk[pick];
+        }
+    }
+    order
+}
+
 /// The RIA mask: the per-matrix threshold of [`matrix_threshold_mask`] for an unstructured ratio
 /// (every score `≤` the `int(numel × ratio)`-th smallest is pruned, ties included, as the
-/// reference's `W_metric <= thresh`), [`nm_mask`] for N:M.
+/// reference's `W_metric <= thresh`), [`nm_mask`] for N:M — over the channels in
+/// [`reallocation_order`] when `channel_permutation` is set (N:M only; the weights stay where
+/// they are, only the groups change).
 ///
 /// # Shapes
 /// - `weight`: `[in, out]`, `dims = [in, out]`, `norms.in_features() == in` → mask `[in, out]`
@@ -75,6 +105,7 @@ pub fn ria_mask(
     dims: [usize; 2],
     norms: &InputNorms,
     sparsity: Sparsity,
+    channel_permutation: bool,
 ) -> Result<Vec<bool>, PruneError> {
     if norms.nsamples() == 0 {
         return Err(PruneError::NoSamples {
@@ -84,6 +115,21 @@ pub fn ria_mask(
     let scores = ria_scores(weight, dims, &norms.scaler_row(), DEFAULT_EXPONENT)?;
     match sparsity {
         Sparsity::Unstructured { ratio } => matrix_threshold_mask(&scores, dims, ratio),
+        Sparsity::NM { n, m } if channel_permutation && dims[0].is_multiple_of(m) => {
+            let width = dims[1];
+            let order = reallocation_order(&scores, dims, m);
+            let permuted: Vec<f32> = order
+                .iter()
+                .flat_map(|&i| scores[i * width..(i + 1) * width].iter().copied())
+                .collect();
+            let permuted_mask = nm_mask(&permuted, dims, n, m)?;
+            let mut mask = vec![false; scores.len()];
+            for (p, &i) in order.iter().enumerate() {
+                mask[i * width..(i + 1) * width]
+                    .copy_from_slice(&permuted_mask[p * width..(p + 1) * width]);
+            }
+            Ok(mask)
+        }
         Sparsity::NM { n, m } => nm_mask(&scores, dims, n, m),
     }
 }
@@ -97,8 +143,9 @@ pub fn prune_ria(
     dims: [usize; 2],
     norms: &InputNorms,
     sparsity: Sparsity,
+    channel_permutation: bool,
 ) -> Result<usize, PruneError> {
-    let mask = ria_mask(weight, dims, norms, sparsity)?;
+    let mask = ria_mask(weight, dims, norms, sparsity, channel_permutation)?;
     apply_mask(weight, &mask)
 }
 
@@ -146,7 +193,14 @@ mod tests {
         let mut norms = InputNorms::new(2);
         norms.add_sum_sq(&[16.0, 81.0], 1, 4).unwrap();
         let w = [1.0f32, -2.0, 1.0, 3.0, 0.0, -1.0];
-        let mask = ria_mask(&w, [2, 3], &norms, Sparsity::Unstructured { ratio: 0.5 }).unwrap();
+        let mask = ria_mask(
+            &w,
+            [2, 3],
+            &norms,
+            Sparsity::Unstructured { ratio: 0.5 },
+            false,
+        )
+        .unwrap();
         assert_eq!(mask, [true, false, true, false, true, true]);
     }
 
@@ -160,8 +214,37 @@ mod tests {
         let mut norms = InputNorms::new(4);
         norms.add_sum_sq(&[1.0; 4], 1, 1).unwrap();
         let w = [1.0f32, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 1.0];
-        let mask = ria_mask(&w, [4, 2], &norms, Sparsity::NM { n: 2, m: 4 }).unwrap();
+        let mask = ria_mask(&w, [4, 2], &norms, Sparsity::NM { n: 2, m: 4 }, false).unwrap();
         assert_eq!(mask, [true, true, false, false, true, false, false, true]);
+    }
+
+    #[test]
+    fn reallocation_zig_zags_through_the_importance_chunks() {
+        // [in = 8, out = 1]: importance = the score itself. Ascending: inputs 1 5 3 7 0 6 2 4;
+        // 2 groups, chunks [1 5] [3 7] [0 6] [2 4]; chunks 1 and 3 are read back to front.
+        let scores = [5.0f32, 1.0, 7.0, 3.0, 8.0, 2.0, 6.0, 4.0];
+        assert_eq!(
+            reallocation_order(&scores, [8, 1], 4),
+            [1, 7, 0, 4, 5, 3, 6, 2]
+        );
+    }
+
+    #[test]
+    fn channel_permutation_forms_the_n_m_groups_across_importance_bands() {
+        // One output channel, weights 1…8, all norms 1: scores rise with the input index.
+        // Plain 2:4 prunes the two lowest of inputs 0–3 and of 4–7. Permuted, the groups are
+        // inputs [0 3 4 7] and [1 2 5 6], and the four lowest inputs go.
+        let mut norms = InputNorms::new(8);
+        norms.add_sum_sq(&[1.0; 8], 1, 1).unwrap();
+        let w: Vec<f32> = (1..=8).map(|v| v as f32).collect();
+        let nm = Sparsity::NM { n: 2, m: 4 };
+        let plain = ria_mask(&w, [8, 1], &norms, nm, false).unwrap();
+        assert_eq!(plain, [true, true, false, false, true, true, false, false]);
+        let permuted = ria_mask(&w, [8, 1], &norms, nm, true).unwrap();
+        assert_eq!(
+            permuted,
+            [true, true, true, true, false, false, false, false]
+        );
     }
 
     #[test]
@@ -170,7 +253,7 @@ mod tests {
         let empty = InputNorms::new(2);
         let sparsity = Sparsity::Unstructured { ratio: 0.5 };
         assert!(matches!(
-            ria_mask(&w, [2, 3], &empty, sparsity),
+            ria_mask(&w, [2, 3], &empty, sparsity, false),
             Err(PruneError::NoSamples { .. })
         ));
         assert!(matches!(

@@ -335,6 +335,24 @@ pub(super) fn check_stage_options(
                         fix: "remove `use_variant`, or use `method: wanda`".into(),
                     },
                 });
+            } else if p.channel_permutation
+                && (p.method != spec::Method::Ria || p.pattern == Pattern::Unstructured)
+            {
+                problems.push(Diagnostic {
+                    origin: at("channel_permutation"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.channel_permutation"),
+                        reason: format!(
+                            "the permutation regroups RIA's N:M groups, and this stage prunes by \
+                             `{}` with pattern `{}`",
+                            p.method.name(),
+                            p.pattern
+                        ),
+                        fix: "remove `channel_permutation`, or use `method: ria` with an N:M \
+                              pattern"
+                            .into(),
+                    },
+                });
             } else if p.use_variant && p.pattern != Pattern::Unstructured {
                 problems.push(Diagnostic {
                     origin: at("use_variant"),
