@@ -44,6 +44,10 @@ pub struct PruneArgs {
     /// `--reallocation`).
     #[arg(long)]
     pub channel_permutation: bool,
+    /// Leave these linears dense: a glob over their Hugging Face paths (`*`, `?`), e.g.
+    /// `model.layers.0.self_attn.*`; repeat the flag for more.
+    #[arg(long, value_name = "GLOB")]
+    pub skip: Vec<String>,
     /// Calibration text (windows are drawn from it at seeded random offsets).
     #[arg(long)]
     pub calib_text: Option<PathBuf>,
@@ -134,6 +138,9 @@ impl PruneArgs {
         }
         if self.channel_permutation {
             prune["channel_permutation"] = true.into();
+        }
+        if !self.skip.is_empty() {
+            prune["skip"] = self.skip.clone().into();
         }
         let mut pipeline = serde_json::json!({
             "name": PIPELINE_NAME,

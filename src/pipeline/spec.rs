@@ -567,6 +567,10 @@ pub struct PruneOptions {
     /// are formed over input channels reordered by importance (RIA with an N:M pattern only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub channel_permutation: bool,
+    /// Linears left dense, as globs over their Hugging Face paths (`*` any run, `?` one
+    /// character), e.g. `model.layers.0.self_attn.*`. The reported sparsity counts them as dense.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip: Vec<String>,
 }
 
 impl PruneOptions {
@@ -1363,6 +1367,7 @@ mod tests {
                 "channel_permutation",
                 "method",
                 "pattern",
+                "skip",
                 "sparsity",
                 "use_variant"
             ]

@@ -18,6 +18,7 @@ use serde::Serialize;
 use super::magnitude::prune_magnitude;
 use super::report::MatrixSparsity;
 use super::ria::prune_ria;
+use super::skip::{check_skip, glob_matches, linear_path};
 use super::sparsegpt::{prune_sparsegpt, Hessian};
 use super::wanda::{prune_wanda, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
@@ -151,7 +152,10 @@ pub fn prune_model<B: Backend>(
     if !method.needs_calibration() {
         for i in 0..layers {
             let mut layer = model.layer(i)?.into_owned();
-            prune_layer(&mut layer, |w, dims, _| {
+            if i == 0 {
+                check_skip_against(&options.skip, layers, &layer)?;
+            }
+            prune_layer(&mut layer, i, &options.skip, |w, dims, _| {
                 prune_magnitude(w, dims, sparsity).map(|_| ())
             })?;
             model.set_layer(i, layer)?;
@@ -184,6 +188,9 @@ pub fn prune_model<B: Backend>(
     let gram = method == Method::Sparsegpt;
     for i in 0..layers {
         let mut layer = model.layer(i)?.into_owned();
+        if i == 0 {
+            check_skip_against(&options.skip, layers, &layer)?;
+        }
         let mut stats = LayerStats::<B>::new(gram);
         for x in &inputs {
             let [b, s, _] = x.dims();
@@ -203,7 +210,7 @@ pub fn prune_model<B: Backend>(
             .into_iter()
             .map(|(k, t)| (k, to_host_f32(t)))
             .collect();
-        prune_layer(&mut layer, |w, dims, input| {
+        prune_layer(&mut layer, i, &options.skip, |w, dims, input| {
             let sums = host.get(&input).ok_or(PruneError::NoSamples {
                 what: "layer input statistics",
             })?;
@@ -236,14 +243,30 @@ pub fn prune_model<B: Backend>(
     measure(model)
 }
 
-/// Prunes the seven linears of one layer with `prune(weight, [in, out], input)`; all weights
-/// are pruned on the host first and stored back only when every one succeeded.
+/// [`check_skip`] with the linears of `layer`, one of the model's `layers` layers.
+fn check_skip_against<B: Backend>(
+    skip: &[String],
+    layers: usize,
+    layer: &DecoderLayer<B>,
+) -> Result<(), PruneError> {
+    check_skip(skip, layers, &layer.linears().map(|(name, _, _)| name))
+}
+
+/// Prunes the linears of layer `index` with `prune(weight, [in, out], input)`, except those a
+/// `skip` pattern names; all weights are pruned on the host first and stored back only when
+/// every one succeeded.
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
+    index: usize,
+    skip: &[String],
     mut prune: impl FnMut(&mut [f32], [usize; 2], LinearInput) -> Result<(), PruneError>,
 ) -> Result<(), PruneError> {
     let mut pruned = Vec::with_capacity(7);
     for (name, input, linear) in layer.linears() {
+        let path = linear_path(index, name);
+        if skip.iter().any(|pattern| glob_matches(pattern, &path)) {
+            continue;
+        }
         let (mut w, dims) = host_weight(linear.weight.val());
         prune(&mut w, dims, input)?;
         pruned.push((name, w, dims, linear.weight.val().device()));

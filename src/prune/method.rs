@@ -69,8 +69,8 @@ impl FromStr for Method {
     }
 }
 
-/// The options that tune a method; each method reads its own.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// The options that tune a method (each method reads its own) and the linears it leaves alone.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct MethodOptions {
     /// Wanda: the reference's `--use_variant` (per-row adaptive threshold).
     pub use_variant: bool,
@@ -79,6 +79,8 @@ pub struct MethodOptions {
     /// RIA with N:M: form the groups over importance-reallocated input channels (the
     /// reference's `--reallocation`).
     pub channel_permutation: bool,
+    /// Linears left dense, as globs over their HF paths (see [`super::skip`]).
+    pub skip: Vec<String>,
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod method;
 pub mod pattern;
 pub mod report;
 pub mod ria;
+pub mod skip;
 pub mod sparsegpt;
 pub mod wanda;
 
@@ -121,6 +122,14 @@ pub enum PruneError {
         what: &'static str,
         /// Flat index of the first offending value.
         index: usize,
+    },
+    /// A `skip` pattern that names no linear of the model.
+    #[error("skip pattern `{pattern}` matches no linear of this model; linears are named like `{example}`")]
+    SkipMatchesNothing {
+        /// The pattern as given.
+        pattern: String,
+        /// The path of one linear, to show the form.
+        example: String,
     },
     /// Statistics were used before any calibration batch was added.
     #[error("no calibration batch was added; the {what} is empty")]

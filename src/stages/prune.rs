@@ -23,6 +23,7 @@ pub(super) fn run<B: Backend>(
     let method_options = MethodOptions {
         use_variant: options.use_variant,
         channel_permutation: options.channel_permutation,
+        skip: options.skip.clone(),
         ..MethodOptions::default()
     };
     let sparsity = Sparsity::from_pattern(options.pattern, options.sparsity.unwrap_or(0.0))?;

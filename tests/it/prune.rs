@@ -8,7 +8,7 @@ use wanda::prune::layerwise::{measure, prune_model};
 use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::wanda::{wanda_mask, InputNorms};
 use wanda::prune::Sparsity;
-use wanda::prune::{Method, MethodOptions};
+use wanda::prune::{Method, MethodOptions, PruneError};
 
 use crate::common::{logits, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B};
 
@@ -190,6 +190,69 @@ fn at_70_percent_layer_one_is_scored_on_the_pruned_layer_zero_outputs() {
         .map(|(a, b)| *a == 0.0 && *b != 0.0)
         .collect();
     assert_eq!(got, from_pruned);
+}
+
+#[test]
+fn skipped_linears_stay_dense_and_a_pattern_naming_nothing_is_refused() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    let dense = tiny_model(&config, 2);
+    let mut model = tiny_model(&config, 2);
+    let options = MethodOptions {
+        skip: vec!["model.layers.0.self_attn.*".into(), "*.down_proj".into()],
+        ..MethodOptions::default()
+    };
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let report = prune_model(
+        &mut model,
+        Method::Wanda,
+        &options,
+        sparsity,
+        &windows(),
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    let mut skipped = 0;
+    for (path, r) in &report.per_linear {
+        let (layer, name) = path
+            .strip_prefix("model.layers.")
+            .and_then(|rest| rest.split_once('.'))
+            .unwrap();
+        let layer: usize = layer.parse().unwrap();
+        let (now, _) = weights(&model, layer, name);
+        let (before, _) = weights(&dense, layer, name);
+        if (layer == 0 && name.starts_with("self_attn.")) || name == "mlp.down_proj" {
+            assert_eq!(now, before, "{path} must stay dense");
+            skipped += 1;
+        } else {
+            assert!(r.zeros * 2 >= r.total, "{path} must be pruned: {r:?}");
+        }
+    }
+    // Four attention linears of layer 0 and the down_proj of both layers.
+    assert_eq!(skipped, 6);
+    let typo = MethodOptions {
+        skip: vec!["model.layers.9.*".into()],
+        ..MethodOptions::default()
+    };
+    let mut untouched = tiny_model(&config, 2);
+    let err = prune_model(
+        &mut untouched,
+        Method::Magnitude,
+        &typo,
+        sparsity,
+        &[],
+        2,
+        |_, _| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, PruneError::SkipMatchesNothing { pattern, .. } if pattern == "model.layers.9.*"),
+        "{err}"
+    );
+    assert_eq!(
+        weights(&untouched, 0, "mlp.up_proj"),
+        weights(&dense, 0, "mlp.up_proj")
+    );
 }
 
 #[test]
