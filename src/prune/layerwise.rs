@@ -279,3 +279,51 @@ fn prune_layer<B: Backend>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+
+    use super::*;
+
+    /// The backend-generic sums (used where the fused kernel is not) after a massive first row:
+    /// within 2e-6 of the exact sums, where one f32 running sum drifts past 1e-5 (issue 22).
+    #[test]
+    fn blocked_column_sums_survive_a_massive_row() {
+        let (rows, width) = (4096, 24);
+        let values: Vec<f32> = (0..rows * width)
+            .map(|i| {
+                let v = ((i * 7919) % 1000) as f32 / 997.0 - 0.5;
+                if i < width {
+                    v * 4096.0
+                } else {
+                    v
+                }
+            })
+            .collect();
+        let exact: Vec<f64> = (0..width)
+            .map(|c| {
+                (0..rows)
+                    .map(|r| f64::from(values[r * width + c]).powi(2))
+                    .sum()
+            })
+            .collect();
+        let relative = |sums: &[f32]| {
+            sums.iter()
+                .zip(&exact)
+                .map(|(&s, &e)| ((f64::from(s) - e) / e).abs())
+                .fold(0.0f64, f64::max)
+        };
+        let x = Tensor::<NdArray<f32>, 2>::from_data(
+            TensorData::new(values, [rows, width]),
+            &Default::default(),
+        );
+        let running: Vec<f32> = x.clone().square().sum_dim(0).into_data().to_vec().unwrap();
+        assert!(
+            relative(&running) > 1e-5,
+            "the input must defeat a running sum"
+        );
+        let blocked: Vec<f32> = column_sum_sq(x).into_data().to_vec().unwrap();
+        assert!(relative(&blocked) < 2e-6, "{}", relative(&blocked));
+    }
+}
