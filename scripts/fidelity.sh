@@ -44,7 +44,7 @@ w, t = json.load(open(f"{out}/w.json")), json.load(open(f"{out}/t.json"))
 pw, pt = w["perplexity"]["perplexity"], t["perplexity"]
 print(f"| {cell} | {pw:.4f} | {pt:.4f} | {pw / pt - 1:+.2e} | {w['prune_seconds']:.1f} | "
       f"{t['prune_seconds']:.1f} | {w['peak_rss_bytes'] / 2**30:.2f} | {t['peak_rss_bytes'] / 2**30:.2f} |")
-if w["calibration"]["offsets"] != t["calibration_offsets"]:
+if w["calibration"] and w["calibration"]["offsets"] != t["calibration_offsets"]:
     sys.exit(f"{cell}: the calibration offsets differ")
 PY
 done
