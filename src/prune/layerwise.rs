@@ -291,23 +291,7 @@ mod tests {
     #[test]
     fn blocked_column_sums_survive_a_massive_row() {
         let (rows, width) = (4096, 24);
-        let values: Vec<f32> = (0..rows * width)
-            .map(|i| {
-                let v = ((i * 7919) % 1000) as f32 / 997.0 - 0.5;
-                if i < width {
-                    v * 4096.0
-                } else {
-                    v
-                }
-            })
-            .collect();
-        let exact: Vec<f64> = (0..width)
-            .map(|c| {
-                (0..rows)
-                    .map(|r| f64::from(values[r * width + c]).powi(2))
-                    .sum()
-            })
-            .collect();
+        let (values, exact) = crate::model::kernels::massive_first_row(rows, width);
         let relative = |sums: &[f32]| {
             sums.iter()
                 .zip(&exact)

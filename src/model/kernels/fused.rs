@@ -950,24 +950,8 @@ mod tests {
     #[test]
     fn column_sum_sq_is_exact_after_a_massive_row() {
         let (rows, width) = (4096, COLUMN_BLOCK + 21);
-        let values: Vec<f32> = (0..rows * width)
-            .map(|i| {
-                let v = ((i * 7919) % 1000) as f32 / 997.0 - 0.5;
-                if i < width {
-                    v * 4096.0
-                } else {
-                    v
-                }
-            })
-            .collect();
-        let exact: Vec<f32> = (0..width)
-            .map(|c| {
-                let s: f64 = (0..rows)
-                    .map(|r| f64::from(values[r * width + c]).powi(2))
-                    .sum();
-                s as f32
-            })
-            .collect();
+        let (values, exact) = crate::model::kernels::massive_first_row(rows, width);
+        let exact: Vec<f32> = exact.into_iter().map(|s| s as f32).collect();
         let running: Vec<f32> = (0..width)
             .map(|c| (0..rows).map(|r| values[r * width + c].powi(2)).sum())
             .collect();

@@ -217,6 +217,31 @@ pub fn kernels<B: Backend>() -> &'static dyn Kernels<B> {
     }
 }
 
+/// Test input for column sums of squares: `rows × width` values in [-0.5, 0.5) whose first row
+/// is 4096× larger, as SmolLM2's MLP hidden is at position 0 (one f32 running sum drifts ~1e-4
+/// on it), and the exact sums of squares of its columns.
+#[cfg(test)]
+pub(crate) fn massive_first_row(rows: usize, width: usize) -> (Vec<f32>, Vec<f64>) {
+    let values: Vec<f32> = (0..rows * width)
+        .map(|i| {
+            let v = ((i * 7919) % 1000) as f32 / 997.0 - 0.5;
+            if i < width {
+                v * 4096.0
+            } else {
+                v
+            }
+        })
+        .collect();
+    let exact = (0..width)
+        .map(|c| {
+            (0..rows)
+                .map(|r| f64::from(values[r * width + c]).powi(2))
+                .sum()
+        })
+        .collect();
+    (values, exact)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
