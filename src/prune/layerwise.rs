@@ -215,15 +215,15 @@ pub fn prune_model<B: Backend>(
                 what: "layer input statistics",
             })?;
             match method {
-                Method::Wanda => {
+                Method::Wanda | Method::Ria => {
                     let mut norms = InputNorms::new(dims[0]);
                     norms.add_sum_sq(sums, samples, tokens)?;
-                    prune_wanda(w, dims, &norms, sparsity, options.use_variant).map(|_| ())
-                }
-                Method::Ria => {
-                    let mut norms = InputNorms::new(dims[0]);
-                    norms.add_sum_sq(sums, samples, tokens)?;
-                    prune_ria(w, dims, &norms, sparsity, options.channel_permutation).map(|_| ())
+                    if method == Method::Wanda {
+                        prune_wanda(w, dims, &norms, sparsity, options.use_variant).map(|_| ())
+                    } else {
+                        prune_ria(w, dims, &norms, sparsity, options.channel_permutation)
+                            .map(|_| ())
+                    }
                 }
                 Method::Sparsegpt => {
                     let mut h = Hessian::new(dims[0]);

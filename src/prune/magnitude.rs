@@ -2,7 +2,7 @@
 //! a per-matrix threshold for unstructured sparsity and N:M groups otherwise, as the reference's
 //! `prune_magnitude`.
 
-use super::mask::{apply_mask, matrix_threshold_mask, nm_mask};
+use super::mask::{apply_mask, matrix_threshold_or_nm_mask};
 use super::{check_shape, PruneError, Sparsity};
 
 /// `|W|`, elementwise.
@@ -13,8 +13,8 @@ pub fn magnitude_scores(weight: &[f32]) -> Vec<f32> {
     weight.iter().map(|w| w.abs()).collect()
 }
 
-/// The magnitude mask: [`matrix_threshold_mask`] of `|W|` for an unstructured ratio (so ties at
-/// the threshold are all pruned, see there), [`nm_mask`] of `|W|` for N:M.
+/// The magnitude mask, [`matrix_threshold_or_nm_mask`] of `|W|`: one threshold for the whole
+/// matrix for an unstructured ratio (so ties at the threshold are all pruned), N:M groups for N:M.
 ///
 /// # Shapes
 /// - `weight`: `[in, out]`, `dims = [in, out]` → mask `[in, out]`
@@ -24,11 +24,7 @@ pub fn magnitude_mask(
     sparsity: Sparsity,
 ) -> Result<Vec<bool>, PruneError> {
     check_shape("the weight", weight.len(), dims)?;
-    let scores = magnitude_scores(weight);
-    match sparsity {
-        Sparsity::Unstructured { ratio } => matrix_threshold_mask(&scores, dims, ratio),
-        Sparsity::NM { n, m } => nm_mask(&scores, dims, n, m),
-    }
+    matrix_threshold_or_nm_mask(&magnitude_scores(weight), dims, sparsity)
 }
 
 /// Prunes `weight` in place by magnitude and returns the number of weights it zeroed (weights

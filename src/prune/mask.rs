@@ -163,6 +163,22 @@ pub fn per_output_or_nm_mask(
     }
 }
 
+/// The mask of a per-matrix method (magnitude, RIA) for `sparsity`: [`matrix_threshold_mask`]
+/// for an unstructured ratio, [`nm_mask`] for N:M.
+///
+/// # Shapes
+/// - `scores`: `[in, out]`, `dims = [in, out]` → mask `[in, out]`
+pub fn matrix_threshold_or_nm_mask(
+    scores: &[f32],
+    dims: [usize; 2],
+    sparsity: Sparsity,
+) -> Result<Vec<bool>, PruneError> {
+    match sparsity {
+        Sparsity::Unstructured { ratio } => matrix_threshold_mask(scores, dims, ratio),
+        Sparsity::NM { n, m } => nm_mask(scores, dims, n, m),
+    }
+}
+
 /// Zeroes the weights where `mask` is true and returns how many it zeroed.
 ///
 /// # Shapes

@@ -9,7 +9,7 @@
 //! the score itself is f32. The reference computes the relative importance in the model's dtype
 //! (fp16 on its GPUs); here, as in the f32 PyTorch port it is checked against, it is f32.
 
-use super::mask::{apply_mask, matrix_threshold_mask, nm_mask};
+use super::mask::{apply_mask, matrix_threshold_or_nm_mask, nm_mask};
 use super::wanda::InputNorms;
 use super::{check_shape, PruneError, Sparsity};
 
@@ -92,9 +92,9 @@ pub fn reallocation_order(scores: &[f32], dims: [usize; 2], m: usize) -> Vec<usi
     order
 }
 
-/// The RIA mask: the per-matrix threshold of [`matrix_threshold_mask`] for an unstructured ratio
-/// (every score `≤` the `int(numel × ratio)`-th smallest is pruned, ties included, as the
-/// reference's `W_metric <= thresh`), [`nm_mask`] for N:M — over the channels in
+/// The RIA mask, [`matrix_threshold_or_nm_mask`] of the scores: for an unstructured ratio every
+/// score `≤` the `int(numel × ratio)`-th smallest is pruned, ties included, as the reference's
+/// `W_metric <= thresh`; [`nm_mask`] for N:M — over the channels in
 /// [`reallocation_order`] when `channel_permutation` is set (N:M only; the weights stay where
 /// they are, only the groups change).
 ///
@@ -114,7 +114,6 @@ pub fn ria_mask(
     }
     let scores = ria_scores(weight, dims, &norms.scaler_row(), DEFAULT_EXPONENT)?;
     match sparsity {
-        Sparsity::Unstructured { ratio } => matrix_threshold_mask(&scores, dims, ratio),
         Sparsity::NM { n, m } if channel_permutation && dims[0].is_multiple_of(m) => {
             let width = dims[1];
             let order = reallocation_order(&scores, dims, m);
@@ -130,7 +129,7 @@ pub fn ria_mask(
             }
             Ok(mask)
         }
-        Sparsity::NM { n, m } => nm_mask(&scores, dims, n, m),
+        _ => matrix_threshold_or_nm_mask(&scores, dims, sparsity),
     }
 }
 
