@@ -20,6 +20,33 @@ What it does, step by step, as the reference does:
 - evaluation: consecutive windows of `seqlen` tokens of the test text, next-token cross-entropy,
   perplexity = exp(mean NLL).
 
+Two layer-wise refinements can be put on top of wanda, magnitude or sparsegpt:
+
+- `--owl` (luuyin/OWL dddb7a4, `lib/prune_all.py: prune_wanda_outlier, prune_mag_outlier,
+  prune_sparsegpt_outlier`; unstructured only): a first pass over the DENSE model on the same
+  calibration samples pools the Wanda scores `|W| · sqrt(scaler_row)` of a layer's seven linears and
+  takes its outlier ratio `100 · count(score > M · mean) / numel` (`--owl-m`, default 5 as the paper
+  and README; the reference's argparse default is 3), propagating dense outputs. The ratios are
+  min-max scaled to [0, 2λ] (`--owl-lambda`, default 0.08) in numpy float64, shifted so the mean
+  density is 1 − sparsity; layer sparsity = 1 − density (`<= 0` → 0.01 for wanda and sparsegpt, no
+  clamp for magnitude, as the reference). The second pass is the method's ordinary sequential
+  pruning with each layer's own ratio. Adds `owl`, `owl_outlier_ratios` (percent per layer) and
+  `layer_sparsities` (the ratio each layer was pruned at) to the JSON.
+- `--dsnot` (zyxxmu/DSnoT 4c029df, `lib/prune.py: prune_DSnoT`; `--method` is its
+  `--initial_method`; unstructured or N:M): per linear, besides `scaler_row`, the running mean over
+  samples of the per-sample token sum of x and the token-weighted average of per-sample population
+  variances; the initial mask (per row, stable sort, for every `--method`, or N:M) is refined by up to
+  `--dsnot-cycles` (50) prune-and-grow swaps per output row, driven by the signed reconstruction
+  error `Σ_pruned W · sum_x`, until `|err| <= --dsnot-update-threshold` (0.1); regrowing is ordered
+  by `W · sum_x / var^p` (`--dsnot-var-power`, 1; 0 turns the division off), pruning by the Wanda
+  score split by the contribution's sign (`return_reorder_indice`); N:M swaps inside the regrown
+  weight's group and also requires the error to keep its initial sign. `--dsnot-layers attention`
+  (default, the reference's `--skip_layer mlp`) refines only q/k/v/o_proj, the MLP linears keep the
+  plain initial mask; `all` refines every linear. There is no SparseGPT weight update: sparsegpt
+  only gives the initial score `W² / diag(U)²` (U the upper Cholesky factor of the damped H⁻¹).
+  The reference never accumulates H at that commit (every score 0); here H is accumulated as for
+  `--method sparsegpt`. Adds `dsnot` (the settings) to the JSON.
+
 Prints one JSON object: load, prune and eval seconds, whole wall time, peak RSS, perplexity,
 calibration offsets.
 
@@ -31,6 +58,8 @@ calibration offsets.
         --eval-text ../shared/data/wikitext-2/wikitext2-raw-test.txt
 """
 import argparse, json, math, os, random, resource, time
+
+import numpy as np
 
 T_START = time.time()
 
@@ -57,7 +86,27 @@ p.add_argument("--threads", type=int, default=os.cpu_count())
 p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                help="compute everything (forward, statistics, pruning) in this precision; float64 "
                "shows what the cell gives without f32 rounding")
+p.add_argument("--owl", action="store_true",
+               help="OWL layer-wise sparsities (luuyin/OWL *_outlier), unstructured only")
+p.add_argument("--owl-m", type=float, default=5.0,
+               help="OWL outlier threshold M (× layer mean score); the paper/README value")
+p.add_argument("--owl-lambda", type=float, default=0.08, help="OWL λ: layer sparsities span 2λ")
+p.add_argument("--dsnot", action="store_true",
+               help="DSnoT prune-and-grow on the initial mask (zyxxmu/DSnoT prune_DSnoT)")
+p.add_argument("--dsnot-cycles", type=int, default=50, help="DSnoT --max_cycle_time")
+p.add_argument("--dsnot-update-threshold", type=float, default=0.1,
+               help="DSnoT --update_threshold: a row stops once |err| is not above it")
+p.add_argument("--dsnot-var-power", type=float, default=1.0,
+               help="DSnoT --pow_of_var_regrowing (0: no division by the variance)")
+p.add_argument("--dsnot-layers", choices=["attention", "all"], default="attention",
+               help="linears DSnoT refines: attention (the reference's --skip_layer mlp) or all")
 a = p.parse_args()
+if a.owl and a.pattern != "unstructured":
+    p.error("--owl is unstructured only (the reference's N:M ignores the OWL ratios)")
+if (a.owl or a.dsnot) and a.method == "ria":
+    p.error("--owl and --dsnot take --method wanda, magnitude or sparsegpt")
+if a.owl and a.dsnot:
+    p.error("--owl and --dsnot do not combine (no reference does)")
 DT = getattr(torch, a.dtype)
 # The reference accumulates statistics in f32 (`inp.type(torch.float32)`); float64 keeps f64.
 STAT_DT = torch.float64 if DT == torch.float64 else torch.float32
@@ -132,7 +181,7 @@ def nm_mask(metric):
     return mask
 
 
-def wanda_prune(m, scaler):
+def wanda_prune(m, scaler, ratio):
     """locuslab/wanda `prune_wanda`: |W| · sqrt(scaler_row), lowest per output row (stable)."""
     metric = torch.abs(m.weight.data) * torch.sqrt(scaler.reshape((1, -1)))
     if prune_n:
@@ -140,7 +189,7 @@ def wanda_prune(m, scaler):
     else:
         mask = torch.zeros_like(metric, dtype=torch.bool)
         order = torch.sort(metric, dim=-1, stable=True)[1]
-        mask.scatter_(1, order[:, :int(metric.shape[1] * a.sparsity)], True)
+        mask.scatter_(1, order[:, :int(metric.shape[1] * ratio)], True)
     m.weight.data[mask] = 0
 
 
@@ -171,19 +220,19 @@ def ria_prune(m, scaler, exponent=0.5):
     W[mask] = 0
 
 
-def magnitude_prune(m):
+def magnitude_prune(m, ratio):
     """locuslab/wanda `prune_magnitude`: one threshold per matrix (`<=`), or N:M per row."""
     W = m.weight.data
     metric = torch.abs(W)
     if prune_n:
         mask = nm_mask(metric)
     else:
-        thresh = torch.sort(metric.flatten())[0][int(W.numel() * a.sparsity)]
+        thresh = torch.sort(metric.flatten())[0][int(W.numel() * ratio)]
         mask = metric <= thresh
     W[mask] = 0
 
 
-def sparsegpt_prune(m, H, blocksize=128, percdamp=0.01):
+def sparsegpt_prune(m, H, ratio, blocksize=128, percdamp=0.01):
     """SparseGPT's `fasterprune` (IST-DASLab/sparsegpt f5c2500, as locuslab/wanda vendors it)."""
     W = m.weight.data.clone().to(STAT_DT)
     rows, cols = W.shape
@@ -205,7 +254,7 @@ def sparsegpt_prune(m, H, blocksize=128, percdamp=0.01):
         Hinv1 = Hinv[i1:i2, i1:i2]
         if prune_n == 0:
             tmp = W1 ** 2 / (torch.diag(Hinv1).reshape((1, -1))) ** 2
-            thresh = torch.sort(tmp.flatten())[0][int(tmp.numel() * a.sparsity)]
+            thresh = torch.sort(tmp.flatten())[0][int(tmp.numel() * ratio)]
             mask1 = tmp <= thresh
         else:
             mask1 = torch.zeros_like(W1) == 1
@@ -226,47 +275,237 @@ def sparsegpt_prune(m, H, blocksize=128, percdamp=0.01):
     m.weight.data = W.reshape(m.weight.shape).to(m.weight.data.dtype)
 
 
-with torch.no_grad():
+class Stats:
+    """One linear's input statistics, updated per calibration sample as the references'
+    `add_batch` do: `scaler` = mean over samples of ‖x_j‖² (every method but magnitude), `H` = the
+    2/n-scaled Gram matrix (sparsegpt), and for DSnoT (zyxxmu/DSnoT `lib/layerwrapper.py`)
+    `sum` = mean over samples of the per-sample token sum of x_j, `var` = token-weighted running
+    average of the per-sample population variances of x_j (not the pooled variance)."""
+
+    def __init__(self, cols, scaler=False, gram=False, dsnot=False):
+        self.n = self.tokens = 0
+        self.scaler = torch.zeros(cols, dtype=STAT_DT) if scaler else None
+        self.H = torch.zeros(cols, cols, dtype=STAT_DT) if gram else None
+        self.sum = torch.zeros(cols, dtype=STAT_DT) if dsnot else None
+        self.var = torch.zeros(cols, dtype=STAT_DT) if dsnot else None
+
+    def add(self, x):
+        """x: one sample's inputs, [cols, tokens], STAT_DT."""
+        if self.var is not None:
+            t = x.shape[1]
+            v = torch.var(x, dim=1, unbiased=False, keepdim=True)
+            self.var = v if self.tokens == 0 else (self.var * self.tokens + v * t) / (self.tokens + t)
+            self.tokens += t
+        keep = self.n / (self.n + 1)
+        for s in (self.scaler, self.H, self.sum):
+            if s is not None:
+                s *= keep
+        self.n += 1
+        if self.scaler is not None:
+            self.scaler += torch.norm(x, p=2, dim=1) ** 2 / self.n
+        if self.sum is not None:
+            self.sum += torch.sum(x, dim=1) / self.n
+        if self.H is not None:
+            x = math.sqrt(2 / self.n) * x
+            self.H += x.matmul(x.t())
+
+
+def forward_all(layer, src, dst, stats=None):
+    """Every calibration sample through `layer` (one at a time), `stats` filled by forward hooks."""
+    handles = []
+    for n, st in (stats or {}).items():
+        def add_batch(_module, inputs, _output, st=st):
+            st.add(inputs[0].reshape(-1, inputs[0].shape[-1]).t().to(STAT_DT))
+        handles.append(layer.get_submodule(n).register_forward_hook(add_batch))
+    for j in range(a.nsamples):
+        dst[j] = run_layer(layer, src[j])
+    for h in handles:
+        h.remove()
+
+
+def owl_layer_sparsities():
+    """luuyin/OWL pass 1 (`prune_wanda_outlier` and its magnitude/sparsegpt twins): on the DENSE
+    model, per layer the Wanda scores of all seven linears pooled, the percentage strictly above
+    M × their mean (`check_outlier_mean`); dense outputs go to the next layer. Then the reference's
+    numpy float64 normalisation. Returns (outlier ratios %, per-layer sparsities)."""
+    global inps, outs
+    ratios = []
     for layer in layers:
+        stats = {n: Stats(layer.get_submodule(n).weight.shape[1], scaler=True) for n in LINEARS}
+        forward_all(layer, inps, outs, stats)
+        score = torch.cat([(torch.abs(layer.get_submodule(n).weight.data)
+                            * torch.sqrt(stats[n].scaler.reshape((1, -1)))).flatten() for n in LINEARS])
+        thresh = torch.mean(score) * a.owl_m
+        ratios.append(float((score > thresh).sum().item()) / score.numel() * 100)
+        # The reference runs the dense layer a second time to get its outputs; they are the same.
+        inps, outs = outs, inps
+    r = np.array(ratios)
+    r = (r - r.min()) * (1 / (r.max() - r.min()) * a.owl_lambda * 2)
+    r = r - np.mean(r) + (1 - a.sparsity)
+    sparsities = []
+    for density in r:
+        s = 1 - density
+        if s <= 0 and a.method != "magnitude":  # prune_mag_outlier has no clamp
+            s = 0.01
+        sparsities.append(s)
+    return ratios, sparsities
+
+
+def reorder_indices(v):
+    """DSnoT `return_reorder_indice`, per row of v: the positions of the negative entries
+    ascending, then a 0 for every exact zero, then the positions of the positive entries
+    descending."""
+    cols = v.shape[1]
+    pos = torch.arange(cols).expand(v.shape)
+    neg = torch.sort(torch.where(v < 0, pos, cols), dim=1)[0]
+    plus = torch.sort(torch.where(v > 0, pos, cols), dim=1)[0].flip(1)
+    return torch.where(neg == cols, 0, neg) + torch.where(plus == cols, 0, plus)
+
+
+def take(order, ptr, side):
+    """The entry of `order` (per row) at the pointer picked by `side` (0: the front one, moving
+    right; 1: the back one, moving left); that pointer moves on."""
+    at = ptr.gather(1, side)
+    ptr.scatter_(1, side, at + 1 - 2 * side)
+    return order.gather(1, at)
+
+
+def dsnot_prune(name, m, st):
+    """zyxxmu/DSnoT `prune_DSnoT` for one linear (its weights still dense, all statistics of the
+    layer taken before any of its linears was pruned). All rows move together, the same number
+    of cycles; a row whose `update` went False is frozen, but its pointers and mask writes go on
+    as in the reference."""
+    W = m.weight.data
+    rows, cols = W.shape
+    contrib = W * st.sum.reshape((1, -1))  # DSnoT_metric, signed
+    wanda = torch.abs(W) * torch.sqrt(st.scaler.reshape((1, -1)))
+    if a.method == "wanda":
+        init = wanda.clone()
+    elif a.method == "magnitude":
+        init = torch.abs(W)
+    else:
+        # SparseGPT's OBS saliency W² / diag(U)², U = upper Cholesky factor of the damped H⁻¹,
+        # as in the reference; but there H is never accumulated at 4c029df (every score 0, the
+        # mask "the first k columns"); here H is accumulated, which fixes that bug. No update.
+        Wf = W.clone().to(STAT_DT)
+        H = st.H.clone()
+        dead = torch.diag(H) == 0
+        H[dead, dead] = 1
+        Wf[:, dead] = 0
+        diag = torch.arange(cols)
+        H[diag, diag] += 0.01 * torch.mean(torch.diag(H))
+        H = torch.cholesky_inverse(torch.linalg.cholesky(H))
+        U = torch.linalg.cholesky(H, upper=True)
+        init = Wf ** 2 / (torch.diag(U).reshape((1, -1))) ** 2
+    skip = a.dsnot_layers == "attention" and name.split(".")[0] == "mlp"
+    mask = torch.zeros_like(W, dtype=torch.bool)
+    side_ptr = torch.zeros((rows, 2), dtype=torch.long)
+    if prune_n and skip:
+        mask = nm_mask(init)
+    elif prune_n:
+        # The reference sorts each group with torch.sort (not stable); ties go to the lower index.
+        for ii in range(0, cols, prune_m):
+            group = torch.sort(init[:, ii:ii + prune_m].to(STAT_DT), dim=1, stable=True)[1]
+            mask.scatter_(1, ii + group[:, :prune_n], True)
+    else:
+        k = int(cols * a.sparsity)
+        order = torch.sort(init, dim=-1, stable=True)[1]
+        mask.scatter_(1, order[:, :k], True)
+    if skip:
+        W[mask] = 0
+        return
+    # Reconstruction error per row: the summed contribution of the pruned weights.
+    grow = contrib.clone()
+    grow[~mask] = 0
+    err = torch.sum(grow, dim=1, keepdim=True)
+    sign0 = torch.sign(err)
+    if a.dsnot_var_power:
+        grow /= torch.pow(st.var.reshape((1, -1)), a.dsnot_var_power)
+    grow_order = torch.sort(grow, dim=1, stable=True)[1]
+    grow_ptr = side_ptr.clone()
+    grow_ptr[:, 1] = cols - 1
+    update = torch.ones((rows, 1), dtype=torch.bool)
+    zero = torch.zeros((rows, 1), dtype=contrib.dtype)
+    if prune_n:
+        # Swaps stay in the regrown weight's group: the kept weight of lowest initial score goes
+        # (pruned and already swapped ones sit at +inf; ties to the lower index).
+        cand = init.clone()
+        cand[mask] = float("inf")
+        top = torch.max(cand, dim=1, keepdim=True)[0] + 1
+        offsets = torch.arange(prune_m).reshape((1, -1))
+        cycle = 1
+        while not (torch.all(~update) or cycle > a.dsnot_cycles):
+            cycle += 1
+            side = (err > 0).long()
+            gcol = take(grow_order, grow_ptr, side)
+            gm = contrib.gather(1, gcol)
+            start = gcol - gcol % prune_m
+            pcol = start + torch.argmin(cand.gather(1, start + offsets), dim=1, keepdim=True)
+            pm = contrib.gather(1, pcol)
+            update = update & (sign0 == torch.sign(err + pm - gm)) \
+                & (torch.abs(err) > a.dsnot_update_threshold)
+            cand.scatter_(1, pcol, top)
+            mask.scatter_(1, pcol, update)
+            mask.scatter_(1, gcol, ~update)
+            err += torch.where(update, pm, zero)
+            err -= torch.where(update, gm, zero)
+    else:
+        # Pruning candidates: the kept weights by ascending Wanda score (whatever the initial
+        # method), negative contributions first, positive ones reversed at the end.
+        res = cols - int(cols * a.sparsity)
+        wm = wanda.clone()
+        wm[mask] = float("inf")
+        kept = torch.sort(wm, dim=1, stable=True)[1][:, :res]
+        prune_order = kept.gather(1, reorder_indices(contrib.gather(1, kept)))
+        prune_ptr = side_ptr.clone()
+        prune_ptr[:, 1] = res - 1
+        cycle = 0
+        while not (torch.all(~update) or cycle >= a.dsnot_cycles):
+            cycle += 1
+            gcol = take(grow_order, grow_ptr, (err > 0).long())
+            gm = contrib.gather(1, gcol)
+            pcol = take(prune_order, prune_ptr, (err < 0).long())
+            pm = contrib.gather(1, pcol)
+            # The reference's --without_same_sign is `type=bool`, always True: no sign check here.
+            update = update & (torch.abs(err) > a.dsnot_update_threshold)
+            mask.scatter_(1, pcol, update)
+            mask.scatter_(1, gcol, ~update)
+            err += torch.where(update, pm, zero)
+            err -= torch.where(update, gm, zero)
+    W[mask] = 0
+
+
+owl_ratios = layer_sparsities = None
+with torch.no_grad():
+    if a.owl:
+        # The reference recaptures the layer-0 inputs for pass 2 from the same samples; a copy is
+        # the same.
+        layer0 = inps.clone()
+        owl_ratios, layer_sparsities = owl_layer_sparsities()
+        inps = layer0
+    for i, layer in enumerate(layers):
+        ratio = layer_sparsities[i] if a.owl else a.sparsity
         subset = {n: layer.get_submodule(n) for n in LINEARS}
-        if a.method == "magnitude":
+        if a.method == "magnitude" and not a.dsnot:
             for m in subset.values():
-                magnitude_prune(m)
-            for j in range(a.nsamples):
-                outs[j] = run_layer(layer, inps[j])
+                magnitude_prune(m, ratio)
+            forward_all(layer, inps, outs)
             inps, outs = outs, inps
             continue
-        stats = {n: (torch.zeros(m.weight.shape[1], dtype=STAT_DT) if a.method in ("wanda", "ria")
-                     else torch.zeros(m.weight.shape[1], m.weight.shape[1], dtype=STAT_DT))
+        stats = {n: Stats(m.weight.shape[1], scaler=a.dsnot or a.method in ("wanda", "ria"),
+                          gram=a.method == "sparsegpt", dsnot=a.dsnot)
                  for n, m in subset.items()}
-        seen = {n: 0 for n in subset}
-
-        def hook(n):
-            def add_batch(_module, inputs, _output):
-                x = inputs[0].reshape(-1, inputs[0].shape[-1]).t().to(STAT_DT)
-                stats[n] *= seen[n] / (seen[n] + 1)
-                seen[n] += 1
-                if a.method in ("wanda", "ria"):
-                    stats[n] += torch.norm(x, p=2, dim=1) ** 2 / seen[n]
-                else:
-                    x = math.sqrt(2 / seen[n]) * x
-                    stats[n] += x.matmul(x.t())
-            return add_batch
-
-        handles = [subset[n].register_forward_hook(hook(n)) for n in subset]
-        for j in range(a.nsamples):
-            outs[j] = run_layer(layer, inps[j])
-        for h in handles:
-            h.remove()
+        forward_all(layer, inps, outs, stats)
         for n, m in subset.items():
-            if a.method == "wanda":
-                wanda_prune(m, stats[n])
+            if a.dsnot:
+                dsnot_prune(n, m, stats[n])
+            elif a.method == "wanda":
+                wanda_prune(m, stats[n].scaler, ratio)
             elif a.method == "ria":
-                ria_prune(m, stats[n])
+                ria_prune(m, stats[n].scaler)
             else:
-                sparsegpt_prune(m, stats[n])
-        for j in range(a.nsamples):
-            outs[j] = run_layer(layer, inps[j])
+                sparsegpt_prune(m, stats[n].H, ratio)
+        forward_all(layer, inps, outs)
         inps, outs = outs, inps
 prune_s = time.time() - t0
 
@@ -295,7 +534,7 @@ with torch.no_grad():
             logits[0, :-1].float(), w[0, 1:], reduction="sum").item()
 eval_s = time.time() - t0
 mean = nll / (n * (a.seqlen - 1))
-print(json.dumps({
+result = {
     "implementation": "pytorch", "method": a.method, "pattern": a.pattern,
     "sparsity_ratio": a.sparsity, "torch": torch.__version__, "threads": torch.get_num_threads(),
     "perplexity": float(torch.exp(torch.tensor(mean, dtype=torch.float64))), "mean_nll": mean,
@@ -304,4 +543,13 @@ print(json.dumps({
     "load_seconds": load_s, "prune_seconds": prune_s, "eval_seconds": eval_s,
     "wall_seconds": time.time() - T_START,
     "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-}))
+}
+if a.owl:
+    result["owl"] = {"m": a.owl_m, "lambda": a.owl_lambda}
+    result["owl_outlier_ratios"] = owl_ratios
+    result["layer_sparsities"] = [float(s) for s in layer_sparsities]
+if a.dsnot:
+    result["dsnot"] = {"initial_method": a.method, "cycles": a.dsnot_cycles,
+                       "update_threshold": a.dsnot_update_threshold,
+                       "var_power": a.dsnot_var_power, "layers": a.dsnot_layers}
+print(json.dumps(result))

@@ -92,6 +92,12 @@ pub struct EstimateArgs {
     /// Layer streaming: only the current layer's weights on the device.
     #[arg(long)]
     pub streaming: bool,
+    /// OWL's per-layer sparsity (`profile: owl`): its dense outlier pass runs first.
+    #[arg(long)]
+    pub owl: bool,
+    /// DSnoT refines the masks.
+    #[arg(long)]
+    pub dsnot: bool,
     /// The device to estimate for.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub target: DeviceKind,
@@ -160,6 +166,8 @@ impl EstimateArgs {
             calibration_text_bytes: file_bytes(self.calib_text.as_deref())?,
             eval_text_bytes: file_bytes(self.eval_text.as_deref())?,
             device,
+            owl: self.owl,
+            dsnot: self.dsnot,
         };
         let estimate = estimate_prune(&shape, &run);
         let (peak_stage, peak_bytes) = estimate.peak(Place::Device);
@@ -207,7 +215,7 @@ impl OnBackend for Probe {
             .with_context(|| format!("cannot load model `{origin}`"))?;
         measured.push(("load", log.checkpoint("load").peak_rss));
 
-        if method.needs_calibration() || args.calib_text.is_some() {
+        if method.needs_calibration() || args.owl || args.dsnot || args.calib_text.is_some() {
             let path = args
                 .calib_text
                 .as_ref()
@@ -221,6 +229,7 @@ impl OnBackend for Probe {
             probe_prune(
                 &loaded.model,
                 method,
+                &estimate.run.probe_options(),
                 &set.windows,
                 args.batch,
                 args.probe_layers,

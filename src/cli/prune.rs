@@ -18,7 +18,9 @@ use wanda::model::ModelRef;
 use wanda::pipeline::plan::{validate_source, Plan, ValidateOptions};
 use wanda::pipeline::record::RunRecord;
 use wanda::pipeline::runner::{self, RunOptions};
+use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::ModelSparsity;
+use wanda::prune::profile::{OwlOptions, Profile};
 use wanda::prune::{Method, Pattern, Sparsity};
 use wanda::stages::PipelineExecutor;
 
@@ -48,6 +50,31 @@ pub struct PruneArgs {
     /// `model.layers.0.self_attn.*`; repeat the flag for more.
     #[arg(long, value_name = "GLOB")]
     pub skip: Vec<String>,
+    /// How the sparsity is spread over decoder layers: `uniform`, `owl`, or a JSON list of
+    /// per-layer ratios (`[0.4,0.6,…]`) or map of layer ranges (`{"0-3":0.3,"4-29":0.55}`).
+    #[arg(long, default_value = "uniform")]
+    pub profile: String,
+    /// OWL's outlier multiple M (with `--profile owl`).
+    #[arg(long, default_value_t = 5.0)]
+    pub owl_m: f64,
+    /// OWL's ratio spread λ (with `--profile owl`).
+    #[arg(long, default_value_t = 0.08)]
+    pub owl_lambda: f64,
+    /// Refine the mask with DSnoT (wanda, magnitude or sparsegpt).
+    #[arg(long)]
+    pub dsnot: bool,
+    /// DSnoT's most prune-and-grow cycles.
+    #[arg(long, default_value_t = 50)]
+    pub dsnot_cycles: usize,
+    /// DSnoT stops an output channel at this |error|.
+    #[arg(long, default_value_t = 0.1)]
+    pub dsnot_update_threshold: f64,
+    /// DSnoT divides regrowing scores by the input variance to this power (0: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub dsnot_var_power: f64,
+    /// Which linears DSnoT refines: `attention` (the reference's default) or `all`.
+    #[arg(long, value_enum, default_value_t = DsnotLayers::Attention)]
+    pub dsnot_layers: DsnotLayers,
     /// Calibration text (windows are drawn from it at seeded random offsets).
     #[arg(long)]
     pub calib_text: Option<PathBuf>,
@@ -110,15 +137,44 @@ pub struct PruneOutput {
 const PIPELINE_NAME: &str = "wanda-prune";
 
 impl PruneArgs {
+    /// `--profile` with `--owl-m` and `--owl-lambda`.
+    fn profile(&self) -> anyhow::Result<Profile> {
+        let text = self.profile.trim();
+        let profile: Profile = match text {
+            "uniform" | "owl" => serde_json::from_value(text.into())?,
+            _ => serde_json::from_str(text).with_context(|| {
+                format!(
+                    "`--profile {text}` is not `uniform`, `owl`, a JSON list of layer ratios or \
+                     a JSON map of layer ranges such as '{{\"0-3\":0.3,\"4-29\":0.55}}'"
+                )
+            })?,
+        };
+        Ok(match profile {
+            Profile::Owl(_) => Profile::Owl(OwlOptions {
+                m: self.owl_m,
+                lambda: self.owl_lambda,
+            }),
+            other => other,
+        })
+    }
+
     /// This command as a pipeline (absolute paths), validated into a plan.
     fn plan(&self, origin: &ModelRef) -> anyhow::Result<Plan> {
         let absolute = |p: &Path| -> anyhow::Result<String> {
             Ok(std::path::absolute(p)?.display().to_string())
         };
-        if self.method.needs_calibration() && self.calib_text.is_none() {
+        let profile = self.profile()?;
+        let needs_calibration =
+            self.method.needs_calibration() || profile.owl().is_some() || self.dsnot;
+        if needs_calibration && self.calib_text.is_none() {
             anyhow::bail!(
-                "`--method {}` needs calibration data; pass `--calib-text FILE`",
-                self.method
+                "`--method {}`{} needs calibration data; pass `--calib-text FILE`",
+                self.method,
+                if self.method.needs_calibration() {
+                    ""
+                } else {
+                    " with OWL or DSnoT"
+                }
             );
         }
         let model = match origin {
@@ -142,6 +198,17 @@ impl PruneArgs {
         if !self.skip.is_empty() {
             prune["skip"] = self.skip.clone().into();
         }
+        if !profile.is_uniform() {
+            prune["profile"] = serde_json::to_value(&profile)?;
+        }
+        if self.dsnot {
+            prune["dsnot"] = serde_json::to_value(DsnotOptions {
+                cycles: self.dsnot_cycles,
+                update_threshold: self.dsnot_update_threshold,
+                var_power: self.dsnot_var_power,
+                layers: self.dsnot_layers,
+            })?;
+        }
         let mut pipeline = serde_json::json!({
             "name": PIPELINE_NAME,
             "seed": self.seed,
@@ -149,7 +216,7 @@ impl PruneArgs {
             "model": model,
             "stages": { "load": {} },
         });
-        if let (Some(text), true) = (&self.calib_text, self.method.needs_calibration()) {
+        if let (Some(text), true) = (&self.calib_text, needs_calibration) {
             pipeline["calibration"] = serde_json::json!({
                 "text": absolute(text)?, "nsamples": self.nsamples, "seqlen": self.seqlen,
             });

@@ -25,7 +25,11 @@
 //!   device, f64 on the host);
 //! - pruning buffers: the layer's pruned weights held until all seven succeed,
 //!   `linears/L × 4`, plus for the widest linear `in × out × 12` (Wanda: scores f32 and sort
-//!   order) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and inverse in f64);
+//!   order) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and inverse in f64), or
+//!   with DSnoT at least `in × out ×` [`DSNOT_BYTES_PER_WEIGHT`];
+//! - OWL: its dense pass holds what the pruning pass holds plus one layer's pooled Wanda scores,
+//!   `linears/L × 4` (on the host); magnitude with OWL or DSnoT calibrates like Wanda;
+//! - DSnoT: one batch's widest input copied to the host for its moments, `b × s × I × 4`;
 //! - eval logits: `e × V × 4 × LOGIT_COPIES` and the LM head's operands
 //!   `V × H × 4 × HEAD_OPERAND_COPIES`, with the attention and intermediates of one window;
 //! - framework overhead: [`CPU_OVERHEAD_BYTES`] (measured: the resident set of `wanda`
@@ -43,7 +47,9 @@ use super::device::DeviceKind;
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
 use crate::model::shape::{gib, Breakdown, ModelShape, Place};
-use crate::prune::Method;
+use crate::prune::dsnot::DsnotOptions;
+use crate::prune::profile::{OwlOptions, Profile};
+use crate::prune::{Method, MethodOptions};
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
 pub const ATTENTION_SCORE_COPIES: u64 = 2;
@@ -91,6 +97,34 @@ pub struct PruneRun {
     pub eval_text_bytes: u64,
     /// The compute device.
     pub device: DeviceKind,
+    /// OWL's outlier pass runs before pruning (`profile: owl`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub owl: bool,
+    /// DSnoT refines the masks.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dsnot: bool,
+}
+
+impl PruneRun {
+    /// The method options a probe of this run prunes with: OWL and DSnoT at their defaults
+    /// when the run uses them.
+    pub fn probe_options(&self) -> MethodOptions {
+        MethodOptions {
+            profile: if self.owl {
+                Profile::Owl(OwlOptions::default())
+            } else {
+                Profile::Uniform
+            },
+            dsnot: self.dsnot.then(DsnotOptions::default),
+            ..MethodOptions::default()
+        }
+    }
+
+    /// Whether the run draws calibration samples.
+    pub fn calibrates(&self) -> bool {
+        self.method
+            .is_some_and(|m| m != Method::Magnitude || self.owl || self.dsnot)
+    }
 }
 
 /// One stage's breakdown.
@@ -122,6 +156,10 @@ impl Estimate {
 }
 
 const F32: u64 = 4;
+/// DSnoT's bytes per weight of the widest linear: initial and Wanda scores (8), the weight and
+/// both scores transposed per output channel (12), four masks (4), the initial selection's
+/// transposed scores and order (12).
+pub const DSNOT_BYTES_PER_WEIGHT: u64 = 36;
 
 /// Predicts the memory of `run` on a model of `shape`.
 pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
@@ -150,7 +188,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     });
 
     if let Some(method) = run.method {
-        if method != Method::Magnitude {
+        if run.calibrates() {
             stages.push(tokenise(
                 "calibration text",
                 shape,
@@ -163,7 +201,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         let mut prune = Breakdown::default();
         overhead(&mut prune, run.device, host);
         weights(&mut prune, shape, run, &m, host, true);
-        if method != Method::Magnitude {
+        if run.calibrates() {
             let (n, s) = (run.nsamples as u64, run.seqlen as u64);
             let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
             prune.push(
@@ -192,7 +230,35 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                         ),
                     )
                 }
-                Method::Magnitude => {}
+                Method::Magnitude => prune.push(
+                    "statistics",
+                    b * s * m.i * F32,
+                    Place::Device,
+                    format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
+                ),
+            }
+            if run.owl {
+                // The dense pass holds what the pruning pass holds, plus the pooled scores.
+                prune.push(
+                    "OWL pooled scores",
+                    m.linears_per_layer * F32,
+                    host,
+                    format!(
+                        "{} × 4 B (one layer's Wanda scores, in the dense pass)",
+                        m.linears_per_layer
+                    ),
+                );
+            }
+            if run.dsnot {
+                prune.push(
+                    "DSnoT activations on the host",
+                    b * s * m.i * F32,
+                    host,
+                    format!(
+                        "{b} × {s} × {} × 4 B (one batch's MLP input, for its moments)",
+                        m.i
+                    ),
+                );
             }
         }
         let widest = m.widest_linear();
@@ -208,6 +274,17 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                 widest * 12,
                 format!("{widest} × 12 B (scores f32, sort order)"),
             ),
+        };
+        let (method_bytes, method_formula) = if run.dsnot {
+            (
+                method_bytes.max(widest * DSNOT_BYTES_PER_WEIGHT),
+                format!(
+                    "max({method_formula}, {widest} × {DSNOT_BYTES_PER_WEIGHT} B (DSnoT: two \
+                     score matrices, three transposed copies, four masks, the initial sort))"
+                ),
+            )
+        } else {
+            (method_bytes, method_formula)
         };
         prune.push(
             "pruning buffers",
@@ -496,6 +573,8 @@ mod tests {
             calibration_text_bytes: 10,
             eval_text_bytes: 20,
             device: DeviceKind::Cpu,
+            owl: false,
+            dsnot: false,
         }
     }
 

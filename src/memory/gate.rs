@@ -316,6 +316,8 @@ mod tests {
             calibration_text_bytes: 0,
             eval_text_bytes: 0,
             device: DeviceKind::Cuda,
+            owl: false,
+            dsnot: false,
         }
     }
 

@@ -28,7 +28,9 @@ pub use crate::memory::device::DeviceSpec;
 pub use crate::memory::gate::{Floor, ReduceKey};
 pub use crate::model::export::SaveDtype;
 use crate::model::ModelRef;
-pub use crate::prune::{Method, Pattern};
+pub use crate::prune::dsnot::DsnotOptions;
+pub use crate::prune::profile::Profile;
+pub use crate::prune::{Method, MethodOptions, Pattern};
 
 /// Top-level keys that are not settings.
 pub(crate) const STRUCTURE_KEYS: &[&str] = &["stages", "sweep"];
@@ -571,9 +573,35 @@ pub struct PruneOptions {
     /// character), e.g. `model.layers.0.self_attn.*`. The reported sparsity counts them as dense.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skip: Vec<String>,
+    /// How `sparsity` is spread over the decoder layers: `uniform` (the default), `owl`
+    /// (outlier-weighed, with `{ owl: { m, lambda } }` to tune it), one ratio per layer, or
+    /// ratios per layer range (`{ "0-3": 0.3, "4-29": 0.55 }`); unstructured only.
+    #[serde(default, skip_serializing_if = "Profile::is_uniform")]
+    pub profile: Profile,
+    /// Refine the method's mask with DSnoT (wanda, magnitude or sparsegpt): `{}` for the
+    /// reference's settings, or any of `cycles`, `update_threshold`, `var_power`, `layers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsnot: Option<DsnotOptions>,
 }
 
 impl PruneOptions {
+    /// Whether this stage needs calibration data (see [`MethodOptions::needs_calibration`]).
+    pub fn needs_calibration(&self) -> bool {
+        self.method_options().needs_calibration(self.method)
+    }
+
+    /// The options the pruning driver reads.
+    pub fn method_options(&self) -> MethodOptions {
+        MethodOptions {
+            use_variant: self.use_variant,
+            channel_permutation: self.channel_permutation,
+            skip: self.skip.clone(),
+            profile: self.profile.clone(),
+            dsnot: self.dsnot,
+            ..MethodOptions::default()
+        }
+    }
+
     /// The sparsity this stage reaches: the given one, or N/M for an N:M pattern.
     pub fn effective_sparsity(&self) -> Option<f64> {
         match (self.sparsity, self.pattern) {
@@ -1365,8 +1393,10 @@ mod tests {
             names,
             [
                 "channel_permutation",
+                "dsnot",
                 "method",
                 "pattern",
+                "profile",
                 "skip",
                 "sparsity",
                 "use_variant"

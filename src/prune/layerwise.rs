@@ -15,12 +15,15 @@ use burn::module::Param;
 use burn::prelude::*;
 use serde::Serialize;
 
-use super::magnitude::prune_magnitude;
+use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
+use super::magnitude::{magnitude_scores, prune_magnitude};
+use super::mask::apply_mask;
+use super::profile::{outlier_ratio, owl_sparsities};
 use super::report::MatrixSparsity;
 use super::ria::prune_ria;
 use super::skip::{check_skip, glob_matches, linear_path};
-use super::sparsegpt::{prune_sparsegpt, Hessian};
-use super::wanda::{prune_wanda, InputNorms};
+use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
+use super::wanda::{prune_wanda, wanda_scores, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::host::to_host_f32;
 use crate::model::kernels::kernels;
@@ -36,6 +39,13 @@ pub struct ModelSparsity {
     pub per_layer: Vec<f64>,
     /// Per linear, keyed `model.layers.{i}.self_attn.q_proj` etc.
     pub per_linear: BTreeMap<String, MatrixSparsity>,
+    /// Per decoder layer, the sparsity it was pruned at, when a profile set one per layer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layer_targets: Vec<f64>,
+    /// Per decoder layer, OWL's outlier ratio (percent of pooled Wanda scores above `M`× their
+    /// mean) on the dense model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outlier_ratios: Vec<f64>,
 }
 
 /// Measures the sparsity of every prunable linear of `model`.
@@ -67,30 +77,81 @@ fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
     (to_host_f32(w), dims)
 }
 
-/// Per-input statistics of one decoder layer, accumulated on the device.
+/// Per-input statistics of one decoder layer, accumulated on the device (and DSnoT's moments
+/// on the host).
 struct LayerStats<B: Backend> {
     /// Σ x² per channel (wanda) or Σ x xᵀ (sparsegpt), per shared input.
     sums: BTreeMap<LinearInput, Tensor<B, 2>>,
     gram: bool,
+    /// Per shared input, when DSnoT needs them.
+    moments: Option<BTreeMap<LinearInput, InputMoments>>,
+    samples: usize,
+    tokens: usize,
+}
+
+/// One shared input's statistics on the host.
+struct HostStats {
+    /// Σ x² per channel, or the Gram matrix `[in, in]` when `gram`.
+    sums: Vec<f32>,
+    gram: bool,
+    moments: Option<InputMoments>,
     samples: usize,
     tokens: usize,
 }
 
 impl<B: Backend> LayerStats<B> {
-    fn new(gram: bool) -> Self {
+    fn new(gram: bool, moments: bool) -> Self {
         Self {
             sums: BTreeMap::new(),
             gram,
+            moments: moments.then(BTreeMap::new),
             samples: 0,
             tokens: 0,
         }
     }
 
+    /// Runs every batch of `inputs` through `layer` for its linears' input statistics.
+    fn observe(
+        &mut self,
+        layer: &DecoderLayer<B>,
+        inputs: &[Tensor<B, 3>],
+        cos: &Tensor<B, 2>,
+        sin: &Tensor<B, 2>,
+    ) -> Result<(), PruneError> {
+        let mut failure = None;
+        for x in inputs {
+            let [b, s, _] = x.dims();
+            self.samples += b;
+            self.tokens += b * s;
+            let ctx = LayerContext {
+                cos,
+                sin,
+                cache: None,
+            };
+            // Only the statistics are needed from this pass, not the layer's output.
+            layer.observe_inputs(x.clone(), ctx, &mut |input, t| {
+                if let Err(e) = self.add(input, t) {
+                    failure.get_or_insert(e);
+                }
+            });
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
     /// # Shapes
     /// - `x`: `[batch, seq, in]`
-    fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) {
+    fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) -> Result<(), PruneError> {
         let [batch, seq, channels] = x.dims();
         let flat = x.clone().reshape([batch * seq, channels]);
+        if let Some(moments) = &mut self.moments {
+            let host = to_host_f32(flat.clone());
+            let entry = moments
+                .entry(input)
+                .or_insert_with(|| InputMoments::new(channels));
+            for sample in host.chunks_exact((seq * channels).max(1)) {
+                entry.add_sample(sample, seq)?;
+            }
+        }
         // The fused CPU kernels when the backend has them (the column sums are bit-identical
         // to Burn's), Burn's ops otherwise.
         let contribution = if self.gram {
@@ -109,6 +170,25 @@ impl<B: Backend> LayerStats<B> {
             None => contribution,
         };
         self.sums.insert(input, entry);
+        Ok(())
+    }
+
+    /// The statistics on the host, per shared input.
+    fn host(self) -> BTreeMap<LinearInput, HostStats> {
+        let mut moments = self.moments.unwrap_or_default();
+        self.sums
+            .into_iter()
+            .map(|(k, t)| {
+                let stats = HostStats {
+                    sums: to_host_f32(t),
+                    gram: self.gram,
+                    moments: moments.remove(&k),
+                    samples: self.samples,
+                    tokens: self.tokens,
+                };
+                (k, stats)
+            })
+            .collect()
     }
 }
 
@@ -134,10 +214,12 @@ fn column_sum_sq<B: Backend>(flat: Tensor<B, 2>) -> Tensor<B, 2> {
 
 /// Prunes every decoder layer of `model` in place and returns the measured sparsity.
 ///
-/// `calibration` holds the token windows (each the same length); it is required unless the
-/// method is magnitude. `batch` samples run through a layer at once. `progress(layer, layers)`
-/// is called after each layer. Layers are taken one at a time and put back pruned, so a
-/// streamed model ([`crate::model::stream`]) holds one layer in memory.
+/// `calibration` holds the token windows (each the same length); it is required unless
+/// [`MethodOptions::needs_calibration`] says otherwise. `batch` samples run through a layer at
+/// once. `progress(layer, layers)` is called after each layer. Layers are taken one at a time
+/// and put back pruned, so a streamed model ([`crate::model::stream`]) holds one layer in
+/// memory. Under OWL a first pass runs the calibration samples through the dense model for the
+/// outlier ratios, and then the pruning pass runs as usual.
 pub fn prune_model<B: Backend>(
     model: &mut impl Layers<B>,
     method: Method,
@@ -148,20 +230,52 @@ pub fn prune_model<B: Backend>(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ModelSparsity, PruneError> {
     sparsity.validate()?;
+    options.profile.validate()?;
+    if let Some(d) = &options.dsnot {
+        d.validate()?;
+        if method == Method::Ria {
+            return Err(PruneError::InvalidOptions {
+                reason: "dsnot refines a wanda, magnitude or sparsegpt mask, not ria's".into(),
+            });
+        }
+    }
     let layers = model.layer_count();
-    if !method.needs_calibration() {
-        for i in 0..layers {
+    let target = match sparsity {
+        Sparsity::Unstructured { ratio } => ratio,
+        Sparsity::NM { .. } if !options.profile.is_uniform() => {
+            return Err(PruneError::InvalidProfile {
+                reason: format!(
+                    "profile `{}` sets a ratio per layer, and pattern `{sparsity}` fixes one;                      use an unstructured sparsity or `profile: uniform`",
+                    options.profile.label()
+                ),
+            })
+        }
+        Sparsity::NM { .. } => 0.0,
+    };
+    let mut per_layer = match options.profile.explicit_ratios(layers, target)? {
+        Some(ratios) => ratios
+            .into_iter()
+            .map(Sparsity::unstructured)
+            .collect::<Result<Vec<_>, _>>()?,
+        None => vec![sparsity; layers],
+    };
+    if !options.needs_calibration(method) {
+        for (i, &layer_sparsity) in per_layer.iter().enumerate() {
             let mut layer = model.layer(i)?.into_owned();
             if i == 0 {
                 check_skip_against(&options.skip, layers, &layer)?;
             }
-            prune_layer(&mut layer, i, &options.skip, |w, dims, _| {
-                prune_magnitude(w, dims, sparsity).map(|_| ())
+            prune_layer(&mut layer, i, &options.skip, |w, dims, _, _| {
+                prune_magnitude(w, dims, layer_sparsity).map(|_| ())
             })?;
             model.set_layer(i, layer)?;
             progress(i + 1, layers);
         }
-        return measure(model);
+        let mut report = measure(model)?;
+        if !options.profile.is_uniform() {
+            report.layer_targets = per_layer.iter().map(Sparsity::target_ratio).collect();
+        }
+        return Ok(report);
     }
     let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
     if calibration.is_empty() || seqlen == 0 || calibration.iter().any(|w| w.len() != seqlen) {
@@ -173,65 +287,52 @@ pub fn prune_model<B: Backend>(
     let device = shell.embed_tokens.weight.device();
     let batch = batch.max(1);
     // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
-    let mut inputs: Vec<Tensor<B, 3>> = calibration
-        .chunks(batch)
-        .map(|chunk| {
-            let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
-            let tokens = Tensor::<B, 2, Int>::from_data(
-                TensorData::new(ids, [chunk.len(), seqlen]),
-                &device,
-            );
-            shell.embed(tokens)
-        })
-        .collect();
+    let embed = || -> Vec<Tensor<B, 3>> {
+        calibration
+            .chunks(batch)
+            .map(|chunk| {
+                let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
+                let tokens = Tensor::<B, 2, Int>::from_data(
+                    TensorData::new(ids, [chunk.len(), seqlen]),
+                    &device,
+                );
+                shell.embed(tokens)
+            })
+            .collect()
+    };
     let (cos, sin) = shell.rope_tables(0, seqlen);
+    let mut outlier_ratios = Vec::new();
+    if let Some(owl) = options.profile.owl() {
+        outlier_ratios = owl_outlier_ratios(model, embed(), &cos, &sin, owl.m)?;
+        per_layer = owl_sparsities(&outlier_ratios, target, owl.lambda)
+            .into_iter()
+            .enumerate()
+            .map(|(i, ratio)| {
+                Sparsity::unstructured(ratio).map_err(|_| PruneError::InvalidProfile {
+                    reason: format!(
+                        "owl puts decoder layer {i} at sparsity {ratio:.4}, outside [0, 1); \
+                         lower `lambda` (now {}) or the target",
+                        owl.lambda
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+    }
+    let mut inputs = embed();
     let gram = method == Method::Sparsegpt;
-    for i in 0..layers {
+    for (i, &layer_sparsity) in per_layer.iter().enumerate() {
         let mut layer = model.layer(i)?.into_owned();
         if i == 0 {
             check_skip_against(&options.skip, layers, &layer)?;
         }
-        let mut stats = LayerStats::<B>::new(gram);
-        for x in &inputs {
-            let [b, s, _] = x.dims();
-            stats.samples += b;
-            stats.tokens += b * s;
-            let ctx = LayerContext {
-                cos: &cos,
-                sin: &sin,
-                cache: None,
-            };
-            // Only the statistics are needed from this pass, not the layer's output.
-            layer.observe_inputs(x.clone(), ctx, &mut |input, t| stats.add(input, t));
-        }
-        let (samples, tokens) = (stats.samples, stats.tokens);
-        let host: BTreeMap<LinearInput, Vec<f32>> = stats
-            .sums
-            .into_iter()
-            .map(|(k, t)| (k, to_host_f32(t)))
-            .collect();
-        prune_layer(&mut layer, i, &options.skip, |w, dims, input| {
-            let sums = host.get(&input).ok_or(PruneError::NoSamples {
+        let mut stats = LayerStats::<B>::new(gram, options.dsnot.is_some());
+        stats.observe(&layer, &inputs, &cos, &sin)?;
+        let host = stats.host();
+        prune_layer(&mut layer, i, &options.skip, |w, dims, name, input| {
+            let stat = host.get(&input).ok_or(PruneError::NoSamples {
                 what: "layer input statistics",
             })?;
-            match method {
-                Method::Wanda | Method::Ria => {
-                    let mut norms = InputNorms::new(dims[0]);
-                    norms.add_sum_sq(sums, samples, tokens)?;
-                    if method == Method::Wanda {
-                        prune_wanda(w, dims, &norms, sparsity, options.use_variant).map(|_| ())
-                    } else {
-                        prune_ria(w, dims, &norms, sparsity, options.channel_permutation)
-                            .map(|_| ())
-                    }
-                }
-                Method::Sparsegpt => {
-                    let mut h = Hessian::new(dims[0]);
-                    h.add_gram(sums, samples, tokens)?;
-                    prune_sparsegpt(w, dims, &h, sparsity, &options.sparsegpt).map(|_| ())
-                }
-                Method::Magnitude => unreachable!("magnitude returns before calibration"),
-            }
+            prune_linear(w, dims, name, stat, method, options, layer_sparsity)
         })?;
         inputs = layer.forward_each(inputs, &cos, &sin);
         model.set_layer(i, layer)?;
@@ -240,7 +341,103 @@ pub fn prune_model<B: Backend>(
     // The calibration activations and work buffers are gone; the heap need not keep them.
     drop(inputs);
     crate::sys::allocator::release_freed_memory();
-    measure(model)
+    let mut report = measure(model)?;
+    if !options.profile.is_uniform() {
+        report.layer_targets = per_layer.iter().map(Sparsity::target_ratio).collect();
+    }
+    report.outlier_ratios = outlier_ratios;
+    Ok(report)
+}
+
+/// OWL's first pass: the calibration samples run through the dense layers (nothing is
+/// pruned or stored), and each layer's outlier ratio is taken from the Wanda scores of all its
+/// linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them.
+fn owl_outlier_ratios<B: Backend>(
+    model: &impl Layers<B>,
+    mut inputs: Vec<Tensor<B, 3>>,
+    cos: &Tensor<B, 2>,
+    sin: &Tensor<B, 2>,
+    m: f64,
+) -> Result<Vec<f64>, PruneError> {
+    let mut ratios = Vec::with_capacity(model.layer_count());
+    for i in 0..model.layer_count() {
+        let layer = model.layer(i)?;
+        let mut stats = LayerStats::<B>::new(false, false);
+        stats.observe(&layer, &inputs, cos, sin)?;
+        let host = stats.host();
+        let mut pooled = Vec::new();
+        for (_, input, linear) in layer.linears() {
+            let stat = host.get(&input).ok_or(PruneError::NoSamples {
+                what: "layer input statistics",
+            })?;
+            let (w, dims) = host_weight(linear.weight.val());
+            let scaler: Vec<f64> = stat
+                .sums
+                .iter()
+                .map(|&s| (f64::from(s) / stat.samples as f64).sqrt())
+                .collect();
+            pooled.extend(wanda_scores(&w, dims, &scaler)?);
+        }
+        ratios.push(outlier_ratio(&pooled, m));
+        inputs = layer.forward_each(inputs, cos, sin);
+    }
+    Ok(ratios)
+}
+
+/// Prunes one linear (`name`, e.g. `self_attn.q_proj`) with its input statistics.
+fn prune_linear(
+    w: &mut [f32],
+    dims: [usize; 2],
+    name: &str,
+    stat: &HostStats,
+    method: Method,
+    options: &MethodOptions,
+    sparsity: Sparsity,
+) -> Result<(), PruneError> {
+    let norms = || -> Result<InputNorms, PruneError> {
+        let mut norms = InputNorms::new(dims[0]);
+        let sum_sq = if stat.gram {
+            (0..dims[0]).map(|c| stat.sums[c * dims[0] + c]).collect()
+        } else {
+            stat.sums.clone()
+        };
+        norms.add_sum_sq(&sum_sq, stat.samples, stat.tokens)?;
+        Ok(norms)
+    };
+    let hessian = || -> Result<Hessian, PruneError> {
+        let mut h = Hessian::new(dims[0]);
+        h.add_gram(&stat.sums, stat.samples, stat.tokens)?;
+        Ok(h)
+    };
+    if let (Some(dsnot), Some(moments)) = (&options.dsnot, &stat.moments) {
+        let norms = norms()?;
+        let wanda = wanda_scores(w, dims, &norms.norms())?;
+        let initial = match method {
+            Method::Wanda => wanda.clone(),
+            Method::Magnitude => magnitude_scores(w),
+            Method::Sparsegpt => obs_saliency(w, dims, &hessian()?, options.sparsegpt.percdamp)?,
+            Method::Ria => unreachable!("prune_model refuses dsnot with ria"),
+        };
+        let inputs = DsnotInputs {
+            weight: w,
+            initial: &initial,
+            wanda: &wanda,
+            token_sum: &moments.mean_token_sum(),
+            variance: &moments.variance(),
+        };
+        let mask = dsnot_mask(&inputs, dims, sparsity, dsnot, dsnot.refines(name))?;
+        return apply_mask(w, &mask).map(|_| ());
+    }
+    match method {
+        Method::Wanda => prune_wanda(w, dims, &norms()?, sparsity, options.use_variant).map(|_| ()),
+        Method::Ria => {
+            prune_ria(w, dims, &norms()?, sparsity, options.channel_permutation).map(|_| ())
+        }
+        Method::Sparsegpt => {
+            prune_sparsegpt(w, dims, &hessian()?, sparsity, &options.sparsegpt).map(|_| ())
+        }
+        Method::Magnitude => prune_magnitude(w, dims, sparsity).map(|_| ()),
+    }
 }
 
 /// [`check_skip`] with the linears of `layer`, one of the model's `layers` layers.
@@ -252,14 +449,14 @@ fn check_skip_against<B: Backend>(
     check_skip(skip, layers, &layer.linears().map(|(name, _, _)| name))
 }
 
-/// Prunes the linears of layer `index` with `prune(weight, [in, out], input)`, except those a
+/// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a
 /// `skip` pattern names; all weights are pruned on the host first and stored back only when
 /// every one succeeded.
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
     index: usize,
     skip: &[String],
-    mut prune: impl FnMut(&mut [f32], [usize; 2], LinearInput) -> Result<(), PruneError>,
+    mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
 ) -> Result<(), PruneError> {
     let mut pruned = Vec::with_capacity(7);
     for (name, input, linear) in layer.linears() {
@@ -268,7 +465,7 @@ fn prune_layer<B: Backend>(
             continue;
         }
         let (mut w, dims) = host_weight(linear.weight.val());
-        prune(&mut w, dims, input)?;
+        prune(&mut w, dims, name, input)?;
         pruned.push((name, w, dims, linear.weight.val().device()));
     }
     for (name, w, dims, device) in pruned {

@@ -7,6 +7,8 @@ use std::str::FromStr;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::dsnot::DsnotOptions;
+use super::profile::Profile;
 use super::sparsegpt::SparseGptOptions;
 
 /// A pruning method.
@@ -81,6 +83,19 @@ pub struct MethodOptions {
     pub channel_permutation: bool,
     /// Linears left dense, as globs over their HF paths (see [`super::skip`]).
     pub skip: Vec<String>,
+    /// How the target is spread over decoder layers (see [`super::profile`]).
+    pub profile: Profile,
+    /// Refine the method's mask with DSnoT (see [`super::dsnot`]).
+    pub dsnot: Option<DsnotOptions>,
+}
+
+impl MethodOptions {
+    /// Whether `method` with these options needs calibration activations: every method but
+    /// magnitude, and magnitude too under OWL (its outlier ratios come from Wanda scores) or
+    /// DSnoT (which reads the inputs' moments).
+    pub fn needs_calibration(&self, method: Method) -> bool {
+        method.needs_calibration() || self.profile.owl().is_some() || self.dsnot.is_some()
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Pruning kernels: sparsity patterns, masks (per-output top-k, N:M, per-matrix threshold) and the
 //! magnitude, Wanda (arXiv 2306.11695), SparseGPT (arXiv 2301.00774) and RIA (ICLR 2024) methods,
-//! all as pure host-side functions on `f32` matrices.
+//! DSnoT's mask refinement (arXiv 2310.08915) and per-layer sparsity profiles with OWL
+//! (arXiv 2310.05175), all as pure host-side functions on `f32` matrices.
 //!
 //! Every weight here is in Burn's `Linear` layout `[in, out]`, row-major (`W[i * out + o]`, `i` an
 //! input channel, `o` an output channel) — the transpose of PyTorch's `[out, in]`. Functions take
@@ -23,12 +24,14 @@
 //! - inputs that would crash or silently misbehave there are errors here (an `in` that is not a
 //!   multiple of `m`, a NaN score, a SparseGPT block size that splits an N:M group).
 
+pub mod dsnot;
 pub mod layerwise;
 pub mod linalg;
 pub mod magnitude;
 pub mod mask;
 pub mod method;
 pub mod pattern;
+pub mod profile;
 pub mod report;
 pub mod ria;
 pub mod skip;
@@ -130,6 +133,12 @@ pub enum PruneError {
         pattern: String,
         /// The path of one linear, to show the form.
         example: String,
+    },
+    /// A per-layer sparsity profile that cannot apply.
+    #[error("invalid sparsity profile: {reason}")]
+    InvalidProfile {
+        /// What is wrong and how to fix it.
+        reason: String,
     },
     /// Statistics were used before any calibration batch was added.
     #[error("no calibration batch was added; the {what} is empty")]

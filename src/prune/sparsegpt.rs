@@ -256,35 +256,20 @@ pub fn prune_sparsegpt(
     }
     let n = in_features;
     let out = out_features;
-    let mut h = hessian.matrix()?;
     if n == 0 || out == 0 {
+        hessian.matrix()?;
         return Ok(SparseGptOutcome {
             loss: 0.0,
             dead_channels: 0,
         });
     }
     let mut w: Vec<f64> = weight.iter().map(|&v| f64::from(v)).collect();
-
+    let (u, dead) = dampened_inverse_factor(hessian, percdamp)?;
     let mut dead_channels = 0;
-    for i in 0..n {
-        if h[i * n + i] == 0.0 {
-            h[i * n + i] = 1.0;
-            w[i * out..(i + 1) * out].fill(0.0);
-            dead_channels += 1;
-        }
+    for (i, _) in dead.iter().enumerate().filter(|(_, &d)| d) {
+        w[i * out..(i + 1) * out].fill(0.0);
+        dead_channels += 1;
     }
-    let damp = percdamp * (0..n).map(|i| h[i * n + i]).sum::<f64>() / n.max(1) as f64;
-    for i in 0..n {
-        h[i * n + i] += damp;
-    }
-    let u = upper_cholesky_of_inverse(&h, n).map_err(|NotPositiveDefinite { index, pivot }| {
-        PruneError::NotPositiveDefinite {
-            channel: index,
-            pivot,
-            percdamp,
-        }
-    })?;
-    drop(h);
 
     let mut loss = 0.0f64;
     let mut err = Vec::new();
@@ -382,6 +367,75 @@ pub fn prune_sparsegpt(
 
 /// Packs `err` (`[count, out]`) eight output columns at a time:
 /// `packed[(g · count + k) · 8 + t] = err[k][g · 8 + t]`, zero-padded past `out`.
+/// Steps 1–2 of [`prune_sparsegpt`]: dead channels get `H_ii = 1`, the diagonal is dampened by
+/// `percdamp × mean(diag H)`, and `U`, the upper Cholesky factor of `H⁻¹`, is returned with the
+/// dead channels (whose weights the caller zeroes).
+///
+/// # Shapes
+/// - returns `U`: `[in, in]`, dead: `[in]`
+fn dampened_inverse_factor(
+    hessian: &Hessian,
+    percdamp: f64,
+) -> Result<(Vec<f64>, Vec<bool>), PruneError> {
+    let n = hessian.in_features();
+    let mut h = hessian.matrix()?;
+    let mut dead = vec![false; n];
+    for (i, d) in dead.iter_mut().enumerate() {
+        if h[i * n + i] == 0.0 {
+            h[i * n + i] = 1.0;
+            *d = true;
+        }
+    }
+    let damp = percdamp * (0..n).map(|i| h[i * n + i]).sum::<f64>() / n.max(1) as f64;
+    for i in 0..n {
+        h[i * n + i] += damp;
+    }
+    let u = upper_cholesky_of_inverse(&h, n).map_err(|NotPositiveDefinite { index, pivot }| {
+        PruneError::NotPositiveDefinite {
+            channel: index,
+            pivot,
+            percdamp,
+        }
+    })?;
+    Ok((u, dead))
+}
+
+/// SparseGPT's saliency `w² / U_ii²` (`U` from [`dampened_inverse_factor`], dead channels
+/// scored 0) without any weight update: the initial score DSnoT refines from a SparseGPT start.
+///
+/// # Shapes
+/// - `weight`: `[in, out]`, `dims = [in, out]` → scores `[in, out]`
+pub fn obs_saliency(
+    weight: &[f32],
+    dims: [usize; 2],
+    hessian: &Hessian,
+    percdamp: f64,
+) -> Result<Vec<f32>, PruneError> {
+    let [n, out] = dims;
+    check_shape("the weight", weight.len(), dims)?;
+    if hessian.in_features() != n {
+        return Err(PruneError::FeatureMismatch {
+            what: "the hessian",
+            expected: n,
+            got: hessian.in_features(),
+        });
+    }
+    let (u, dead) = dampened_inverse_factor(hessian, percdamp)?;
+    let mut scores = Vec::with_capacity(weight.len());
+    for (i, row) in weight.chunks_exact(out.max(1)).enumerate() {
+        let d = u[i * n + i];
+        scores.extend(row.iter().map(|&w| {
+            if dead[i] {
+                0.0
+            } else {
+                let w = f64::from(w);
+                (w * w / (d * d)) as f32
+            }
+        }));
+    }
+    Ok(scores)
+}
+
 fn pack_by_eight_columns(err: &[f64], count: usize, out: usize, packed: &mut Vec<f64>) {
     let groups = out.div_ceil(LANES);
     packed.clear();

@@ -232,7 +232,7 @@ fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), S
     };
     Ok(match key {
         "method" => {
-            let m = prune.map_or("dense".into(), |p| text(&p["method"]));
+            let m = prune.map_or("dense".into(), method_label);
             ((0, 0, m.clone()), m)
         }
         "pattern" => {
@@ -289,6 +289,26 @@ fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), S
             }
         },
     })
+}
+
+/// A prune stage's method as tables name it: `wanda`, and with a per-layer profile or DSnoT
+/// `wanda+owl`, `wanda+profile`, `wanda+dsnot`, `wanda+owl+dsnot`.
+fn method_label(prune: &serde_json::Value) -> String {
+    let mut label = match &prune["method"] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match &prune["profile"] {
+        serde_json::Value::Null => {}
+        serde_json::Value::String(s) if s == "uniform" => {}
+        serde_json::Value::String(s) => label = format!("{label}+{s}"),
+        serde_json::Value::Object(o) if o.contains_key("owl") => label.push_str("+owl"),
+        _ => label.push_str("+profile"),
+    }
+    if !prune["dsnot"].is_null() {
+        label.push_str("+dsnot");
+    }
+    label
 }
 
 /// The label of axis `key` of a record (as the table prints it).

@@ -58,6 +58,7 @@ pub(super) fn run<B: Backend>(
             let measured = probe_prune(
                 &exec.base(stage)?.model,
                 method,
+                &run.probe_options(),
                 &set.windows,
                 run.batch,
                 PROBE_LAYERS,
@@ -84,10 +85,11 @@ pub fn requested_run(
     keeps_dense_copy: bool,
 ) -> Result<PruneRun, StageError> {
     let settings = &spec.settings;
-    let method = spec.stages.iter().find_map(|s| match &s.options {
-        StageOptions::Prune(p) => Some(p.method),
+    let prune = spec.stages.iter().find_map(|s| match &s.options {
+        StageOptions::Prune(p) => Some(p),
         _ => None,
     });
+    let method = prune.map(|p| p.method);
     let size = |path: Option<&std::path::Path>| -> Result<u64, StageError> {
         let Some(path) = path else { return Ok(0) };
         let path = base_dir.join(path);
@@ -119,5 +121,7 @@ pub fn requested_run(
         calibration_text_bytes: size(settings.calibration.as_ref().map(|c| c.text.as_path()))?,
         eval_text_bytes: size(settings.evaluation.as_ref().map(|e| e.text.as_path()))?,
         device,
+        owl: prune.is_some_and(|p| p.profile.owl().is_some()),
+        dsnot: prune.is_some_and(|p| p.dsnot.is_some()),
     })
 }

@@ -9,13 +9,13 @@ use crate::model::stream::Layers;
 use crate::prune::layerwise::prune_model;
 use crate::prune::{Method, MethodOptions, PruneError, Sparsity};
 
-/// Prunes a copy of the first `layers` layers of `model` to 50 % with `method` (default
-/// options) on `windows`,
-/// `batch` at a time, drops it, and returns the process's peak resident set (None where
-/// `/proc` is missing).
+/// Prunes a copy of the first `layers` layers of `model` to 50 % with `method` and `options`
+/// on `windows`, `batch` at a time, drops it, and returns the process's peak resident set
+/// (None where `/proc` is missing).
 pub fn probe_prune<B: Backend>(
     model: &impl Layers<B>,
     method: Method,
+    options: &MethodOptions,
     windows: &[Vec<u32>],
     batch: usize,
     layers: usize,
@@ -27,7 +27,7 @@ pub fn probe_prune<B: Backend>(
     prune_model(
         &mut copy,
         method,
-        &MethodOptions::default(),
+        options,
         Sparsity::unstructured(0.5)?,
         windows,
         batch,

@@ -9,7 +9,7 @@ use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::PruneOptions;
 use crate::prune::layerwise::prune_model;
-use crate::prune::{MethodOptions, Sparsity};
+use crate::prune::Sparsity;
 
 /// Samples per forward pass while calibrating.
 pub(super) const BATCH: usize = 8;
@@ -20,12 +20,7 @@ pub(super) fn run<B: Backend>(
     options: &PruneOptions,
     record: &mut RunRecord,
 ) -> Result<(), StageFailure> {
-    let method_options = MethodOptions {
-        use_variant: options.use_variant,
-        channel_permutation: options.channel_permutation,
-        skip: options.skip.clone(),
-        ..MethodOptions::default()
-    };
+    let method_options = options.method_options();
     let sparsity = Sparsity::from_pattern(options.pattern, options.sparsity.unwrap_or(0.0))?;
     // A copy, unless nothing after this stage reads the dense model.
     let mut model = if exec.ctx.in_place {

@@ -10,6 +10,7 @@ mod gguf_model;
 mod hf_folder;
 mod pipeline;
 mod prune;
+mod prune_methods;
 mod queue_cli;
 mod run_cli;
 mod secrets;

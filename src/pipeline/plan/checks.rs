@@ -353,6 +353,53 @@ pub(super) fn check_stage_options(
                             .into(),
                     },
                 });
+            } else if p.dsnot.is_some() && (p.method == spec::Method::Ria || p.use_variant) {
+                problems.push(Diagnostic {
+                    origin: at("dsnot"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.dsnot"),
+                        reason: if p.use_variant {
+                            "dsnot refines the per-row mask, and `use_variant` chooses another"
+                                .into()
+                        } else {
+                            "dsnot refines a wanda, magnitude or sparsegpt mask, and this stage \
+                             prunes by `ria`"
+                                .into()
+                        },
+                        fix: "remove `dsnot`, or use `method: wanda` without `use_variant`".into(),
+                    },
+                });
+            } else if !p.profile.is_uniform() && p.pattern != Pattern::Unstructured {
+                problems.push(Diagnostic {
+                    origin: at("profile"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.profile"),
+                        reason: format!(
+                            "the profile sets a sparsity per layer, and pattern `{}` fixes one",
+                            p.pattern
+                        ),
+                        fix: "remove `profile`, or use `pattern: unstructured` with a `sparsity`"
+                            .into(),
+                    },
+                });
+            } else if let Err(e) =
+                p.profile
+                    .validate()
+                    .and_then(|()| match (p.profile.declared_mean(), p.sparsity) {
+                        (Some(mean), Some(s)) => p.profile.explicit_ratios_mean_check(mean, s),
+                        _ => Ok(()),
+                    })
+            {
+                problems.push(Diagnostic {
+                    origin: at("profile"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.profile"),
+                        reason: e.to_string(),
+                        fix: "give each layer a ratio in [0, 1), once, with their mean at \
+                              `sparsity`"
+                            .into(),
+                    },
+                });
             } else if p.use_variant && p.pattern != Pattern::Unstructured {
                 problems.push(Diagnostic {
                     origin: at("use_variant"),

@@ -86,15 +86,15 @@ impl fmt::Display for ArtifactKind {
     }
 }
 
-/// The artifacts a stage needs from upstream; `prune` needs calibration unless its method is
-/// `magnitude`.
+/// The artifacts a stage needs from upstream; `prune` needs calibration unless it is plain
+/// `magnitude` (see [`crate::pipeline::spec::PruneOptions::needs_calibration`]).
 pub fn requires(options: &StageOptions) -> Vec<ArtifactKind> {
     match options {
         StageOptions::Load(_) => vec![],
         StageOptions::Estimate(_) => vec![ArtifactKind::Model],
         StageOptions::Gate(_) => vec![ArtifactKind::Estimate],
         StageOptions::Calibrate(_) => vec![ArtifactKind::Model],
-        StageOptions::Prune(p) if p.method.needs_calibration() => {
+        StageOptions::Prune(p) if p.needs_calibration() => {
             vec![ArtifactKind::Model, ArtifactKind::Calibration]
         }
         StageOptions::Prune(_) => vec![ArtifactKind::Model],

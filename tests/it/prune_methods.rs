@@ -1,0 +1,242 @@
+//! Per-layer sparsity (OWL and explicit profiles) and DSnoT on a tiny model, through the
+//! layer-wise driver: OWL's ratios reach the layers, an explicit profile reproduces them, λ = 0
+//! is uniform, DSnoT without cycles is its initial method and refines only what it should.
+
+use wanda::model::llama::Llama;
+use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
+use wanda::prune::layerwise::{prune_model, ModelSparsity};
+use wanda::prune::profile::{OwlOptions, Profile};
+use wanda::prune::{Method, MethodOptions, PruneError, Sparsity};
+
+use crate::common::{tiny_config, tiny_model, B};
+
+/// Six calibration windows of 16 tokens over the 32-token vocabulary.
+fn windows() -> Vec<Vec<u32>> {
+    (0..6u32)
+        .map(|s| (0..16u32).map(|t| (s * 13 + t * 7 + 1) % 32).collect())
+        .collect()
+}
+
+/// Every prunable weight of the model, linear by linear.
+fn all_weights(m: &Llama<B>) -> Vec<(String, Vec<f32>)> {
+    m.layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, layer)| {
+            layer.linears().map(|(name, _, linear)| {
+                let w: Vec<f32> = linear.weight.val().into_data().to_vec().unwrap();
+                (format!("{i}.{name}"), w)
+            })
+        })
+        .collect()
+}
+
+/// Input channels of a linear of the tiny model (hidden 16, MLP 24).
+fn input_width(path: &str) -> usize {
+    if path.ends_with("down_proj") {
+        24
+    } else {
+        16
+    }
+}
+
+fn pruned_with(
+    method: Method,
+    options: &MethodOptions,
+    sparsity: Sparsity,
+) -> (Llama<B>, ModelSparsity) {
+    let mut model = tiny_model(&tiny_config("LlamaForCausalLM", true), 7);
+    let report = prune_model(
+        &mut model,
+        method,
+        options,
+        sparsity,
+        &windows(),
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    (model, report)
+}
+
+fn with_profile(profile: Profile) -> MethodOptions {
+    MethodOptions {
+        profile,
+        ..MethodOptions::default()
+    }
+}
+
+#[test]
+fn owl_spreads_the_target_over_layers_and_an_explicit_profile_reproduces_it() {
+    let half = Sparsity::unstructured(0.5).unwrap();
+    // M = 2: the tiny model's random weights have no scores past the paper's 5× the mean.
+    let owl = with_profile(Profile::Owl(OwlOptions {
+        m: 2.0,
+        lambda: 0.08,
+    }));
+    let (model, report) = pruned_with(Method::Wanda, &owl, half);
+    assert_eq!(report.outlier_ratios.len(), 2);
+    assert_ne!(report.outlier_ratios[0], report.outlier_ratios[1]);
+    // Two layers: min-max puts them at 0 and 2λ, so the sparsities are 0.5 ± 0.08, the layer
+    // with more outliers pruned less.
+    let t = &report.layer_targets;
+    let more = usize::from(report.outlier_ratios[1] > report.outlier_ratios[0]);
+    assert!(
+        (t[more] - 0.42).abs() < 1e-12 && (t[1 - more] - 0.58).abs() < 1e-12,
+        "{t:?}"
+    );
+    // Each linear keeps in − floor(in × its layer's ratio) per output channel.
+    for (path, r) in &report.per_linear {
+        let layer: usize = path["model.layers.".len()..][..1].parse().unwrap();
+        let inputs = input_width(path);
+        let kept = inputs - (inputs as f64 * t[layer]) as usize;
+        assert_eq!((r.min_kept, r.max_kept), (kept, kept), "{path}");
+    }
+    // The same ratios given explicitly prune the same weights.
+    let explicit = with_profile(Profile::Layers(t.clone()));
+    let (again, _) = pruned_with(Method::Wanda, &explicit, half);
+    assert_eq!(all_weights(&again), all_weights(&model));
+    // λ = 0 is uniform.
+    let flat = with_profile(Profile::Owl(OwlOptions {
+        m: 5.0,
+        lambda: 0.0,
+    }));
+    let (flat, _) = pruned_with(Method::Wanda, &flat, half);
+    let (uniform, _) = pruned_with(Method::Wanda, &MethodOptions::default(), half);
+    assert_eq!(all_weights(&flat), all_weights(&uniform));
+}
+
+#[test]
+fn explicit_ranges_set_each_layer_and_bad_profiles_are_refused() {
+    let ranges: Profile = serde_json::from_str(r#"{"0": 0.25, "1": 0.75}"#).unwrap();
+    let (_, report) = pruned_with(
+        Method::Magnitude,
+        &with_profile(ranges.clone()),
+        Sparsity::unstructured(0.5).unwrap(),
+    );
+    assert_eq!(report.layer_targets, vec![0.25, 0.75]);
+    assert!(
+        report.per_layer[0] < 0.4 && report.per_layer[1] > 0.7,
+        "{:?}",
+        report.per_layer
+    );
+    let mut model = tiny_model(&tiny_config("LlamaForCausalLM", true), 7);
+    let mut run = |options: &MethodOptions, sparsity| {
+        prune_model(
+            &mut model,
+            Method::Wanda,
+            options,
+            sparsity,
+            &windows(),
+            2,
+            |_, _| {},
+        )
+        .unwrap_err()
+    };
+    let err = run(
+        &with_profile(ranges.clone()),
+        Sparsity::unstructured(0.6).unwrap(),
+    );
+    assert!(
+        err.to_string().contains("mean over its layers is 0.5000"),
+        "{err}"
+    );
+    let err = run(&with_profile(ranges), Sparsity::nm(2, 4).unwrap());
+    assert!(err.to_string().contains("pattern `2:4` fixes one"), "{err}");
+    let three = with_profile(Profile::Layers(vec![0.5; 3]));
+    let err = run(&three, Sparsity::unstructured(0.5).unwrap());
+    assert!(
+        err.to_string().contains("model has 2 decoder layers"),
+        "{err}"
+    );
+}
+
+#[test]
+fn magnitude_with_owl_or_dsnot_needs_calibration() {
+    let mut model = tiny_model(&tiny_config("LlamaForCausalLM", true), 7);
+    for options in [
+        with_profile(Profile::Owl(OwlOptions::default())),
+        MethodOptions {
+            dsnot: Some(DsnotOptions::default()),
+            ..MethodOptions::default()
+        },
+    ] {
+        let half = Sparsity::unstructured(0.5).unwrap();
+        let err = prune_model(
+            &mut model,
+            Method::Magnitude,
+            &options,
+            half,
+            &[],
+            2,
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(matches!(err, PruneError::NoSamples { .. }), "{err}");
+    }
+}
+
+#[test]
+fn dsnot_starts_from_its_method_and_refines_the_attention_linears() {
+    for sparsity in [
+        Sparsity::unstructured(0.5).unwrap(),
+        Sparsity::nm(2, 4).unwrap(),
+    ] {
+        let (wanda, _) = pruned_with(Method::Wanda, &MethodOptions::default(), sparsity);
+        let dsnot = |dsnot| MethodOptions {
+            dsnot: Some(dsnot),
+            ..MethodOptions::default()
+        };
+        let none = DsnotOptions {
+            cycles: 0,
+            ..DsnotOptions::default()
+        };
+        let (still, _) = pruned_with(Method::Wanda, &dsnot(none), sparsity);
+        assert_eq!(
+            all_weights(&still),
+            all_weights(&wanda),
+            "{sparsity}: no cycles"
+        );
+        let (refined, report) =
+            pruned_with(Method::Wanda, &dsnot(DsnotOptions::default()), sparsity);
+        let (mut changed, mut total) = (0, 0);
+        for ((name, a), (_, b)) in all_weights(&refined).iter().zip(all_weights(&wanda).iter()) {
+            // Layer 1's inputs differ once layer 0's attention is refined, so only layer 0's
+            // MLP must match Wanda's exactly.
+            if name.starts_with("0.mlp.") {
+                assert_eq!(a, b, "{sparsity}: {name} is not refined by default");
+            } else if a != b {
+                changed += 1;
+            }
+            total += 1;
+        }
+        assert!(
+            changed > 0,
+            "{sparsity}: DSnoT changed no attention mask of {total}"
+        );
+        // Swaps keep the per-output counts (and N:M groups).
+        for (path, r) in &report.per_linear {
+            let inputs = input_width(path);
+            let per_row = match sparsity {
+                Sparsity::Unstructured { ratio } => inputs - (inputs as f64 * ratio) as usize,
+                Sparsity::NM { n, m } => inputs / m * (m - n),
+            };
+            assert_eq!(
+                (r.min_kept, r.max_kept),
+                (per_row, per_row),
+                "{sparsity}: {path}"
+            );
+        }
+        // With every linear refined, the MLP changes too.
+        let all = DsnotOptions {
+            layers: DsnotLayers::All,
+            ..DsnotOptions::default()
+        };
+        let (everything, _) = pruned_with(Method::Wanda, &dsnot(all), sparsity);
+        let mlp_changed = all_weights(&everything)
+            .iter()
+            .zip(all_weights(&wanda).iter())
+            .any(|((name, a), (_, b))| name.contains(".mlp.") && a != b);
+        assert!(mlp_changed, "{sparsity}: `layers: all` refines the MLP too");
+    }
+}
