@@ -5,7 +5,8 @@
 # markdown row per cell: both perplexities, their relative difference, prune seconds and peak RSS
 # of each. A measuring tool, not a test: CI never runs it.
 #
-#   scripts/fidelity.sh [CELL...]     # CELL = METHOD:SPARSITY or METHOD:N:M, e.g. wanda:0.7 sparsegpt:2:4
+#   scripts/fidelity.sh [CELL...]     # CELL = METHOD:SPARSITY or METHOD:N:M, e.g. wanda:0.7 sparsegpt:2:4,
+#                                     # with +owl (OWL profile) and/or +dsnot (DSnoT), e.g. wanda:0.7+owl
 #
 # Default cells: wanda at 0.5, 0.6, 0.7, 0.8; magnitude and sparsegpt at 0.7. Set
 # TORCH_ISA=avx2 to hold PyTorch to its AVX2 kernels (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
@@ -23,13 +24,16 @@ fi
 echo "| cell | wanda ppl | PyTorch ppl | relative | wanda prune s | PyTorch prune s | wanda RSS GiB | PyTorch RSS GiB |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for cell in "${cells[@]}"; do
-  method="${cell%%:*}"
-  spec="${cell#*:}"
+  base="${cell%%+*}"
+  method="${base%%:*}"
+  spec="${base#*:}"
   if [[ "$spec" == *:* ]]; then
     ours=(--pattern "$spec"); theirs=(--pattern "$spec")
   else
     ours=(--sparsity "$spec"); theirs=(--sparsity "$spec")
   fi
+  [[ "$cell" == *+owl* ]] && { ours+=(--profile owl); theirs+=(--owl); }
+  [[ "$cell" == *+dsnot* ]] && { ours+=(--dsnot); theirs+=(--dsnot); }
   "$wanda" prune --model "$model" --method "$method" "${ours[@]}" --calib-text "$calib" \
     --nsamples 32 --seqlen 512 --seed 0 --eval-text "$text" --eval-seqlen 512 --windows 64 \
     --device "$device" --json > "$out/w.json"

@@ -362,6 +362,14 @@ def reorder_indices(v):
     return torch.where(neg == cols, 0, neg) + torch.where(plus == cols, 0, plus)
 
 
+def pointers(rows, last):
+    """Per row a front pointer at 0 and a back pointer at `last` (the reference's
+    `indice_indice_list_for_*`)."""
+    ptr = torch.zeros((rows, 2), dtype=torch.long)
+    ptr[:, 1] = last
+    return ptr
+
+
 def take(order, ptr, side):
     """The entry of `order` (per row) at the pointer picked by `side` (0: the front one, moving
     right; 1: the back one, moving left); that pointer moves on."""
@@ -399,7 +407,6 @@ def dsnot_prune(name, m, st):
         init = Wf ** 2 / (torch.diag(U).reshape((1, -1))) ** 2
     skip = a.dsnot_layers == "attention" and name.split(".")[0] == "mlp"
     mask = torch.zeros_like(W, dtype=torch.bool)
-    side_ptr = torch.zeros((rows, 2), dtype=torch.long)
     if prune_n and skip:
         mask = nm_mask(init)
     elif prune_n:
@@ -422,8 +429,7 @@ def dsnot_prune(name, m, st):
     if a.dsnot_var_power:
         grow /= torch.pow(st.var.reshape((1, -1)), a.dsnot_var_power)
     grow_order = torch.sort(grow, dim=1, stable=True)[1]
-    grow_ptr = side_ptr.clone()
-    grow_ptr[:, 1] = cols - 1
+    grow_ptr = pointers(rows, cols - 1)
     update = torch.ones((rows, 1), dtype=torch.bool)
     zero = torch.zeros((rows, 1), dtype=contrib.dtype)
     if prune_n:
@@ -457,8 +463,7 @@ def dsnot_prune(name, m, st):
         wm[mask] = float("inf")
         kept = torch.sort(wm, dim=1, stable=True)[1][:, :res]
         prune_order = kept.gather(1, reorder_indices(contrib.gather(1, kept)))
-        prune_ptr = side_ptr.clone()
-        prune_ptr[:, 1] = res - 1
+        prune_ptr = pointers(rows, res - 1)
         cycle = 0
         while not (torch.all(~update) or cycle >= a.dsnot_cycles):
             cycle += 1
