@@ -114,6 +114,12 @@ pub struct RecordedSparsity {
     /// Per linear, by checkpoint name (`model.layers.0.self_attn.q_proj`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub linears: BTreeMap<String, f64>,
+    /// Per decoder layer, the sparsity a per-layer profile pruned it at.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_targets: Vec<f64>,
+    /// Per decoder layer, OWL's outlier ratio (percent) on the dense model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outlier_ratios: Vec<f64>,
 }
 
 impl From<&ModelSparsity> for RecordedSparsity {
@@ -131,6 +137,8 @@ impl From<&ModelSparsity> for RecordedSparsity {
                 .iter()
                 .map(|(name, s)| (name.clone(), s.fraction))
                 .collect(),
+            layer_targets: report.layer_targets.clone(),
+            outlier_ratios: report.outlier_ratios.clone(),
         }
     }
 }
