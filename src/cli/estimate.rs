@@ -215,7 +215,7 @@ impl OnBackend for Probe {
             .with_context(|| format!("cannot load model `{origin}`"))?;
         measured.push(("load", log.checkpoint("load").peak_rss));
 
-        if method.needs_calibration() || args.owl || args.dsnot || args.calib_text.is_some() {
+        if estimate.run.calibrates() || args.calib_text.is_some() {
             let path = args
                 .calib_text
                 .as_ref()
@@ -229,7 +229,7 @@ impl OnBackend for Probe {
             probe_prune(
                 &loaded.model,
                 method,
-                &estimate.run.probe_options(),
+                &estimate.run.method_options(),
                 &set.windows,
                 args.batch,
                 args.probe_layers,

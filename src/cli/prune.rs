@@ -21,7 +21,7 @@ use wanda::pipeline::runner::{self, RunOptions};
 use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::ModelSparsity;
 use wanda::prune::profile::{OwlOptions, Profile};
-use wanda::prune::{Method, Pattern, Sparsity};
+use wanda::prune::{Method, MethodOptions, Pattern, Sparsity};
 use wanda::stages::PipelineExecutor;
 
 /// Arguments of `wanda prune`.
@@ -164,8 +164,18 @@ impl PruneArgs {
             Ok(std::path::absolute(p)?.display().to_string())
         };
         let profile = self.profile()?;
-        let needs_calibration =
-            self.method.needs_calibration() || profile.owl().is_some() || self.dsnot;
+        let dsnot = self.dsnot.then_some(DsnotOptions {
+            cycles: self.dsnot_cycles,
+            update_threshold: self.dsnot_update_threshold,
+            var_power: self.dsnot_var_power,
+            layers: self.dsnot_layers,
+        });
+        let needs_calibration = MethodOptions {
+            profile: profile.clone(),
+            dsnot,
+            ..MethodOptions::default()
+        }
+        .needs_calibration(self.method);
         if needs_calibration && self.calib_text.is_none() {
             anyhow::bail!(
                 "`--method {}`{} needs calibration data; pass `--calib-text FILE`",
@@ -201,13 +211,8 @@ impl PruneArgs {
         if !profile.is_uniform() {
             prune["profile"] = serde_json::to_value(&profile)?;
         }
-        if self.dsnot {
-            prune["dsnot"] = serde_json::to_value(DsnotOptions {
-                cycles: self.dsnot_cycles,
-                update_threshold: self.dsnot_update_threshold,
-                var_power: self.dsnot_var_power,
-                layers: self.dsnot_layers,
-            })?;
+        if let Some(dsnot) = dsnot {
+            prune["dsnot"] = serde_json::to_value(dsnot)?;
         }
         let mut pipeline = serde_json::json!({
             "name": PIPELINE_NAME,

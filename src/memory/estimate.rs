@@ -106,9 +106,9 @@ pub struct PruneRun {
 }
 
 impl PruneRun {
-    /// The method options a probe of this run prunes with: OWL and DSnoT at their defaults
-    /// when the run uses them.
-    pub fn probe_options(&self) -> MethodOptions {
+    /// The method options this run prunes with as far as memory sees them: OWL and DSnoT at
+    /// their defaults when the run uses them (what a probe prunes with).
+    pub fn method_options(&self) -> MethodOptions {
         MethodOptions {
             profile: if self.owl {
                 Profile::Owl(OwlOptions::default())
@@ -123,7 +123,7 @@ impl PruneRun {
     /// Whether the run draws calibration samples.
     pub fn calibrates(&self) -> bool {
         self.method
-            .is_some_and(|m| m != Method::Magnitude || self.owl || self.dsnot)
+            .is_some_and(|m| self.method_options().needs_calibration(m))
     }
 }
 

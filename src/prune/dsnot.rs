@@ -232,13 +232,7 @@ pub fn dsnot_mask(
         rows(inputs.initial),
         rows(inputs.wanda),
     );
-    let mut initial_rows: Vec<bool> = vec![false; mask.len()];
-    for (i, chunk) in mask.chunks_exact(out_features).enumerate() {
-        for (o, &v) in chunk.iter().enumerate() {
-            initial_rows[o * in_features + i] = v;
-        }
-    }
-    let mut mask_rows = initial_rows.clone();
+    let mut mask_rows = transpose(&mask, in_features, out_features);
     mask_rows
         .par_chunks_mut(in_features)
         .enumerate()
@@ -255,12 +249,7 @@ pub fn dsnot_mask(
             )
             .run(options.cycles, row);
         });
-    let mut out = vec![false; mask.len()];
-    for (o, row) in mask_rows.chunks_exact(in_features).enumerate() {
-        for (i, &v) in row.iter().enumerate() {
-            out[i * out_features + o] = v;
-        }
-    }
+    let out = transpose(&mask_rows, out_features, in_features);
     Ok(out)
 }
 
@@ -426,25 +415,14 @@ fn sign(x: f32) -> f32 {
 /// Indices in ascending order of `values`, ties by the lower index; NaN last (as `torch.sort`).
 fn stable_ascending(values: &[f32]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..values.len()).collect();
-    idx.sort_by(|&a, &b| values[a].total_cmp_nan_last(values[b]).then(a.cmp(&b)));
+    idx.sort_by(|&a, &b| {
+        let (x, y) = (values[a], values[b]);
+        // Where either is NaN there is no order: NaN goes after any number.
+        x.partial_cmp(&y)
+            .unwrap_or_else(|| x.is_nan().cmp(&y.is_nan()))
+            .then(a.cmp(&b))
+    });
     idx
-}
-
-trait NanLast {
-    fn total_cmp_nan_last(self, other: Self) -> std::cmp::Ordering;
-}
-
-impl NanLast for f32 {
-    fn total_cmp_nan_last(self, other: f32) -> std::cmp::Ordering {
-        match (self.is_nan(), other.is_nan()) {
-            (true, true) => std::cmp::Ordering::Equal,
-            (true, false) => std::cmp::Ordering::Greater,
-            (false, true) => std::cmp::Ordering::Less,
-            _ => self
-                .partial_cmp(&other)
-                .unwrap_or(std::cmp::Ordering::Equal),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -99,6 +99,23 @@ struct HostStats {
     tokens: usize,
 }
 
+impl HostStats {
+    /// The input norms of a linear with `in_features` inputs: the sums of squares, or the Gram
+    /// matrix's diagonal.
+    fn norms(&self, in_features: usize) -> Result<InputNorms, PruneError> {
+        let mut norms = InputNorms::new(in_features);
+        let sum_sq: Vec<f32> = if self.gram {
+            (0..in_features)
+                .map(|c| self.sums[c * in_features + c])
+                .collect()
+        } else {
+            self.sums.clone()
+        };
+        norms.add_sum_sq(&sum_sq, self.samples, self.tokens)?;
+        Ok(norms)
+    }
+}
+
 impl<B: Backend> LayerStats<B> {
     fn new(gram: bool, moments: bool) -> Self {
         Self {
@@ -245,7 +262,8 @@ pub fn prune_model<B: Backend>(
         Sparsity::NM { .. } if !options.profile.is_uniform() => {
             return Err(PruneError::InvalidProfile {
                 reason: format!(
-                    "profile `{}` sets a ratio per layer, and pattern `{sparsity}` fixes one;                      use an unstructured sparsity or `profile: uniform`",
+                    "profile `{}` sets a ratio per layer, and pattern `{sparsity}` fixes one; \
+                     use an unstructured sparsity or `profile: uniform`",
                     options.profile.label()
                 ),
             })
@@ -271,11 +289,7 @@ pub fn prune_model<B: Backend>(
             model.set_layer(i, layer)?;
             progress(i + 1, layers);
         }
-        let mut report = measure(model)?;
-        if !options.profile.is_uniform() {
-            report.layer_targets = per_layer.iter().map(Sparsity::target_ratio).collect();
-        }
-        return Ok(report);
+        return report(model, options, &per_layer, Vec::new());
     }
     let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
     if calibration.is_empty() || seqlen == 0 || calibration.iter().any(|w| w.len() != seqlen) {
@@ -341,6 +355,17 @@ pub fn prune_model<B: Backend>(
     // The calibration activations and work buffers are gone; the heap need not keep them.
     drop(inputs);
     crate::sys::allocator::release_freed_memory();
+    report(model, options, &per_layer, outlier_ratios)
+}
+
+/// The measured sparsity of the pruned `model`, with each layer's target when a profile set
+/// them and OWL's outlier ratios.
+fn report<B: Backend>(
+    model: &impl Layers<B>,
+    options: &MethodOptions,
+    per_layer: &[Sparsity],
+    outlier_ratios: Vec<f64>,
+) -> Result<ModelSparsity, PruneError> {
     let mut report = measure(model)?;
     if !options.profile.is_uniform() {
         report.layer_targets = per_layer.iter().map(Sparsity::target_ratio).collect();
@@ -371,12 +396,9 @@ fn owl_outlier_ratios<B: Backend>(
                 what: "layer input statistics",
             })?;
             let (w, dims) = host_weight(linear.weight.val());
-            let scaler: Vec<f64> = stat
-                .sums
-                .iter()
-                .map(|&s| (f64::from(s) / stat.samples as f64).sqrt())
-                .collect();
-            pooled.extend(wanda_scores(&w, dims, &scaler)?);
+            let scaler = stat.norms(dims[0])?.scaler_row();
+            let root: Vec<f64> = scaler.iter().map(|s| s.sqrt()).collect();
+            pooled.extend(wanda_scores(&w, dims, &root)?);
         }
         ratios.push(outlier_ratio(&pooled, m));
         inputs = layer.forward_each(inputs, cos, sin);
@@ -394,16 +416,7 @@ fn prune_linear(
     options: &MethodOptions,
     sparsity: Sparsity,
 ) -> Result<(), PruneError> {
-    let norms = || -> Result<InputNorms, PruneError> {
-        let mut norms = InputNorms::new(dims[0]);
-        let sum_sq = if stat.gram {
-            (0..dims[0]).map(|c| stat.sums[c * dims[0] + c]).collect()
-        } else {
-            stat.sums.clone()
-        };
-        norms.add_sum_sq(&sum_sq, stat.samples, stat.tokens)?;
-        Ok(norms)
-    };
+    let norms = || stat.norms(dims[0]);
     let hessian = || -> Result<Hessian, PruneError> {
         let mut h = Hessian::new(dims[0]);
         h.add_gram(&stat.sums, stat.samples, stat.tokens)?;

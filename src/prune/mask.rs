@@ -202,8 +202,8 @@ pub fn apply_mask(weight: &mut [f32], mask: &[bool]) -> Result<usize, PruneError
 }
 
 /// `[in, out]` row-major → `[out, in]` row-major.
-pub(crate) fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; values.len()];
+pub(crate) fn transpose<T: Copy + Default>(values: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut out = vec![T::default(); values.len()];
     for (r, row) in values.chunks_exact(cols.max(1)).enumerate().take(rows) {
         for (c, &v) in row.iter().enumerate() {
             out[c * rows + r] = v;

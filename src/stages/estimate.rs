@@ -58,7 +58,7 @@ pub(super) fn run<B: Backend>(
             let measured = probe_prune(
                 &exec.base(stage)?.model,
                 method,
-                &run.probe_options(),
+                &run.method_options(),
                 &set.windows,
                 run.batch,
                 PROBE_LAYERS,
