@@ -1,6 +1,7 @@
 //! `wanda bench`: the benchmark figures of `../shared/bench/README.md` — B1 (dense forward
 //! tokens/s), B2 (dense perplexity: wall s, tokens/s, peak RSS), B3–B5 (one prune cell: prune
-//! wall s, eval wall s, peak RSS, perplexity) and B6 (GEMM GFLOP/s). Every figure is the median
+//! wall s, eval wall s, peak RSS, perplexity), B6 (GEMM GFLOP/s) and B7 (one decoder layer of a
+//! real shape pruned, s: the pruning bookkeeping at 7B scale). Every figure is the median
 //! of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
 //! `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
 
@@ -15,7 +16,11 @@ use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
+use wanda::model::llama::Llama;
+use wanda::model::synth::SynthShape;
 use wanda::model::{self, ModelRef};
+use wanda::prune::layerwise::prune_model;
+use wanda::prune::{MethodOptions, Pattern, Sparsity};
 
 /// Arguments of `wanda bench`.
 #[derive(Debug, clap::Args)]
@@ -92,6 +97,26 @@ pub enum BenchKind {
         /// Evaluation windows.
         #[arg(long, default_value_t = 64)]
         windows: usize,
+    },
+    /// B7: seconds to prune one decoder layer of a real model's shape (random weights): the
+    /// statistics of a short calibration input, scoring, selection and the weights' round trip —
+    /// everything of a layer's pruning except a full-size calibration forward.
+    PruneLayer {
+        /// The published shape of the layer.
+        #[arg(long, value_enum, default_value_t = SynthShape::Llama2_7b)]
+        shape: SynthShape,
+        /// The pruning method.
+        #[arg(long, value_enum, default_value_t = Method::Wanda)]
+        method: Method,
+        /// Unstructured ratio.
+        #[arg(long, default_value_t = 0.5)]
+        sparsity: f64,
+        /// `unstructured` or `N:M`.
+        #[arg(long, default_value = "unstructured")]
+        pattern: String,
+        /// Calibration tokens run through the layer (one window).
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
     },
     /// B6: f32 GEMM `[m × k] · [k × n]`, GFLOP/s.
     Gemm {
@@ -177,6 +202,44 @@ impl OnBackend for BenchJob {
             }
             BenchKind::Perplexity { .. } | BenchKind::Prune { .. } => {
                 unreachable!("process benchmarks are run by `child_figures`, not on a backend")
+            }
+            BenchKind::PruneLayer {
+                shape,
+                method,
+                sparsity,
+                pattern,
+                tokens,
+            } => {
+                let pattern: Pattern = pattern.parse()?;
+                let sparsity = Sparsity::from_pattern(pattern, sparsity)?;
+                // One layer at full width; a small vocabulary keeps the embeddings out of the way.
+                let config = shape.config(256, Some(1));
+                let dense = Llama::<B>::init_random(&config, 0, &device);
+                let window: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % 256).collect();
+                let mut runs = Vec::with_capacity(self.repeats);
+                for run in 0..=self.repeats {
+                    let mut model = dense.clone();
+                    let t = Instant::now();
+                    prune_model(
+                        &mut model,
+                        method,
+                        &MethodOptions::default(),
+                        sparsity,
+                        std::slice::from_ref(&window),
+                        1,
+                        |_, _| {},
+                    )?;
+                    // The first run warms up, untimed.
+                    if run > 0 {
+                        runs.push(t.elapsed().as_secs_f64());
+                    }
+                }
+                Ok(figure(
+                    &format!("B7 prune one {shape:?} layer ({method} {sparsity})"),
+                    "s",
+                    runs,
+                    choice.label(),
+                ))
             }
             BenchKind::Gemm { m, k, n } => {
                 let a =

@@ -15,6 +15,7 @@ mod run;
 mod schema;
 mod status;
 mod submit;
+mod synth;
 mod table;
 mod validate;
 
@@ -68,6 +69,9 @@ pub enum Command {
     Submit(submit::SubmitArgs),
     /// Done / running / failed / pending per cell, from the results folder and Slurm.
     Status(status::StatusArgs),
+    /// Write a folder in a real model's shape (Llama-2-7B, …) with random weights, for testing
+    /// scale; its perplexity is meaningless.
+    Synth(synth::SynthArgs),
 }
 
 /// Runs the parsed command line.
@@ -89,6 +93,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(args),
         Command::Submit(args) => submit::run(args),
         Command::Status(args) => status::run(args),
+        Command::Synth(args) => synth::run(args),
     }
 }
 

@@ -75,10 +75,19 @@ fn encode(values: &[f32], dtype: SaveDtype) -> Vec<u8> {
 
 impl SaveDtype {
     /// Bytes per element.
-    fn size(self) -> u64 {
+    pub(crate) fn size(self) -> u64 {
         match self {
             SaveDtype::F32 => 4,
             SaveDtype::F16 | SaveDtype::Bf16 => 2,
+        }
+    }
+
+    /// PyTorch's name of the type, as `config.json` writes it (`torch_dtype`).
+    pub(crate) fn torch_name(self) -> &'static str {
+        match self {
+            SaveDtype::F32 => "float32",
+            SaveDtype::F16 => "float16",
+            SaveDtype::Bf16 => "bfloat16",
         }
     }
 
@@ -217,14 +226,24 @@ pub fn save_hf_folder<B: Backend>(
     folder: &Path,
     spec: &SaveSpec,
 ) -> Result<(), ExportError> {
+    write_atomically(folder, |staging| {
+        write_folder(model, config, tokenizer_json, staging, spec)
+    })
+}
+
+/// Runs `write` on an empty staging folder beside `folder`, then renames it to `folder`
+/// (replacing an existing one only then); a failed `write` leaves nothing behind.
+pub(crate) fn write_atomically(
+    folder: &Path,
+    write: impl FnOnce(&Path) -> Result<(), ExportError>,
+) -> Result<(), ExportError> {
     remove_stale_staging(folder);
     let staging = staging_path(folder);
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let written = write_folder(model, config, tokenizer_json, &staging, spec);
-    if let Err(e) = written {
+    if let Err(e) = write(&staging) {
         // Best effort: the error that matters is the one returned.
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
@@ -244,12 +263,7 @@ fn write_folder<B: Backend>(
     spec: &SaveSpec,
 ) -> Result<(), ExportError> {
     let mut config_json = config.to_hf_json();
-    config_json["torch_dtype"] = match spec.dtype {
-        SaveDtype::F32 => "float32",
-        SaveDtype::F16 => "float16",
-        SaveDtype::Bf16 => "bfloat16",
-    }
-    .into();
+    config_json["torch_dtype"] = spec.dtype.torch_name().into();
     let write = |name: &str, text: &str| {
         let path = staging.join(name);
         std::fs::write(&path, text).map_err(io(&path))
@@ -260,22 +274,41 @@ fn write_folder<B: Backend>(
         write(name, text)?;
     }
     let planned = plan(model)?;
+    write_weights(
+        staging,
+        &planned,
+        &mut TensorSource::new(model),
+        spec.dtype,
+        spec.max_shard_bytes,
+    )
+    .map(|_| ())
+}
+
+/// Writes `planned` tensors into `folder` in `dtype`: one `model.safetensors` when they fit in
+/// `max_shard_bytes`, otherwise `model-XXXXX-of-YYYYY.safetensors` shards and
+/// `model.safetensors.index.json`. Returns the number of safetensors files.
+pub(crate) fn write_weights(
+    folder: &Path,
+    planned: &[PlannedTensor],
+    source: &mut impl TensorValues,
+    dtype: SaveDtype,
+    max_shard_bytes: u64,
+) -> Result<usize, ExportError> {
     let sizes: Vec<u64> = planned
         .iter()
-        .map(|p| p.shape.iter().product::<usize>() as u64 * spec.dtype.size())
+        .map(|p| p.shape.iter().product::<usize>() as u64 * dtype.size())
         .collect();
-    let shards = shard(&sizes, spec.max_shard_bytes);
-    let mut source = TensorSource::new(model);
+    let shards = shard(&sizes, max_shard_bytes);
     if shards.len() == 1 {
-        let path = staging.join("model.safetensors");
-        return write_safetensors(&path, &planned, &mut source, spec.dtype);
+        let path = folder.join("model.safetensors");
+        return write_safetensors(&path, planned, source, dtype).map(|()| 1);
     }
     let mut weight_map = serde_json::Map::new();
     let mut start = 0;
     for (i, &end) in shards.iter().enumerate() {
         let name = format!("model-{:05}-of-{:05}.safetensors", i + 1, shards.len());
-        let path = staging.join(&name);
-        write_safetensors(&path, &planned[start..end], &mut source, spec.dtype)?;
+        let path = folder.join(&name);
+        write_safetensors(&path, &planned[start..end], source, dtype)?;
         for tensor in &planned[start..end] {
             weight_map.insert(tensor.name.clone(), name.clone().into());
         }
@@ -285,7 +318,9 @@ fn write_folder<B: Backend>(
         "metadata": { "total_size": sizes.iter().sum::<u64>() },
         "weight_map": weight_map,
     });
-    write("model.safetensors.index.json", &pretty_json(&index))
+    let path = folder.join("model.safetensors.index.json");
+    std::fs::write(&path, pretty_json(&index)).map_err(io(&path))?;
+    Ok(shards.len())
 }
 
 fn pretty_json(value: &serde_json::Value) -> String {
@@ -310,19 +345,32 @@ fn shard(sizes: &[u64], max_bytes: u64) -> Vec<usize> {
 }
 
 /// A tensor to save: its Hugging Face name and PyTorch shape, and where its values are.
-struct Planned {
-    name: String,
-    shape: Vec<usize>,
+pub(crate) struct PlannedTensor {
+    /// The Hugging Face name.
+    pub name: String,
+    /// The shape in PyTorch's layout.
+    pub shape: Vec<usize>,
     /// The decoder layer that holds it; None for the embeddings, LM head and final norm.
-    layer: Option<usize>,
+    pub layer: Option<usize>,
+}
+
+/// Where the values of planned tensors come from.
+pub(crate) trait TensorValues {
+    /// Hands the values of `tensor` (f32, in PyTorch's row-major order) to `sink`, a block at a
+    /// time.
+    fn write_values(
+        &mut self,
+        tensor: &PlannedTensor,
+        sink: &mut dyn FnMut(&[f32]) -> Result<(), ExportError>,
+    ) -> Result<(), ExportError>;
 }
 
 /// Every tensor to save, in order; a decoder layer's names and shapes are those of layer 0
 /// (all layers have one shape), checked again when each layer is written. Shapes only: no
 /// values are copied here.
-fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<Planned>, ExportError> {
+fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<PlannedTensor>, ExportError> {
     let shell = model.shell();
-    let planned = |name: &str, shape: Vec<usize>| Planned {
+    let planned = |name: &str, shape: Vec<usize>| PlannedTensor {
         name: name.to_string(),
         shape,
         layer: None,
@@ -335,7 +383,7 @@ fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<Planned>, ExportError>
         let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0);
         for i in 0..model.layer_count() {
             let prefix = format!("model.layers.{i}.");
-            out.extend(template.iter().map(|(name, t)| Planned {
+            out.extend(template.iter().map(|(name, t)| PlannedTensor {
                 name: name.replacen("model.layers.0.", &prefix, 1),
                 shape: t.shape.clone(),
                 layer: Some(i),
@@ -378,7 +426,7 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
     }
 
     /// The values of `tensor`, checked against its planned shape.
-    fn values(&mut self, tensor: &Planned) -> Result<HostTensor, ExportError> {
+    fn values(&mut self, tensor: &PlannedTensor) -> Result<HostTensor, ExportError> {
         let found = match tensor.layer {
             Some(i) => {
                 if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
@@ -406,12 +454,32 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
     }
 }
 
+impl<B: Backend, M: Layers<B>> TensorValues for TensorSource<'_, B, M> {
+    fn write_values(
+        &mut self,
+        tensor: &PlannedTensor,
+        sink: &mut dyn FnMut(&[f32]) -> Result<(), ExportError>,
+    ) -> Result<(), ExportError> {
+        if tensor.name == EMBED_NAME {
+            // The largest tensor, copied off the device a block of rows at a time.
+            let embed = self.model.shell().embed_tokens.weight.val();
+            let [rows, width] = embed.dims();
+            for first in (0..rows).step_by(EMBED_ROWS) {
+                let last = rows.min(first + EMBED_ROWS);
+                sink(&host(embed.clone().slice([first..last, 0..width])).data)?;
+            }
+            return Ok(());
+        }
+        sink(&self.values(tensor)?.data)
+    }
+}
+
 /// Writes `tensors` as one safetensors file: the header from their shapes, then each tensor's
 /// bytes as it is encoded, in the header's order.
-fn write_safetensors<B: Backend, M: Layers<B>>(
+fn write_safetensors(
     path: &Path,
-    tensors: &[Planned],
-    source: &mut TensorSource<'_, B, M>,
+    tensors: &[PlannedTensor],
+    source: &mut impl TensorValues,
     dtype: SaveDtype,
 ) -> Result<(), ExportError> {
     use std::io::Write;
@@ -442,22 +510,21 @@ fn write_safetensors<B: Backend, M: Layers<B>>(
         .and_then(|()| out.write_all(&header))
         .map_err(io(path))?;
     for t in tensors {
-        if t.name == EMBED_NAME {
-            // The largest tensor, copied off the device a block of rows at a time.
-            let embed = source.model.shell().embed_tokens.weight.val();
-            let [rows, width] = embed.dims();
-            for first in (0..rows).step_by(EMBED_ROWS) {
-                let last = rows.min(first + EMBED_ROWS);
-                let block = host(embed.clone().slice([first..last, 0..width]));
-                out.write_all(&encode(&block.data, dtype))
-                    .map_err(io(path))?;
+        let expected = t.shape.iter().product::<usize>();
+        let mut written = 0;
+        source.write_values(t, &mut |values| {
+            written += values.len();
+            // Encoded a slice at a time: no second copy of a large tensor.
+            for chunk in values.chunks(1 << 18) {
+                out.write_all(&encode(chunk, dtype)).map_err(io(path))?;
             }
-            continue;
-        }
-        let values = source.values(t)?;
-        // Encoded a slice at a time: no second copy of a large tensor.
-        for chunk in values.data.chunks(1 << 18) {
-            out.write_all(&encode(chunk, dtype)).map_err(io(path))?;
+            Ok(())
+        })?;
+        if written != expected {
+            return Err(ExportError::Layers(format!(
+                "tensor `{}` gave {written} values where its shape {:?} holds {expected}",
+                t.name, t.shape
+            )));
         }
     }
     out.into_inner()

@@ -19,6 +19,7 @@ pub mod llama;
 pub mod rope;
 pub mod shape;
 pub mod stream;
+pub mod synth;
 pub mod tokenizer;
 pub mod weights;
 

@@ -11,6 +11,7 @@ use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
 use memmap2::Mmap;
+use rayon::prelude::*;
 use safetensors::tensor::{Dtype, Metadata};
 
 use super::config::LlamaConfig;
@@ -278,19 +279,25 @@ impl WeightSource for SafetensorsSource {
     }
 }
 
-/// Transposes a row-major `[rows, cols]` matrix into `[cols, rows]`, in cache-friendly tiles.
-pub fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    const TILE: usize = 32;
-    let mut out = vec![0.0f32; data.len()];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = data[r * cols + c];
+/// Transposes a row-major `[rows, cols]` matrix into `[cols, rows]`: bands of output rows in
+/// parallel, each filled by reading a short contiguous run of every input row.
+pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+    const BAND: usize = 32;
+    let mut out = vec![T::default(); data.len()];
+    if rows == 0 || cols == 0 {
+        return out;
+    }
+    out.par_chunks_mut(BAND * rows)
+        .enumerate()
+        .for_each(|(b, band)| {
+            let c0 = b * BAND;
+            let width = band.len() / rows;
+            for (r, row) in data.chunks_exact(cols).enumerate() {
+                for (j, &v) in row[c0..c0 + width].iter().enumerate() {
+                    band[j * rows + r] = v;
                 }
             }
-        }
-    }
+        });
     out
 }
 

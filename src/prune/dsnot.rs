@@ -26,8 +26,9 @@ use rayon::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::mask::{per_output_or_nm_mask, transpose};
+use super::mask::per_output_or_nm_mask;
 use super::{check_shape, PruneError, Sparsity};
+use crate::model::weights::transpose;
 
 /// DSnoT's settings; [`Default`] gives the reference's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -77,23 +77,31 @@ fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
     (to_host_f32(w), dims)
 }
 
-/// Per-input statistics of one decoder layer, accumulated on the device (and DSnoT's moments
-/// on the host).
+/// Per-input statistics of one decoder layer: Σ x² per channel on the host in f64 (summed per
+/// sample, so the result does not depend on how many samples share a forward pass), the Gram
+/// matrix on the device, DSnoT's moments on the host.
 struct LayerStats<B: Backend> {
-    /// Σ x² per channel (wanda) or Σ x xᵀ (sparsegpt), per shared input.
-    sums: BTreeMap<LinearInput, Tensor<B, 2>>,
-    gram: bool,
+    /// Σ x² per channel (wanda, magnitude under OWL, RIA), per shared input.
+    sum_sq: BTreeMap<LinearInput, Vec<f64>>,
+    /// Σ x xᵀ (sparsegpt), per shared input.
+    gram: Option<BTreeMap<LinearInput, Tensor<B, 2>>>,
     /// Per shared input, when DSnoT needs them.
     moments: Option<BTreeMap<LinearInput, InputMoments>>,
     samples: usize,
     tokens: usize,
 }
 
+/// One shared input's accumulated sums on the host.
+enum HostSums {
+    /// Σ x² per channel.
+    SumSq(Vec<f64>),
+    /// The Gram matrix `[in, in]`.
+    Gram(Vec<f32>),
+}
+
 /// One shared input's statistics on the host.
 struct HostStats {
-    /// Σ x² per channel, or the Gram matrix `[in, in]` when `gram`.
-    sums: Vec<f32>,
-    gram: bool,
+    sums: HostSums,
     moments: Option<InputMoments>,
     samples: usize,
     tokens: usize,
@@ -104,12 +112,11 @@ impl HostStats {
     /// matrix's diagonal.
     fn norms(&self, in_features: usize) -> Result<InputNorms, PruneError> {
         let mut norms = InputNorms::new(in_features);
-        let sum_sq: Vec<f32> = if self.gram {
-            (0..in_features)
-                .map(|c| self.sums[c * in_features + c])
-                .collect()
-        } else {
-            self.sums.clone()
+        let sum_sq: Vec<f64> = match &self.sums {
+            HostSums::Gram(gram) => (0..in_features)
+                .map(|c| f64::from(gram[c * in_features + c]))
+                .collect(),
+            HostSums::SumSq(sums) => sums.clone(),
         };
         norms.add_sum_sq(&sum_sq, self.samples, self.tokens)?;
         Ok(norms)
@@ -119,8 +126,8 @@ impl HostStats {
 impl<B: Backend> LayerStats<B> {
     fn new(gram: bool, moments: bool) -> Self {
         Self {
-            sums: BTreeMap::new(),
-            gram,
+            sum_sq: BTreeMap::new(),
+            gram: gram.then(BTreeMap::new),
             moments: moments.then(BTreeMap::new),
             samples: 0,
             tokens: 0,
@@ -171,34 +178,67 @@ impl<B: Backend> LayerStats<B> {
         }
         // The fused CPU kernels when the backend has them (the column sums are bit-identical
         // to Burn's), Burn's ops otherwise.
-        let contribution = if self.gram {
-            match kernels::<B>().gram(&flat) {
-                Some(gram) => gram,
-                None => flat.clone().transpose().matmul(flat),
+        let sample_rows = |sample: usize| {
+            flat.clone()
+                .slice([sample * seq..(sample + 1) * seq, 0..channels])
+        };
+        if let Some(grams) = &mut self.gram {
+            // One sample at a time, added in sample order: the same sums whatever the batch.
+            for sample in 0..batch {
+                let rows = sample_rows(sample);
+                let contribution = match kernels::<B>().gram(&rows) {
+                    Some(gram) => gram,
+                    None => rows.clone().transpose().matmul(rows),
+                };
+                let entry = match grams.remove(&input) {
+                    Some(acc) => acc + contribution,
+                    None => contribution,
+                };
+                grams.insert(input, entry);
             }
-        } else {
-            match kernels::<B>().column_sum_sq(&flat) {
+            return Ok(());
+        }
+        let acc = self
+            .sum_sq
+            .entry(input)
+            .or_insert_with(|| vec![0.0; channels]);
+        // One sample at a time, summed in f64: the same sums whatever the batch.
+        for sample in 0..batch {
+            let rows = flat
+                .clone()
+                .slice([sample * seq..(sample + 1) * seq, 0..channels]);
+            let sums = match kernels::<B>().column_sum_sq(&rows) {
                 Some(sums) => sums,
-                None => column_sum_sq(flat),
+                None => to_host_f32(column_sum_sq(rows))
+                    .into_iter()
+                    .map(f64::from)
+                    .collect(),
+            };
+            for (a, s) in acc.iter_mut().zip(sums) {
+                *a += s;
             }
-        };
-        let entry = match self.sums.remove(&input) {
-            Some(acc) => acc + contribution,
-            None => contribution,
-        };
-        self.sums.insert(input, entry);
+        }
         Ok(())
     }
 
     /// The statistics on the host, per shared input.
     fn host(self) -> BTreeMap<LinearInput, HostStats> {
         let mut moments = self.moments.unwrap_or_default();
-        self.sums
-            .into_iter()
-            .map(|(k, t)| {
+        let sums: Vec<(LinearInput, HostSums)> = match self.gram {
+            Some(grams) => grams
+                .into_iter()
+                .map(|(k, t)| (k, HostSums::Gram(to_host_f32(t))))
+                .collect(),
+            None => self
+                .sum_sq
+                .into_iter()
+                .map(|(k, v)| (k, HostSums::SumSq(v)))
+                .collect(),
+        };
+        sums.into_iter()
+            .map(|(k, sums)| {
                 let stats = HostStats {
-                    sums: to_host_f32(t),
-                    gram: self.gram,
+                    sums,
                     moments: moments.remove(&k),
                     samples: self.samples,
                     tokens: self.tokens,
@@ -418,8 +458,11 @@ fn prune_linear(
 ) -> Result<(), PruneError> {
     let norms = || stat.norms(dims[0]);
     let hessian = || -> Result<Hessian, PruneError> {
+        let HostSums::Gram(gram) = &stat.sums else {
+            unreachable!("SparseGPT's statistics are collected as a Gram matrix")
+        };
         let mut h = Hessian::new(dims[0]);
-        h.add_gram(&stat.sums, stat.samples, stat.tokens)?;
+        h.add_gram(gram, stat.samples, stat.tokens)?;
         Ok(h)
     };
     if let (Some(dsnot), Some(moments)) = (&options.dsnot, &stat.moments) {
@@ -495,6 +538,46 @@ mod tests {
     use burn::backend::NdArray;
 
     use super::*;
+
+    /// The sums of squares of four samples are the same to the bit whether the samples come
+    /// in one batch or one at a time, so `batch` (which the gate may halve) never moves a mask.
+    #[test]
+    fn sums_of_squares_do_not_depend_on_the_batch_size() {
+        let (samples, seq, width) = (4, 64, 24);
+        let (values, _) = crate::model::kernels::massive_first_row(samples * seq, width);
+        let device = Default::default();
+        let tensor = |rows: &[f32], batch: usize| {
+            Tensor::<NdArray<f32>, 3>::from_data(
+                TensorData::new(rows.to_vec(), [batch, seq, width]),
+                &device,
+            )
+        };
+        let sums = |stats: LayerStats<NdArray<f32>>| match stats.host().remove(&LinearInput::MlpIn)
+        {
+            Some(HostStats {
+                sums: HostSums::SumSq(sums),
+                samples: 4,
+                tokens: 256,
+                ..
+            }) => sums,
+            _ => panic!("expected the sums of squares of 4 samples"),
+        };
+        let mut whole = LayerStats::new(false, false);
+        whole.samples = samples;
+        whole.tokens = samples * seq;
+        whole
+            .add(LinearInput::MlpIn, &tensor(&values, samples))
+            .unwrap();
+        let mut single = LayerStats::new(false, false);
+        single.samples = samples;
+        single.tokens = samples * seq;
+        for sample in values.chunks_exact(seq * width) {
+            single.add(LinearInput::MlpIn, &tensor(sample, 1)).unwrap();
+        }
+        let (whole, single) = (sums(whole), sums(single));
+        assert!(whole.iter().all(|s| *s > 0.0));
+        assert_eq!(whole, single);
+    }
 
     /// The backend-generic sums (used where the fused kernel is not) after a massive first row:
     /// within 2e-6 of the exact sums, where one f32 running sum drifts past 1e-5 (issue 22).

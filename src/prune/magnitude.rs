@@ -2,6 +2,8 @@
 //! a per-matrix threshold for unstructured sparsity and N:M groups otherwise, as the reference's
 //! `prune_magnitude`.
 
+use rayon::prelude::*;
+
 use super::mask::{apply_mask, matrix_threshold_or_nm_mask};
 use super::{check_shape, PruneError, Sparsity};
 
@@ -10,7 +12,7 @@ use super::{check_shape, PruneError, Sparsity};
 /// # Shapes
 /// - `weight`: any → the same
 pub fn magnitude_scores(weight: &[f32]) -> Vec<f32> {
-    weight.iter().map(|w| w.abs()).collect()
+    weight.par_iter().map(|w| w.abs()).collect()
 }
 
 /// The magnitude mask, [`matrix_threshold_or_nm_mask`] of `|W|`: one threshold for the whole

@@ -10,7 +10,8 @@ use std::cmp::Ordering;
 
 use rayon::prelude::*;
 
-use super::{check_finite, check_shape, PruneError, Sparsity};
+use super::{check_shape, PruneError, Sparsity};
+use crate::model::weights::transpose;
 
 /// Weights pruned out of `len` at `ratio`: Python's `int(len * ratio)`, the product taken in f64.
 ///
@@ -47,30 +48,36 @@ pub fn per_output_mask(
 ) -> Result<Vec<bool>, PruneError> {
     Sparsity::unstructured(ratio)?;
     check_shape("the score matrix", scores.len(), dims)?;
-    check_finite("the score matrix", scores)?;
+    check_finite_par("the score matrix", scores)?;
     let [in_features, out_features] = dims;
-    let mut mask = vec![false; scores.len()];
     let k = prune_count(in_features, ratio).min(in_features);
-    if k == 0 {
-        return Ok(mask);
+    if k == 0 || out_features == 0 {
+        return Ok(vec![false; scores.len()]);
     }
-    // One contiguous column per output channel, so each selection reads memory in order.
+    // One contiguous column per output channel, so each selection reads memory in order; the
+    // keys `(score, index)` as one integer, so selection needs no comparator.
     let columns = transpose(scores, in_features, out_features);
-    let pruned: Vec<Vec<u32>> = columns
-        .par_chunks(in_features)
-        .map(|column| {
-            let mut idx: Vec<u32> = (0..in_features as u32).collect();
-            idx.select_nth_unstable_by(k - 1, by_score_then_index(column));
-            idx.truncate(k);
-            idx
-        })
-        .collect();
-    for (o, rows) in pruned.iter().enumerate() {
-        for &i in rows {
-            mask[i as usize * out_features + o] = true;
-        }
-    }
-    Ok(mask)
+    let mut pruned = vec![false; scores.len()];
+    pruned
+        .par_chunks_mut(in_features)
+        .zip(columns.par_chunks(in_features))
+        .for_each_init(
+            || Vec::with_capacity(in_features),
+            |keys: &mut Vec<u64>, (pruned, column)| {
+                keys.clear();
+                keys.extend(
+                    column
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &s)| (u64::from(order_key(s)) << 32) | i as u64),
+                );
+                keys.select_nth_unstable(k - 1);
+                for &key in &keys[..k] {
+                    pruned[(key & 0xFFFF_FFFF) as usize] = true;
+                }
+            },
+        );
+    Ok(transpose(&pruned, out_features, in_features))
 }
 
 /// N:M mask: in every group of `m` consecutive input channels of each output channel, the `n`
@@ -88,7 +95,7 @@ pub fn nm_mask(
 ) -> Result<Vec<bool>, PruneError> {
     Sparsity::nm(n, m)?;
     check_shape("the score matrix", scores.len(), dims)?;
-    check_finite("the score matrix", scores)?;
+    check_finite_par("the score matrix", scores)?;
     let [in_features, out_features] = dims;
     if in_features % m != 0 {
         return Err(PruneError::IndivisibleGroups { in_features, n, m });
@@ -136,15 +143,13 @@ pub fn matrix_threshold_mask(
 ) -> Result<Vec<bool>, PruneError> {
     Sparsity::unstructured(ratio)?;
     check_shape("the score matrix", scores.len(), dims)?;
-    check_finite("the score matrix", scores)?;
+    check_finite_par("the score matrix", scores)?;
     if ratio == 0.0 || scores.is_empty() {
         return Ok(vec![false; scores.len()]);
     }
     let k = prune_count(scores.len(), ratio).min(scores.len() - 1);
-    let mut sorted = scores.to_vec();
-    let (_, &mut thresh, _) =
-        sorted.select_nth_unstable_by(k, |a, b| a.partial_cmp(b).unwrap_or(Ordering::Equal));
-    Ok(scores.iter().map(|&s| s <= thresh).collect())
+    let thresh = kth_smallest_key(scores, k);
+    Ok(scores.par_iter().map(|&s| order_key(s) <= thresh).collect())
 }
 
 /// The mask a per-output method (Wanda) uses for `sparsity`: [`per_output_mask`] for an
@@ -191,25 +196,78 @@ pub fn apply_mask(weight: &mut [f32], mask: &[bool]) -> Result<usize, PruneError
             got: mask.len(),
         });
     }
-    let mut zeroed = 0;
-    for (w, &m) in weight.iter_mut().zip(mask) {
-        if m {
-            *w = 0.0;
-            zeroed += 1;
-        }
-    }
-    Ok(zeroed)
+    Ok(weight
+        .par_chunks_mut(1 << 16)
+        .zip(mask.par_chunks(1 << 16))
+        .map(|(w, m)| {
+            let mut zeroed = 0;
+            for (w, &m) in w.iter_mut().zip(m) {
+                if m {
+                    *w = 0.0;
+                    zeroed += 1;
+                }
+            }
+            zeroed
+        })
+        .sum())
 }
 
-/// `[in, out]` row-major → `[out, in]` row-major.
-pub(crate) fn transpose<T: Copy + Default>(values: &[T], rows: usize, cols: usize) -> Vec<T> {
-    let mut out = vec![T::default(); values.len()];
-    for (r, row) in values.chunks_exact(cols.max(1)).enumerate().take(rows) {
-        for (c, &v) in row.iter().enumerate() {
-            out[c * rows + r] = v;
-        }
+/// A key that orders finite floats as numbers (`-0.0` equal to `0.0`), for integer selection.
+fn order_key(v: f32) -> u32 {
+    // Adding +0.0 turns -0.0 into +0.0; negative floats order reversed by their bits.
+    let bits = (v + 0.0).to_bits();
+    if bits & 0x8000_0000 != 0 {
+        !bits
+    } else {
+        bits | 0x8000_0000
     }
-    out
+}
+
+/// The `k`-th smallest order key (0-based) of `scores`: a parallel histogram of the keys' top
+/// 16 bits finds the bucket that holds it, and only that bucket is selected in.
+fn kth_smallest_key(scores: &[f32], k: usize) -> u32 {
+    const BUCKETS: usize = 1 << 16;
+    let histogram = scores
+        .par_chunks(1 << 16)
+        .fold(
+            || vec![0usize; BUCKETS],
+            |mut h, chunk| {
+                for &s in chunk {
+                    h[(order_key(s) >> 16) as usize] += 1;
+                }
+                h
+            },
+        )
+        .reduce(
+            || vec![0usize; BUCKETS],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    let mut below = 0;
+    let mut bucket = 0;
+    for (b, &count) in histogram.iter().enumerate() {
+        if below + count > k {
+            bucket = b as u32;
+            break;
+        }
+        below += count;
+    }
+    let mut keys: Vec<u32> = scores
+        .par_iter()
+        .map(|&s| order_key(s))
+        .filter(|key| key >> 16 == bucket)
+        .collect();
+    *keys.select_nth_unstable(k - below).1
+}
+
+/// The index of the first non-finite value, searched in parallel.
+fn check_finite_par(what: &'static str, values: &[f32]) -> Result<(), PruneError> {
+    match values.par_iter().position_first(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(index) => Err(PruneError::NonFinite { what, index }),
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +338,46 @@ mod tests {
         // -0.0 and 0.0 are equal, so the index decides.
         let mask = per_output_mask(&[0.0, -0.0, 1.0], [3, 1], 0.4).unwrap();
         assert_eq!(render(&mask, 1), ["1", "0", "0"]);
+    }
+
+    /// Scores with many ties (few distinct values, as a quantised checkpoint's), negative
+    /// zeros and negatives, `[in, out]`.
+    fn tied_scores(len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|k| match crate::prune::noise(k, 3) {
+                v if v < -0.9 => -0.0,
+                v if v < -0.8 => v,
+                v => (v * 16.0).round() / 16.0 + 1.0,
+            })
+            .collect()
+    }
+
+    /// The parallel selections equal the serial definitions (a stable sort per column; the
+    /// sorted matrix's k-th value as threshold) to the bit, ties and negative zeros included.
+    #[test]
+    fn parallel_selection_equals_the_serial_definition() {
+        let dims = [301, 67];
+        let scores = tied_scores(dims[0] * dims[1]);
+        let by_value = |a: &f32, b: &f32| a.partial_cmp(b).unwrap();
+        for ratio in [0.1, 0.5, 0.7, 0.99] {
+            let k = prune_count(dims[0], ratio);
+            let mut serial = vec![false; scores.len()];
+            for o in 0..dims[1] {
+                let mut column: Vec<(f32, usize)> =
+                    (0..dims[0]).map(|i| (scores[i * dims[1] + o], i)).collect();
+                column.sort_by(|a, b| by_value(&a.0, &b.0));
+                for &(_, i) in &column[..k] {
+                    serial[i * dims[1] + o] = true;
+                }
+            }
+            assert_eq!(per_output_mask(&scores, dims, ratio).unwrap(), serial);
+
+            let mut sorted = scores.clone();
+            sorted.sort_by(by_value);
+            let thresh = sorted[prune_count(scores.len(), ratio)];
+            let serial: Vec<bool> = scores.iter().map(|&s| s <= thresh).collect();
+            assert_eq!(matrix_threshold_mask(&scores, dims, ratio).unwrap(), serial);
+        }
     }
 
     #[test]

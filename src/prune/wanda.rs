@@ -8,6 +8,8 @@
 //! same for every weight of a matrix, which no per-output-channel comparison can see. Both give
 //! the same masks (tested below); the paper's `‖X_j‖₂` is what is used here.
 
+use rayon::prelude::*;
+
 use super::mask::{apply_mask, per_output_or_nm_mask, prune_count};
 use super::{check_finite, check_shape, PruneError, Sparsity};
 
@@ -67,7 +69,7 @@ impl InputNorms {
     /// - `sum_sq`: `[in_features]`
     pub fn add_sum_sq(
         &mut self,
-        sum_sq: &[f32],
+        sum_sq: &[f64],
         samples: usize,
         tokens: usize,
     ) -> Result<(), PruneError> {
@@ -78,9 +80,14 @@ impl InputNorms {
                 got: sum_sq.len(),
             });
         }
-        check_finite("the sums of squares", sum_sq)?;
+        if let Some(index) = sum_sq.iter().position(|v| !v.is_finite()) {
+            return Err(PruneError::NonFinite {
+                what: "the sums of squares",
+                index,
+            });
+        }
         for (s, &v) in self.sum_sq.iter_mut().zip(sum_sq) {
-            *s += f64::from(v);
+            *s += v;
         }
         self.nsamples += samples;
         self.tokens += tokens;
@@ -138,11 +145,17 @@ pub fn wanda_scores(
             got: norms.len(),
         });
     }
-    let mut scores = Vec::with_capacity(weight.len());
-    for (row, &norm) in weight.chunks_exact(out_features.max(1)).zip(norms) {
-        let norm = norm as f32;
-        scores.extend(row.iter().map(|w| w.abs() * norm));
-    }
+    let mut scores = vec![0.0f32; weight.len()];
+    scores
+        .par_chunks_mut(out_features.max(1))
+        .zip(weight.par_chunks(out_features.max(1)))
+        .zip(norms)
+        .for_each(|((scores, row), &norm)| {
+            let norm = norm as f32;
+            for (s, w) in scores.iter_mut().zip(row) {
+                *s = w.abs() * norm;
+            }
+        });
     Ok(scores)
 }
 
@@ -184,7 +197,7 @@ pub fn variant_mask(
     let [in_features, out_features] = dims;
     let numel = scores.len().max(1) as f64;
     // One sorted channel (ascending, stable) and its cumulative sums per output channel.
-    let columns = super::mask::transpose(scores, in_features, out_features);
+    let columns = crate::model::weights::transpose(scores, in_features, out_features);
     let mut sorted = columns.clone();
     let mut cumsum = vec![0.0f64; columns.len()];
     let totals: Vec<f64> = (0..out_features)

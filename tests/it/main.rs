@@ -16,4 +16,5 @@ mod run_cli;
 mod secrets;
 mod smollm;
 mod streaming;
+mod synth;
 mod table;

@@ -89,6 +89,36 @@ fn n_m_prunes_n_of_every_m_consecutive_inputs() {
     }
 }
 
+/// How many samples share a forward pass moves no weight: the layer outputs and the input
+/// statistics are the same for one sample at a time as for all four at once.
+#[test]
+fn the_calibration_batch_size_changes_nothing() {
+    let config = tiny_config("LlamaForCausalLM", true);
+    for method in Method::ALL {
+        let pruned: Vec<Vec<f32>> = [1, 3, 4]
+            .into_iter()
+            .map(|batch| {
+                let mut model = tiny_model(&config, 5);
+                prune_model(
+                    &mut model,
+                    method,
+                    &small_blocks(),
+                    Sparsity::unstructured(0.6).unwrap(),
+                    &windows(),
+                    batch,
+                    |_, _| {},
+                )
+                .unwrap();
+                (0..2)
+                    .flat_map(|l| weights(&model, l, "mlp.down_proj").0)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(pruned[0], pruned[1], "{method:?}");
+        assert_eq!(pruned[0], pruned[2], "{method:?}");
+    }
+}
+
 /// The first layer's q_proj mask equals the one computed by hand from the embeddings: the
 /// captured statistics are the normed inputs of that linear, over all tokens of all windows.
 #[test]

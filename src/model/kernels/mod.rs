@@ -184,11 +184,11 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
-    /// `x.square().sum_dim(0)`, equal to Burn's to the bit.
+    /// `Σ_rows x²` per column, summed in f64 on the host (exact to f64 rounding).
     ///
     /// # Shapes
-    /// - `x`: `[rows, width]` → `[1, width]`
-    fn column_sum_sq(&self, _x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+    /// - `x`: `[rows, width]` → `[width]`
+    fn column_sum_sq(&self, _x: &Tensor<B, 2>) -> Option<Vec<f64>> {
         None
     }
 
