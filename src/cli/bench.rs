@@ -115,7 +115,7 @@ pub enum BenchKind {
         #[arg(long, default_value = "unstructured")]
         pattern: String,
         /// Calibration tokens run through the layer (one window).
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 16)]
         tokens: usize,
     },
     /// B6: f32 GEMM `[m × k] · [k × n]`, GFLOP/s.

@@ -3,10 +3,18 @@
 
 use burn::prelude::*;
 
+use super::kernels::kernels;
+
 /// The values of `t` in row-major order as `f32`, whatever float type the backend computes in
-/// (bf16 and f16 are widened exactly). Consumes the tensor, so a backend that holds the values
-/// on the host hands its buffer over without a second copy.
+/// (bf16 and f16 are widened exactly). On the fused CPU backend a contiguous buffer is copied in
+/// parallel (Burn would collect a shared one, such as a parameter's, element by element).
 pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    let n = t.shape().num_elements();
+    if n > 0 {
+        if let Some(values) = kernels::<B>().host_copy(&t.clone().reshape([1, n])) {
+            return values;
+        }
+    }
     t.into_data()
         .convert::<f32>()
         .into_vec()

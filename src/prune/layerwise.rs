@@ -51,25 +51,38 @@ pub struct ModelSparsity {
 /// Measures the sparsity of every prunable linear of `model`.
 pub fn measure<B: Backend>(model: &impl Layers<B>) -> Result<ModelSparsity, PruneError> {
     let mut report = ModelSparsity::default();
-    let (mut zeros, mut total) = (0usize, 0usize);
     for i in 0..model.layer_count() {
         let layer = model.layer(i)?;
-        let (mut lz, mut lt) = (0usize, 0usize);
-        for (name, _, linear) in layer.linears() {
-            let (w, dims) = host_weight(linear.weight.val());
-            let r = MatrixSparsity::measure(&w, dims)?;
-            lz += r.zeros;
-            lt += r.total;
-            report
-                .per_linear
-                .insert(format!("model.layers.{i}.{name}"), r);
-        }
-        report.per_layer.push(lz as f64 / lt.max(1) as f64);
-        zeros += lz;
-        total += lt;
+        let measured = layer
+            .linears()
+            .into_iter()
+            .map(|(name, _, linear)| {
+                let (w, dims) = host_weight(linear.weight.val());
+                Ok((name, MatrixSparsity::measure(&w, dims)?))
+            })
+            .collect::<Result<Vec<_>, PruneError>>()?;
+        report.add_layer(i, measured);
     }
-    report.total = zeros as f64 / total.max(1) as f64;
     Ok(report)
+}
+
+impl ModelSparsity {
+    /// Adds decoder layer `index` (the next one) from its linears' measurements and updates the
+    /// total.
+    fn add_layer(&mut self, index: usize, linears: Vec<(&str, MatrixSparsity)>) {
+        let zeros: usize = linears.iter().map(|(_, r)| r.zeros).sum();
+        let total: usize = linears.iter().map(|(_, r)| r.total).sum();
+        self.per_layer.push(zeros as f64 / total.max(1) as f64);
+        for (name, r) in linears {
+            self.per_linear
+                .insert(format!("model.layers.{index}.{name}"), r);
+        }
+        let (zeros, total) = self
+            .per_linear
+            .values()
+            .fold((0, 0), |(z, t), r| (z + r.zeros, t + r.total));
+        self.total = zeros as f64 / total.max(1) as f64;
+    }
 }
 
 fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
@@ -297,6 +310,7 @@ pub fn prune_model<B: Backend>(
         }
     }
     let layers = model.layer_count();
+    let mut measured_sparsity = ModelSparsity::default();
     let target = match sparsity {
         Sparsity::Unstructured { ratio } => ratio,
         Sparsity::NM { .. } if !options.profile.is_uniform() => {
@@ -323,13 +337,14 @@ pub fn prune_model<B: Backend>(
             if i == 0 {
                 check_skip_against(&options.skip, layers, &layer)?;
             }
-            prune_layer(&mut layer, i, &options.skip, |w, dims, _, _| {
+            let measured = prune_layer(&mut layer, i, &options.skip, |w, dims, _, _| {
                 prune_magnitude(w, dims, layer_sparsity).map(|_| ())
             })?;
+            measured_sparsity.add_layer(i, measured);
             model.set_layer(i, layer)?;
             progress(i + 1, layers);
         }
-        return report(model, options, &per_layer, Vec::new());
+        return Ok(report(measured_sparsity, options, &per_layer, Vec::new()));
     }
     let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
     if calibration.is_empty() || seqlen == 0 || calibration.iter().any(|w| w.len() != seqlen) {
@@ -382,12 +397,13 @@ pub fn prune_model<B: Backend>(
         let mut stats = LayerStats::<B>::new(gram, options.dsnot.is_some());
         stats.observe(&layer, &inputs, &cos, &sin)?;
         let host = stats.host();
-        prune_layer(&mut layer, i, &options.skip, |w, dims, name, input| {
+        let measured = prune_layer(&mut layer, i, &options.skip, |w, dims, name, input| {
             let stat = host.get(&input).ok_or(PruneError::NoSamples {
                 what: "layer input statistics",
             })?;
             prune_linear(w, dims, name, stat, method, options, layer_sparsity)
         })?;
+        measured_sparsity.add_layer(i, measured);
         inputs = layer.forward_each(inputs, &cos, &sin);
         model.set_layer(i, layer)?;
         progress(i + 1, layers);
@@ -395,23 +411,27 @@ pub fn prune_model<B: Backend>(
     // The calibration activations and work buffers are gone; the heap need not keep them.
     drop(inputs);
     crate::sys::allocator::release_freed_memory();
-    report(model, options, &per_layer, outlier_ratios)
+    Ok(report(
+        measured_sparsity,
+        options,
+        &per_layer,
+        outlier_ratios,
+    ))
 }
 
-/// The measured sparsity of the pruned `model`, with each layer's target when a profile set
+/// The measured sparsity of the pruned model, with each layer's target when a profile set
 /// them and OWL's outlier ratios.
-fn report<B: Backend>(
-    model: &impl Layers<B>,
+fn report(
+    mut report: ModelSparsity,
     options: &MethodOptions,
     per_layer: &[Sparsity],
     outlier_ratios: Vec<f64>,
-) -> Result<ModelSparsity, PruneError> {
-    let mut report = measure(model)?;
+) -> ModelSparsity {
     if !options.profile.is_uniform() {
         report.layer_targets = per_layer.iter().map(Sparsity::target_ratio).collect();
     }
     report.outlier_ratios = outlier_ratios;
-    Ok(report)
+    report
 }
 
 /// OWL's first pass: the calibration samples run through the dense layers (nothing is
@@ -507,22 +527,25 @@ fn check_skip_against<B: Backend>(
 
 /// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a
 /// `skip` pattern names; all weights are pruned on the host first and stored back only when
-/// every one succeeded.
+/// every one succeeded. Returns the sparsity of every linear, measured on the host copies.
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
     index: usize,
     skip: &[String],
     mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
-) -> Result<(), PruneError> {
+) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
     let mut pruned = Vec::with_capacity(7);
+    let mut measured = Vec::with_capacity(7);
     for (name, input, linear) in layer.linears() {
         let path = linear_path(index, name);
-        if skip.iter().any(|pattern| glob_matches(pattern, &path)) {
-            continue;
-        }
         let (mut w, dims) = host_weight(linear.weight.val());
-        prune(&mut w, dims, name, input)?;
-        pruned.push((name, w, dims, linear.weight.val().device()));
+        if !skip.iter().any(|pattern| glob_matches(pattern, &path)) {
+            prune(&mut w, dims, name, input)?;
+            measured.push((name, MatrixSparsity::measure(&w, dims)?));
+            pruned.push((name, w, dims, linear.weight.val().device()));
+        } else {
+            measured.push((name, MatrixSparsity::measure(&w, dims)?));
+        }
     }
     for (name, w, dims, device) in pruned {
         let linear = layer
@@ -530,7 +553,7 @@ fn prune_layer<B: Backend>(
             .expect("names come from DecoderLayer::linears");
         linear.weight = Param::from_tensor(Tensor::from_data(TensorData::new(w, dims), &device));
     }
-    Ok(())
+    Ok(measured)
 }
 
 #[cfg(test)]

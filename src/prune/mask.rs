@@ -54,10 +54,17 @@ pub fn per_output_mask(
     if k == 0 || out_features == 0 {
         return Ok(vec![false; scores.len()]);
     }
-    // One contiguous column per output channel, so each selection reads memory in order; the
-    // keys `(score, index)` as one integer, so selection needs no comparator.
+    // One contiguous column per output channel, so each selection reads memory in order.
     let columns = transpose(scores, in_features, out_features);
-    let mut pruned = vec![false; scores.len()];
+    let pruned = select_per_output(&columns, in_features, k);
+    Ok(transpose(&pruned, out_features, in_features))
+}
+
+/// The `k` lowest of each contiguous row of `columns` (`[out, in]`, one output channel per row;
+/// ties by the lower input index), as a mask of the same layout. The keys `(score, index)` are
+/// one integer, so selection needs no comparator; rows are selected in parallel.
+fn select_per_output(columns: &[f32], in_features: usize, k: usize) -> Vec<bool> {
+    let mut pruned = vec![false; columns.len()];
     pruned
         .par_chunks_mut(in_features)
         .zip(columns.par_chunks(in_features))
@@ -77,7 +84,77 @@ pub fn per_output_mask(
                 }
             },
         );
-    Ok(transpose(&pruned, out_features, in_features))
+    pruned
+}
+
+/// Prunes `weight` in place with the per-output-channel rule of [`per_output_mask`], scoring
+/// each weight as `score(input, w)`, and returns the number of weights it zeroed. The same mask
+/// as [`per_output_mask`] of the materialised scores, without materialising them: the scores are
+/// formed straight in the transposed layout, and the mask is applied in tiles.
+///
+/// # Shapes
+/// - `weight`: `[in, out]`, `dims = [in, out]`
+pub fn prune_per_output(
+    weight: &mut [f32],
+    dims: [usize; 2],
+    ratio: f64,
+    score: impl Fn(usize, f32) -> f32 + Sync,
+) -> Result<usize, PruneError> {
+    Sparsity::unstructured(ratio)?;
+    check_shape("the weight", weight.len(), dims)?;
+    let [in_features, out_features] = dims;
+    let k = prune_count(in_features, ratio).min(in_features);
+    if k == 0 || out_features == 0 {
+        return Ok(0);
+    }
+    let mut columns = transpose(weight, in_features, out_features);
+    columns.par_chunks_mut(in_features).for_each(|column| {
+        for (i, s) in column.iter_mut().enumerate() {
+            *s = score(i, *s);
+        }
+    });
+    check_finite_par("the score matrix", &columns).map_err(|e| match e {
+        // Name the position in the weight's own layout.
+        PruneError::NonFinite { what, index } => PruneError::NonFinite {
+            what,
+            index: (index % in_features) * out_features + index / in_features,
+        },
+        other => other,
+    })?;
+    let pruned = select_per_output(&columns, in_features, k);
+    drop(columns);
+    Ok(apply_transposed_mask(weight, &pruned, dims))
+}
+
+/// Zeroes `weight[i, o]` where `pruned[o, i]`, a band of input rows per job, and returns how
+/// many it zeroed.
+///
+/// # Shapes
+/// - `weight`: `[in, out]`, `dims = [in, out]`; `pruned`: `[out, in]`
+fn apply_transposed_mask(weight: &mut [f32], pruned: &[bool], dims: [usize; 2]) -> usize {
+    const TILE: usize = 64;
+    let [in_features, out_features] = dims;
+    weight
+        .par_chunks_mut(TILE * out_features)
+        .enumerate()
+        .map(|(band, rows)| {
+            let i0 = band * TILE;
+            let height = rows.len() / out_features;
+            let mut zeroed = 0;
+            // Column by column: each column's run of `pruned` is contiguous, and the band's
+            // rows stay in cache while the columns advance.
+            for o in 0..out_features {
+                let column = &pruned[o * in_features + i0..o * in_features + i0 + height];
+                // Branch-free: half the weights go, in no predictable order.
+                for (r, &p) in column.iter().enumerate() {
+                    let w = &mut rows[r * out_features + o];
+                    *w = if p { 0.0 } else { *w };
+                    zeroed += usize::from(p);
+                }
+            }
+            zeroed
+        })
+        .sum()
 }
 
 /// N:M mask: in every group of `m` consecutive input channels of each output channel, the `n`
@@ -202,10 +279,8 @@ pub fn apply_mask(weight: &mut [f32], mask: &[bool]) -> Result<usize, PruneError
         .map(|(w, m)| {
             let mut zeroed = 0;
             for (w, &m) in w.iter_mut().zip(m) {
-                if m {
-                    *w = 0.0;
-                    zeroed += 1;
-                }
+                *w = if m { 0.0 } else { *w };
+                zeroed += usize::from(m);
             }
             zeroed
         })

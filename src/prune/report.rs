@@ -1,6 +1,8 @@
 //! Measured sparsity of a pruned weight: the fraction of exact zeros (what the reference's
 //! `check_sparsity` prints) and how many weights each output channel keeps.
 
+use rayon::prelude::*;
+
 use super::{check_shape, PruneError};
 
 /// Fraction of values that are exactly zero (`-0.0` included); 0 for an empty matrix.
@@ -18,15 +20,26 @@ pub fn zero_fraction(weight: &[f32]) -> f64 {
 pub fn kept_per_output_channel(weight: &[f32], dims: [usize; 2]) -> Result<Vec<usize>, PruneError> {
     check_shape("the weight", weight.len(), dims)?;
     let [_, out_features] = dims;
-    let mut kept = vec![0usize; out_features];
-    for row in weight.chunks_exact(out_features.max(1)) {
-        for (k, &w) in kept.iter_mut().zip(row) {
-            if w != 0.0 {
-                *k += 1;
+    // Bands of input rows counted in parallel, then summed.
+    let count = |mut kept: Vec<usize>, rows: &[f32]| {
+        for row in rows.chunks_exact(out_features.max(1)) {
+            for (k, &w) in kept.iter_mut().zip(row) {
+                *k += usize::from(w != 0.0);
             }
         }
-    }
-    Ok(kept)
+        kept
+    };
+    let band = out_features.max(1) * 64;
+    Ok(weight
+        .par_chunks(band)
+        .fold(|| vec![0usize; out_features], count)
+        .reduce(
+            || vec![0usize; out_features],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        ))
 }
 
 /// The sparsity of one pruned matrix (a linear's weight).
@@ -51,11 +64,15 @@ impl MatrixSparsity {
     /// - `weight`: `[in, out]`, `dims = [in, out]`
     pub fn measure(weight: &[f32], dims: [usize; 2]) -> Result<Self, PruneError> {
         let kept = kept_per_output_channel(weight, dims)?;
-        let zeros = weight.iter().filter(|&&w| w == 0.0).count();
+        let zeros = weight.len() - kept.iter().sum::<usize>();
         Ok(Self {
             zeros,
             total: weight.len(),
-            fraction: zero_fraction(weight),
+            fraction: if weight.is_empty() {
+                0.0
+            } else {
+                zeros as f64 / weight.len() as f64
+            },
             min_kept: kept.iter().copied().min().unwrap_or(0),
             max_kept: kept.iter().copied().max().unwrap_or(0),
         })

@@ -10,7 +10,7 @@
 
 use rayon::prelude::*;
 
-use super::mask::{apply_mask, per_output_or_nm_mask, prune_count};
+use super::mask::{apply_mask, per_output_or_nm_mask, prune_count, prune_per_output};
 use super::{check_finite, check_shape, PruneError, Sparsity};
 
 /// Running per-input-channel sum of squares of a linear layer's inputs over calibration tokens.
@@ -331,9 +331,37 @@ pub fn prune_wanda(
     sparsity: Sparsity,
     use_variant: bool,
 ) -> Result<WandaOutcome, PruneError> {
+    if let (Sparsity::Unstructured { ratio }, false) = (sparsity, use_variant) {
+        // The same mask as `wanda_mask`'s, without a score matrix in the weight's layout.
+        check_shape("the weight", weight.len(), dims)?;
+        let norms = checked_norms(norms, dims)?;
+        let zeroed = prune_per_output(weight, dims, ratio, |i, w| w.abs() * norms[i])?;
+        return Ok(WandaOutcome {
+            zeroed,
+            alpha: None,
+        });
+    }
     let WandaMask { mask, alpha } = wanda_mask(weight, dims, norms, sparsity, use_variant)?;
     let zeroed = apply_mask(weight, &mask)?;
     Ok(WandaOutcome { zeroed, alpha })
+}
+
+/// `‖X_j‖₂` per input channel in f32, as [`wanda_scores`] multiplies them, once `norms` is
+/// known to hold samples and to match the weight's inputs.
+fn checked_norms(norms: &InputNorms, dims: [usize; 2]) -> Result<Vec<f32>, PruneError> {
+    if norms.nsamples() == 0 {
+        return Err(PruneError::NoSamples {
+            what: "input-norm accumulator",
+        });
+    }
+    if norms.in_features() != dims[0] {
+        return Err(PruneError::FeatureMismatch {
+            what: "the input norms",
+            expected: dims[0],
+            got: norms.in_features(),
+        });
+    }
+    Ok(norms.norms().into_iter().map(|n| n as f32).collect())
 }
 
 /// Weights each output channel keeps under the plain (non-variant) unstructured rule.
@@ -516,6 +544,28 @@ mod tests {
             let WandaMask { mask: via_api, .. } =
                 wanda_mask(&w, [inp, out], &norms, sparsity, false).unwrap();
             assert_eq!(via_api, ours);
+        }
+    }
+
+    /// `prune_wanda`'s in-place path zeroes exactly the weights of `wanda_mask`.
+    #[test]
+    fn in_place_pruning_equals_the_mask() {
+        let dims = [97, 41];
+        let w: Vec<f32> = (0..dims[0] * dims[1])
+            .map(|k| (noise(k, 5) * 8.0).round() / 8.0)
+            .collect();
+        let mut norms = InputNorms::new(dims[0]);
+        let x: Vec<f32> = (0..3 * dims[0]).map(|k| noise(k, 6)).collect();
+        norms.add_batch(&x, 3, dims[0]).unwrap();
+        for ratio in [0.2, 0.5, 0.7] {
+            let sparsity = Sparsity::unstructured(ratio).unwrap();
+            let mask = wanda_mask(&w, dims, &norms, sparsity, false).unwrap().mask;
+            let mut expected = w.clone();
+            let zeroed = apply_mask(&mut expected, &mask).unwrap();
+            let mut pruned = w.clone();
+            let outcome = prune_wanda(&mut pruned, dims, &norms, sparsity, false).unwrap();
+            assert_eq!(pruned, expected, "{ratio}");
+            assert_eq!(outcome.zeroed, zeroed);
         }
     }
 

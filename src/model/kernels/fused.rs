@@ -736,6 +736,17 @@ impl Kernels<Nd> for Fused {
         Some(sums)
     }
 
+    fn host_copy(&self, x: &Tensor<Nd, 2>) -> Option<Vec<f32>> {
+        let (primitive, _) = matrix_of(x)?;
+        let values = contiguous(&primitive)?;
+        // A parallel copy: one core's memcpy is a fraction of the memory bandwidth.
+        let mut out = vec![0.0f32; values.len()];
+        out.par_chunks_mut(1 << 20)
+            .zip(values.par_chunks(1 << 20))
+            .for_each(|(o, v)| o.copy_from_slice(v));
+        Some(out)
+    }
+
     /// The product every fused linear uses (one band of rows per core): what
     /// `wanda bench gemm` (B6) measures as the default CPU backend's GEMM.
     fn matmul(&self, a: &Tensor<Nd, 2>, b: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 2>> {

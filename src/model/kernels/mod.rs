@@ -192,6 +192,15 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// The values of `x` in row-major order, copied straight from a contiguous buffer (a
+    /// shared buffer would otherwise be collected element by element).
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, width]` → `rows × width` values
+    fn host_copy(&self, _x: &Tensor<B, 2>) -> Option<Vec<f32>> {
+        None
+    }
+
     /// `a · b` with the product the fast linears use.
     ///
     /// # Shapes
