@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::mask::{apply_mask, matrix_threshold_or_nm_mask};
+use super::mask::{apply_mask, matrix_threshold_or_nm_mask, prune_below_threshold};
 use super::{check_shape, PruneError, Sparsity};
 
 /// `|W|`, elementwise.
@@ -39,6 +39,11 @@ pub fn prune_magnitude(
     dims: [usize; 2],
     sparsity: Sparsity,
 ) -> Result<usize, PruneError> {
+    if let Sparsity::Unstructured { ratio } = sparsity {
+        // The same weights as `magnitude_mask`'s, without a score matrix or a mask.
+        check_shape("the weight", weight.len(), dims)?;
+        return prune_below_threshold(weight, ratio, f32::abs);
+    }
     let mask = magnitude_mask(weight, dims, sparsity)?;
     apply_mask(weight, &mask)
 }
@@ -70,6 +75,23 @@ mod tests {
         ];
         prune_magnitude(&mut w, [4, 2], Sparsity::NM { n: 2, m: 4 }).unwrap();
         assert_eq!(w, [-5.0, 0.0, 0.0, -2.0, 0.0, 3.0, 4.0, 0.0]);
+    }
+
+    /// The in-place path zeroes exactly the weights of `magnitude_mask`, ties included.
+    #[test]
+    fn in_place_pruning_equals_the_mask() {
+        let dims = [53, 29];
+        let w: Vec<f32> = (0..dims[0] * dims[1])
+            .map(|k| (crate::prune::noise(k, 9) * 6.0).round() / 6.0)
+            .collect();
+        for ratio in [0.1, 0.5, 0.8] {
+            let sparsity = Sparsity::unstructured(ratio).unwrap();
+            let mut expected = w.clone();
+            let zeroed = apply_mask(&mut expected, &magnitude_mask(&w, dims, sparsity).unwrap());
+            let mut pruned = w.clone();
+            assert_eq!(prune_magnitude(&mut pruned, dims, sparsity), zeroed);
+            assert_eq!(pruned, expected, "{ratio}");
+        }
     }
 
     #[test]

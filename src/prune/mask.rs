@@ -48,49 +48,71 @@ pub fn per_output_mask(
 ) -> Result<Vec<bool>, PruneError> {
     Sparsity::unstructured(ratio)?;
     check_shape("the score matrix", scores.len(), dims)?;
-    check_finite_par("the score matrix", scores)?;
     let [in_features, out_features] = dims;
     let k = prune_count(in_features, ratio).min(in_features);
     if k == 0 || out_features == 0 {
+        check_finite_par("the score matrix", scores)?;
         return Ok(vec![false; scores.len()]);
     }
     // One contiguous column per output channel, so each selection reads memory in order.
     let columns = transpose(scores, in_features, out_features);
-    let pruned = select_per_output(&columns, in_features, k);
+    let pruned = select_per_output(&columns, in_features, k, |_, s| s)?;
     Ok(transpose(&pruned, out_features, in_features))
 }
 
-/// The `k` lowest of each contiguous row of `columns` (`[out, in]`, one output channel per row;
-/// ties by the lower input index), as a mask of the same layout. The keys `(score, index)` are
-/// one integer, so selection needs no comparator; rows are selected in parallel.
-fn select_per_output(columns: &[f32], in_features: usize, k: usize) -> Vec<bool> {
+/// The `k` lowest scores `score(i, column[i])` of each contiguous row of `columns` (`[out, in]`,
+/// one output channel per row; ties by the lower input index), as a mask of the same layout.
+/// The keys `(score, index)` are one integer, so selection needs no comparator; rows are
+/// selected in parallel. A non-finite score is an error naming its place in `[in, out]`.
+fn select_per_output(
+    columns: &[f32],
+    in_features: usize,
+    k: usize,
+    score: impl Fn(usize, f32) -> f32 + Sync,
+) -> Result<Vec<bool>, PruneError> {
+    let out_features = columns.len() / in_features;
     let mut pruned = vec![false; columns.len()];
-    pruned
+    let first_bad = pruned
         .par_chunks_mut(in_features)
         .zip(columns.par_chunks(in_features))
-        .for_each_init(
+        .enumerate()
+        .map_init(
             || Vec::with_capacity(in_features),
-            |keys: &mut Vec<u64>, (pruned, column)| {
+            |keys: &mut Vec<u64>, (o, (pruned, column))| {
                 keys.clear();
-                keys.extend(
-                    column
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &s)| (u64::from(order_key(s)) << 32) | i as u64),
-                );
+                let mut bad = None;
+                keys.extend(column.iter().enumerate().map(|(i, &w)| {
+                    let s = score(i, w);
+                    if !s.is_finite() && bad.is_none() {
+                        bad = Some(i * out_features + o);
+                    }
+                    (u64::from(order_key(s)) << 32) | i as u64
+                }));
+                if bad.is_some() {
+                    return bad;
+                }
                 keys.select_nth_unstable(k - 1);
                 for &key in &keys[..k] {
                     pruned[(key & 0xFFFF_FFFF) as usize] = true;
                 }
+                None
             },
-        );
-    pruned
+        )
+        .flatten()
+        .min();
+    match first_bad {
+        None => Ok(pruned),
+        Some(index) => Err(PruneError::NonFinite {
+            what: "the score matrix",
+            index,
+        }),
+    }
 }
 
 /// Prunes `weight` in place with the per-output-channel rule of [`per_output_mask`], scoring
 /// each weight as `score(input, w)`, and returns the number of weights it zeroed. The same mask
-/// as [`per_output_mask`] of the materialised scores, without materialising them: the scores are
-/// formed straight in the transposed layout, and the mask is applied in tiles.
+/// as [`per_output_mask`] of the materialised scores, without materialising them: each output
+/// channel's scores are formed where it is selected, and the mask is applied in bands.
 ///
 /// # Shapes
 /// - `weight`: `[in, out]`, `dims = [in, out]`
@@ -107,21 +129,8 @@ pub fn prune_per_output(
     if k == 0 || out_features == 0 {
         return Ok(0);
     }
-    let mut columns = transpose(weight, in_features, out_features);
-    columns.par_chunks_mut(in_features).for_each(|column| {
-        for (i, s) in column.iter_mut().enumerate() {
-            *s = score(i, *s);
-        }
-    });
-    check_finite_par("the score matrix", &columns).map_err(|e| match e {
-        // Name the position in the weight's own layout.
-        PruneError::NonFinite { what, index } => PruneError::NonFinite {
-            what,
-            index: (index % in_features) * out_features + index / in_features,
-        },
-        other => other,
-    })?;
-    let pruned = select_per_output(&columns, in_features, k);
+    let columns = transpose(weight, in_features, out_features);
+    let pruned = select_per_output(&columns, in_features, k, score)?;
     drop(columns);
     Ok(apply_transposed_mask(weight, &pruned, dims))
 }
@@ -225,8 +234,45 @@ pub fn matrix_threshold_mask(
         return Ok(vec![false; scores.len()]);
     }
     let k = prune_count(scores.len(), ratio).min(scores.len() - 1);
-    let thresh = kth_smallest_key(scores, k);
+    let thresh = kth_smallest_key(scores, k, |s| s);
     Ok(scores.par_iter().map(|&s| order_key(s) <= thresh).collect())
+}
+
+/// Prunes `weight` in place with the per-matrix threshold rule of [`matrix_threshold_mask`] on
+/// the scores `score(w)`, and returns the number of weights it zeroed: the same weights as that
+/// mask of the materialised scores, without materialising them.
+///
+/// # Shapes
+/// - `weight`: any
+pub fn prune_below_threshold(
+    weight: &mut [f32],
+    ratio: f64,
+    score: impl Fn(f32) -> f32 + Sync,
+) -> Result<usize, PruneError> {
+    Sparsity::unstructured(ratio)?;
+    if let Some(index) = weight.par_iter().position_first(|&w| !score(w).is_finite()) {
+        return Err(PruneError::NonFinite {
+            what: "the score matrix",
+            index,
+        });
+    }
+    if ratio == 0.0 || weight.is_empty() {
+        return Ok(0);
+    }
+    let k = prune_count(weight.len(), ratio).min(weight.len() - 1);
+    let thresh = kth_smallest_key(weight, k, &score);
+    Ok(weight
+        .par_chunks_mut(1 << 16)
+        .map(|chunk| {
+            let mut zeroed = 0;
+            for w in chunk {
+                let prune = order_key(score(*w)) <= thresh;
+                *w = if prune { 0.0 } else { *w };
+                zeroed += usize::from(prune);
+            }
+            zeroed
+        })
+        .sum())
 }
 
 /// The mask a per-output method (Wanda) uses for `sparsity`: [`per_output_mask`] for an
@@ -298,9 +344,9 @@ fn order_key(v: f32) -> u32 {
     }
 }
 
-/// The `k`-th smallest order key (0-based) of `scores`: a parallel histogram of the keys' top
+/// The `k`-th smallest order key (0-based) of `score(s)` over `scores`: a parallel histogram of the keys' top
 /// 16 bits finds the bucket that holds it, and only that bucket is selected in.
-fn kth_smallest_key(scores: &[f32], k: usize) -> u32 {
+fn kth_smallest_key(scores: &[f32], k: usize, score: impl Fn(f32) -> f32 + Sync) -> u32 {
     const BUCKETS: usize = 1 << 16;
     let histogram = scores
         .par_chunks(1 << 16)
@@ -308,7 +354,7 @@ fn kth_smallest_key(scores: &[f32], k: usize) -> u32 {
             || vec![0usize; BUCKETS],
             |mut h, chunk| {
                 for &s in chunk {
-                    h[(order_key(s) >> 16) as usize] += 1;
+                    h[(order_key(score(s)) >> 16) as usize] += 1;
                 }
                 h
             },
@@ -331,7 +377,7 @@ fn kth_smallest_key(scores: &[f32], k: usize) -> u32 {
     }
     let mut keys: Vec<u32> = scores
         .par_iter()
-        .map(|&s| order_key(s))
+        .map(|&s| order_key(score(s)))
         .filter(|key| key >> 16 == bucket)
         .collect();
     *keys.select_nth_unstable(k - below).1
