@@ -79,15 +79,8 @@ pub enum BenchKind {
         /// Evaluation text.
         #[arg(long)]
         eval_text: PathBuf,
-        /// The pruning method.
-        #[arg(long, value_enum, default_value_t = Method::Wanda)]
-        method: Method,
-        /// Unstructured ratio.
-        #[arg(long, default_value_t = 0.5)]
-        sparsity: f64,
-        /// `unstructured` or `N:M`.
-        #[arg(long, default_value = "unstructured")]
-        pattern: String,
+        #[command(flatten)]
+        cell: PruneSettings,
         /// Calibration windows.
         #[arg(long, default_value_t = 32)]
         nsamples: usize,
@@ -105,15 +98,8 @@ pub enum BenchKind {
         /// The published shape of the layer.
         #[arg(long, value_enum, default_value_t = SynthShape::Llama2_7b)]
         shape: SynthShape,
-        /// The pruning method.
-        #[arg(long, value_enum, default_value_t = Method::Wanda)]
-        method: Method,
-        /// Unstructured ratio.
-        #[arg(long, default_value_t = 0.5)]
-        sparsity: f64,
-        /// `unstructured` or `N:M`.
-        #[arg(long, default_value = "unstructured")]
-        pattern: String,
+        #[command(flatten)]
+        cell: PruneSettings,
         /// Calibration tokens run through the layer (one window).
         #[arg(long, default_value_t = 16)]
         tokens: usize,
@@ -130,6 +116,20 @@ pub enum BenchKind {
         #[arg(long, default_value_t = 1536)]
         n: usize,
     },
+}
+
+/// The method and sparsity a pruning benchmark runs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PruneSettings {
+    /// The pruning method.
+    #[arg(long, value_enum, default_value_t = Method::Wanda)]
+    method: Method,
+    /// Unstructured ratio.
+    #[arg(long, default_value_t = 0.5)]
+    sparsity: f64,
+    /// `unstructured` or `N:M`.
+    #[arg(long, default_value = "unstructured")]
+    pattern: String,
 }
 
 /// Median, min and max of repeated measurements.
@@ -205,9 +205,12 @@ impl OnBackend for BenchJob {
             }
             BenchKind::PruneLayer {
                 shape,
-                method,
-                sparsity,
-                pattern,
+                cell:
+                    PruneSettings {
+                        method,
+                        sparsity,
+                        pattern,
+                    },
                 tokens,
             } => {
                 let pattern: Pattern = pattern.parse()?;
@@ -235,7 +238,12 @@ impl OnBackend for BenchJob {
                     }
                 }
                 Ok(figure(
-                    &format!("B7 prune one {shape:?} layer ({method} {sparsity})"),
+                    &format!(
+                        "B7 prune one {} layer ({method} {sparsity})",
+                        clap::ValueEnum::to_possible_value(&shape)
+                            .map(|v| v.get_name().to_string())
+                            .unwrap_or_default()
+                    ),
                     "s",
                     runs,
                     choice.label(),
@@ -355,9 +363,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             model,
             calib_text,
             eval_text,
-            method,
-            sparsity,
-            pattern,
+            cell:
+                PruneSettings {
+                    method,
+                    sparsity,
+                    pattern,
+                },
             nsamples,
             seqlen,
             windows,
