@@ -24,8 +24,9 @@
 //!   Hessians of the four shared inputs `(H² + (nh·d)² + H² + I²) × (4 + 8)` (f32 sums on the
 //!   device, f64 on the host);
 //! - pruning buffers: the layer's pruned weights held until all seven succeed,
-//!   `linears/L × 4`, plus for the widest linear `in × out × 12` (Wanda: scores f32 and sort
-//!   order) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and inverse in f64), or
+//!   `linears/L × 4`, plus for the widest linear `in × out × 12` (at most: scores or a
+//!   transposed copy in f32, the mask, sort keys; Wanda unstructured needs 5, magnitude
+//!   unstructured next to nothing) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and inverse in f64), or
 //!   with DSnoT at least `in × out ×` [`DSNOT_BYTES_PER_WEIGHT`];
 //! - OWL: its dense pass holds what the pruning pass holds plus one layer's pooled Wanda scores,
 //!   `linears/L × 4` (on the host); magnitude with OWL or DSnoT calibrates like Wanda;
@@ -272,7 +273,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
             }
             Method::Wanda | Method::Ria | Method::Magnitude => (
                 widest * 12,
-                format!("{widest} × 12 B (scores f32, sort order)"),
+                format!("{widest} × 12 B (at most: scores or a transposed copy, mask, sort keys)"),
             ),
         };
         let (method_bytes, method_formula) = if run.dsnot {
