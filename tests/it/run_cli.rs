@@ -282,6 +282,38 @@ fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
     assert!(stdout.contains("fits"), "{stdout}");
 }
 
+/// Llama-2-70B (config only) at the paper's 128 × 2048 on a 24 GiB GPU: streaming first (one
+/// layer of 70B's 80 on the device), then the calibration sizes until it fits.
+#[test]
+fn dry_run_streams_a_70b_model_on_a_24_gib_gpu() {
+    let pipeline =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gate/llama70b-24gib.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["run", "--dry-run"])
+        .arg(&pipeline)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let steps: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(" → "))
+        .map(|l| l.split_whitespace().next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "streaming",
+            "calibration.nsamples",
+            "calibration.seqlen",
+            "estimated"
+        ],
+        "{stdout}"
+    );
+    assert!(stdout.contains("290.96 GiB → 14.64 GiB  fits"), "{stdout}");
+    assert!(stdout.contains("streaming on"), "{stdout}");
+}
+
 /// Llama-3.2-1B in 8 GiB: with the calibration sizes at their floors it still does not fit
 /// (10.27 GiB, most of it the 4.6 GiB of f32 weights); layer streaming, listed last by default,
 /// keeps one layer and the embeddings in memory and makes it fit.
