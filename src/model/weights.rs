@@ -90,6 +90,18 @@ pub trait WeightSource {
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError>;
     /// The parameter count of every tensor in the checkpoint, read from headers only.
     fn parameter_count(&self) -> u64;
+    /// The matrix called `name` with its values transposed: `shape` is still the checkpoint's
+    /// `[rows, cols]`, `data` is `[cols, rows]` row-major (a linear weight in Burn's layout). A
+    /// source that can convert and transpose in one pass overrides it.
+    fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        Ok(self.tensor(name)?.map(|t| match t.shape[..] {
+            [rows, cols] => HostTensor {
+                data: transpose(&t.data, rows, cols),
+                shape: t.shape,
+            },
+            _ => t,
+        }))
+    }
     /// Drops the pages of memory-mapped files read so far from the process's resident set
     /// (they stay in the page cache); layer streaming calls it after reading each layer.
     fn release_pages(&self) {}
@@ -232,6 +244,39 @@ impl WeightSource for SafetensorsSource {
         self.folder.display().to_string()
     }
 
+    fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        let Some(&i) = self.index.get(name) else {
+            return Ok(None);
+        };
+        let shard = &self.shards[i];
+        let info = shard
+            .metadata
+            .info(name)
+            .expect("the index was built from this shard's metadata");
+        let [rows, cols] = info.shape[..] else {
+            return self.tensor(name);
+        };
+        let (start, end) = info.data_offsets;
+        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
+        // Converted and transposed in one pass, straight from the map.
+        let data = match info.dtype {
+            Dtype::F32 => transpose_decoded::<4>(bytes, rows, cols, |b| {
+                f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            }),
+            Dtype::F16 => transpose_decoded::<2>(bytes, rows, cols, |b| {
+                half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+            }),
+            Dtype::BF16 => transpose_decoded::<2>(bytes, rows, cols, |b| {
+                half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
+            }),
+            _ => return self.tensor(name),
+        };
+        Ok(Some(HostTensor {
+            shape: info.shape.clone(),
+            data,
+        }))
+    }
+
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
         let Some(&i) = self.index.get(name) else {
             return Ok(None);
@@ -279,6 +324,33 @@ impl WeightSource for SafetensorsSource {
     }
 }
 
+/// Little-endian elements of `N` bytes forming a row-major `[rows, cols]` matrix, decoded to
+/// f32 and transposed into `[cols, rows]` in one pass, as [`transpose`] walks it.
+fn transpose_decoded<const N: usize>(
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+    element: impl Fn(&[u8]) -> f32 + Sync,
+) -> Vec<f32> {
+    const BAND: usize = 32;
+    let mut out = vec![0.0f32; rows * cols];
+    if rows == 0 || cols == 0 {
+        return out;
+    }
+    out.par_chunks_mut(BAND * rows)
+        .enumerate()
+        .for_each(|(b, band)| {
+            let c0 = b * BAND;
+            let width = band.len() / rows;
+            for (r, row) in bytes.chunks_exact(cols * N).enumerate() {
+                for (j, v) in row[c0 * N..(c0 + width) * N].chunks_exact(N).enumerate() {
+                    band[j * rows + r] = element(v);
+                }
+            }
+        });
+    out
+}
+
 /// Transposes a row-major `[rows, cols]` matrix into `[cols, rows]`: bands of output rows in
 /// parallel, each filled by reading a short contiguous run of every input row.
 pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
@@ -308,13 +380,25 @@ struct Builder<'a, B: Backend> {
 
 impl<B: Backend> Builder<'_, B> {
     fn fetch(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, WeightError> {
-        let t = self
-            .source
-            .tensor(name)?
-            .ok_or_else(|| WeightError::Missing {
-                name: name.to_string(),
-                source_name: self.source.name(),
-            })?;
+        self.fetch_with(name, expected, false)
+    }
+
+    /// The tensor `name` of shape `expected`, its values transposed when `transposed`.
+    fn fetch_with(
+        &self,
+        name: &str,
+        expected: &[usize],
+        transposed: bool,
+    ) -> Result<Vec<f32>, WeightError> {
+        let found = if transposed {
+            self.source.tensor_transposed(name)?
+        } else {
+            self.source.tensor(name)?
+        };
+        let t = found.ok_or_else(|| WeightError::Missing {
+            name: name.to_string(),
+            source_name: self.source.name(),
+        })?;
         if t.shape != expected {
             return Err(WeightError::Shape {
                 name: name.to_string(),
@@ -339,11 +423,8 @@ impl<B: Backend> Builder<'_, B> {
         d_out: usize,
         bias: bool,
     ) -> Result<Linear<B>, WeightError> {
-        let w = self.fetch(&format!("{prefix}.weight"), &[d_out, d_in])?;
-        let weight = Tensor::from_data(
-            TensorData::new(transpose(&w, d_out, d_in), [d_in, d_out]),
-            self.device,
-        );
+        let w = self.fetch_with(&format!("{prefix}.weight"), &[d_out, d_in], true)?;
+        let weight = Tensor::from_data(TensorData::new(w, [d_in, d_out]), self.device);
         let bias = if bias {
             Some(Param::from_tensor(
                 self.vector(&format!("{prefix}.bias"), d_out)?,
@@ -459,6 +540,22 @@ pub fn build_layer<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decoding_and_transposing_in_one_pass_equals_the_two_passes() {
+        let (rows, cols) = (70, 45);
+        let values: Vec<f32> = (0..rows * cols).map(|k| k as f32 * 0.25 - 300.0).collect();
+        let bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let decode = |b: &[u8]| half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+        let decoded: Vec<f32> = bytes.chunks_exact(2).map(decode).collect();
+        assert_eq!(
+            transpose_decoded::<2>(&bytes, rows, cols, decode),
+            transpose(&decoded, rows, cols)
+        );
+    }
 
     #[test]
     fn transpose_non_square() {
