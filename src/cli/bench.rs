@@ -219,11 +219,11 @@ impl OnBackend for BenchJob {
                 let config = shape.config(256, Some(1));
                 let dense = Llama::<B>::init_random(&config, 0, &device);
                 let window: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % 256).collect();
-                let mut runs = Vec::with_capacity(self.repeats);
-                for run in 0..=self.repeats {
+                let mut failure = None;
+                // Rates of one layer per second, turned back into seconds per layer.
+                let rates = measure(self.repeats, 1.0, || {
                     let mut model = dense.clone();
-                    let t = Instant::now();
-                    prune_model(
+                    if let Err(e) = prune_model(
                         &mut model,
                         method,
                         &MethodOptions::default(),
@@ -231,12 +231,14 @@ impl OnBackend for BenchJob {
                         std::slice::from_ref(&window),
                         1,
                         |_, _| {},
-                    )?;
-                    // The first run warms up, untimed.
-                    if run > 0 {
-                        runs.push(t.elapsed().as_secs_f64());
+                    ) {
+                        failure.get_or_insert(e);
                     }
+                });
+                if let Some(e) = failure {
+                    return Err(e.into());
                 }
+                let runs = rates.into_iter().map(|rate| 1.0 / rate).collect();
                 Ok(figure(
                     &format!(
                         "B7 prune one {} layer ({method} {sparsity})",

@@ -26,8 +26,8 @@
 //! - pruning buffers: the layer's pruned weights held until all seven succeed,
 //!   `linears/L × 4`, plus for the widest linear `in × out × 12` (at most: scores or a
 //!   transposed copy in f32, the mask, sort keys; Wanda unstructured needs 5, magnitude
-//!   unstructured next to nothing) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and inverse in f64), or
-//!   with DSnoT at least `in × out ×` [`DSNOT_BYTES_PER_WEIGHT`];
+//!   unstructured next to nothing) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor
+//!   and inverse in f64), or with DSnoT at least `in × out ×` [`DSNOT_BYTES_PER_WEIGHT`];
 //! - OWL: its dense pass holds what the pruning pass holds plus one layer's pooled Wanda scores,
 //!   `linears/L × 4` (on the host); magnitude with OWL or DSnoT calibrates like Wanda;
 //! - DSnoT: one batch's widest input copied to the host for its moments, `b × s × I × 4`;

@@ -182,7 +182,7 @@ fn layer_tensors<B: Backend>(layer: &DecoderLayer<B>, i: usize) -> Vec<(String, 
     out
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
     move |source| ExportError::Io {
         path: path.display().to_string(),
         source,
@@ -323,7 +323,7 @@ pub(crate) fn write_weights(
     Ok(shards.len())
 }
 
-fn pretty_json(value: &serde_json::Value) -> String {
+pub(crate) fn pretty_json(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).expect("a JSON value always serialises")
 }
 

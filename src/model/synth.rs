@@ -16,7 +16,8 @@ use serde::Serialize;
 
 use super::config::{LlamaConfig, RopeScaling};
 use super::export::{
-    write_atomically, write_weights, ExportError, PlannedTensor, SaveDtype, TensorValues,
+    io, pretty_json, write_atomically, write_weights, ExportError, PlannedTensor, SaveDtype,
+    TensorValues,
 };
 use super::family::Architecture;
 
@@ -198,10 +199,7 @@ pub fn synthesize(
     let planned = plan(&config);
     let mut config_json = config.to_hf_json();
     config_json["torch_dtype"] = options.dtype.torch_name().into();
-    let parameters: u64 = planned
-        .iter()
-        .map(|t| t.shape.iter().product::<usize>() as u64)
-        .sum();
+    let parameters = parameter_count(&planned);
     let mut summary = SynthSummary {
         options: options.clone(),
         config: config_json.clone(),
@@ -212,12 +210,9 @@ pub fn synthesize(
     write_atomically(folder, |staging| {
         let write = |name: &str, text: String| {
             let path = staging.join(name);
-            std::fs::write(&path, text).map_err(|source| ExportError::Io {
-                path: path.display().to_string(),
-                source,
-            })
+            std::fs::write(&path, text).map_err(io(&path))
         };
-        write("config.json", pretty(&config_json))?;
+        write("config.json", pretty_json(&config_json))?;
         write("tokenizer.json", tokenizer_json.to_string())?;
         summary.shards = write_weights(
             staging,
@@ -228,7 +223,7 @@ pub fn synthesize(
         )?;
         write(
             "wanda_synth.json",
-            pretty(&serde_json::json!({
+            pretty_json(&serde_json::json!({
                 "note": "random weights in a published shape, made by `wanda synth`: \
                          shapes, sizes and timings are real, perplexity is meaningless",
                 "summary": summary,
@@ -238,8 +233,12 @@ pub fn synthesize(
     Ok(summary)
 }
 
-fn pretty(value: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(value).expect("a JSON value always serialises")
+/// The parameters of `planned` tensors.
+fn parameter_count(planned: &[PlannedTensor]) -> u64 {
+    planned
+        .iter()
+        .map(|t| t.shape.iter().product::<usize>() as u64)
+        .sum()
 }
 
 /// Every tensor of a Llama checkpoint of `config`, with its Hugging Face name and PyTorch shape,
@@ -358,18 +357,10 @@ mod tests {
     fn llama2_7b_has_its_published_parameter_count() {
         // Llama-2-7b-hf: 6,738,415,616 parameters with its 32000-id vocabulary.
         let config = SynthShape::Llama2_7b.config(32_000, None);
-        let parameters: usize = plan(&config)
-            .iter()
-            .map(|t| t.shape.iter().product::<usize>())
-            .sum();
-        assert_eq!(parameters, 6_738_415_616);
+        assert_eq!(parameter_count(&plan(&config)), 6_738_415_616);
         // Llama-3.2-1B: 1,235,814,400 with 128256 ids and a tied head.
         let config = SynthShape::Llama32_1b.config(128_256, None);
-        let parameters: usize = plan(&config)
-            .iter()
-            .map(|t| t.shape.iter().product::<usize>())
-            .sum();
-        assert_eq!(parameters, 1_235_814_400);
+        assert_eq!(parameter_count(&plan(&config)), 1_235_814_400);
     }
 
     #[test]

@@ -125,6 +125,41 @@ pub struct SafetensorsSource {
 }
 
 impl SafetensorsSource {
+    /// The tensor `name` converted to f32 straight from the map, a matrix transposed in the
+    /// same pass when `transposed` ([`WeightSource::tensor_transposed`]).
+    fn read(&self, name: &str, transposed: bool) -> Result<Option<HostTensor>, WeightError> {
+        let Some(&i) = self.index.get(name) else {
+            return Ok(None);
+        };
+        let shard = &self.shards[i];
+        let info = shard
+            .metadata
+            .info(name)
+            .expect("the index was built from this shard's metadata");
+        let (start, end) = info.data_offsets;
+        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
+        let matrix = match info.shape[..] {
+            [rows, cols] if transposed => Some([rows, cols]),
+            _ => None,
+        };
+        let data = match info.dtype {
+            Dtype::F32 => decode(bytes, matrix, f32::from_le_bytes),
+            Dtype::F16 => decode(bytes, matrix, |b| half::f16::from_le_bytes(b).to_f32()),
+            Dtype::BF16 => decode(bytes, matrix, |b| half::bf16::from_le_bytes(b).to_f32()),
+            other => {
+                return Err(WeightError::Dtype {
+                    name: name.to_string(),
+                    path: shard.path.display().to_string(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        Ok(Some(HostTensor {
+            shape: info.shape.clone(),
+            data,
+        }))
+    }
+
     /// Opens the checkpoint in `folder`.
     pub fn open(folder: &Path) -> Result<Self, WeightError> {
         let single = folder.join("model.safetensors");
@@ -245,74 +280,11 @@ impl WeightSource for SafetensorsSource {
     }
 
     fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-        let Some(&i) = self.index.get(name) else {
-            return Ok(None);
-        };
-        let shard = &self.shards[i];
-        let info = shard
-            .metadata
-            .info(name)
-            .expect("the index was built from this shard's metadata");
-        let [rows, cols] = info.shape[..] else {
-            return self.tensor(name);
-        };
-        let (start, end) = info.data_offsets;
-        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
-        // Converted and transposed in one pass, straight from the map.
-        let data = match info.dtype {
-            Dtype::F32 => transpose_decoded::<4>(bytes, rows, cols, |b| {
-                f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-            }),
-            Dtype::F16 => transpose_decoded::<2>(bytes, rows, cols, |b| {
-                half::f16::from_le_bytes([b[0], b[1]]).to_f32()
-            }),
-            Dtype::BF16 => transpose_decoded::<2>(bytes, rows, cols, |b| {
-                half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
-            }),
-            _ => return self.tensor(name),
-        };
-        Ok(Some(HostTensor {
-            shape: info.shape.clone(),
-            data,
-        }))
+        self.read(name, true)
     }
 
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-        let Some(&i) = self.index.get(name) else {
-            return Ok(None);
-        };
-        let shard = &self.shards[i];
-        let info = shard
-            .metadata
-            .info(name)
-            .expect("the index was built from this shard's metadata");
-        let (start, end) = info.data_offsets;
-        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
-        let data: Vec<f32> = match info.dtype {
-            Dtype::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            Dtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            other => {
-                return Err(WeightError::Dtype {
-                    name: name.to_string(),
-                    path: shard.path.display().to_string(),
-                    dtype: format!("{other:?}"),
-                })
-            }
-        };
-        Ok(Some(HostTensor {
-            shape: info.shape.clone(),
-            data,
-        }))
+        self.read(name, false)
     }
 
     fn parameter_count(&self) -> u64 {
@@ -324,38 +296,36 @@ impl WeightSource for SafetensorsSource {
     }
 }
 
-/// Little-endian elements of `N` bytes forming a row-major `[rows, cols]` matrix, decoded to
-/// f32 and transposed into `[cols, rows]` in one pass, as [`transpose`] walks it.
-fn transpose_decoded<const N: usize>(
+/// Little-endian elements of `N` bytes decoded to f32 by `element`; when `matrix` gives
+/// `[rows, cols]`, transposed into `[cols, rows]` in the same pass.
+fn decode<const N: usize>(
     bytes: &[u8],
-    rows: usize,
-    cols: usize,
-    element: impl Fn(&[u8]) -> f32 + Sync,
+    matrix: Option<[usize; 2]>,
+    element: impl Fn([u8; N]) -> f32 + Sync,
 ) -> Vec<f32> {
-    const BAND: usize = 32;
-    let mut out = vec![0.0f32; rows * cols];
-    if rows == 0 || cols == 0 {
-        return out;
+    let (elements, _) = bytes.as_chunks::<N>();
+    match matrix {
+        Some([rows, cols]) => transpose_map(elements, rows, cols, |&b| element(b)),
+        None => elements.iter().map(|&b| element(b)).collect(),
     }
-    out.par_chunks_mut(BAND * rows)
-        .enumerate()
-        .for_each(|(b, band)| {
-            let c0 = b * BAND;
-            let width = band.len() / rows;
-            for (r, row) in bytes.chunks_exact(cols * N).enumerate() {
-                for (j, v) in row[c0 * N..(c0 + width) * N].chunks_exact(N).enumerate() {
-                    band[j * rows + r] = element(v);
-                }
-            }
-        });
-    out
 }
 
-/// Transposes a row-major `[rows, cols]` matrix into `[cols, rows]`: bands of output rows in
-/// parallel, each filled by reading a short contiguous run of every input row.
+/// Transposes a row-major `[rows, cols]` matrix into `[cols, rows]`.
 pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+    transpose_map(data, rows, cols, |&v| v)
+}
+
+/// `f` of every value of a row-major `[rows, cols]` matrix, transposed into `[cols, rows]`:
+/// bands of output rows in parallel, each filled by reading a short contiguous run of every
+/// input row.
+fn transpose_map<S: Sync, T: Copy + Default + Send>(
+    data: &[S],
+    rows: usize,
+    cols: usize,
+    f: impl Fn(&S) -> T + Sync,
+) -> Vec<T> {
     const BAND: usize = 32;
-    let mut out = vec![T::default(); data.len()];
+    let mut out = vec![T::default(); rows * cols];
     if rows == 0 || cols == 0 {
         return out;
     }
@@ -365,8 +335,8 @@ pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols:
             let c0 = b * BAND;
             let width = band.len() / rows;
             for (r, row) in data.chunks_exact(cols).enumerate() {
-                for (j, &v) in row[c0..c0 + width].iter().enumerate() {
-                    band[j * rows + r] = v;
+                for (j, v) in row[c0..c0 + width].iter().enumerate() {
+                    band[j * rows + r] = f(v);
                 }
             }
         });
@@ -549,10 +519,10 @@ mod tests {
             .iter()
             .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
             .collect();
-        let decode = |b: &[u8]| half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
-        let decoded: Vec<f32> = bytes.chunks_exact(2).map(decode).collect();
+        let element = |b: [u8; 2]| half::bf16::from_le_bytes(b).to_f32();
+        let decoded = decode(&bytes, None, element);
         assert_eq!(
-            transpose_decoded::<2>(&bytes, rows, cols, decode),
+            decode(&bytes, Some([rows, cols]), element),
             transpose(&decoded, rows, cols)
         );
     }

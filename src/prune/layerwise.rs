@@ -189,8 +189,8 @@ impl<B: Backend> LayerStats<B> {
                 entry.add_sample(sample, seq)?;
             }
         }
-        // The fused CPU kernels when the backend has them (the column sums are bit-identical
-        // to Burn's), Burn's ops otherwise.
+        // The fused CPU kernels when the backend has them (column sums exact in f64), Burn's ops
+        // otherwise.
         let sample_rows = |sample: usize| {
             flat.clone()
                 .slice([sample * seq..(sample + 1) * seq, 0..channels])
@@ -217,9 +217,7 @@ impl<B: Backend> LayerStats<B> {
             .or_insert_with(|| vec![0.0; channels]);
         // One sample at a time, summed in f64: the same sums whatever the batch.
         for sample in 0..batch {
-            let rows = flat
-                .clone()
-                .slice([sample * seq..(sample + 1) * seq, 0..channels]);
+            let rows = sample_rows(sample);
             let sums = match kernels::<B>().column_sum_sq(&rows) {
                 Some(sums) => sums,
                 None => to_host_f32(column_sum_sq(rows))
@@ -538,13 +536,14 @@ fn prune_layer<B: Backend>(
     let mut measured = Vec::with_capacity(7);
     for (name, input, linear) in layer.linears() {
         let path = linear_path(index, name);
+        let skipped = skip.iter().any(|pattern| glob_matches(pattern, &path));
         let (mut w, dims) = host_weight(linear.weight.val());
-        if !skip.iter().any(|pattern| glob_matches(pattern, &path)) {
+        if !skipped {
             prune(&mut w, dims, name, input)?;
-            measured.push((name, MatrixSparsity::measure(&w, dims)?));
+        }
+        measured.push((name, MatrixSparsity::measure(&w, dims)?));
+        if !skipped {
             pruned.push((name, w, dims, linear.weight.val().device()));
-        } else {
-            measured.push((name, MatrixSparsity::measure(&w, dims)?));
         }
     }
     for (name, w, dims, device) in pruned {
@@ -563,7 +562,7 @@ mod tests {
     use super::*;
 
     /// The sums of squares of four samples are the same to the bit whether the samples come
-    /// in one batch or one at a time, so `batch` (which the gate may halve) never moves a mask.
+    /// in one batch or one at a time, so the calibration batch size never moves a mask.
     #[test]
     fn sums_of_squares_do_not_depend_on_the_batch_size() {
         let (samples, seq, width) = (4, 64, 24);

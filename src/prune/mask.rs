@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 
 use rayon::prelude::*;
 
-use super::{check_shape, PruneError, Sparsity};
+use super::{check_finite, check_shape, PruneError, Sparsity};
 use crate::model::weights::transpose;
 
 /// Weights pruned out of `len` at `ratio`: Python's `int(len * ratio)`, the product taken in f64.
@@ -51,7 +51,7 @@ pub fn per_output_mask(
     let [in_features, out_features] = dims;
     let k = prune_count(in_features, ratio).min(in_features);
     if k == 0 || out_features == 0 {
-        check_finite_par("the score matrix", scores)?;
+        check_finite("the score matrix", scores)?;
         return Ok(vec![false; scores.len()]);
     }
     // One contiguous column per output channel, so each selection reads memory in order.
@@ -181,7 +181,7 @@ pub fn nm_mask(
 ) -> Result<Vec<bool>, PruneError> {
     Sparsity::nm(n, m)?;
     check_shape("the score matrix", scores.len(), dims)?;
-    check_finite_par("the score matrix", scores)?;
+    check_finite("the score matrix", scores)?;
     let [in_features, out_features] = dims;
     if in_features % m != 0 {
         return Err(PruneError::IndivisibleGroups { in_features, n, m });
@@ -229,7 +229,7 @@ pub fn matrix_threshold_mask(
 ) -> Result<Vec<bool>, PruneError> {
     Sparsity::unstructured(ratio)?;
     check_shape("the score matrix", scores.len(), dims)?;
-    check_finite_par("the score matrix", scores)?;
+    check_finite("the score matrix", scores)?;
     if ratio == 0.0 || scores.is_empty() {
         return Ok(vec![false; scores.len()]);
     }
@@ -344,8 +344,8 @@ fn order_key(v: f32) -> u32 {
     }
 }
 
-/// The `k`-th smallest order key (0-based) of `score(s)` over `scores`: a parallel histogram of the keys' top
-/// 16 bits finds the bucket that holds it, and only that bucket is selected in.
+/// The `k`-th smallest order key (0-based) of `score(s)` over `scores`: a parallel histogram of
+/// the keys' top 16 bits finds the bucket that holds it, and only that bucket is selected in.
 fn kth_smallest_key(scores: &[f32], k: usize, score: impl Fn(f32) -> f32 + Sync) -> u32 {
     const BUCKETS: usize = 1 << 16;
     let histogram = scores
@@ -381,14 +381,6 @@ fn kth_smallest_key(scores: &[f32], k: usize, score: impl Fn(f32) -> f32 + Sync)
         .filter(|key| key >> 16 == bucket)
         .collect();
     *keys.select_nth_unstable(k - below).1
-}
-
-/// The index of the first non-finite value, searched in parallel.
-fn check_finite_par(what: &'static str, values: &[f32]) -> Result<(), PruneError> {
-    match values.par_iter().position_first(|v| !v.is_finite()) {
-        None => Ok(()),
-        Some(index) => Err(PruneError::NonFinite { what, index }),
-    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@
 //! - inputs that would crash or silently misbehave there are errors here (an `in` that is not a
 //!   multiple of `m`, a NaN score, a SparseGPT block size that splits an N:M group).
 
+use rayon::prelude::*;
+
 pub mod dsnot;
 pub mod layerwise;
 pub mod linalg;
@@ -205,9 +207,13 @@ pub(crate) fn check_shape(
     }
 }
 
-/// Checks that every value is finite.
-pub(crate) fn check_finite(what: &'static str, values: &[f32]) -> Result<(), PruneError> {
-    match values.iter().position(|v| !v.is_finite()) {
+/// Checks that every value is finite (searched in parallel); the error names the first one
+/// that is not.
+pub(crate) fn check_finite<T: Copy + Into<f64> + Sync>(
+    what: &'static str,
+    values: &[T],
+) -> Result<(), PruneError> {
+    match values.par_iter().position_first(|&v| !v.into().is_finite()) {
         None => Ok(()),
         Some(index) => Err(PruneError::NonFinite { what, index }),
     }

@@ -5,14 +5,6 @@ use rayon::prelude::*;
 
 use super::{check_shape, PruneError};
 
-/// Fraction of values that are exactly zero (`-0.0` included); 0 for an empty matrix.
-pub fn zero_fraction(weight: &[f32]) -> f64 {
-    if weight.is_empty() {
-        return 0.0;
-    }
-    weight.iter().filter(|&&w| w == 0.0).count() as f64 / weight.len() as f64
-}
-
 /// Non-zero weights of each output channel.
 ///
 /// # Shapes
@@ -68,11 +60,8 @@ impl MatrixSparsity {
         Ok(Self {
             zeros,
             total: weight.len(),
-            fraction: if weight.is_empty() {
-                0.0
-            } else {
-                zeros as f64 / weight.len() as f64
-            },
+            // Exact zeros, `-0.0` included; 0 for an empty matrix.
+            fraction: zeros as f64 / weight.len().max(1) as f64,
             min_kept: kept.iter().copied().min().unwrap_or(0),
             max_kept: kept.iter().copied().max().unwrap_or(0),
         })
@@ -91,7 +80,8 @@ mod tests {
             3.0,    0.0, 4.0, 5.0,  6.0,
             0.0,    7.0, 8.0, 0.0,  9.0,
         ];
-        assert_eq!(zero_fraction(&w), 6.0 / 15.0);
+        let fraction = |w: &[f32], dims| MatrixSparsity::measure(w, dims).unwrap().fraction;
+        assert_eq!(fraction(&w, [3, 5]), 6.0 / 15.0);
         assert_eq!(
             kept_per_output_channel(&w, [3, 5]).unwrap(),
             [1, 2, 2, 2, 2]
@@ -109,6 +99,6 @@ mod tests {
         );
         assert!(kept_per_output_channel(&w, [5, 3]).unwrap() != [1, 2, 2, 2, 2]);
         assert!(kept_per_output_channel(&w, [4, 5]).is_err());
-        assert_eq!(zero_fraction(&[]), 0.0);
+        assert_eq!(fraction(&[], [0, 5]), 0.0);
     }
 }

@@ -80,12 +80,7 @@ impl InputNorms {
                 got: sum_sq.len(),
             });
         }
-        if let Some(index) = sum_sq.iter().position(|v| !v.is_finite()) {
-            return Err(PruneError::NonFinite {
-                what: "the sums of squares",
-                index,
-            });
-        }
+        check_finite("the sums of squares", sum_sq)?;
         for (s, &v) in self.sum_sq.iter_mut().zip(sum_sq) {
             *s += v;
         }

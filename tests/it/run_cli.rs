@@ -261,17 +261,35 @@ fn a_run_that_cannot_fit_halts_with_exit_1_and_writes_no_record() {
     assert!(records(&results).is_empty());
 }
 
-#[test]
-fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
-    let pipeline =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gate/llama1b-16gib.yaml");
+/// `wanda run --dry-run` of `tests/fixtures/gate/{name}` with `extra` arguments: its stdout,
+/// once it succeeded.
+fn gate_dry_run(name: &str, extra: &[&str]) -> String {
+    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gate")
+        .join(name);
     let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
         .args(["run", "--dry-run"])
+        .args(extra)
         .arg(&pipeline)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}");
+    stdout
+}
+
+/// What a dry run's gate changed, in order: the first word of each `before → after` line.
+fn gate_steps(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter(|l| l.contains(" → "))
+        .map(|l| l.split_whitespace().next().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
+    let stdout = gate_dry_run("llama1b-16gib.yaml", &[]);
     assert!(stdout.contains("budget 16.00 GiB"), "{stdout}");
     assert!(
         stdout.contains(
@@ -286,22 +304,9 @@ fn dry_run_shows_the_gate_clamping_a_context_length_seqlen_on_a_16_gib_gpu() {
 /// layer of 70B's 80 on the device), then the calibration sizes until it fits.
 #[test]
 fn dry_run_streams_a_70b_model_on_a_24_gib_gpu() {
-    let pipeline =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gate/llama70b-24gib.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["run", "--dry-run"])
-        .arg(&pipeline)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    let steps: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.contains(" → "))
-        .map(|l| l.split_whitespace().next().unwrap_or_default())
-        .collect();
+    let stdout = gate_dry_run("llama70b-24gib.yaml", &[]);
     assert_eq!(
-        steps,
+        gate_steps(&stdout),
         [
             "streaming",
             "calibration.nsamples",
@@ -319,21 +324,9 @@ fn dry_run_streams_a_70b_model_on_a_24_gib_gpu() {
 /// keeps one layer and the embeddings in memory and makes it fit.
 #[test]
 fn dry_run_counts_on_layer_streaming_after_the_calibration_sizes() {
-    let pipeline =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gate/llama1b-16gib.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["run", "--dry-run", "--budget", "8GiB"])
-        .arg(&pipeline)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let steps: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.contains(" → "))
-        .map(|l| l.split_whitespace().next().unwrap_or_default())
-        .collect();
+    let stdout = gate_dry_run("llama1b-16gib.yaml", &["--budget", "8GiB"]);
     assert_eq!(
-        steps,
+        gate_steps(&stdout),
         [
             "calibration.nsamples",
             "calibration.seqlen",
