@@ -1,9 +1,12 @@
-//! Calibration and evaluation text: files read and tokenised, and seeded sampling of token
-//! windows.
+//! Calibration and evaluation text: files read and tokenised, data sets by name from the hub
+//! (Parquet and JSON lines), and seeded sampling of token windows.
 
 pub mod calibration;
 pub mod hash;
+pub mod parquet;
 pub mod pyrandom;
+pub mod rows;
+pub mod sets;
 pub mod text;
 
 pub use text::{read_tokenized, TextEncoder, TextError};

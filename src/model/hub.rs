@@ -71,6 +71,18 @@ pub struct HubRequest {
     pub endpoint: Option<String>,
     /// Resolve from the cache only; also on when `HF_HUB_OFFLINE` is set to a true value.
     pub offline: bool,
+    /// A model repository (the default) or a data-set repository.
+    pub kind: RepoKind,
+}
+
+/// The two kinds of hub repository this project reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RepoKind {
+    /// `huggingface.co/{org}/{name}`, cached in `models--{org}--{name}`.
+    #[default]
+    Model,
+    /// `huggingface.co/datasets/{org}/{name}`, cached in `datasets--{org}--{name}`.
+    Dataset,
 }
 
 impl HubRequest {
@@ -82,6 +94,15 @@ impl HubRequest {
             cache_dir: None,
             endpoint: None,
             offline: false,
+            kind: RepoKind::Model,
+        }
+    }
+
+    /// A request for the data-set repository `repo_id` at [`DEFAULT_REVISION`].
+    pub fn dataset(repo_id: impl Into<String>) -> Self {
+        Self {
+            kind: RepoKind::Dataset,
+            ..Self::new(repo_id)
         }
     }
 }
@@ -327,6 +348,89 @@ fn fetch_with(
     token: Option<&str>,
     config_only: bool,
 ) -> Result<PathBuf, HubError> {
+    fetcher(req, env, token)?.fetch(config_only)
+}
+
+/// Resolves `files` (paths inside the repository, `/`-separated) of `req` into the cache,
+/// downloading what is missing unless offline, and returns their cached paths in order.
+/// Files in a data-set repository are usually LFS objects, checked against the hub's SHA-256.
+pub fn fetch_files(req: &HubRequest, files: &[String]) -> Result<Vec<PathBuf>, HubError> {
+    let env = Environment::from_process();
+    let token = env.token();
+    let fetcher = fetcher(req, &env, token.as_deref())?;
+    files
+        .iter()
+        .map(|file| {
+            validate_file_path(file)?;
+            fetcher.require(file)
+        })
+        .collect()
+}
+
+/// The files of `req`'s revision: the hub's listing online, the cached snapshot's files offline
+/// (or when the hub cannot be reached and a snapshot is cached). Sorted.
+pub fn list_files(req: &HubRequest) -> Result<Vec<String>, HubError> {
+    let env = Environment::from_process();
+    let token = env.token();
+    let fetcher = fetcher(req, &env, token.as_deref())?;
+    if let Some(api) = &fetcher.api {
+        let info = api.info().map_err(|err| HubError::Download {
+            repo: fetcher.repo_id.to_owned(),
+            file: "(the repository's file list)".to_owned(),
+            source: transfer_error(err, fetcher.token),
+        })?;
+        let mut names: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
+        names.sort();
+        return Ok(names);
+    }
+    let commit = std::fs::read_to_string(fetcher.repo_dir.join("refs").join(fetcher.revision))
+        .map_err(|_| fetcher.absent("(the repository's file list)"))?;
+    let snapshot = fetcher.repo_dir.join("snapshots").join(commit.trim());
+    let mut names = Vec::new();
+    let mut stack = vec![snapshot.clone()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|source| HubError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(rel) = path.strip_prefix(&snapshot) {
+                names.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The commit of the snapshot a cached `file` (a path returned for repository file `name`)
+/// lies in: `…/snapshots/{commit}/{name}`.
+pub fn snapshot_commit(path: &Path, name: &str) -> Option<String> {
+    let mut folder = path;
+    for _ in name.split('/') {
+        folder = folder.parent()?;
+    }
+    Some(folder.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Removes a cached file: its snapshot link and the blob it points to, so the next fetch
+/// downloads it anew. Best effort: a file that is already gone is not an error.
+pub fn evict(path: &Path) {
+    if let Ok(blob) = std::fs::canonicalize(path) {
+        let _ = std::fs::remove_file(blob);
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+/// The fetcher for `req`, its defaults filled in from `env`.
+fn fetcher<'a>(
+    req: &'a HubRequest,
+    env: &Environment,
+    token: Option<&'a str>,
+) -> Result<Fetcher<'a>, HubError> {
     let revision = if req.revision.trim().is_empty() {
         DEFAULT_REVISION
     } else {
@@ -342,7 +446,11 @@ fn fetch_with(
             .ok_or(HubError::NoCacheDir)?
             .join("hub"),
     };
-    let repo = Repo::with_revision(req.repo_id.clone(), RepoType::Model, revision.to_owned());
+    let repo_type = match req.kind {
+        RepoKind::Model => RepoType::Model,
+        RepoKind::Dataset => RepoType::Dataset,
+    };
+    let repo = Repo::with_revision(req.repo_id.clone(), repo_type, revision.to_owned());
     let cache = Cache::new(cache_dir);
     let repo_dir = cache.path().join(repo.folder_name());
     let api = if req.offline || env.offline {
@@ -365,16 +473,25 @@ fn fetch_with(
             })?;
         Some(api.repo(repo.clone()))
     };
-    Fetcher {
+    Ok(Fetcher {
         repo_id: &req.repo_id,
         revision,
         repo_dir,
         cache: cache.repo(repo),
         api,
         token,
-        config_only,
+    })
+}
+
+/// Checks that a file path inside a repository is made of plain names (no `..`, no absolute path).
+fn validate_file_path(file: &str) -> Result<(), HubError> {
+    if file.split('/').all(is_plain_name) {
+        Ok(())
+    } else {
+        Err(HubError::InvalidRequest {
+            reason: format!("file `{file}` is not a relative path of plain names"),
+        })
     }
-    .fetch()
 }
 
 /// Checks that `repo_id` is `name` or `org/name` made of plain name characters.
@@ -428,15 +545,14 @@ struct Fetcher<'a> {
     api: Option<ApiRepo>,
     /// The token, kept only to scrub it from error text.
     token: Option<&'a str>,
-    /// Resolve `config.json` alone.
-    config_only: bool,
 }
 
 impl Fetcher<'_> {
-    /// Resolves every file the project needs and returns their common snapshot folder.
-    fn fetch(&self) -> Result<PathBuf, HubError> {
+    /// Resolves every file the project needs (only `config.json` with `config_only`) and
+    /// returns their common snapshot folder.
+    fn fetch(&self, config_only: bool) -> Result<PathBuf, HubError> {
         let config = self.require(CONFIG)?;
-        if self.config_only {
+        if config_only {
             return Ok(config.parent().unwrap_or(Path::new("")).to_path_buf());
         }
         let mut files = vec![(TOKENIZER.to_owned(), self.require(TOKENIZER)?)];
@@ -758,6 +874,7 @@ mod tests {
             cache_dir: Some(cache.to_path_buf()),
             endpoint: Some(endpoint.to_owned()),
             offline: false,
+            kind: RepoKind::Model,
         }
     }
 

@@ -302,11 +302,8 @@ fn load_with<M>(
         ModelRef::Folder(folder) => load_folder(origin, folder, build),
         ModelRef::Hub { repo_id, revision } => {
             let request = hub::HubRequest {
-                repo_id: repo_id.clone(),
                 revision: revision.clone(),
-                cache_dir: None,
-                endpoint: None,
-                offline: false,
+                ..hub::HubRequest::new(repo_id.clone())
             };
             let folder = hub::fetch_model(&request)?;
             load_folder(origin, &folder, build)

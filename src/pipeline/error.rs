@@ -250,6 +250,36 @@ pub enum Problem {
         /// The source keys given.
         found: Vec<String>,
     },
+    /// A `calibration:` or `evaluation:` section names zero or several sources.
+    #[error("`{section}` must name exactly one of `text`, `dataset` or `hub`, found {}", names(.found))]
+    DataSource {
+        /// The section.
+        section: &'static str,
+        /// The source keys given.
+        found: Vec<String>,
+    },
+    /// A hub-only key (`split`, `files`, …) in a section that reads no hub data set.
+    #[error("`{section}.{key}` only applies to `{section}.hub`")]
+    HubKeyWithoutHub {
+        /// The section.
+        section: &'static str,
+        /// The key.
+        key: &'static str,
+    },
+    /// A data-set hub id that is not `org/name`.
+    #[error("`{section}.hub` must be `org/name`, found `{id}`")]
+    InvalidDataHubId {
+        /// The section.
+        section: &'static str,
+        /// The id.
+        id: String,
+    },
+    /// A hub data set with neither `split` nor `files`.
+    #[error("`{section}.hub` needs `split` (or `files`) to know which rows to read")]
+    HubSplitMissing {
+        /// The section.
+        section: &'static str,
+    },
     /// `model.revision` without `model.hub`.
     #[error("`model.revision` only applies to `model.hub`")]
     RevisionWithoutHub,
@@ -415,12 +445,26 @@ impl Problem {
             Problem::RevisionWithoutHub => {
                 "remove `revision`, or load from the hub with `hub: org/name`".into()
             }
+            Problem::DataSource { section, .. } => format!(
+                "write one of `{section}: {{ text: file.txt }}`, `{section}: {{ dataset: {} }}` or `{section}: {{ hub: org/name, split: {} }}`",
+                if *section == "calibration" { "c4" } else { "wikitext2" },
+                if *section == "calibration" { "train" } else { "test" },
+            ),
+            Problem::HubKeyWithoutHub { key, .. } => {
+                format!("remove `{key}`, or read a hub data set with `hub: org/name`")
+            }
+            Problem::InvalidDataHubId { .. } => {
+                "write the data-set repository id, e.g. `Salesforce/wikitext`".into()
+            }
+            Problem::HubSplitMissing { .. } => {
+                "add `split: train` (or `validation`, `test`), or list the files with `files: [...]`".into()
+            }
             Problem::InvalidHubId { .. } => "write the repository id, e.g. `meta-llama/Llama-3.2-1B`".into(),
             Problem::MissingSection { section, .. } => match section.as_str() {
                 "calibration" => {
-                    "add `calibration: { text: calib.txt, nsamples: 128, seqlen: 2048 }`".into()
+                    "add `calibration: { dataset: c4, nsamples: 128, seqlen: 2048 }` (or `text: calib.txt`)".into()
                 }
-                _ => format!("add `{section}: {{ text: …, seqlen: 2048 }}`"),
+                _ => format!("add `{section}: {{ dataset: wikitext2, seqlen: 2048 }}` (or `text: file.txt`)"),
             },
             Problem::NoStages => "add `stages:`, e.g. `stages: { load: {}, eval: {} }`".into(),
             Problem::InvalidStageId { .. } => "rename the stage, e.g. `prune-wanda`".into(),

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::data::sets::Provenance;
+
 use super::plan::{Cell, CellId, Plan};
 use crate::prune::layerwise::ModelSparsity;
 use crate::sys::write_atomic;
@@ -46,6 +48,9 @@ pub struct RunRecord {
     /// Content hashes of the inputs.
     #[serde(default)]
     pub hashes: Hashes,
+    /// Where hub data sets came from (absent for text files).
+    #[serde(default, skip_serializing_if = "DataRecord::is_empty")]
+    pub data: DataRecord,
 }
 
 /// Identifies the cell.
@@ -226,6 +231,24 @@ pub struct Hashes {
     pub evaluation: Option<String>,
 }
 
+/// The hub data sets a cell read: repository, revision, commit and each file's SHA-256.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DataRecord {
+    /// The calibration data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Provenance>,
+    /// The evaluation data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<Provenance>,
+}
+
+impl DataRecord {
+    /// Whether no hub data set was read.
+    pub fn is_empty(&self) -> bool {
+        self.calibration.is_none() && self.evaluation.is_none()
+    }
+}
+
 /// Reading or writing a run record failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -293,6 +316,7 @@ impl RunRecord {
             memory: MemoryReport::default(),
             versions: Versions::default(),
             hashes: Hashes::default(),
+            data: DataRecord::default(),
         }
     }
 
@@ -447,6 +471,7 @@ mod tests {
             memory: MemoryReport::default(),
             versions: Versions::default(),
             hashes: Hashes::default(),
+            data: DataRecord::default(),
         }
     }
 

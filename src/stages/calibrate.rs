@@ -1,12 +1,15 @@
-//! `calibrate`: tokenise the calibration text and draw the seeded windows (as many and as
-//! long as the effective settings say: the gate's, where one ran).
+//! `calibrate`: read the calibration data (a text file, or a data set from the hub by its
+//! reference protocol) and draw the seeded windows (as many and as long as the effective
+//! settings say: the gate's, where one ran).
 
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
-use crate::data::{calibration, read_tokenized};
+use crate::data::sets::{self, DataSource};
+use crate::data::calibration::{self, CalibrationSet};
+use crate::data::read_tokenized;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::Settings;
+use crate::pipeline::spec::{CalibrationSpec, Settings};
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
@@ -20,18 +23,45 @@ pub(super) fn run<B: Backend>(
             stage: stage.to_string(),
             what: "a `calibration:` section",
         })?;
-    let path = exec.path(&spec.text);
-    let read = |source| StageError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    exec.hashes.recorded.calibration = Some(exec.hash_of(&path).map_err(read)?);
-    let ids = read_tokenized(&path, &exec.base(stage)?.tokenizer)?;
-    exec.artifacts.calibration = Some(calibration::draw(
-        &ids,
+    exec.artifacts.calibration = Some(windows(
+        exec,
+        stage,
+        spec,
         spec.nsamples,
         spec.seqlen,
         settings.seed,
     )?);
     Ok(())
+}
+
+/// `nsamples` windows of `seqlen` tokens of `spec`'s data, drawn with `seed`; the input's hash
+/// (and, for hub data, its provenance) is kept for run records.
+pub(super) fn windows<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    spec: &CalibrationSpec,
+    nsamples: usize,
+    seqlen: usize,
+    seed: u64,
+) -> Result<CalibrationSet, StageFailure> {
+    Ok(match spec.source()? {
+        DataSource::Text(text) => {
+            let path = exec.path(&text);
+            let read = |source| StageError::Read {
+                path: path.display().to_string(),
+                source,
+            };
+            exec.hashes.recorded.calibration = Some(exec.hash_of(&path).map_err(read)?);
+            let ids = read_tokenized(&path, &exec.base(stage)?.tokenizer)?;
+            calibration::draw(&ids, nsamples, seqlen, seed)?
+        }
+        source => {
+            let tokenizer = &exec.base(stage)?.tokenizer;
+            let (set, provenance) =
+                sets::calibration_set(&source, tokenizer, nsamples, seqlen, seed)?;
+            exec.hashes.recorded.calibration = Some(provenance.digest());
+            exec.hashes.data.calibration = Some(provenance);
+            set
+        }
+    })
 }

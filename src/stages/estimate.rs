@@ -6,7 +6,7 @@ use burn::prelude::Backend;
 
 use super::probe::probe_prune;
 use super::{PipelineExecutor, StageError};
-use crate::data::{calibration, read_tokenized};
+use crate::data::sets::{DataSource, Role};
 use crate::memory::device::DeviceKind;
 use crate::memory::estimate::{estimate_prune, PruneRun};
 use crate::model::shape::{ModelShape, Place};
@@ -53,8 +53,8 @@ pub(super) fn run<B: Backend>(
     record.memory.estimated_peak_bytes = Some(peak);
     if options.probe {
         if let (Some(calib), Some(method)) = (&specs[0].settings.calibration, run.method) {
-            let ids = read_tokenized(&exec.path(&calib.text), &exec.base(stage)?.tokenizer)?;
-            let set = calibration::draw(&ids, run.nsamples, run.seqlen, specs[0].settings.seed)?;
+            let seed = specs[0].settings.seed;
+            let set = super::calibrate::windows(exec, stage, calib, run.nsamples, run.seqlen, seed)?;
             let measured = probe_prune(
                 &exec.base(stage)?.model,
                 method,
@@ -92,13 +92,15 @@ pub fn requested_run(
     let method = prune.map(|p| p.method);
     let size = |path: Option<&std::path::Path>| -> Result<u64, StageError> {
         let Some(path) = path else { return Ok(0) };
-        let path = base_dir.join(path);
-        std::fs::metadata(&path)
-            .map(|m| m.len())
-            .map_err(|source| StageError::Read {
-                path: path.display().to_string(),
-                source,
-            })
+        size_of(base_dir, path)
+    };
+    let text_bytes = |source: Option<Result<DataSource, _>>, role| -> Result<u64, StageError> {
+        match source {
+            Some(Ok(DataSource::Text(path))) => size_of(base_dir, &path),
+            Some(Ok(other)) => Ok(other.typical_text_bytes(role).unwrap_or(0)),
+            // Checked before any stage runs.
+            Some(Err(_)) | None => Ok(0),
+        }
     };
     let model = &settings.model;
     let checkpoint = match (&model.gguf, &model.path) {
@@ -118,10 +120,27 @@ pub fn requested_run(
         keeps_dense_copy,
         streaming: false,
         checkpoint_bytes: checkpoint,
-        calibration_text_bytes: size(settings.calibration.as_ref().map(|c| c.text.as_path()))?,
-        eval_text_bytes: size(settings.evaluation.as_ref().map(|e| e.text.as_path()))?,
+        calibration_text_bytes: text_bytes(
+            settings.calibration.as_ref().map(|c| c.source()),
+            Role::Calibration,
+        )?,
+        eval_text_bytes: text_bytes(
+            settings.evaluation.as_ref().map(|e| e.source()),
+            Role::Evaluation,
+        )?,
         device,
         owl: prune.is_some_and(|p| p.profile.owl().is_some()),
         dsnot: prune.is_some_and(|p| p.dsnot.is_some()),
     })
+}
+
+/// The size of file `path` (relative to `base_dir`).
+fn size_of(base_dir: &std::path::Path, path: &std::path::Path) -> Result<u64, StageError> {
+    let path = base_dir.join(path);
+    std::fs::metadata(&path)
+        .map(|m| m.len())
+        .map_err(|source| StageError::Read {
+            path: path.display().to_string(),
+            source,
+        })
 }

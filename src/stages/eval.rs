@@ -5,6 +5,7 @@ use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
 use crate::data::read_tokenized;
+use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
@@ -29,20 +30,37 @@ pub(super) fn run<B: Backend>(
             stage: stage.to_string(),
             what: "an `evaluation:` section",
         })?;
-    let path = exec.path(&spec.text);
+    let source = spec.source()?;
+    // One key per text: the file, or the data set and the window length (C4 keeps 256 windows).
+    let key = match &source {
+        DataSource::Text(text) => exec.path(text).display().to_string(),
+        other => format!("{other:?} {}", spec.seqlen),
+    };
     if exec
         .artifacts
         .eval_ids
         .as_ref()
-        .is_none_or(|(p, _)| p != &path)
+        .is_none_or(|(k, _)| k != &key)
     {
-        let read = |source| StageError::Read {
-            path: path.display().to_string(),
-            source,
+        let ids = match source {
+            DataSource::Text(text) => {
+                let path = exec.path(&text);
+                let read = |source| StageError::Read {
+                    path: path.display().to_string(),
+                    source,
+                };
+                exec.hashes.recorded.evaluation = Some(exec.hash_of(&path).map_err(read)?);
+                read_tokenized(&path, &exec.base(stage)?.tokenizer)?
+            }
+            source => {
+                let tokenizer = &exec.base(stage)?.tokenizer;
+                let (ids, provenance) = sets::evaluation_ids(&source, tokenizer, spec.seqlen)?;
+                exec.hashes.recorded.evaluation = Some(provenance.digest());
+                exec.hashes.data.evaluation = Some(provenance);
+                ids
+            }
         };
-        exec.hashes.recorded.evaluation = Some(exec.hash_of(&path).map_err(read)?);
-        let ids = read_tokenized(&path, &exec.base(stage)?.tokenizer)?;
-        exec.artifacts.eval_ids = Some((path, ids));
+        exec.artifacts.eval_ids = Some((key, ids));
     }
     let (_, ids) = exec.artifacts.eval_ids.as_ref().expect("set just above");
     let context = exec.base(stage)?.config.context_limit();
@@ -57,6 +75,7 @@ pub(super) fn run<B: Backend>(
     )?;
     record.metrics.perplexity = Some(report.perplexity);
     record.hashes.evaluation = exec.hashes.recorded.evaluation.clone();
+    record.data.evaluation = exec.hashes.data.evaluation.clone();
     for (key, value) in [
         ("eval_windows", report.windows),
         ("eval_seqlen", report.seqlen),

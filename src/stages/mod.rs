@@ -25,7 +25,7 @@ use crate::memory::gate::GateDecision;
 use crate::model::stream::{Decoder, Layers};
 use crate::model::Loaded;
 use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
-use crate::pipeline::record::{Hashes, RunRecord};
+use crate::pipeline::record::{DataRecord, Hashes, RunRecord};
 use crate::pipeline::runner::{Executor, StageFailure, StageOutcome};
 use crate::pipeline::spec::{Budget, PipelineSpec, Settings, StageKind, StageOptions};
 use crate::prune::layerwise::ModelSparsity;
@@ -110,7 +110,7 @@ struct Artifacts<B: Backend> {
     pruned: Vec<(NodeKey, Pruned<B>)>,
     calibration: Option<CalibrationSet>,
     /// Tokenised evaluation text, by file, so cells tokenise it once.
-    eval_ids: Option<(PathBuf, Vec<u32>)>,
+    eval_ids: Option<(String, Vec<u32>)>,
     /// The last perplexity measured, whole (run records keep its main figures).
     perplexity: Option<PerplexityReport>,
     /// The estimate the gate works from.
@@ -124,6 +124,8 @@ struct Artifacts<B: Backend> {
 struct InputHashes {
     /// What run records keep.
     recorded: Hashes,
+    /// Where hub data came from, as run records keep it.
+    data: DataRecord,
     /// SHA-256 of every input file hashed so far, so resuming and loading hash each once.
     files: std::collections::HashMap<PathBuf, String>,
 }
@@ -176,6 +178,7 @@ impl<B: Backend> PipelineExecutor<B> {
             },
             hashes: InputHashes {
                 recorded,
+                data: DataRecord::default(),
                 files: std::collections::HashMap::new(),
             },
         }
@@ -404,12 +407,12 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
         for (what, text, recorded) in [
             (
                 "calibration text",
-                settings.calibration.as_ref().map(|c| c.text.clone()),
+                settings.calibration.as_ref().and_then(|c| c.text.clone()),
                 &record.hashes.calibration,
             ),
             (
                 "evaluation text",
-                settings.evaluation.as_ref().map(|e| e.text.clone()),
+                settings.evaluation.as_ref().and_then(|e| e.text.clone()),
                 &record.hashes.evaluation,
             ),
         ] {
@@ -428,6 +431,7 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
             .pruned
             .retain(|((_, cell), _)| cell.is_none());
         record.hashes = self.hashes.recorded.clone();
+        record.data = self.hashes.data.clone();
         record.effective.device = self.ctx.choice.label();
         record.versions.burn = Some("0.21.0".to_string());
         record.memory.estimated_peak_bytes = self

@@ -388,7 +388,7 @@ fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
     let spec = &plan.cells[0].spec;
     let calibration = spec.settings.calibration.as_ref().unwrap();
     assert_eq!((calibration.nsamples, calibration.seqlen), (4, 16));
-    assert_eq!(calibration.text, std::path::absolute(&calib).unwrap());
+    assert_eq!(calibration.text, Some(std::path::absolute(&calib).unwrap()));
     let prune = serde_json::to_value(&spec.stage("prune").unwrap().options).unwrap();
     assert_eq!(
         (&prune["method"], &prune["pattern"]),

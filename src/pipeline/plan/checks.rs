@@ -2,6 +2,7 @@
 //! stage needs, each reported at the value it is about.
 
 use super::*;
+use crate::data::sets::DataSource;
 use crate::model::ModelRef;
 
 /// File checks, cached per resolved path.
@@ -104,6 +105,38 @@ pub(super) fn setting_origin(tree: &Node, section: &str, field: Option<&str>) ->
     }
 }
 
+/// The source of a `calibration:` or `evaluation:` section: one of text, dataset, hub, and a
+/// text file that exists.
+fn check_source(
+    tree: &Node,
+    section: &'static str,
+    source: Result<DataSource, Problem>,
+    checker: &mut Checker<'_>,
+    problems: &mut Vec<Diagnostic>,
+) {
+    match source {
+        Err(problem) => {
+            let key = match &problem {
+                Problem::HubKeyWithoutHub { key, .. } => Some(*key),
+                Problem::InvalidDataHubId { .. } | Problem::HubSplitMissing { .. } => Some("hub"),
+                _ => None,
+            };
+            problems.push(Diagnostic {
+                origin: setting_origin(tree, section, key),
+                problem,
+            });
+        }
+        Ok(DataSource::Text(file)) => checker.exists(
+            &file,
+            PathKind::File,
+            &format!("{section}.text"),
+            setting_origin(tree, section, Some("text")),
+            problems,
+        ),
+        Ok(DataSource::Named(_) | DataSource::Hub(_)) => {}
+    }
+}
+
 /// Value-level checks of one cell: ranges, patterns, model source, files, sections, and the
 /// artifacts every stage needs.
 pub(super) fn check_cell(
@@ -140,21 +173,11 @@ pub(super) fn check_cell(
         ),
         Ok(ModelRef::Hub { .. }) => {}
     }
-    if let Some(CalibrationSpec {
-        text,
-        nsamples,
-        seqlen,
-    }) = &settings.calibration
-    {
-        checker.exists(
-            text,
-            PathKind::File,
-            "calibration.text",
-            setting_origin(tree, "calibration", Some("text")),
-            &mut problems,
-        );
+    if let Some(calibration) = &settings.calibration {
+        let (nsamples, seqlen) = (calibration.nsamples, calibration.seqlen);
+        check_source(tree, "calibration", calibration.source(), checker, &mut problems);
         for (field, value) in [("nsamples", nsamples), ("seqlen", seqlen)] {
-            if *value == 0 {
+            if value == 0 {
                 problems.push(Diagnostic {
                     origin: setting_origin(tree, "calibration", Some(field)),
                     problem: Problem::OutOfRange {
@@ -166,19 +189,9 @@ pub(super) fn check_cell(
             }
         }
     }
-    if let Some(EvaluationSpec {
-        text,
-        seqlen,
-        windows,
-    }) = &settings.evaluation
-    {
-        checker.exists(
-            text,
-            PathKind::File,
-            "evaluation.text",
-            setting_origin(tree, "evaluation", Some("text")),
-            &mut problems,
-        );
+    if let Some(evaluation) = &settings.evaluation {
+        let (seqlen, windows) = (&evaluation.seqlen, &evaluation.windows);
+        check_source(tree, "evaluation", evaluation.source(), checker, &mut problems);
         if *seqlen < 2 {
             problems.push(Diagnostic {
                 origin: setting_origin(tree, "evaluation", Some("seqlen")),

@@ -1,5 +1,5 @@
 //! A hub imitation on `127.0.0.1`, in the URL layout and with the headers of huggingface.co,
-//! serving one repository (`org/tiny-llama`). Shared by the hub's unit tests
+//! serving one model repository (`org/tiny-llama`) or any set of model and data-set repositories. Shared by the hub's unit tests
 //! (`src/model/hub.rs`, through `#[path]`) and the integration tests; each uses part of it.
 #![allow(dead_code)]
 
@@ -49,7 +49,14 @@ pub(crate) struct Reply {
 }
 
 impl FakeHub {
+    /// Serves `repo` as the model repository [`REPO`].
     pub(crate) fn start(repo: FakeRepo) -> Self {
+        Self::start_many(vec![(REPO.to_owned(), repo)])
+    }
+
+    /// Serves each repository under its URL id: `org/name` for a model,
+    /// `datasets/org/name` for a data set.
+    pub(crate) fn start_many(repos: Vec<(String, FakeRepo)>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -64,7 +71,7 @@ impl FakeHub {
                     }
                     if let Ok(stream) = stream {
                         // A broken connection only fails the client's request.
-                        let _ = serve(stream, &repo, &base, &seen);
+                        let _ = serve(stream, &repos, &base, &seen);
                     }
                 }
             })
@@ -104,7 +111,7 @@ impl Drop for FakeHub {
 /// Reads one request from `stream`, records it and answers it, closing the connection.
 pub(crate) fn serve(
     mut stream: TcpStream,
-    repo: &FakeRepo,
+    repos: &[(String, FakeRepo)],
     base: &str,
     seen: &Mutex<Vec<Seen>>,
 ) -> std::io::Result<()> {
@@ -131,7 +138,7 @@ pub(crate) fn serve(
         authorization: authorization.clone(),
     });
     let reply = route(
-        repo,
+        repos,
         base,
         &path,
         authorization.as_deref(),
@@ -155,11 +162,12 @@ pub(crate) fn serve(
 /// Answers `path` the way huggingface.co does.
 ///
 /// `/{repo}/resolve/{revision}/{file}` serves small (git) files directly with
-/// `ETag` and `X-Repo-Commit`, and redirects LFS files (`*.safetensors`) to a
-/// content-addressed CDN URL with `X-Linked-Etag`, `X-Linked-Size` and
+/// `ETag` and `X-Repo-Commit`, and redirects LFS files (`*.safetensors`, `*.parquet`, `*.gz`)
+/// to a content-addressed CDN URL with `X-Linked-Etag`, `X-Linked-Size` and
 /// `X-Repo-Commit`; byte ranges are honoured with `206` and `Content-Range`.
+/// `/api/{models|datasets}/{repo}/revision/{revision}` lists the files.
 pub(crate) fn route(
-    repo: &FakeRepo,
+    repos: &[(String, FakeRepo)],
     base: &str,
     path: &str,
     authorization: Option<&str>,
@@ -167,17 +175,32 @@ pub(crate) fn route(
 ) -> Reply {
     if let Some(oid) = path.strip_prefix("/cdn/") {
         // A pre-signed CDN URL: no authorization needed.
-        return match repo.files.values().find(|bytes| lfs_oid(bytes) == oid) {
-            Some(bytes) if repo.corrupt => {
+        let found = repos.iter().find_map(|(_, repo)| {
+            let bytes = repo.files.values().find(|bytes| lfs_oid(bytes) == oid)?;
+            Some((repo, bytes))
+        });
+        return match found {
+            Some((repo, bytes)) if repo.corrupt => {
                 let mut damaged = bytes.clone();
                 damaged[0] ^= 0xff;
                 ranged(&damaged, range, vec![("ETag", format!("\"{oid}\""))])
             }
-            Some(bytes) => ranged(bytes, range, vec![("ETag", format!("\"{oid}\""))]),
+            Some((_, bytes)) => ranged(bytes, range, vec![("ETag", format!("\"{oid}\""))]),
             None => error(404, "NoSuchKey", "no such key"),
         };
     }
-    let Some(rest) = path.strip_prefix(&format!("/{REPO}/resolve/")) else {
+    let found = repos.iter().find_map(|(id, repo)| {
+        let api_id = match id.strip_prefix("datasets/") {
+            Some(name) => format!("/api/datasets/{name}/revision/"),
+            None => format!("/api/models/{id}/revision/"),
+        };
+        if let Some(revision) = path.strip_prefix(&api_id) {
+            return Some((repo, None, revision));
+        }
+        path.strip_prefix(&format!("/{id}/resolve/"))
+            .map(|rest| (repo, Some(rest), ""))
+    });
+    let Some((repo, rest, listed_revision)) = found else {
         return error(404, "RepoNotFound", "Repository not found");
     };
     if let Some(token) = &repo.token {
@@ -189,6 +212,23 @@ pub(crate) fn route(
             );
         }
     }
+    let Some(rest) = rest else {
+        if listed_revision != "main" && listed_revision != COMMIT {
+            return error(404, "RevisionNotFound", "Invalid rev id");
+        }
+        let siblings: Vec<String> = repo
+            .files
+            .keys()
+            .map(|name| format!("{{\"rfilename\":\"{name}\"}}"))
+            .collect();
+        let body = format!("{{\"sha\":\"{COMMIT}\",\"siblings\":[{}]}}", siblings.join(","));
+        return Reply {
+            status: 200,
+            reason: "OK",
+            headers: vec![("Content-Type", "application/json".to_owned())],
+            body: body.into_bytes(),
+        };
+    };
     let Some((revision, file)) = rest.split_once('/') else {
         return error(404, "EntryNotFound", "Entry not found");
     };
@@ -201,7 +241,10 @@ pub(crate) fn route(
         reply.headers.push(commit);
         return reply;
     };
-    if file.ends_with(".safetensors") {
+    if [".safetensors", ".parquet", ".gz"]
+        .iter()
+        .any(|ext| file.ends_with(ext))
+    {
         let oid = lfs_oid(bytes);
         Reply {
             status: 302,
