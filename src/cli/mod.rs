@@ -5,6 +5,7 @@ mod bench;
 mod devices;
 mod estimate;
 mod eval;
+mod fetch;
 mod generate;
 mod graph;
 mod plan;
@@ -39,6 +40,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a pipeline file: shared stages once, then every sweep cell; resumes where it stopped.
     Run(run::RunArgs),
+    /// Download every model, tokenizer and data file the pipelines read from the hub into the
+    /// cache (for offline compute nodes), and list what is cached.
+    Fetch(fetch::FetchArgs),
     /// Check a pipeline file (keys, values, files, DAG) without loading anything.
     Validate(validate::ValidateArgs),
     /// Print a pipeline's planned DAG (`--format dot|mermaid|text`).
@@ -78,6 +82,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Fetch(args) => fetch::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Schema => schema::run(),

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::data::calibration::CalibrationSet;
+use wanda::data::sets::DatasetName;
 use wanda::eval::perplexity::PerplexityReport;
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::export::SaveDtype;
@@ -76,8 +77,12 @@ pub struct PruneArgs {
     #[arg(long, value_enum, default_value_t = DsnotLayers::Attention)]
     pub dsnot_layers: DsnotLayers,
     /// Calibration text (windows are drawn from it at seeded random offsets).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "calib_dataset")]
     pub calib_text: Option<PathBuf>,
+    /// Calibration data set from the hub by the reference's protocol: `c4` (the paper's),
+    /// `wikitext2` or `ptb`.
+    #[arg(long, value_enum)]
+    pub calib_dataset: Option<DatasetName>,
     /// Calibration windows.
     #[arg(long, default_value_t = 128)]
     pub nsamples: usize,
@@ -87,9 +92,13 @@ pub struct PruneArgs {
     /// Seed of the calibration draw.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Evaluation text; no evaluation without it.
-    #[arg(long)]
+    /// Evaluation text; no evaluation without it (or `--eval-dataset`).
+    #[arg(long, conflicts_with = "eval_dataset")]
     pub eval_text: Option<PathBuf>,
+    /// Evaluation data set from the hub by the reference's protocol: `wikitext2` (the paper's),
+    /// `c4` or `ptb`.
+    #[arg(long, value_enum)]
+    pub eval_dataset: Option<DatasetName>,
     /// Evaluation window length.
     #[arg(long, default_value_t = 2048)]
     pub eval_seqlen: usize,
@@ -176,9 +185,9 @@ impl PruneArgs {
             ..MethodOptions::default()
         }
         .needs_calibration(self.method);
-        if needs_calibration && self.calib_text.is_none() {
+        if needs_calibration && self.calib_text.is_none() && self.calib_dataset.is_none() {
             anyhow::bail!(
-                "`--method {}`{} needs calibration data; pass `--calib-text FILE`",
+                "`--method {}`{} needs calibration data; pass `--calib-dataset c4` or `--calib-text FILE`",
                 self.method,
                 if self.method.needs_calibration() {
                     ""
@@ -221,16 +230,25 @@ impl PruneArgs {
             "model": model,
             "stages": { "load": {} },
         });
-        if let (Some(text), true) = (&self.calib_text, needs_calibration) {
-            pipeline["calibration"] = serde_json::json!({
-                "text": absolute(text)?, "nsamples": self.nsamples, "seqlen": self.seqlen,
-            });
+        if needs_calibration {
+            let mut calibration =
+                serde_json::json!({ "nsamples": self.nsamples, "seqlen": self.seqlen });
+            match (&self.calib_text, self.calib_dataset) {
+                (Some(text), _) => calibration["text"] = absolute(text)?.into(),
+                (None, Some(name)) => calibration["dataset"] = name.as_str().into(),
+                (None, None) => unreachable!("checked above"),
+            }
+            pipeline["calibration"] = calibration;
             pipeline["stages"]["calibrate"] = serde_json::json!({});
         }
         pipeline["stages"]["prune"] = prune;
-        if let Some(text) = &self.eval_text {
-            let mut evaluation =
-                serde_json::json!({ "text": absolute(text)?, "seqlen": self.eval_seqlen });
+        if self.eval_text.is_some() || self.eval_dataset.is_some() {
+            let mut evaluation = serde_json::json!({ "seqlen": self.eval_seqlen });
+            match (&self.eval_text, self.eval_dataset) {
+                (Some(text), _) => evaluation["text"] = absolute(text)?.into(),
+                (None, Some(name)) => evaluation["dataset"] = name.as_str().into(),
+                (None, None) => unreachable!("one of them is given"),
+            }
             if let Some(windows) = self.windows {
                 evaluation["windows"] = windows.into();
             }

@@ -182,6 +182,15 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let results_dir = args.results.join(plan.name());
+    if !args.dry_run {
+        if let Err(e) = wanda::pipeline::inputs::check_offline(&plan) {
+            eprintln!(
+                "error: {e}; run `wanda fetch {}` where the hub is reachable",
+                args.file.display()
+            );
+            return Ok(ExitCode::from(2));
+        }
+    }
     if let Some(index) = args.cell_index {
         match cell_at(&plan, index, args.manifest.as_deref()) {
             Ok(id) => args.only = Some(id),

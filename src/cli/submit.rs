@@ -60,6 +60,13 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
+    if let Err(e) = wanda::pipeline::inputs::check_offline(&plan) {
+        eprintln!(
+            "error: {e}; run `wanda fetch {}` where the hub is reachable",
+            args.file.display()
+        );
+        return Ok(ExitCode::from(2));
+    }
     let results_dir = absolute(&args.results.join(plan.name()));
     let name = job_name(plan.name());
     let queued = queued_tasks(&name).unwrap_or_default();

@@ -200,7 +200,9 @@ mod tests {
     }
 
     /// Document `i` has `lengths[i]` tokens, each its document number times 1000 plus position.
-    fn documents(lengths: &[usize]) -> impl FnMut(usize) -> Result<Vec<u32>, CalibrationError> + '_ {
+    fn documents(
+        lengths: &[usize],
+    ) -> impl FnMut(usize) -> Result<Vec<u32>, CalibrationError> + '_ {
         |i| Ok((0..lengths[i]).map(|p| (i * 1000 + p) as u32).collect())
     }
 
@@ -226,7 +228,10 @@ mod tests {
         assert_eq!(set.documents, [3, 0, 3]);
         assert_eq!(set.offsets, [1, 2, 1]);
         assert_eq!(set.windows[0], [3001, 3002, 3003, 3004, 3005]);
-        assert_eq!(calls, 4, "4, 3, 0, 3: a short document would not be tokenised again");
+        assert_eq!(
+            calls, 4,
+            "4, 3, 0, 3: a short document would not be tokenised again"
+        );
     }
 
     #[test]
@@ -234,10 +239,20 @@ mod tests {
         let lengths = [3, 5, 2];
         let err = draw_from_documents(3, documents(&lengths), 1, 5, 0).unwrap_err();
         assert!(
-            matches!(err, CalibrationError::NoLongDocument { seen: 3, longest: 5, .. }),
+            matches!(
+                err,
+                CalibrationError::NoLongDocument {
+                    seen: 3,
+                    longest: 5,
+                    ..
+                }
+            ),
             "{err}"
         );
-        assert!(err.to_string().contains("lower `calibration.seqlen`"), "{err}");
+        assert!(
+            err.to_string().contains("lower `calibration.seqlen`"),
+            "{err}"
+        );
     }
 
     #[test]

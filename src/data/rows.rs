@@ -82,8 +82,9 @@ pub fn for_each_row(
     if !is_json_lines(&name) {
         return Err(RowsError::Malformed {
             path: path.to_path_buf(),
-            message: "not a Parquet (`.parquet`) or JSON-lines (`.jsonl`, `.json`, `.json.gz`) file"
-                .to_owned(),
+            message:
+                "not a Parquet (`.parquet`) or JSON-lines (`.jsonl`, `.json`, `.json.gz`) file"
+                    .to_owned(),
         });
     }
     let file = File::open(path).map_err(|source| RowsError::Read {
@@ -100,10 +101,12 @@ pub fn for_each_row(
     let mut number = 0usize;
     loop {
         line.clear();
-        let read = lines.read_line(&mut line).map_err(|e| RowsError::Malformed {
-            path: path.to_path_buf(),
-            message: format!("after line {number}: {e}"),
-        })?;
+        let read = lines
+            .read_line(&mut line)
+            .map_err(|e| RowsError::Malformed {
+                path: path.to_path_buf(),
+                message: format!("after line {number}: {e}"),
+            })?;
         if read == 0 {
             return Ok(());
         }
@@ -186,8 +189,9 @@ impl DocumentStore {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(RowsError::Malformed {
                 path: dir,
-                message: "the document store is inconsistent; it was removed, run again to rebuild it"
-                    .to_owned(),
+                message:
+                    "the document store is inconsistent; it was removed, run again to rebuild it"
+                        .to_owned(),
             });
         }
         Ok(Self { texts, offsets })
@@ -238,13 +242,15 @@ fn build_store(path: &Path, column: &str, dir: &Path) -> Result<(), RowsError> {
     };
     std::fs::create_dir_all(dir).map_err(|e| write_err(dir, e))?;
     let tag = format!(".tmp-{}", std::process::id());
-    let (texts_tmp, offsets_tmp) = (dir.join(format!("texts{tag}")), dir.join(format!("offsets{tag}")));
+    let (texts_tmp, offsets_tmp) = (
+        dir.join(format!("texts{tag}")),
+        dir.join(format!("offsets{tag}")),
+    );
     let result = (|| {
         let mut texts =
             BufWriter::new(File::create(&texts_tmp).map_err(|e| write_err(&texts_tmp, e))?);
-        let mut offsets = BufWriter::new(
-            File::create(&offsets_tmp).map_err(|e| write_err(&offsets_tmp, e))?,
-        );
+        let mut offsets =
+            BufWriter::new(File::create(&offsets_tmp).map_err(|e| write_err(&offsets_tmp, e))?);
         let mut end = 0u64;
         offsets
             .write_all(&end.to_le_bytes())
@@ -303,7 +309,8 @@ mod tests {
         }
         let err = rows(&zipped, "sentence").unwrap_err();
         assert!(
-            err.to_string().contains("no column `sentence` (it has: text, url)"),
+            err.to_string()
+                .contains("no column `sentence` (it has: text, url)"),
             "{err}"
         );
     }
@@ -312,7 +319,9 @@ mod tests {
     fn a_bad_crc_and_a_truncated_gzip_are_errors_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.json.gz");
-        let body: String = (0..200).map(|i| format!("{{\"text\":\"row {i}\"}}\n")).collect();
+        let body: String = (0..200)
+            .map(|i| format!("{{\"text\":\"row {i}\"}}\n"))
+            .collect();
         gz(&path, &body);
         let good = std::fs::read(&path).unwrap();
         let mut bad_crc = good.clone();
@@ -346,7 +355,10 @@ mod tests {
         assert!(index.join("texts").is_file() && index.join("offsets").is_file());
         // A second open reads the store, not the file.
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(DocumentStore::open(&path, "text").unwrap().get(2), "thïrd\ndoc");
+        assert_eq!(
+            DocumentStore::open(&path, "text").unwrap().get(2),
+            "thïrd\ndoc"
+        );
     }
 
     #[test]
@@ -354,7 +366,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c4.json.gz");
         gz(&path, "{\"text\":\"ok\"}\n{\"url\":\"no text\"}\n");
-        let err = DocumentStore::open(&path, "text").err().expect("missing column");
+        let err = DocumentStore::open(&path, "text")
+            .err()
+            .expect("missing column");
         assert!(matches!(err, RowsError::MissingColumn { .. }), "{err}");
         assert!(!store_dir(&path, "text").exists());
     }

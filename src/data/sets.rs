@@ -22,8 +22,11 @@ use super::text::TextEncoder;
 use crate::model::hub::{self, HubError, HubRequest};
 
 /// A data set of the papers, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
 pub enum DatasetName {
     /// C4 (`allenai/c4`, English): the paper's calibration data.
     C4,
@@ -318,16 +321,32 @@ struct Fetched {
 pub fn needed_files(
     source: &DataSource,
     role: Role,
+    hub: &HubRequest,
 ) -> Result<Option<(String, String, Vec<String>)>, DataError> {
     let Some(protocol) = source.protocol(role) else {
         return Ok(None);
     };
-    let (revision, names) = resolve_names(source, &protocol)?;
+    let (revision, names) = resolve_names(source, &protocol, hub)?;
     Ok(Some((protocol.repo, revision, names)))
 }
 
+/// The request for `repo` at `revision`, reaching the hub as `hub` says (endpoint, cache,
+/// offline).
+fn request(hub: &HubRequest, repo: &str, revision: &str) -> HubRequest {
+    HubRequest {
+        repo_id: repo.to_owned(),
+        revision: revision.to_owned(),
+        kind: hub::RepoKind::Dataset,
+        ..hub.clone()
+    }
+}
+
 /// The revision and file names of `protocol`.
-fn resolve_names(source: &DataSource, protocol: &Protocol) -> Result<(String, Vec<String>), DataError> {
+fn resolve_names(
+    source: &DataSource,
+    protocol: &Protocol,
+    hub: &HubRequest,
+) -> Result<(String, Vec<String>), DataError> {
     match &protocol.files {
         Files::Exact(names) => Ok((source.exact_revision(), names.clone())),
         Files::Split {
@@ -344,19 +363,16 @@ fn resolve_names(source: &DataSource, protocol: &Protocol) -> Result<(String, Ve
                     format!("{split}/"),
                 ],
             };
-            let mut last_err = None;
+            let (mut last_err, mut listed_any) = (None, false);
             for revision in revisions {
-                let req = HubRequest {
-                    revision: revision.clone(),
-                    ..HubRequest::dataset(protocol.repo.clone())
-                };
-                let listed = match hub::list_files(&req) {
+                let listed = match hub::list_files(&request(hub, &protocol.repo, revision)) {
                     Ok(listed) => listed,
                     Err(err) => {
-                        last_err = Some(err);
+                        last_err.get_or_insert(err);
                         continue;
                     }
                 };
+                listed_any = true;
                 let names: Vec<String> = listed
                     .into_iter()
                     .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
@@ -366,7 +382,9 @@ fn resolve_names(source: &DataSource, protocol: &Protocol) -> Result<(String, Ve
                     return Ok((revision.clone(), names));
                 }
             }
-            if let (Some(err), 1) = (last_err, revisions.len()) {
+            // No revision could be listed at all (offline without a cached snapshot, or the
+            // repository is unreachable): that is the error to report.
+            if let (Some(err), false) = (last_err, listed_any) {
                 return Err(err.into());
             }
             Err(DataError::NoFiles {
@@ -384,13 +402,13 @@ fn resolve_names(source: &DataSource, protocol: &Protocol) -> Result<(String, Ve
 }
 
 /// Fetches the files of `protocol` and describes them.
-fn fetch(source: &DataSource, protocol: &Protocol) -> Result<(Vec<Fetched>, Provenance), DataError> {
-    let (revision, names) = resolve_names(source, protocol)?;
-    let req = HubRequest {
-        revision: revision.clone(),
-        ..HubRequest::dataset(protocol.repo.clone())
-    };
-    let paths = hub::fetch_files(&req, &names)?;
+fn fetch(
+    source: &DataSource,
+    protocol: &Protocol,
+    hub: &HubRequest,
+) -> Result<(Vec<Fetched>, Provenance), DataError> {
+    let (revision, names) = resolve_names(source, protocol, hub)?;
+    let paths = hub::fetch_files(&request(hub, &protocol.repo, &revision), &names)?;
     let mut files = Vec::new();
     let mut digests = Vec::new();
     for (name, path) in names.into_iter().zip(paths) {
@@ -491,16 +509,19 @@ fn encode<T: TextEncoder>(tokenizer: &T, text: &str, what: &str) -> Result<Vec<u
         })
 }
 
-/// The evaluation token ids of a hub `source` (`seqlen` bounds C4's 256 windows).
+/// The evaluation token ids of a hub `source` (`seqlen` bounds C4's 256 windows). `hub` says
+/// how to reach the hub (endpoint, cache, offline; its repository and revision are not used):
+/// [`HubRequest::default`] follows the environment.
 pub fn evaluation_ids<T: TextEncoder>(
     source: &DataSource,
     tokenizer: &T,
     seqlen: usize,
+    hub: &HubRequest,
 ) -> Result<(Vec<u32>, Provenance), DataError> {
     let protocol = source
         .protocol(Role::Evaluation)
         .expect("local texts are read by the stage");
-    let (files, provenance) = fetch(source, &protocol)?;
+    let (files, provenance) = fetch(source, &protocol, hub)?;
     let what = format!("the {} evaluation text", protocol.label);
     let (text, cap) = match protocol.shape {
         Shape::FirstDocuments { count, windows } => (
@@ -520,18 +541,18 @@ pub fn evaluation_ids<T: TextEncoder>(
     Ok((ids, provenance))
 }
 
-/// The calibration windows of a hub `source`.
+/// The calibration windows of a hub `source`, reaching the hub as `hub` says (see
+/// [`evaluation_ids`]).
 pub fn calibration_set<T: TextEncoder>(
     source: &DataSource,
     tokenizer: &T,
-    nsamples: usize,
-    seqlen: usize,
-    seed: u64,
+    (nsamples, seqlen, seed): (usize, usize, u64),
+    hub: &HubRequest,
 ) -> Result<(CalibrationSet, Provenance), DataError> {
     let protocol = source
         .protocol(Role::Calibration)
         .expect("local texts are read by the stage");
-    let (files, provenance) = fetch(source, &protocol)?;
+    let (files, provenance) = fetch(source, &protocol, hub)?;
     let what = format!("the {} calibration text", protocol.label);
     let set = match protocol.shape {
         Shape::Documents => {
@@ -545,7 +566,13 @@ pub fn calibration_set<T: TextEncoder>(
             }
             calibration::draw_from_documents(
                 store.len(),
-                |i| encode(tokenizer, store.get(i), &format!("document {i} of `{}`", file.name)),
+                |i| {
+                    encode(
+                        tokenizer,
+                        store.get(i),
+                        &format!("document {i} of `{}`", file.name),
+                    )
+                },
                 nsamples,
                 seqlen,
                 seed,

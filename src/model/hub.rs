@@ -58,8 +58,9 @@ const WEIGHT_INDEX: &str = "model.safetensors.index.json";
 /// How often `hf-hub` resumes an interrupted file body before giving up.
 const DOWNLOAD_RETRIES: usize = 3;
 
-/// What to fetch from the hub and where to keep it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What to fetch from the hub and where to keep it. The default is an empty repository id at
+/// [`DEFAULT_REVISION`] with every setting taken from the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HubRequest {
     /// The repository id, `name` or `org/name` (for example `meta-llama/Llama-2-7b-hf`).
     pub repo_id: String,
@@ -404,6 +405,11 @@ pub fn list_files(req: &HubRequest) -> Result<Vec<String>, HubError> {
     }
     names.sort();
     Ok(names)
+}
+
+/// Whether `HF_HUB_OFFLINE` is set to a true value in this process.
+pub fn offline_from_environment() -> bool {
+    Environment::from_process().offline
 }
 
 /// The commit of the snapshot a cached `file` (a path returned for repository file `name`)

@@ -9,6 +9,7 @@
 pub mod attempt;
 mod de;
 pub mod error;
+pub mod inputs;
 pub mod plan;
 pub mod record;
 pub mod render;

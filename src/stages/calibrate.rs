@@ -5,9 +5,10 @@
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
-use crate::data::sets::{self, DataSource};
 use crate::data::calibration::{self, CalibrationSet};
 use crate::data::read_tokenized;
+use crate::data::sets::{self, DataSource};
+use crate::model::hub::HubRequest;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{CalibrationSpec, Settings};
 
@@ -57,8 +58,12 @@ pub(super) fn windows<B: Backend>(
         }
         source => {
             let tokenizer = &exec.base(stage)?.tokenizer;
-            let (set, provenance) =
-                sets::calibration_set(&source, tokenizer, nsamples, seqlen, seed)?;
+            let (set, provenance) = sets::calibration_set(
+                &source,
+                tokenizer,
+                (nsamples, seqlen, seed),
+                &HubRequest::default(),
+            )?;
             exec.hashes.recorded.calibration = Some(provenance.digest());
             exec.hashes.data.calibration = Some(provenance);
             set

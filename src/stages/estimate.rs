@@ -54,7 +54,8 @@ pub(super) fn run<B: Backend>(
     if options.probe {
         if let (Some(calib), Some(method)) = (&specs[0].settings.calibration, run.method) {
             let seed = specs[0].settings.seed;
-            let set = super::calibrate::windows(exec, stage, calib, run.nsamples, run.seqlen, seed)?;
+            let set =
+                super::calibrate::windows(exec, stage, calib, run.nsamples, run.seqlen, seed)?;
             let measured = probe_prune(
                 &exec.base(stage)?.model,
                 method,

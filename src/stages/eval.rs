@@ -7,6 +7,7 @@ use super::{PipelineExecutor, StageError};
 use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity;
+use crate::model::hub::HubRequest;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
@@ -54,7 +55,8 @@ pub(super) fn run<B: Backend>(
             }
             source => {
                 let tokenizer = &exec.base(stage)?.tokenizer;
-                let (ids, provenance) = sets::evaluation_ids(&source, tokenizer, spec.seqlen)?;
+                let (ids, provenance) =
+                    sets::evaluation_ids(&source, tokenizer, spec.seqlen, &HubRequest::default())?;
                 exec.hashes.recorded.evaluation = Some(provenance.digest());
                 exec.hashes.data.evaluation = Some(provenance);
                 ids

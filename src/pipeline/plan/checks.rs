@@ -175,7 +175,13 @@ pub(super) fn check_cell(
     }
     if let Some(calibration) = &settings.calibration {
         let (nsamples, seqlen) = (calibration.nsamples, calibration.seqlen);
-        check_source(tree, "calibration", calibration.source(), checker, &mut problems);
+        check_source(
+            tree,
+            "calibration",
+            calibration.source(),
+            checker,
+            &mut problems,
+        );
         for (field, value) in [("nsamples", nsamples), ("seqlen", seqlen)] {
             if value == 0 {
                 problems.push(Diagnostic {
@@ -191,7 +197,13 @@ pub(super) fn check_cell(
     }
     if let Some(evaluation) = &settings.evaluation {
         let (seqlen, windows) = (&evaluation.seqlen, &evaluation.windows);
-        check_source(tree, "evaluation", evaluation.source(), checker, &mut problems);
+        check_source(
+            tree,
+            "evaluation",
+            evaluation.source(),
+            checker,
+            &mut problems,
+        );
         if *seqlen < 2 {
             problems.push(Diagnostic {
                 origin: setting_origin(tree, "evaluation", Some("seqlen")),

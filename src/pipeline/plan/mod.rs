@@ -28,8 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::pipeline::error::{nearest, Diagnostic, PathKind, Problem, ValidationError};
 use crate::pipeline::render::{self, GraphFormat};
 use crate::pipeline::spec::{
-    self, Parsed, Pattern, PipelineSpec, StageKind, StageLayout,
-    StageOptions, StageSpec, Sweep,
+    self, Parsed, Pattern, PipelineSpec, StageKind, StageLayout, StageOptions, StageSpec, Sweep,
 };
 use crate::pipeline::yaml::{self, Entry, KeyPath, Node, Origin, Seg, Value};
 

@@ -221,7 +221,10 @@ pub(crate) fn route(
             .keys()
             .map(|name| format!("{{\"rfilename\":\"{name}\"}}"))
             .collect();
-        let body = format!("{{\"sha\":\"{COMMIT}\",\"siblings\":[{}]}}", siblings.join(","));
+        let body = format!(
+            "{{\"sha\":\"{COMMIT}\",\"siblings\":[{}]}}",
+            siblings.join(",")
+        );
         return Reply {
             status: 200,
             reason: "OK",

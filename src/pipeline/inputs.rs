@@ -1,0 +1,182 @@
+//! The hub inputs of a plan — models (config, tokenizer, weights) and data-set files — fetched
+//! into the cache ahead of time (`wanda fetch`, for clusters whose compute nodes are offline),
+//! or checked to be cached before an offline run starts a cell.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use super::plan::Plan;
+use crate::data::sets::{self, DataError, DataSource, Role};
+use crate::model::hub::{self, HubError, HubRequest, RepoKind};
+use crate::model::ModelRef;
+
+/// One repository a plan reads from the hub.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HubInput {
+    /// What it is for: `model`, `calibration (c4)`, `evaluation (wikitext2)`.
+    pub what: String,
+    /// Model or data set.
+    pub kind: InputKind,
+    /// The repository.
+    pub repo: String,
+    /// The revision.
+    pub revision: String,
+}
+
+/// What kind of repository an input is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InputKind {
+    /// A model: everything a model folder needs.
+    Model,
+    /// A data set: exactly these files.
+    Data(Vec<String>),
+}
+
+/// A repository resolved into the cache.
+#[derive(Debug, Clone)]
+pub struct CachedInput {
+    /// The input.
+    pub input: HubInput,
+    /// Its files in the cache and their sizes.
+    pub files: Vec<(String, PathBuf, u64)>,
+}
+
+/// Why the inputs could not be listed or fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// A data set's files could not be listed.
+    #[error("{what}: {source}")]
+    Data {
+        /// The input.
+        what: String,
+        /// The cause.
+        #[source]
+        source: DataError,
+    },
+    /// Fetching from the hub (or, offline, finding in the cache) failed.
+    #[error("{what}: {source}")]
+    Hub {
+        /// The input.
+        what: String,
+        /// The cause.
+        #[source]
+        source: HubError,
+    },
+}
+
+/// Every hub repository the cells of `plan` read, once each. `hub` says how to reach the hub
+/// (listing a split's files needs it, or a cached snapshot offline).
+pub fn hub_inputs(plan: &Plan, hub: &HubRequest) -> Result<Vec<HubInput>, InputError> {
+    let mut inputs = BTreeSet::new();
+    for cell in &plan.cells {
+        let settings = &cell.spec.settings;
+        if let Ok(ModelRef::Hub { repo_id, revision }) = settings.model.source() {
+            inputs.insert(HubInput {
+                what: "model".into(),
+                kind: InputKind::Model,
+                repo: repo_id,
+                revision,
+            });
+        }
+        let sources = [
+            (
+                "calibration",
+                Role::Calibration,
+                settings.calibration.as_ref().map(|c| c.source()),
+            ),
+            (
+                "evaluation",
+                Role::Evaluation,
+                settings.evaluation.as_ref().map(|e| e.source()),
+            ),
+        ];
+        for (section, role, source) in sources {
+            let Some(Ok(source)) = source else { continue };
+            let label = match &source {
+                DataSource::Text(_) => continue,
+                DataSource::Named(name) => name.as_str().to_owned(),
+                DataSource::Hub(data) => data.repo.clone(),
+            };
+            let what = format!("{section} ({label})");
+            let needed =
+                sets::needed_files(&source, role, hub).map_err(|source| InputError::Data {
+                    what: what.clone(),
+                    source,
+                })?;
+            if let Some((repo, revision, files)) = needed {
+                inputs.insert(HubInput {
+                    what,
+                    kind: InputKind::Data(files),
+                    repo,
+                    revision,
+                });
+            }
+        }
+    }
+    Ok(inputs.into_iter().collect())
+}
+
+/// Resolves `input` into the cache as `hub` says (downloading unless offline).
+pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, InputError> {
+    let request = HubRequest {
+        repo_id: input.repo.clone(),
+        revision: input.revision.clone(),
+        kind: match input.kind {
+            InputKind::Model => RepoKind::Model,
+            InputKind::Data(_) => RepoKind::Dataset,
+        },
+        ..hub.clone()
+    };
+    let failed = |source| InputError::Hub {
+        what: input.what.clone(),
+        source,
+    };
+    let files: Vec<(String, PathBuf)> = match &input.kind {
+        InputKind::Model => {
+            let folder = hub::fetch_model(&request).map_err(failed)?;
+            let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(&folder)
+                .map_err(|source| {
+                    failed(HubError::Read {
+                        path: folder.clone(),
+                        source,
+                    })
+                })?
+                .flatten()
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .collect();
+            names.sort();
+            names
+        }
+        InputKind::Data(names) => names
+            .iter()
+            .cloned()
+            .zip(hub::fetch_files(&request, names).map_err(failed)?)
+            .collect(),
+    };
+    Ok(CachedInput {
+        input: input.clone(),
+        files: files
+            .into_iter()
+            .map(|(name, path)| {
+                let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+                (name, path, bytes)
+            })
+            .collect(),
+    })
+}
+
+/// With `HF_HUB_OFFLINE` on, the first hub input of `plan` that is not in the cache, as an
+/// error naming the file; `Ok` when every input is cached or the hub is online.
+pub fn check_offline(plan: &Plan) -> Result<(), InputError> {
+    let offline = HubRequest {
+        offline: true,
+        ..HubRequest::default()
+    };
+    if !hub::offline_from_environment() {
+        return Ok(());
+    }
+    for input in hub_inputs(plan, &offline)? {
+        fetch_input(&input, &offline)?;
+    }
+    Ok(())
+}

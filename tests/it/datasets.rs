@@ -1,0 +1,459 @@
+//! Data sets by name from a hub imitation on 127.0.0.1, in the real repositories' layouts:
+//! C4's gzip'd JSON lines (`tests/fixtures/data/c4`, made by `scripts/make-c4-fixture.py`) and
+//! WikiText-2 as Parquet (written here from the shared text's paragraphs). The C4 draws are
+//! compared with `scripts/c4-reference-draws.py`, a transcription of the reference's `get_c4`
+//! run on the same fixture (its output is `tests/fixtures/data/c4/reference-draws.json`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use parquet::data_type::{ByteArray, ByteArrayType};
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::parser::parse_message_type;
+use wanda::data::sets::{calibration_set, evaluation_ids, DataError, DataSource, DatasetName};
+use wanda::model::hub::HubRequest;
+use wanda::model::tokenizer::Tokenizer;
+use wanda::pipeline::RunRecord;
+
+use crate::common::fake_hub::{FakeHub, FakeRepo, COMMIT};
+use crate::common::shared;
+
+const C4_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data/c4");
+const C4_TRAIN: &str = "en/c4-train.00000-of-01024.json.gz";
+const C4_VALID: &str = "en/c4-validation.00000-of-00008.json.gz";
+const WIKI_TEST: &str = "wikitext-2-raw-v1/test-00000-of-00001.parquet";
+const WIKI_TRAIN: &str = "wikitext-2-raw-v1/train-00000-of-00001.parquet";
+const GGUF: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const TOKENIZER: &str = "models/smollm2-135m-hf/tokenizer.json";
+const RAW_TEST: &str = "data/wikitext-2/wikitext2-raw-test.txt";
+const VALID: &str = "data/wikitext-2/wikitext2-v1-valid.txt";
+
+/// `rows` as a Parquet file with one string column `column`, 1000 rows per row group.
+fn parquet(column: &str, rows: &[&str]) -> Vec<u8> {
+    let schema = Arc::new(
+        parse_message_type(&format!(
+            "message schema {{ REQUIRED BYTE_ARRAY {column} (UTF8); }}"
+        ))
+        .unwrap(),
+    );
+    let props = Arc::new(WriterProperties::builder().build());
+    let mut bytes = Vec::new();
+    let mut writer = SerializedFileWriter::new(&mut bytes, schema, props).unwrap();
+    for chunk in rows.chunks(1000) {
+        let mut group = writer.next_row_group().unwrap();
+        let mut col = group.next_column().unwrap().unwrap();
+        let values: Vec<ByteArray> = chunk.iter().map(|r| ByteArray::from(*r)).collect();
+        col.typed::<ByteArrayType>()
+            .write_batch(&values, None, None)
+            .unwrap();
+        col.close().unwrap();
+        group.close().unwrap();
+    }
+    writer.close().unwrap();
+    bytes
+}
+
+/// The C4 and WikiText-2 repositories with the given files.
+fn hub(c4: BTreeMap<String, Vec<u8>>, wikitext: BTreeMap<String, Vec<u8>>) -> FakeHub {
+    let repo = |files| FakeRepo {
+        files,
+        token: None,
+        corrupt: false,
+    };
+    FakeHub::start_many(vec![
+        ("datasets/allenai/c4".into(), repo(c4)),
+        ("datasets/Salesforce/wikitext".into(), repo(wikitext)),
+    ])
+}
+
+/// The C4 fixture files.
+fn c4_files() -> BTreeMap<String, Vec<u8>> {
+    [C4_TRAIN, C4_VALID]
+        .iter()
+        .map(|f| {
+            (
+                f.to_string(),
+                std::fs::read(Path::new(C4_DIR).join(f)).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// WikiText-2 as Parquet: the shared raw test text's paragraphs (split on "\n\n", so the
+/// reference's join gives the text back) and the v1 validation text's as train.
+fn wikitext_files(test: &str, train: &str) -> BTreeMap<String, Vec<u8>> {
+    let test_rows: Vec<&str> = test.split("\n\n").collect();
+    let train_rows: Vec<&str> = train.split("\n\n").collect();
+    BTreeMap::from([
+        (WIKI_TEST.to_string(), parquet("text", &test_rows)),
+        (WIKI_TRAIN.to_string(), parquet("text", &train_rows)),
+    ])
+}
+
+fn template(hub: &FakeHub, cache: &Path, offline: bool) -> HubRequest {
+    HubRequest {
+        endpoint: Some(hub.endpoint()),
+        cache_dir: Some(cache.to_path_buf()),
+        offline,
+        ..HubRequest::default()
+    }
+}
+
+fn reference_draws() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(Path::new(C4_DIR).join("reference-draws.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn as_usizes(v: &serde_json::Value) -> Vec<usize> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect()
+}
+
+#[test]
+fn c4_draws_equal_the_reference_transcription() {
+    let Some(tokenizer) = shared(TOKENIZER) else {
+        return;
+    };
+    let tokenizer = Tokenizer::from_file(&tokenizer).unwrap();
+    let hub = hub(c4_files(), BTreeMap::new());
+    let cache = tempfile::tempdir().unwrap();
+    let access = template(&hub, cache.path(), false);
+    let c4 = DataSource::Named(DatasetName::C4);
+    for case in reference_draws() {
+        let (n, seqlen, seed) = (
+            case["nsamples"].as_u64().unwrap() as usize,
+            case["seqlen"].as_u64().unwrap() as usize,
+            case["seed"].as_u64().unwrap(),
+        );
+        let (set, provenance) =
+            calibration_set(&c4, &tokenizer, (n, seqlen, seed), &access).unwrap();
+        eprintln!(
+            "c4 {n} x {seqlen} seed {seed}: documents {:?} offsets {:?}",
+            set.documents, set.offsets
+        );
+        assert_eq!(set.documents, as_usizes(&case["documents"]), "{case}");
+        assert_eq!(set.offsets, as_usizes(&case["offsets"]), "{case}");
+        for (window, first) in set
+            .windows
+            .iter()
+            .zip(case["first_ids"].as_array().unwrap())
+        {
+            let first: Vec<u32> = as_usizes(first).iter().map(|&x| x as u32).collect();
+            assert_eq!(window[..4], first[..]);
+            assert_eq!(window.len(), seqlen);
+        }
+        assert_eq!(provenance.dataset, "c4");
+        assert_eq!(provenance.files[0].name, C4_TRAIN);
+        assert_eq!(provenance.commit.as_deref(), Some(COMMIT));
+
+        let (ids, _) = evaluation_ids(&c4, &tokenizer, seqlen, &access).unwrap();
+        assert_eq!(
+            ids.len(),
+            case["validation_tokens"].as_u64().unwrap() as usize
+        );
+        let head: Vec<u32> = as_usizes(&case["validation_head"])
+            .iter()
+            .map(|&x| x as u32)
+            .collect();
+        assert_eq!(ids[..8], head[..]);
+    }
+    // The document store was built once, beside the blob.
+    let index = cache.path().join("datasets--allenai--c4/.wanda-index");
+    assert_eq!(std::fs::read_dir(index).unwrap().count(), 1);
+}
+
+#[test]
+fn wikitext2_rows_joined_give_the_shared_text_online_then_offline() {
+    let (Some(tokenizer), Some(raw), Some(valid)) =
+        (shared(TOKENIZER), shared(RAW_TEST), shared(VALID))
+    else {
+        return;
+    };
+    let tokenizer = Tokenizer::from_file(&tokenizer).unwrap();
+    let raw = std::fs::read_to_string(raw).unwrap();
+    let valid = std::fs::read_to_string(valid).unwrap();
+    let hub = hub(BTreeMap::new(), wikitext_files(&raw, &valid));
+    let cache = tempfile::tempdir().unwrap();
+    let wiki = DataSource::Named(DatasetName::Wikitext2);
+
+    let (ids, provenance) =
+        evaluation_ids(&wiki, &tokenizer, 512, &template(&hub, cache.path(), false)).unwrap();
+    assert_eq!(ids.len(), 304_986);
+    assert_eq!(ids, tokenizer.encode(&raw).unwrap());
+    assert_eq!(provenance.repo, "Salesforce/wikitext");
+    assert_eq!(provenance.files.len(), 1);
+    assert_eq!(provenance.files[0].name, WIKI_TEST);
+
+    // Offline, from the cache alone: the same ids, no request.
+    let requests = hub.seen().len();
+    let (again, _) =
+        evaluation_ids(&wiki, &tokenizer, 512, &template(&hub, cache.path(), true)).unwrap();
+    assert_eq!(again, ids);
+    assert_eq!(hub.seen().len(), requests);
+
+    // Calibration reads the train split joined with " ", as the reference does.
+    let (set, provenance) = calibration_set(
+        &wiki,
+        &tokenizer,
+        (4, 64, 0),
+        &template(&hub, cache.path(), false),
+    )
+    .unwrap();
+    assert_eq!(provenance.files[0].name, WIKI_TRAIN);
+    let joined = valid.split("\n\n").collect::<Vec<_>>().join(" ");
+    let expected =
+        wanda::data::calibration::draw(&tokenizer.encode(&joined).unwrap(), 4, 64, 0).unwrap();
+    assert_eq!(set.offsets, expected.offsets);
+
+    // Offline without a cache: the error says what is missing.
+    let empty = tempfile::tempdir().unwrap();
+    let err = evaluation_ids(&wiki, &tokenizer, 512, &template(&hub, empty.path(), true))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Salesforce/wikitext"), "{err}");
+    assert!(err.contains("offline"), "{err}");
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn hostile_files_are_errors_naming_them_and_leave_nothing_in_the_cache() {
+    /// One-word-per-token tokenizer for files that never reach a model.
+    struct Words;
+    impl wanda::data::TextEncoder for Words {
+        type Error = std::fmt::Error;
+        fn encode_text(&self, text: &str) -> Result<Vec<u32>, std::fmt::Error> {
+            Ok(text.split_whitespace().map(|w| w.len() as u32).collect())
+        }
+    }
+    let good = parquet("text", &["a b c", "d e f"]);
+    let mut truncated_parquet = good.clone();
+    truncated_parquet.truncate(good.len() - 12);
+    let train = std::fs::read(Path::new(C4_DIR).join(C4_TRAIN)).unwrap();
+    let mut bad_crc = train.clone();
+    let n = bad_crc.len();
+    bad_crc[n - 8] ^= 0xff;
+    let no_text = {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(b"{\"content\":\"no text column\"}\n")
+            .unwrap();
+        enc.finish().unwrap()
+    };
+    let empty_split = parquet("text", &[]);
+
+    let cases: Vec<(&str, DataSource, BTreeMap<String, Vec<u8>>, &str, bool)> = vec![
+        (
+            "truncated parquet",
+            DataSource::Named(DatasetName::Wikitext2),
+            BTreeMap::from([(WIKI_TEST.to_string(), truncated_parquet)]),
+            "test-00000-of-00001.parquet",
+            true,
+        ),
+        (
+            "gzip with a bad crc",
+            DataSource::Named(DatasetName::C4),
+            BTreeMap::from([(C4_VALID.to_string(), bad_crc)]),
+            "c4-validation.00000-of-00008.json.gz",
+            true,
+        ),
+        (
+            "json lines without text",
+            DataSource::Named(DatasetName::C4),
+            BTreeMap::from([(C4_VALID.to_string(), no_text)]),
+            "has no column `text` (it has: content)",
+            false,
+        ),
+        (
+            "empty split",
+            DataSource::Named(DatasetName::Wikitext2),
+            BTreeMap::from([(WIKI_TEST.to_string(), empty_split)]),
+            "holds no text",
+            false,
+        ),
+    ];
+    for (name, source, files, expected, evicted) in cases {
+        let hub = match &source {
+            DataSource::Named(DatasetName::C4) => hub(files, BTreeMap::new()),
+            _ => hub(BTreeMap::new(), files),
+        };
+        let cache = tempfile::tempdir().unwrap();
+        let err = evaluation_ids(&source, &Words, 64, &template(&hub, cache.path(), false))
+            .expect_err(name);
+        let text = err.to_string();
+        assert!(text.contains(expected), "{name}: {text}");
+        assert!(
+            matches!(err, DataError::Rows { .. } | DataError::Empty { .. }),
+            "{name}: {err:?}"
+        );
+        if evicted {
+            assert!(
+                text.contains("removed from the hub cache"),
+                "{name}: {text}"
+            );
+            let left: Vec<PathBuf> = walk(cache.path())
+                .into_iter()
+                .filter(|p| {
+                    p.to_string_lossy().contains("/blobs/")
+                        || p.to_string_lossy().contains("/snapshots/")
+                })
+                .collect();
+            assert!(left.is_empty(), "{name}: left in the cache: {left:?}");
+        }
+    }
+}
+
+/// Writes the paper-protocol pipeline (C4 calibration, WikiText-2 evaluation) on SmolLM2.
+fn paper_pipeline(dir: &Path, gguf: &Path) -> PathBuf {
+    let path = dir.join("paper.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: paper\nseed: 0\ndevice: cpu\nmodel: {{ gguf: {} }}\n\
+             calibration: {{ dataset: c4, nsamples: 8, seqlen: 64 }}\n\
+             evaluation: {{ dataset: wikitext2, seqlen: 128, windows: 4 }}\n\
+             stages:\n  load: {{}}\n  calibrate: {{}}\n  prune: {{ method: wanda, sparsity: 0.5 }}\n  eval: {{}}\n",
+            gguf.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn wanda(args: &[&str], hub: &FakeHub, home: &Path, offline: bool) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wanda"));
+    command
+        .args(args)
+        .env("HF_ENDPOINT", hub.endpoint())
+        .env("HF_HOME", home)
+        .env_remove("HF_TOKEN")
+        .env_remove("HUGGING_FACE_HUB_TOKEN");
+    if offline {
+        command.env("HF_HUB_OFFLINE", "1");
+    } else {
+        command.env_remove("HF_HUB_OFFLINE");
+    }
+    command.output().unwrap()
+}
+
+fn only_record(results: &Path) -> RunRecord {
+    let cells: Vec<PathBuf> = std::fs::read_dir(results.join("paper"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("run.json").exists())
+        .collect();
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    RunRecord::read(&cells[0].join("run.json")).unwrap()
+}
+
+#[test]
+fn a_pipeline_runs_from_c4_and_wikitext2_then_offline_from_the_cache() {
+    let (Some(gguf), Some(raw), Some(valid)) = (shared(GGUF), shared(RAW_TEST), shared(VALID))
+    else {
+        return;
+    };
+    let raw = std::fs::read_to_string(raw).unwrap();
+    let valid = std::fs::read_to_string(valid).unwrap();
+    let hub = hub(c4_files(), wikitext_files(&raw, &valid));
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("hf");
+    let pipeline = paper_pipeline(dir.path(), &gguf);
+    let pipeline_arg = pipeline.to_str().unwrap();
+
+    // `wanda fetch` downloads the data files and says what is cached.
+    let out = wanda(&["fetch", pipeline_arg], &hub, &home, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+    for expected in [
+        "calibration (c4)",
+        C4_TRAIN,
+        "evaluation (wikitext2)",
+        WIKI_TEST,
+        "all inputs cached",
+    ] {
+        assert!(stdout.contains(expected), "{expected}: {stdout}");
+    }
+
+    let online = dir.path().join("online");
+    let out = wanda(
+        &["run", pipeline_arg, "--results", online.to_str().unwrap()],
+        &hub,
+        &home,
+        false,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record = only_record(&online);
+    let calibration = record.data.calibration.as_ref().expect("c4 provenance");
+    assert_eq!(calibration.dataset, "c4");
+    assert_eq!(calibration.files[0].name, C4_TRAIN);
+    assert_eq!(
+        calibration.files[0].sha256,
+        wanda::data::hash::sha256_file(&Path::new(C4_DIR).join(C4_TRAIN)).unwrap()
+    );
+    let evaluation = record
+        .data
+        .evaluation
+        .as_ref()
+        .expect("wikitext2 provenance");
+    assert_eq!(evaluation.files[0].name, WIKI_TEST);
+    assert_eq!(record.hashes.calibration, Some(calibration.digest()));
+    let ppl = record.metrics.perplexity.unwrap();
+    assert!(ppl.is_finite() && ppl > 1.0, "{ppl}");
+
+    // Offline from the cache: the same perplexity to the bit.
+    let offline = dir.path().join("offline");
+    let out = wanda(
+        &["run", pipeline_arg, "--results", offline.to_str().unwrap()],
+        &hub,
+        &home,
+        true,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(only_record(&offline).metrics.perplexity, Some(ppl));
+
+    // Offline without the cache: stopped before any cell, naming the file and the fix.
+    std::fs::remove_dir_all(&home).unwrap();
+    let none = dir.path().join("none");
+    let out = wanda(
+        &["run", pipeline_arg, "--results", none.to_str().unwrap()],
+        &hub,
+        &home,
+        true,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(C4_TRAIN), "{stderr}");
+    assert!(stderr.contains("wanda fetch"), "{stderr}");
+    assert!(!none.join("paper").exists());
+}
