@@ -169,6 +169,17 @@ pub enum HubError {
         file: String,
     },
 
+    /// Offline mode is on and no snapshot of the repository is cached to list its files.
+    #[error(
+        "no snapshot of `{repo}` at revision `{revision}` is in the local cache (its file list comes from there) and offline mode is on"
+    )]
+    OfflineListing {
+        /// The repository id.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+    },
+
     /// The shard index is malformed or names files that are not plain shard names.
     #[error("bad `model.safetensors.index.json` in `{repo}`: {reason}")]
     BadIndex {
@@ -385,7 +396,10 @@ pub fn list_files(req: &HubRequest) -> Result<Vec<String>, HubError> {
         return Ok(names);
     }
     let commit = std::fs::read_to_string(fetcher.repo_dir.join("refs").join(fetcher.revision))
-        .map_err(|_| fetcher.absent("(the repository's file list)"))?;
+        .map_err(|_| HubError::OfflineListing {
+            repo: fetcher.repo_id.to_owned(),
+            revision: fetcher.revision.to_owned(),
+        })?;
     let snapshot = fetcher.repo_dir.join("snapshots").join(commit.trim());
     let mut names = Vec::new();
     let mut stack = vec![snapshot.clone()];
@@ -426,6 +440,8 @@ pub fn snapshot_commit(path: &Path, name: &str) -> Option<String> {
 /// downloads it anew. Best effort: a file that is already gone is not an error.
 pub fn evict(path: &Path) {
     if let Ok(blob) = std::fs::canonicalize(path) {
+        // `hf-hub` leaves an empty `{blob}.lock` beside each download.
+        let _ = std::fs::remove_file(blob.with_extension("lock"));
         let _ = std::fs::remove_file(blob);
     }
     let _ = std::fs::remove_file(path);

@@ -67,16 +67,37 @@ pub enum InputError {
 /// Every hub repository the cells of `plan` read, once each. `hub` says how to reach the hub
 /// (listing a split's files needs it, or a cached snapshot offline).
 pub fn hub_inputs(plan: &Plan, hub: &HubRequest) -> Result<Vec<HubInput>, InputError> {
-    let mut inputs = BTreeSet::new();
+    let mut inputs = Vec::new();
+    for_each_input(plan, hub, |input| {
+        inputs.push(input.clone());
+        Ok(())
+    })?;
+    Ok(inputs)
+}
+
+/// Calls `each` with every hub repository the cells of `plan` read, once each, cell by cell
+/// (model, calibration, evaluation), as soon as it is known.
+fn for_each_input(
+    plan: &Plan,
+    hub: &HubRequest,
+    mut each: impl FnMut(&HubInput) -> Result<(), InputError>,
+) -> Result<(), InputError> {
+    let mut seen = BTreeSet::new();
+    let mut add = |input: HubInput| {
+        if seen.insert(input.clone()) {
+            each(&input)?;
+        }
+        Ok(())
+    };
     for cell in &plan.cells {
         let settings = &cell.spec.settings;
         if let Ok(ModelRef::Hub { repo_id, revision }) = settings.model.source() {
-            inputs.insert(HubInput {
+            add(HubInput {
                 what: "model".into(),
                 kind: InputKind::Model,
                 repo: repo_id,
                 revision,
-            });
+            })?;
         }
         let sources = [
             (
@@ -104,16 +125,16 @@ pub fn hub_inputs(plan: &Plan, hub: &HubRequest) -> Result<Vec<HubInput>, InputE
                     source,
                 })?;
             if let Some((repo, revision, files)) = needed {
-                inputs.insert(HubInput {
+                add(HubInput {
                     what,
                     kind: InputKind::Data(files),
                     repo,
                     revision,
-                });
+                })?;
             }
         }
     }
-    Ok(inputs.into_iter().collect())
+    Ok(())
 }
 
 /// Resolves `input` into the cache as `hub` says (downloading unless offline).
@@ -175,8 +196,7 @@ pub fn check_offline(plan: &Plan) -> Result<(), InputError> {
     if !hub::offline_from_environment() {
         return Ok(());
     }
-    for input in hub_inputs(plan, &offline)? {
-        fetch_input(&input, &offline)?;
-    }
-    Ok(())
+    for_each_input(plan, &offline, |input| {
+        fetch_input(input, &offline).map(drop)
+    })
 }
