@@ -51,7 +51,7 @@ pub enum InputError {
         what: String,
         /// The cause.
         #[source]
-        source: DataError,
+        source: Box<DataError>,
     },
     /// Fetching from the hub (or, offline, finding in the cache) failed.
     #[error("{what}: {source}")]
@@ -60,7 +60,7 @@ pub enum InputError {
         what: String,
         /// The cause.
         #[source]
-        source: HubError,
+        source: Box<HubError>,
     },
 }
 
@@ -122,7 +122,7 @@ fn for_each_input(
             let needed =
                 sets::needed_files(&source, role, hub).map_err(|source| InputError::Data {
                     what: what.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             if let Some((repo, revision, files)) = needed {
                 add(HubInput {
@@ -150,7 +150,7 @@ pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, In
     };
     let failed = |source| InputError::Hub {
         what: input.what.clone(),
-        source,
+        source: Box::new(source),
     };
     let files: Vec<(String, PathBuf)> = match &input.kind {
         InputKind::Model => {

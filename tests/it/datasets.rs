@@ -260,7 +260,15 @@ fn hostile_files_are_errors_naming_them_and_leave_nothing_in_the_cache() {
     };
     let empty_split = parquet("text", &[]);
 
-    let cases: Vec<(&str, DataSource, BTreeMap<String, Vec<u8>>, &str, bool)> = vec![
+    // (case, source, files served, expected in the error, removed from the cache)
+    type Case<'a> = (
+        &'a str,
+        DataSource,
+        BTreeMap<String, Vec<u8>>,
+        &'a str,
+        bool,
+    );
+    let cases: Vec<Case> = vec![
         (
             "truncated parquet",
             DataSource::Named(DatasetName::Wikitext2),
