@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
+use wanda::data::rows::DocumentStore;
 use wanda::prune::Method;
 
 use anyhow::Context;
@@ -103,6 +104,16 @@ pub enum BenchKind {
         /// Calibration tokens run through the layer (one window).
         #[arg(long, default_value_t = 16)]
         tokens: usize,
+    },
+    /// B8: building the document store of a JSON-lines file (C4's calibration shard is
+    /// indexed this way once), MB/s of the file as stored (gzip'd).
+    IndexDocuments {
+        /// A `.json.gz`, `.jsonl` or Parquet file; the store is written beside it.
+        #[arg(long)]
+        file: PathBuf,
+        /// The text column.
+        #[arg(long, default_value = "text")]
+        column: String,
     },
     /// B6: f32 GEMM `[m × k] · [k × n]`, GFLOP/s.
     Gemm {
@@ -250,6 +261,24 @@ impl OnBackend for BenchJob {
                     runs,
                     choice.label(),
                 ))
+            }
+            BenchKind::IndexDocuments { file, column } => {
+                let bytes = std::fs::metadata(&file)
+                    .with_context(|| format!("cannot read `{}`", file.display()))?
+                    .len();
+                let mut failure = None;
+                let mut documents = 0;
+                let runs = measure(self.repeats, bytes as f64 / 1e6, || {
+                    match DocumentStore::rebuild(&file, &column) {
+                        Ok(store) => documents = store.len(),
+                        Err(e) => failure = Some(e),
+                    }
+                });
+                if let Some(e) = failure {
+                    return Err(e.into());
+                }
+                eprintln!("{documents} documents, {bytes} bytes");
+                Ok(figure("index_documents", "MB/s", runs, choice.label()))
             }
             BenchKind::Gemm { m, k, n } => {
                 let a =

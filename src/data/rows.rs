@@ -197,6 +197,13 @@ impl DocumentStore {
         Ok(Self { texts, offsets })
     }
 
+    /// Like [`DocumentStore::open`], after removing any store built before (to time the
+    /// build: `wanda bench index-documents`).
+    pub fn rebuild(path: &Path, column: &str) -> Result<Self, RowsError> {
+        let _ = std::fs::remove_dir_all(store_dir(path, column));
+        Self::open(path, column)
+    }
+
     /// Number of documents.
     pub fn len(&self) -> usize {
         self.offsets.len() - 1
