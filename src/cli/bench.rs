@@ -268,12 +268,14 @@ impl OnBackend for BenchJob {
                     .len();
                 let mut failure = None;
                 let mut documents = 0;
-                let runs = measure(self.repeats, bytes as f64 / 1e6, || {
-                    match DocumentStore::rebuild(&file, &column) {
+                let runs = measure(
+                    self.repeats,
+                    bytes as f64 / 1e6,
+                    || match DocumentStore::rebuild(&file, &column) {
                         Ok(store) => documents = store.len(),
                         Err(e) => failure = Some(e),
-                    }
-                });
+                    },
+                );
                 if let Some(e) = failure {
                     return Err(e.into());
                 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use wanda::model::hub::HubRequest;
-use wanda::pipeline::inputs::{fetch_input, hub_inputs, InputKind};
+use wanda::data::hub::HubRequest;
+use wanda::pipeline::inputs::{fetch_input, for_each_input, InputKind};
 
 /// `wanda fetch` arguments.
 #[derive(Debug, Args)]
@@ -33,13 +33,20 @@ pub fn run(args: FetchArgs) -> anyhow::Result<ExitCode> {
             Err(code) => return Ok(code),
         };
         println!("{}", file.display());
-        let inputs = hub_inputs(&plan, &hub)?;
-        if inputs.is_empty() {
-            println!("  nothing from the hub: every input is a local file");
-        }
-        for input in inputs {
+        let mut any = false;
+        for_each_input(&plan, &hub, |input| {
+            any = true;
+            let input = match input {
+                Ok(input) => input,
+                Err(e) if args.dry_run => {
+                    missing += 1;
+                    println!("  not cached: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
             let at = format!("{}@{}", input.repo, input.revision);
-            match fetch_input(&input, &hub) {
+            match fetch_input(input, &hub) {
                 Ok(cached) => {
                     let bytes: u64 = cached.files.iter().map(|(_, _, b)| b).sum();
                     total += bytes;
@@ -54,13 +61,18 @@ pub fn run(args: FetchArgs) -> anyhow::Result<ExitCode> {
                             println!("    {name} ({}) {}", human(*bytes), path.display());
                         }
                     }
+                    Ok(())
                 }
                 Err(e) if args.dry_run => {
                     missing += 1;
                     println!("  {:<26} {at}: not cached ({e})", input.what);
+                    Ok(())
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => Err(e),
             }
+        })?;
+        if !any {
+            println!("  nothing from the hub: every input is a local file");
         }
     }
     if missing > 0 {

@@ -3,6 +3,7 @@
 
 pub mod calibration;
 pub mod hash;
+pub mod hub;
 pub mod parquet;
 pub mod pyrandom;
 pub mod rows;

@@ -8,7 +8,7 @@
 //! | `c4` | `allenai/c4` `en/c4-train.00000-of-01024.json.gz`: per sample, random documents until one is longer than `seqlen` tokens, then a random window of it | `en/c4-validation.00000-of-00008.json.gz`: the first 1100 documents joined with " ", the first 256 × `seqlen` tokens |
 //!
 //! Any other hub data set (`hub: org/name`) gives the rows of its split's files joined with
-//! "\n\n". Files come through the hub cache ([`crate::model::hub`]); Parquet and JSON lines are
+//! "\n\n". Files come through the hub cache ([`crate::data::hub`]); Parquet and JSON lines are
 //! read by [`super::rows`].
 
 use std::path::PathBuf;
@@ -17,9 +17,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::calibration::{self, CalibrationError, CalibrationSet};
+use super::hub::{self, HubError, HubRequest};
 use super::rows::{self, DocumentStore, RowsError};
 use super::text::TextEncoder;
-use crate::model::hub::{self, HubError, HubRequest};
 
 /// A data set of the papers, by name.
 #[derive(

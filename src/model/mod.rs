@@ -13,7 +13,6 @@ pub mod export;
 pub mod family;
 pub mod gguf;
 pub mod host;
-pub mod hub;
 pub mod kernels;
 pub mod llama;
 pub mod rope;
@@ -27,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::prelude::*;
+
+use crate::data::hub;
 
 use config::{ConfigError, HfLlamaConfig, LlamaConfig};
 use llama::Llama;

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::plan::Plan;
+use crate::data::hub::{self, HubError, HubRequest, RepoKind};
 use crate::data::sets::{self, DataError, DataSource, Role};
-use crate::model::hub::{self, HubError, HubRequest, RepoKind};
 use crate::model::ModelRef;
 
 /// One repository a plan reads from the hub.
@@ -69,35 +69,33 @@ pub enum InputError {
 pub fn hub_inputs(plan: &Plan, hub: &HubRequest) -> Result<Vec<HubInput>, InputError> {
     let mut inputs = Vec::new();
     for_each_input(plan, hub, |input| {
-        inputs.push(input.clone());
+        inputs.push(input?.clone());
         Ok(())
     })?;
     Ok(inputs)
 }
 
 /// Calls `each` with every hub repository the cells of `plan` read, once each, cell by cell
-/// (model, calibration, evaluation), as soon as it is known.
-fn for_each_input(
+/// (model, calibration, evaluation), as soon as it is known — or with the error that kept a
+/// data set's files from being listed. Stops at the first error `each` returns.
+pub fn for_each_input(
     plan: &Plan,
     hub: &HubRequest,
-    mut each: impl FnMut(&HubInput) -> Result<(), InputError>,
+    mut each: impl FnMut(Result<&HubInput, InputError>) -> Result<(), InputError>,
 ) -> Result<(), InputError> {
     let mut seen = BTreeSet::new();
-    let mut add = |input: HubInput| {
-        if seen.insert(input.clone()) {
-            each(&input)?;
-        }
-        Ok(())
-    };
     for cell in &plan.cells {
         let settings = &cell.spec.settings;
         if let Ok(ModelRef::Hub { repo_id, revision }) = settings.model.source() {
-            add(HubInput {
+            let input = HubInput {
                 what: "model".into(),
                 kind: InputKind::Model,
                 repo: repo_id,
                 revision,
-            })?;
+            };
+            if seen.insert(input.clone()) {
+                each(Ok(&input))?;
+            }
         }
         let sources = [
             (
@@ -119,18 +117,23 @@ fn for_each_input(
                 DataSource::Hub(data) => data.repo.clone(),
             };
             let what = format!("{section} ({label})");
-            let needed =
-                sets::needed_files(&source, role, hub).map_err(|source| InputError::Data {
-                    what: what.clone(),
-                    source: Box::new(source),
-                })?;
-            if let Some((repo, revision, files)) = needed {
-                add(HubInput {
+            match sets::needed_files(&source, role, hub) {
+                Ok(Some((repo, revision, files))) => {
+                    let input = HubInput {
+                        what,
+                        kind: InputKind::Data(files),
+                        repo,
+                        revision,
+                    };
+                    if seen.insert(input.clone()) {
+                        each(Ok(&input))?;
+                    }
+                }
+                Ok(None) => {}
+                Err(source) => each(Err(InputError::Data {
                     what,
-                    kind: InputKind::Data(files),
-                    repo,
-                    revision,
-                })?;
+                    source: Box::new(source),
+                }))?,
             }
         }
     }
@@ -197,6 +200,6 @@ pub fn check_offline(plan: &Plan) -> Result<(), InputError> {
         return Ok(());
     }
     for_each_input(plan, &offline, |input| {
-        fetch_input(input, &offline).map(drop)
+        fetch_input(input?, &offline).map(drop)
     })
 }

@@ -6,9 +6,9 @@ use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
 use crate::data::calibration::{self, CalibrationSet};
+use crate::data::hub::HubRequest;
 use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
-use crate::model::hub::HubRequest;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{CalibrationSpec, Settings};
 

@@ -4,10 +4,10 @@
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
+use crate::data::hub::HubRequest;
 use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity;
-use crate::model::hub::HubRequest;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;

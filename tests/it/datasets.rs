@@ -13,8 +13,8 @@ use parquet::data_type::{ByteArray, ByteArrayType};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
+use wanda::data::hub::HubRequest;
 use wanda::data::sets::{calibration_set, evaluation_ids, DataError, DataSource, DatasetName};
-use wanda::model::hub::HubRequest;
 use wanda::model::tokenizer::Tokenizer;
 use wanda::pipeline::RunRecord;
 
@@ -189,6 +189,25 @@ fn wikitext2_rows_joined_give_the_shared_text_online_then_offline() {
     assert_eq!(provenance.repo, "Salesforce/wikitext");
     assert_eq!(provenance.files.len(), 1);
     assert_eq!(provenance.files[0].name, WIKI_TEST);
+    // The join rule on the cached Parquet rows gives the shared text byte for byte.
+    let cached = cache
+        .path()
+        .join("datasets--Salesforce--wikitext/snapshots")
+        .join(COMMIT)
+        .join(WIKI_TEST);
+    let mut rows = Vec::new();
+    wanda::data::rows::for_each_row(&cached, "text", |row| {
+        rows.push(row.to_owned());
+        Ok(true)
+    })
+    .unwrap();
+    let joined = rows.join("\n\n");
+    use sha2::{Digest, Sha256};
+    assert_eq!(
+        format!("{:x}", Sha256::digest(joined.as_bytes())),
+        "696cca6b65a171b0a358a4be6732cdfdf2dd6164a32e20fd70e3c13fc4dfae83",
+        "SHA256SUMS of wikitext2-raw-test.txt"
+    );
 
     // Offline, from the cache alone: the same ids, no request.
     let requests = hub.seen().len();
@@ -236,14 +255,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn hostile_files_are_errors_naming_them_and_leave_nothing_in_the_cache() {
-    /// One-word-per-token tokenizer for files that never reach a model.
-    struct Words;
-    impl wanda::data::TextEncoder for Words {
-        type Error = std::fmt::Error;
-        fn encode_text(&self, text: &str) -> Result<Vec<u32>, std::fmt::Error> {
-            Ok(text.split_whitespace().map(|w| w.len() as u32).collect())
-        }
-    }
     let good = parquet("text", &["a b c", "d e f"]);
     let mut truncated_parquet = good.clone();
     truncated_parquet.truncate(good.len() - 12);
@@ -464,4 +475,206 @@ fn a_pipeline_runs_from_c4_and_wikitext2_then_offline_from_the_cache() {
     assert!(stderr.contains(C4_TRAIN), "{stderr}");
     assert!(stderr.contains("wanda fetch"), "{stderr}");
     assert!(!none.join("paper").exists());
+}
+
+/// Words as ids: the id of each word is its index in the joined text's words, so the ids say
+/// exactly which rows were read and in which order.
+struct Words;
+
+impl wanda::data::TextEncoder for Words {
+    type Error = std::fmt::Error;
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>, std::fmt::Error> {
+        Ok(text
+            .split(' ')
+            .map(|w| w.trim_start_matches('w').parse().unwrap_or(u32::MAX))
+            .collect())
+    }
+}
+
+#[test]
+fn ptb_and_any_hub_data_set_are_found_by_split_and_joined() {
+    let rows =
+        |from: u32, n: u32| -> Vec<String> { (from..from + n).map(|i| format!("w{i}")).collect() };
+    let refs = |v: &[String]| -> Vec<u8> {
+        let r: Vec<&str> = v.iter().map(String::as_str).collect();
+        parquet("sentence", &r)
+    };
+    let ptb_files = BTreeMap::from([
+        (
+            "penn_treebank/train-00000-of-00001.parquet".to_string(),
+            refs(&rows(0, 50)),
+        ),
+        (
+            "penn_treebank/test-00000-of-00001.parquet".to_string(),
+            refs(&rows(100, 7)),
+        ),
+        (
+            "penn_treebank/validation-00000-of-00001.parquet".to_string(),
+            refs(&rows(200, 5)),
+        ),
+        (
+            "ptb_text_only.py".to_string(),
+            b"# a loading script".to_vec(),
+        ),
+    ]);
+    let own_files = BTreeMap::from([
+        (
+            "cfg/validation-00000-of-00002.parquet".to_string(),
+            refs(&rows(0, 3)),
+        ),
+        (
+            "cfg/validation-00001-of-00002.parquet".to_string(),
+            refs(&rows(3, 2)),
+        ),
+        (
+            "cfg/test-00000-of-00001.parquet".to_string(),
+            refs(&rows(9, 2)),
+        ),
+        (
+            "other/validation-00000-of-00001.parquet".to_string(),
+            refs(&rows(50, 2)),
+        ),
+    ]);
+    let repo = |files| FakeRepo {
+        files,
+        token: None,
+        corrupt: false,
+    };
+    let hub = FakeHub::start_many(vec![
+        (
+            "datasets/ptb-text-only/ptb_text_only".into(),
+            repo(ptb_files),
+        ),
+        ("datasets/org/own".into(), repo(own_files)),
+    ]);
+    let cache = tempfile::tempdir().unwrap();
+    let access = template(&hub, cache.path(), false);
+
+    // PTB: the test split's sentences joined with " " (SparseGPT's `get_ptb`).
+    let ptb = DataSource::Named(DatasetName::Ptb);
+    let (ids, provenance) = evaluation_ids(&ptb, &Words, 4, &access).unwrap();
+    assert_eq!(ids, (100..107).collect::<Vec<u32>>());
+    assert_eq!(
+        provenance.files[0].name,
+        "penn_treebank/test-00000-of-00001.parquet"
+    );
+    let (set, _) = calibration_set(&ptb, &Words, (3, 4, 0), &access).unwrap();
+    assert!(set.windows.iter().all(|w| w.len() == 4 && w[0] < 50));
+
+    // Any data set: the split's shards in order; `files` instead of the split.
+    let own = |split: Option<&str>, files: &[&str]| {
+        DataSource::Hub(wanda::data::sets::HubData {
+            repo: "org/own".into(),
+            revision: None,
+            config: Some("cfg".into()),
+            split: split.map(str::to_owned),
+            column: "sentence".into(),
+            files: files.iter().map(|f| f.to_string()).collect(),
+        })
+    };
+    // Rows are joined with "\n\n": the encoder sees "w0\n\nw1…", one id per shard row here.
+    struct Rows;
+    impl wanda::data::TextEncoder for Rows {
+        type Error = std::fmt::Error;
+        fn encode_text(&self, text: &str) -> Result<Vec<u32>, std::fmt::Error> {
+            Ok(text
+                .split("\n\n")
+                .map(|w| w[1..].parse().unwrap())
+                .collect())
+        }
+    }
+    let (ids, provenance) =
+        evaluation_ids(&own(Some("validation"), &[]), &Rows, 4, &access).unwrap();
+    assert_eq!(ids, [0, 1, 2, 3, 4]);
+    assert_eq!(provenance.dataset, "hub:org/own");
+    assert_eq!(provenance.files.len(), 2);
+    let chosen = own(
+        None,
+        &[
+            "other/validation-00000-of-00001.parquet",
+            "cfg/test-00000-of-00001.parquet",
+        ],
+    );
+    let (ids, _) = evaluation_ids(&chosen, &Rows, 4, &access).unwrap();
+    assert_eq!(ids, [50, 51, 9, 10]);
+    let err = evaluation_ids(&own(Some("train"), &[]), &Rows, 4, &access)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no Parquet or JSON-lines files for split `train`"),
+        "{err}"
+    );
+    assert!(err.contains("`files:`"), "{err}");
+}
+
+#[test]
+fn fetch_lists_everything_the_paper_pipeline_reads() {
+    let (Some(raw), Some(valid)) = (shared(RAW_TEST), shared(VALID)) else {
+        return;
+    };
+    let (raw, valid) = (
+        std::fs::read_to_string(raw).unwrap(),
+        std::fs::read_to_string(valid).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    crate::common::save_tiny_hf_folder(&model, 3);
+    let model_files: BTreeMap<String, Vec<u8>> = std::fs::read_dir(&model)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
+        })
+        .collect();
+    let repo = |files| FakeRepo {
+        files,
+        token: None,
+        corrupt: false,
+    };
+    let hub = FakeHub::start_many(vec![
+        ("meta-llama/Llama-2-7b-hf".into(), repo(model_files)),
+        ("datasets/allenai/c4".into(), repo(c4_files())),
+        (
+            "datasets/Salesforce/wikitext".into(),
+            repo(wikitext_files(&raw, &valid)),
+        ),
+    ]);
+    let home = dir.path().join("hf");
+    let pipeline = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/pipelines/llama2-7b-paper.yaml"
+    );
+    let out = wanda(&["fetch", "--dry-run", pipeline], &hub, &home, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("3 input(s) not cached"), "{stdout}");
+    let out = wanda(&["fetch", pipeline], &hub, &home, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+    for expected in [
+        "model                      meta-llama/Llama-2-7b-hf@main",
+        "calibration (c4)           allenai/c4@main",
+        "evaluation (wikitext2)     Salesforce/wikitext@main",
+        "all inputs cached",
+    ] {
+        assert!(stdout.contains(expected), "{expected}: {stdout}");
+    }
+    // Everything is now in the cache: offline, nothing is missing.
+    let out = wanda(&["fetch", "--dry-run", pipeline], &hub, &home, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

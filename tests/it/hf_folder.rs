@@ -190,3 +190,48 @@ fn large_models_are_saved_in_shards_with_an_index() {
     let loaded = model::load::<B>(&ModelRef::Folder(folder), &Default::default()).unwrap();
     assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
 }
+
+/// A real (tiny, random) model served in the hub's layout loads with the logits it was saved
+/// with.
+#[test]
+fn a_tiny_model_from_the_hub_loads_with_identical_logits() {
+    use crate::common::fake_hub::{FakeHub, FakeRepo};
+    use wanda::data::hub::{fetch_model_with_token, HubRequest};
+
+    let config = tiny_config("LlamaForCausalLM", false);
+    let original = tiny_model(&config, 4);
+    let saved = tempfile::tempdir().unwrap();
+    let folder = saved.path().join("tiny");
+    save_hf_folder(
+        &original,
+        &config,
+        &tiny_tokenizer_json(),
+        &folder,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    let files = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    let hub = FakeHub::start(FakeRepo {
+        files,
+        token: None,
+        corrupt: false,
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let request = HubRequest {
+        endpoint: Some(hub.endpoint()),
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..HubRequest::new(crate::common::fake_hub::REPO)
+    };
+    let dir = fetch_model_with_token(&request, None).unwrap();
+    let loaded = model::load::<B>(&ModelRef::Folder(dir), &Default::default()).unwrap();
+    let ids = [1i64, 2, 0, 7];
+    assert_eq!(logits(&original, &ids), logits(&loaded.model, &ids));
+    assert_eq!(loaded.tokenizer.encode("the cat").unwrap(), vec![1, 2]);
+}

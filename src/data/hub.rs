@@ -1,4 +1,5 @@
-//! Fetching Llama-family checkpoints from the Hugging Face hub.
+//! Fetching from the Hugging Face hub: model checkpoints ([`fetch_model`]) and the files of
+//! data-set repositories ([`fetch_files`], [`list_files`]).
 //!
 //! [`fetch_model`] materialises what the rest of the project reads from a model
 //! folder (`config.json`, `tokenizer.json`, the optional tokenizer and
@@ -970,73 +971,6 @@ mod tests {
         assert!(seen
             .iter()
             .any(|s| s.path == format!("/{REPO}/resolve/main/{SINGLE_WEIGHTS}")));
-    }
-
-    /// A real (tiny, random) model served in the hub's layout loads with the logits it was
-    /// saved with.
-    #[test]
-    fn a_tiny_model_from_the_hub_loads_with_identical_logits() {
-        use crate::model::config::HfLlamaConfig;
-        use crate::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-        use crate::model::llama::Llama;
-        use burn::backend::NdArray;
-        use burn::prelude::*;
-
-        type B = NdArray<f32>;
-        let config = HfLlamaConfig::from_json(
-            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":24,
-            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":8}"#,
-        )
-        .unwrap()
-        .resolve()
-        .unwrap();
-        let device = Default::default();
-        let model = Llama::<B>::init_random(&config, 4, &device);
-        let tokenizer = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
-            "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,
-            "decoder":null,"model":{"type":"WordLevel","vocab":{"[UNK]":0,"a":1,"b":2},
-            "unk_token":"[UNK]"}}"#;
-        let saved = tempfile::tempdir().unwrap();
-        let folder = saved.path().join("tiny");
-        save_hf_folder(
-            &model,
-            &config,
-            tokenizer,
-            &folder,
-            &SaveSpec::new(SaveDtype::F32),
-        )
-        .unwrap();
-        let files = std::fs::read_dir(&folder)
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    std::fs::read(e.path()).unwrap(),
-                )
-            })
-            .collect();
-        let hub = FakeHub::start(FakeRepo {
-            files,
-            token: None,
-            corrupt: false,
-        });
-        let cache = tempfile::tempdir().unwrap();
-        let dir = fetch_with(
-            &request(&hub.endpoint(), cache.path()),
-            &no_env(),
-            None,
-            false,
-        )
-        .unwrap();
-        let origin = crate::model::ModelRef::Folder(dir);
-        let loaded = crate::model::load::<B>(&origin, &device).unwrap();
-        let ids =
-            Tensor::<B, 2, Int>::from_data(TensorData::new(vec![1i64, 2, 0, 7], [1, 4]), &device);
-        let expected: Vec<f32> = model.forward(ids.clone()).into_data().to_vec().unwrap();
-        let got: Vec<f32> = loaded.model.forward(ids).into_data().to_vec().unwrap();
-        assert_eq!(expected, got);
-        assert_eq!(loaded.tokenizer.encode("a b").unwrap(), vec![1, 2]);
     }
 
     #[test]
