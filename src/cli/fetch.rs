@@ -65,7 +65,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<ExitCode> {
                 }
                 Err(e) if args.dry_run => {
                     missing += 1;
-                    println!("  {:<26} {at}: not cached ({e})", input.what);
+                    println!("  not cached: {e}");
                     Ok(())
                 }
                 Err(e) => Err(e),

@@ -83,7 +83,7 @@ pub fn for_each_input(
     hub: &HubRequest,
     mut each: impl FnMut(Result<&HubInput, InputError>) -> Result<(), InputError>,
 ) -> Result<(), InputError> {
-    let mut seen = BTreeSet::new();
+    let (mut seen, mut failed) = (BTreeSet::new(), BTreeSet::new());
     for cell in &plan.cells {
         let settings = &cell.spec.settings;
         if let Ok(ModelRef::Hub { repo_id, revision }) = settings.model.source() {
@@ -130,10 +130,12 @@ pub fn for_each_input(
                     }
                 }
                 Ok(None) => {}
-                Err(source) => each(Err(InputError::Data {
+                // Reported once, however many cells read the data set.
+                Err(source) if failed.insert(what.clone()) => each(Err(InputError::Data {
                     what,
                     source: Box::new(source),
                 }))?,
+                Err(_) => {}
             }
         }
     }

@@ -7,6 +7,7 @@
 //! column and a fix.
 
 pub mod attempt;
+mod data_spec;
 mod de;
 pub mod error;
 pub mod inputs;
