@@ -56,7 +56,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<ExitCode> {
                         cached.files.len(),
                         human(bytes)
                     );
-                    if let InputKind::Data(_) = input.kind {
+                    if let InputKind::Data(..) = input.kind {
                         for (name, path, bytes) in &cached.files {
                             println!("    {name} ({}) {}", human(*bytes), path.display());
                         }

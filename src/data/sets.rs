@@ -316,18 +316,53 @@ struct Fetched {
     path: PathBuf,
 }
 
-/// The repository files `source` needs for `role`, as `(repo, revision, names)`: what
-/// `wanda fetch` downloads. Listing a split's files needs the hub (or a cached snapshot).
+/// The repository files a hub source reads for one role: what `wanda fetch` downloads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NeededFiles {
+    /// The data-set repository.
+    pub repo: String,
+    /// The revision the files are read at.
+    pub revision: String,
+    /// The files, in order.
+    pub files: Vec<String>,
+    /// The column whose document store the protocol reads (C4 calibration), built by
+    /// [`prepare_documents`] so runs find it ready.
+    pub documents: Option<String>,
+}
+
+/// The files `source` needs for `role` (`None` for a local text). Listing a split's files needs
+/// the hub (or a cached snapshot).
 pub fn needed_files(
     source: &DataSource,
     role: Role,
     hub: &HubRequest,
-) -> Result<Option<(String, String, Vec<String>)>, DataError> {
+) -> Result<Option<NeededFiles>, DataError> {
     let Some(protocol) = source.protocol(role) else {
         return Ok(None);
     };
-    let (revision, names) = resolve_names(source, &protocol, hub)?;
-    Ok(Some((protocol.repo, revision, names)))
+    let (revision, files) = resolve_names(source, &protocol, hub)?;
+    Ok(Some(NeededFiles {
+        documents: (protocol.shape == Shape::Documents).then(|| protocol.column.clone()),
+        repo: protocol.repo,
+        revision,
+        files,
+    }))
+}
+
+/// Builds (once) the document store of `column` of the cached file `path`, repository file
+/// `name`; a damaged file is removed from the cache.
+pub fn prepare_documents(
+    path: &std::path::Path,
+    name: &str,
+    column: &str,
+) -> Result<usize, DataError> {
+    let file = Fetched {
+        name: name.to_owned(),
+        path: path.to_path_buf(),
+    };
+    DocumentStore::open(path, column)
+        .map(|store| store.len())
+        .map_err(|source| evict_if_damaged(&file, source))
 }
 
 /// The request for `repo` at `revision`, reaching the hub as `hub` says (endpoint, cache,

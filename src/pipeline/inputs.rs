@@ -28,8 +28,8 @@ pub struct HubInput {
 pub enum InputKind {
     /// A model: everything a model folder needs.
     Model,
-    /// A data set: exactly these files.
-    Data(Vec<String>),
+    /// A data set: exactly these files, and the column whose document store runs read.
+    Data(Vec<String>, Option<String>),
 }
 
 /// A repository resolved into the cache.
@@ -118,12 +118,12 @@ pub fn for_each_input(
             };
             let what = format!("{section} ({label})");
             match sets::needed_files(&source, role, hub) {
-                Ok(Some((repo, revision, files))) => {
+                Ok(Some(needed)) => {
                     let input = HubInput {
                         what,
-                        kind: InputKind::Data(files),
-                        repo,
-                        revision,
+                        kind: InputKind::Data(needed.files, needed.documents),
+                        repo: needed.repo,
+                        revision: needed.revision,
                     };
                     if seen.insert(input.clone()) {
                         each(Ok(&input))?;
@@ -149,7 +149,7 @@ pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, In
         revision: input.revision.clone(),
         kind: match input.kind {
             InputKind::Model => RepoKind::Model,
-            InputKind::Data(_) => RepoKind::Dataset,
+            InputKind::Data(..) => RepoKind::Dataset,
         },
         ..hub.clone()
     };
@@ -173,11 +173,24 @@ pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, In
             names.sort();
             names
         }
-        InputKind::Data(names) => names
-            .iter()
-            .cloned()
-            .zip(hub::fetch_files(&request, names).map_err(failed)?)
-            .collect(),
+        InputKind::Data(names, documents) => {
+            let files: Vec<(String, PathBuf)> = names
+                .iter()
+                .cloned()
+                .zip(hub::fetch_files(&request, names).map_err(failed)?)
+                .collect();
+            if let Some(column) = documents {
+                for (name, path) in &files {
+                    sets::prepare_documents(path, name, column).map_err(|source| {
+                        InputError::Data {
+                            what: input.what.clone(),
+                            source: Box::new(source),
+                        }
+                    })?;
+                }
+            }
+            files
+        }
     };
     Ok(CachedInput {
         input: input.clone(),

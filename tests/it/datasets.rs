@@ -56,13 +56,17 @@ fn parquet(column: &str, rows: &[&str]) -> Vec<u8> {
     bytes
 }
 
-/// The C4 and WikiText-2 repositories with the given files.
-fn hub(c4: BTreeMap<String, Vec<u8>>, wikitext: BTreeMap<String, Vec<u8>>) -> FakeHub {
-    let repo = |files| FakeRepo {
+/// A public repository with `files`.
+fn repo(files: BTreeMap<String, Vec<u8>>) -> FakeRepo {
+    FakeRepo {
         files,
         token: None,
         corrupt: false,
-    };
+    }
+}
+
+/// The C4 and WikiText-2 repositories with the given files.
+fn hub(c4: BTreeMap<String, Vec<u8>>, wikitext: BTreeMap<String, Vec<u8>>) -> FakeHub {
     FakeHub::start_many(vec![
         ("datasets/allenai/c4".into(), repo(c4)),
         ("datasets/Salesforce/wikitext".into(), repo(wikitext)),
@@ -415,6 +419,9 @@ fn a_pipeline_runs_from_c4_and_wikitext2_then_offline_from_the_cache() {
     ] {
         assert!(stdout.contains(expected), "{expected}: {stdout}");
     }
+    // C4's document store is built by the fetch, not by the first run.
+    let store = home.join("hub/datasets--allenai--c4/.wanda-index");
+    assert_eq!(std::fs::read_dir(store).unwrap().count(), 1);
 
     let online = dir.path().join("online");
     let out = wanda(
@@ -535,11 +542,6 @@ fn ptb_and_any_hub_data_set_are_found_by_split_and_joined() {
             refs(&rows(50, 2)),
         ),
     ]);
-    let repo = |files| FakeRepo {
-        files,
-        token: None,
-        corrupt: false,
-    };
     let hub = FakeHub::start_many(vec![
         (
             "datasets/ptb-text-only/ptb_text_only".into(),
@@ -627,11 +629,6 @@ fn fetch_lists_everything_the_paper_pipeline_reads() {
             (name, std::fs::read(&path).unwrap())
         })
         .collect();
-    let repo = |files| FakeRepo {
-        files,
-        token: None,
-        corrupt: false,
-    };
     let hub = FakeHub::start_many(vec![
         ("meta-llama/Llama-2-7b-hf".into(), repo(model_files)),
         ("datasets/allenai/c4".into(), repo(c4_files())),
