@@ -9,7 +9,9 @@ use burn::prelude::Backend;
 use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
+use wanda::data::hub::HubRequest;
 use wanda::data::read_tokenized;
+use wanda::data::sets::{evaluation_ids, DataSource, DatasetName};
 use wanda::eval::perplexity::{perplexity, window_tokens, PerplexityReport};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::memory::log::MemoryLog;
@@ -22,8 +24,12 @@ pub struct EvalArgs {
     #[arg(long)]
     pub model: String,
     /// The evaluation text (e.g. WikiText-2 raw test, joined with "\n\n").
-    #[arg(long)]
-    pub text: PathBuf,
+    #[arg(long, required_unless_present = "dataset", conflicts_with = "dataset")]
+    pub text: Option<PathBuf>,
+    /// Or a data set from the hub, by the reference's protocol: `wikitext2` (the paper's), `c4`
+    /// (256 windows of the first 1100 validation documents) or `ptb`.
+    #[arg(long, value_enum)]
+    pub dataset: Option<DatasetName>,
     /// Window length in tokens.
     #[arg(long, default_value_t = 2048)]
     pub seqlen: usize,
@@ -66,13 +72,35 @@ impl OnBackend for EvalArgs {
     ) -> anyhow::Result<EvalOutput> {
         let origin = ModelRef::parse(&self.model)?;
         // Fail before the (long) model load when the text cannot be opened.
-        std::fs::File::open(&self.text)
-            .with_context(|| format!("cannot read eval text `{}`", self.text.display()))?;
+        if let Some(text) = &self.text {
+            std::fs::File::open(text)
+                .with_context(|| format!("cannot read eval text `{}`", text.display()))?;
+        }
         let started = Instant::now();
         let loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;
         let load_seconds = started.elapsed().as_secs_f64();
-        let ids = read_tokenized(&self.text, &loaded.tokenizer)?;
+        let (ids, text) = match (&self.text, self.dataset) {
+            (Some(path), _) => (
+                read_tokenized(path, &loaded.tokenizer)?,
+                path.display().to_string(),
+            ),
+            (None, Some(name)) => {
+                let source = DataSource::Named(name);
+                let (ids, provenance) = evaluation_ids(
+                    &source,
+                    &loaded.tokenizer,
+                    self.seqlen,
+                    &HubRequest::default(),
+                )?;
+                let commit = provenance.commit.unwrap_or_default();
+                (
+                    ids,
+                    format!("{} ({}@{commit})", name.as_str(), provenance.repo),
+                )
+            }
+            (None, None) => anyhow::bail!("pass `--text FILE` or `--dataset wikitext2`"),
+        };
         if let Some(path) = &self.dump_logits {
             let window = ids.get(..self.seqlen).with_context(|| {
                 format!("the text has fewer than {} tokens to dump", self.seqlen)
@@ -99,7 +127,7 @@ impl OnBackend for EvalArgs {
             tokens_per_second: report.tokens as f64 / eval_seconds,
             report,
             model: origin.to_string(),
-            text: self.text.display().to_string(),
+            text,
             device: choice.label(),
             load_seconds,
             eval_seconds,

@@ -423,6 +423,22 @@ fn a_pipeline_runs_from_c4_and_wikitext2_then_offline_from_the_cache() {
     let store = home.join("hub/datasets--allenai--c4/.wanda-index");
     assert_eq!(std::fs::read_dir(store).unwrap().count(), 1);
 
+    // `wanda eval --dataset wikitext2` equals `--text` on the shared file.
+    let gguf_arg = gguf.to_str().unwrap();
+    let raw_path = shared(RAW_TEST).unwrap();
+    let eval = |source: &[&str]| -> serde_json::Value {
+        let mut args = vec!["eval", "--model", gguf_arg, "--seqlen", "128", "--windows", "2"];
+        args.extend_from_slice(source);
+        args.extend_from_slice(&["--json", "--device", "cpu"]);
+        let out = wanda(&args, &hub, &home, false);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let by_name = eval(&["--dataset", "wikitext2"]);
+    let by_file = eval(&["--text", raw_path.to_str().unwrap()]);
+    assert_eq!(by_name["perplexity"], by_file["perplexity"]);
+    assert_eq!(by_name["text_tokens"], 304_986);
+
     let online = dir.path().join("online");
     let out = wanda(
         &["run", pipeline_arg, "--results", online.to_str().unwrap()],
