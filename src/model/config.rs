@@ -253,6 +253,7 @@ impl HfLlamaConfig {
             qkv_bias: biases.qkv,
             o_bias: biases.o,
             sliding_window: family.sliding_window(self),
+            qk_norm: family.qk_norm(),
             bos_token_id: first_id(&self.bos_token_id),
             eos_token_id: first_id(&self.eos_token_id),
         })
@@ -389,6 +390,10 @@ pub struct LlamaConfig {
     pub o_bias: bool,
     /// Mistral sliding-window span, when the model uses one.
     pub sliding_window: Option<usize>,
+    /// Whether each query and key head is RMS-normalised before RoPE (Qwen3's `q_norm`,
+    /// `k_norm`).
+    #[serde(default)]
+    pub qk_norm: bool,
     /// Beginning-of-sequence token id.
     pub bos_token_id: Option<u32>,
     /// End-of-sequence token id.

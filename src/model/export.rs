@@ -164,21 +164,16 @@ fn linear_tensors<B: Backend>(
     }
 }
 
-/// The tensors of decoder layer `i`: its seven linears, then its two norms.
+/// The tensors of decoder layer `i`: its seven linears, then its norms.
 fn layer_tensors<B: Backend>(layer: &DecoderLayer<B>, i: usize) -> Vec<(String, HostTensor)> {
     let p = format!("model.layers.{i}");
     let mut out = Vec::new();
     for (name, _, linear) in layer.linears() {
         linear_tensors(&mut out, format!("{p}.{name}"), linear);
     }
-    out.push((
-        format!("{p}.input_layernorm.weight"),
-        host(layer.input_layernorm.weight.val()),
-    ));
-    out.push((
-        format!("{p}.post_attention_layernorm.weight"),
-        host(layer.post_attention_layernorm.weight.val()),
-    ));
+    for (name, norm) in layer.norms() {
+        out.push((format!("{p}.{name}.weight"), host(norm.weight.val())));
+    }
     out
 }
 

@@ -107,12 +107,20 @@ pub(crate) struct Attention<B: Backend> {
     pub v_proj: Linear<B>,
     /// `[heads * head_dim, hidden]`.
     pub o_proj: Linear<B>,
+    /// RMSNorm of each query head before RoPE, `[head_dim]` (Qwen3).
+    pub q_norm: Option<RmsNorm<B>>,
+    /// RMSNorm of each key head before RoPE, `[head_dim]` (Qwen3).
+    pub k_norm: Option<RmsNorm<B>>,
     /// Query heads.
     pub num_heads: usize,
     /// Key/value heads.
     pub num_kv_heads: usize,
     /// Per-head width.
     pub head_dim: usize,
+    /// Each position attends to itself and the `window − 1` before it, when set (Mistral's
+    /// `sliding_window`, as transformers masks it: key `j` is seen from query `i` iff
+    /// `i − window < j ≤ i`).
+    pub sliding_window: Option<usize>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -128,19 +136,27 @@ impl<B: Backend> Attention<B> {
     ) -> Tensor<B, 3> {
         let [batch, seq, _hidden] = x.dims();
         let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let split =
-            |t: Tensor<B, 3>, n: usize| t.reshape([batch, seq, n, head_dim]).swap_dims(1, 2);
+        // Heads apart, each through its norm when the family has one.
+        let split = |t: Tensor<B, 3>, n: usize, norm: &Option<RmsNorm<B>>| {
+            let t = match norm {
+                Some(norm) => norm
+                    .forward(t.reshape([batch, seq * n, head_dim]))
+                    .reshape([batch, seq, n * head_dim]),
+                None => t,
+            };
+            t.reshape([batch, seq, n, head_dim]).swap_dims(1, 2)
+        };
         let q = rope::apply(
-            split(self.q_proj.forward(x.clone()), heads),
+            split(self.q_proj.forward(x.clone()), heads, &self.q_norm),
             ctx.cos,
             ctx.sin,
         );
         let k = rope::apply(
-            split(self.k_proj.forward(x.clone()), kv_heads),
+            split(self.k_proj.forward(x.clone()), kv_heads, &self.k_norm),
             ctx.cos,
             ctx.sin,
         );
-        let v = split(self.v_proj.forward(x), kv_heads);
+        let v = split(self.v_proj.forward(x), kv_heads, &None);
         let (k, v) = match ctx.cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {
@@ -160,12 +176,43 @@ impl<B: Backend> Attention<B> {
             softcap: None,
             is_causal: true,
         };
-        let out = attention(q, k, v, None, None, options)
+        let mask = self.sliding_window.and_then(|window| {
+            window_mask::<B>(batch, heads, seq, k.dims()[2], window, &k.device())
+        });
+        let out = attention(q, k, v, mask, None, options)
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
         self.o_proj.forward(out)
     }
+}
+
+/// The sliding-window mask (`true`: hidden) of `seq` queries that are the last of `keys`
+/// positions: key `j` is hidden from query `i` when `i − j ≥ window`; `None` when the window
+/// hides nothing. Causality is masked separately.
+///
+/// # Shapes
+/// - returns `[batch, heads, seq, keys]`
+fn window_mask<B: Backend>(
+    batch: usize,
+    heads: usize,
+    seq: usize,
+    keys: usize,
+    window: usize,
+    device: &B::Device,
+) -> Option<Tensor<B, 4, Bool>> {
+    if keys <= window {
+        return None;
+    }
+    let offset = keys - seq;
+    let hidden: Vec<bool> = (0..seq)
+        .flat_map(|i| (0..keys).map(move |j| offset + i >= j + window))
+        .collect();
+    let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(hidden, [seq, keys]), device);
+    Some(
+        mask.reshape([1, 1, seq, keys])
+            .expand([batch, heads, seq, keys]),
+    )
 }
 
 /// Repeats each key/value head `groups` times so head `h` of the queries reads kv head `h / groups`.
@@ -322,6 +369,9 @@ impl<B: Backend> DecoderLayer<B> {
             down_proj: &m.down_proj,
             input_norm: self.input_layernorm.weights(),
             post_norm: self.post_attention_layernorm.weights(),
+            q_norm: a.q_norm.as_ref().map(RmsNorm::weights),
+            k_norm: a.k_norm.as_ref().map(RmsNorm::weights),
+            sliding_window: a.sliding_window,
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,
             head_dim: a.head_dim,
@@ -340,6 +390,19 @@ impl<B: Backend> DecoderLayer<B> {
             ("mlp.up_proj", LinearInput::MlpIn, &m.up_proj),
             ("mlp.down_proj", LinearInput::MlpHidden, &m.down_proj),
         ]
+    }
+
+    /// The norms with their names relative to the layer, as checkpoints name them: the two
+    /// layer norms, then the per-head q/k norms where the family has them.
+    pub fn norms(&self) -> Vec<(&'static str, &RmsNorm<B>)> {
+        let a = &self.self_attn;
+        let mut norms = vec![
+            ("input_layernorm", &self.input_layernorm),
+            ("post_attention_layernorm", &self.post_attention_layernorm),
+        ];
+        norms.extend(a.q_norm.as_ref().map(|n| ("self_attn.q_norm", n)));
+        norms.extend(a.k_norm.as_ref().map(|n| ("self_attn.k_norm", n)));
+        norms
     }
 
     /// Mutable access to the linear named as in [`DecoderLayer::linears`].
@@ -423,9 +486,12 @@ impl<B: Backend> Llama<B> {
                     k_proj: lin(h, kv * d, config.qkv_bias),
                     v_proj: lin(h, kv * d, config.qkv_bias),
                     o_proj: lin(heads * d, h, config.o_bias),
+                    q_norm: config.qk_norm.then(|| norm(d)),
+                    k_norm: config.qk_norm.then(|| norm(d)),
                     num_heads: heads,
                     num_kv_heads: kv,
                     head_dim: d,
+                    sliding_window: config.sliding_window,
                 },
                 mlp: Mlp {
                     gate_proj: lin(h, config.intermediate_size, false),
@@ -678,9 +744,12 @@ mod tests {
             k_proj: linear_from(vec![1., 0., 0., 1.], 2, 2),
             v_proj: linear_from(vec![1., 0., 0., 1.], 2, 2),
             o_proj: linear_from(vec![1., 0., 0., 1., 1., 0., 0., 1.], 4, 2),
+            q_norm: None,
+            k_norm: None,
             num_heads: 2,
             num_kv_heads: 1,
             head_dim: 2,
+            sliding_window: None,
         };
         let cos = t(vec![1.0; 4], [2, 2]);
         let sin = t(vec![0.0; 4], [2, 2]);
@@ -755,10 +824,27 @@ mod tests {
         assert_ne!(a, c);
     }
 
+    /// Also with a sliding window shorter than the ids: the cached steps see the window's
+    /// keys only, like the full (fused) forward.
     #[test]
     fn cached_decoding_equals_full_forward() {
+        let sliding = HfLlamaConfig::from_json(
+            r#"{"architectures":["MistralForCausalLM"],"hidden_size":16,"intermediate_size":24,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,
+            "rms_norm_eps":1e-5,"tie_word_embeddings":true,"sliding_window":2}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        assert_eq!(sliding.sliding_window, Some(2));
+        for config in [tiny_config(), sliding] {
+            cached_decoding_matches(&config);
+        }
+    }
+
+    fn cached_decoding_matches(config: &LlamaConfig) {
         let device = Default::default();
-        let model = Llama::<B>::init_random(&tiny_config(), 7, &device);
+        let model = Llama::<B>::init_random(config, 7, &device);
         let ids = [3i64, 17, 5, 9, 30];
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids.to_vec(), [1, 5]), &device);
         let full: Vec<f32> = model.forward(tokens).into_data().to_vec().unwrap();
@@ -826,7 +912,8 @@ mod tests {
 
         /// Fused logits against Burn's generic ops (the same seeded model on the Flex backend, which
         /// never takes the fused path) on a random model with GQA, a sequence longer than one
-        /// attention block, and (second case) q/k/v biases and an untied head.
+        /// attention block, (second case) q/k/v biases and an untied head, and (third) Qwen3's
+        /// per-head q/k norms with a head width of its own.
         #[test]
         fn fused_forward_equals_the_generic_path() {
             let tied = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
@@ -835,7 +922,10 @@ mod tests {
             let biased = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":40,
                 "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,"vocab_size":50,
                 "rms_norm_eps":1e-6,"tie_word_embeddings":false}"#;
-            for (json, seq) in [(tied, 150usize), (biased, 70)] {
+            let qk_norm = r#"{"architectures":["Qwen3ForCausalLM"],"hidden_size":32,"intermediate_size":40,
+                "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+                "vocab_size":50,"rms_norm_eps":1e-6,"tie_word_embeddings":true}"#;
+            for (json, seq) in [(tied, 150usize), (biased, 70), (qk_norm, 90)] {
                 let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
                 let fused: Vec<f32> = {
                     let m = model::<B>(json, 11);

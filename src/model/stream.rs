@@ -388,10 +388,7 @@ fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), S
             push(format!("{name}.bias"), b.dims().to_vec(), to_host_f32(b));
         }
     }
-    for (name, norm) in [
-        ("input_layernorm", &layer.input_layernorm),
-        ("post_attention_layernorm", &layer.post_attention_layernorm),
-    ] {
+    for (name, norm) in layer.norms() {
         let w = norm.weight.val();
         push(format!("{name}.weight"), w.dims().to_vec(), to_host_f32(w));
     }
@@ -482,9 +479,18 @@ fn read_layer<B: Backend>(
             k_proj: linear("self_attn.k_proj")?,
             v_proj: linear("self_attn.v_proj")?,
             o_proj: linear("self_attn.o_proj")?,
+            q_norm: config
+                .qk_norm
+                .then(|| norm("self_attn.q_norm"))
+                .transpose()?,
+            k_norm: config
+                .qk_norm
+                .then(|| norm("self_attn.k_norm"))
+                .transpose()?,
             num_heads: config.num_attention_heads,
             num_kv_heads: config.num_key_value_heads,
             head_dim: config.head_dim,
+            sliding_window: config.sliding_window,
         },
         mlp: Mlp {
             gate_proj: linear("mlp.gate_proj")?,

@@ -143,6 +143,7 @@ impl SynthShape {
             vocab_size,
             tie_word_embeddings: p.tied,
             qkv_bias: false,
+            qk_norm: false,
             o_bias: false,
             sliding_window: None,
             bos_token_id: in_vocab(p.bos).then_some(p.bos),

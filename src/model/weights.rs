@@ -474,6 +474,17 @@ pub fn build_layer<B: Backend>(
     );
     let eps = config.rms_norm_eps;
     let p = format!("model.layers.{i}");
+    let head_norm = |name: &str| -> Result<Option<RmsNorm<B>>, WeightError> {
+        config
+            .qk_norm
+            .then(|| {
+                Ok(RmsNorm::new(
+                    b.vector(&format!("{p}.self_attn.{name}.weight"), d)?,
+                    eps,
+                ))
+            })
+            .transpose()
+    };
     Ok(DecoderLayer {
         self_attn: Attention {
             q_proj: b.linear(
@@ -490,9 +501,12 @@ pub fn build_layer<B: Backend>(
                 h,
                 config.o_bias,
             )?,
+            q_norm: head_norm("q_norm")?,
+            k_norm: head_norm("k_norm")?,
             num_heads: heads,
             num_kv_heads: kv,
             head_dim: d,
+            sliding_window: config.sliding_window,
         },
         mlp: Mlp {
             gate_proj: b.linear(&format!("{p}.mlp.gate_proj"), h, inter, false)?,

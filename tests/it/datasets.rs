@@ -427,11 +427,23 @@ fn a_pipeline_runs_from_c4_and_wikitext2_then_offline_from_the_cache() {
     let gguf_arg = gguf.to_str().unwrap();
     let raw_path = shared(RAW_TEST).unwrap();
     let eval = |source: &[&str]| -> serde_json::Value {
-        let mut args = vec!["eval", "--model", gguf_arg, "--seqlen", "128", "--windows", "2"];
+        let mut args = vec![
+            "eval",
+            "--model",
+            gguf_arg,
+            "--seqlen",
+            "128",
+            "--windows",
+            "2",
+        ];
         args.extend_from_slice(source);
         args.extend_from_slice(&["--json", "--device", "cpu"]);
         let out = wanda(&args, &hub, &home, false);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let by_name = eval(&["--dataset", "wikitext2"]);

@@ -32,6 +32,12 @@ fn llama_untied_round_trips_exactly() {
 }
 
 #[test]
+fn qwen3_with_qk_norms_round_trips_exactly() {
+    let (a, b) = round_trip("Qwen3ForCausalLM", true, SaveDtype::F32);
+    assert_eq!(a, b);
+}
+
+#[test]
 fn qwen2_with_qkv_bias_and_tied_head_round_trips_exactly() {
     let (a, b) = round_trip("Qwen2ForCausalLM", true, SaveDtype::F32);
     assert_eq!(a, b);

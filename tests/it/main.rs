@@ -5,6 +5,7 @@ mod common;
 mod datasets;
 mod estimate_cli;
 mod eval_cli;
+mod families;
 mod faults;
 mod fuzz_corpus;
 mod gguf_model;

@@ -1,13 +1,14 @@
 //! Decoder families. Every family runs on the one shared decoder ([`crate::model::llama`]), its
 //! fast kernels, pruning, streaming, the estimator and `save`; a family says only what is its
 //! own: its names in `config.json` and in GGUF files, and the config decisions that differ
-//! between families (which projections carry biases, sliding-window attention, the row order of
-//! GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
+//! between families (which projections carry biases, sliding-window attention, per-head q/k
+//! norms, the row order of GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
 //! in [`Architecture::family`].
 
 pub mod llama;
 pub mod mistral;
 pub mod qwen2;
+pub mod qwen3;
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +54,12 @@ pub trait Family: Sync {
     fn sliding_window(&self, _hf: &HfLlamaConfig) -> Option<usize> {
         None
     }
+
+    /// Whether each query and key head passes through its own RMSNorm (`q_norm`, `k_norm`)
+    /// between its projection and RoPE.
+    fn qk_norm(&self) -> bool {
+        false
+    }
 }
 
 /// The decoder family a checkpoint belongs to: the serialisable name of a [`Family`].
@@ -64,14 +71,17 @@ pub enum Architecture {
     Mistral,
     /// `Qwen2ForCausalLM` (q/k/v projections carry a bias).
     Qwen2,
+    /// `Qwen3ForCausalLM` (per-head q/k RMSNorm).
+    Qwen3,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 3] = [
+    pub const ALL: [Architecture; 4] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
+        Architecture::Qwen3,
     ];
 
     /// The family's adapter.
@@ -80,6 +90,7 @@ impl Architecture {
             Architecture::Llama => &llama::Llama,
             Architecture::Mistral => &mistral::Mistral,
             Architecture::Qwen2 => &qwen2::Qwen2,
+            Architecture::Qwen3 => &qwen3::Qwen3,
         }
     }
 
@@ -139,6 +150,6 @@ mod tests {
         }
         assert_eq!(Architecture::from_hf_name("GPT2LMHeadModel"), None);
         assert_eq!(Architecture::from_gguf_arch("mistral"), None);
-        assert_eq!(Architecture::supported_gguf_archs(), "llama, qwen2");
+        assert_eq!(Architecture::supported_gguf_archs(), "llama, qwen2, qwen3");
     }
 }

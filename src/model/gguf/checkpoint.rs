@@ -206,6 +206,8 @@ pub fn gguf_name(hf: &str) -> Option<String> {
         "mlp.down_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
         "post_attention_layernorm" => "ffn_norm",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))

@@ -180,6 +180,11 @@ struct LayerRef<'a> {
     down: LinearRef<'a>,
     input_norm: &'a [f32],
     post_norm: &'a [f32],
+    /// Per-head q and k norms, `[head_dim]` each (Qwen3).
+    q_norm: Option<&'a [f32]>,
+    k_norm: Option<&'a [f32]>,
+    /// Keys a query sees, itself included, when the attention slides.
+    window: Option<usize>,
 }
 
 /// Shapes shared by every layer.
@@ -259,6 +264,21 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
         });
 }
 
+/// [`rms_norm`] in place: every `weight.len()`-wide row of `x` normalised (the per-head q/k
+/// norms of Qwen3, whose rows are heads).
+fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
+    /// Rows per parallel job.
+    const ROWS: usize = 64;
+    let width = weight.len();
+    x.par_chunks_mut(ROWS * width).for_each(|x| {
+        let mut row_copy = vec![0.0f32; width];
+        for row in x.chunks_mut(width) {
+            row_copy.copy_from_slice(row);
+            vecmath::rms_norm_row(&row_copy, weight, eps as f32, row);
+        }
+    });
+}
+
 /// Rotary tables of one call: the first `head_dim / 2` entries of every `stride`-long row are
 /// the cosines (sines) of position `row`; the rows of the activations are consecutive
 /// sequences of `seq` positions each.
@@ -295,7 +315,8 @@ fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
 }
 
 /// Causal grouped-query attention of the query heads that share kv head `group`, for the
-/// query rows `first..first + rows`, which see the keys `0..first + rows`.
+/// query rows `first..first + rows` (`rows` below), which see the keys `0..first + rows`, or
+/// only the last `window` of them up to their own position when the attention slides.
 ///
 /// The group's queries are stacked position-major (row `r · per_group + h` is head `h` at
 /// position `first + r`), so one product per block serves every head of the group, and the
@@ -309,10 +330,11 @@ fn attend_block(
     k: &[f32],
     v: &[f32],
     group: usize,
-    first: usize,
-    rows: usize,
+    rows: std::ops::Range<usize>,
     d: &Dims,
+    window: Option<usize>,
 ) -> Vec<f32> {
+    let (first, rows) = (rows.start, rows.len());
     let hd = d.head_dim;
     let per_group = d.heads / d.kv_heads;
     let (q_stride, kv_stride, width) = (d.heads * hd, d.kv_heads * hd, per_group * hd);
@@ -340,7 +362,11 @@ fn attend_block(
         false,
     );
     for (i, row) in scores.chunks_mut(keys).enumerate() {
-        vecmath::softmax_row(row, first + i / per_group + 1, scale);
+        let visible = first + i / per_group + 1;
+        // A sliding window hides the keys before its start, as the causal mask the later ones.
+        let start = window.map_or(0, |w| visible.saturating_sub(w));
+        row[..start].fill(0.0);
+        vecmath::softmax_row(&mut row[start..], visible - start, scale);
     }
     let v_block = View {
         data: &v[group * hd..],
@@ -410,6 +436,10 @@ fn layer_forward(
     layer.q.apply(normed, rows, q, false);
     layer.k.apply(normed, rows, k, false);
     layer.v.apply(normed, rows, v, false);
+    if let (Some(q_norm), Some(k_norm)) = (layer.q_norm, layer.k_norm) {
+        rms_norm_in_place(q, q_norm, d.eps);
+        rms_norm_in_place(k, k_norm, d.eps);
+    }
     rope(q, d.heads, hd, tables);
     rope(k, d.kv_heads, hd, tables);
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
@@ -429,9 +459,9 @@ fn layer_forward(
                 &k[s * seq * kv_width..][..seq * kv_width],
                 &v[s * seq * kv_width..][..seq * kv_width],
                 g,
-                first,
-                ATTENTION_ROWS.min(seq - first),
+                first..first + ATTENTION_ROWS.min(seq - first),
                 d,
+                layer.window,
             )
         })
         .collect();
@@ -565,11 +595,15 @@ fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> usize {
     held.push(norm.weight.val())
 }
 
-/// Indices into [`Held`] of one decoder layer: seven linears and two norms.
+/// Indices into [`Held`] of one decoder layer: seven linears, two norms and the per-head q/k
+/// norms where the family has them.
 struct HeldLayer {
     linears: [HeldLinear; 7],
     input_norm: usize,
     post_norm: usize,
+    q_norm: Option<usize>,
+    k_norm: Option<usize>,
+    window: Option<usize>,
 }
 
 fn hold_layer(held: &mut Held, layer: &LayerWeights<Nd>) -> HeldLayer {
@@ -586,6 +620,9 @@ fn hold_layer(held: &mut Held, layer: &LayerWeights<Nd>) -> HeldLayer {
         .map(|lin| hold_linear(held, lin)),
         input_norm: hold_norm(held, &layer.input_norm),
         post_norm: hold_norm(held, &layer.post_norm),
+        q_norm: layer.q_norm.as_ref().map(|n| hold_norm(held, n)),
+        k_norm: layer.k_norm.as_ref().map(|n| hold_norm(held, n)),
+        window: layer.sliding_window,
     }
 }
 
@@ -601,6 +638,15 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer) -> Option<LayerRef<'a>> {
         down: linear_ref(held, down)?,
         input_norm: held.slice(l.input_norm)?,
         post_norm: held.slice(l.post_norm)?,
+        q_norm: match l.q_norm {
+            Some(i) => Some(held.slice(i)?),
+            None => None,
+        },
+        k_norm: match l.k_norm {
+            Some(i) => Some(held.slice(i)?),
+            None => None,
+        },
+        window: l.window,
     })
 }
 
@@ -1045,7 +1091,7 @@ mod tests {
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
         let v = [1.0, 2.0, 3.0, 5.0];
-        let out = attend_block(&q, &k, &v, 0, 0, 2, &d);
+        let out = attend_block(&q, &k, &v, 0, 0..2, &d, None);
         let s = std::f32::consts::SQRT_2;
         let (e0, e1) = ((0.0f32 / s).exp(), (2.0f32 / s).exp());
         let (p0, p1) = (e0 / (e0 + e1), e1 / (e0 + e1));
@@ -1076,13 +1122,13 @@ mod tests {
         ];
         let k = [1.0, 0.0, 0.5, 1.0, -1.0, 2.0];
         let v = [1.0, 2.0, 3.0, 5.0, -2.0, 0.5];
-        let together = attend_block(&q, &k, &v, 0, 0, 3, &group);
+        let together = attend_block(&q, &k, &v, 0, 0..3, &group, None);
         for head in 0..2 {
             let q_head: Vec<f32> = q
                 .chunks(4)
                 .flat_map(|r| r[head * 2..][..2].to_vec())
                 .collect();
-            let alone = attend_block(&q_head, &k, &v, 0, 0, 3, &single);
+            let alone = attend_block(&q_head, &k, &v, 0, 0..3, &single, None);
             let columns: Vec<f32> = together
                 .chunks(4)
                 .flat_map(|r| r[head * 2..][..2].to_vec())

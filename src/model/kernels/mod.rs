@@ -67,6 +67,12 @@ pub struct LayerWeights<'a, B: Backend> {
     pub input_norm: NormWeights<'a, B>,
     /// Norm before the MLP.
     pub post_norm: NormWeights<'a, B>,
+    /// Per-head query norm, `[head_dim]` (Qwen3).
+    pub q_norm: Option<NormWeights<'a, B>>,
+    /// Per-head key norm, `[head_dim]` (Qwen3).
+    pub k_norm: Option<NormWeights<'a, B>>,
+    /// Keys a query sees, itself included, when the attention slides (Mistral).
+    pub sliding_window: Option<usize>,
     /// Query heads.
     pub heads: usize,
     /// Key/value heads.

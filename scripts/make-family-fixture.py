@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Tiny random models of a decoder family, made and run by transformers, for the conformance
+tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
+
+    for f in llama qwen2 qwen3 mistral; do
+      ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
+    done
+
+Writes config.json, model.safetensors (f32), a word-level tokenizer.json and logits.json
+(`ids`, `logits` of shape [len(ids), vocab], and the transformers version) into the folder.
+Seeded: the same transformers version writes the same files.
+"""
+import json
+import sys
+
+import torch
+import transformers
+
+VOCAB = 96
+IDS = [1, 5, 9, 3, 31, 0, 17, 64, 95, 2, 40, 41, 7, 7, 80, 12]
+
+
+def config(family):
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                  initializer_range=0.25)
+    if family == "llama":
+        return transformers.LlamaConfig(**common)
+    if family == "qwen2":
+        # q/k/v biases, no output bias.
+        return transformers.Qwen2Config(rope_theta=1_000_000.0, **common)
+    if family == "qwen3":
+        # head_dim 32 ≠ hidden / heads (16), as in the real Qwen3 models.
+        return transformers.Qwen3Config(head_dim=32, rope_theta=1_000_000.0,
+                                        attention_bias=False, **common)
+    if family == "mistral":
+        # A window shorter than the ids, so the sliding window shows in the logits.
+        return transformers.MistralConfig(sliding_window=6, **common)
+    raise SystemExit(f"unknown family {family}")
+
+
+def tokenizer_json():
+    vocab = {"[UNK]": 0, **{f"w{i}": i for i in range(1, VOCAB)}}
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [{"id": 0, "content": "[UNK]", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}],
+            "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+            "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}
+
+
+def main():
+    family, out = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config(family)).eval()
+    # Non-unit norm gains, so a norm left out or misplaced shows in the logits.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    model.save_pretrained(out, safe_serialization=True)
+    with open(f"{out}/tokenizer.json", "w") as f:
+        json.dump(tokenizer_json(), f)
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS])).logits[0]
+    with open(f"{out}/logits.json", "w") as f:
+        json.dump({"ids": IDS, "logits": [[round(v, 7) for v in row] for row in logits.tolist()],
+                   "transformers": transformers.__version__, "torch": torch.__version__}, f)
+    print(out, "written; max |logit|", float(logits.abs().max()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+//! Conformance of every decoder family against transformers: `scripts/make-family-fixture.py`
+//! makes a tiny random model of the family with transformers and saves it with its logits on
+//! fixed ids (`tests/fixtures/models/tiny-<family>/`); here the folder loads and must give those
+//! logits, on the fused CPU path and on Burn's generic ops, and streams and prunes to the bit
+//! like the model in memory.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::backend::Flex;
+use burn::prelude::*;
+use wanda::model::config::HfLlamaConfig;
+use wanda::model::host::to_host_f32;
+use wanda::model::stream::{Layers, StreamedLlama};
+use wanda::model::weights::{build_llama, SafetensorsSource, WeightSource};
+use wanda::model::{self, ModelRef};
+use wanda::prune::layerwise::prune_model;
+use wanda::prune::{Method, MethodOptions, Sparsity};
+
+use crate::common::B;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models");
+
+/// Largest logit difference allowed (the conformance bound).
+const TOLERANCE: f32 = 1e-4;
+
+/// The ids and transformers' logits of a fixture.
+fn reference(folder: &Path) -> (Vec<i64>, Vec<f32>) {
+    let text = std::fs::read_to_string(folder.join("logits.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = json["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let logits = json["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter())
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    (ids, logits)
+}
+
+/// Logits of `ids` from the folder loaded on backend `K`.
+fn logits<K: Backend>(folder: &Path, ids: &[i64]) -> Vec<f32> {
+    let loaded = model::load::<K>(&ModelRef::Folder(folder.to_path_buf()), &Default::default())
+        .unwrap_or_else(|e| panic!("{}: {e:#}", folder.display()));
+    let tokens = Tensor::<K, 2, Int>::from_data(
+        TensorData::new(ids.to_vec(), [1, ids.len()]),
+        &Default::default(),
+    );
+    loaded.model.forward(tokens).into_data().to_vec().unwrap()
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn every_family_gives_transformers_logits() {
+    for family in ["llama", "qwen2", "qwen3", "mistral"] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let (ids, expected) = reference(&folder);
+        let fused = logits::<B>(&folder, &ids);
+        let generic = logits::<Flex>(&folder, &ids);
+        let (fused_diff, generic_diff) = (
+            max_difference(&fused, &expected),
+            max_difference(&generic, &expected),
+        );
+        eprintln!(
+            "{family}: max |logit difference| fused {fused_diff:.2e}, generic {generic_diff:.2e}"
+        );
+        assert!(fused_diff < TOLERANCE, "{family} fused: {fused_diff}");
+        assert!(generic_diff < TOLERANCE, "{family} generic: {generic_diff}");
+    }
+}
+
+#[test]
+fn a_qwen3_checkpoint_streams_and_prunes_to_the_bit_like_in_memory() {
+    let folder = Path::new(FIXTURES).join("tiny-qwen3");
+    let source: Arc<dyn WeightSource> = Arc::new(SafetensorsSource::open(&folder).unwrap());
+    let config = HfLlamaConfig::from_file(&folder.join("config.json"))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    assert!(config.qk_norm);
+    let device = Default::default();
+    let store = tempfile::tempdir().unwrap();
+    let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+    let mut streamed = StreamedLlama::<B>::open(&config, source, &device, store.path()).unwrap();
+    let calibration: Vec<Vec<u32>> = (0..4)
+        .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
+        .collect();
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let options = MethodOptions::default();
+    let a = prune_model(
+        &mut resident,
+        Method::Wanda,
+        &options,
+        sparsity,
+        &calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    let b = prune_model(
+        &mut streamed,
+        Method::Wanda,
+        &options,
+        sparsity,
+        &calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    for i in 0..resident.layer_count() {
+        let (x, y) = (
+            resident.layer(i).unwrap().into_owned(),
+            streamed.layer(i).unwrap().into_owned(),
+        );
+        for ((name, _, l), (_, _, m)) in x.linears().into_iter().zip(y.linears()) {
+            assert_eq!(
+                to_host_f32(l.weight.val()),
+                to_host_f32(m.weight.val()),
+                "layer {i} {name}"
+            );
+        }
+        for ((name, n), (_, m)) in x.norms().into_iter().zip(y.norms()) {
+            assert_eq!(
+                to_host_f32(n.weight.val()),
+                to_host_f32(m.weight.val()),
+                "layer {i} {name}"
+            );
+        }
+        assert_eq!(x.norms().len(), 4, "the q/k norms survive the layer store");
+    }
+}
