@@ -302,6 +302,11 @@ mod tests {
             gguf_name("model.layers.1.self_attn.q_proj.bias").unwrap(),
             "blk.1.attn_q.bias"
         );
+        // Qwen3's per-head norms, as llama.cpp's converter names them.
+        assert_eq!(
+            gguf_name("model.layers.2.self_attn.k_norm.weight").unwrap(),
+            "blk.2.attn_k_norm.weight"
+        );
         assert_eq!(gguf_name("lm_head.weight").unwrap(), "output.weight");
         assert!(gguf_name("model.layers.x.mlp.up_proj.weight").is_none());
     }
