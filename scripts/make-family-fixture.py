@@ -2,7 +2,7 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral; do
+    for f in llama qwen2 qwen3 mistral phi3; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -34,6 +34,9 @@ def config(family):
         # head_dim 32 ≠ hidden / heads (16), as in the real Qwen3 models.
         return transformers.Qwen3Config(head_dim=32, rope_theta=1_000_000.0,
                                         attention_bias=False, **common)
+    if family == "phi3":
+        # Stacked qkv_proj and gate_up_proj, and a sliding window shorter than the ids.
+        return transformers.Phi3Config(sliding_window=7, pad_token_id=0, **common)
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)

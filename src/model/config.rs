@@ -463,6 +463,18 @@ impl LlamaConfig {
             })
     }
 
+    /// The output width of the decoder linear `name` (relative to the layer, e.g.
+    /// `self_attn.k_proj`), `None` for a name that is not one.
+    pub fn linear_outputs(&self, name: &str) -> Option<usize> {
+        Some(match name {
+            "self_attn.q_proj" => self.num_attention_heads * self.head_dim,
+            "self_attn.k_proj" | "self_attn.v_proj" => self.num_key_value_heads * self.head_dim,
+            "self_attn.o_proj" | "mlp.down_proj" => self.hidden_size,
+            "mlp.gate_proj" | "mlp.up_proj" => self.intermediate_size,
+            _ => return None,
+        })
+    }
+
     /// Number of query heads served by each key/value head.
     pub fn kv_groups(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads

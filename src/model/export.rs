@@ -11,6 +11,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
+use super::family::FusedLinear;
 use super::llama::{DecoderLayer, Llama};
 use super::stream::Layers;
 use super::weights::{transpose, HostTensor};
@@ -118,11 +119,12 @@ fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
 }
 
 /// Every tensor of the model under its Hugging Face name, in PyTorch layout, in the order
-/// they are saved: embeddings, each layer's linears and norms, LM head, final norm.
+/// they are saved: embeddings, each layer's linears (apart, as Llama names them) and norms,
+/// LM head, final norm.
 pub fn hf_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     let mut out = vec![embed_tensor(model)];
     for (i, layer) in model.layers.iter().enumerate() {
-        out.extend(layer_tensors(layer, i));
+        out.extend(layer_tensors(layer, i, &[]));
     }
     out.extend(head_tensors(model));
     out
@@ -164,8 +166,13 @@ fn linear_tensors<B: Backend>(
     }
 }
 
-/// The tensors of decoder layer `i`: its seven linears, then its norms.
-fn layer_tensors<B: Backend>(layer: &DecoderLayer<B>, i: usize) -> Vec<(String, HostTensor)> {
+/// The tensors of decoder layer `i`: its seven linears (those the family stores stacked,
+/// `fused`, stacked again), then its norms.
+fn layer_tensors<B: Backend>(
+    layer: &DecoderLayer<B>,
+    i: usize,
+    fused: &[FusedLinear],
+) -> Vec<(String, HostTensor)> {
     let p = format!("model.layers.{i}");
     let mut out = Vec::new();
     for (name, _, linear) in layer.linears() {
@@ -174,7 +181,53 @@ fn layer_tensors<B: Backend>(layer: &DecoderLayer<B>, i: usize) -> Vec<(String, 
     for (name, norm) in layer.norms() {
         out.push((format!("{p}.{name}.weight"), host(norm.weight.val())));
     }
+    for f in fused {
+        for kind in ["weight", "bias"] {
+            stack(
+                &mut out,
+                &format!("{p}.{}.{kind}", f.fused),
+                |part| format!("{p}.{part}.{kind}"),
+                f.parts,
+            );
+        }
+    }
     out
+}
+
+/// Replaces the tensors `name_of(part)` of `parts` in `tensors` by one tensor `stacked` holding
+/// their rows in order, where the first part was; nothing when a part is missing.
+fn stack(
+    tensors: &mut Vec<(String, HostTensor)>,
+    stacked: &str,
+    name_of: impl Fn(&str) -> String,
+    parts: &[&str],
+) {
+    let names: Vec<String> = parts.iter().map(|p| name_of(p)).collect();
+    let Some(first) = tensors.iter().position(|(n, _)| *n == names[0]) else {
+        return;
+    };
+    if !names
+        .iter()
+        .all(|name| tensors.iter().any(|(n, _)| n == name))
+    {
+        return;
+    }
+    let mut data = Vec::new();
+    let mut shape = Vec::new();
+    for name in &names {
+        let at = tensors
+            .iter()
+            .position(|(n, _)| n == name)
+            .expect("checked above");
+        let (_, t) = tensors.remove(at);
+        if shape.is_empty() {
+            shape = t.shape.clone();
+        } else {
+            shape[0] += t.shape[0];
+        }
+        data.extend(t.data);
+    }
+    tensors.insert(first, (stacked.to_string(), HostTensor { shape, data }));
 }
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
@@ -268,11 +321,12 @@ fn write_folder<B: Backend>(
     for (name, text) in &spec.extra_files {
         write(name, text)?;
     }
-    let planned = plan(model)?;
+    let fused = config.architecture.family().fused_linears();
+    let planned = plan(model, fused)?;
     write_weights(
         staging,
         &planned,
-        &mut TensorSource::new(model),
+        &mut TensorSource::new(model, fused),
         spec.dtype,
         spec.max_shard_bytes,
     )
@@ -363,7 +417,10 @@ pub(crate) trait TensorValues {
 /// Every tensor to save, in order; a decoder layer's names and shapes are those of layer 0
 /// (all layers have one shape), checked again when each layer is written. Shapes only: no
 /// values are copied here.
-fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<PlannedTensor>, ExportError> {
+fn plan<B: Backend>(
+    model: &impl Layers<B>,
+    fused: &[FusedLinear],
+) -> Result<Vec<PlannedTensor>, ExportError> {
     let shell = model.shell();
     let planned = |name: &str, shape: Vec<usize>| PlannedTensor {
         name: name.to_string(),
@@ -375,7 +432,7 @@ fn plan<B: Backend>(model: &impl Layers<B>) -> Result<Vec<PlannedTensor>, Export
         shell.embed_tokens.weight.dims().to_vec(),
     )];
     if model.layer_count() > 0 {
-        let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0);
+        let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0, fused);
         for i in 0..model.layer_count() {
             let prefix = format!("model.layers.{i}.");
             out.extend(template.iter().map(|(name, t)| PlannedTensor {
@@ -407,14 +464,16 @@ fn layer_error(e: super::stream::StreamError) -> ExportError {
 /// Hands out the values of planned tensors, holding one decoder layer's at a time.
 struct TensorSource<'a, B: Backend, M: Layers<B>> {
     model: &'a M,
+    fused: &'a [FusedLinear],
     layer: Option<(usize, Vec<(String, HostTensor)>)>,
     _backend: std::marker::PhantomData<B>,
 }
 
 impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
-    fn new(model: &'a M) -> Self {
+    fn new(model: &'a M, fused: &'a [FusedLinear]) -> Self {
         Self {
             model,
+            fused,
             layer: None,
             _backend: std::marker::PhantomData,
         }
@@ -426,7 +485,7 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
             Some(i) => {
                 if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
                     let layer = self.model.layer(i).map_err(layer_error)?;
-                    self.layer = Some((i, layer_tensors(&layer, i)));
+                    self.layer = Some((i, layer_tensors(&layer, i, self.fused)));
                 }
                 let (_, tensors) = self.layer.as_mut().expect("set just above");
                 tensors

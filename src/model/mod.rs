@@ -33,7 +33,7 @@ use config::{ConfigError, HfLlamaConfig, LlamaConfig};
 use llama::Llama;
 use shape::ModelShape;
 use tokenizer::{Tokenizer, TokenizerError};
-use weights::{SafetensorsSource, WeightError, WeightSource};
+use weights::{SafetensorsSource, SplitSource, WeightError, WeightSource};
 
 /// Where a model comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,7 +321,7 @@ fn load_folder<M>(
     let tokenizer = Tokenizer::from_file(&folder.join("tokenizer.json"))?;
     let source = SafetensorsSource::open(folder)?;
     let parameter_count = source.parameter_count();
-    let model = build(&config, Arc::new(source))?;
+    let model = build(&config, SplitSource::for_family(&config, Arc::new(source)))?;
     let tokenizer_files = TOKENIZER_FILES
         .iter()
         .filter_map(|name| {

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
@@ -15,6 +16,7 @@ use rayon::prelude::*;
 use safetensors::tensor::{Dtype, Metadata};
 
 use super::config::LlamaConfig;
+use super::family::FusedLinear;
 use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
 use super::rope;
 
@@ -105,6 +107,91 @@ pub trait WeightSource {
     /// Drops the pages of memory-mapped files read so far from the process's resident set
     /// (they stay in the page cache); layer streaming calls it after reading each layer.
     fn release_pages(&self) {}
+}
+
+/// A checkpoint whose family stores linears stacked in one tensor (Phi-3's `qkv_proj`,
+/// `gate_up_proj`), seen with the linears apart: `model.layers.N.self_attn.k_proj.weight` is
+/// the rows of `model.layers.N.self_attn.qkv_proj.weight` after the query's. Every other name,
+/// and a checkpoint that already has the linears apart, passes through.
+pub struct SplitSource {
+    inner: Arc<dyn WeightSource>,
+    fused: &'static [FusedLinear],
+    config: LlamaConfig,
+}
+
+impl SplitSource {
+    /// `inner` as the decoder reads it: split when the family of `config` stacks linears.
+    pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
+        let fused = config.architecture.family().fused_linears();
+        if fused.is_empty() {
+            return inner;
+        }
+        Arc::new(Self {
+            inner,
+            fused,
+            config: config.clone(),
+        })
+    }
+
+    /// Where part `name` lives: the stacked tensor's name and the part's rows in it.
+    fn locate(&self, name: &str) -> Option<(String, std::ops::Range<usize>)> {
+        let rest = name.strip_prefix("model.layers.")?;
+        let (layer, rest) = rest.split_once('.')?;
+        let (module, kind) = rest.rsplit_once('.')?;
+        let fused = self.fused.iter().find(|f| f.parts.contains(&module))?;
+        let mut start = 0;
+        for part in fused.parts {
+            let rows = self.config.linear_outputs(part)?;
+            if *part == module {
+                let stacked = format!("model.layers.{layer}.{}.{kind}", fused.fused);
+                return Some((stacked, start..start + rows));
+            }
+            start += rows;
+        }
+        None
+    }
+}
+
+impl WeightSource for SplitSource {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        if let Some(t) = self.inner.tensor(name)? {
+            return Ok(Some(t));
+        }
+        let Some((stacked, rows)) = self.locate(name) else {
+            return Ok(None);
+        };
+        let Some(t) = self.inner.tensor(&stacked)? else {
+            return Ok(None);
+        };
+        let cols: usize = t.shape[1..].iter().product();
+        let total = t.shape.first().copied().unwrap_or(0);
+        if rows.end > total {
+            return Err(WeightError::Shape {
+                name: stacked,
+                source_name: self.inner.name(),
+                expected: vec![rows.end],
+                found: t.shape,
+            });
+        }
+        let mut shape = t.shape.clone();
+        shape[0] = rows.len();
+        Ok(Some(HostTensor {
+            data: t.data[rows.start * cols..rows.end * cols].to_vec(),
+            shape,
+        }))
+    }
+
+    fn parameter_count(&self) -> u64 {
+        self.inner.parameter_count()
+    }
+
+    fn release_pages(&self) {
+        self.inner.release_pages();
+    }
 }
 
 struct Shard {

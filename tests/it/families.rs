@@ -65,7 +65,7 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn every_family_gives_transformers_logits() {
-    for family in ["llama", "qwen2", "qwen3", "mistral"] {
+    for family in ["llama", "qwen2", "qwen3", "mistral", "phi3"] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
         let fused = logits::<B>(&folder, &ids);
@@ -142,4 +142,119 @@ fn a_qwen3_checkpoint_streams_and_prunes_to_the_bit_like_in_memory() {
         }
         assert_eq!(x.norms().len(), 4, "the q/k norms survive the layer store");
     }
+}
+
+/// Logits of `ids` from `model` (the fused CPU path).
+fn model_logits(model: &wanda::model::llama::Llama<B>, ids: &[i64]) -> Vec<f32> {
+    let tokens = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(ids.to_vec(), [1, ids.len()]),
+        &Default::default(),
+    );
+    model.forward(tokens).into_data().to_vec().unwrap()
+}
+
+#[test]
+fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
+    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::weights::SplitSource;
+
+    let folder = Path::new(FIXTURES).join("tiny-phi3");
+    let config = HfLlamaConfig::from_file(&folder.join("config.json"))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
+    let source =
+        SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
+    let device = Default::default();
+    let mut stacked = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+
+    // The same weights as a split checkpoint: Mistral's layer is Phi-3's, linears apart.
+    let dir = tempfile::tempdir().unwrap();
+    let mut twin_config = config.clone();
+    twin_config.architecture = wanda::model::family::Architecture::Mistral;
+    let twin_folder = dir.path().join("twin");
+    save_hf_folder(
+        &stacked,
+        &twin_config,
+        &tokenizer,
+        &twin_folder,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    let names = |folder: &Path| -> Vec<String> {
+        let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        meta.tensors().keys().cloned().collect()
+    };
+    assert!(names(&twin_folder)
+        .iter()
+        .any(|n| n.ends_with("self_attn.k_proj.weight")));
+    let mut split = model::load::<B>(&ModelRef::Folder(twin_folder), &device)
+        .unwrap()
+        .model;
+
+    let calibration: Vec<Vec<u32>> = (0..4)
+        .map(|w| (0..12).map(|t| ((w * 13 + t * 7) % 96) as u32).collect())
+        .collect();
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let options = MethodOptions::default();
+    for method in [Method::Wanda, Method::Sparsegpt] {
+        let a = prune_model(
+            &mut stacked,
+            method,
+            &options,
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        )
+        .unwrap();
+        let b = prune_model(
+            &mut split,
+            method,
+            &options,
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(a, b, "{method:?}");
+    }
+    for (x, y) in stacked.layers.iter().zip(&split.layers) {
+        for ((name, _, l), (_, _, m)) in x.linears().into_iter().zip(y.linears()) {
+            assert_eq!(
+                to_host_f32(l.weight.val()),
+                to_host_f32(m.weight.val()),
+                "{name}"
+            );
+        }
+    }
+
+    // Saved as Phi-3 again: stacked names only, and the same logits back.
+    let saved = dir.path().join("pruned");
+    save_hf_folder(
+        &stacked,
+        &config,
+        &tokenizer,
+        &saved,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    let saved_names = names(&saved);
+    assert!(saved_names
+        .iter()
+        .any(|n| n == "model.layers.1.self_attn.qkv_proj.weight"));
+    assert!(saved_names
+        .iter()
+        .any(|n| n == "model.layers.1.mlp.gate_up_proj.weight"));
+    assert!(!saved_names.iter().any(|n| n.ends_with("q_proj.weight")
+        || n.ends_with("up_proj.weight") && !n.ends_with("gate_up_proj.weight")));
+    let reloaded = model::load::<B>(&ModelRef::Folder(saved), &device).unwrap();
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    assert_eq!(
+        model_logits(&stacked, &ids),
+        model_logits(&reloaded.model, &ids)
+    );
 }

@@ -7,6 +7,7 @@
 
 pub mod llama;
 pub mod mistral;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 
@@ -21,6 +22,16 @@ pub struct AttentionBiases {
     pub qkv: bool,
     /// The output projection.
     pub o: bool,
+}
+
+/// A checkpoint tensor that stacks several of the decoder's linears by rows (names relative to
+/// the layer, without `.weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FusedLinear {
+    /// The checkpoint's name, e.g. `self_attn.qkv_proj`.
+    pub fused: &'static str,
+    /// The linears it holds, in row order.
+    pub parts: &'static [&'static str],
 }
 
 /// What one decoder family adds to the shared decoder.
@@ -60,6 +71,11 @@ pub trait Family: Sync {
     fn qk_norm(&self) -> bool {
         false
     }
+
+    /// The linears the family's checkpoints store stacked in one tensor.
+    fn fused_linears(&self) -> &'static [FusedLinear] {
+        &[]
+    }
 }
 
 /// The decoder family a checkpoint belongs to: the serialisable name of a [`Family`].
@@ -73,15 +89,18 @@ pub enum Architecture {
     Qwen2,
     /// `Qwen3ForCausalLM` (per-head q/k RMSNorm).
     Qwen3,
+    /// `Phi3ForCausalLM` (stacked `qkv_proj` and `gate_up_proj`).
+    Phi3,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 5] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Phi3,
     ];
 
     /// The family's adapter.
@@ -91,6 +110,7 @@ impl Architecture {
             Architecture::Mistral => &mistral::Mistral,
             Architecture::Qwen2 => &qwen2::Qwen2,
             Architecture::Qwen3 => &qwen3::Qwen3,
+            Architecture::Phi3 => &phi3::Phi3,
         }
     }
 
