@@ -126,11 +126,15 @@ impl SplitSource {
         if fused.is_empty() {
             return inner;
         }
-        Arc::new(Self {
+        // The loaders share sources as `Arc<dyn WeightSource>` on one thread at a time; the
+        // trait does not require Send or Sync, so neither does this wrapper.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let split = Arc::new(Self {
             inner,
             fused,
             config: config.clone(),
-        })
+        });
+        split
     }
 
     /// Where part `name` lives: the stacked tensor's name and the part's rows in it.
