@@ -248,6 +248,10 @@ pub struct SaveSpec {
     /// Further files written into the folder as they are, by file name (tokenizer configs,
     /// `wanda_recipe.yaml`, the sparsity report).
     pub extra_files: Vec<(String, String)>,
+    /// The checkpoint's own `config.json`: the saved one keeps every key of it (transformers
+    /// reads keys this tool does not model, such as `pad_token_id` or `layer_types`), adds the
+    /// keys it lacks, and says the saved dtype.
+    pub base_config: Option<serde_json::Value>,
 }
 
 /// Hugging Face's default `max_shard_size` of `save_pretrained` ("5GB").
@@ -260,6 +264,7 @@ impl SaveSpec {
             dtype,
             max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
             extra_files: Vec::new(),
+            base_config: None,
         }
     }
 }
@@ -311,7 +316,19 @@ fn write_folder<B: Backend>(
     spec: &SaveSpec,
 ) -> Result<(), ExportError> {
     let mut config_json = config.to_hf_json();
+    if let (Some(base), Some(ours)) = (
+        spec.base_config.as_ref().and_then(|b| b.as_object()),
+        config_json.as_object_mut(),
+    ) {
+        for (key, value) in base {
+            ours.insert(key.clone(), value.clone());
+        }
+    }
+    // transformers 5 writes `dtype`, earlier versions `torch_dtype`: both say the saved one.
     config_json["torch_dtype"] = spec.dtype.torch_name().into();
+    if config_json.get("dtype").is_some() {
+        config_json["dtype"] = spec.dtype.torch_name().into();
+    }
     let write = |name: &str, text: &str| {
         let path = staging.join(name);
         std::fs::write(&path, text).map_err(io(&path))

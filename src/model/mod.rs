@@ -184,6 +184,9 @@ pub struct Loaded<M> {
     /// `special_tokens_map.json`, `generation_config.json`) by name, to write beside a saved
     /// copy: copied from a folder, made from the metadata of a GGUF file.
     pub tokenizer_files: Vec<(String, String)>,
+    /// The checkpoint's own `config.json` (a folder's or the hub's; `None` for GGUF), whose
+    /// keys a saved copy keeps.
+    pub hf_config: Option<serde_json::Value>,
 }
 
 impl<M> Loaded<M> {
@@ -203,6 +206,7 @@ impl<M> Loaded<M> {
             parameter_count: self.parameter_count,
             origin: self.origin,
             tokenizer_files: self.tokenizer_files,
+            hf_config: self.hf_config,
         })
     }
 }
@@ -297,7 +301,7 @@ fn load_with<M>(
                 model,
                 tokenizer,
                 parameter_count,
-                tokenizer_files,
+                (tokenizer_files, None),
             )
         }
         ModelRef::Folder(folder) => load_folder(origin, folder, build),
@@ -336,13 +340,18 @@ fn load_folder<M>(
             })
         })
         .collect::<Result<_, _>>()?;
+    // Unreadable or not an object: saved copies then write only the keys this tool models.
+    let hf_config = std::fs::read_to_string(folder.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .filter(serde_json::Value::is_object);
     finish(
         origin,
         config,
         model,
         tokenizer,
         parameter_count,
-        tokenizer_files,
+        (tokenizer_files, hf_config),
     )
 }
 
@@ -353,14 +362,16 @@ const TOKENIZER_FILES: [&str; 3] = [
     "generation_config.json",
 ];
 
+/// `files`: the tokenizer's config files and the checkpoint's own `config.json`.
 fn finish<M>(
     origin: &ModelRef,
     config: LlamaConfig,
     model: M,
     tokenizer: Tokenizer,
     parameter_count: u64,
-    tokenizer_files: Vec<(String, String)>,
+    files: (Vec<(String, String)>, Option<serde_json::Value>),
 ) -> Result<Loaded<M>, LoadError> {
+    let (tokenizer_files, hf_config) = files;
     // Tokenizers may carry fewer ids than the embedding matrix (padding rows), never more.
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(LoadError::VocabMismatch {
@@ -376,6 +387,7 @@ fn finish<M>(
         parameter_count,
         origin: origin.clone(),
         tokenizer_files,
+        hf_config,
     })
 }
 

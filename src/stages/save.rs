@@ -52,6 +52,7 @@ pub(super) fn run<B: Backend>(
         spec.max_shard_bytes = size.0;
     }
     spec.extra_files = base.tokenizer_files.clone();
+    spec.base_config = base.hf_config.clone();
     spec.extra_files.push((RECIPE_FILE.to_string(), recipe));
     if let Some(pruned) = exec.pruned_upstream(stage, upstream)? {
         let report = serde_json::to_string_pretty(&pruned.report)

@@ -258,3 +258,56 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
         model_logits(&reloaded.model, &ids)
     );
 }
+
+/// A saved copy keeps every key of the checkpoint's own config.json (transformers needs keys
+/// this tool does not model: Phi-3's default `pad_token_id` is outside a small vocabulary),
+/// and says the saved dtype.
+#[test]
+fn a_saved_copy_keeps_the_checkpoints_config_keys() {
+    let folder = Path::new(FIXTURES).join("tiny-phi3");
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("pruned");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args([
+            "prune",
+            "--model",
+            folder.to_str().unwrap(),
+            "--method",
+            "magnitude",
+        ])
+        .args([
+            "--sparsity",
+            "0.5",
+            "--dtype",
+            "f16",
+            "--device",
+            "cpu",
+            "--save",
+        ])
+        .arg(&saved)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let (original, copy) = (
+        read(&folder.join("config.json")),
+        read(&saved.join("config.json")),
+    );
+    for key in [
+        "pad_token_id",
+        "original_max_position_embeddings",
+        "rope_parameters",
+        "sliding_window",
+    ] {
+        assert_eq!(copy[key], original[key], "{key}");
+    }
+    assert_eq!(copy["dtype"], "float16");
+    assert_eq!(copy["torch_dtype"], "float16");
+    assert_eq!(copy["architectures"][0], "Phi3ForCausalLM");
+}
