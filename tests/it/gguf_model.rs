@@ -1,10 +1,12 @@
 //! A tiny random Llama written as GGUF (q/k rows permuted as llama.cpp's converter does) loads
-//! back with the logits of the original model.
+//! back with the logits of the original model; so does a Qwen3 (its own head width, per-head
+//! q/k norms, rows as they are).
 
 use std::path::Path;
 
 use wanda::model::config::{HfLlamaConfig, LlamaConfig};
 use wanda::model::export::hf_tensors;
+use wanda::model::family::Architecture;
 use wanda::model::gguf::{gguf_name, GgufWriter};
 use wanda::model::llama::Llama;
 use wanda::model::{self, ModelRef};
@@ -48,28 +50,32 @@ pub(crate) enum Quant {
 }
 
 pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, quant: Quant) {
+    // llama.cpp writes Llama as `llama` with q/k rows permuted, Qwen3 as `qwen3` as it is.
+    let (arch, permuted) = match config.architecture {
+        Architecture::Qwen3 => ("qwen3", false),
+        _ => ("llama", true),
+    };
+    let key = |k: &str| format!("{arch}.{k}");
     let mut w = GgufWriter::new();
-    w.metadata("general.architecture", "llama")
-        .metadata("llama.embedding_length", config.hidden_size as u32)
-        .metadata("llama.feed_forward_length", config.intermediate_size as u32)
-        .metadata("llama.block_count", config.num_hidden_layers as u32)
+    w.metadata("general.architecture", arch)
+        .metadata(key("embedding_length"), config.hidden_size as u32)
+        .metadata(key("feed_forward_length"), config.intermediate_size as u32)
+        .metadata(key("block_count"), config.num_hidden_layers as u32)
         .metadata(
-            "llama.attention.head_count",
+            key("attention.head_count"),
             config.num_attention_heads as u32,
         )
         .metadata(
-            "llama.attention.head_count_kv",
+            key("attention.head_count_kv"),
             config.num_key_value_heads as u32,
         )
+        .metadata(key("attention.key_length"), config.head_dim as u32)
         .metadata(
-            "llama.attention.layer_norm_rms_epsilon",
+            key("attention.layer_norm_rms_epsilon"),
             config.rms_norm_eps as f32,
         )
-        .metadata("llama.rope.freq_base", config.rope_theta as f32)
-        .metadata(
-            "llama.context_length",
-            config.max_position_embeddings as u32,
-        );
+        .metadata(key("rope.freq_base"), config.rope_theta as f32)
+        .metadata(key("context_length"), config.max_position_embeddings as u32);
     // A byte-level BPE vocabulary of 32 tokens: one special, 26 letters, space and punctuation.
     let mut tokens = vec!["<|endoftext|>".to_string()];
     tokens.extend(('a'..='z').map(String::from));
@@ -85,7 +91,9 @@ pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, qu
         .metadata("tokenizer.ggml.eos_token_id", 0u32);
     for (name, t) in hf_tensors(model) {
         let gguf = gguf_name(&name).unwrap();
-        let data = if gguf.contains("attn_q.weight") {
+        let data = if !permuted {
+            t.data
+        } else if gguf.contains("attn_q.weight") {
             permute(&t.data, config.num_attention_heads, t.shape[1])
         } else if gguf.contains("attn_k.weight") {
             permute(&t.data, config.num_key_value_heads, t.shape[1])
@@ -102,6 +110,28 @@ pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, qu
 }
 
 const IDS: [i64; 6] = [3, 7, 27, 1, 30, 12];
+
+#[test]
+fn qwen3_gguf_loads_with_identical_logits() {
+    let config = HfLlamaConfig::from_json(
+        r#"{"architectures":["Qwen3ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+        "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+        "vocab_size":32,"rms_norm_eps":1e-6,"rope_theta":1000000.0,"max_position_embeddings":64,
+        "tie_word_embeddings":true,"bos_token_id":1,"eos_token_id":0}"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let model = tiny_model(&config, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen3.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    let loaded = model::load::<B>(&ModelRef::Gguf(path), &Default::default()).unwrap();
+    assert_eq!(loaded.config.architecture, Architecture::Qwen3);
+    assert_eq!(loaded.config.head_dim, 16);
+    assert!(loaded.config.qk_norm);
+    assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
+}
 
 #[test]
 fn f32_gguf_loads_with_identical_logits_and_its_tokenizer() {
