@@ -1211,20 +1211,6 @@ mod tests {
         .unwrap();
     }
 
-    /// Every file below `dir`.
-    fn walk(dir: &Path) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                out.extend(walk(&path));
-            } else {
-                out.push(path);
-            }
-        }
-        out
-    }
-
     #[test]
     fn an_index_with_an_unsafe_shard_name_is_refused() {
         let index = r#"{"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"../evil.safetensors"}}"#;

@@ -18,7 +18,7 @@ use wanda::data::sets::{calibration_set, evaluation_ids, DataError, DataSource, 
 use wanda::model::tokenizer::Tokenizer;
 use wanda::pipeline::RunRecord;
 
-use crate::common::fake_hub::{FakeHub, FakeRepo, COMMIT};
+use crate::common::fake_hub::{walk, FakeHub, FakeRepo, COMMIT};
 use crate::common::shared;
 
 const C4_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data/c4");
@@ -241,20 +241,6 @@ fn wikitext2_rows_joined_give_the_shared_text_online_then_offline() {
         .to_string();
     assert!(err.contains("Salesforce/wikitext"), "{err}");
     assert!(err.contains("offline"), "{err}");
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[test]

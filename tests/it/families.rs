@@ -82,6 +82,21 @@ fn every_family_gives_transformers_logits() {
     }
 }
 
+/// Prunes `a` and `b` alike (`method` at 50 %, the same calibration windows) and checks that
+/// they report the same sparsity, layer by layer.
+fn prune_alike(
+    a: &mut impl Layers<B>,
+    b: &mut impl Layers<B>,
+    method: Method,
+    calibration: &[Vec<u32>],
+) {
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let options = MethodOptions::default();
+    let x = prune_model(a, method, &options, sparsity, calibration, 2, |_, _| {}).unwrap();
+    let y = prune_model(b, method, &options, sparsity, calibration, 2, |_, _| {}).unwrap();
+    assert_eq!(x, y, "{method:?}");
+}
+
 #[test]
 fn a_qwen3_checkpoint_streams_and_prunes_to_the_bit_like_in_memory() {
     let folder = Path::new(FIXTURES).join("tiny-qwen3");
@@ -98,29 +113,7 @@ fn a_qwen3_checkpoint_streams_and_prunes_to_the_bit_like_in_memory() {
     let calibration: Vec<Vec<u32>> = (0..4)
         .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
         .collect();
-    let sparsity = Sparsity::unstructured(0.5).unwrap();
-    let options = MethodOptions::default();
-    let a = prune_model(
-        &mut resident,
-        Method::Wanda,
-        &options,
-        sparsity,
-        &calibration,
-        2,
-        |_, _| {},
-    )
-    .unwrap();
-    let b = prune_model(
-        &mut streamed,
-        Method::Wanda,
-        &options,
-        sparsity,
-        &calibration,
-        2,
-        |_, _| {},
-    )
-    .unwrap();
-    assert_eq!(a, b);
+    prune_alike(&mut resident, &mut streamed, Method::Wanda, &calibration);
     for i in 0..resident.layer_count() {
         let (x, y) = (
             resident.layer(i).unwrap().into_owned(),
@@ -197,30 +190,8 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
     let calibration: Vec<Vec<u32>> = (0..4)
         .map(|w| (0..12).map(|t| ((w * 13 + t * 7) % 96) as u32).collect())
         .collect();
-    let sparsity = Sparsity::unstructured(0.5).unwrap();
-    let options = MethodOptions::default();
     for method in [Method::Wanda, Method::Sparsegpt] {
-        let a = prune_model(
-            &mut stacked,
-            method,
-            &options,
-            sparsity,
-            &calibration,
-            2,
-            |_, _| {},
-        )
-        .unwrap();
-        let b = prune_model(
-            &mut split,
-            method,
-            &options,
-            sparsity,
-            &calibration,
-            2,
-            |_, _| {},
-        )
-        .unwrap();
-        assert_eq!(a, b, "{method:?}");
+        prune_alike(&mut stacked, &mut split, method, &calibration);
     }
     for (x, y) in stacked.layers.iter().zip(&split.layers) {
         for ((name, _, l), (_, _, m)) in x.linears().into_iter().zip(y.linears()) {

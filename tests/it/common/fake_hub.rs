@@ -331,6 +331,20 @@ pub(crate) fn error(status: u16, code: &str, message: &str) -> Reply {
     }
 }
 
+/// Every file under `dir`, recursively (none when it does not exist).
+pub(crate) fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
 /// A stand-in for the git blob id (40 hex digits).
 pub(crate) fn git_oid(bytes: &[u8]) -> String {
     fake_digest(&[b"blob:".as_slice(), bytes].concat(), 40)
