@@ -196,6 +196,20 @@ fn data_source(keys: SourceKeys<'_>) -> Result<DataSource, Problem> {
     if files.is_empty() && keys.split.is_none() {
         return Err(Problem::HubSplitMissing { section });
     }
+    // Paths inside the repository: plain names separated by `/`, never leaving it.
+    let plain = |name: &str| {
+        !name.is_empty()
+            && name != "."
+            && name != ".."
+            && !name.contains(['\\', ':'])
+            && !name.chars().any(char::is_control)
+    };
+    if let Some(file) = files.iter().find(|f| !f.split('/').all(plain)) {
+        return Err(Problem::BadHubFile {
+            section,
+            file: file.clone(),
+        });
+    }
     Ok(DataSource::Hub(HubData {
         repo: repo.clone(),
         revision: keys.revision.clone(),

@@ -280,6 +280,14 @@ pub enum Problem {
         /// The section.
         section: &'static str,
     },
+    /// A `files:` entry that is not a relative path inside the repository.
+    #[error("`{section}.files` entry `{file}` is not a path inside the repository")]
+    BadHubFile {
+        /// The section.
+        section: &'static str,
+        /// The entry.
+        file: String,
+    },
     /// `model.revision` without `model.hub`.
     #[error("`model.revision` only applies to `model.hub`")]
     RevisionWithoutHub,
@@ -455,6 +463,9 @@ impl Problem {
             }
             Problem::InvalidDataHubId { .. } => {
                 "write the data-set repository id, e.g. `Salesforce/wikitext`".into()
+            }
+            Problem::BadHubFile { .. } => {
+                "write the file as the repository lists it, e.g. `wikitext-103-raw-v1/test-00000-of-00001.parquet`".into()
             }
             Problem::HubSplitMissing { .. } => {
                 "add `split: train` (or `validation`, `test`), or list the files with `files: [...]`".into()

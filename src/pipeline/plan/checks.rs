@@ -119,6 +119,7 @@ fn check_source(
             let key = match &problem {
                 Problem::HubKeyWithoutHub { key, .. } => Some(*key),
                 Problem::InvalidDataHubId { .. } | Problem::HubSplitMissing { .. } => Some("hub"),
+                Problem::BadHubFile { .. } => Some("files"),
                 _ => None,
             };
             problems.push(Diagnostic {
