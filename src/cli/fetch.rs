@@ -46,7 +46,8 @@ pub fn run(args: FetchArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => return Err(e),
             };
             let at = format!("{}@{}", input.repo, input.revision);
-            match fetch_input(input, &hub) {
+            // A dry run only looks: no download, no document store.
+            match fetch_input(input, &hub, !args.dry_run) {
                 Ok(cached) => {
                     let bytes: u64 = cached.files.iter().map(|(_, _, b)| b).sum();
                     total += bytes;

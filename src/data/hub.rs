@@ -99,14 +99,6 @@ impl HubRequest {
             kind: RepoKind::Model,
         }
     }
-
-    /// A request for the data-set repository `repo_id` at [`DEFAULT_REVISION`].
-    pub fn dataset(repo_id: impl Into<String>) -> Self {
-        Self {
-            kind: RepoKind::Dataset,
-            ..Self::new(repo_id)
-        }
-    }
 }
 
 /// Why fetching a model from the hub failed.

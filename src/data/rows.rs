@@ -45,17 +45,6 @@ pub enum RowsError {
     },
 }
 
-impl RowsError {
-    /// The file the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            RowsError::Read { path, .. }
-            | RowsError::Malformed { path, .. }
-            | RowsError::MissingColumn { path, .. } => path,
-        }
-    }
-}
-
 /// Whether `name` is a JSON-lines file this module reads (`.jsonl`, `.json`, either `.gz`).
 pub fn is_json_lines(name: &str) -> bool {
     let name = name.strip_suffix(".gz").unwrap_or(name);
@@ -157,6 +146,8 @@ fn json_column(line: &str, column: &str) -> Result<String, ColumnProblem> {
 pub struct DocumentStore {
     texts: Mmap,
     offsets: Vec<u64>,
+    /// The store's folder, removed when it proves damaged.
+    dir: PathBuf,
 }
 
 impl DocumentStore {
@@ -185,16 +176,15 @@ impl DocumentStore {
         let consistent = offsets.first() == Some(&0)
             && offsets.windows(2).all(|w| w[0] <= w[1])
             && offsets.last() == Some(&(texts.len() as u64));
+        let store = Self {
+            texts,
+            offsets,
+            dir,
+        };
         if !consistent {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(RowsError::Malformed {
-                path: dir,
-                message:
-                    "the document store is inconsistent; it was removed, run again to rebuild it"
-                        .to_owned(),
-            });
+            return Err(store.damaged("its offsets do not fit its texts"));
         }
-        Ok(Self { texts, offsets })
+        Ok(store)
     }
 
     /// Like [`DocumentStore::open`], after removing any store built before (to time the
@@ -214,10 +204,23 @@ impl DocumentStore {
         self.len() == 0
     }
 
-    /// Document `i`.
-    pub fn get(&self, i: usize) -> &str {
+    /// Document `i`; a store changed on disk since it was written (text that is no longer
+    /// UTF-8) is removed, and the error says so.
+    pub fn get(&self, i: usize) -> Result<&str, RowsError> {
         let (start, end) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
-        std::str::from_utf8(&self.texts[start..end]).expect("the store holds UTF-8 written by us")
+        std::str::from_utf8(&self.texts[start..end])
+            .map_err(|_| self.damaged(&format!("document {i} is not UTF-8")))
+    }
+
+    /// The error for a damaged store, after removing it so the next run rebuilds it.
+    fn damaged(&self, what: &str) -> RowsError {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        RowsError::Malformed {
+            path: self.dir.clone(),
+            message: format!(
+                "the document store is damaged ({what}); it was removed, run again to rebuild it"
+            ),
+        }
     }
 }
 
@@ -355,7 +358,11 @@ mod tests {
         let store = DocumentStore::open(&path, "text").unwrap();
         assert_eq!(store.len(), 3);
         assert_eq!(
-            (store.get(0), store.get(1), store.get(2)),
+            (
+                store.get(0).unwrap(),
+                store.get(1).unwrap(),
+                store.get(2).unwrap()
+            ),
             ("first", "", "thïrd\ndoc")
         );
         let index = store_dir(&path, "text");
@@ -363,9 +370,24 @@ mod tests {
         // A second open reads the store, not the file.
         std::fs::remove_file(&path).unwrap();
         assert_eq!(
-            DocumentStore::open(&path, "text").unwrap().get(2),
+            DocumentStore::open(&path, "text").unwrap().get(2).unwrap(),
             "thïrd\ndoc"
         );
+    }
+
+    #[test]
+    fn a_store_damaged_on_disk_is_an_error_and_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c4.json.gz");
+        gz(&path, "{\"text\":\"ab\"}\n{\"text\":\"cd\"}\n");
+        DocumentStore::open(&path, "text").unwrap();
+        let index = store_dir(&path, "text");
+        std::fs::write(index.join("texts"), [b'a', b'b', 0xff, 0xfe]).unwrap();
+        let store = DocumentStore::open(&path, "text").unwrap();
+        assert_eq!(store.get(0).unwrap(), "ab");
+        let err = store.get(1).unwrap_err();
+        assert!(err.to_string().contains("document 1 is not UTF-8"), "{err}");
+        assert!(!index.exists());
     }
 
     #[test]

@@ -602,11 +602,11 @@ pub fn calibration_set<T: TextEncoder>(
             calibration::draw_from_documents(
                 store.len(),
                 |i| {
-                    encode(
-                        tokenizer,
-                        store.get(i),
-                        &format!("document {i} of `{}`", file.name),
-                    )
+                    let text = store.get(i).map_err(|source| DataError::Rows {
+                        source,
+                        evicted: false,
+                    })?;
+                    encode(tokenizer, text, &format!("document {i} of `{}`", file.name))
                 },
                 nsamples,
                 seqlen,

@@ -117,6 +117,9 @@ pub struct SplitSource {
     inner: Arc<dyn WeightSource>,
     fused: &'static [FusedLinear],
     config: LlamaConfig,
+    /// The stacked tensor read last: its parts are asked for one after another, and each
+    /// would otherwise read and convert the whole stack again.
+    last: std::sync::Mutex<Option<(String, Arc<HostTensor>)>>,
 }
 
 impl SplitSource {
@@ -133,8 +136,27 @@ impl SplitSource {
             inner,
             fused,
             config: config.clone(),
+            last: std::sync::Mutex::new(None),
         });
         split
+    }
+
+    /// The stacked tensor `name`, from the one held when it is that one.
+    fn stacked(&self, name: &str) -> Result<Option<Arc<HostTensor>>, WeightError> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((held, t)) = last.as_ref() {
+            if held == name {
+                return Ok(Some(Arc::clone(t)));
+            }
+        }
+        // Drop the previous stack before reading the next.
+        *last = None;
+        let Some(t) = self.inner.tensor(name)? else {
+            return Ok(None);
+        };
+        let t = Arc::new(t);
+        *last = Some((name.to_owned(), Arc::clone(&t)));
+        Ok(Some(t))
     }
 
     /// Where part `name` lives: the stacked tensor's name and the part's rows in it.
@@ -168,7 +190,7 @@ impl WeightSource for SplitSource {
         let Some((stacked, rows)) = self.locate(name) else {
             return Ok(None);
         };
-        let Some(t) = self.inner.tensor(&stacked)? else {
+        let Some(t) = self.stacked(&stacked)? else {
             return Ok(None);
         };
         let cols: usize = t.shape[1..].iter().product();
@@ -178,15 +200,20 @@ impl WeightSource for SplitSource {
                 name: stacked,
                 source_name: self.inner.name(),
                 expected: vec![rows.end],
-                found: t.shape,
+                found: t.shape.clone(),
             });
         }
         let mut shape = t.shape.clone();
         shape[0] = rows.len();
-        Ok(Some(HostTensor {
+        let part = HostTensor {
             data: t.data[rows.start * cols..rows.end * cols].to_vec(),
             shape,
-        }))
+        };
+        if rows.end == total {
+            // The stack's last part: nothing more will be asked of it.
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        Ok(Some(part))
     }
 
     fn parameter_count(&self) -> u64 {
@@ -655,6 +682,60 @@ mod tests {
         fn parameter_count(&self) -> u64 {
             0
         }
+    }
+
+    /// One stacked `qkv_proj` (q, k and v of 2 rows each, 2 columns), counting reads.
+    struct StackedSource {
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl WeightSource for StackedSource {
+        fn name(&self) -> String {
+            "stacked".into()
+        }
+        fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+            if name != "model.layers.0.self_attn.qkv_proj.weight" {
+                return Ok(None);
+            }
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Some(HostTensor {
+                shape: vec![6, 2],
+                data: (0..12).map(|v| v as f32).collect(),
+            }))
+        }
+        fn parameter_count(&self) -> u64 {
+            12
+        }
+    }
+
+    #[test]
+    fn split_parts_are_the_stacks_rows_and_the_stack_is_read_once() {
+        let config = crate::model::config::HfLlamaConfig::from_json(
+            r#"{"architectures":["Phi3ForCausalLM"],"hidden_size":2,"intermediate_size":2,
+            "num_hidden_layers":1,"num_attention_heads":1,"num_key_value_heads":1,"head_dim":2,
+            "vocab_size":4,"rms_norm_eps":1e-5}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let inner = Arc::new(StackedSource {
+            reads: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let split = SplitSource::for_family(&config, inner.clone());
+        let part = |p: &str| {
+            split
+                .tensor(&format!("model.layers.0.self_attn.{p}.weight"))
+                .unwrap()
+                .unwrap()
+        };
+        let (q, k, v) = (part("q_proj"), part("k_proj"), part("v_proj"));
+        assert_eq!((q.shape, q.data), (vec![2, 2], vec![0., 1., 2., 3.]));
+        assert_eq!((k.shape, k.data), (vec![2, 2], vec![4., 5., 6., 7.]));
+        assert_eq!((v.shape, v.data), (vec![2, 2], vec![8., 9., 10., 11.]));
+        assert_eq!(inner.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The last part let the stack go: asking again reads it again.
+        part("q_proj");
+        assert_eq!(inner.reads.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     /// Regression (fuzz finding `fuzz/regressions/gguf/oom-layer-count`): a file claiming

@@ -35,8 +35,6 @@ pub enum InputKind {
 /// A repository resolved into the cache.
 #[derive(Debug, Clone)]
 pub struct CachedInput {
-    /// The input.
-    pub input: HubInput,
     /// Its files in the cache and their sizes.
     pub files: Vec<(String, PathBuf, u64)>,
 }
@@ -64,20 +62,10 @@ pub enum InputError {
     },
 }
 
-/// Every hub repository the cells of `plan` read, once each. `hub` says how to reach the hub
-/// (listing a split's files needs it, or a cached snapshot offline).
-pub fn hub_inputs(plan: &Plan, hub: &HubRequest) -> Result<Vec<HubInput>, InputError> {
-    let mut inputs = Vec::new();
-    for_each_input(plan, hub, |input| {
-        inputs.push(input?.clone());
-        Ok(())
-    })?;
-    Ok(inputs)
-}
-
 /// Calls `each` with every hub repository the cells of `plan` read, once each, cell by cell
 /// (model, calibration, evaluation), as soon as it is known — or with the error that kept a
-/// data set's files from being listed. Stops at the first error `each` returns.
+/// data set's files from being listed. Stops at the first error `each` returns. `hub` says how
+/// to reach the hub (listing a split's files needs it, or a cached snapshot offline).
 pub fn for_each_input(
     plan: &Plan,
     hub: &HubRequest,
@@ -142,8 +130,14 @@ pub fn for_each_input(
     Ok(())
 }
 
-/// Resolves `input` into the cache as `hub` says (downloading unless offline).
-pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, InputError> {
+/// Resolves `input` into the cache as `hub` says (downloading unless offline); with
+/// `build_stores`, also builds the document stores its protocol reads (C4's), so runs find
+/// them ready.
+pub fn fetch_input(
+    input: &HubInput,
+    hub: &HubRequest,
+    build_stores: bool,
+) -> Result<CachedInput, InputError> {
     let request = HubRequest {
         repo_id: input.repo.clone(),
         revision: input.revision.clone(),
@@ -179,7 +173,7 @@ pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, In
                 .cloned()
                 .zip(hub::fetch_files(&request, names).map_err(failed)?)
                 .collect();
-            if let Some(column) = documents {
+            if let Some(column) = documents.as_ref().filter(|_| build_stores) {
                 for (name, path) in &files {
                     sets::prepare_documents(path, name, column).map_err(|source| {
                         InputError::Data {
@@ -193,7 +187,6 @@ pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, In
         }
     };
     Ok(CachedInput {
-        input: input.clone(),
         files: files
             .into_iter()
             .map(|(name, path)| {
@@ -205,16 +198,17 @@ pub fn fetch_input(input: &HubInput, hub: &HubRequest) -> Result<CachedInput, In
 }
 
 /// With `HF_HUB_OFFLINE` on, the first hub input of `plan` that is not in the cache, as an
-/// error naming the file; `Ok` when every input is cached or the hub is online.
+/// error naming the file; `Ok` when every input is cached or the hub is online. Only looks:
+/// a missing document store is left to the stage that reads it.
 pub fn check_offline(plan: &Plan) -> Result<(), InputError> {
+    if !hub::offline_from_environment() {
+        return Ok(());
+    }
     let offline = HubRequest {
         offline: true,
         ..HubRequest::default()
     };
-    if !hub::offline_from_environment() {
-        return Ok(());
-    }
     for_each_input(plan, &offline, |input| {
-        fetch_input(input?, &offline).map(drop)
+        fetch_input(input?, &offline, false).map(drop)
     })
 }
