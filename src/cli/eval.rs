@@ -1,5 +1,7 @@
-//! `wanda eval`: perplexity of a model on a text file by the paper's protocol.
+//! `wanda eval`: perplexity of a model on a text file by the paper's protocol, and zero-shot
+//! accuracy on lm-evaluation-harness's tasks.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -13,6 +15,7 @@ use wanda::data::hub::HubRequest;
 use wanda::data::read_tokenized;
 use wanda::data::sets::{evaluation_ids, DataSource, DatasetName};
 use wanda::eval::perplexity::{perplexity, window_tokens, PerplexityReport};
+use wanda::eval::zeroshot::{self, Task, TaskSource, ZeroshotMetrics};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::memory::log::MemoryLog;
 use wanda::model::{self, ModelRef};
@@ -24,7 +27,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub model: String,
     /// The evaluation text (e.g. WikiText-2 raw test, joined with "\n\n").
-    #[arg(long, required_unless_present = "dataset", conflicts_with = "dataset")]
+    #[arg(long, required_unless_present_any = ["dataset", "zeroshot"], conflicts_with = "dataset")]
     pub text: Option<PathBuf>,
     /// Or a data set from the hub, by the reference's protocol: `wikitext2` (the paper's), `c4`
     /// (256 windows of the first 1100 validation documents) or `ptb`.
@@ -36,6 +39,20 @@ pub struct EvalArgs {
     /// Evaluate only the first N windows.
     #[arg(long)]
     pub windows: Option<usize>,
+    /// Zero-shot tasks to score, comma-separated (lm-eval 0.4.13's definitions): boolq, rte,
+    /// hellaswag, winogrande, arc_easy, arc_challenge, openbookqa.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub zeroshot: Vec<Task>,
+    /// Score only the first N documents of each task (lm-eval's `--limit`).
+    #[arg(long, requires = "zeroshot")]
+    pub limit: Option<usize>,
+    /// Read task documents from this folder, laid out like the hub repositories
+    /// (`DIR/allenai/ai2_arc/ARC-Easy/test-00000-of-00001.parquet`), instead of the hub.
+    #[arg(long, requires = "zeroshot")]
+    pub task_data: Option<PathBuf>,
+    /// Write every scored document (requests, loglikelihoods, gold, acc) here as JSON lines.
+    #[arg(long, requires = "zeroshot")]
+    pub log_samples: Option<PathBuf>,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -52,7 +69,9 @@ pub struct EvalArgs {
 #[derive(Debug, Serialize)]
 pub struct EvalOutput {
     #[serde(flatten)]
-    report: PerplexityReport,
+    report: Option<PerplexityReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zeroshot: Option<ZeroshotOutput>,
     model: String,
     text: String,
     device: String,
@@ -60,6 +79,16 @@ pub struct EvalOutput {
     eval_seconds: f64,
     tokens_per_second: f64,
     peak_rss_bytes: Option<u64>,
+}
+
+/// The zero-shot part of `wanda eval --json`.
+#[derive(Debug, Serialize)]
+struct ZeroshotOutput {
+    #[serde(flatten)]
+    metrics: ZeroshotMetrics,
+    /// Per task, seconds scoring and documents per second.
+    seconds: BTreeMap<String, f64>,
+    documents_per_second: BTreeMap<String, f64>,
 }
 
 impl OnBackend for EvalArgs {
@@ -81,6 +110,7 @@ impl OnBackend for EvalArgs {
             .with_context(|| format!("cannot load model `{origin}`"))?;
         let load_seconds = started.elapsed().as_secs_f64();
         let (ids, text) = match (&self.text, self.dataset) {
+            (None, None) if !self.zeroshot.is_empty() => (Vec::new(), String::new()),
             (Some(path), _) => (
                 read_tokenized(path, &loaded.tokenizer)?,
                 path.display().to_string(),
@@ -111,27 +141,94 @@ impl OnBackend for EvalArgs {
             std::fs::write(path, bytes)
                 .with_context(|| format!("cannot write logits to `{}`", path.display()))?;
         }
-        let bar = super::counter_bar("perplexity", "windows");
         let started = Instant::now();
-        let report = perplexity(
-            &loaded.model,
-            &ids,
-            self.seqlen,
-            self.windows,
-            loaded.config.context_limit(),
-            |done, total| super::advance(&bar, done, total),
-        )?;
-        bar.finish_and_clear();
+        let report = if text.is_empty() {
+            None
+        } else {
+            let bar = super::counter_bar("perplexity", "windows");
+            let report = perplexity(
+                &loaded.model,
+                &ids,
+                self.seqlen,
+                self.windows,
+                loaded.config.context_limit(),
+                |done, total| super::advance(&bar, done, total),
+            )?;
+            bar.finish_and_clear();
+            Some(report)
+        };
         let eval_seconds = started.elapsed().as_secs_f64();
+        let zeroshot = if self.zeroshot.is_empty() {
+            None
+        } else {
+            Some(self.zeroshot(&loaded)?)
+        };
         Ok(EvalOutput {
-            tokens_per_second: report.tokens as f64 / eval_seconds,
+            tokens_per_second: report
+                .as_ref()
+                .map_or(0.0, |r| r.tokens as f64 / eval_seconds),
             report,
+            zeroshot,
             model: origin.to_string(),
             text,
             device: choice.label(),
             load_seconds,
             eval_seconds,
             peak_rss_bytes: MemoryLog::with_gpu(None).checkpoint("end").peak_rss,
+        })
+    }
+}
+
+impl EvalArgs {
+    /// Scores the `--zeroshot` tasks; writes `--log-samples`.
+    fn zeroshot<B: Backend>(
+        &self,
+        loaded: &model::Loaded<wanda::model::llama::Llama<B>>,
+    ) -> anyhow::Result<ZeroshotOutput> {
+        let hub = HubRequest::default();
+        let source = match &self.task_data {
+            Some(dir) => TaskSource::Local(dir),
+            None => TaskSource::Hub(&hub),
+        };
+        let config = &loaded.config;
+        let prefix = config.bos_token_id.or(config.eos_token_id).unwrap_or(0);
+        let bar = super::counter_bar("zero-shot", "requests");
+        let run = zeroshot::evaluate(
+            &loaded.model,
+            &loaded.tokenizer,
+            &self.zeroshot,
+            source,
+            self.limit,
+            prefix,
+            config.max_position_embeddings,
+            |task, done, total| {
+                bar.set_prefix(task.to_owned());
+                super::advance(&bar, done, total);
+            },
+        )?;
+        bar.finish_and_clear();
+        if let Some(path) = &self.log_samples {
+            let mut lines = String::new();
+            for (task, samples) in &run.samples {
+                for sample in samples {
+                    let mut value = serde_json::to_value(sample)?;
+                    value["task"] = task.clone().into();
+                    lines.push_str(&serde_json::to_string(&value)?);
+                    lines.push('\n');
+                }
+            }
+            wanda::sys::atomic::write_atomic(path, lines.as_bytes())
+                .with_context(|| format!("cannot write `{}`", path.display()))?;
+        }
+        let documents_per_second = run
+            .seconds
+            .iter()
+            .map(|(task, s)| (task.clone(), run.metrics.tasks[task].n as f64 / s.max(1e-9)))
+            .collect();
+        Ok(ZeroshotOutput {
+            metrics: run.metrics,
+            seconds: run.seconds,
+            documents_per_second,
         })
     }
 }
@@ -143,19 +240,40 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if json {
         println!("{}", serde_json::to_string(&out)?);
     } else {
-        let r = &out.report;
         println!("model       {}", out.model);
-        println!("text        {} ({} tokens)", out.text, r.text_tokens);
         println!("device      {}", out.device);
-        println!(
-            "windows     {} of {} × {} tokens ({} predicted)",
-            r.windows, r.available_windows, r.seqlen, r.predicted_tokens
-        );
-        println!("perplexity  {:.4}", r.perplexity);
-        println!(
-            "time        load {:.1} s, eval {:.1} s ({:.0} tokens/s)",
-            out.load_seconds, out.eval_seconds, out.tokens_per_second
-        );
+        if let Some(r) = &out.report {
+            println!("text        {} ({} tokens)", out.text, r.text_tokens);
+            println!(
+                "windows     {} of {} × {} tokens ({} predicted)",
+                r.windows, r.available_windows, r.seqlen, r.predicted_tokens
+            );
+            println!("perplexity  {:.4}", r.perplexity);
+            println!(
+                "time        load {:.1} s, eval {:.1} s ({:.0} tokens/s)",
+                out.load_seconds, out.eval_seconds, out.tokens_per_second
+            );
+        }
+        if let Some(z) = &out.zeroshot {
+            println!(
+                "zero-shot   lm-eval {} task definitions; acc (acc_norm) ± stderr",
+                z.metrics.lm_eval
+            );
+            for (task, s) in &z.metrics.tasks {
+                let norm = s
+                    .acc_norm
+                    .map(|n| format!("  ({:.4})", n))
+                    .unwrap_or_default();
+                println!(
+                    "  {task:<14} {:.4}{norm}  ± {:.4}  n={}  {:.1} docs/s",
+                    s.acc,
+                    s.acc_stderr.unwrap_or(f64::NAN),
+                    s.n,
+                    z.documents_per_second[task]
+                );
+            }
+            println!("  {:<14} {:.4}", "mean (acc)", z.metrics.mean);
+        }
         if let Some(rss) = out.peak_rss_bytes {
             println!("peak RSS    {:.2} GiB", rss as f64 / f64::from(1u32 << 30));
         }

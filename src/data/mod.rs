@@ -1,11 +1,12 @@
 //! Calibration and evaluation text: files read and tokenised, data sets by name from the hub
-//! (Parquet and JSON lines), and seeded sampling of token windows.
+//! (Parquet and JSON lines, as text or as whole records), and seeded sampling of token windows.
 
 pub mod calibration;
 pub mod hash;
 pub mod hub;
 pub mod parquet;
 pub mod pyrandom;
+pub mod records;
 pub mod rows;
 pub mod sets;
 pub mod text;

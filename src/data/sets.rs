@@ -11,13 +11,14 @@
 //! "\n\n". Files come through the hub cache ([`crate::data::hub`]); Parquet and JSON lines are
 //! read by [`super::rows`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::calibration::{self, CalibrationError, CalibrationSet};
 use super::hub::{self, HubError, HubRequest};
+use super::records::{self, Record};
 use super::rows::{self, DocumentStore, RowsError};
 use super::text::TextEncoder;
 
@@ -98,8 +99,8 @@ enum Shape {
 /// Which files of the repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Files {
-    /// Exactly these.
-    Exact(Vec<String>),
+    /// Exactly these, at this revision.
+    Exact { revision: String, names: Vec<String> },
     /// The files of a split, found in the repository's listing, trying each revision in turn.
     Split {
         config: Option<String>,
@@ -160,10 +161,13 @@ impl DataSource {
             DataSource::Named(DatasetName::C4) => Protocol {
                 label: "c4".into(),
                 repo: "allenai/c4".into(),
-                files: Files::Exact(vec![split(
-                    "en/c4-train.00000-of-01024.json.gz",
-                    "en/c4-validation.00000-of-00008.json.gz",
-                )]),
+                files: Files::Exact {
+                    revision: "main".into(),
+                    names: vec![split(
+                        "en/c4-train.00000-of-01024.json.gz",
+                        "en/c4-validation.00000-of-00008.json.gz",
+                    )],
+                },
                 column: "text".into(),
                 shape: match role {
                     Role::Calibration => Shape::Documents,
@@ -183,7 +187,10 @@ impl DataSource {
                         revisions: vec![data.revision.clone().unwrap_or_else(|| "main".into())],
                     }
                 } else {
-                    Files::Exact(data.files.clone())
+                    Files::Exact {
+                        revision: data.revision.clone().unwrap_or_else(|| "main".into()),
+                        names: data.files.clone(),
+                    }
                 },
                 column: data.column.clone(),
                 shape: Shape::Joined("\n\n"),
@@ -210,16 +217,6 @@ impl DataSource {
             DataSource::Named(DatasetName::C4) => 3 << 20,
             DataSource::Hub(_) => 32 << 20,
         })
-    }
-
-    /// The revision asked for, for an exact file list (`main` by default).
-    fn exact_revision(&self) -> String {
-        match self {
-            DataSource::Hub(HubData {
-                revision: Some(r), ..
-            }) => r.clone(),
-            _ => "main".to_owned(),
-        }
     }
 }
 
@@ -249,6 +246,14 @@ pub enum DataError {
         where_: String,
         /// The revisions listed.
         revisions: Vec<String>,
+    },
+    /// A local task-data folder has no files for the split.
+    #[error("`{}` has no Parquet or JSON-lines files for split `{split}` (`{split}-*` or `{split}/*`); lay the folder out like the hub repository", folder.display())]
+    NoLocalFiles {
+        /// The folder looked in (`{dir}/{repo}/{config}`).
+        folder: PathBuf,
+        /// The split.
+        split: String,
     },
     /// The split's rows hold no text.
     #[error("`{what}` holds no text")]
@@ -340,13 +345,144 @@ pub fn needed_files(
     let Some(protocol) = source.protocol(role) else {
         return Ok(None);
     };
-    let (revision, files) = resolve_names(source, &protocol, hub)?;
+    let (revision, files) = resolve_names(&protocol, hub)?;
     Ok(Some(NeededFiles {
         documents: (protocol.shape == Shape::Documents).then(|| protocol.column.clone()),
         repo: protocol.repo,
         revision,
         files,
     }))
+}
+
+/// One split of a data-set repository: `{config}/{split}-*` or `{config}/{split}/*`, looked
+/// for on `main`, then in the hub's Parquet conversion (where script-based data sets such as
+/// `Rowan/hellaswag` keep theirs).
+fn split_protocol(repo: &str, config: &str, split: &str) -> Protocol {
+    Protocol {
+        label: format!("hub:{repo}"),
+        repo: repo.to_owned(),
+        files: Files::Split {
+            config: Some(config.to_owned()),
+            split: split.to_owned(),
+            revisions: vec!["main".to_owned(), PARQUET_CONVERSION.to_owned()],
+        },
+        column: String::new(),
+        shape: Shape::Joined("\n\n"),
+    }
+}
+
+/// The repository files of one split of `repo` (what `wanda fetch` downloads for a zero-shot
+/// task).
+pub fn split_files(
+    repo: &str,
+    config: &str,
+    split: &str,
+    hub: &HubRequest,
+) -> Result<NeededFiles, DataError> {
+    let (revision, files) = resolve_names(&split_protocol(repo, config, split), hub)?;
+    Ok(NeededFiles {
+        repo: repo.to_owned(),
+        revision,
+        files,
+        documents: None,
+    })
+}
+
+/// The rows of one split of `repo` from the hub cache (fetched when missing), at most `limit`,
+/// with where they came from. A file that cannot be parsed is removed from the cache.
+pub fn split_records(
+    repo: &str,
+    config: &str,
+    split: &str,
+    limit: Option<usize>,
+    hub: &HubRequest,
+) -> Result<(Vec<Record>, Provenance), DataError> {
+    let (files, provenance) = fetch(&split_protocol(repo, config, split), hub)?;
+    let mut records = Vec::new();
+    for file in &files {
+        let left = limit.map(|l| l.saturating_sub(records.len()));
+        if left == Some(0) {
+            break;
+        }
+        records.extend(
+            records::read_records(&file.path, left)
+                .map_err(|source| evict_if_damaged(file, source))?,
+        );
+    }
+    Ok((records, provenance))
+}
+
+/// [`split_records`] from a local folder laid out like the hub repository:
+/// `{dir}/{repo}/{config}/{split}-*` or `{dir}/{repo}/{config}/{split}/*` (Parquet or JSON
+/// lines), in name order.
+pub fn local_split_records(
+    dir: &Path,
+    repo: &str,
+    config: &str,
+    split: &str,
+    limit: Option<usize>,
+) -> Result<(Vec<Record>, Provenance), DataError> {
+    let root = dir.join(repo).join(config);
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    let readable = |name: &str| name.ends_with(".parquet") || rows::is_json_lines(name);
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if path.is_dir() && name == split {
+                for inner in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                    let inner_name = inner.file_name().to_string_lossy().into_owned();
+                    if readable(&inner_name) {
+                        found.push((format!("{config}/{split}/{inner_name}"), inner.path()));
+                    }
+                }
+            } else if name.starts_with(&format!("{split}-")) && readable(&name) {
+                found.push((format!("{config}/{name}"), path));
+            }
+        }
+    }
+    found.sort();
+    if found.is_empty() {
+        return Err(DataError::NoLocalFiles {
+            folder: root,
+            split: split.to_owned(),
+        });
+    }
+    let mut records = Vec::new();
+    let mut digests = Vec::new();
+    for (name, path) in &found {
+        let read = |source| DataError::Rows {
+            source: RowsError::Read {
+                path: path.clone(),
+                source,
+            },
+            evicted: false,
+        };
+        digests.push(FileDigest {
+            name: name.clone(),
+            sha256: super::hash::sha256_file(path).map_err(read)?,
+            bytes: std::fs::metadata(path).map_err(read)?.len(),
+        });
+        let left = limit.map(|l| l.saturating_sub(records.len()));
+        if left != Some(0) {
+            records.extend(records::read_records(path, left).map_err(|source| {
+                DataError::Rows {
+                    source,
+                    evicted: false,
+                }
+            })?);
+        }
+    }
+    Ok((
+        records,
+        Provenance {
+            dataset: format!("local:{}", dir.display()),
+            repo: repo.to_owned(),
+            revision: "local".to_owned(),
+            commit: None,
+            files: digests,
+        },
+    ))
 }
 
 /// Builds (once) the document store of `column` of the cached file `path`, repository file
@@ -378,12 +514,11 @@ fn request(hub: &HubRequest, repo: &str, revision: &str) -> HubRequest {
 
 /// The revision and file names of `protocol`.
 fn resolve_names(
-    source: &DataSource,
     protocol: &Protocol,
     hub: &HubRequest,
 ) -> Result<(String, Vec<String>), DataError> {
     match &protocol.files {
-        Files::Exact(names) => Ok((source.exact_revision(), names.clone())),
+        Files::Exact { revision, names } => Ok((revision.clone(), names.clone())),
         Files::Split {
             config,
             split,
@@ -438,11 +573,10 @@ fn resolve_names(
 
 /// Fetches the files of `protocol` and describes them.
 fn fetch(
-    source: &DataSource,
     protocol: &Protocol,
     hub: &HubRequest,
 ) -> Result<(Vec<Fetched>, Provenance), DataError> {
-    let (revision, names) = resolve_names(source, protocol, hub)?;
+    let (revision, names) = resolve_names(protocol, hub)?;
     let paths = hub::fetch_files(&request(hub, &protocol.repo, &revision), &names)?;
     let mut files = Vec::new();
     let mut digests = Vec::new();
@@ -556,7 +690,7 @@ pub fn evaluation_ids<T: TextEncoder>(
     let protocol = source
         .protocol(Role::Evaluation)
         .expect("local texts are read by the stage");
-    let (files, provenance) = fetch(source, &protocol, hub)?;
+    let (files, provenance) = fetch(&protocol, hub)?;
     let what = format!("the {} evaluation text", protocol.label);
     let (text, cap) = match protocol.shape {
         Shape::FirstDocuments { count, windows } => (
@@ -587,7 +721,7 @@ pub fn calibration_set<T: TextEncoder>(
     let protocol = source
         .protocol(Role::Calibration)
         .expect("local texts are read by the stage");
-    let (files, provenance) = fetch(source, &protocol, hub)?;
+    let (files, provenance) = fetch(&protocol, hub)?;
     let what = format!("the {} calibration text", protocol.label);
     let set = match protocol.shape {
         Shape::Documents => {

@@ -102,6 +102,9 @@ pub struct Metrics {
     /// Perplexity on `evaluation.text`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perplexity: Option<f64>,
+    /// Zero-shot accuracy per task and their mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zeroshot: Option<crate::eval::zeroshot::ZeroshotMetrics>,
     /// Further metrics by name.
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
@@ -240,12 +243,15 @@ pub struct DataRecord {
     /// The evaluation data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<Provenance>,
+    /// Each zero-shot task's documents.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub zeroshot: BTreeMap<String, Provenance>,
 }
 
 impl DataRecord {
     /// Whether no hub data set was read.
     pub fn is_empty(&self) -> bool {
-        self.calibration.is_none() && self.evaluation.is_none()
+        self.calibration.is_none() && self.evaluation.is_none() && self.zeroshot.is_empty()
     }
 }
 
@@ -461,6 +467,7 @@ mod tests {
             },
             metrics: Metrics {
                 perplexity: Some(12.5),
+                zeroshot: None,
                 other: BTreeMap::new(),
             },
             sparsity: RecordedSparsity {

@@ -581,12 +581,33 @@ pub struct EvalOptions {
     /// Measure perplexity on `evaluation.text`.
     #[serde(default = "default_true")]
     pub perplexity: bool,
+    /// Also score zero-shot tasks (lm-evaluation-harness 0.4.13's definitions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zeroshot: Option<ZeroshotOptions>,
 }
 
 impl Default for EvalOptions {
     fn default() -> Self {
-        Self { perplexity: true }
+        Self {
+            perplexity: true,
+            zeroshot: None,
+        }
     }
+}
+
+/// Zero-shot accuracy in `eval`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ZeroshotOptions {
+    /// The tasks: boolq, rte, hellaswag, winogrande, arc_easy, arc_challenge, openbookqa.
+    pub tasks: Vec<crate::eval::zeroshot::Task>,
+    /// Score only the first N documents of each task (lm-eval's `--limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Read the tasks' documents from this folder, laid out like the hub repositories
+    /// (`DIR/allenai/ai2_arc/ARC-Easy/test-00000-of-00001.parquet`), instead of the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<PathBuf>,
 }
 
 fn default_true() -> bool {

@@ -1,5 +1,5 @@
 //! `eval`: perplexity of the current model (pruned, or dense when no prune ran) by the paper's
-//! protocol.
+//! protocol, and zero-shot accuracy on lm-evaluation-harness's tasks.
 
 use burn::prelude::Backend;
 
@@ -8,10 +8,11 @@ use crate::data::hub::HubRequest;
 use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity;
+use crate::eval::zeroshot::{self, TaskSource};
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{EvalOptions, Settings};
+use crate::pipeline::spec::{EvalOptions, Settings, ZeroshotOptions};
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
@@ -21,9 +22,55 @@ pub(super) fn run<B: Backend>(
     settings: &Settings,
     record: &mut RunRecord,
 ) -> Result<(), StageFailure> {
-    if !options.perplexity {
-        return Ok(());
+    if options.perplexity {
+        perplexity_of(exec, stage, upstream, settings, record)?;
     }
+    if let Some(zeroshot) = &options.zeroshot {
+        zeroshot_of(exec, stage, upstream, zeroshot, record)?;
+    }
+    Ok(())
+}
+
+/// Scores the zero-shot tasks into `record`.
+fn zeroshot_of<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    upstream: &[&StageNode],
+    options: &ZeroshotOptions,
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
+    let hub = HubRequest::default();
+    let dir = options.data.as_ref().map(|d| exec.path(d));
+    let source = match &dir {
+        Some(dir) => TaskSource::Local(dir),
+        None => TaskSource::Hub(&hub),
+    };
+    let base = exec.base(stage)?;
+    let config = &base.config;
+    let prefix = config.bos_token_id.or(config.eos_token_id).unwrap_or(0);
+    let run = zeroshot::evaluate(
+        exec.current(stage, upstream)?,
+        &base.tokenizer,
+        &options.tasks,
+        source,
+        options.limit,
+        prefix,
+        config.max_position_embeddings,
+        |_, done, total| (exec.ctx.progress)(stage, done, total),
+    )?;
+    record.metrics.zeroshot = Some(run.metrics);
+    record.data.zeroshot = run.data;
+    Ok(())
+}
+
+/// Measures perplexity into `record`.
+fn perplexity_of<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    upstream: &[&StageNode],
+    settings: &Settings,
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
     let spec = settings
         .evaluation
         .as_ref()

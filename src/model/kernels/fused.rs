@@ -744,6 +744,19 @@ impl Kernels<Nd> for Fused {
         fused_hidden_nll(head, hidden, window)
     }
 
+    fn token_nlls(
+        &self,
+        head: &HeadWeights<'_, Nd>,
+        rows: &Tensor<Nd, 2>,
+        targets: &[u32],
+    ) -> Option<Vec<f64>> {
+        let [count, width] = rows.dims();
+        if count != targets.len() || width != head.embed.dims()[1] {
+            return None;
+        }
+        fused_token_nlls(head, rows.clone().into_primitive().tensor(), targets)
+    }
+
     /// One gemm call on every core.
     fn gram(&self, x: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 2>> {
         let (primitive, [rows, width]) = matrix_of(x)?;
@@ -948,12 +961,21 @@ pub const HEAD_ROWS: usize = 64;
 /// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
 fn fused_hidden_nll(head: &HeadWeights<Nd>, x: &Tensor<Nd, 3>, window: &[u32]) -> Option<f64> {
     let [batch, seq, width] = x.dims();
+    if batch != 1 || window.len() != seq || width != head.embed.dims()[1] {
+        return None;
+    }
+    // The last position predicts nothing.
+    let per_token = fused_token_nlls(head, x.clone().into_primitive().tensor(), &window[1..])?;
+    Some(per_token.iter().sum())
+}
+
+/// The next-token NLL of each of the first `targets.len()` rows of the residual stream `x`
+/// (any rank, `hidden` values per row) for its target, through the final norm and LM head
+/// [`HEAD_ROWS`] rows at a time. `None` when the shapes do not fit or a target is out of the
+/// vocabulary.
+fn fused_token_nlls(head: &HeadWeights<Nd>, x: NdArrayTensor, targets: &[u32]) -> Option<Vec<f64>> {
     let [vocab, hidden_size] = head.embed.dims();
-    if batch != 1
-        || width != hidden_size
-        || window.len() != seq
-        || window[1..].iter().any(|&t| t as usize >= vocab)
-    {
+    if targets.iter().any(|&t| t as usize >= vocab) {
         return None;
     }
     let mut held = Held {
@@ -962,7 +984,8 @@ fn fused_hidden_nll(head: &HeadWeights<Nd>, x: &Tensor<Nd, 3>, window: &[u32]) -
     let embed_index = held.push(head.embed.val());
     let norm_index = hold_norm(&mut held, &head.norm);
     let head_index = head.lm_head.map(|h| hold_linear(&mut held, h));
-    let x_index = held.push(x.clone());
+    held.tensors.push(x);
+    let x_index = held.tensors.len() - 1;
     let head = HeadRef {
         embed: held.slice(embed_index)?,
         vocab,
@@ -974,12 +997,11 @@ fn fused_hidden_nll(head: &HeadWeights<Nd>, x: &Tensor<Nd, 3>, window: &[u32]) -
             None => None,
         },
     };
-    // The last position predicts nothing.
-    let rows = &held.slice(x_index)?[..(seq - 1) * width];
-    let mut per_token = Vec::with_capacity(seq - 1);
+    let rows = held.slice(x_index)?.get(..targets.len() * hidden_size)?;
+    let mut per_token = Vec::with_capacity(targets.len());
     for (chunk, targets) in rows
-        .chunks(HEAD_ROWS * width)
-        .zip(window[1..].chunks(HEAD_ROWS))
+        .chunks(HEAD_ROWS * hidden_size)
+        .zip(targets.chunks(HEAD_ROWS))
     {
         let logits = head.logits(chunk);
         per_token.par_extend(
@@ -989,7 +1011,7 @@ fn fused_hidden_nll(head: &HeadWeights<Nd>, x: &Tensor<Nd, 3>, window: &[u32]) -
                 .map(|(row, &target)| vecmath::token_nll(row, target as usize)),
         );
     }
-    Some(per_token.iter().sum())
+    Some(per_token)
 }
 
 #[cfg(test)]

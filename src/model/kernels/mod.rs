@@ -182,6 +182,20 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// The next-token NLL of each row of `rows` (residual streams after the last layer) for
+    /// its target, through `head`, a few rows at a time (as [`Kernels::hidden_nll`]).
+    ///
+    /// # Shapes
+    /// - `rows`: `[n, hidden]`, `targets`: `n` ids → `n` NLLs
+    fn token_nlls(
+        &self,
+        _head: &HeadWeights<'_, B>,
+        _rows: &Tensor<B, 2>,
+        _targets: &[u32],
+    ) -> Option<Vec<f64>> {
+        None
+    }
+
     /// `xᵀ · x`.
     ///
     /// # Shapes

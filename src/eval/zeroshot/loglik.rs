@@ -1,0 +1,299 @@
+//! Loglikelihoods of `(context, continuation)` requests, tokenised and scored as
+//! lm-evaluation-harness's Hugging Face model (`HFLM`) scores them: the context's trailing white
+//! space moves to the continuation, the whole text is encoded once and the continuation is what
+//! follows the encoded context (`_encode_pair`); the input is the last `max_length + 1` tokens
+//! less the last, and the loglikelihood is the sum of the continuation tokens' log-probabilities.
+//!
+//! Requests are scored in batches of similar length (longest first, right-padded; causal
+//! attention keeps padding from reaching the real positions), so the choices of a document and
+//! neighbouring documents share one forward pass; only the continuation positions go through
+//! the LM head.
+
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+
+use super::tasks::py_isspace;
+use crate::data::TextEncoder;
+use crate::model::kernels::kernels;
+use crate::model::llama::Llama;
+use crate::model::stream::{Layers, StreamError};
+
+/// Padded tokens per forward pass of a model in memory.
+const BATCH_TOKENS: usize = 4096;
+/// Padded tokens per pass of a streamed model (each pass reads every layer once).
+const STREAMED_BATCH_TOKENS: usize = 32 * 1024;
+/// Sequences per forward pass, at most.
+const BATCH_SEQUENCES: usize = 64;
+
+/// The token ids of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedPair {
+    /// The context's tokens.
+    pub context: Vec<u32>,
+    /// The continuation's tokens, the ones scored.
+    pub continuation: Vec<u32>,
+}
+
+/// Encodes one request as lm-eval's `_encode_pair` does for a causal model; an empty context
+/// is conditioned on `prefix_token` alone (lm-eval's `prefix_token_id`: BOS, else EOS).
+pub fn encode_pair<T: TextEncoder>(
+    tokenizer: &T,
+    context: &str,
+    continuation: &str,
+    prefix_token: u32,
+) -> Result<EncodedPair, T::Error> {
+    if context.is_empty() {
+        let continuation = tokenizer.encode_text(continuation)?;
+        return Ok(match continuation.first() {
+            Some(&first) if first == prefix_token => EncodedPair {
+                context: vec![first],
+                continuation: continuation[1..].to_vec(),
+            },
+            _ => EncodedPair {
+                context: vec![prefix_token],
+                continuation,
+            },
+        });
+    }
+    let kept = context.trim_end_matches(py_isspace);
+    let moved = &context[kept.len()..];
+    let whole = tokenizer.encode_text(&format!("{kept}{moved}{continuation}"))?;
+    let context_ids = tokenizer.encode_text(kept)?;
+    let continuation_ids = whole.get(context_ids.len()..).unwrap_or_default().to_vec();
+    Ok(EncodedPair {
+        context: context_ids,
+        continuation: continuation_ids,
+    })
+}
+
+/// One request made ready for the model: its input tokens and the positions that predict the
+/// continuation.
+struct Prepared {
+    input: Vec<u32>,
+    /// The continuation tokens, predicted by the last `targets.len()` input positions.
+    targets: Vec<u32>,
+}
+
+impl Prepared {
+    /// HFLM's `(context_enc + continuation_enc)[-(max_length + 1):][:-1]`.
+    fn new(pair: &EncodedPair, max_length: usize) -> Self {
+        let whole: Vec<u32> = pair
+            .context
+            .iter()
+            .chain(&pair.continuation)
+            .copied()
+            .collect();
+        let kept = &whole[whole.len().saturating_sub(max_length + 1)..];
+        let input = kept[..kept.len().saturating_sub(1)].to_vec();
+        // A window shorter than the continuation predicts only its last tokens.
+        let scored = pair.continuation.len().min(input.len());
+        let targets = pair.continuation[pair.continuation.len() - scored..].to_vec();
+        Prepared { input, targets }
+    }
+}
+
+/// The loglikelihood of each request (in `pairs` order): the sum of its continuation tokens'
+/// log-probabilities. `progress(done, total)` is called after every batch, in requests.
+pub fn loglikelihoods<B: Backend>(
+    model: &impl Layers<B>,
+    pairs: &[EncodedPair],
+    max_length: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<f64>, StreamError> {
+    let prepared: Vec<Prepared> = pairs
+        .iter()
+        .map(|p| Prepared::new(p, max_length))
+        .collect();
+    let count = prepared.len();
+    // A request whose input is a prefix of another's reads its positions from that one's pass
+    // (causal attention: a position sees only what precedes it), as lm-eval scores the
+    // one-token choices of one context in one pass. In lexicographic order a prefix comes right
+    // before a sequence it begins, so one backward sweep finds every request's host.
+    let mut lexical: Vec<usize> = (0..count).collect();
+    lexical.sort_by(|&a, &b| prepared[a].input.cmp(&prepared[b].input));
+    let mut host: Vec<usize> = (0..count).collect();
+    for k in (0..count.saturating_sub(1)).rev() {
+        let (i, next) = (lexical[k], lexical[k + 1]);
+        if prepared[next].input.starts_with(&prepared[i].input) {
+            host[i] = host[next];
+        }
+    }
+    let mut guests: Vec<Vec<usize>> = vec![Vec::new(); count];
+    for (i, &h) in host.iter().enumerate() {
+        guests[h].push(i);
+    }
+    let mut hosts: Vec<usize> = (0..count).filter(|&i| host[i] == i).collect();
+    // Longest first, as lm-eval orders them, so a batch pads little.
+    hosts.sort_by_key(|&i| std::cmp::Reverse(prepared[i].input.len()));
+    let budget = if model.resident().is_some() {
+        BATCH_TOKENS
+    } else {
+        STREAMED_BATCH_TOKENS
+    };
+    let mut scores = vec![0.0f64; count];
+    let mut done = 0;
+    let mut start = 0;
+    while start < hosts.len() {
+        let longest = prepared[hosts[start]].input.len().max(1);
+        let take = (budget / longest).clamp(1, BATCH_SEQUENCES);
+        let batch = &hosts[start..(start + take).min(hosts.len())];
+        let passes: Vec<Pass<'_>> = batch
+            .iter()
+            .map(|&h| Pass {
+                input: &prepared[h].input,
+                readers: guests[h].iter().map(|&g| (g, &prepared[g])).collect(),
+            })
+            .collect();
+        for (i, score) in score_batch(model, &passes, longest)? {
+            scores[i] = score;
+        }
+        start += batch.len();
+        done += passes.iter().map(|p| p.readers.len()).sum::<usize>();
+        progress(done, count);
+    }
+    Ok(scores)
+}
+
+/// One sequence of a batch, and the requests that read their positions from it.
+struct Pass<'a> {
+    input: &'a [u32],
+    /// `(request index, request)`; each request's input is a prefix of `input`.
+    readers: Vec<(usize, &'a Prepared)>,
+}
+
+/// The loglikelihoods of the requests reading one batch, padded to `length` tokens.
+fn score_batch<B: Backend>(
+    model: &impl Layers<B>,
+    batch: &[Pass<'_>],
+    length: usize,
+) -> Result<Vec<(usize, f64)>, StreamError> {
+    let shell = model.shell();
+    let device = shell.embed_tokens.weight.device();
+    let mut ids = Vec::with_capacity(batch.len() * length);
+    for pass in batch {
+        ids.extend(pass.input.iter().map(|&t| i64::from(t)));
+        // Padding after the sequence: causal attention never lets it reach a real position.
+        ids.extend(std::iter::repeat_n(0i64, length - pass.input.len()));
+    }
+    let tokens =
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch.len(), length]), &device);
+    let hidden = match model.resident() {
+        Some(resident) => resident.hidden(tokens),
+        None => {
+            let (cos, sin) = shell.rope_tables(0, length);
+            let mut x = vec![shell.embed(tokens)];
+            for i in 0..model.layer_count() {
+                x = model.layer(i)?.forward_each(x, &cos, &sin);
+            }
+            x.pop().expect("one batch in, one out")
+        }
+    };
+    let width = hidden.dims()[2];
+    let mut rows = Vec::new();
+    let mut targets = Vec::new();
+    let mut order = Vec::new();
+    for (b, pass) in batch.iter().enumerate() {
+        for &(index, request) in &pass.readers {
+            let end = request.input.len();
+            let first = end - request.targets.len();
+            rows.extend((first..end).map(|p| (b * length + p) as i64));
+            targets.extend_from_slice(&request.targets);
+            order.push((index, request.targets.len()));
+        }
+    }
+    let nlls = if rows.is_empty() {
+        Vec::new()
+    } else {
+        let index =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(rows.clone(), [rows.len()]), &device);
+        let picked = hidden
+            .reshape([batch.len() * length, width])
+            .select(0, index);
+        token_nlls(shell, picked, &targets)
+    };
+    let mut nlls = nlls.into_iter();
+    Ok(order
+        .into_iter()
+        .map(|(index, scored)| (index, -nlls.by_ref().take(scored).sum::<f64>()))
+        .collect())
+}
+
+/// The NLL of each row's target through the final norm and LM head: the fused kernels where
+/// they run, else Burn's `log_softmax`.
+///
+/// # Shapes
+/// - `rows`: `[n, hidden]`, `targets`: `n` ids → `n` NLLs
+fn token_nlls<B: Backend>(model: &Llama<B>, rows: Tensor<B, 2>, targets: &[u32]) -> Vec<f64> {
+    if let Some(nlls) = kernels::<B>().token_nlls(&model.head_weights(), &rows, targets) {
+        return nlls;
+    }
+    let [count, width] = rows.dims();
+    let device = rows.device();
+    let logits = model.head(rows.reshape([1, count, width]));
+    let vocab = logits.dims()[2];
+    let index: Vec<i64> = targets.iter().map(|&t| i64::from(t)).collect();
+    let index = Tensor::<B, 2, Int>::from_data(TensorData::new(index, [count, 1]), &device);
+    let picked = log_softmax(logits.reshape([count, vocab]), 1).gather(1, index);
+    crate::model::host::to_host_f32(picked)
+        .iter()
+        .map(|&v| -f64::from(v))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whitespace-separated words, each its own id; a leading space joins the next word (as
+    /// byte-level BPE does), so moving the context's trailing space changes the tokens.
+    struct Words;
+
+    impl TextEncoder for Words {
+        type Error = std::fmt::Error;
+        fn encode_text(&self, text: &str) -> Result<Vec<u32>, std::fmt::Error> {
+            let mut ids = Vec::new();
+            for (i, word) in text.split(' ').enumerate() {
+                if word.is_empty() {
+                    continue;
+                }
+                let spaced = i > 0;
+                ids.push(word.len() as u32 * 10 + u32::from(spaced));
+            }
+            Ok(ids)
+        }
+    }
+
+    #[test]
+    fn trailing_space_moves_to_the_continuation() {
+        // "Answer: " + "yes": the context is encoded without its space, the continuation is
+        // what the whole text adds after it (" yes" as one spaced token).
+        let pair = encode_pair(&Words, "Q is Answer: ", "yes", 0).unwrap();
+        assert_eq!(pair.context, vec![10, 21, 71]);
+        assert_eq!(pair.continuation, vec![31]);
+        let pair = encode_pair(&Words, "Answer:", " yes no", 0).unwrap();
+        assert_eq!((pair.context, pair.continuation), (vec![70], vec![31, 21]));
+    }
+
+    #[test]
+    fn an_empty_context_is_conditioned_on_the_prefix_token() {
+        let pair = encode_pair(&Words, "", "ab cd", 7).unwrap();
+        assert_eq!((pair.context, pair.continuation), (vec![7], vec![20, 21]));
+        let pair = encode_pair(&Words, "", "ab cd", 20).unwrap();
+        assert_eq!((pair.context, pair.continuation), (vec![20], vec![21]));
+    }
+
+    #[test]
+    fn long_requests_keep_the_last_max_length_plus_one_tokens() {
+        let pair = EncodedPair {
+            context: vec![1, 2, 3, 4],
+            continuation: vec![5, 6],
+        };
+        let p = Prepared::new(&pair, 3);
+        assert_eq!((p.input, p.targets), (vec![3, 4, 5], vec![5, 6]));
+        let p = Prepared::new(&pair, 100);
+        assert_eq!((p.input, p.targets), (vec![1, 2, 3, 4, 5], vec![5, 6]));
+        // A continuation longer than the window: only what the window predicts.
+        let p = Prepared::new(&pair, 1);
+        assert_eq!((p.input, p.targets), (vec![5], vec![6]));
+    }
+}
