@@ -98,6 +98,9 @@ pub struct EstimateArgs {
     /// DSnoT refines the masks.
     #[arg(long)]
     pub dsnot: bool,
+    /// `eval` also scores zero-shot tasks (one batch of padded requests).
+    #[arg(long)]
+    pub zeroshot: bool,
     /// The device to estimate for.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub target: DeviceKind,
@@ -168,6 +171,7 @@ impl EstimateArgs {
             device,
             owl: self.owl,
             dsnot: self.dsnot,
+            zeroshot: self.zeroshot,
         };
         let estimate = estimate_prune(&shape, &run);
         let (peak_stage, peak_bytes) = estimate.peak(Place::Device);

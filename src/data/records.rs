@@ -102,7 +102,10 @@ mod tests {
         let path = dir.path().join("test.jsonl");
         std::fs::write(&path, "{\"a\": 1}\n[1, 2]\n").unwrap();
         let err = read_records(&path, None).unwrap_err().to_string();
-        assert!(err.contains("test.jsonl") && err.contains("line 2"), "{err}");
+        assert!(
+            err.contains("test.jsonl") && err.contains("line 2"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -129,7 +132,11 @@ mod tests {
         let mut column = group.next_column().unwrap().unwrap();
         column
             .typed::<ByteArrayType>()
-            .write_batch(&[ByteArray::from("first"), ByteArray::from("second")], None, None)
+            .write_batch(
+                &[ByteArray::from("first"), ByteArray::from("second")],
+                None,
+                None,
+            )
             .unwrap();
         column.close().unwrap();
         // endings: ["a", "b"] and ["c"] (repetition levels 0 start a row, 1 continue it).
@@ -137,7 +144,11 @@ mod tests {
         column
             .typed::<ByteArrayType>()
             .write_batch(
-                &[ByteArray::from("a"), ByteArray::from("b"), ByteArray::from("c")],
+                &[
+                    ByteArray::from("a"),
+                    ByteArray::from("b"),
+                    ByteArray::from("c"),
+                ],
                 Some(&[1, 1, 1]),
                 Some(&[0, 1, 0]),
             )

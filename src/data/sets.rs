@@ -100,7 +100,10 @@ enum Shape {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Files {
     /// Exactly these, at this revision.
-    Exact { revision: String, names: Vec<String> },
+    Exact {
+        revision: String,
+        names: Vec<String>,
+    },
     /// The files of a split, found in the repository's listing, trying each revision in turn.
     Split {
         config: Option<String>,
@@ -572,10 +575,7 @@ fn resolve_names(
 }
 
 /// Fetches the files of `protocol` and describes them.
-fn fetch(
-    protocol: &Protocol,
-    hub: &HubRequest,
-) -> Result<(Vec<Fetched>, Provenance), DataError> {
+fn fetch(protocol: &Protocol, hub: &HubRequest) -> Result<(Vec<Fetched>, Provenance), DataError> {
     let (revision, names) = resolve_names(protocol, hub)?;
     let paths = hub::fetch_files(&request(hub, &protocol.repo, &revision), &names)?;
     let mut files = Vec::new();

@@ -46,6 +46,7 @@ use serde::Serialize;
 
 use super::device::DeviceKind;
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
+use crate::eval::zeroshot::loglik::BATCH_TOKENS as ZEROSHOT_BATCH_TOKENS;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
 use crate::model::shape::{gib, Breakdown, ModelShape, Place};
 use crate::prune::dsnot::DsnotOptions;
@@ -104,6 +105,9 @@ pub struct PruneRun {
     /// DSnoT refines the masks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dsnot: bool,
+    /// `eval` scores zero-shot tasks.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub zeroshot: bool,
 }
 
 impl PruneRun {
@@ -354,6 +358,26 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
             breakdown: eval,
         });
     }
+    if run.zeroshot {
+        // One batch of requests, padded to `BATCH_TOKENS` at most, through the decoder (as
+        // one sequence: the worst case of its attention); the head sees continuation rows a
+        // block at a time.
+        let t = ZEROSHOT_BATCH_TOKENS as u64;
+        let mut zeroshot = Breakdown::default();
+        overhead(&mut zeroshot, run.device, host);
+        weights(&mut zeroshot, shape, run, &m, host, run.method.is_some());
+        zeroshot.push(
+            "zero-shot logits (a block of rows)",
+            HEAD_ROWS as u64 * m.v * F32,
+            Place::Device,
+            format!("{HEAD_ROWS} rows × {} × 4 B", m.v),
+        );
+        forward(&mut zeroshot, run, &m, 1, t);
+        stages.push(StageEstimate {
+            stage: "eval (zero-shot)",
+            breakdown: zeroshot,
+        });
+    }
     Estimate { stages }
 }
 
@@ -576,6 +600,7 @@ mod tests {
             device: DeviceKind::Cpu,
             owl: false,
             dsnot: false,
+            zeroshot: false,
         }
     }
 

@@ -318,6 +318,7 @@ mod tests {
             device: DeviceKind::Cuda,
             owl: false,
             dsnot: false,
+            zeroshot: false,
         }
     }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::plan::Plan;
+use super::spec::{EvalOptions, StageOptions};
 use crate::data::hub::{self, HubError, HubRequest, RepoKind};
 use crate::data::sets::{self, DataError, DataSource, Role};
 use crate::model::ModelRef;
@@ -63,7 +64,7 @@ pub enum InputError {
 }
 
 /// Calls `each` with every hub repository the cells of `plan` read, once each, cell by cell
-/// (model, calibration, evaluation), as soon as it is known — or with the error that kept a
+/// (model, zero-shot tasks, calibration, evaluation), as soon as it is known — or with the error that kept a
 /// data set's files from being listed. Stops at the first error `each` returns. `hub` says how
 /// to reach the hub (listing a split's files needs it, or a cached snapshot offline).
 pub fn for_each_input(
@@ -97,6 +98,39 @@ pub fn for_each_input(
                 settings.evaluation.as_ref().map(|e| e.source()),
             ),
         ];
+        // Zero-shot task data read from the hub (not from a local `data:` folder).
+        let tasks = cell
+            .spec
+            .stages
+            .iter()
+            .filter_map(|stage| match &stage.options {
+                StageOptions::Eval(EvalOptions {
+                    zeroshot: Some(z), ..
+                }) if z.data.is_none() => Some(&z.tasks),
+                _ => None,
+            });
+        for task in tasks.flatten() {
+            let data = task.data();
+            let what = format!("zero-shot ({})", task.name());
+            match sets::split_files(data.repo, data.config, data.split, hub) {
+                Ok(needed) => {
+                    let input = HubInput {
+                        what,
+                        kind: InputKind::Data(needed.files, None),
+                        repo: needed.repo,
+                        revision: needed.revision,
+                    };
+                    if seen.insert(input.clone()) {
+                        each(Ok(&input))?;
+                    }
+                }
+                Err(source) if failed.insert(what.clone()) => each(Err(InputError::Data {
+                    what,
+                    source: Box::new(source),
+                }))?,
+                Err(_) => {}
+            }
+        }
         for (section, role, source) in sources {
             let Some(Ok(source)) = source else { continue };
             let label = match &source {

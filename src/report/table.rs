@@ -96,16 +96,78 @@ pub struct Table {
     pub footnotes: Vec<String>,
 }
 
+/// The metric that renders the paper's Table 2 shape: zero-shot accuracy (percent) per task as
+/// columns, their mean last (`zeroshot_norm`: `acc_norm` where lm-eval reports it, else `acc`).
+pub const ZEROSHOT_METRICS: [&str; 2] = ["zeroshot", "zeroshot_norm"];
+
 /// Builds the table of `records` as `spec` asks.
 pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
+    if ZEROSHOT_METRICS.contains(&spec.metric.as_str()) {
+        let norm = spec.metric == "zeroshot_norm";
+        let mut table = build_with(records, spec, |r| Ok(zeroshot_columns(r, norm)))?;
+        table.metric = if norm { "acc_norm/acc %" } else { "acc %" }.to_owned();
+        return Ok(table);
+    }
+    build_with(records, spec, |r| {
+        Ok(match metric(r, &spec.metric) {
+            Some(value) => vec![(axis(r, &spec.cols)?, value)],
+            None => Vec::new(),
+        })
+    })
+}
+
+/// Per task a column of `r`'s zero-shot accuracy in percent (`acc_norm` where it has it and
+/// `norm`), in the paper's task order, then the mean of those columns.
+fn zeroshot_columns(r: &RunRecord, norm: bool) -> Vec<(AxisKey, f64)> {
+    use crate::eval::zeroshot::Task;
+    let Some(z) = &r.metrics.zeroshot else {
+        return Vec::new();
+    };
+    let mut columns: Vec<(AxisKey, f64)> = Vec::new();
+    for (order, task) in Task::ALL.iter().enumerate() {
+        if let Some(score) = z.tasks.get(task.name()) {
+            let value = if norm {
+                score.acc_norm.unwrap_or(score.acc)
+            } else {
+                score.acc
+            };
+            columns.push((
+                AxisKey {
+                    order: vec![(0, order as i64, String::new())],
+                    label: task.name().to_owned(),
+                },
+                100.0 * value,
+            ));
+        }
+    }
+    let mean = columns.iter().map(|(_, v)| v).sum::<f64>() / columns.len().max(1) as f64;
+    if !columns.is_empty() {
+        columns.push((
+            AxisKey {
+                order: vec![(1, 0, String::new())],
+                label: "mean".to_owned(),
+            },
+            mean,
+        ));
+    }
+    columns
+}
+
+/// Builds a table whose cells `values` gives per record: `(column, value)` pairs.
+fn build_with(
+    records: &[RunRecord],
+    spec: &TableSpec,
+    values: impl Fn(&RunRecord) -> Result<Vec<(AxisKey, f64)>, String>,
+) -> Result<Table, String> {
     let mut settings: Vec<String> = Vec::new();
     // (row, col) → values with their settings index.
     let mut cells: BTreeMap<(AxisKey, AxisKey), Vec<(f64, usize)>> = BTreeMap::new();
-    let mut dense: Vec<(f64, usize)> = Vec::new();
+    let mut dense: BTreeMap<AxisKey, Vec<(f64, usize)>> = BTreeMap::new();
     for r in records {
-        let Some(value) = metric(r, &spec.metric) else {
+        let pairs = values(r)?;
+        if pairs.is_empty() {
             continue;
-        };
+        }
         let signature = settings_of(r);
         let index = match settings.iter().position(|s| *s == signature) {
             Some(i) => i,
@@ -115,12 +177,18 @@ pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
             }
         };
         if is_dense(r) {
-            dense.push((value, index));
+            for (col, value) in pairs {
+                dense.entry(col).or_default().push((value, index));
+            }
             continue;
         }
         let row = axis(r, &spec.rows)?;
-        let col = axis(r, &spec.cols)?;
-        cells.entry((row, col)).or_default().push((value, index));
+        for (col, value) in pairs {
+            cells
+                .entry((row.clone(), col))
+                .or_default()
+                .push((value, index));
+        }
     }
     let mut cols: Vec<AxisKey> = cells.keys().map(|(_, c)| c.clone()).collect();
     cols.sort();
@@ -143,8 +211,18 @@ pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
     };
     let mut rows: Vec<(String, Vec<Vec<Value>>)> = Vec::new();
     if !dense.is_empty() {
-        let values = to_values(&dense);
-        rows.push(("dense".into(), vec![values; cols.len().max(1)]));
+        // A dense record's value applies to every column (the same model at every ratio)
+        // unless its values are per column (zero-shot tasks).
+        let all: Vec<(f64, usize)> = dense.values().flatten().copied().collect();
+        let per_column = cols.iter().any(|c| dense.contains_key(c));
+        let values = if per_column {
+            cols.iter()
+                .map(|c| dense.get(c).map_or_else(Vec::new, |v| to_values(v)))
+                .collect()
+        } else {
+            vec![to_values(&all); cols.len().max(1)]
+        };
+        rows.push(("dense".into(), values));
     }
     for row in &row_keys {
         let values = cols

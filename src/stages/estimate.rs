@@ -12,7 +12,7 @@ use crate::memory::estimate::{estimate_prune, PruneRun};
 use crate::model::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{EstimateOptions, PipelineSpec, StageOptions};
+use crate::pipeline::spec::{EstimateOptions, EvalOptions, PipelineSpec, StageOptions};
 
 /// Layers a probe prunes.
 const PROBE_LAYERS: usize = 2;
@@ -132,6 +132,15 @@ pub fn requested_run(
         device,
         owl: prune.is_some_and(|p| p.profile.owl().is_some()),
         dsnot: prune.is_some_and(|p| p.dsnot.is_some()),
+        zeroshot: spec.stages.iter().any(|s| {
+            matches!(
+                &s.options,
+                StageOptions::Eval(EvalOptions {
+                    zeroshot: Some(_),
+                    ..
+                })
+            )
+        }),
     })
 }
 

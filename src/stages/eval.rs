@@ -59,6 +59,9 @@ fn zeroshot_of<B: Backend>(
         |_, done, total| (exec.ctx.progress)(stage, done, total),
     )?;
     record.metrics.zeroshot = Some(run.metrics);
+    // Cells after a shared eval take the data's provenance from the executor, as they do the
+    // perplexity text's.
+    exec.hashes.data.zeroshot.extend(run.data.clone());
     record.data.zeroshot = run.data;
     Ok(())
 }

@@ -20,3 +20,4 @@ mod smollm;
 mod streaming;
 mod synth;
 mod table;
+mod zeroshot;

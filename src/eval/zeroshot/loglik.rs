@@ -18,10 +18,9 @@ use crate::model::kernels::kernels;
 use crate::model::llama::Llama;
 use crate::model::stream::{Layers, StreamError};
 
-/// Padded tokens per forward pass of a model in memory.
-const BATCH_TOKENS: usize = 4096;
-/// Padded tokens per pass of a streamed model (each pass reads every layer once).
-const STREAMED_BATCH_TOKENS: usize = 32 * 1024;
+/// Padded tokens per forward pass (a streamed model reads every layer once per pass); the
+/// memory estimate counts one pass of this many tokens.
+pub const BATCH_TOKENS: usize = 4096;
 /// Sequences per forward pass, at most.
 const BATCH_SEQUENCES: usize = 64;
 
@@ -100,10 +99,7 @@ pub fn loglikelihoods<B: Backend>(
     max_length: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<f64>, StreamError> {
-    let prepared: Vec<Prepared> = pairs
-        .iter()
-        .map(|p| Prepared::new(p, max_length))
-        .collect();
+    let prepared: Vec<Prepared> = pairs.iter().map(|p| Prepared::new(p, max_length)).collect();
     let count = prepared.len();
     // A request whose input is a prefix of another's reads its positions from that one's pass
     // (causal attention: a position sees only what precedes it), as lm-eval scores the
@@ -125,17 +121,12 @@ pub fn loglikelihoods<B: Backend>(
     let mut hosts: Vec<usize> = (0..count).filter(|&i| host[i] == i).collect();
     // Longest first, as lm-eval orders them, so a batch pads little.
     hosts.sort_by_key(|&i| std::cmp::Reverse(prepared[i].input.len()));
-    let budget = if model.resident().is_some() {
-        BATCH_TOKENS
-    } else {
-        STREAMED_BATCH_TOKENS
-    };
     let mut scores = vec![0.0f64; count];
     let mut done = 0;
     let mut start = 0;
     while start < hosts.len() {
         let longest = prepared[hosts[start]].input.len().max(1);
-        let take = (budget / longest).clamp(1, BATCH_SEQUENCES);
+        let take = (BATCH_TOKENS / longest).clamp(1, BATCH_SEQUENCES);
         let batch = &hosts[start..(start + take).min(hosts.len())];
         let passes: Vec<Pass<'_>> = batch
             .iter()

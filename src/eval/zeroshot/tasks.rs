@@ -299,7 +299,10 @@ fn py_strip(s: &str) -> &str {
 fn py_capitalize(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars.as_str().to_lowercase().chars()).collect(),
+        Some(first) => first
+            .to_uppercase()
+            .chain(chars.as_str().to_lowercase().chars())
+            .collect(),
         None => String::new(),
     }
 }
@@ -387,7 +390,10 @@ mod tests {
             doc.requests[0].0,
             "Home and Garden: How to plant. a Tree. Then dig a hole"
         );
-        assert_eq!(doc.choices, vec!["Water it well. ", "Unclosed [bracket\n] stays"]);
+        assert_eq!(
+            doc.choices,
+            vec!["Water it well. ", "Unclosed [bracket\n] stays"]
+        );
         assert_eq!(doc.requests[0].1, " Water it well. ");
         assert_eq!(doc.gold, 1);
     }
@@ -458,7 +464,9 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("unlabelled"), "{err}");
         let err = Task::Rte
-            .document(&record(json!({"sentence1": "a", "sentence2": "b", "label": 2})))
+            .document(&record(
+                json!({"sentence1": "a", "sentence2": "b", "label": 2}),
+            ))
             .unwrap_err();
         assert!(err.contains("outside"), "{err}");
         let err = Task::Winogrande
@@ -477,6 +485,8 @@ mod tests {
         assert_eq!(hellaswag_preprocess("a   b"), "a  b");
         assert_eq!(hellaswag_preprocess("x [a] [b] y"), "x  y");
         assert_eq!(Task::from_name("arc_easy"), Some(Task::ArcEasy));
-        assert!(Task::ALL.iter().all(|t| Task::from_name(t.name()) == Some(*t)));
+        assert!(Task::ALL
+            .iter()
+            .all(|t| Task::from_name(t.name()) == Some(*t)));
     }
 }
