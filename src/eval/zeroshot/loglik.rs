@@ -160,47 +160,63 @@ fn score_batch<B: Backend>(
 ) -> Result<Vec<(usize, f64)>, StreamError> {
     let shell = model.shell();
     let device = shell.embed_tokens.weight.device();
-    let mut ids = Vec::with_capacity(batch.len() * length);
-    for pass in batch {
-        ids.extend(pass.input.iter().map(|&t| i64::from(t)));
-        // Padding after the sequence: causal attention never lets it reach a real position.
-        ids.extend(std::iter::repeat_n(0i64, length - pass.input.len()));
-    }
-    let tokens =
-        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch.len(), length]), &device);
-    let hidden = match model.resident() {
-        Some(resident) => resident.hidden(tokens),
+    let tokens = |inputs: &[&[u32]], length: usize| {
+        let mut ids = Vec::with_capacity(inputs.len() * length);
+        for input in inputs {
+            ids.extend(input.iter().map(|&t| i64::from(t)));
+            // Padding after the sequence: causal attention never lets it reach a real position.
+            ids.extend(std::iter::repeat_n(0i64, length - input.len()));
+        }
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [inputs.len(), length]), &device)
+    };
+    // Per pass, its residual stream after the last layer, `[positions, hidden]`.
+    let hidden: Vec<Tensor<B, 2>> = match model.resident() {
+        // The fused kernels run one sequence at a time anyway: no padding.
+        Some(resident) => batch
+            .iter()
+            .map(|pass| {
+                let len = pass.input.len().max(1);
+                let h = resident.hidden(tokens(&[pass.input], len));
+                let width = h.dims()[2];
+                h.reshape([len, width])
+            })
+            .collect(),
         None => {
+            let inputs: Vec<&[u32]> = batch.iter().map(|p| p.input).collect();
             let (cos, sin) = shell.rope_tables(0, length);
-            let mut x = vec![shell.embed(tokens)];
+            let mut x = vec![shell.embed(tokens(&inputs, length))];
             for i in 0..model.layer_count() {
                 x = model.layer(i)?.forward_each(x, &cos, &sin);
             }
-            x.pop().expect("one batch in, one out")
+            let x = x.pop().expect("one batch in, one out");
+            let width = x.dims()[2];
+            (0..batch.len())
+                .map(|b| x.clone().narrow(0, b, 1).reshape([length, width]))
+                .collect()
         }
     };
-    let width = hidden.dims()[2];
-    let mut rows = Vec::new();
+    let mut picked = Vec::new();
     let mut targets = Vec::new();
     let mut order = Vec::new();
-    for (b, pass) in batch.iter().enumerate() {
+    for (pass, hidden) in batch.iter().zip(hidden) {
+        let mut rows = Vec::new();
         for &(index, request) in &pass.readers {
             let end = request.input.len();
             let first = end - request.targets.len();
-            rows.extend((first..end).map(|p| (b * length + p) as i64));
+            rows.extend((first..end).map(|p| p as i64));
             targets.extend_from_slice(&request.targets);
             order.push((index, request.targets.len()));
         }
+        if !rows.is_empty() {
+            let count = rows.len();
+            let index = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [count]), &device);
+            picked.push(hidden.select(0, index));
+        }
     }
-    let nlls = if rows.is_empty() {
+    let nlls = if picked.is_empty() {
         Vec::new()
     } else {
-        let index =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(rows.clone(), [rows.len()]), &device);
-        let picked = hidden
-            .reshape([batch.len() * length, width])
-            .select(0, index);
-        token_nlls(shell, picked, &targets)
+        token_nlls(shell, Tensor::cat(picked, 0), &targets)
     };
     let mut nlls = nlls.into_iter();
     Ok(order
