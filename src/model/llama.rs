@@ -584,6 +584,21 @@ impl<B: Backend> Llama<B> {
         }
     }
 
+    /// The residual stream after the last layer of continuations sharing a context, packed as
+    /// one sequence ([`super::kernels::Kernels::packed_hidden`]); `None` where the backend's
+    /// kernels do not pack (run `context + branch` through [`Llama::hidden`] instead).
+    ///
+    /// # Shapes
+    /// - `tokens`: `n` ids → `[n, hidden]`
+    pub fn packed_hidden(
+        &self,
+        tokens: &[u32],
+        prefix: usize,
+        branches: &[usize],
+    ) -> Option<Tensor<B, 2>> {
+        kernels::<B>().packed_hidden(&self.weights(), tokens, prefix, branches)
+    }
+
     /// [`Llama::hidden`] layer by layer, on any backend.
     fn hidden_generic(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [_batch, seq] = tokens.dims();
@@ -789,6 +804,53 @@ mod tests {
         .unwrap()
         .resolve()
         .unwrap()
+    }
+
+    /// Each branch of a packed sequence equals its unpacked `context + branch` row for row
+    /// (an empty branch included), and the context rows equal the context alone.
+    #[test]
+    fn packed_branches_equal_their_unpacked_sequences() {
+        let device = Default::default();
+        let model = Llama::<B>::init_random(&tiny_config(), 7, &device);
+        let context = [3u32, 9, 14, 1, 27];
+        let branches: [&[u32]; 3] = [&[5, 6, 7], &[], &[30, 2]];
+        let mut tokens = context.to_vec();
+        for b in branches {
+            tokens.extend_from_slice(b);
+        }
+        let lens: Vec<usize> = branches.iter().map(|b| b.len()).collect();
+        let packed = model
+            .packed_hidden(&tokens, context.len(), &lens)
+            .expect("burn-ndarray f32 packs");
+        let packed: Vec<f32> = packed.into_data().to_vec().unwrap();
+        let width = 16;
+        let mut start = context.len();
+        for branch in branches {
+            let ids: Vec<i64> = context
+                .iter()
+                .chain(branch)
+                .map(|&t| i64::from(t))
+                .collect();
+            let len = ids.len();
+            let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, len]), &device);
+            let unpacked: Vec<f32> = model.hidden(tokens).into_data().to_vec().unwrap();
+            let rows = (0..context.len())
+                .map(|r| (r, r))
+                .chain((0..branch.len()).map(|j| (context.len() + j, start + j)));
+            for (unpacked_row, packed_row) in rows {
+                let a = &unpacked[unpacked_row * width..][..width];
+                let b = &packed[packed_row * width..][..width];
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= 1e-5 * x.abs().max(1.0),
+                        "row {packed_row}: {a:?} vs {b:?}"
+                    );
+                }
+            }
+            start += branch.len();
+        }
+        // Lengths that do not add up are refused.
+        assert!(model.packed_hidden(&tokens, 2, &lens).is_none());
     }
 
     /// Regression: models built from one seed differed when another test thread drew random

@@ -71,6 +71,8 @@ struct Prepared {
     input: Vec<u32>,
     /// The continuation tokens, predicted by the last `targets.len()` input positions.
     targets: Vec<u32>,
+    /// How many leading input tokens are the whole context (0 when the window cut into it).
+    context: usize,
 }
 
 impl Prepared {
@@ -82,17 +84,32 @@ impl Prepared {
             .chain(&pair.continuation)
             .copied()
             .collect();
-        let kept = &whole[whole.len().saturating_sub(max_length + 1)..];
+        let start = whole.len().saturating_sub(max_length + 1);
+        let kept = &whole[start..];
         let input = kept[..kept.len().saturating_sub(1)].to_vec();
         // A window shorter than the continuation predicts only its last tokens.
         let scored = pair.continuation.len().min(input.len());
         let targets = pair.continuation[pair.continuation.len() - scored..].to_vec();
-        Prepared { input, targets }
+        let context = if start == 0 {
+            pair.context.len().min(input.len())
+        } else {
+            0
+        };
+        Prepared {
+            input,
+            targets,
+            context,
+        }
+    }
+
+    /// The input positions that predict the targets.
+    fn positions(&self) -> std::ops::Range<usize> {
+        self.input.len() - self.targets.len()..self.input.len()
     }
 }
 
 /// The loglikelihood of each request (in `pairs` order): the sum of its continuation tokens'
-/// log-probabilities. `progress(done, total)` is called after every batch, in requests.
+/// log-probabilities. `progress(done, total)` is called as requests are scored.
 pub fn loglikelihoods<B: Backend>(
     model: &impl Layers<B>,
     pairs: &[EncodedPair],
@@ -119,93 +136,192 @@ pub fn loglikelihoods<B: Backend>(
         guests[h].push(i);
     }
     let mut hosts: Vec<usize> = (0..count).filter(|&i| host[i] == i).collect();
-    // Longest first, as lm-eval orders them, so a batch pads little.
+    // Longest first, as lm-eval orders them, so a streamed batch pads little.
     hosts.sort_by_key(|&i| std::cmp::Reverse(prepared[i].input.len()));
     let mut scores = vec![0.0f64; count];
     let mut done = 0;
+    if let Some(resident) = model.resident() {
+        // In memory: one pass per context, its choices packed behind it where the kernels
+        // pack, else one pass per host.
+        for group in context_groups(&prepared, &hosts) {
+            let readers: usize = group.iter().map(|&h| guests[h].len()).sum();
+            for (i, score) in score_group(resident, &prepared, &guests, &group) {
+                scores[i] = score;
+            }
+            done += readers;
+            progress(done, count);
+        }
+        return Ok(scores);
+    }
     let mut start = 0;
     while start < hosts.len() {
         let longest = prepared[hosts[start]].input.len().max(1);
         let take = (BATCH_TOKENS / longest).clamp(1, BATCH_SEQUENCES);
         let batch = &hosts[start..(start + take).min(hosts.len())];
-        let passes: Vec<Pass<'_>> = batch
-            .iter()
-            .map(|&h| Pass {
-                input: &prepared[h].input,
-                readers: guests[h].iter().map(|&g| (g, &prepared[g])).collect(),
-            })
-            .collect();
-        for (i, score) in score_batch(model, &passes, longest)? {
+        for (i, score) in score_streamed(model, &prepared, &guests, batch, longest)? {
             scores[i] = score;
         }
         start += batch.len();
-        done += passes.iter().map(|p| p.readers.len()).sum::<usize>();
+        done += batch.iter().map(|&h| guests[h].len()).sum::<usize>();
         progress(done, count);
     }
     Ok(scores)
 }
 
-/// One sequence of a batch, and the requests that read their positions from it.
-struct Pass<'a> {
-    input: &'a [u32],
-    /// `(request index, request)`; each request's input is a prefix of `input`.
-    readers: Vec<(usize, &'a Prepared)>,
+/// One forward pass's residual stream after the last layer, `[rows, hidden]`, and the requests
+/// that read it: `(request index, the rows that predict its targets)`.
+struct Pass<B: Backend> {
+    hidden: Tensor<B, 2>,
+    readers: Vec<(usize, Vec<usize>)>,
 }
 
-/// The loglikelihoods of the requests reading one batch, padded to `length` tokens.
-fn score_batch<B: Backend>(
+/// The hosts grouped by their whole context (in first-seen order); a host whose window cut
+/// into its context is a group of its own.
+fn context_groups(prepared: &[Prepared], hosts: &[usize]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut by_context: std::collections::HashMap<&[u32], usize> = Default::default();
+    for &h in hosts {
+        let p = &prepared[h];
+        if p.context == 0 {
+            groups.push(vec![h]);
+            continue;
+        }
+        let key = &p.input[..p.context];
+        match by_context.get(key) {
+            Some(&g) => groups[g].push(h),
+            None => {
+                by_context.insert(key, groups.len());
+                groups.push(vec![h]);
+            }
+        }
+    }
+    groups
+}
+
+/// The loglikelihoods of the requests read from the hosts of one context, on a model in
+/// memory: one packed pass when there are several and the kernels pack, else a pass per host.
+fn score_group<B: Backend>(
+    model: &Llama<B>,
+    prepared: &[Prepared],
+    guests: &[Vec<usize>],
+    group: &[usize],
+) -> Vec<(usize, f64)> {
+    let device = model.embed_tokens.weight.device();
+    // (pass rows, rows of each reader): rows are positions in the pass.
+    let mut passes: Vec<Pass<B>> = Vec::new();
+    let packed = (group.len() > 1)
+        .then(|| {
+            let prefix = prepared[group[0]].context;
+            let mut tokens = prepared[group[0]].input[..prefix].to_vec();
+            let mut branches = Vec::new();
+            let mut readers = Vec::new();
+            for &h in group {
+                let start = tokens.len();
+                let branch = &prepared[h].input[prefix..];
+                tokens.extend_from_slice(branch);
+                branches.push(branch.len());
+                for &g in &guests[h] {
+                    let rows = prepared[g]
+                        .positions()
+                        .map(|p| if p < prefix { p } else { start + p - prefix })
+                        .collect();
+                    readers.push((g, rows));
+                }
+            }
+            let hidden = model.packed_hidden(&tokens, prefix, &branches)?;
+            Some(Pass { hidden, readers })
+        })
+        .flatten();
+    match packed {
+        Some(pass) => passes.push(pass),
+        None => {
+            for &h in group {
+                let input = &prepared[h].input;
+                let len = input.len().max(1);
+                let ids: Vec<i64> = input
+                    .iter()
+                    .map(|&t| i64::from(t))
+                    .chain(std::iter::repeat_n(0, len - input.len()))
+                    .collect();
+                let tokens =
+                    Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, len]), &device);
+                let hidden = model.hidden(tokens);
+                let width = hidden.dims()[2];
+                let readers = guests[h]
+                    .iter()
+                    .map(|&g| (g, prepared[g].positions().collect()))
+                    .collect();
+                passes.push(Pass {
+                    hidden: hidden.reshape([len, width]),
+                    readers,
+                });
+            }
+        }
+    }
+    read_scores(model, prepared, passes)
+}
+
+/// The loglikelihoods of the requests reading one batch of hosts of a streamed model, padded to
+/// `length` tokens and run layer by layer.
+fn score_streamed<B: Backend>(
     model: &impl Layers<B>,
-    batch: &[Pass<'_>],
+    prepared: &[Prepared],
+    guests: &[Vec<usize>],
+    batch: &[usize],
     length: usize,
 ) -> Result<Vec<(usize, f64)>, StreamError> {
     let shell = model.shell();
     let device = shell.embed_tokens.weight.device();
-    let tokens = |inputs: &[&[u32]], length: usize| {
-        let mut ids = Vec::with_capacity(inputs.len() * length);
-        for input in inputs {
-            ids.extend(input.iter().map(|&t| i64::from(t)));
-            // Padding after the sequence: causal attention never lets it reach a real position.
-            ids.extend(std::iter::repeat_n(0i64, length - input.len()));
-        }
-        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [inputs.len(), length]), &device)
-    };
-    // Per pass, its residual stream after the last layer, `[positions, hidden]`.
-    let hidden: Vec<Tensor<B, 2>> = match model.resident() {
-        // The fused kernels run one sequence at a time anyway: no padding.
-        Some(resident) => batch
-            .iter()
-            .map(|pass| {
-                let len = pass.input.len().max(1);
-                let h = resident.hidden(tokens(&[pass.input], len));
-                let width = h.dims()[2];
-                h.reshape([len, width])
-            })
-            .collect(),
-        None => {
-            let inputs: Vec<&[u32]> = batch.iter().map(|p| p.input).collect();
-            let (cos, sin) = shell.rope_tables(0, length);
-            let mut x = vec![shell.embed(tokens(&inputs, length))];
-            for i in 0..model.layer_count() {
-                x = model.layer(i)?.forward_each(x, &cos, &sin);
+    let mut ids = Vec::with_capacity(batch.len() * length);
+    for &h in batch {
+        let input = &prepared[h].input;
+        ids.extend(input.iter().map(|&t| i64::from(t)));
+        // Padding after the sequence: causal attention never lets it reach a real position.
+        ids.extend(std::iter::repeat_n(0i64, length - input.len()));
+    }
+    let tokens =
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch.len(), length]), &device);
+    let (cos, sin) = shell.rope_tables(0, length);
+    let mut x = vec![shell.embed(tokens)];
+    for i in 0..model.layer_count() {
+        x = model.layer(i)?.forward_each(x, &cos, &sin);
+    }
+    let x = x.pop().expect("one batch in, one out");
+    let width = x.dims()[2];
+    let passes = batch
+        .iter()
+        .enumerate()
+        .map(|(b, &h)| {
+            let readers = guests[h]
+                .iter()
+                .map(|&g| (g, prepared[g].positions().collect()))
+                .collect();
+            Pass {
+                hidden: x.clone().narrow(0, b, 1).reshape([length, width]),
+                readers,
             }
-            let x = x.pop().expect("one batch in, one out");
-            let width = x.dims()[2];
-            (0..batch.len())
-                .map(|b| x.clone().narrow(0, b, 1).reshape([length, width]))
-                .collect()
-        }
-    };
+        })
+        .collect();
+    Ok(read_scores(shell, prepared, passes))
+}
+
+/// Each reader's loglikelihood: the NLLs of its targets at its rows of its pass, through the
+/// head once for all passes.
+fn read_scores<B: Backend>(
+    model: &Llama<B>,
+    prepared: &[Prepared],
+    passes: Vec<Pass<B>>,
+) -> Vec<(usize, f64)> {
     let mut picked = Vec::new();
     let mut targets = Vec::new();
     let mut order = Vec::new();
-    for (pass, hidden) in batch.iter().zip(hidden) {
+    for Pass { hidden, readers } in passes {
+        let device = hidden.device();
         let mut rows = Vec::new();
-        for &(index, request) in &pass.readers {
-            let end = request.input.len();
-            let first = end - request.targets.len();
-            rows.extend((first..end).map(|p| p as i64));
-            targets.extend_from_slice(&request.targets);
-            order.push((index, request.targets.len()));
+        for (index, reader_rows) in readers {
+            rows.extend(reader_rows.iter().map(|&r| r as i64));
+            targets.extend_from_slice(&prepared[index].targets);
+            order.push((index, reader_rows.len()));
         }
         if !rows.is_empty() {
             let count = rows.len();
@@ -216,13 +332,13 @@ fn score_batch<B: Backend>(
     let nlls = if picked.is_empty() {
         Vec::new()
     } else {
-        token_nlls(shell, Tensor::cat(picked, 0), &targets)
+        token_nlls(model, Tensor::cat(picked, 0), &targets)
     };
     let mut nlls = nlls.into_iter();
-    Ok(order
+    order
         .into_iter()
         .map(|(index, scored)| (index, -nlls.by_ref().take(scored).sum::<f64>()))
-        .collect())
+        .collect()
 }
 
 /// The NLL of each row's target through the final norm and LM head: the fused kernels where

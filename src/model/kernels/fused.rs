@@ -288,6 +288,8 @@ struct RopeTables<'a> {
     sin: &'a [f32],
     stride: usize,
     seq: usize,
+    /// Which rows each row sees: `None` for causal attention over its sequence.
+    packing: Option<Packing<'a>>,
 }
 
 /// Rotates every head of `x` in place (HF "rotate half" layout); rows are positions
@@ -332,7 +334,7 @@ fn attend_block(
     group: usize,
     rows: std::ops::Range<usize>,
     d: &Dims,
-    window: Option<usize>,
+    mask: Mask,
 ) -> Vec<f32> {
     let (first, rows) = (rows.start, rows.len());
     let hd = d.head_dim;
@@ -361,10 +363,30 @@ fn attend_block(
         k_t,
         false,
     );
+    let mut live = Vec::new();
     for (i, row) in scores.chunks_mut(keys).enumerate() {
         let visible = first + i / per_group + 1;
+        if let Mask::Packed(p) = mask {
+            // The shared context and the row's own branch, side by side in their order: the
+            // softmax of exactly the keys the unpacked sequence has.
+            let own = p.own_start[visible - 1];
+            let shared = p.prefix.min(own);
+            live.clear();
+            live.extend_from_slice(&row[..shared]);
+            live.extend_from_slice(&row[own..visible]);
+            let n = live.len();
+            vecmath::softmax_row(&mut live, n, scale);
+            row[..shared].copy_from_slice(&live[..shared]);
+            row[shared..own].fill(0.0);
+            row[own..visible].copy_from_slice(&live[shared..]);
+            row[visible..].fill(0.0);
+            continue;
+        }
         // A sliding window hides the keys before its start, as the causal mask the later ones.
-        let start = window.map_or(0, |w| visible.saturating_sub(w));
+        let start = match mask {
+            Mask::Causal { window: Some(w) } => visible.saturating_sub(w),
+            _ => 0,
+        };
         row[..start].fill(0.0);
         vecmath::softmax_row(&mut row[start..], visible - start, scale);
     }
@@ -385,6 +407,24 @@ fn attend_block(
         false,
     );
     stacked
+}
+
+/// The keys each query row of [`attend_block`] sees.
+#[derive(Clone, Copy)]
+enum Mask<'a> {
+    /// Its position and the ones before, or only the last `window` of them.
+    Causal { window: Option<usize> },
+    /// The shared context and its own branch.
+    Packed(Packing<'a>),
+}
+
+/// Continuations that share a context, packed into one sequence: the context's `prefix` rows,
+/// then each branch's rows. Row `r` sees the context and the rows of its own branch from
+/// `own_start[r]` (0 for a context row) up to itself.
+#[derive(Clone, Copy)]
+struct Packing<'a> {
+    prefix: usize,
+    own_start: &'a [usize],
 }
 
 /// Work buffers of the layer pass, sized on first use and reused by every layer of a forward
@@ -461,7 +501,12 @@ fn layer_forward(
                 g,
                 first..first + ATTENTION_ROWS.min(seq - first),
                 d,
-                layer.window,
+                match tables.packing {
+                    Some(p) => Mask::Packed(p),
+                    None => Mask::Causal {
+                        window: layer.window,
+                    },
+                },
             )
         })
         .collect();
@@ -498,6 +543,21 @@ fn layer_forward(
 /// # Shapes
 /// - `tokens`: `seq` ids → `[seq, hidden]`
 fn sequence_hidden(model: &DecoderRef, tokens: &[usize]) -> Vec<f32> {
+    let positions: Vec<usize> = (0..tokens.len()).collect();
+    run_layers(model, tokens, &positions, None)
+}
+
+/// The residual stream after the last layer of `tokens` at `positions` (rotary angles), every
+/// row seeing the rows before it, or as `packing` says.
+///
+/// # Shapes
+/// - `tokens`, `positions`: `seq` values → `[seq, hidden]`
+fn run_layers(
+    model: &DecoderRef,
+    tokens: &[usize],
+    positions: &[usize],
+    packing: Option<Packing>,
+) -> Vec<f32> {
     let d = &model.dims;
     let (seq, hidden) = (tokens.len(), d.hidden);
     let mut x = Vec::with_capacity(seq * hidden);
@@ -510,7 +570,7 @@ fn sequence_hidden(model: &DecoderRef, tokens: &[usize]) -> Vec<f32> {
         Vec::with_capacity(seq * half),
         Vec::with_capacity(seq * half),
     );
-    for pos in 0..seq {
+    for &pos in positions {
         for f in model.inv_freq {
             let angle = f64::from(pos as f32 * f);
             cos.push(angle.cos() as f32);
@@ -522,6 +582,7 @@ fn sequence_hidden(model: &DecoderRef, tokens: &[usize]) -> Vec<f32> {
         sin: &sin,
         stride: half,
         seq,
+        packing,
     };
     let mut scratch = Scratch::default();
     for layer in &model.layers {
@@ -744,6 +805,16 @@ impl Kernels<Nd> for Fused {
         fused_hidden_nll(head, hidden, window)
     }
 
+    fn packed_hidden(
+        &self,
+        model: &ModelWeights<'_, Nd>,
+        tokens: &[u32],
+        prefix: usize,
+        branches: &[usize],
+    ) -> Option<Tensor<Nd, 2>> {
+        fused_packed_hidden(model, tokens, prefix, branches)
+    }
+
     fn token_nlls(
         &self,
         head: &HeadWeights<'_, Nd>,
@@ -857,6 +928,7 @@ fn fused_layer(
         sin: held.slice(sin_index)?,
         stride: head_dim,
         seq,
+        packing: None,
     };
     let d = dims_of(layer, hidden, layer.input_norm.eps);
     let mut values = held.slice(x_index)?.to_vec();
@@ -899,6 +971,37 @@ fn fused_sequences(
 ) -> Option<Tensor<Nd, 3>> {
     let [batch, seq] = tokens.dims();
     let ids: Vec<i64> = tokens.clone().into_data().convert::<i64>().to_vec().ok()?;
+    with_decoder(model, |refs| {
+        let vocab = refs.head.vocab;
+        if ids.iter().any(|&t| t < 0 || t as usize >= vocab) {
+            return None;
+        }
+        let width = if logits { vocab } else { refs.head.hidden };
+        // Each sequence writes its rows in place: a whole batch of logits is the largest buffer
+        // of the pass, and a second copy of it would cost its size again in page faults and
+        // memory.
+        let mut out = vec![0.0f32; batch * seq * width];
+        for (row, dst) in ids
+            .chunks(seq.max(1))
+            .zip(out.chunks_mut((seq * width).max(1)))
+        {
+            let tokens: Vec<usize> = row.iter().map(|&t| t as usize).collect();
+            let x = sequence_hidden(refs, &tokens);
+            if logits {
+                refs.head.logits_into(&x, dst);
+            } else {
+                dst.copy_from_slice(&x);
+            }
+        }
+        to_tensor(out, [batch, seq, width])
+    })
+}
+
+/// `f` on the borrowed weights of `model`; `None` unless every weight is contiguous f32.
+fn with_decoder<R>(
+    model: &ModelWeights<Nd>,
+    f: impl FnOnce(&DecoderRef) -> Option<R>,
+) -> Option<R> {
     let mut held = Held {
         tensors: Vec::new(),
     };
@@ -930,26 +1033,42 @@ fn fused_sequences(
         inv_freq: model.inv_freq,
         dims: dims_of(model.layers.first()?, hidden, model.head.norm.eps),
     };
-    if ids.iter().any(|&t| t < 0 || t as usize >= vocab) {
+    f(&refs)
+}
+
+/// [`Kernels::packed_hidden`] of the fused kernels; `None` for a model with sliding-window
+/// attention (a branch's window would have to skip the other branches).
+fn fused_packed_hidden(
+    model: &ModelWeights<Nd>,
+    tokens: &[u32],
+    prefix: usize,
+    branches: &[usize],
+) -> Option<Tensor<Nd, 2>> {
+    if prefix + branches.iter().sum::<usize>() != tokens.len() {
         return None;
     }
-    let width = if logits { vocab } else { hidden };
-    // Each sequence writes its rows in place: a whole batch of logits is the largest buffer of
-    // the pass, and a second copy of it would cost its size again in page faults and memory.
-    let mut out = vec![0.0f32; batch * seq * width];
-    for (row, dst) in ids
-        .chunks(seq.max(1))
-        .zip(out.chunks_mut((seq * width).max(1)))
-    {
-        let tokens: Vec<usize> = row.iter().map(|&t| t as usize).collect();
-        let x = sequence_hidden(&refs, &tokens);
-        if logits {
-            refs.head.logits_into(&x, dst);
-        } else {
-            dst.copy_from_slice(&x);
-        }
+    let mut positions: Vec<usize> = (0..prefix).collect();
+    let mut own_start = vec![0usize; prefix];
+    let mut start = prefix;
+    for &len in branches {
+        positions.extend(prefix..prefix + len);
+        own_start.extend(std::iter::repeat_n(start, len));
+        start += len;
     }
-    to_tensor(out, [batch, seq, width])
+    with_decoder(model, |refs| {
+        if refs.layers.iter().any(|l| l.window.is_some())
+            || tokens.iter().any(|&t| t as usize >= refs.head.vocab)
+        {
+            return None;
+        }
+        let ids: Vec<usize> = tokens.iter().map(|&t| t as usize).collect();
+        let packing = Packing {
+            prefix,
+            own_start: &own_start,
+        };
+        let x = run_layers(refs, &ids, &positions, Some(packing));
+        to_tensor(x, [tokens.len(), refs.head.hidden])
+    })
 }
 
 /// Rows of logits a streamed evaluation holds at once ([`Kernels::hidden_nll`]).
@@ -1113,7 +1232,7 @@ mod tests {
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
         let v = [1.0, 2.0, 3.0, 5.0];
-        let out = attend_block(&q, &k, &v, 0, 0..2, &d, None);
+        let out = attend_block(&q, &k, &v, 0, 0..2, &d, Mask::Causal { window: None });
         let s = std::f32::consts::SQRT_2;
         let (e0, e1) = ((0.0f32 / s).exp(), (2.0f32 / s).exp());
         let (p0, p1) = (e0 / (e0 + e1), e1 / (e0 + e1));
@@ -1144,13 +1263,21 @@ mod tests {
         ];
         let k = [1.0, 0.0, 0.5, 1.0, -1.0, 2.0];
         let v = [1.0, 2.0, 3.0, 5.0, -2.0, 0.5];
-        let together = attend_block(&q, &k, &v, 0, 0..3, &group, None);
+        let together = attend_block(&q, &k, &v, 0, 0..3, &group, Mask::Causal { window: None });
         for head in 0..2 {
             let q_head: Vec<f32> = q
                 .chunks(4)
                 .flat_map(|r| r[head * 2..][..2].to_vec())
                 .collect();
-            let alone = attend_block(&q_head, &k, &v, 0, 0..3, &single, None);
+            let alone = attend_block(
+                &q_head,
+                &k,
+                &v,
+                0,
+                0..3,
+                &single,
+                Mask::Causal { window: None },
+            );
             let columns: Vec<f32> = together
                 .chunks(4)
                 .flat_map(|r| r[head * 2..][..2].to_vec())

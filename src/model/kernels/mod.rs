@@ -196,6 +196,24 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// The residual stream after the last layer of continuations that share a context, packed
+    /// as one sequence: the context's `prefix` tokens, then each branch's tokens (`branches`
+    /// lengths). A branch sees the context and itself, at the positions that follow the
+    /// context, so each of its rows equals that row of the unpacked `context + branch`, and the
+    /// context runs once for all branches.
+    ///
+    /// # Shapes
+    /// - `tokens`: `n` ids → `[n, hidden]`
+    fn packed_hidden(
+        &self,
+        _model: &ModelWeights<'_, B>,
+        _tokens: &[u32],
+        _prefix: usize,
+        _branches: &[usize],
+    ) -> Option<Tensor<B, 2>> {
+        None
+    }
+
     /// `xᵀ · x`.
     ///
     /// # Shapes
