@@ -71,8 +71,6 @@ struct Prepared {
     input: Vec<u32>,
     /// The continuation tokens, predicted by the last `targets.len()` input positions.
     targets: Vec<u32>,
-    /// How many leading input tokens are the whole context (0 when the window cut into it).
-    context: usize,
 }
 
 impl Prepared {
@@ -84,22 +82,12 @@ impl Prepared {
             .chain(&pair.continuation)
             .copied()
             .collect();
-        let start = whole.len().saturating_sub(max_length + 1);
-        let kept = &whole[start..];
+        let kept = &whole[whole.len().saturating_sub(max_length + 1)..];
         let input = kept[..kept.len().saturating_sub(1)].to_vec();
         // A window shorter than the continuation predicts only its last tokens.
         let scored = pair.continuation.len().min(input.len());
         let targets = pair.continuation[pair.continuation.len() - scored..].to_vec();
-        let context = if start == 0 {
-            pair.context.len().min(input.len())
-        } else {
-            0
-        };
-        Prepared {
-            input,
-            targets,
-            context,
-        }
+        Prepared { input, targets }
     }
 
     /// The input positions that predict the targets.
@@ -109,10 +97,13 @@ impl Prepared {
 }
 
 /// The loglikelihood of each request (in `pairs` order): the sum of its continuation tokens'
-/// log-probabilities. `progress(done, total)` is called as requests are scored.
+/// log-probabilities. `documents[i]` groups request `i` with the other choices of its document,
+/// whose common token prefix a model in memory runs once. `progress(done, total)` is called as
+/// requests are scored.
 pub fn loglikelihoods<B: Backend>(
     model: &impl Layers<B>,
     pairs: &[EncodedPair],
+    documents: &[usize],
     max_length: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<f64>, StreamError> {
@@ -141,9 +132,9 @@ pub fn loglikelihoods<B: Backend>(
     let mut scores = vec![0.0f64; count];
     let mut done = 0;
     if let Some(resident) = model.resident() {
-        // In memory: one pass per context, its choices packed behind it where the kernels
-        // pack, else one pass per host.
-        for group in context_groups(&prepared, &hosts) {
+        // In memory: one pass per document, its choices packed behind their common prefix
+        // where the kernels pack, else one pass per host.
+        for group in document_groups(documents, &hosts) {
             let readers: usize = group.iter().map(|&h| guests[h].len()).sum();
             for (i, score) in score_group(resident, &prepared, &guests, &group) {
                 scores[i] = score;
@@ -175,31 +166,37 @@ struct Pass<B: Backend> {
     readers: Vec<(usize, Vec<usize>)>,
 }
 
-/// The hosts grouped by their whole context (in first-seen order); a host whose window cut
-/// into its context is a group of its own.
-fn context_groups(prepared: &[Prepared], hosts: &[usize]) -> Vec<Vec<usize>> {
+/// The hosts grouped by document, in first-seen order.
+fn document_groups(documents: &[usize], hosts: &[usize]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut by_context: std::collections::HashMap<&[u32], usize> = Default::default();
+    let mut by_document: std::collections::HashMap<usize, usize> = Default::default();
     for &h in hosts {
-        let p = &prepared[h];
-        if p.context == 0 {
-            groups.push(vec![h]);
-            continue;
-        }
-        let key = &p.input[..p.context];
-        match by_context.get(key) {
-            Some(&g) => groups[g].push(h),
-            None => {
-                by_context.insert(key, groups.len());
-                groups.push(vec![h]);
-            }
-        }
+        let g = *by_document.entry(documents[h]).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(h);
     }
     groups
 }
 
-/// The loglikelihoods of the requests read from the hosts of one context, on a model in
-/// memory: one packed pass when there are several and the kernels pack, else a pass per host.
+/// The length of the longest common prefix of `inputs`.
+fn common_prefix(inputs: &[&[u32]]) -> usize {
+    let Some((first, rest)) = inputs.split_first() else {
+        return 0;
+    };
+    rest.iter().fold(first.len(), |n, input| {
+        first[..n]
+            .iter()
+            .zip(input.iter())
+            .take_while(|(a, b)| a == b)
+            .count()
+    })
+}
+
+/// The loglikelihoods of the requests read from the hosts of one document, on a model in
+/// memory: one pass with every host's remainder packed behind their common prefix when there
+/// are several and the kernels pack, else a pass per host.
 fn score_group<B: Backend>(
     model: &Llama<B>,
     prepared: &[Prepared],
@@ -211,7 +208,8 @@ fn score_group<B: Backend>(
     let mut passes: Vec<Pass<B>> = Vec::new();
     let packed = (group.len() > 1)
         .then(|| {
-            let prefix = prepared[group[0]].context;
+            let inputs: Vec<&[u32]> = group.iter().map(|&h| &prepared[h].input[..]).collect();
+            let prefix = common_prefix(&inputs);
             let mut tokens = prepared[group[0]].input[..prefix].to_vec();
             let mut branches = Vec::new();
             let mut readers = Vec::new();
@@ -403,6 +401,14 @@ mod tests {
         assert_eq!((pair.context, pair.continuation), (vec![7], vec![20, 21]));
         let pair = encode_pair(&Words, "", "ab cd", 20).unwrap();
         assert_eq!((pair.context, pair.continuation), (vec![20], vec![21]));
+    }
+
+    #[test]
+    fn common_prefix_by_hand() {
+        assert_eq!(common_prefix(&[&[1, 2, 3], &[1, 2, 4, 5], &[1, 2]]), 2);
+        assert_eq!(common_prefix(&[&[7, 1], &[8, 1]]), 0);
+        assert_eq!(common_prefix(&[&[1, 2]]), 2);
+        assert_eq!(common_prefix(&[]), 0);
     }
 
     #[test]

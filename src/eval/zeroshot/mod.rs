@@ -164,8 +164,10 @@ where
     T::Error: std::fmt::Display,
 {
     let mut pairs: Vec<EncodedPair> = Vec::new();
+    let mut owners: Vec<usize> = Vec::new();
     for (index, doc) in documents.iter().enumerate() {
         for (context, continuation) in &doc.requests {
+            owners.push(index);
             pairs.push(
                 encode_pair(tokenizer, context, continuation, prefix_token).map_err(|e| {
                     ZeroshotError::Tokenize {
@@ -177,7 +179,7 @@ where
             );
         }
     }
-    let lls = loglikelihoods(model, &pairs, max_length, progress)
+    let lls = loglikelihoods(model, &pairs, &owners, max_length, progress)
         .map_err(|e| ZeroshotError::Layers(e.to_string()))?;
     let mut lls = lls.into_iter();
     let scores: Vec<DocumentScore> = documents
