@@ -104,7 +104,12 @@ pub const ZEROSHOT_METRICS: [&str; 2] = ["zeroshot", "zeroshot_norm"];
 pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
     if ZEROSHOT_METRICS.contains(&spec.metric.as_str()) {
         let norm = spec.metric == "zeroshot_norm";
-        let mut table = build_with(records, spec, |r| Ok(zeroshot_columns(r, norm)))?;
+        // Accuracy: the largest is the best, whatever `--higher-is-better` says.
+        let spec = TableSpec {
+            higher_is_better: true,
+            ..spec.clone()
+        };
+        let mut table = build_with(records, &spec, |r| Ok(zeroshot_columns(r, norm)))?;
         table.metric = if norm { "acc_norm/acc %" } else { "acc %" }.to_owned();
         return Ok(table);
     }

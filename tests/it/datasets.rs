@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use parquet::data_type::{ByteArray, ByteArrayType};
@@ -20,6 +19,7 @@ use wanda::pipeline::RunRecord;
 
 use crate::common::fake_hub::{walk, FakeHub, FakeRepo, COMMIT};
 use crate::common::shared;
+use crate::common::wanda_with_hub as wanda;
 
 const C4_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data/c4");
 const C4_TRAIN: &str = "en/c4-train.00000-of-01024.json.gz";
@@ -345,22 +345,6 @@ fn paper_pipeline(dir: &Path, gguf: &Path) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-fn wanda(args: &[&str], hub: &FakeHub, home: &Path, offline: bool) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wanda"));
-    command
-        .args(args)
-        .env("HF_ENDPOINT", hub.endpoint())
-        .env("HF_HOME", home)
-        .env_remove("HF_TOKEN")
-        .env_remove("HUGGING_FACE_HUB_TOKEN");
-    if offline {
-        command.env("HF_HUB_OFFLINE", "1");
-    } else {
-        command.env_remove("HF_HUB_OFFLINE");
-    }
-    command.output().unwrap()
 }
 
 fn only_record(results: &Path) -> RunRecord {

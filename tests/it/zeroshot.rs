@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use wanda::data::hub::HubRequest;
 use wanda::eval::zeroshot::{self, Task, TaskSource};
@@ -15,6 +14,7 @@ use wanda::model::{self, ModelRef};
 use wanda::pipeline::RunRecord;
 
 use crate::common::fake_hub::{walk, FakeHub, FakeRepo};
+use crate::common::wanda_with_hub as wanda;
 use crate::common::{shared, B};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/zeroshot");
@@ -196,23 +196,6 @@ fn a_missing_task_split_and_a_bad_document_are_named() {
     assert_eq!(err, "rte: document 1: it has no `sentence2`");
 }
 
-/// Runs `wanda` with the hub at `hub`'s address, its cache under `home`, offline or not.
-fn wanda(args: &[&str], hub: &FakeHub, home: &Path, offline: bool) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wanda"));
-    command
-        .args(args)
-        .env("HF_ENDPOINT", hub.endpoint())
-        .env("HF_HOME", home)
-        .env_remove("HF_TOKEN")
-        .env_remove("HUGGING_FACE_HUB_TOKEN");
-    if offline {
-        command.env("HF_HUB_OFFLINE", "1");
-    } else {
-        command.env_remove("HF_HUB_OFFLINE");
-    }
-    command.output().unwrap()
-}
-
 /// A pipeline pruning SmolLM2 by magnitude and scoring boolq and arc_easy (4 documents each)
 /// from `data` (a local folder) or from the hub.
 fn zeroshot_pipeline(dir: &Path, gguf: &Path, text: &Path, data: Option<&str>) -> PathBuf {
@@ -299,6 +282,9 @@ fn a_pipeline_records_zero_shot_accuracy_and_the_table_shows_it() {
         100.0 * z.tasks["arc_easy"].acc,
         100.0 * z.mean
     );
+    // One pruned row: each of its values is its column's best (bold), accuracy being higher
+    // is better.
+    assert_eq!(lines[2].matches("**").count(), 6, "{table}");
     assert!(
         lines[2].replace("**", "").ends_with(&values),
         "{table}\n{values}"

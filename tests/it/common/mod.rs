@@ -118,3 +118,26 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     eprintln!("skipped: {msg}");
     None
 }
+
+/// Runs the `wanda` binary with `args`, the hub at `hub`'s address, its cache under `home`
+/// (`HF_HOME`), no token, offline or not.
+pub(crate) fn wanda_with_hub(
+    args: &[&str],
+    hub: &fake_hub::FakeHub,
+    home: &std::path::Path,
+    offline: bool,
+) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"));
+    command
+        .args(args)
+        .env("HF_ENDPOINT", hub.endpoint())
+        .env("HF_HOME", home)
+        .env_remove("HF_TOKEN")
+        .env_remove("HUGGING_FACE_HUB_TOKEN");
+    if offline {
+        command.env("HF_HUB_OFFLINE", "1");
+    } else {
+        command.env_remove("HF_HUB_OFFLINE");
+    }
+    command.output().unwrap()
+}
