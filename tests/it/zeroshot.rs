@@ -2,7 +2,8 @@
 //! seven tasks in the hub's real schemas (`tests/fixtures/zeroshot`, made by
 //! `scripts/make-zeroshot-data.py`), scored by lm-eval's `hf` model on SmolLM2-135M
 //! (`scripts/zeroshot-reference.py`; its output is `lm-eval-reference.json`) and by wanda on the
-//! same weights (the shared GGUF). The same data served by a hub imitation on 127.0.0.1, and a
+//! same weights (the shared GGUF), in memory and streamed. The same data served by a hub
+//! imitation on 127.0.0.1, and a
 //! pipeline's `eval: { zeroshot: }` through to `wanda table --metric zeroshot`.
 
 use std::collections::BTreeMap;
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use wanda::data::hub::HubRequest;
 use wanda::eval::zeroshot::{self, Task, TaskSource};
+use wanda::model::stream::Layers;
 use wanda::model::{self, ModelRef};
 use wanda::pipeline::RunRecord;
 
@@ -91,6 +93,29 @@ fn all_seven_tasks_match_lm_eval_document_by_document() {
     )
     .unwrap();
     assert_eq!(docs.len(), 2);
+}
+
+#[test]
+fn a_streamed_model_scores_like_lm_eval_too() {
+    let Some(gguf) = shared(GGUF) else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let origin = ModelRef::parse(gguf.to_str().unwrap()).unwrap();
+    let loaded = model::load_streamed::<B>(&origin, &Default::default(), store.path()).unwrap();
+    assert!(loaded.model.resident().is_none());
+    let run = zeroshot::evaluate(
+        &loaded.model,
+        &loaded.tokenizer,
+        &Task::ALL,
+        TaskSource::Local(Path::new(FIXTURES)),
+        None,
+        loaded.config.bos_token_id.unwrap_or(0),
+        loaded.config.max_position_embeddings,
+        |_, _, _| {},
+    )
+    .unwrap();
+    assert_matches_reference(&run);
 }
 
 /// The fixture folder's files of one repository, by path inside it.
