@@ -3,8 +3,8 @@
 //! `scripts/make-zeroshot-data.py`), scored by lm-eval's `hf` model on SmolLM2-135M
 //! (`scripts/zeroshot-reference.py`; its output is `lm-eval-reference.json`) and by wanda on the
 //! same weights (the shared GGUF), in memory and streamed. The same data served by a hub
-//! imitation on 127.0.0.1, and a
-//! pipeline's `eval: { zeroshot: }` through to `wanda table --metric zeroshot`.
+//! imitation on 127.0.0.1, and a pipeline's `eval: { zeroshot: }` through to `wanda table
+//! --metric zeroshot`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
