@@ -27,13 +27,12 @@ pub use tasks::{Document, Task, LM_EVAL_VERSION};
 #[derive(Debug, thiserror::Error)]
 pub enum ZeroshotError {
     /// The task's documents could not be read.
-    #[error("{task}: {source}")]
+    #[error("{task}: {cause}")]
     Data {
         /// The task.
         task: &'static str,
-        /// What went wrong.
-        #[source]
-        source: DataError,
+        /// What went wrong (in the message, not repeated as a cause).
+        cause: DataError,
     },
     /// A document does not have the task's schema.
     #[error("{task}: document {index}: {message}")]
@@ -88,9 +87,9 @@ pub fn task_documents(
             sets::local_split_records(dir, data.repo, data.config, data.split, limit)
         }
     }
-    .map_err(|source| ZeroshotError::Data {
+    .map_err(|cause| ZeroshotError::Data {
         task: task.name(),
-        source,
+        cause,
     })?;
     let documents = documents_of(task, &records)?;
     Ok((documents, provenance))
