@@ -19,7 +19,9 @@ pub struct TableArgs {
     /// Column axis keys, comma-separated (as `--rows`).
     #[arg(long, value_delimiter = ',', default_value = "sparsity")]
     pub cols: Vec<String>,
-    /// The metric: ppl, sparsity, prune_s, total_s, peak_rss_gib, or a key of `metrics`.
+    /// The metric: ppl, sparsity, prune_s, total_s, peak_rss_gib, or a key of `metrics`;
+    /// `zeroshot` (`zeroshot_norm`: acc_norm where a task has it) gives the paper's Table 2
+    /// shape, accuracy in percent per task with their mean as columns.
     #[arg(long, default_value = "ppl")]
     pub metric: String,
     /// md, csv, latex or json.

@@ -98,7 +98,7 @@ pub struct Table {
 
 /// The metric that renders the paper's Table 2 shape: zero-shot accuracy (percent) per task as
 /// columns, their mean last (`zeroshot_norm`: `acc_norm` where lm-eval reports it, else `acc`).
-pub const ZEROSHOT_METRICS: [&str; 2] = ["zeroshot", "zeroshot_norm"];
+const ZEROSHOT_METRICS: [&str; 2] = ["zeroshot", "zeroshot_norm"];
 
 /// Builds the table of `records` as `spec` asks.
 pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {

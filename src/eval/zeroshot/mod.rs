@@ -96,7 +96,7 @@ pub fn task_documents(
 }
 
 /// The documents of `records` under `task`.
-pub fn documents_of(task: Task, records: &[Record]) -> Result<Vec<Document>, ZeroshotError> {
+fn documents_of(task: Task, records: &[Record]) -> Result<Vec<Document>, ZeroshotError> {
     if records.is_empty() {
         return Err(ZeroshotError::Empty { task: task.name() });
     }

@@ -107,11 +107,6 @@ impl Task {
         }
     }
 
-    /// The task named `name` (lm-eval's spelling).
-    pub fn from_name(name: &str) -> Option<Task> {
-        Task::ALL.into_iter().find(|t| t.name() == name)
-    }
-
     /// The data set, configuration and split scored.
     pub fn data(self) -> TaskData {
         let (repo, config, split) = match self {
