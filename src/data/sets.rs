@@ -401,23 +401,12 @@ pub fn split_records(
     hub: &HubRequest,
 ) -> Result<(Vec<Record>, Provenance), DataError> {
     let (files, provenance) = fetch(&split_protocol(repo, config, split), hub)?;
-    let mut records = Vec::new();
-    for file in &files {
-        let left = limit.map(|l| l.saturating_sub(records.len()));
-        if left == Some(0) {
-            break;
-        }
-        records.extend(
-            records::read_records(&file.path, left)
-                .map_err(|source| evict_if_damaged(file, source))?,
-        );
-    }
+    let records = records_of(&files, limit, evict_if_damaged)?;
     Ok((records, provenance))
 }
 
-/// [`split_records`] from a local folder laid out like the hub repository:
-/// `{dir}/{repo}/{config}/{split}-*` or `{dir}/{repo}/{config}/{split}/*` (Parquet or JSON
-/// lines), in name order.
+/// [`split_records`] from a local folder laid out like the hub repository: the files of
+/// `{dir}/{repo}` that the hub's listing would give for the split, in name order.
 pub fn local_split_records(
     dir: &Path,
     repo: &str,
@@ -425,57 +414,32 @@ pub fn local_split_records(
     split: &str,
     limit: Option<usize>,
 ) -> Result<(Vec<Record>, Provenance), DataError> {
-    let root = dir.join(repo).join(config);
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
-    let readable = |name: &str| name.ends_with(".parquet") || rows::is_json_lines(name);
-    if let Ok(entries) = std::fs::read_dir(&root) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
-            if path.is_dir() && name == split {
-                for inner in std::fs::read_dir(&path).into_iter().flatten().flatten() {
-                    let inner_name = inner.file_name().to_string_lossy().into_owned();
-                    if readable(&inner_name) {
-                        found.push((format!("{config}/{split}/{inner_name}"), inner.path()));
-                    }
-                }
-            } else if name.starts_with(&format!("{split}-")) && readable(&name) {
-                found.push((format!("{config}/{name}"), path));
-            }
-        }
-    }
-    found.sort();
-    if found.is_empty() {
+    let root = dir.join(repo);
+    let mut listed = Vec::new();
+    list_folder(&root, &root.join(config), &mut listed);
+    let mut names = in_split(listed, &split_prefixes(Some(config), split));
+    names.sort();
+    if names.is_empty() {
         return Err(DataError::NoLocalFiles {
-            folder: root,
+            folder: root.join(config),
             split: split.to_owned(),
         });
     }
-    let mut records = Vec::new();
-    let mut digests = Vec::new();
-    for (name, path) in &found {
-        let read = |source| DataError::Rows {
-            source: RowsError::Read {
-                path: path.clone(),
-                source,
-            },
-            evicted: false,
-        };
-        digests.push(FileDigest {
-            name: name.clone(),
-            sha256: super::hash::sha256_file(path).map_err(read)?,
-            bytes: std::fs::metadata(path).map_err(read)?.len(),
-        });
-        let left = limit.map(|l| l.saturating_sub(records.len()));
-        if left != Some(0) {
-            records.extend(records::read_records(path, left).map_err(|source| {
-                DataError::Rows {
-                    source,
-                    evicted: false,
-                }
-            })?);
-        }
-    }
+    let files: Vec<Fetched> = names
+        .into_iter()
+        .map(|name| Fetched {
+            path: root.join(&name),
+            name,
+        })
+        .collect();
+    let digests = files
+        .iter()
+        .map(|f| digest(f, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let records = records_of(&files, limit, |_, source| DataError::Rows {
+        source,
+        evicted: false,
+    })?;
     Ok((
         records,
         Provenance {
@@ -486,6 +450,22 @@ pub fn local_split_records(
             files: digests,
         },
     ))
+}
+
+/// The files below `folder`, as `/`-separated paths relative to `root`.
+fn list_folder(root: &Path, folder: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            list_folder(root, &path, out);
+        } else if let Ok(relative) = path.strip_prefix(root) {
+            let parts: Vec<String> = relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push(parts.join("/"));
+        }
+    }
 }
 
 /// Builds (once) the document store of `column` of the cached file `path`, repository file
@@ -515,6 +495,30 @@ fn request(hub: &HubRequest, repo: &str, revision: &str) -> HubRequest {
     }
 }
 
+/// Where a split's files lie in a repository: `{config}/{split}-*` or `{config}/{split}/…`
+/// (without a config: under `data/` or at the top).
+fn split_prefixes(config: Option<&str>, split: &str) -> Vec<String> {
+    match config {
+        Some(c) => vec![format!("{c}/{split}-"), format!("{c}/{split}/")],
+        None => vec![
+            format!("data/{split}-"),
+            format!("data/{split}/"),
+            format!("{split}-"),
+            format!("{split}/"),
+        ],
+    }
+}
+
+/// The Parquet and JSON-lines files among `names` (paths inside the repository) under one of
+/// `prefixes`, in the given order.
+fn in_split(names: Vec<String>, prefixes: &[String]) -> Vec<String> {
+    names
+        .into_iter()
+        .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+        .filter(|n| n.ends_with(".parquet") || rows::is_json_lines(n))
+        .collect()
+}
+
 /// The revision and file names of `protocol`.
 fn resolve_names(
     protocol: &Protocol,
@@ -527,15 +531,7 @@ fn resolve_names(
             split,
             revisions,
         } => {
-            let prefixes: Vec<String> = match config {
-                Some(c) => vec![format!("{c}/{split}-"), format!("{c}/{split}/")],
-                None => vec![
-                    format!("data/{split}-"),
-                    format!("data/{split}/"),
-                    format!("{split}-"),
-                    format!("{split}/"),
-                ],
-            };
+            let prefixes = split_prefixes(config.as_deref(), split);
             let (mut last_err, mut listed_any) = (None, false);
             for revision in revisions {
                 let listed = match hub::list_files(&request(hub, &protocol.repo, revision)) {
@@ -546,11 +542,7 @@ fn resolve_names(
                     }
                 };
                 listed_any = true;
-                let names: Vec<String> = listed
-                    .into_iter()
-                    .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
-                    .filter(|n| n.ends_with(".parquet") || rows::is_json_lines(n))
-                    .collect();
+                let names = in_split(listed, &prefixes);
                 if !names.is_empty() {
                     return Ok((revision.clone(), names));
                 }
@@ -581,31 +573,9 @@ fn fetch(protocol: &Protocol, hub: &HubRequest) -> Result<(Vec<Fetched>, Provena
     let mut files = Vec::new();
     let mut digests = Vec::new();
     for (name, path) in names.into_iter().zip(paths) {
-        let blob = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-        let read = |source| DataError::Rows {
-            source: RowsError::Read {
-                path: path.clone(),
-                source,
-            },
-            evicted: false,
-        };
-        let bytes = std::fs::metadata(&blob).map_err(read)?.len();
-        // LFS blobs are named by their SHA-256, checked when they were downloaded.
-        let blob_name = blob
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let sha256 = if blob_name.len() == 64 && blob_name.bytes().all(|b| b.is_ascii_hexdigit()) {
-            blob_name
-        } else {
-            super::hash::sha256_file(&blob).map_err(read)?
-        };
-        digests.push(FileDigest {
-            name: name.clone(),
-            sha256,
-            bytes,
-        });
-        files.push(Fetched { name, path });
+        let file = Fetched { name, path };
+        digests.push(digest(&file, true)?);
+        files.push(file);
     }
     let commit = files
         .first()
@@ -620,6 +590,56 @@ fn fetch(protocol: &Protocol, hub: &HubRequest) -> Result<(Vec<Fetched>, Provena
             files: digests,
         },
     ))
+}
+
+/// The name, SHA-256 and size of `file` for run records. With `trust_blob_names`, a file that
+/// links to a blob named by 64 hex digits (an LFS blob of the hub cache, checked against that
+/// SHA-256 when it was downloaded) is not hashed again.
+fn digest(file: &Fetched, trust_blob_names: bool) -> Result<FileDigest, DataError> {
+    let blob = std::fs::canonicalize(&file.path).unwrap_or_else(|_| file.path.clone());
+    let read = |source| DataError::Rows {
+        source: RowsError::Read {
+            path: file.path.clone(),
+            source,
+        },
+        evicted: false,
+    };
+    let bytes = std::fs::metadata(&blob).map_err(read)?.len();
+    let blob_name = blob
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let sha256 = if trust_blob_names
+        && blob_name.len() == 64
+        && blob_name.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        blob_name
+    } else {
+        super::hash::sha256_file(&blob).map_err(read)?
+    };
+    Ok(FileDigest {
+        name: file.name.clone(),
+        sha256,
+        bytes,
+    })
+}
+
+/// The rows of `files` in order, at most `limit`; `error` makes the error of a file that
+/// cannot be read.
+fn records_of(
+    files: &[Fetched],
+    limit: Option<usize>,
+    error: impl Fn(&Fetched, RowsError) -> DataError,
+) -> Result<Vec<Record>, DataError> {
+    let mut records = Vec::new();
+    for file in files {
+        let left = limit.map(|l| l.saturating_sub(records.len()));
+        if left == Some(0) {
+            break;
+        }
+        records.extend(records::read_records(&file.path, left).map_err(|e| error(file, e))?);
+    }
+    Ok(records)
 }
 
 /// `f` over the rows of one fetched file; a file that cannot be parsed is removed from the
