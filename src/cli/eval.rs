@@ -190,17 +190,14 @@ impl EvalArgs {
             Some(dir) => TaskSource::Local(dir),
             None => TaskSource::Hub(&hub),
         };
-        let config = &loaded.config;
-        let prefix = config.bos_token_id.or(config.eos_token_id).unwrap_or(0);
         let bar = super::counter_bar("zero-shot", "requests");
         let run = zeroshot::evaluate(
             &loaded.model,
             &loaded.tokenizer,
+            &loaded.config,
             &self.zeroshot,
             source,
             self.limit,
-            prefix,
-            config.max_position_embeddings,
             |task, done, total| {
                 bar.set_prefix(task.to_owned());
                 super::advance(&bar, done, total);

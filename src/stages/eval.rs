@@ -46,16 +46,13 @@ fn zeroshot_of<B: Backend>(
         None => TaskSource::Hub(&hub),
     };
     let base = exec.base(stage)?;
-    let config = &base.config;
-    let prefix = config.bos_token_id.or(config.eos_token_id).unwrap_or(0);
     let run = zeroshot::evaluate(
         exec.current(stage, upstream)?,
         &base.tokenizer,
+        &base.config,
         &options.tasks,
         source,
         options.limit,
-        prefix,
-        config.max_position_embeddings,
         |_, done, total| (exec.ctx.progress)(stage, done, total),
     )?;
     record.metrics.zeroshot = Some(run.metrics);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use wanda::data::hub::HubRequest;
 use wanda::eval::zeroshot::{self, Task, TaskSource};
 use wanda::model::stream::Layers;
-use wanda::model::{self, ModelRef};
+use wanda::model::{self, Loaded, ModelRef};
 use wanda::pipeline::RunRecord;
 
 use crate::common::fake_hub::{walk, FakeHub, FakeRepo};
@@ -59,6 +59,20 @@ fn assert_matches_reference(run: &zeroshot::ZeroshotRun) {
     }
 }
 
+/// All seven tasks of `source` scored on `loaded`.
+fn score_all<M: Layers<B>>(loaded: &Loaded<M>, source: TaskSource<'_>) -> zeroshot::ZeroshotRun {
+    zeroshot::evaluate(
+        &loaded.model,
+        &loaded.tokenizer,
+        &loaded.config,
+        &Task::ALL,
+        source,
+        None,
+        |_, _, _| {},
+    )
+    .unwrap()
+}
+
 #[test]
 fn all_seven_tasks_match_lm_eval_document_by_document() {
     let Some(gguf) = shared(GGUF) else {
@@ -69,17 +83,7 @@ fn all_seven_tasks_match_lm_eval_document_by_document() {
         &Default::default(),
     )
     .unwrap();
-    let run = zeroshot::evaluate(
-        &loaded.model,
-        &loaded.tokenizer,
-        &Task::ALL,
-        TaskSource::Local(Path::new(FIXTURES)),
-        None,
-        loaded.config.bos_token_id.unwrap_or(0),
-        loaded.config.max_position_embeddings,
-        |_, _, _| {},
-    )
-    .unwrap();
+    let run = score_all(&loaded, TaskSource::Local(Path::new(FIXTURES)));
     assert_matches_reference(&run);
     // The data's provenance names each file with its digest.
     let arc = &run.data["arc_easy"];
@@ -104,17 +108,7 @@ fn a_streamed_model_scores_like_lm_eval_too() {
     let origin = ModelRef::parse(gguf.to_str().unwrap()).unwrap();
     let loaded = model::load_streamed::<B>(&origin, &Default::default(), store.path()).unwrap();
     assert!(loaded.model.resident().is_none());
-    let run = zeroshot::evaluate(
-        &loaded.model,
-        &loaded.tokenizer,
-        &Task::ALL,
-        TaskSource::Local(Path::new(FIXTURES)),
-        None,
-        loaded.config.bos_token_id.unwrap_or(0),
-        loaded.config.max_position_embeddings,
-        |_, _, _| {},
-    )
-    .unwrap();
+    let run = score_all(&loaded, TaskSource::Local(Path::new(FIXTURES)));
     assert_matches_reference(&run);
 }
 
@@ -174,19 +168,7 @@ fn task_data_comes_from_the_hub_then_from_its_cache_offline() {
         &Default::default(),
     )
     .unwrap();
-    let score = |offline| {
-        zeroshot::evaluate(
-            &loaded.model,
-            &loaded.tokenizer,
-            &Task::ALL,
-            TaskSource::Hub(&access(offline)),
-            None,
-            loaded.config.bos_token_id.unwrap_or(0),
-            loaded.config.max_position_embeddings,
-            |_, _, _| {},
-        )
-        .unwrap()
-    };
+    let score = |offline| score_all(&loaded, TaskSource::Hub(&access(offline)));
     let online = score(false);
     assert_matches_reference(&online);
     assert_eq!(online.data["boolq"].repo, "aps/super_glue");

@@ -203,60 +203,86 @@ fn score_group<B: Backend>(
     guests: &[Vec<usize>],
     group: &[usize],
 ) -> Vec<(usize, f64)> {
-    let device = model.embed_tokens.weight.device();
-    // (pass rows, rows of each reader): rows are positions in the pass.
-    let mut passes: Vec<Pass<B>> = Vec::new();
-    let packed = (group.len() > 1)
-        .then(|| {
-            let inputs: Vec<&[u32]> = group.iter().map(|&h| &prepared[h].input[..]).collect();
-            let prefix = common_prefix(&inputs);
-            let mut tokens = prepared[group[0]].input[..prefix].to_vec();
-            let mut branches = Vec::new();
-            let mut readers = Vec::new();
-            for &h in group {
-                let start = tokens.len();
-                let branch = &prepared[h].input[prefix..];
-                tokens.extend_from_slice(branch);
-                branches.push(branch.len());
-                for &g in &guests[h] {
-                    let rows = prepared[g]
-                        .positions()
-                        .map(|p| if p < prefix { p } else { start + p - prefix })
-                        .collect();
-                    readers.push((g, rows));
-                }
-            }
-            let hidden = model.packed_hidden(&tokens, prefix, &branches)?;
-            Some(Pass { hidden, readers })
-        })
-        .flatten();
-    match packed {
-        Some(pass) => passes.push(pass),
-        None => {
-            for &h in group {
-                let input = &prepared[h].input;
-                let len = input.len().max(1);
-                let ids: Vec<i64> = input
-                    .iter()
-                    .map(|&t| i64::from(t))
-                    .chain(std::iter::repeat_n(0, len - input.len()))
-                    .collect();
-                let tokens =
-                    Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, len]), &device);
+    let packed = if group.len() > 1 {
+        packed_pass(model, prepared, guests, group)
+    } else {
+        None
+    };
+    let passes = match packed {
+        Some(pass) => vec![pass],
+        None => group
+            .iter()
+            .map(|&h| {
+                let len = prepared[h].input.len().max(1);
+                let tokens = padded_tokens::<B>(
+                    &[&prepared[h].input],
+                    len,
+                    &model.embed_tokens.weight.device(),
+                );
                 let hidden = model.hidden(tokens);
                 let width = hidden.dims()[2];
-                let readers = guests[h]
-                    .iter()
-                    .map(|&g| (g, prepared[g].positions().collect()))
-                    .collect();
-                passes.push(Pass {
+                Pass {
                     hidden: hidden.reshape([len, width]),
-                    readers,
-                });
-            }
-        }
-    }
+                    readers: readers_of(prepared, &guests[h], |p| p),
+                }
+            })
+            .collect(),
+    };
     read_scores(model, prepared, passes)
+}
+
+/// One pass for the hosts of `group`: their common prefix, then each host's remainder; `None`
+/// where the kernels do not pack.
+fn packed_pass<B: Backend>(
+    model: &Llama<B>,
+    prepared: &[Prepared],
+    guests: &[Vec<usize>],
+    group: &[usize],
+) -> Option<Pass<B>> {
+    let inputs: Vec<&[u32]> = group.iter().map(|&h| &prepared[h].input[..]).collect();
+    let prefix = common_prefix(&inputs);
+    let mut tokens = inputs[0][..prefix].to_vec();
+    let mut branches = Vec::new();
+    let mut readers = Vec::new();
+    for (&h, input) in group.iter().zip(&inputs) {
+        let start = tokens.len();
+        let branch = &input[prefix..];
+        tokens.extend_from_slice(branch);
+        branches.push(branch.len());
+        // A position in the prefix is its own row; one in the branch follows `start`.
+        let row = |p: usize| if p < prefix { p } else { start + p - prefix };
+        readers.extend(readers_of(prepared, &guests[h], row));
+    }
+    let hidden = model.packed_hidden(&tokens, prefix, &branches)?;
+    Some(Pass { hidden, readers })
+}
+
+/// `inputs` right-padded to `length` tokens as one batch.
+fn padded_tokens<B: Backend>(
+    inputs: &[&[u32]],
+    length: usize,
+    device: &B::Device,
+) -> Tensor<B, 2, Int> {
+    let mut ids = Vec::with_capacity(inputs.len() * length);
+    for input in inputs {
+        ids.extend(input.iter().map(|&t| i64::from(t)));
+        // Padding after the sequence: causal attention never lets it reach a real position.
+        ids.extend(std::iter::repeat_n(0i64, length - input.len()));
+    }
+    Tensor::from_data(TensorData::new(ids, [inputs.len(), length]), device)
+}
+
+/// The readers of a host whose guests are `guests`: each guest's request index and the pass
+/// rows (`row` of each input position) that predict its targets.
+fn readers_of(
+    prepared: &[Prepared],
+    guests: &[usize],
+    row: impl Fn(usize) -> usize,
+) -> Vec<(usize, Vec<usize>)> {
+    guests
+        .iter()
+        .map(|&g| (g, prepared[g].positions().map(&row).collect()))
+        .collect()
 }
 
 /// The loglikelihoods of the requests reading one batch of hosts of a streamed model, padded to
@@ -269,16 +295,8 @@ fn score_streamed<B: Backend>(
     length: usize,
 ) -> Result<Vec<(usize, f64)>, StreamError> {
     let shell = model.shell();
-    let device = shell.embed_tokens.weight.device();
-    let mut ids = Vec::with_capacity(batch.len() * length);
-    for &h in batch {
-        let input = &prepared[h].input;
-        ids.extend(input.iter().map(|&t| i64::from(t)));
-        // Padding after the sequence: causal attention never lets it reach a real position.
-        ids.extend(std::iter::repeat_n(0i64, length - input.len()));
-    }
-    let tokens =
-        Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch.len(), length]), &device);
+    let inputs: Vec<&[u32]> = batch.iter().map(|&h| &prepared[h].input[..]).collect();
+    let tokens = padded_tokens::<B>(&inputs, length, &shell.embed_tokens.weight.device());
     let (cos, sin) = shell.rope_tables(0, length);
     let mut x = vec![shell.embed(tokens)];
     for i in 0..model.layer_count() {
@@ -289,15 +307,9 @@ fn score_streamed<B: Backend>(
     let passes = batch
         .iter()
         .enumerate()
-        .map(|(b, &h)| {
-            let readers = guests[h]
-                .iter()
-                .map(|&g| (g, prepared[g].positions().collect()))
-                .collect();
-            Pass {
-                hidden: x.clone().narrow(0, b, 1).reshape([length, width]),
-                readers,
-            }
+        .map(|(b, &h)| Pass {
+            hidden: x.clone().narrow(0, b, 1).reshape([length, width]),
+            readers: readers_of(prepared, &guests[h], |p| p),
         })
         .collect();
     Ok(read_scores(shell, prepared, passes))

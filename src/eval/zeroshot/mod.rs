@@ -19,6 +19,7 @@ use crate::data::hub::HubRequest;
 use crate::data::records::Record;
 use crate::data::sets::{self, DataError, Provenance};
 use crate::data::TextEncoder;
+use crate::model::config::LlamaConfig;
 use crate::model::stream::Layers;
 use loglik::{encode_pair, loglikelihoods, EncodedPair};
 pub use tasks::{Document, Task, LM_EVAL_VERSION};
@@ -230,17 +231,17 @@ pub struct ZeroshotRun {
     pub seconds: BTreeMap<String, f64>,
 }
 
-/// Reads and scores each of `tasks` (the first `limit` documents of each).
+/// Reads and scores each of `tasks` (the first `limit` documents of each) on `model`, whose
+/// configuration is `config`: its context is lm-eval's `max_length`, and its BOS token (else
+/// EOS) lm-eval's `prefix_token_id`, which conditions an empty context.
 /// `progress(task, done, total)` follows the requests of each task.
-#[allow(clippy::too_many_arguments)]
 pub fn evaluate<B: Backend, T: TextEncoder>(
     model: &impl Layers<B>,
     tokenizer: &T,
+    config: &LlamaConfig,
     tasks: &[Task],
     source: TaskSource<'_>,
     limit: Option<usize>,
-    prefix_token: u32,
-    max_length: usize,
     mut progress: impl FnMut(&str, usize, usize),
 ) -> Result<ZeroshotRun, ZeroshotError>
 where
@@ -261,8 +262,8 @@ where
             tokenizer,
             task,
             &documents,
-            prefix_token,
-            max_length,
+            config.bos_token_id.or(config.eos_token_id).unwrap_or(0),
+            config.max_position_embeddings,
             |done, total| progress(task.name(), done, total),
         )?;
         let name = task.name().to_owned();

@@ -1005,35 +1005,58 @@ fn with_decoder<R>(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let embed_index = held.push(model.head.embed.val());
-    let [vocab, hidden] = model.head.embed.dims();
+    let head = hold_head(&mut held, &model.head);
     let layers: Vec<HeldLayer> = model
         .layers
         .iter()
         .map(|l| hold_layer(&mut held, l))
         .collect();
-    let norm_index = hold_norm(&mut held, &model.head.norm);
-    let head = model.head.lm_head.map(|h| hold_linear(&mut held, h));
     let refs = DecoderRef {
         layers: layers
             .iter()
             .map(|l| layer_ref(&held, l))
             .collect::<Option<_>>()?,
-        head: HeadRef {
-            embed: held.slice(embed_index)?,
-            vocab,
-            hidden,
-            norm: held.slice(norm_index)?,
-            eps: model.head.norm.eps,
-            lm_head: match &head {
-                Some(h) => Some(linear_ref(&held, h)?),
-                None => None,
-            },
-        },
+        head: head_ref(&held, &head)?,
         inv_freq: model.inv_freq,
-        dims: dims_of(model.layers.first()?, hidden, model.head.norm.eps),
+        dims: dims_of(model.layers.first()?, head.hidden, model.head.norm.eps),
     };
     f(&refs)
+}
+
+/// Indices into [`Held`] of the embeddings, final norm and LM head, with their sizes.
+struct HeldHead {
+    embed: usize,
+    norm: usize,
+    lm_head: Option<HeldLinear>,
+    eps: f64,
+    vocab: usize,
+    hidden: usize,
+}
+
+fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
+    let [vocab, hidden] = head.embed.dims();
+    HeldHead {
+        embed: held.push(head.embed.val()),
+        norm: hold_norm(held, &head.norm),
+        lm_head: head.lm_head.map(|h| hold_linear(held, h)),
+        eps: head.norm.eps,
+        vocab,
+        hidden,
+    }
+}
+
+fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
+    Some(HeadRef {
+        embed: held.slice(h.embed)?,
+        vocab: h.vocab,
+        hidden: h.hidden,
+        norm: held.slice(h.norm)?,
+        eps: h.eps,
+        lm_head: match &h.lm_head {
+            Some(l) => Some(linear_ref(held, l)?),
+            None => None,
+        },
+    })
 }
 
 /// [`Kernels::packed_hidden`] of the fused kernels; `None` for a model with sliding-window
@@ -1100,22 +1123,10 @@ fn fused_token_nlls(head: &HeadWeights<Nd>, x: NdArrayTensor, targets: &[u32]) -
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let embed_index = held.push(head.embed.val());
-    let norm_index = hold_norm(&mut held, &head.norm);
-    let head_index = head.lm_head.map(|h| hold_linear(&mut held, h));
+    let head_index = hold_head(&mut held, head);
     held.tensors.push(x);
     let x_index = held.tensors.len() - 1;
-    let head = HeadRef {
-        embed: held.slice(embed_index)?,
-        vocab,
-        hidden: hidden_size,
-        norm: held.slice(norm_index)?,
-        eps: head.norm.eps,
-        lm_head: match &head_index {
-            Some(h) => Some(linear_ref(&held, h)?),
-            None => None,
-        },
-    };
+    let head = head_ref(&held, &head_index)?;
     let rows = held.slice(x_index)?.get(..targets.len() * hidden_size)?;
     let mut per_token = Vec::with_capacity(targets.len());
     for (chunk, targets) in rows
