@@ -1,15 +1,15 @@
 //! The one place that names concrete Burn backends: `NdArray<f32>` on CPU (`cpu`,
 //! `cpu-ndarray`), `Flex` (`cpu-flex`, burn's gemm-based CPU backend, measured ~10 % faster and
 //! ~12 % lighter on SmolLM2 eval, not yet the default: run records made with `cpu` must rerun bit
-//! for bit), `Cuda` behind the `cuda` feature, computing in f32 (`cuda`, `cuda:N`) or bf16
-//! (`cuda-bf16`, `cuda:N-bf16`). Everything below the CLI is generic over `B: Backend`.
-//!
-//! f16 is not offered: on an H100, Burn's `Cuda<f16>` gave a dense perplexity of 49735 where f32
-//! gave 1103494 and bf16 1096656 (a SmolLM2-shaped random model, 64 windows of 512;
-//! `results/gpu-h100-2026-11-23/`), a wrong result rather than a rounded one.
+//! for bit; `cpu-flex-bf16`/`cpu-flex-f16` make its tensors 16-bit by default), `Cuda` behind
+//! the `cuda` feature, computing in f32 (`cuda`, `cuda:N`), bf16 (`cuda-bf16`) or fp16
+//! (`cuda-f16`). Everything below the CLI is generic over `B: Backend`; the decoder takes its
+//! reductions in f32 whatever the tensors' type.
 
+use burn::backend::flex::FlexDevice;
+use burn::backend::Flex;
 use burn::prelude::Backend;
-#[cfg(feature = "cuda")]
+use burn::tensor::{FloatDType, IntDType};
 use wanda::memory::device::Precision;
 use wanda::memory::device::{DeviceChoice, DeviceKind, DeviceSpec};
 
@@ -30,8 +30,18 @@ pub trait OnBackend {
 pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::Output> {
     let choice = device.resolve();
     match (choice.kind, choice.precision) {
-        (DeviceKind::CpuFlex, _) => {
-            work.run::<burn::backend::Flex>(burn::backend::flex::FlexDevice, choice)
+        (DeviceKind::CpuFlex, precision) => {
+            let float = match precision {
+                Precision::F32 => None,
+                Precision::Bf16 => Some(FloatDType::BF16),
+                Precision::F16 => Some(FloatDType::F16),
+            };
+            // Before any tensor exists: the first operation fixes the device's defaults.
+            if let Some(float) = float {
+                burn::tensor::set_default_dtypes::<Flex>(&FlexDevice, float, IntDType::I32)
+                    .map_err(|e| anyhow::anyhow!("cpu-flex in {precision:?}: {e}"))?;
+            }
+            work.run::<Flex>(FlexDevice, choice)
         }
         (DeviceKind::Cpu, _) => work.run::<burn::backend::NdArray<f32>>(
             burn::backend::ndarray::NdArrayDevice::Cpu,
@@ -44,6 +54,11 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
         ),
         #[cfg(feature = "cuda")]
         (DeviceKind::Cuda, Precision::Bf16) => work.run::<burn::backend::Cuda<half::bf16>>(
+            burn::backend::cuda::CudaDevice::new(choice.index as usize),
+            choice,
+        ),
+        #[cfg(feature = "cuda")]
+        (DeviceKind::Cuda, Precision::F16) => work.run::<burn::backend::Cuda<half::f16>>(
             burn::backend::cuda::CudaDevice::new(choice.index as usize),
             choice,
         ),

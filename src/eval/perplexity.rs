@@ -5,6 +5,7 @@
 
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
+use burn::tensor::FloatDType;
 use serde::Serialize;
 
 use crate::model::kernels::kernels;
@@ -81,7 +82,7 @@ pub fn window_count(tokens: usize, seqlen: usize) -> usize {
 ///
 /// burn-ndarray f32 logits are read in place by the backend's kernels
 /// ([`crate::model::kernels::Kernels::window_nll`]); other backends go through Burn's
-/// `log_softmax`.
+/// `log_softmax`, in f32 whatever the logits' type (as PyTorch's cross-entropy accumulates).
 pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     if let Some(nll) = kernels::<B>().window_nll(&logits, window) {
         return nll;
@@ -89,7 +90,10 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     let [batch, seq, vocab] = logits.dims();
     debug_assert_eq!(batch, 1);
     let device = logits.device();
-    let predicted = logits.narrow(1, 0, seq - 1).reshape([seq - 1, vocab]);
+    let predicted = logits
+        .narrow(1, 0, seq - 1)
+        .reshape([seq - 1, vocab])
+        .cast(FloatDType::F32);
     let targets: Vec<i64> = window[1..].iter().map(|&t| i64::from(t)).collect();
     let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [seq - 1, 1]), &device);
     let picked = log_softmax(predicted, 1).gather(1, targets);

@@ -24,14 +24,48 @@ pub enum DeviceKind {
     Cuda,
 }
 
-/// The float type a device computes in.
+/// The float type a device computes in. Reduced precisions store weights and activations in
+/// 16 bits and take every reduction (norms, softmax, log-probabilities, calibration sums) in
+/// f32, as PyTorch does; they run on CUDA and on burn-flex, not on the fused ndarray kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Precision {
     /// f32 (the default).
     #[default]
     F32,
-    /// bfloat16 (CUDA only).
+    /// bfloat16.
     Bf16,
+    /// IEEE half precision (fp16).
+    F16,
+}
+
+impl Precision {
+    /// The suffix a device is written with (`-bf16`, `-f16`; empty for f32).
+    fn suffix(self) -> &'static str {
+        match self {
+            Precision::F32 => "",
+            Precision::Bf16 => "-bf16",
+            Precision::F16 => "-f16",
+        }
+    }
+
+    /// The name in run records' labels.
+    fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+
+    /// The text with a precision suffix taken off, and the precision it named.
+    fn split(text: &str) -> (&str, Precision) {
+        for precision in [Precision::Bf16, Precision::F16] {
+            if let Some(rest) = text.strip_suffix(precision.suffix()) {
+                return (rest, precision);
+            }
+        }
+        (text, Precision::F32)
+    }
 }
 
 /// A resolved device: what computes, which one, and in what precision.
@@ -62,6 +96,15 @@ impl DeviceChoice {
         }
     }
 
+    /// burn-flex on the CPU, computing in `precision`.
+    pub fn flex(precision: Precision) -> Self {
+        DeviceChoice {
+            kind: DeviceKind::CpuFlex,
+            index: 0,
+            precision,
+        }
+    }
+
     /// Whether a GPU computes.
     pub fn is_cuda(self) -> bool {
         self.kind == DeviceKind::Cuda
@@ -72,34 +115,35 @@ impl DeviceChoice {
         self.is_cuda().then_some(self.index)
     }
 
-    /// The device as run records name it: `cpu (ndarray f32)`, `cpu (flex f32)`, `cuda:N` or
-    /// `cuda:N (bf16)`.
+    /// The device as run records name it: `cpu (ndarray f32)`, `cpu (flex f32)`,
+    /// `cpu (flex bf16)`, `cuda:N`, `cuda:N (bf16)` or `cuda:N (f16)`.
     pub fn label(self) -> String {
         match (self.kind, self.precision) {
             (DeviceKind::Cpu, _) => "cpu (ndarray f32)".into(),
-            (DeviceKind::CpuFlex, _) => "cpu (flex f32)".into(),
+            (DeviceKind::CpuFlex, p) => format!("cpu (flex {})", p.name()),
             (DeviceKind::Cuda, Precision::F32) => format!("cuda:{}", self.index),
-            (DeviceKind::Cuda, Precision::Bf16) => format!("cuda:{} (bf16)", self.index),
+            (DeviceKind::Cuda, p) => format!("cuda:{} ({})", self.index, p.name()),
         }
     }
 
     /// Reads a [`label`](Self::label) back (a run record's `effective.device`); None for text
     /// that is not one.
     pub fn from_label(label: &str) -> Option<Self> {
-        match label {
-            "cpu (ndarray f32)" | "cpu" => return Some(DeviceChoice::CPU),
-            "cpu (flex f32)" => {
-                return Some(DeviceChoice {
-                    kind: DeviceKind::CpuFlex,
-                    ..DeviceChoice::CPU
-                })
-            }
-            _ => {}
+        if matches!(label, "cpu (ndarray f32)" | "cpu") {
+            return Some(DeviceChoice::CPU);
         }
-        let (gpu, precision) = match label.strip_suffix(" (bf16)") {
-            Some(gpu) => (gpu, Precision::Bf16),
-            None => (label, Precision::F32),
-        };
+        let precisions = [Precision::F32, Precision::Bf16, Precision::F16];
+        if let Some(name) = label
+            .strip_prefix("cpu (flex ")
+            .and_then(|l| l.strip_suffix(')'))
+        {
+            let precision = precisions.into_iter().find(|p| p.name() == name)?;
+            return Some(DeviceChoice::flex(precision));
+        }
+        let (gpu, precision) = precisions[1..]
+            .iter()
+            .find_map(|p| Some((label.strip_suffix(&format!(" ({})", p.name()))?, *p)))
+            .unwrap_or((label, Precision::F32));
         let index = gpu.strip_prefix("cuda:")?.parse().ok()?;
         Some(DeviceChoice::cuda(index, precision))
     }
@@ -114,14 +158,15 @@ impl DeviceChoice {
     }
 }
 
-/// Formats as `cpu`, `cpu-flex`, `cuda:N` or `cuda:N-bf16`, the forms [`DeviceSpec`] reads.
+/// Formats as `cpu`, `cpu-flex[-bf16|-f16]` or `cuda:N[-bf16|-f16]`, the forms [`DeviceSpec`]
+/// reads.
 impl fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.kind, self.precision) {
-            (DeviceKind::Cpu, _) => f.write_str("cpu"),
-            (DeviceKind::CpuFlex, _) => f.write_str("cpu-flex"),
-            (DeviceKind::Cuda, Precision::F32) => write!(f, "cuda:{}", self.index),
-            (DeviceKind::Cuda, Precision::Bf16) => write!(f, "cuda:{}-bf16", self.index),
+        let suffix = self.precision.suffix();
+        match self.kind {
+            DeviceKind::Cpu => f.write_str("cpu"),
+            DeviceKind::CpuFlex => write!(f, "cpu-flex{suffix}"),
+            DeviceKind::Cuda => write!(f, "cuda:{}{suffix}", self.index),
         }
     }
 }
@@ -158,30 +203,23 @@ impl fmt::Display for DeviceSpec {
 }
 
 /// The forms a device is written in, for messages.
-const DEVICE_FORMS: &str =
-    "`auto`, `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N`, `cuda-bf16` or `cuda:N-bf16`";
+const DEVICE_FORMS: &str = "`auto`, `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda` or `cuda:N`, the \
+     last three with `-bf16` or `-f16` for 16-bit work (`cuda:0-f16`)";
 
 impl FromStr for DeviceSpec {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
         let not_a_device = || format!("`{s}` is not a device; use {DEVICE_FORMS}");
-        let cpu = |kind| {
-            Ok(DeviceSpec::Exact(DeviceChoice {
-                kind,
-                ..DeviceChoice::CPU
-            }))
-        };
         match s {
             "auto" => return Ok(DeviceSpec::Auto),
-            "cpu" | "cpu-ndarray" => return cpu(DeviceKind::Cpu),
-            "cpu-flex" => return cpu(DeviceKind::CpuFlex),
+            "cpu" | "cpu-ndarray" => return Ok(DeviceSpec::Exact(DeviceChoice::CPU)),
             _ => {}
         }
-        let (gpu, precision) = match s.strip_suffix("-bf16") {
-            Some(gpu) => (gpu, Precision::Bf16),
-            None => (s, Precision::F32),
-        };
+        let (gpu, precision) = Precision::split(s);
+        if gpu == "cpu-flex" {
+            return Ok(DeviceSpec::Exact(DeviceChoice::flex(precision)));
+        }
         let index = match gpu {
             "cuda" => 0,
             _ => gpu
@@ -199,9 +237,9 @@ impl JsonSchema for DeviceSpec {
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "`auto`, `cpu` (`cpu-ndarray`), `cpu-flex`, `cuda` or `cuda:N`; a CUDA device with `-bf16` computes in bfloat16.",
+            "description": "`auto`, `cpu` (`cpu-ndarray`), `cpu-flex`, `cuda` or `cuda:N`; `cpu-flex` and CUDA devices with `-bf16` or `-f16` compute in bfloat16 or fp16 (reductions in f32).",
             "type": "string",
-            "pattern": "^(auto|cpu|cpu-flex|cpu-ndarray|cuda(:[0-9]+)?(-bf16)?)$"
+            "pattern": "^(auto|cpu|cpu-ndarray|(cpu-flex|cuda(:[0-9]+)?)(-bf16|-f16)?)$"
         })
     }
 }
@@ -343,7 +381,16 @@ mod tests {
     #[test]
     fn devices_parse_print_and_resolve() {
         let parse = |s: &str| s.parse::<DeviceSpec>();
-        for text in ["auto", "cpu", "cpu-flex", "cuda:1", "cuda:0-bf16"] {
+        for text in [
+            "auto",
+            "cpu",
+            "cpu-flex",
+            "cpu-flex-f16",
+            "cpu-flex-bf16",
+            "cuda:1",
+            "cuda:0-bf16",
+            "cuda:0-f16",
+        ] {
             assert_eq!(parse(text).unwrap().to_string(), text);
         }
         let exact = |s: &str| match parse(s).unwrap() {
@@ -353,8 +400,10 @@ mod tests {
         assert_eq!(exact("cuda"), DeviceChoice::cuda(0, Precision::F32));
         assert_eq!(exact("cuda-bf16"), DeviceChoice::cuda(0, Precision::Bf16));
         assert_eq!(exact("cuda:1-bf16"), DeviceChoice::cuda(1, Precision::Bf16));
+        assert_eq!(exact("cuda-f16"), DeviceChoice::cuda(0, Precision::F16));
+        assert_eq!(exact("cpu-flex-f16"), DeviceChoice::flex(Precision::F16));
         assert_eq!(exact("cpu-ndarray"), DeviceChoice::CPU);
-        for bad in ["cuda:x", "cuda-f16", "cpu-bf16", "gpu", "tpu"] {
+        for bad in ["cuda:x", "cuda-f8", "cpu-bf16", "cpu-f16", "gpu", "tpu"] {
             let err = parse(bad).unwrap_err();
             assert!(err.contains(&format!("`{bad}` is not a device")), "{err}");
         }
@@ -365,6 +414,9 @@ mod tests {
             exact("cpu-flex"),
             exact("cuda:3"),
             exact("cuda:2-bf16"),
+            exact("cuda:1-f16"),
+            exact("cpu-flex-bf16"),
+            exact("cpu-flex-f16"),
         ] {
             assert_eq!(DeviceChoice::from_label(&choice.label()), Some(choice));
         }

@@ -11,6 +11,7 @@ use burn::prelude::*;
 use burn::tensor::activation::silu;
 use burn::tensor::module::{attention, linear};
 use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::FloatDType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -45,9 +46,14 @@ impl<B: Backend> RmsNorm<B> {
     /// the hardware approximation (`rcp14`, about 6e-5 relative), and whether an element takes it
     /// or the exact scalar path depends on the buffer's alignment, so results would vary from
     /// process to process.
+    ///
+    /// In f32 whatever the tensors' type, then back to it before the gain, as transformers'
+    /// `LlamaRMSNorm` does: in fp16 the sum of squares of a residual stream overflows 65504.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let dtype = x.dtype();
+        let x = x.cast(FloatDType::F32);
         let rms = (x.clone().square().mean_dim(2) + self.eps).sqrt();
-        x / rms * self.weight.val().unsqueeze::<3>()
+        (x / rms).cast(dtype) * self.weight.val().unsqueeze::<3>()
     }
 
     /// The borrowed view of this norm that the kernels read.
@@ -179,7 +185,12 @@ impl<B: Backend> Attention<B> {
         let mask = self.sliding_window.and_then(|window| {
             window_mask::<B>(batch, heads, seq, k.dims()[2], window, &k.device())
         });
-        let out = attention(q, k, v, mask, None, options)
+        // Scores, softmax and their weighted sum in f32 whatever the tensors' type, as
+        // PyTorch's attention kernels accumulate.
+        let dtype = q.dtype();
+        let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
+        let out = attention(f32(q), f32(k), f32(v), mask, None, options)
+            .cast(dtype)
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
@@ -690,6 +701,30 @@ mod tests {
             .unwrap();
         let rms = 12.5f64.sqrt();
         close(&out, &[3.0 / rms, 8.0 / rms], 1e-6);
+    }
+
+    #[test]
+    fn rms_norm_of_fp16_activations_past_its_range_is_right() {
+        // 576 channels of ±300 in fp16 (Flex keeps the tensors' type): Σx² = 5.2e7 overflows
+        // fp16's 65504, and a norm taken in fp16 gives zeros; in f32 it gives ±1 · weight.
+        use burn::backend::Flex;
+        let device = Default::default();
+        let half = |v: Vec<f32>, shape: [usize; 3]| {
+            Tensor::<Flex, 3>::from_data(TensorData::new(v, shape), &device).cast(FloatDType::F16)
+        };
+        let x: Vec<f32> = (0..576)
+            .map(|i| if i % 2 == 0 { 300.0 } else { -300.0 })
+            .collect();
+        let weight =
+            Tensor::<Flex, 1>::from_data(TensorData::new(vec![2.0f32; 576], [576]), &device)
+                .cast(FloatDType::F16);
+        let out = RmsNorm::new(weight, 1e-5).forward(half(x, [1, 1, 576]));
+        assert_eq!(out.dtype(), burn::tensor::DType::F16);
+        let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+        for (i, v) in out.iter().enumerate() {
+            let want = if i % 2 == 0 { 2.0 } else { -2.0 };
+            assert!((v - want).abs() < 2e-3, "channel {i}: {v}");
+        }
     }
 
     #[test]

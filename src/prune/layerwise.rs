@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use burn::module::Param;
 use burn::prelude::*;
+use burn::tensor::FloatDType;
 use serde::Serialize;
 
 use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
@@ -179,7 +180,12 @@ impl<B: Backend> LayerStats<B> {
     /// - `x`: `[batch, seq, in]`
     fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) -> Result<(), PruneError> {
         let [batch, seq, channels] = x.dims();
-        let flat = x.clone().reshape([batch * seq, channels]);
+        // Sums of squares and Gram matrices in f32 whatever the activations' type: in fp16 they
+        // overflow 65504 within a few tokens.
+        let flat = x
+            .clone()
+            .reshape([batch * seq, channels])
+            .cast(FloatDType::F32);
         if let Some(moments) = &mut self.moments {
             let host = to_host_f32(flat.clone());
             let entry = moments

@@ -191,3 +191,40 @@ stages:
         report.perplexity
     );
 }
+
+#[test]
+fn half_precision_perplexities_are_within_half_a_percent_of_f32() {
+    // burn-flex in fp16 and bf16 against the same backend in f32: the decoder's reductions (the
+    // RMSNorm's sum of squares above all, 65504 in fp16) stay in f32. Before they did, fp16 gave
+    // 34172 here instead of 37.1.
+    let (Some(gguf), Some(text)) = (shared(GGUF), shared(RAW_TEST)) else {
+        return;
+    };
+    let ppl = |device: &str, label: &str| -> f64 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(["eval", "--json", "--seqlen", "128", "--windows", "4"])
+            .args(["--device", device, "--model"])
+            .arg(&gguf)
+            .arg("--text")
+            .arg(&text)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["device"], label);
+        json["perplexity"].as_f64().unwrap()
+    };
+    let f32 = ppl("cpu-flex", "cpu (flex f32)");
+    for (device, label) in [
+        ("cpu-flex-f16", "cpu (flex f16)"),
+        ("cpu-flex-bf16", "cpu (flex bf16)"),
+    ] {
+        let half = ppl(device, label);
+        let rel = (half - f32).abs() / f32;
+        assert!(rel < 0.005, "{device}: {half} vs f32 {f32} ({rel:.2e})");
+    }
+}

@@ -11,6 +11,7 @@
 
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
+use burn::tensor::FloatDType;
 
 use super::tasks::py_isspace;
 use crate::data::TextEncoder;
@@ -352,7 +353,7 @@ fn read_scores<B: Backend>(
 }
 
 /// The NLL of each row's target through the final norm and LM head: the fused kernels where
-/// they run, else Burn's `log_softmax`.
+/// they run, else Burn's `log_softmax` in f32.
 ///
 /// # Shapes
 /// - `rows`: `[n, hidden]`, `targets`: `n` ids → `n` NLLs
@@ -366,7 +367,8 @@ fn token_nlls<B: Backend>(model: &Llama<B>, rows: Tensor<B, 2>, targets: &[u32])
     let vocab = logits.dims()[2];
     let index: Vec<i64> = targets.iter().map(|&t| i64::from(t)).collect();
     let index = Tensor::<B, 2, Int>::from_data(TensorData::new(index, [count, 1]), &device);
-    let picked = log_softmax(logits.reshape([count, vocab]), 1).gather(1, index);
+    let logits = logits.reshape([count, vocab]).cast(FloatDType::F32);
+    let picked = log_softmax(logits, 1).gather(1, index);
     crate::model::host::to_host_f32(picked)
         .iter()
         .map(|&v| -f64::from(v))
