@@ -1,29 +1,102 @@
 #!/bin/bash
-# On a GPU machine with PyTorch and transformers but no network: a random SmolLM2-shaped model
-# (the real one does not travel), PyTorch's perplexity and logits as the reference, wanda on
-# CUDA and on the CPU, then the pipelines named as arguments (resident-cuda, streamed-cuda,
-# resident-cpu). The folder it runs in holds these scripts and pipelines, a stripped
-# `cargo build --release --features cuda` binary named `wanda`, `hf/` (config.json and
-# tokenizer files of ../shared/models/smollm2-135m-hf) and the two WikiText-2 texts of
-# ../shared/data/wikitext-2. Records and memory logs are copied to $OUT.
-cd "$(dirname "$0")"
+# Every GPU figure of issue 25 in one command of at most $GPU_SECONDS (570) on a lent machine:
+#   bash scripts/gpu/run.sh gpu-carry        (gpu-carry/ made here by scripts/gpu/pack.sh)
+# 0. models: SmolLM2-135M-shaped (random, f32, by transformers: make_model.py), Llama-3.2-1B-shaped
+#    and Llama-2-7B-shaped with 8 layers (`wanda synth`, bf16);
+# 1. precision: dense perplexity of the 135M shape, 64 × 512, PyTorch and wanda in f32/bf16/f16;
+# 2. memory: `wanda run cell.yaml` in memory and streamed for the three shapes (and 1B in f16):
+#    the gate's estimate beside the NVML device peak;
+# 3. speed: a wanda cell at the 1B shape (calibration $NSAMPLES × 2048, eval 16 × 2048) against
+#    torch_cell.py (the reference code's way), f32 then f16, interleaved.
+# Writes $OUT/log.txt, $OUT/results.jsonl (one JSON object per measurement, tagged) and
+# $OUT/runs.tar.gz (run.json and memory_log.csv of every pipeline run).
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$1" || exit 1
+dir=$(pwd)
+out=${OUT:-$dir/out}
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
+start=$(date +%s)
+limit=${GPU_SECONDS:-570}
+nsamples=${NSAMPLES:-32}
+W=$dir/wanda
+chmod +x "$W"
+cp "$here/cell.yaml" .
+# A step gets at most its own seconds and what is left of the whole limit.
+step() {
+  local s=$1 left=$((limit - $(date +%s) + start))
+  shift
+  ((left < s)) && s=$left
+  ((s < 5)) && { echo "skipped (out of time): $*"; return 1; }
+  echo "+ [$(($(date +%s) - start)) s] $*" >&2
+  timeout "$s" "$@"
+}
+# record TAG SECONDS CMD…: CMD prints one JSON object; it goes to results.jsonl under TAG.
+record() {
+  local tag=$1
+  shift
+  step "$@" | python3 -c "import json,sys
+t=sys.stdin.read().strip().splitlines()
+try: r=json.loads(t[-1])
+except Exception: r=None
+print(json.dumps({'tag': '$tag', 'result': r}))" | tee -a "$out/results.jsonl"
+}
+# pipeline TAG MODEL DEVICE BUDGET: one cell; its estimate, device peak and timings recorded.
+pipeline() {
+  local tag=$1 model=$2 device=$3 budget=$4
+  step 120 "$W" run cell.yaml --set model.path="$model" --set device="$device" \
+    --budget "$budget" --results "/tmp/r/$tag" 2>&1 | grep -E "gate|stream|rror|panic|halted" | tail -4
+  python3 - "$tag" /tmp/r/$tag/gpu-cell/*/run.json <<'PY' | tee -a "$out/results.jsonl"
+import json, sys
+tag, runs = sys.argv[1], sys.argv[2:]
+try: r = json.load(open(runs[0]))
+except Exception: r = {}
+m = r.get("memory", {})
+print(json.dumps({"tag": tag, "result": {"estimated_peak_bytes": m.get("estimated_peak_bytes"),
+    "peak_gpu_bytes": m.get("peak_gpu_bytes"), "effective": r.get("effective"),
+    "timings": r.get("timings"), "perplexity": r.get("metrics", {}).get("perplexity")}}))
+PY
+}
+estimate() { # estimate MODEL [--streaming]: the estimator's peak bytes for cell.yaml's sizes
+  "$W" estimate --model "$1" --mode prune --method wanda --nsamples 16 --seqlen 512 \
+    --target cuda --json $2 | python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes'])"
+}
+
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-libs=$(dirname $(find / -name 'libnvrtc.so*' 2>/dev/null | head -1)):$(dirname $(find / -name 'libcuda.so*' 2>/dev/null | head -1))
+libs=$(dirname "$(find / -name 'libnvrtc.so*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$libs:$LD_LIBRARY_PATH
-echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-ls $(echo $libs | cut -d: -f1) | grep -i nvrtc | head -5
-python3 make_model.py hf /tmp/m || exit 1
-grep -A3 rope /tmp/m/config.json
-python3 torch_ppl.py /tmp/m wikitext2-raw-test.txt 512 8 /tmp/torch.bin
-chmod +x wanda
-for d in cuda cpu; do
 
-  timeout 240 ./wanda eval --model /tmp/m --text wikitext2-raw-test.txt --seqlen 512 --windows 8 --device $d --dump-logits /tmp/$d.bin 2>&1 | tail -8
+echo "== 0. models"
+step 90 python3 "$here/make_model.py" hf /tmp/m | tail -1
+step 60 "$W" synth --shape llama32-1b --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l1b
+step 60 "$W" synth --shape llama2-7b --layers 8 --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l7b
 
+echo "== 1. precision (135M shape, 64 × 512)"
+for dt in float32 bfloat16 float16; do
+  record "torch-ppl-$dt" 60 python3 "$here/torch_ppl.py" /tmp/m wikitext2-raw-test.txt 512 64 "/tmp/t-$dt.bin" "$dt"
 done
-python3 cmp.py /tmp/torch.bin /tmp/cuda.bin /tmp/cpu.bin
-for p in "$@"; do
-  timeout 240 ./wanda run $p.yaml --results /tmp/r 2>&1 | grep -v "^\s*$" | tail -28
-  for f in /tmp/r/gpu-$p/*/run.json /tmp/r/gpu-$p/*/memory_log.csv; do cp "$f" "$OUT/$p-$(basename $f)"; done
+for d in cuda cuda-bf16 cuda-f16; do
+  record "wanda-ppl-$d" 90 "$W" eval --model /tmp/m --text wikitext2-raw-test.txt --seqlen 512 --windows 64 --device "$d" --json --dump-logits "/tmp/w-$d.bin"
 done
+step 30 python3 "$here/cmp.py" /tmp/t-float32.bin /tmp/t-bfloat16.bin /tmp/t-float16.bin /tmp/w-cuda*.bin
+
+echo "== 2. memory (calibration 16 × 512, eval 4 × 512)"
+for m in m l1b l7b; do
+  pipeline "mem-$m-resident" "/tmp/$m" cuda:0 100GiB
+  a=$(estimate "/tmp/$m") b=$(estimate "/tmp/$m" --streaming)
+  budget=$(((a + b) / 2)) && ((budget < b * 5 / 4)) && budget=$((b * 5 / 4))
+  pipeline "mem-$m-streamed" "/tmp/$m" cuda:0 "$budget"
+done
+pipeline mem-l1b-resident-f16 /tmp/l1b cuda:0-f16 100GiB
+
+echo "== 3. speed (1B shape, calibration $nsamples × 2048, eval 16 × 2048)"
+for p in "float32 cuda" "float16 cuda-f16"; do
+  set -- $p
+  record "torch-cell-$1" 150 python3 "$here/torch_cell.py" /tmp/l1b wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
+  record "wanda-cell-$2" 200 "$W" prune --model /tmp/l1b --method wanda --sparsity 0.5 --device "$2" \
+    --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
+    --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json
+done
+tar czf "$out/runs.tar.gz" -C /tmp r 2>/dev/null
+echo "done in $(($(date +%s) - start)) s"

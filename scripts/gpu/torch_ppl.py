@@ -1,4 +1,5 @@
-# Perplexity by the Wanda reference protocol in PyTorch f32 on the GPU; dumps window 0's logits.
+# Perplexity by the Wanda reference protocol in PyTorch on the GPU (f32 unless a dtype is given:
+# bfloat16, float16); dumps window 0's logits; prints one JSON line.
 import math, sys, numpy as np, torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
@@ -21,4 +22,6 @@ with torch.no_grad():
         if w == 0:
             logits[0].cpu().numpy().astype("<f4").tofile(dump)
 torch.cuda.synchronize()
-print("torch_ppl", dtype, math.exp(nll / (windows * (seqlen - 1))), "tokens/s", windows * seqlen / (time.time() - start))
+import json
+print(json.dumps({"torch": str(dtype), "perplexity": math.exp(nll / (windows * (seqlen - 1))),
+                  "tokens_per_second": windows * seqlen / (time.time() - start)}))
