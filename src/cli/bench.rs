@@ -35,7 +35,7 @@ pub struct BenchArgs {
     /// Print one JSON object per figure, one per line.
     #[arg(long, global = true)]
     pub json: bool,
-    /// `cpu`, `cpu-flex`, `cpu-ndarray`, `cuda`, `cuda:N` (`cuda-bf16`, `cuda:N-bf16`: compute in bfloat16) or `auto`.
+    /// `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda`, `cuda:N` or `auto`; `-bf16` or `-f16` after `cpu-flex` or a CUDA device computes in bfloat16 or fp16 (`cuda:0-f16`).
     #[arg(long, default_value = "auto", global = true)]
     pub device: DeviceSpec,
 }

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::config::LlamaConfig;
-use super::host::to_host_f32;
+use super::host::{to_host_f32, weight_tensor};
 use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
 use super::weights::{build_layer, build_shell, WeightError, WeightSource};
 
@@ -482,21 +482,17 @@ fn read_layer<B: Backend>(
         let (w, shape) = required(format!("{name}.weight"))?;
         let [d_in, d_out] = <[usize; 2]>::try_from(shape)
             .map_err(|s| damaged(format!("`{name}.weight` has shape {s:?}")))?;
-        let bias = tensor(&format!("{name}.bias"))?.map(|(b, shape)| {
-            Param::from_tensor(Tensor::from_data(TensorData::new(b, shape), device))
-        });
+        let bias = tensor(&format!("{name}.bias"))?
+            .map(|(b, shape)| Param::from_tensor(weight_tensor(TensorData::new(b, shape), device)));
         Ok(Linear {
-            weight: Param::from_tensor(Tensor::from_data(
-                TensorData::new(w, [d_in, d_out]),
-                device,
-            )),
+            weight: Param::from_tensor(weight_tensor(TensorData::new(w, [d_in, d_out]), device)),
             bias,
         })
     };
     let norm = |name: &str| -> Result<RmsNorm<B>, StreamError> {
         let (w, shape) = required(format!("{name}.weight"))?;
         Ok(RmsNorm::new(
-            Tensor::from_data(TensorData::new(w, shape), device),
+            weight_tensor(TensorData::new(w, shape), device),
             config.rms_norm_eps,
         ))
     };

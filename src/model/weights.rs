@@ -17,6 +17,7 @@ use safetensors::tensor::{Dtype, Metadata};
 
 use super::config::LlamaConfig;
 use super::family::FusedLinear;
+use super::host::weight_tensor;
 use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
 use super::rope;
 
@@ -500,7 +501,7 @@ impl<B: Backend> Builder<'_, B> {
 
     fn vector(&self, name: &str, len: usize) -> Result<Tensor<B, 1>, WeightError> {
         let data = self.fetch(name, &[len])?;
-        Ok(Tensor::from_data(TensorData::new(data, [len]), self.device))
+        Ok(weight_tensor(TensorData::new(data, [len]), self.device))
     }
 
     /// A linear layer from the PyTorch `[out, in]` weight, stored as Burn's `[in, out]`.
@@ -512,7 +513,7 @@ impl<B: Backend> Builder<'_, B> {
         bias: bool,
     ) -> Result<Linear<B>, WeightError> {
         let w = self.fetch_with(&format!("{prefix}.weight"), &[d_out, d_in], true)?;
-        let weight = Tensor::from_data(TensorData::new(w, [d_in, d_out]), self.device);
+        let weight = weight_tensor(TensorData::new(w, [d_in, d_out]), self.device);
         let bias = if bias {
             Some(Param::from_tensor(
                 self.vector(&format!("{prefix}.bias"), d_out)?,
@@ -556,7 +557,7 @@ pub fn build_shell<B: Backend>(
     let h = config.hidden_size;
     let embed = b.fetch("model.embed_tokens.weight", &[config.vocab_size, h])?;
     let embed_tokens = Embedding {
-        weight: Param::from_tensor(Tensor::from_data(
+        weight: Param::from_tensor(weight_tensor(
             TensorData::new(embed, [config.vocab_size, h]),
             device,
         )),

@@ -27,6 +27,7 @@ use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
 use super::wanda::{prune_wanda, wanda_scores, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::host::to_host_f32;
+use crate::model::host::weight_tensor;
 use crate::model::kernels::kernels;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
@@ -556,7 +557,7 @@ fn prune_layer<B: Backend>(
         let linear = layer
             .linear_mut(name)
             .expect("names come from DecoderLayer::linears");
-        linear.weight = Param::from_tensor(Tensor::from_data(TensorData::new(w, dims), &device));
+        linear.weight = Param::from_tensor(weight_tensor(TensorData::new(w, dims), &device));
     }
     Ok(measured)
 }
