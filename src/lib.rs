@@ -12,5 +12,6 @@ pub mod pipeline;
 pub mod prune;
 pub mod queue;
 pub mod report;
+pub mod serve;
 pub mod stages;
 pub mod sys;

@@ -6,11 +6,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use burn::prelude::*;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::llama::KvCache;
+use wanda::model::sample::pick;
 use wanda::model::{self, ModelRef};
 
 /// Arguments of `wanda generate`.
@@ -34,40 +35,6 @@ pub struct GenerateArgs {
     /// `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda`, `cuda:N` or `auto`; `-bf16` or `-f16` after `cpu-flex` or a CUDA device computes in bfloat16 or fp16 (`cuda:0-f16`).
     #[arg(long, default_value = "auto")]
     pub device: DeviceSpec,
-}
-
-/// Picks the next token from `logits`: argmax at temperature 0, else a softmax sample.
-fn pick(logits: &[f32], temperature: f64, rng: &mut StdRng) -> u32 {
-    let argmax = || {
-        logits
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
-                if v > best.1 {
-                    (i, v)
-                } else {
-                    best
-                }
-            })
-            .0 as u32
-    };
-    if temperature <= 0.0 {
-        return argmax();
-    }
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = logits
-        .iter()
-        .map(|&l| ((f64::from(l) - f64::from(max)) / temperature).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let mut target = rng.random::<f64>() * total;
-    for (i, w) in weights.iter().enumerate() {
-        target -= w;
-        if target <= 0.0 {
-            return i as u32;
-        }
-    }
-    argmax()
 }
 
 impl OnBackend for GenerateArgs {
@@ -127,32 +94,4 @@ impl OnBackend for GenerateArgs {
 pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     dispatch(args.device, args)?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn greedy_picks_the_largest_logit_and_sampling_is_seeded() {
-        let mut rng = StdRng::seed_from_u64(0);
-        assert_eq!(pick(&[0.1, 3.0, -1.0], 0.0, &mut rng), 1);
-        let a: Vec<u32> = {
-            let mut r = StdRng::seed_from_u64(5);
-            (0..20)
-                .map(|_| pick(&[0.0, 0.0, 0.0, 0.0], 1.0, &mut r))
-                .collect()
-        };
-        let b: Vec<u32> = {
-            let mut r = StdRng::seed_from_u64(5);
-            (0..20)
-                .map(|_| pick(&[0.0, 0.0, 0.0, 0.0], 1.0, &mut r))
-                .collect()
-        };
-        assert_eq!(a, b);
-        assert!(
-            a.iter().any(|&t| t != a[0]),
-            "uniform sampling should vary: {a:?}"
-        );
-    }
 }

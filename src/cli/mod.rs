@@ -14,6 +14,7 @@ mod prune;
 mod rerun;
 mod run;
 mod schema;
+mod serve;
 mod status;
 mod submit;
 mod synth;
@@ -53,6 +54,9 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Continue a prompt with a model (KV-cached decoding).
     Generate(generate::GenerateArgs),
+    /// Serve a model behind an OpenAI-compatible API (`/v1/completions`, `/v1/models`) on a
+    /// local port, for lm-evaluation-harness's `local-completions` and other clients.
+    Serve(serve::ServeArgs),
     /// Prune a model once (load, calibrate + prune layer by layer, evaluate, save).
     Prune(prune::PruneArgs),
     /// Micro-benchmarks: forward throughput and GEMM rate.
@@ -88,6 +92,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Schema => schema::run(),
         Command::Eval(args) => eval::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Prune(args) => prune::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Estimate(args) => estimate::run(args),

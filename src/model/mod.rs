@@ -16,6 +16,7 @@ pub mod host;
 pub mod kernels;
 pub mod llama;
 pub mod rope;
+pub mod sample;
 pub mod shape;
 pub mod stream;
 pub mod synth;

@@ -124,6 +124,21 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// Encodes `text`, adding the tokenizer's special tokens (a BOS, say) only when `special`;
+    /// special tokens written in the text are recognised either way.
+    pub fn encode_with(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenizerError> {
+        let encoding = self
+            .inner
+            .encode(text, special)
+            .map_err(|e| self.run_error(e))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// One token as the text it decodes to, special tokens included (`<|endoftext|>`).
+    pub fn token_text(&self, id: u32) -> Result<String, TokenizerError> {
+        self.inner.decode(&[id], false).map_err(|e| self.run_error(e))
+    }
+
     /// Decodes ids to text, skipping special tokens.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         self.inner.decode(ids, true).map_err(|e| self.run_error(e))

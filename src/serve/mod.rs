@@ -1,0 +1,398 @@
+//! `wanda serve`: the model in memory behind an OpenAI-compatible HTTP API on a local port, so
+//! that lm-evaluation-harness's `local-completions` model (or any OpenAI client) can score and
+//! generate with a pruned model with no export.
+//!
+//! Endpoints: `GET /v1/models`, `POST /v1/completions` (prompt as text or token ids, one or a
+//! batch; `echo`, `logprobs`, `max_tokens`, `temperature`, `seed`, `stop`), the tokenizer
+//! endpoints lm-eval's remote tokenizer reads (`GET /tokenizer_info`, `POST /tokenize`,
+//! `POST /detokenize`) and `GET /health`.
+//!
+//! HTTP runs on a small tokio runtime; the model runs on the thread that called [`serve`], one
+//! request at a time, fed by a bounded queue: a request that finds it full gets a 503 at once.
+//! Bodies are limited in bytes and prompts per request, every prompt in tokens (the model's
+//! context); each mistake is a 400 (413 for a body too large) with OpenAI's error JSON. On
+//! shutdown (SIGINT/SIGTERM for the CLI) the server stops accepting connections, answers what it
+//! has accepted, and returns.
+
+pub mod complete;
+pub mod openai;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use burn::prelude::Backend;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+pub use complete::Served;
+use openai::{completion_body, ApiError, Choice, CompletionRequest};
+
+/// Limits of a server.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Requests accepted and waiting for the model at most; more get a 503.
+    pub queue: usize,
+    /// Bytes of a request body at most; more get a 413.
+    pub max_body_bytes: usize,
+    /// Prompts in one completion request at most.
+    pub max_prompts: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            queue: 64,
+            max_body_bytes: 8 << 20,
+            max_prompts: 64,
+        }
+    }
+}
+
+/// When a server stops.
+pub enum Shutdown {
+    /// At SIGINT (Ctrl-C) or SIGTERM.
+    Signals,
+    /// When this fires (or its sender is dropped).
+    When(oneshot::Receiver<()>),
+}
+
+/// What the model thread is asked to do.
+enum Work {
+    Complete(CompletionRequest),
+    Tokenize { text: String, special: bool },
+    Detokenize(Vec<u32>),
+}
+
+/// What it answers.
+enum Done {
+    Choices(Vec<Choice>),
+    Tokens(Vec<u32>),
+    Text(String),
+}
+
+struct Job {
+    work: Work,
+    reply: oneshot::Sender<Result<Done, ApiError>>,
+}
+
+/// What the HTTP handlers share.
+struct Shared {
+    jobs: mpsc::Sender<Job>,
+    name: String,
+    context: usize,
+    eos_token: Option<String>,
+    bos_token: Option<String>,
+    max_prompts: usize,
+    queue: usize,
+    next_id: AtomicU64,
+}
+
+/// Failures that stop a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket or the runtime failed.
+    #[error("server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Serves `served` on `listener` until `shutdown`; `ready` is called with the address once
+/// connections are accepted. The model runs on the calling thread.
+pub fn serve<B: Backend>(
+    served: &Served<'_, B>,
+    listener: std::net::TcpListener,
+    options: ServeOptions,
+    shutdown: Shutdown,
+    ready: impl FnOnce(SocketAddr) + Send,
+) -> Result<(), ServeError> {
+    let address = listener.local_addr()?;
+    let (jobs, mut queue) = mpsc::channel::<Job>(options.queue.max(1));
+    let token = |id: Option<u32>| id.and_then(|id| served.tokenizer.token(id));
+    let shared = Arc::new(Shared {
+        jobs,
+        name: served.name.clone(),
+        context: served.context,
+        eos_token: token(served.eos),
+        bos_token: token(served.bos),
+        max_prompts: options.max_prompts,
+        queue: options.queue,
+        next_id: AtomicU64::new(0),
+    });
+    std::thread::scope(|scope| {
+        let http = scope.spawn(move || -> Result<(), ServeError> {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(async move {
+                listener.set_nonblocking(true)?;
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                let app = router(shared, options.max_body_bytes);
+                ready(address);
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped(shutdown))
+                    .await
+            })?;
+            Ok(())
+        });
+        // The model's loop: ends when the HTTP side has stopped and dropped its senders.
+        while let Some(job) = queue.blocking_recv() {
+            let _ = job.reply.send(work(served, job.work));
+        }
+        http.join().expect("the HTTP thread does not panic")
+    })
+}
+
+/// Resolves when the server should stop.
+async fn stopped(shutdown: Shutdown) {
+    match shutdown {
+        Shutdown::When(fire) => {
+            let _ = fire.await;
+        }
+        Shutdown::Signals => {
+            let interrupt = tokio::signal::ctrl_c();
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{signal, SignalKind};
+                match signal(SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        tokio::select! {
+                            _ = interrupt => {}
+                            _ = term.recv() => {}
+                        }
+                    }
+                    Err(_) => {
+                        let _ = interrupt.await;
+                    }
+                }
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = interrupt.await;
+            }
+            eprintln!("wanda serve: stopping; answering the requests already accepted");
+        }
+    }
+}
+
+/// Runs one job on the model.
+fn work<B: Backend>(served: &Served<'_, B>, work: Work) -> Result<Done, ApiError> {
+    match work {
+        Work::Complete(request) => {
+            let ids = served.check(&request)?;
+            let mut rng = StdRng::seed_from_u64(request.seed.unwrap_or(0));
+            Ok(Done::Choices(
+                ids.iter()
+                    .enumerate()
+                    .map(|(i, ids)| served.complete(&request, i, ids, &mut rng))
+                    .collect(),
+            ))
+        }
+        Work::Tokenize { text, special } => served
+            .tokenizer
+            .encode_with(&text, special)
+            .map(Done::Tokens)
+            .map_err(|e| ApiError::invalid(format!("cannot tokenize: {e}"))),
+        Work::Detokenize(ids) => served
+            .tokenizer
+            .decode(&ids)
+            .map(Done::Text)
+            .map_err(|e| ApiError::invalid(format!("cannot detokenize: {e}"))),
+    }
+}
+
+fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+        .route("/tokenizer_info", get(tokenizer_info))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get(|| async { "ok" }))
+        .fallback(|| async {
+            error(ApiError {
+                status: 404,
+                kind: "not_found_error",
+                message: "no such endpoint; this server has /v1/models, /v1/completions, \
+                          /tokenize, /detokenize, /tokenizer_info and /health"
+                    .into(),
+            })
+        })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(shared)
+}
+
+fn error(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e.body())).into_response()
+}
+
+/// The body, or the error a client sees (413 past the size limit).
+fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+    read.map_err(|rejection| {
+        error(ApiError {
+            status: rejection.status().as_u16(),
+            kind: "invalid_request_error",
+            message: format!("the request body cannot be read: {}", rejection.body_text()),
+        })
+    })
+}
+
+/// Hands `work` to the model thread and waits for it; 503 when the queue is full.
+async fn submit(shared: &Shared, work: Work) -> Result<Done, Response> {
+    let (reply, answer) = oneshot::channel();
+    shared
+        .jobs
+        .try_send(Job { work, reply })
+        .map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => error(ApiError {
+                status: 503,
+                kind: "server_busy",
+                message: format!(
+                    "{} requests are already waiting for the model; retry later \
+                     (`wanda serve --queue` sets how many may wait)",
+                    shared.queue
+                ),
+            }),
+            mpsc::error::TrySendError::Closed(_) => error(shutting_down()),
+        })?;
+    answer
+        .await
+        .map_err(|_| error(shutting_down()))?
+        .map_err(error)
+}
+
+fn shutting_down() -> ApiError {
+    ApiError {
+        status: 503,
+        kind: "server_error",
+        message: "the server is shutting down".into(),
+    }
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{"id": shared.name, "object": "model", "created": 0, "owned_by": "wanda",
+                  "max_model_len": shared.context}],
+    }))
+}
+
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    read: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(read) {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let request = match CompletionRequest::parse(&bytes, shared.max_prompts) {
+        Ok(r) => r,
+        Err(e) => return error(e),
+    };
+    if let Some(model) = request.model.as_deref().filter(|m| *m != shared.name) {
+        return error(ApiError {
+            status: 404,
+            kind: "model_not_found",
+            message: format!(
+                "the model `{model}` does not exist here; this server has `{}`",
+                shared.name
+            ),
+        });
+    }
+    match submit(&shared, Work::Complete(request)).await {
+        Ok(Done::Choices(choices)) => {
+            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+            let created = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Json(completion_body(id, created, &shared.name, &choices)).into_response()
+        }
+        Ok(_) => error(shutting_down()),
+        Err(response) => response,
+    }
+}
+
+async fn tokenizer_info(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    Json(json!({
+        "eos_token": shared.eos_token,
+        "bos_token": shared.bos_token,
+        "pad_token": null,
+        "model_max_length": shared.context,
+        "tokenizer_class": "wanda",
+    }))
+}
+
+/// A JSON object body, or a 400.
+fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Response> {
+    let bytes = body(read)?;
+    match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(error(ApiError::invalid("the body must be a JSON object"))),
+        Err(e) => Err(error(ApiError::invalid(format!(
+            "the body is not valid JSON: {e}"
+        )))),
+    }
+}
+
+async fn tokenize(
+    State(shared): State<Arc<Shared>>,
+    read: Result<Bytes, BytesRejection>,
+) -> Response {
+    let fields = match object(read) {
+        Ok(f) => f,
+        Err(response) => return response,
+    };
+    let Some(text) = fields.get("prompt").and_then(Value::as_str) else {
+        return error(ApiError::invalid("`prompt` must be a string"));
+    };
+    let special = fields
+        .get("add_special_tokens")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let work = Work::Tokenize {
+        text: text.to_string(),
+        special,
+    };
+    match submit(&shared, work).await {
+        Ok(Done::Tokens(tokens)) => Json(json!({
+            "tokens": tokens, "count": tokens.len(), "max_model_len": shared.context,
+        }))
+        .into_response(),
+        Ok(_) => error(shutting_down()),
+        Err(response) => response,
+    }
+}
+
+async fn detokenize(
+    State(shared): State<Arc<Shared>>,
+    read: Result<Bytes, BytesRejection>,
+) -> Response {
+    let fields = match object(read) {
+        Ok(f) => f,
+        Err(response) => return response,
+    };
+    let ids: Option<Vec<u32>> = fields.get("tokens").and_then(Value::as_array).and_then(|a| {
+        a.iter()
+            .map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok()))
+            .collect()
+    });
+    let Some(ids) = ids else {
+        return error(ApiError::invalid("`tokens` must be a list of token ids"));
+    };
+    match submit(&shared, Work::Detokenize(ids)).await {
+        Ok(Done::Text(prompt)) => Json(json!({ "prompt": prompt })).into_response(),
+        Ok(_) => error(shutting_down()),
+        Err(response) => response,
+    }
+}
