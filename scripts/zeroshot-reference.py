@@ -31,6 +31,11 @@ Output (one JSON file; task keys are the real lm-eval task names, not the local 
         --model /tmp/zs/smollm2-dense --tasks boolq,rte,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa \
         --out /tmp/zs/ref.json [--limit N] [--batch-size 1] [--format auto|parquet|jsonl]
 
+With `--base-url http://127.0.0.1:PORT` lm-eval's `local-completions` model scores through an
+OpenAI-compatible server instead (`wanda serve --model M --port PORT`): token-id prompts, the
+server's own tokenizer through its /tokenize endpoints (`tokenizer_backend=remote`), one request
+at a time; `--model` is then only recorded.
+
 Everything is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE are set before importing anything).
 """
 import argparse
@@ -157,6 +162,8 @@ def main():
     ap.add_argument("--format", choices=["auto", "parquet", "jsonl"], default="auto",
                     help="which local files to read (auto: parquet if present, else jsonl)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    ap.add_argument("--base-url", help="score through this OpenAI-compatible server "
+                    "(lm-eval's local-completions) instead of loading --model with `hf`")
     args = ap.parse_args()
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -198,8 +205,18 @@ def main():
         # The same construction simple_evaluate does for model="hf", once, so that model
         # loading is not charged to the first task.
         t0 = time.perf_counter()
-        lm = get_model("hf").create_from_arg_string(
-            model_args, {"batch_size": args.batch_size, "max_batch_size": None, "device": "cpu"})
+        if args.base_url:
+            import urllib.request
+            url = args.base_url.rstrip("/")
+            name = json.load(urllib.request.urlopen(f"{url}/v1/models"))["data"][0]["id"]
+            model_args = (f"model={name},base_url={url}/v1/completions,tokenizer_backend=remote,"
+                          "tokenized_requests=True,max_length=8192,num_concurrent=1")
+            lm = get_model("local-completions").create_from_arg_string(
+                model_args, {"batch_size": args.batch_size})
+        else:
+            lm = get_model("hf").create_from_arg_string(
+                model_args, {"batch_size": args.batch_size, "max_batch_size": None,
+                             "device": "cpu"})
         out["model_load_seconds"] = round(time.perf_counter() - t0, 3)
         out["model_args"] = model_args
 

@@ -50,7 +50,9 @@ mod tests {
         assert_eq!(pick(&[0.1, 3.0, -1.0, 3.0], 0.0, &mut rng), 1);
         let draws = |seed| -> Vec<u32> {
             let mut rng = StdRng::seed_from_u64(seed);
-            (0..32).map(|_| pick(&[1.0, 1.0, 1.0], 1.0, &mut rng)).collect()
+            (0..32)
+                .map(|_| pick(&[1.0, 1.0, 1.0], 1.0, &mut rng))
+                .collect()
         };
         assert_eq!(draws(7), draws(7));
         // Three equal logits: every id is drawn at least once in 32 draws.

@@ -136,7 +136,9 @@ impl Tokenizer {
 
     /// One token as the text it decodes to, special tokens included (`<|endoftext|>`).
     pub fn token_text(&self, id: u32) -> Result<String, TokenizerError> {
-        self.inner.decode(&[id], false).map_err(|e| self.run_error(e))
+        self.inner
+            .decode(&[id], false)
+            .map_err(|e| self.run_error(e))
     }
 
     /// Decodes ids to text, skipping special tokens.

@@ -88,7 +88,9 @@ impl<B: Backend> Served<'_, B> {
             )));
         }
         if ids.is_empty() {
-            return Err(ApiError::invalid("the prompt is empty: give text or token ids"));
+            return Err(ApiError::invalid(
+                "the prompt is empty: give text or token ids",
+            ));
         }
         Ok(ids)
     }
@@ -169,7 +171,11 @@ impl<B: Backend> Served<'_, B> {
                 vec![n - 1]
             };
             for first in rows {
-                let len = if scores_wanted { HEAD_BLOCK.min(n - first) } else { 1 };
+                let len = if scores_wanted {
+                    HEAD_BLOCK.min(n - first)
+                } else {
+                    1
+                };
                 let logits = self.model.head(hidden.clone().narrow(1, first, len));
                 on_rows(first, to_host_f32(logits));
             }
@@ -199,8 +205,7 @@ impl<B: Backend> Served<'_, B> {
             offset += text.chars().count();
             lp.tokens.push(text);
             lp.token_logprobs.push(scores.as_ref().map(|s| s.logprob));
-            lp.top_logprobs
-                .push(scores.map(|s| self.top_map(&s.top)));
+            lp.top_logprobs.push(scores.map(|s| self.top_map(&s.top)));
         };
         if scores_wanted {
             let mut scores = prompt_scores.into_iter();
@@ -225,13 +230,20 @@ impl<B: Backend> Served<'_, B> {
                 push(&mut logprobs, next, Some(score_row(&row, next, k)));
             }
             text = self.tokenizer.decode(&generated).unwrap_or_default();
-            if let Some(at) = request.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+            if let Some(at) = request
+                .stop
+                .iter()
+                .filter_map(|s| text.find(s.as_str()))
+                .min()
+            {
                 text.truncate(at);
                 finish = "stop";
                 break;
             }
             if step + 1 < request.max_tokens {
-                let kv = cache.as_mut().expect("a generation of 2+ tokens fills the cache");
+                let kv = cache
+                    .as_mut()
+                    .expect("a generation of 2+ tokens fills the cache");
                 row = to_host_f32(self.model.forward_cached(tokens(&[next]), kv));
             }
         }

@@ -382,11 +382,14 @@ async fn detokenize(
         Ok(f) => f,
         Err(response) => return response,
     };
-    let ids: Option<Vec<u32>> = fields.get("tokens").and_then(Value::as_array).and_then(|a| {
-        a.iter()
-            .map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok()))
-            .collect()
-    });
+    let ids: Option<Vec<u32>> = fields
+        .get("tokens")
+        .and_then(Value::as_array)
+        .and_then(|a| {
+            a.iter()
+                .map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok()))
+                .collect()
+        });
     let Some(ids) = ids else {
         return error(ApiError::invalid("`tokens` must be a list of token ids"));
     };

@@ -80,11 +80,13 @@ impl CompletionRequest {
             return Err(ApiError::invalid("the body must be a JSON object"));
         };
         let field = |name: &str| fields.get(name).filter(|v| !v.is_null());
-        let wrong =
-            |name: &str, what: &str| ApiError::invalid(format!("`{name}` must be {what}"));
+        let wrong = |name: &str, what: &str| ApiError::invalid(format!("`{name}` must be {what}"));
         let uint = |name: &str| -> Result<Option<u64>, ApiError> {
             field(name)
-                .map(|v| v.as_u64().ok_or_else(|| wrong(name, "a non-negative integer")))
+                .map(|v| {
+                    v.as_u64()
+                        .ok_or_else(|| wrong(name, "a non-negative integer"))
+                })
                 .transpose()
         };
         if field("stream").and_then(Value::as_bool) == Some(true) {
@@ -261,14 +263,20 @@ mod tests {
                 "logprobs":1,"seed":1234,"echo":true}"#,
         )
         .unwrap();
-        assert_eq!(r.prompts, [Prompt::Ids(vec![1, 2, 3]), Prompt::Ids(vec![4, 5])]);
+        assert_eq!(
+            r.prompts,
+            [Prompt::Ids(vec![1, 2, 3]), Prompt::Ids(vec![4, 5])]
+        );
         assert_eq!((r.max_tokens, r.echo, r.logprobs), (1, true, Some(1)));
         assert_eq!((r.temperature, r.seed), (0.0, Some(1234)));
         let r = parse(r#"{"prompt":"Hi","stop":"\n","extra":{"ignored":true}}"#).unwrap();
         assert_eq!(r.prompts, [Prompt::Text("Hi".into())]);
         assert_eq!((r.max_tokens, r.temperature), (16, 1.0));
         assert_eq!(r.stop, ["\n"]);
-        assert_eq!(parse(r#"{"prompt":[7]}"#).unwrap().prompts, [Prompt::Ids(vec![7])]);
+        assert_eq!(
+            parse(r#"{"prompt":[7]}"#).unwrap().prompts,
+            [Prompt::Ids(vec![7])]
+        );
     }
 
     #[test]
@@ -281,13 +289,19 @@ mod tests {
             (r#"{"prompt":[1,"a"]}"#, "`prompt` must be"),
             (r#"{"prompt":[-1]}"#, "`prompt` must be"),
             (r#"{"prompt":"a","max_tokens":-1}"#, "`max_tokens`"),
-            (r#"{"prompt":"a","logprobs":6}"#, "`logprobs` must be at most 5"),
+            (
+                r#"{"prompt":"a","logprobs":6}"#,
+                "`logprobs` must be at most 5",
+            ),
             (r#"{"prompt":"a","temperature":"hot"}"#, "`temperature`"),
             (r#"{"prompt":"a","echo":1}"#, "`echo`"),
             (r#"{"prompt":"a","stream":true}"#, "`stream: true`"),
             (r#"{"prompt":"a","n":2}"#, "`n` must be 1"),
             (r#"{"prompt":"a","stop":["",""]}"#, "`stop`"),
-            (r#"{"prompt":["a","b","c","d","e","f","g","h","i"]}"#, "at most 8"),
+            (
+                r#"{"prompt":["a","b","c","d","e","f","g","h","i"]}"#,
+                "at most 8",
+            ),
         ] {
             let err = parse(body).unwrap_err();
             assert_eq!(err.status, 400, "{body}");

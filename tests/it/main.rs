@@ -16,6 +16,7 @@ mod prune_methods;
 mod queue_cli;
 mod run_cli;
 mod secrets;
+mod serve;
 mod smollm;
 mod streaming;
 mod synth;
