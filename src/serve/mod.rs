@@ -238,24 +238,22 @@ fn error(e: ApiError) -> Response {
 }
 
 /// The body, or the error a client sees (413 past the size limit).
-fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
-    read.map_err(|rejection| {
-        error(ApiError {
-            status: rejection.status().as_u16(),
-            kind: "invalid_request_error",
-            message: format!("the request body cannot be read: {}", rejection.body_text()),
-        })
+fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    read.map_err(|rejection| ApiError {
+        status: rejection.status().as_u16(),
+        kind: "invalid_request_error",
+        message: format!("the request body cannot be read: {}", rejection.body_text()),
     })
 }
 
 /// Hands `work` to the model thread and waits for it; 503 when the queue is full.
-async fn submit(shared: &Shared, work: Work) -> Result<Done, Response> {
+async fn submit(shared: &Shared, work: Work) -> Result<Done, ApiError> {
     let (reply, answer) = oneshot::channel();
     shared
         .jobs
         .try_send(Job { work, reply })
         .map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => error(ApiError {
+            mpsc::error::TrySendError::Full(_) => ApiError {
                 status: 503,
                 kind: "server_busy",
                 message: format!(
@@ -263,13 +261,10 @@ async fn submit(shared: &Shared, work: Work) -> Result<Done, Response> {
                      (`wanda serve --queue` sets how many may wait)",
                     shared.queue
                 ),
-            }),
-            mpsc::error::TrySendError::Closed(_) => error(shutting_down()),
+            },
+            mpsc::error::TrySendError::Closed(_) => shutting_down(),
         })?;
-    answer
-        .await
-        .map_err(|_| error(shutting_down()))?
-        .map_err(error)
+    answer.await.map_err(|_| shutting_down())?
 }
 
 fn shutting_down() -> ApiError {
@@ -294,7 +289,7 @@ async fn completions(
 ) -> Response {
     let bytes = match body(read) {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(e) => return error(e),
     };
     let request = match CompletionRequest::parse(&bytes, shared.max_prompts) {
         Ok(r) => r,
@@ -319,7 +314,7 @@ async fn completions(
             Json(completion_body(id, created, &shared.name, &choices)).into_response()
         }
         Ok(_) => error(shutting_down()),
-        Err(response) => response,
+        Err(e) => error(e),
     }
 }
 
@@ -334,14 +329,14 @@ async fn tokenizer_info(State(shared): State<Arc<Shared>>) -> Json<Value> {
 }
 
 /// A JSON object body, or a 400.
-fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Response> {
+fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, ApiError> {
     let bytes = body(read)?;
     match serde_json::from_slice(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(error(ApiError::invalid("the body must be a JSON object"))),
-        Err(e) => Err(error(ApiError::invalid(format!(
+        Ok(_) => Err(ApiError::invalid("the body must be a JSON object")),
+        Err(e) => Err(ApiError::invalid(format!(
             "the body is not valid JSON: {e}"
-        )))),
+        ))),
     }
 }
 
@@ -351,7 +346,7 @@ async fn tokenize(
 ) -> Response {
     let fields = match object(read) {
         Ok(f) => f,
-        Err(response) => return response,
+        Err(e) => return error(e),
     };
     let Some(text) = fields.get("prompt").and_then(Value::as_str) else {
         return error(ApiError::invalid("`prompt` must be a string"));
@@ -370,7 +365,7 @@ async fn tokenize(
         }))
         .into_response(),
         Ok(_) => error(shutting_down()),
-        Err(response) => response,
+        Err(e) => error(e),
     }
 }
 
@@ -380,7 +375,7 @@ async fn detokenize(
 ) -> Response {
     let fields = match object(read) {
         Ok(f) => f,
-        Err(response) => return response,
+        Err(e) => return error(e),
     };
     let ids: Option<Vec<u32>> = fields
         .get("tokens")
@@ -396,6 +391,6 @@ async fn detokenize(
     match submit(&shared, Work::Detokenize(ids)).await {
         Ok(Done::Text(prompt)) => Json(json!({ "prompt": prompt })).into_response(),
         Ok(_) => error(shutting_down()),
-        Err(response) => response,
+        Err(e) => error(e),
     }
 }
