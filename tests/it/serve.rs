@@ -27,21 +27,24 @@ impl Server {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        // Owned by the guard first, so that a failed start still kills and reaps the process.
+        let mut server = Server {
+            child,
+            url: String::new(),
+            stderr,
+        };
         let mut line = String::new();
         loop {
             line.clear();
             assert!(
-                stderr.read_line(&mut line).unwrap() > 0,
+                server.stderr.read_line(&mut line).unwrap() > 0,
                 "serve exited early"
             );
             if let Some(rest) = line.split(" at http://").nth(1) {
                 let address = rest.split("/v1").next().unwrap();
-                return Server {
-                    child,
-                    url: format!("http://{address}"),
-                    stderr,
-                };
+                server.url = format!("http://{address}");
+                return server;
             }
         }
     }
