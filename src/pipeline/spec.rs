@@ -608,6 +608,28 @@ pub struct ZeroshotOptions {
     /// (`DIR/allenai/ai2_arc/ARC-Easy/test-00000-of-00001.parquet`), instead of the hub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<PathBuf>,
+    /// Who scores: `native` (wanda's scorer, the default) or `lm-eval` (the installed
+    /// lm-evaluation-harness, through `wanda serve` on a free loopback port).
+    #[serde(default, skip_serializing_if = "Harness::is_native")]
+    pub harness: Harness,
+}
+
+/// Who scores zero-shot tasks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Harness {
+    /// wanda's own scorer of lm-eval 0.4.13's definitions.
+    #[default]
+    Native,
+    /// The installed `lm_eval`, with its `local-completions` model against `wanda serve`.
+    LmEval,
+}
+
+impl Harness {
+    /// Whether this is the default.
+    pub fn is_native(&self) -> bool {
+        *self == Harness::Native
+    }
 }
 
 fn default_true() -> bool {

@@ -15,6 +15,7 @@
 //! has accepted, and returns.
 
 pub mod complete;
+pub mod harness;
 pub mod openai;
 
 use std::net::SocketAddr;

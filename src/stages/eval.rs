@@ -9,10 +9,13 @@ use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity;
 use crate::eval::zeroshot::{self, TaskSource};
+use crate::model::stream::Decoder;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{EvalOptions, Settings, ZeroshotOptions};
+use crate::pipeline::spec::{EvalOptions, Harness, Settings, ZeroshotOptions};
+use crate::serve::harness;
+use crate::serve::Served;
 
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
@@ -39,6 +42,9 @@ fn zeroshot_of<B: Backend>(
     options: &ZeroshotOptions,
     record: &mut RunRecord,
 ) -> Result<(), StageFailure> {
+    if options.harness == Harness::LmEval {
+        return harness_of(exec, stage, upstream, options, record);
+    }
     let hub = HubRequest::default();
     let dir = options.data.as_ref().map(|d| exec.path(d));
     let source = match &dir {
@@ -60,6 +66,46 @@ fn zeroshot_of<B: Backend>(
     // perplexity text's.
     exec.hashes.data.zeroshot.extend(run.data.clone());
     record.data.zeroshot = run.data;
+    Ok(())
+}
+
+/// Scores the zero-shot tasks with the installed lm-eval through `wanda serve` into `record`;
+/// its log and results stay in the cell's folder (`lm-eval/`).
+fn harness_of<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    upstream: &[&StageNode],
+    options: &ZeroshotOptions,
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
+    let dir = options.data.as_ref().map(|d| exec.path(d));
+    let base = exec.base(stage)?;
+    let Decoder::Resident(model) = exec.current(stage, upstream)? else {
+        return Err(format!(
+            "stage `{stage}`: `zeroshot.harness: lm-eval` serves the model from memory, and this \
+             run streams its layers; use `harness: native`, which scores streamed models, or a \
+             budget that keeps the model in memory"
+        )
+        .into());
+    };
+    let served = Served {
+        model,
+        tokenizer: &base.tokenizer,
+        name: "wanda".into(),
+        context: base.config.max_position_embeddings,
+        vocab: base.config.vocab_size,
+        eos: base.config.eos_token_id,
+        bos: base.config.bos_token_id,
+    };
+    let work = exec.ctx.results_dir.join(&record.cell.id.0).join("lm-eval");
+    let metrics = harness::lm_eval(
+        &served,
+        &options.tasks,
+        options.limit,
+        dir.as_deref(),
+        &work,
+    )?;
+    record.metrics.zeroshot = Some(metrics);
     Ok(())
 }
 

@@ -263,3 +263,51 @@ fn sigterm_in_the_middle_of_a_request_finishes_it_and_exits_cleanly() {
         "the request ended before the signal"
     );
 }
+
+#[test]
+fn a_harness_pipeline_without_lm_eval_stops_with_the_install_line_and_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    save_tiny_hf_folder(&dir.path().join("tiny"), 5);
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zeroshot");
+    let pipeline = dir.path().join("h.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name: h\ndevice: cpu\nmodel: {{ path: tiny }}\nstages:\n  load: {{}}\n  eval:\n    \
+             perplexity: false\n    zeroshot: {{ tasks: [boolq], limit: 2, data: {}, harness: \
+             lm-eval }}\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["run", "h.yaml", "--results", "r"])
+        .current_dir(dir.path())
+        .env("WANDA_LM_EVAL", dir.path().join("no-lm_eval-here"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("pip install 'lm-eval[api]==0.4.13'") && stderr.contains("WANDA_LM_EVAL"),
+        "{stderr}"
+    );
+    let records: Vec<_> = walk(&dir.path().join("r"))
+        .into_iter()
+        .filter(|p| p.ends_with("run.json"))
+        .collect();
+    assert!(records.is_empty(), "{records:?}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

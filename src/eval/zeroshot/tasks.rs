@@ -107,6 +107,19 @@ impl Task {
         }
     }
 
+    /// The task's YAML within lm-eval's `tasks` folder.
+    pub fn lm_eval_yaml(self) -> &'static str {
+        match self {
+            Task::Boolq => "super_glue/boolq/default.yaml",
+            Task::Rte => "glue/rte/default.yaml",
+            Task::Hellaswag => "hellaswag/hellaswag.yaml",
+            Task::Winogrande => "winogrande/default.yaml",
+            Task::ArcEasy => "arc/arc_easy.yaml",
+            Task::ArcChallenge => "arc/arc_challenge.yaml",
+            Task::Openbookqa => "openbookqa/openbookqa.yaml",
+        }
+    }
+
     /// The data set, configuration and split scored.
     pub fn data(self) -> TaskData {
         let (repo, config, split) = match self {
