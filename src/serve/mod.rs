@@ -221,21 +221,23 @@ fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get(|| async { "ok" }))
         .fallback(|| async {
-            error(ApiError {
+            ApiError {
                 status: 404,
                 kind: "not_found_error",
                 message: "no such endpoint; this server has /v1/models, /v1/completions, \
                           /tokenize, /detokenize, /tokenizer_info and /health"
                     .into(),
-            })
+            }
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(shared)
 }
 
-fn error(e: ApiError) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(e.body())).into_response()
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.body())).into_response()
+    }
 }
 
 /// The body, or the error a client sees (413 past the size limit).
@@ -287,17 +289,10 @@ async fn models(State(shared): State<Arc<Shared>>) -> Json<Value> {
 async fn completions(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Response {
-    let bytes = match body(read) {
-        Ok(b) => b,
-        Err(e) => return error(e),
-    };
-    let request = match CompletionRequest::parse(&bytes, shared.max_prompts) {
-        Ok(r) => r,
-        Err(e) => return error(e),
-    };
+) -> Result<Json<Value>, ApiError> {
+    let request = CompletionRequest::parse(&body(read)?, shared.max_prompts)?;
     if let Some(model) = request.model.as_deref().filter(|m| *m != shared.name) {
-        return error(ApiError {
+        return Err(ApiError {
             status: 404,
             kind: "model_not_found",
             message: format!(
@@ -306,17 +301,14 @@ async fn completions(
             ),
         });
     }
-    match submit(&shared, Work::Complete(request)).await {
-        Ok(Done::Choices(choices)) => {
-            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-            let created = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            Json(completion_body(id, created, &shared.name, &choices)).into_response()
-        }
-        Ok(_) => error(shutting_down()),
-        Err(e) => error(e),
-    }
+    let Done::Choices(choices) = submit(&shared, Work::Complete(request)).await? else {
+        return Err(shutting_down());
+    };
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Json(completion_body(id, created, &shared.name, &choices)))
 }
 
 async fn tokenizer_info(State(shared): State<Arc<Shared>>) -> Json<Value> {
@@ -344,13 +336,10 @@ fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String,
 async fn tokenize(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Response {
-    let fields = match object(read) {
-        Ok(f) => f,
-        Err(e) => return error(e),
-    };
+) -> Result<Json<Value>, ApiError> {
+    let fields = object(read)?;
     let Some(text) = fields.get("prompt").and_then(Value::as_str) else {
-        return error(ApiError::invalid("`prompt` must be a string"));
+        return Err(ApiError::invalid("`prompt` must be a string"));
     };
     let special = fields
         .get("add_special_tokens")
@@ -360,24 +349,19 @@ async fn tokenize(
         text: text.to_string(),
         special,
     };
-    match submit(&shared, work).await {
-        Ok(Done::Tokens(tokens)) => Json(json!({
-            "tokens": tokens, "count": tokens.len(), "max_model_len": shared.context,
-        }))
-        .into_response(),
-        Ok(_) => error(shutting_down()),
-        Err(e) => error(e),
-    }
+    let Done::Tokens(tokens) = submit(&shared, work).await? else {
+        return Err(shutting_down());
+    };
+    Ok(Json(json!({
+        "tokens": tokens, "count": tokens.len(), "max_model_len": shared.context,
+    })))
 }
 
 async fn detokenize(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Response {
-    let fields = match object(read) {
-        Ok(f) => f,
-        Err(e) => return error(e),
-    };
+) -> Result<Json<Value>, ApiError> {
+    let fields = object(read)?;
     let ids: Option<Vec<u32>> = fields
         .get("tokens")
         .and_then(Value::as_array)
@@ -387,11 +371,10 @@ async fn detokenize(
                 .collect()
         });
     let Some(ids) = ids else {
-        return error(ApiError::invalid("`tokens` must be a list of token ids"));
+        return Err(ApiError::invalid("`tokens` must be a list of token ids"));
     };
-    match submit(&shared, Work::Detokenize(ids)).await {
-        Ok(Done::Text(prompt)) => Json(json!({ "prompt": prompt })).into_response(),
-        Ok(_) => error(shutting_down()),
-        Err(e) => error(e),
-    }
+    let Done::Text(prompt) = submit(&shared, Work::Detokenize(ids)).await? else {
+        return Err(shutting_down());
+    };
+    Ok(Json(json!({ "prompt": prompt })))
 }

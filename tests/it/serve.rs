@@ -292,22 +292,9 @@ fn a_harness_pipeline_without_lm_eval_stops_with_the_install_line_and_no_record(
         stderr.contains("pip install 'lm-eval[api]==0.4.13'") && stderr.contains("WANDA_LM_EVAL"),
         "{stderr}"
     );
-    let records: Vec<_> = walk(&dir.path().join("r"))
+    let records: Vec<_> = crate::common::fake_hub::walk(&dir.path().join("r"))
         .into_iter()
         .filter(|p| p.ends_with("run.json"))
         .collect();
     assert!(records.is_empty(), "{records:?}");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
