@@ -298,3 +298,28 @@ fn a_harness_pipeline_without_lm_eval_stops_with_the_install_line_and_no_record(
         .collect();
     assert!(records.is_empty(), "{records:?}");
 }
+
+#[test]
+fn a_full_queue_refuses_with_a_503_and_the_rest_are_answered() {
+    let Some(gguf) = shared("models/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let server = Server::start(&gguf, &["--queue", "1"]);
+    let long =
+        json!({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}).to_string();
+    let short = json!({"prompt": [1, 2, 3], "max_tokens": 1}).to_string();
+    let (first, second, refused) = std::thread::scope(|scope| {
+        // The first keeps the model busy for seconds; the second waits in the one queue slot.
+        let first = scope.spawn(|| server.post("/v1/completions", &long));
+        std::thread::sleep(Duration::from_millis(500));
+        let second = scope.spawn(|| server.post("/v1/completions", &short));
+        std::thread::sleep(Duration::from_millis(300));
+        let refused = server.post("/v1/completions", &short);
+        (first.join().unwrap(), second.join().unwrap(), refused)
+    });
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(second.0, 200, "{}", second.1);
+    assert_eq!(refused.0, 503, "{}", refused.1);
+    let message = refused.1["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--queue"), "{message}");
+}
