@@ -82,6 +82,13 @@ pub enum Command {
     Synth(synth::SynthArgs),
 }
 
+/// A byte size as options take it (`2GB`, `512MiB`, bytes), for clap's `value_parser`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    wanda::pipeline::spec::ByteSize::parse(text)
+        .map(|b| b.0)
+        .ok_or_else(|| format!("`{text}` is not a size: write bytes or e.g. 2GB, 512MiB"))
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -9,7 +9,6 @@ use burn::prelude::*;
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::{self, ModelRef};
-use wanda::pipeline::spec::ByteSize;
 use wanda::serve::{serve, ServeOptions, Served, Shutdown};
 
 /// Arguments of `wanda serve`.
@@ -31,7 +30,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = ServeOptions::default().queue)]
     pub queue: usize,
     /// Largest request body (`8MiB`, bytes); larger ones get a 413.
-    #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "8MiB", value_parser = super::parse_size)]
     pub max_body: u64,
     /// Prompts in one completion request at most.
     #[arg(long, default_value_t = ServeOptions::default().max_prompts)]
@@ -39,12 +38,6 @@ pub struct ServeArgs {
     /// `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda`, `cuda:N` or `auto`; `-bf16` or `-f16` after `cpu-flex` or a CUDA device computes in bfloat16 or fp16 (`cuda:0-f16`).
     #[arg(long, default_value = "auto")]
     pub device: DeviceSpec,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    ByteSize::parse(text)
-        .map(|b| b.0)
-        .ok_or_else(|| format!("`{text}` is not a size: write bytes or e.g. 8MiB"))
 }
 
 /// The name a model is served under when none is given.
@@ -69,11 +62,8 @@ impl OnBackend for ServeArgs {
         let served = Served {
             model: &loaded.model,
             tokenizer: &loaded.tokenizer,
+            config: &loaded.config,
             name: self.name.unwrap_or_else(|| default_name(&origin)),
-            context: loaded.config.max_position_embeddings,
-            vocab: loaded.config.vocab_size,
-            eos: loaded.config.eos_token_id,
-            bos: loaded.config.bos_token_id,
         };
         let options = ServeOptions {
             queue: self.queue,

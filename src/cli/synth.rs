@@ -9,7 +9,6 @@ use anyhow::Context;
 use wanda::model::export::SaveDtype;
 use wanda::model::synth::{synthesize, SynthOptions, SynthShape};
 use wanda::model::tokenizer::Tokenizer;
-use wanda::pipeline::spec::ByteSize;
 
 /// Arguments of `wanda synth`.
 #[derive(Debug, clap::Args)]
@@ -31,7 +30,7 @@ pub struct SynthArgs {
     #[arg(long)]
     pub tokenizer: PathBuf,
     /// Largest safetensors shard (`2GB`, `5GiB`, bytes).
-    #[arg(long, default_value = "2GB", value_parser = parse_size)]
+    #[arg(long, default_value = "2GB", value_parser = super::parse_size)]
     pub max_shard_size: u64,
     /// The folder to write (replaced once the new one is complete).
     #[arg(long)]
@@ -39,12 +38,6 @@ pub struct SynthArgs {
     /// Print what was written as JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    ByteSize::parse(text)
-        .map(|b| b.0)
-        .ok_or_else(|| format!("`{text}` is not a size: write bytes or e.g. 2GB, 512MiB"))
 }
 
 /// Runs `wanda synth`.

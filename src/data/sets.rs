@@ -405,15 +405,14 @@ pub fn split_records(
     Ok((records, provenance))
 }
 
-/// [`split_records`] from a local folder laid out like the hub repository: the files of
+/// The files of one split in a local folder laid out like the hub repository: those of
 /// `{dir}/{repo}` that the hub's listing would give for the split, in name order.
-pub fn local_split_records(
+fn local_split(
     dir: &Path,
     repo: &str,
     config: &str,
     split: &str,
-    limit: Option<usize>,
-) -> Result<(Vec<Record>, Provenance), DataError> {
+) -> Result<Vec<Fetched>, DataError> {
     let root = dir.join(repo);
     let mut listed = Vec::new();
     list_folder(&root, &root.join(config), &mut listed);
@@ -425,13 +424,37 @@ pub fn local_split_records(
             split: split.to_owned(),
         });
     }
-    let files: Vec<Fetched> = names
+    Ok(names
         .into_iter()
         .map(|name| Fetched {
             path: root.join(&name),
             name,
         })
-        .collect();
+        .collect())
+}
+
+/// The paths of [`local_split`]'s files (what `zeroshot.harness: lm-eval` hands lm-eval).
+pub fn local_split_files(
+    dir: &Path,
+    repo: &str,
+    config: &str,
+    split: &str,
+) -> Result<Vec<PathBuf>, DataError> {
+    Ok(local_split(dir, repo, config, split)?
+        .into_iter()
+        .map(|f| f.path)
+        .collect())
+}
+
+/// [`split_records`] from a local folder laid out like the hub repository ([`local_split`]).
+pub fn local_split_records(
+    dir: &Path,
+    repo: &str,
+    config: &str,
+    split: &str,
+    limit: Option<usize>,
+) -> Result<(Vec<Record>, Provenance), DataError> {
+    let files = local_split(dir, repo, config, split)?;
     let digests = files
         .iter()
         .map(|f| digest(f, false))

@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use serde_json::{Map, Value};
 
 use super::openai::{ApiError, Choice, CompletionRequest, Logprobs, Prompt};
+use crate::model::config::LlamaConfig;
 use crate::model::host::to_host_f32;
 use crate::model::llama::{KvCache, Llama};
 use crate::model::sample::pick;
@@ -33,16 +34,19 @@ pub struct Served<'a, B: Backend> {
     pub model: &'a Llama<B>,
     /// Its tokenizer.
     pub tokenizer: &'a Tokenizer,
+    /// Its configuration: the context (`max_position_embeddings`: prompt plus generated tokens
+    /// at most), the vocabulary, the end- and beginning-of-sequence ids.
+    pub config: &'a LlamaConfig,
     /// The name clients use (`/v1/models`).
     pub name: String,
-    /// Positions the model takes: prompt plus generated tokens at most.
-    pub context: usize,
-    /// Ids the model has.
-    pub vocab: usize,
-    /// Generation stops at this id.
-    pub eos: Option<u32>,
-    /// The beginning-of-sequence id, if the model has one.
-    pub bos: Option<u32>,
+}
+
+/// What [`Served::prompt_pass`] leaves: the prompt's scores from its second position on, the
+/// logits after its last token, and the KV cache when a generation follows.
+struct PromptPass<B: Backend> {
+    scores: Vec<RowScores>,
+    last_row: Vec<f32>,
+    cache: Option<KvCache<B>>,
 }
 
 /// One position's scores: the chosen token's log-probability and the `k` most likely tokens.
@@ -88,10 +92,13 @@ impl<B: Backend> Served<'_, B> {
                 .encode(text)
                 .map_err(|e| ApiError::invalid(format!("the prompt cannot be encoded: {e}")))?,
         };
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.vocab) {
+        if let Some(bad) = ids
+            .iter()
+            .find(|&&id| id as usize >= self.config.vocab_size)
+        {
             return Err(ApiError::invalid(format!(
                 "token id {bad} is outside the model's vocabulary of {} ids",
-                self.vocab
+                self.config.vocab_size
             )));
         }
         if ids.is_empty() {
@@ -124,18 +131,73 @@ impl<B: Backend> Served<'_, B> {
             .iter()
             .map(|prompt| {
                 let ids = self.ids(prompt)?;
-                if ids.len() + request.max_tokens > self.context {
+                if ids.len() + request.max_tokens > self.config.max_position_embeddings {
                     return Err(ApiError::invalid(format!(
                         "the prompt's {} tokens plus `max_tokens` {} exceed the model's context \
                          of {} positions",
                         ids.len(),
                         request.max_tokens,
-                        self.context
+                        self.config.max_position_embeddings
                     )));
                 }
                 Ok(ids)
             })
             .collect()
+    }
+
+    /// `ids` as a `[1, n]` tensor on the model's device.
+    fn tokens(&self, ids: &[u32]) -> Tensor<B, 2, Int> {
+        let values: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
+        let device = self.model.embed_tokens.weight.device();
+        Tensor::from_data(TensorData::new(values, [1, ids.len()]), &device)
+    }
+
+    /// The prompt through the model: each position's scores with `k` alternatives when
+    /// `scored` is `Some(k)`, the last row of logits, and the filled KV cache when `max_tokens`
+    /// asks for a generation of 2 tokens or more.
+    fn prompt_pass(&self, ids: &[u32], scored: Option<usize>, max_tokens: usize) -> PromptPass<B> {
+        let n = ids.len();
+        let vocab = self.config.vocab_size;
+        let mut pass = PromptPass {
+            scores: Vec::new(),
+            last_row: Vec::new(),
+            cache: None,
+        };
+        // Position i of the prompt (i ≥ 1) is scored on row i − 1.
+        let mut on_rows = |first: usize, logits: Vec<f32>| {
+            for (r, row) in logits.chunks_exact(vocab).enumerate() {
+                let pos = first + r;
+                if let Some(k) = scored.filter(|_| pos + 1 < n) {
+                    pass.scores.push(score_row(row, ids[pos + 1], k));
+                }
+                if pos + 1 == n {
+                    pass.last_row = row.to_vec();
+                }
+            }
+        };
+        if max_tokens <= 1 && n * vocab <= WHOLE_FORWARD_LOGITS {
+            // One pass with its logits (the fused kernels' head where the backend has them).
+            on_rows(0, to_host_f32(self.model.forward(self.tokens(ids))));
+        } else if max_tokens <= 1 {
+            let hidden = self.model.hidden(self.tokens(ids));
+            let (starts, len): (Vec<usize>, usize) = match scored {
+                Some(_) => ((0..n).step_by(HEAD_BLOCK).collect(), HEAD_BLOCK),
+                None => (vec![n - 1], 1),
+            };
+            for first in starts {
+                let rows = hidden.clone().narrow(1, first, len.min(n - first));
+                on_rows(first, to_host_f32(self.model.head(rows)));
+            }
+        } else {
+            let mut kv = KvCache::new(self.model.layers.len());
+            for first in (0..n).step_by(HEAD_BLOCK) {
+                let block = &ids[first..n.min(first + HEAD_BLOCK)];
+                let logits = self.model.forward_cached(self.tokens(block), &mut kv);
+                on_rows(first, to_host_f32(logits));
+            }
+            pass.cache = Some(kv);
+        }
+        pass
     }
 
     /// Answers prompt `index` of `request` (ids from [`Served::check`]).
@@ -146,58 +208,13 @@ impl<B: Backend> Served<'_, B> {
         ids: &[u32],
         rng: &mut StdRng,
     ) -> Choice {
-        let device = self.model.embed_tokens.weight.device();
         let k = request.logprobs.unwrap_or(0);
         let scores_wanted = request.echo && request.logprobs.is_some();
-        let n = ids.len();
-        // Position i of the prompt (i ≥ 1) is scored on row i − 1.
-        let mut prompt_scores: Vec<RowScores> = Vec::new();
-        let mut last_row: Vec<f32> = Vec::new();
-        let mut on_rows = |first: usize, logits: Vec<f32>| {
-            let vocab = self.vocab;
-            for (r, row) in logits.chunks_exact(vocab).enumerate() {
-                let pos = first + r;
-                if scores_wanted && pos + 1 < n {
-                    prompt_scores.push(score_row(row, ids[pos + 1], k));
-                }
-                if pos + 1 == n {
-                    last_row = row.to_vec();
-                }
-            }
-        };
-        let tokens = |ids: &[u32]| {
-            let values: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
-            Tensor::<B, 2, Int>::from_data(TensorData::new(values, [1, ids.len()]), &device)
-        };
-        let mut cache = None;
-        if request.max_tokens <= 1 && n * self.vocab <= WHOLE_FORWARD_LOGITS {
-            // One pass with its logits (the fused kernels' head where the backend has them).
-            on_rows(0, to_host_f32(self.model.forward(tokens(ids))));
-        } else if request.max_tokens <= 1 {
-            let hidden = self.model.hidden(tokens(ids));
-            let rows: Vec<usize> = if scores_wanted {
-                (0..n).step_by(HEAD_BLOCK).collect()
-            } else {
-                vec![n - 1]
-            };
-            for first in rows {
-                let len = if scores_wanted {
-                    HEAD_BLOCK.min(n - first)
-                } else {
-                    1
-                };
-                let logits = self.model.head(hidden.clone().narrow(1, first, len));
-                on_rows(first, to_host_f32(logits));
-            }
-        } else {
-            let mut kv = KvCache::new(self.model.layers.len());
-            for first in (0..n).step_by(HEAD_BLOCK) {
-                let block = &ids[first..n.min(first + HEAD_BLOCK)];
-                let logits = self.model.forward_cached(tokens(block), &mut kv);
-                on_rows(first, to_host_f32(logits));
-            }
-            cache = Some(kv);
-        }
+        let PromptPass {
+            scores: prompt_scores,
+            last_row,
+            mut cache,
+        } = self.prompt_pass(ids, scores_wanted.then_some(k), request.max_tokens);
 
         let mut logprobs = Logprobs::default();
         let prompt_text = match &request.prompts[index] {
@@ -231,7 +248,7 @@ impl<B: Backend> Served<'_, B> {
         let mut row = last_row;
         for step in 0..request.max_tokens {
             let next = pick(&row, request.temperature, rng);
-            if Some(next) == self.eos {
+            if Some(next) == self.config.eos_token_id {
                 finish = "stop";
                 break;
             }
@@ -254,7 +271,7 @@ impl<B: Backend> Served<'_, B> {
                 let kv = cache
                     .as_mut()
                     .expect("a generation of 2+ tokens fills the cache");
-                row = to_host_f32(self.model.forward_cached(tokens(&[next]), kv));
+                row = to_host_f32(self.model.forward_cached(self.tokens(&[next]), kv));
             }
         }
         Choice {
@@ -266,7 +283,7 @@ impl<B: Backend> Served<'_, B> {
             },
             logprobs: request.logprobs.map(|_| logprobs),
             finish_reason: finish,
-            prompt_tokens: n,
+            prompt_tokens: ids.len(),
             completion_tokens: generated.len(),
         }
     }

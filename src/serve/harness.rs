@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{serve, ServeError, ServeOptions, Served, Shutdown};
+use crate::data::sets::{local_split_files, DataError};
 use crate::eval::zeroshot::{Task, TaskScore, ZeroshotMetrics};
 
 /// The environment variable that names the `lm_eval` to run instead of the one on `PATH`.
@@ -46,18 +47,9 @@ pub enum HarnessError {
         /// What is wrong.
         reason: String,
     },
-    /// A local task folder lacks a task's file.
-    #[error(
-        "`zeroshot.data`: no file for {task} in `{dir}` (expected `{split}-*.parquet` or `.jsonl`)"
-    )]
-    NoLocalFile {
-        /// The task.
-        task: &'static str,
-        /// The folder looked in.
-        dir: PathBuf,
-        /// The split.
-        split: &'static str,
-    },
+    /// A local task folder lacks a task's files.
+    #[error(transparent)]
+    Data(#[from] DataError),
     /// The server failed.
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -97,31 +89,17 @@ fn local_task_yamls(
 ) -> Result<(), HarnessError> {
     for &task in tasks {
         let data = task.data();
-        let folder = dir.join(data.repo).join(data.config);
-        let file = std::fs::read_dir(&folder)
-            .ok()
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-                name.is_some_and(|n| {
-                    n.starts_with(&format!("{}-", data.split))
-                        && (n.ends_with(".parquet") || n.ends_with(".jsonl"))
-                })
-            })
-            .min()
-            .ok_or(HarnessError::NoLocalFile {
-                task: task.name(),
-                dir: folder.clone(),
-                split: data.split,
-            })?;
-        let builder = if file.extension().is_some_and(|e| e == "parquet") {
+        // Never empty: a split without files is an error.
+        let paths = local_split_files(dir, data.repo, data.config, data.split)?;
+        let builder = if paths[0].extension().is_some_and(|e| e == "parquet") {
             "parquet"
         } else {
             "json"
         };
+        let files = paths
+            .iter()
+            .map(|p| Ok(format!("{:?}", p.canonicalize()?.display().to_string())))
+            .collect::<Result<Vec<_>, std::io::Error>>()?;
         let eval_key = if data.split == "test" {
             "test_split"
         } else {
@@ -135,11 +113,11 @@ fn local_task_yamls(
         let yaml = format!(
             "include: {tasks_dir}/{yaml}\ntask: {LOCAL_PREFIX}{name}\ntag: wanda_zs_local\n\
              dataset_path: {builder}\ndataset_name: null\n\
-             dataset_kwargs: {{data_files: {{{split}: {file:?}}}}}\n{eval_key}: {split}\n{nulls}",
+             dataset_kwargs: {{data_files: {{{split}: [{files}]}}}}\n{eval_key}: {split}\n{nulls}",
             yaml = task.lm_eval_yaml(),
             name = task.name(),
             split = data.split,
-            file = file.canonicalize()?.display().to_string(),
+            files = files.join(", "),
         );
         std::fs::write(
             out.join(format!("{LOCAL_PREFIX}{}.yaml", task.name())),
@@ -197,7 +175,7 @@ pub fn lm_eval<B: Backend>(
         format!(
             "model={},base_url=http://{address}/v1/completions,tokenizer_backend=remote,\
              tokenized_requests=True,max_length={},num_concurrent=1",
-            served.name, served.context
+            served.name, served.config.max_position_embeddings
         ),
         "--num_fewshot".into(),
         "0".into(),
@@ -250,7 +228,7 @@ pub fn lm_eval<B: Backend>(
             tail,
         });
     }
-    read_results(&work.join("results"), tasks, data.is_some())
+    read_results(&work.join("results"), tasks, &names)
 }
 
 /// The newest `results_*.json` under `dir`.
@@ -273,8 +251,13 @@ fn results_file(dir: &Path) -> Option<PathBuf> {
     found.into_iter().max()
 }
 
-/// lm-eval's results JSON as the run record's metrics.
-fn read_results(dir: &Path, tasks: &[Task], local: bool) -> Result<ZeroshotMetrics, HarnessError> {
+/// lm-eval's results JSON as the run record's metrics; `names[i]` is the name lm-eval ran
+/// `tasks[i]` under.
+fn read_results(
+    dir: &Path,
+    tasks: &[Task],
+    names: &[String],
+) -> Result<ZeroshotMetrics, HarnessError> {
     let bad = |reason: String| HarnessError::Results {
         dir: dir.to_path_buf(),
         reason,
@@ -283,16 +266,11 @@ fn read_results(dir: &Path, tasks: &[Task], local: bool) -> Result<ZeroshotMetri
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
         .map_err(|e| bad(format!("{}: {e}", path.display())))?;
     let mut scores = std::collections::BTreeMap::new();
-    for &task in tasks {
-        let key = if local {
-            format!("{LOCAL_PREFIX}{}", task.name())
-        } else {
-            task.name().to_string()
-        };
-        let r = &json["results"][&key];
+    for (&task, key) in tasks.iter().zip(names) {
+        let r = &json["results"][key];
         let metric = |name: &str| r[format!("{name},none")].as_f64();
         let acc = metric("acc").ok_or_else(|| bad(format!("no `acc` for {key}")))?;
-        let n = json["n-samples"][&key]["effective"]
+        let n = json["n-samples"][key]["effective"]
             .as_u64()
             .ok_or_else(|| bad(format!("no sample count for {key}")))? as usize;
         scores.insert(

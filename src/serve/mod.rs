@@ -122,9 +122,9 @@ pub fn serve<B: Backend>(
     let shared = Arc::new(Shared {
         jobs,
         name: served.name.clone(),
-        context: served.context,
-        eos_token: token(served.eos),
-        bos_token: token(served.bos),
+        context: served.config.max_position_embeddings,
+        eos_token: token(served.config.eos_token_id),
+        bos_token: token(served.config.bos_token_id),
         max_prompts: options.max_prompts,
         queue: options.queue,
         next_id: AtomicU64::new(0),

@@ -91,11 +91,8 @@ fn harness_of<B: Backend>(
     let served = Served {
         model,
         tokenizer: &base.tokenizer,
+        config: &base.config,
         name: "wanda".into(),
-        context: base.config.max_position_embeddings,
-        vocab: base.config.vocab_size,
-        eos: base.config.eos_token_id,
-        bos: base.config.bos_token_id,
     };
     let work = exec.ctx.results_dir.join(&record.cell.id.0).join("lm-eval");
     let metrics = harness::lm_eval(
