@@ -4,10 +4,12 @@
 # 0. models: SmolLM2-135M-shaped (random, f32, by transformers: make_model.py), Llama-3.2-1B-shaped
 #    and Llama-2-7B-shaped with 8 layers (`wanda synth`, bf16);
 # 1. precision: dense perplexity of the 135M shape, 64 × 512, PyTorch and wanda in f32/bf16/f16;
-# 2. memory: `wanda run cell.yaml` in memory and streamed for the three shapes (and 1B in f16):
+# 2. memory: `wanda run cell.yaml` for each shape in memory (f32 and f16) and lean (f16 under a
+#    budget that makes the gate lower the batch, keep the activations on the host and stream):
 #    the gate's estimate beside the NVML device peak;
-# 3. speed: a wanda cell at the 1B shape (calibration $NSAMPLES × 2048, eval 16 × 2048) against
-#    torch_cell.py (the reference code's way), f32 then f16, interleaved.
+# 3. speed: a wanda cell (calibration $NSAMPLES × 2048, eval 16 × 2048) at each of $SPEED_SHAPES
+#    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
+#    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too.
 # SECTIONS (default "precision memory speed") picks which of 1–3 run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures.
 # Writes $OUT/log.txt, $OUT/results.jsonl (one JSON object per measurement, tagged) and
@@ -24,8 +26,13 @@ limit=${GPU_SECONDS:-570}
 nsamples=${NSAMPLES:-32}
 sections=" ${SECTIONS:-precision memory speed} "
 want() { [[ $sections == *" $1 "* ]]; }
-W=$dir/wanda
-chmod +x "$W"
+# Binaries may travel gzipped (two builds exceed the device tool's carry limit otherwise).
+for b in wanda wanda-autotune; do
+  [[ -f $b.gz && ! -f /tmp/$b ]] && gunzip -c "$b.gz" > "/tmp/$b"
+  [[ -f $b ]] && cp "$b" "/tmp/$b"
+  [[ -f /tmp/$b ]] && chmod +x "/tmp/$b"
+done
+W=/tmp/wanda
 cp "$here/cell.yaml" .
 # A step gets at most its own seconds and what is left of the whole limit.
 step() {
@@ -62,9 +69,11 @@ print(json.dumps({"tag": tag, "result": {"estimated_peak_bytes": m.get("estimate
     "timings": r.get("timings"), "perplexity": r.get("metrics", {}).get("perplexity")}}))
 PY
 }
-estimate() { # estimate MODEL [--streaming]: the estimator's peak bytes for cell.yaml's sizes
-  "$W" estimate --model "$1" --mode prune --method wanda --nsamples 16 --seqlen 512 \
-    --target cuda --json $2 | python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes'])"
+estimate() { # estimate MODEL [FLAGS…]: the estimator's peak bytes for cell.yaml's sizes
+  local m=$1
+  shift
+  "$W" estimate --model "$m" --mode prune --method wanda --nsamples 16 --seqlen 512 --eval-seqlen 512 \
+    --target cuda --json "$@" | python3 -c "import json,sys; print(json.load(sys.stdin)['peak_bytes'])"
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -88,21 +97,26 @@ want precision && step 30 python3 "$here/cmp.py" /tmp/t-float32.bin /tmp/t-bfloa
 want memory && echo "== 2. memory (calibration 16 × 512, eval 4 × 512)"
 want memory && for m in ${SHAPES:-m l1b l7b}; do
   pipeline "mem-$m-resident" "/tmp/$m" cuda:0 100GiB
-  a=$(estimate "/tmp/$m") b=$(estimate "/tmp/$m" --streaming)
-  # Between the two estimates, and at least 1.5 × the streamed one (the gate keeps 10 % headroom
-  # and counts the eval stage, which this estimate leaves out).
-  budget=$(((a + b) / 2)) && ((budget < b * 3 / 2)) && budget=$((b * 3 / 2))
-  pipeline "mem-$m-streamed" "/tmp/$m" cuda:0 "$budget"
+  pipeline "mem-$m-resident-f16" "/tmp/$m" cuda:0-f16 100GiB
+  # Lean: a budget between the estimates in memory and streamed at batch 1 with the activations
+  # on the host, so the gate takes all three steps (it keeps 10 % headroom).
+  a=$(estimate "/tmp/$m" --precision f16 --batch 1 --host-activations)
+  b=$(estimate "/tmp/$m" --precision f16 --batch 1 --host-activations --streaming)
+  pipeline "mem-$m-lean-f16" "/tmp/$m" cuda:0-f16 $(((a + b) * 10 / 18))
 done
-want memory && pipeline mem-l1b-resident-f16 /tmp/l1b cuda:0-f16 100GiB
 
-want speed && echo "== 3. speed (1B shape, calibration $nsamples × 2048, eval 16 × 2048)"
-want speed && for p in "float32 cuda" "float16 cuda-f16"; do
-  set -- $p
-  record "torch-cell-$1" 150 python3 "$here/torch_cell.py" /tmp/l1b wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
-  record "wanda-cell-$2" 200 "$W" prune --model /tmp/l1b --method wanda --sparsity 0.5 --device "$2" \
-    --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
-    --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json
+want speed && for shape in ${SPEED_SHAPES:-l1b}; do
+  echo "== 3. speed ($shape shape, calibration $nsamples × 2048, eval 16 × 2048)"
+  for p in "float32 cuda" "float16 cuda-f16"; do
+    set -- $p
+    record "torch-cell-$shape-$1" 150 python3 "$here/torch_cell.py" "/tmp/$shape" wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
+    for w in wanda wanda-autotune; do
+      [[ -x /tmp/$w ]] || continue
+      record "$w-cell-$shape-$2" 200 "/tmp/$w" prune --model "/tmp/$shape" --method wanda --sparsity 0.5 --device "$2" \
+        --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
+        --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json
+    done
+  done
 done
 tar czf "$out/runs.tar.gz" -C /tmp r 2>/dev/null
 echo "done in $(($(date +%s) - start)) s"

@@ -17,7 +17,7 @@ use wanda::memory::calculator::{
     self, InferenceRequest, Lora, Optimizer, Parallelism, Precision, TrainingRequest,
 };
 use wanda::memory::device::DeviceKind;
-use wanda::memory::device::{DeviceChoice, DeviceSpec};
+use wanda::memory::device::{DeviceChoice, DeviceSpec, Precision as DevicePrecision};
 use wanda::memory::estimate::{estimate_prune, render, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
 use wanda::model::shape::{gib, Breakdown, ModelShape, Place};
@@ -104,6 +104,14 @@ pub struct EstimateArgs {
     /// The device to estimate for.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub target: DeviceKind,
+    /// The precision weights and activations are stored in on that device (`f16`, `bf16`:
+    /// `--device cuda-f16` and the like; the default CPU backend computes in f32).
+    #[arg(long, value_enum, default_value_t = DevicePrecision::F32)]
+    pub precision: DevicePrecision,
+    /// Keep the calibration activations in host memory between layers, one batch on the GPU
+    /// at a time (the gate's choice when the device is short of memory).
+    #[arg(long)]
+    pub host_activations: bool,
     /// Run load, calibration and the pruning of the first `--probe-layers` layers (and one
     /// evaluation window) for real and compare the measured peak resident set with the estimate.
     #[arg(long)]
@@ -157,6 +165,19 @@ impl EstimateArgs {
             .with_context(|| format!("cannot read the config of `{origin}`"))?;
         let method = self.method;
         let device = self.target;
+        if device == DeviceKind::Cpu && self.precision != DevicePrecision::F32 {
+            anyhow::bail!(
+                "`--precision {}`: the default CPU backend computes in f32; estimate for \
+                 `--target cpu-flex` or `--target cuda` in reduced precision",
+                self.precision.name()
+            );
+        }
+        if self.host_activations && device != DeviceKind::Cuda {
+            anyhow::bail!(
+                "`--host-activations` keeps a GPU's calibration activations in host memory; \
+                 on the CPU they are already there (use `--target cuda`)"
+            );
+        }
         let run = PruneRun {
             method: Some(method),
             nsamples: self.nsamples,
@@ -169,6 +190,8 @@ impl EstimateArgs {
             calibration_text_bytes: file_bytes(self.calib_text.as_deref())?,
             eval_text_bytes: file_bytes(self.eval_text.as_deref())?,
             device,
+            precision: self.precision,
+            activations_on_host: self.host_activations,
             owl: self.owl,
             dsnot: self.dsnot,
             zeroshot: self.zeroshot,

@@ -27,7 +27,8 @@ pub enum DeviceKind {
 /// The float type a device computes in. Reduced precisions store weights and activations in
 /// 16 bits and take every reduction (norms, softmax, log-probabilities, calibration sums) in
 /// f32, as PyTorch does; they run on CUDA and on burn-flex, not on the fused ndarray kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// f32 (the default).
     #[default]
@@ -39,6 +40,19 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Bytes of one weight or activation stored in this precision.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            Precision::Bf16 | Precision::F16 => 2,
+        }
+    }
+
+    /// Whether this is f32 (run records leave it out then).
+    pub fn is_f32(&self) -> bool {
+        *self == Precision::F32
+    }
+
     /// The suffix a device is written with (`-bf16`, `-f16`; empty for f32).
     fn suffix(self) -> &'static str {
         match self {
@@ -48,8 +62,8 @@ impl Precision {
         }
     }
 
-    /// The name in run records' labels.
-    fn name(self) -> &'static str {
+    /// The name in run records' labels and on the command line.
+    pub fn name(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",

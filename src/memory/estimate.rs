@@ -3,23 +3,30 @@
 //!
 //! The run is split into its stages (`load`, `prune` with calibration, `eval`); each gets a
 //! [`Breakdown`] of what is alive at its peak, and the run's peak is the largest. Every share
-//! is one formula below, in bytes, with `f32` = 4 B (this tool computes in f32 on every
-//! backend). Symbols: `P` parameters, `L` layers, `H` width, `I` MLP width, `nh` query heads,
-//! `d` head width, `V` vocabulary, `n` calibration samples, `s` their length, `b` samples per
-//! forward pass (`min(batch, n)`), `e` the evaluation window.
+//! is one formula below, in bytes, with `f` the bytes of the device's precision (4 for f32,
+//! 2 for bf16 and f16: weights and activations are stored in it) and f32 = 4 B for what every
+//! precision computes in f32 (attention, norms, log-probabilities, statistics). Symbols: `P`
+//! parameters, `L` layers, `H` width, `I` MLP width, `nh` query heads, `d` head width, `V`
+//! vocabulary, `n` calibration samples, `s` their length, `b` samples per forward pass
+//! (`min(batch, n)`), `e` the evaluation window.
 //!
-//! - weights: `P × 4` (checkpoints of any type are dequantised to f32);
+//! - weights: `P × f` (checkpoints of any type are converted to the device's precision);
 //! - tokenisation, while a text is read: its bytes × [`TOKENIZE_BYTES_PER_TEXT_BYTE`];
 //! - checkpoint mapping, while loading: the checkpoint file's bytes, memory-mapped and read
 //!   once (they count in the resident set until the file is closed);
-//! - pruned copy: `L × linears × 4` when the dense model must stay for other cells (a
+//! - pruned copy: `L × linears × f` when the dense model must stay for other cells (a
 //!   pipeline); `wanda prune` prunes in place;
-//! - calibration activations: `(n + b) × s × H × 4` — every sample's input of the current
+//! - calibration activations: `(n + b) × s × H × f` — every sample's input of the current
 //!   layer, plus one batch's output while the next layer's inputs replace them batch by batch;
-//! - attention scores: `b × nh × s² × 4 × ATTENTION_SCORE_COPIES` (the backend's attention
-//!   materialises scores, masked scores and their softmax);
-//! - layer intermediates: `b × s × (4·nh·d + 3·I) × 4` (q, k and v repeated to all heads,
-//!   the attention output; gate, up and their product);
+//!   kept on the host (`activations_on_host`, a GPU only), `n × s × H × f` there and the batch
+//!   in and out, `2·b × s × H × f`, on the device;
+//! - attention scores: on the generic path (CUDA, burn-flex) one block of `r` query rows at a
+//!   time, `b × nh × r × s × 4 × ATTENTION_SCORE_COPIES` with `r` from
+//!   [`attention_block_rows`]; the in-memory CPU estimate keeps `b × nh × s² × 4 ×
+//!   ATTENTION_SCORE_COPIES`, the term it was fitted with (the fused kernels' own blocks are
+//!   below);
+//! - layer intermediates: `b × s × (4·nh·d × 4 + 3·I × f)` (q, k and v repeated to all heads
+//!   and the attention output, in f32; gate, up and their product);
 //! - statistics: Wanda `b × s × I × 4` (the squared MLP input, the widest); SparseGPT the
 //!   Hessians of the four shared inputs `(H² + (nh·d)² + H² + I²) × (4 + 8)` (f32 sums on the
 //!   device, f64 on the host);
@@ -45,9 +52,11 @@
 use serde::Serialize;
 
 use super::device::DeviceKind;
+use super::device::Precision;
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::eval::zeroshot::loglik::BATCH_TOKENS as ZEROSHOT_BATCH_TOKENS;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
+use crate::model::llama::attention_block_rows;
 use crate::model::shape::{gib, Breakdown, ModelShape, Place};
 use crate::prune::dsnot::DsnotOptions;
 use crate::prune::profile::{OwlOptions, Profile};
@@ -99,6 +108,13 @@ pub struct PruneRun {
     pub eval_text_bytes: u64,
     /// The compute device.
     pub device: DeviceKind,
+    /// The precision weights and activations are stored in.
+    #[serde(skip_serializing_if = "Precision::is_f32")]
+    pub precision: Precision,
+    /// The calibration activations wait in host memory between layers, one batch on the
+    /// device at a time (a GPU only; the gate's choice).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub activations_on_host: bool,
     /// OWL's outlier pass runs before pruning (`profile: owl`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub owl: bool,
@@ -209,12 +225,28 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         if run.calibrates() {
             let (n, s) = (run.nsamples as u64, run.seqlen as u64);
             let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
-            prune.push(
-                "calibration activations",
-                (n + b) * s * m.h * F32,
-                Place::Device,
-                format!("({n} + {b}) samples × {s} × {} × 4 B", m.h),
-            );
+            let f = run.precision.bytes();
+            if run.activations_on_host && run.device == DeviceKind::Cuda {
+                prune.push(
+                    "calibration activations",
+                    n * s * m.h * f,
+                    host,
+                    format!("{n} samples × {s} × {} × {f} B", m.h),
+                );
+                prune.push(
+                    "calibration batch in and out",
+                    2 * b * s * m.h * f,
+                    Place::Device,
+                    format!("2 × {b} samples × {s} × {} × {f} B", m.h),
+                );
+            } else {
+                prune.push(
+                    "calibration activations",
+                    (n + b) * s * m.h * f,
+                    Place::Device,
+                    format!("({n} + {b}) samples × {s} × {} × {f} B", m.h),
+                );
+            }
             forward(&mut prune, run, &m, b, s);
             match method {
                 Method::Wanda | Method::Ria => prune.push(
@@ -330,11 +362,12 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
                 format!("{rows} rows × {} × 4 B", m.v),
             );
         } else {
+            let f = run.precision.bytes();
             eval.push(
                 "LM head operands",
-                m.v * m.h * F32 * HEAD_OPERAND_COPIES,
+                m.v * m.h * f * HEAD_OPERAND_COPIES,
                 Place::Device,
-                format!("{} × {} × 4 B × {HEAD_OPERAND_COPIES}", m.v, m.h),
+                format!("{} × {} × {f} B × {HEAD_OPERAND_COPIES}", m.v, m.h),
             );
             eval.push(
                 "eval logits",
@@ -346,11 +379,12 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         forward(&mut eval, run, &m, 1, e);
         if run.streaming {
             let group = STREAMED_WINDOW_GROUP as u64;
+            let f = run.precision.bytes();
             eval.push(
                 "residual streams",
-                group * e * m.h * F32,
+                group * e * m.h * f,
                 Place::Device,
-                format!("{group} windows × {e} × {} × 4 B", m.h),
+                format!("{group} windows × {e} × {} × {f} B", m.h),
             );
         }
         stages.push(StageEstimate {
@@ -470,8 +504,9 @@ fn weights(
     host: Place,
     pruned: bool,
 ) {
-    let all = shape.parameters * F32;
-    let formula = format!("{} params × 4 B", shape.parameters);
+    let f = run.precision.bytes();
+    let all = shape.parameters * f;
+    let formula = format!("{} params × {f} B", shape.parameters);
     if run.streaming {
         // The shell (embeddings, LM head, final norm) and the layer in use; the other layers
         // stay in the checkpoint (dense) or the layer store on disk (pruned), and the
@@ -480,9 +515,9 @@ fn weights(
             shape.embedding_parameters() * if shape.tie_word_embeddings { 1 } else { 2 };
         b.push(
             "weights (embeddings + one layer)",
-            (embeddings + m.linears_per_layer) * F32,
+            (embeddings + m.linears_per_layer) * f,
             Place::Device,
-            format!("({embeddings} + {}) params × 4 B", m.linears_per_layer),
+            format!("({embeddings} + {}) params × {f} B", m.linears_per_layer),
         );
         // The mapped pages of a layer are dropped from the resident set once it is read.
         let layers = m.layers.max(1);
@@ -501,22 +536,38 @@ fn weights(
     if pruned && run.keeps_dense_copy {
         b.push(
             "pruned copy",
-            m.layers * m.linears_per_layer * F32,
+            m.layers * m.linears_per_layer * f,
             host,
-            format!("{} layers × {} params × 4 B", m.layers, m.linears_per_layer),
+            format!(
+                "{} layers × {} params × {f} B",
+                m.layers, m.linears_per_layer
+            ),
         );
     }
 }
 
 /// Attention scores and layer intermediates of one forward pass of `b` samples of length `s`.
 ///
-/// A streamed run on the CPU counts the scores as the fused kernels hold them, one block of
-/// [`ATTENTION_ROWS`] query rows of every query head of a kv group per thread (measured streamed prune peaks on SmolLM2 at
-/// 32 × 256, 512 and 1024: 0.31, 0.37 and 0.58 GiB against 0.33, 0.38 and 0.56 estimated). A
-/// run with the model in memory keeps the whole-score term its estimate was fitted with
+/// The generic path (CUDA, burn-flex) holds the scores of one block of query rows
+/// ([`attention_block_rows`]). A streamed run on the default CPU backend counts the scores as
+/// the fused kernels hold them, one block of [`ATTENTION_ROWS`] query rows of every query head
+/// of a kv group per thread (measured streamed prune peaks on SmolLM2 at 32 × 256, 512 and
+/// 1024: 0.31, 0.37 and 0.58 GiB against 0.33, 0.38 and 0.56 estimated). A run there with the
+/// model in memory keeps the whole-score term its estimate was fitted with
 /// (`results/estimator-accuracy.md`).
 fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
-    if run.streaming && run.device != DeviceKind::Cuda {
+    if run.device != DeviceKind::Cpu {
+        let rows = (attention_block_rows(b as usize, m.heads as usize, s as usize) as u64).min(s);
+        out.push(
+            "attention score blocks",
+            b * m.heads * rows * s * F32 * ATTENTION_SCORE_COPIES,
+            Place::Device,
+            format!(
+                "{b} × {} heads × {rows} rows × {s} × 4 B × {ATTENTION_SCORE_COPIES}",
+                m.heads
+            ),
+        );
+    } else if run.streaming {
         let rows = ATTENTION_ROWS as u64;
         out.push(
             "attention score blocks",
@@ -538,11 +589,12 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
             ),
         );
     }
+    let f = run.precision.bytes();
     out.push(
         "layer intermediates",
-        b * s * (4 * m.q + 3 * m.i) * F32,
+        b * s * (4 * m.q * F32 + 3 * m.i * f),
         Place::Device,
-        format!("{b} × {s} × (4·{} + 3·{}) × 4 B", m.q, m.i),
+        format!("{b} × {s} × (4·{} × 4 B + 3·{} × {f} B)", m.q, m.i),
     );
 }
 
@@ -598,6 +650,8 @@ mod tests {
             calibration_text_bytes: 10,
             eval_text_bytes: 20,
             device: DeviceKind::Cpu,
+            precision: Precision::F32,
+            activations_on_host: false,
             owl: false,
             dsnot: false,
             zeroshot: false,
@@ -647,6 +701,68 @@ mod tests {
         // The prune stage holds the most (overhead, weights, pruned copy and its buffers).
         let prune = CPU_OVERHEAD_BYTES + 1360 + 960 + 400 + 800 + 1360 + 240 + 768;
         assert_eq!(e.peak(Place::Device), ("prune", prune));
+    }
+
+    #[test]
+    fn a_gpu_in_half_precision_stores_two_bytes_and_holds_blocks_of_scores() {
+        let mut r = run(Method::Wanda);
+        r.device = DeviceKind::Cuda;
+        r.precision = Precision::F16;
+        let e = estimate_prune(&tiny(), &r);
+        assert_eq!(item(&e, "load", "weights"), 340 * 2);
+        assert_eq!(item(&e, "prune", "pruned copy"), 2 * 120 * 2);
+        // (n + b) × s × H × 2 = 5 × 5 × 4 × 2.
+        assert_eq!(item(&e, "prune", "calibration activations"), 200);
+        // All 5 rows fit one block: b × nh × 5 × s × 4 × 2 = 2 × 2 × 5 × 5 × 4 × 2.
+        assert_eq!(item(&e, "prune", "attention score blocks"), 800);
+        // b × s × (4·nh·d × 4 + 3·I × 2) = 10 × (64 + 36).
+        assert_eq!(item(&e, "prune", "layer intermediates"), 1000);
+        // V × H × 2 × 3.
+        assert_eq!(item(&e, "eval", "LM head operands"), 240);
+        // The activations on the host: n × s × H × 2 there, a batch in and out on the device.
+        r.activations_on_host = true;
+        let e = estimate_prune(&tiny(), &r);
+        let prune = &e.stages[2].breakdown;
+        let on = |name: &str| prune.items.iter().find(|i| i.name == name).unwrap();
+        assert_eq!(on("calibration activations").bytes, 3 * 5 * 4 * 2);
+        assert_eq!(on("calibration activations").place, Place::Host);
+        assert_eq!(on("calibration batch in and out").bytes, 2 * 2 * 5 * 4 * 2);
+        assert_eq!(on("calibration batch in and out").place, Place::Device);
+    }
+
+    /// Issue 25's target: Llama-2-70B, streamed, wanda at the paper's 128 × 2048 in fp16 fits
+    /// a 24 GiB GPU with its headroom (39.14 GiB before: whole f32 scores, 4-byte weights).
+    #[test]
+    fn a_streamed_70b_prune_at_the_papers_settings_fits_24_gib_in_fp16() {
+        let shape = ModelShape {
+            parameters: 68_976_648_192,
+            hidden_size: 8192,
+            intermediate_size: 28672,
+            num_hidden_layers: 80,
+            num_attention_heads: 64,
+            num_key_value_heads: 8,
+            head_dim: 128,
+            vocab_size: 32000,
+            tie_word_embeddings: false,
+            max_position_embeddings: 4096,
+        };
+        let r = PruneRun {
+            nsamples: 128,
+            seqlen: 2048,
+            batch: 8,
+            eval_seqlen: None,
+            keeps_dense_copy: false,
+            streaming: true,
+            checkpoint_bytes: 0,
+            device: DeviceKind::Cuda,
+            precision: Precision::F16,
+            ..run(Method::Wanda)
+        };
+        let (_, peak) = estimate_prune(&shape, &r).peak(Place::Device);
+        assert!(peak < (24u64 << 30) * 9 / 10, "{}", gib(peak));
+        let e = estimate_prune(&shape, &r);
+        // 8 × 64 heads × 64 rows × 2048 keys × 4 B × 2, not 16 GiB of whole scores.
+        assert_eq!(item(&e, "prune", "attention score blocks"), 512 << 20);
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! (`max_position_embeddings`) — the reference code once asked for 64 GiB by taking seqlen from
 //! it. An evaluation window longer than the context is clamped only where the pipeline lists
 //! `eval_seqlen` among the settings the gate may reduce; otherwise the gate refuses. Then,
-//! while the estimated peak exceeds the usable budget (`budget × (1 − headroom)`), the policy's
-//! next step applies, in the pipeline's order: halve calibration `nsamples` down to its floor,
+//! while the estimated peak exceeds the usable budget (`budget × (1 − headroom)`), the steps
+//! that change no number come first: halve the calibration batch (samples per forward pass)
+//! down to 1, then, on a GPU, keep the calibration activations in host memory between layers.
+//! Then the policy's next step applies, in the pipeline's order: halve calibration `nsamples` down to its floor,
 //! halve calibration `seqlen` down to its floor, switch on layer streaming, halve the
 //! evaluation window (only when listed) — re-estimating after each step. When nothing fits,
 //! the decision says so with the smallest budget that would have fitted.
@@ -13,6 +15,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::device::DeviceKind;
 use super::estimate::{estimate_prune, Estimate, PruneRun};
 use crate::model::shape::{gib, ModelShape, Place};
 
@@ -167,6 +170,30 @@ pub fn decide(
     let peak = |run: &PruneRun| estimate_prune(shape, run).peak(Place::Device).1;
     let requested_peak = peak(&run);
     let usable = policy.usable();
+    if run.calibrates() && peak(&run) > usable {
+        // A batch beyond the samples is the samples.
+        run.batch = run.batch.clamp(1, run.nsamples.max(1));
+        while peak(&run) > usable {
+            match halve(&mut run.batch, 1) {
+                Some((a, b)) => steps.push(step(
+                    "calibration.batch",
+                    a,
+                    b,
+                    "halved to fit; the same numbers",
+                )),
+                None => break,
+            }
+        }
+        if peak(&run) > usable && run.device == DeviceKind::Cuda && !run.activations_on_host {
+            run.activations_on_host = true;
+            steps.push(step(
+                "calibration.activations",
+                "device",
+                "host",
+                "one batch on the device at a time; the same numbers",
+            ));
+        }
+    }
     for key in &policy.reduce {
         while peak(&run) > usable {
             let floor = match key {
@@ -285,7 +312,7 @@ impl GateDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::device::DeviceKind;
+    use crate::memory::device::Precision;
     use crate::prune::Method;
 
     fn shape() -> ModelShape {
@@ -315,7 +342,9 @@ mod tests {
             checkpoint_bytes: 0,
             calibration_text_bytes: 0,
             eval_text_bytes: 0,
-            device: DeviceKind::Cuda,
+            device: DeviceKind::Cpu,
+            precision: Precision::F32,
+            activations_on_host: false,
             owl: false,
             dsnot: false,
             zeroshot: false,
@@ -334,8 +363,49 @@ mod tests {
         }
     }
 
+    /// The peak at `n` × `s` on the CPU once the batch is down to 1 (the step that changes
+    /// no number).
     fn peak(n: usize, s: usize) -> u64 {
-        estimate_prune(&shape(), &run(n, s)).peak(Place::Device).1
+        let mut r = run(n, s);
+        r.batch = 1;
+        estimate_prune(&shape(), &r).peak(Place::Device).1
+    }
+
+    fn on_gpu(n: usize, s: usize) -> PruneRun {
+        PruneRun {
+            device: DeviceKind::Cuda,
+            ..run(n, s)
+        }
+    }
+
+    fn keys(d: &GateDecision) -> Vec<&str> {
+        d.steps.iter().map(|s| s.key.as_str()).collect()
+    }
+
+    #[test]
+    fn the_batch_and_then_the_activations_move_before_any_number_changes() {
+        let requested = estimate_prune(&shape(), &on_gpu(128, 1024))
+            .peak(Place::Device)
+            .1;
+        let mut light = on_gpu(128, 1024);
+        light.batch = 1;
+        light.activations_on_host = true;
+        let light = estimate_prune(&shape(), &light).peak(Place::Device).1;
+        assert!(light < requested);
+        // Between the peak at batch 1 with the activations on the host and the requested one.
+        let budget = ((light + requested) / 2) as f64 / 0.9;
+        let d = decide(&shape(), &on_gpu(128, 1024), &policy(budget as u64)).unwrap();
+        assert!(d.fits);
+        assert_eq!((d.effective.nsamples, d.effective.seqlen), (128, 1024));
+        assert!(d.effective.batch < 8);
+        assert!(keys(&d)
+            .iter()
+            .all(|k| *k == "calibration.batch" || *k == "calibration.activations"));
+        // A small budget on the CPU: device and host are one pool, so the activations stay.
+        let d = decide(&shape(), &run(128, 1024), &policy(1 << 20)).unwrap();
+        assert!(!d.effective.activations_on_host);
+        assert!(!keys(&d).contains(&"calibration.activations"));
+        assert_eq!(d.effective.batch, 1);
     }
 
     #[test]
@@ -359,9 +429,19 @@ mod tests {
         let d = decide(&shape(), &run(128, 1024), &policy(budget as u64)).unwrap();
         assert!(d.fits);
         assert_eq!((d.effective.nsamples, d.effective.seqlen), (32, 1024));
-        assert_eq!(d.steps.len(), 2);
+        // Batch 8 → 4 → 2 → 1, then 128 → 64 → 32.
         assert_eq!(
-            (d.steps[1].from.as_str(), d.steps[1].to.as_str()),
+            keys(&d),
+            [
+                "calibration.batch",
+                "calibration.batch",
+                "calibration.batch",
+                "calibration.nsamples",
+                "calibration.nsamples"
+            ]
+        );
+        assert_eq!(
+            (d.steps[4].from.as_str(), d.steps[4].to.as_str()),
             ("64", "32")
         );
     }

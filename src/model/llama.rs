@@ -177,25 +177,78 @@ impl<B: Backend> Attention<B> {
         let groups = heads / kv_heads;
         let k = repeat_kv(k, groups);
         let v = repeat_kv(v, groups);
-        let options = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: true,
-        };
-        let mask = self.sliding_window.and_then(|window| {
-            window_mask::<B>(batch, heads, seq, k.dims()[2], window, &k.device())
-        });
         // Scores, softmax and their weighted sum in f32 whatever the tensors' type, as
         // PyTorch's attention kernels accumulate.
         let dtype = q.dtype();
         let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
-        let out = attention(f32(q), f32(k), f32(v), mask, None, options)
+        let rows = attention_block_rows(batch, heads, k.dims()[2]);
+        let out = causal_attention(f32(q), f32(k), f32(v), self.sliding_window, rows)
             .cast(dtype)
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
         self.o_proj.forward(out)
     }
+}
+
+/// Bytes of f32 scores one block of query rows may hold on the generic path (the backend's
+/// attention materialises scores and their softmax, each this size at most).
+pub const ATTENTION_BLOCK_BYTES: u64 = 256 << 20;
+
+/// Query rows per block of [`causal_attention`] on the generic path: as many as keep one
+/// `[batch, heads, rows, keys]` f32 score tensor within [`ATTENTION_BLOCK_BYTES`], at least 16.
+pub fn attention_block_rows(batch: usize, heads: usize, keys: usize) -> usize {
+    let per_row = (batch * heads * keys * 4).max(1) as u64;
+    ((ATTENTION_BLOCK_BYTES / per_row) as usize).max(16)
+}
+
+/// Causal attention of `q`'s rows, the last of `k`'s positions, `rows` query rows at a time:
+/// the scores of a block of queries against the keys it may see (causal, and within the
+/// sliding window when there is one) are all that is ever materialised, never `seq²`.
+///
+/// # Shapes
+/// - `q`: `[batch, heads, seq, head_dim]`; `k`, `v`: `[batch, heads, keys, head_dim]`,
+///   `keys ≥ seq` → `[batch, heads, seq, head_dim]`
+fn causal_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    window: Option<usize>,
+    rows: usize,
+) -> Tensor<B, 4> {
+    let [batch, heads, seq, _] = q.dims();
+    let keys = k.dims()[2];
+    let offset = keys - seq;
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    let block = |q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>| {
+        let [_, _, seq, _] = q.dims();
+        let keys = k.dims()[2];
+        let mask = window.and_then(|w| window_mask::<B>(batch, heads, seq, keys, w, &k.device()));
+        attention(q, k, v, mask, None, options)
+    };
+    if seq <= rows {
+        return block(q, k, v);
+    }
+    let blocks = (0..seq)
+        .step_by(rows.max(1))
+        .map(|start| {
+            let end = (start + rows).min(seq);
+            // Query `i` sits at position `offset + i`: it sees keys up to there and, with a
+            // window, none `window` or more behind it.
+            let first_key = window.map_or(0, |w| (offset + start + 1).saturating_sub(w));
+            let last_key = offset + end;
+            block(
+                q.clone().slice(s![.., .., start..end, ..]),
+                k.clone().slice(s![.., .., first_key..last_key, ..]),
+                v.clone().slice(s![.., .., first_key..last_key, ..]),
+            )
+        })
+        .collect();
+    Tensor::cat(blocks, 2)
 }
 
 /// The sliding-window mask (`true`: hidden) of `seq` queries that are the last of `keys`
@@ -828,6 +881,55 @@ mod tests {
         let (h0a, h0b) = softmax2(0.0, 1.0 / s);
         let (h1a, h1b) = softmax2(0.0, 2.0 / s);
         close(&out, &[2.0, 0.0, h0a + h1a, h0b + h1b], 1e-5);
+    }
+
+    /// Attention a few query rows at a time equals attention in one piece: causal, with a
+    /// sliding window, and with queries that are the last of a longer key sequence (a cache).
+    #[test]
+    fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut random = |shape: [usize; 4]| {
+            let n = shape.iter().product();
+            t((0..n).map(|_| rng.random_range(-2.0..2.0)).collect(), shape)
+        };
+        for (seq, keys, window) in [
+            (10, 10, None),
+            (10, 13, None),
+            (10, 13, Some(4)),
+            (9, 9, Some(3)),
+        ] {
+            let q = random([2, 3, seq, 4]);
+            let k = random([2, 3, keys, 4]);
+            let v = random([2, 3, keys, 4]);
+            let whole: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), window, 64)
+                .into_data()
+                .to_vec()
+                .unwrap();
+            for rows in [1, 3, 4] {
+                let blocks: Vec<f32> =
+                    causal_attention(q.clone(), k.clone(), v.clone(), window, rows)
+                        .into_data()
+                        .to_vec()
+                        .unwrap();
+                let worst = whole
+                    .iter()
+                    .zip(&blocks)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst < 1e-5,
+                    "seq {seq}, keys {keys}, window {window:?}, rows {rows}: {worst}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn attention_blocks_hold_their_byte_budget() {
+        // 8 samples × 32 heads × 2048 keys × 4 B = 2 MiB a row: 128 rows in 256 MiB.
+        assert_eq!(attention_block_rows(8, 32, 2048), 128);
+        assert_eq!(attention_block_rows(1, 1, 16), (256 << 20) / 64);
+        assert_eq!(attention_block_rows(64, 64, 1 << 20), 16);
     }
 
     fn tiny_config() -> LlamaConfig {

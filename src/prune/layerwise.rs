@@ -16,6 +16,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 use serde::Serialize;
 
+use super::activations::{Activations, Batching};
 use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
 use super::magnitude::{magnitude_scores, prune_magnitude};
 use super::mask::apply_mask;
@@ -152,12 +153,12 @@ impl<B: Backend> LayerStats<B> {
     fn observe(
         &mut self,
         layer: &DecoderLayer<B>,
-        inputs: &[Tensor<B, 3>],
+        inputs: &Activations<B>,
         cos: &Tensor<B, 2>,
         sin: &Tensor<B, 2>,
     ) -> Result<(), PruneError> {
         let mut failure = None;
-        for x in inputs {
+        for x in inputs.iter() {
             let [b, s, _] = x.dims();
             self.samples += b;
             self.tokens += b * s;
@@ -167,7 +168,7 @@ impl<B: Backend> LayerStats<B> {
                 cache: None,
             };
             // Only the statistics are needed from this pass, not the layer's output.
-            layer.observe_inputs(x.clone(), ctx, &mut |input, t| {
+            layer.observe_inputs(x, ctx, &mut |input, t| {
                 if let Err(e) = self.add(input, t) {
                     failure.get_or_insert(e);
                 }
@@ -289,8 +290,9 @@ fn column_sum_sq<B: Backend>(flat: Tensor<B, 2>) -> Tensor<B, 2> {
 /// Prunes every decoder layer of `model` in place and returns the measured sparsity.
 ///
 /// `calibration` holds the token windows (each the same length); it is required unless
-/// [`MethodOptions::needs_calibration`] says otherwise. `batch` samples run through a layer at
-/// once. `progress(layer, layers)` is called after each layer. Layers are taken one at a time
+/// [`MethodOptions::needs_calibration`] says otherwise. `batching` says how many samples run
+/// through a layer at once and where their activations wait between layers (a batch size alone:
+/// on the device). `progress(layer, layers)` is called after each layer. Layers are taken one at a time
 /// and put back pruned, so a streamed model ([`crate::model::stream`]) holds one layer in
 /// memory. Under OWL a first pass runs the calibration samples through the dense model for the
 /// outlier ratios, and then the pruning pass runs as usual.
@@ -300,9 +302,10 @@ pub fn prune_model<B: Backend>(
     options: &MethodOptions,
     sparsity: Sparsity,
     calibration: &[Vec<u32>],
-    batch: usize,
+    batching: impl Into<Batching>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ModelSparsity, PruneError> {
+    let batching = batching.into();
     sparsity.validate()?;
     options.profile.validate()?;
     if let Some(d) = &options.dsnot {
@@ -358,10 +361,10 @@ pub fn prune_model<B: Backend>(
     }
     let shell = model.shell();
     let device = shell.embed_tokens.weight.device();
-    let batch = batch.max(1);
+    let batch = batching.batch.max(1);
     // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
-    let embed = || -> Vec<Tensor<B, 3>> {
-        calibration
+    let embed = || -> Activations<B> {
+        let batches = calibration
             .chunks(batch)
             .map(|chunk| {
                 let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
@@ -371,7 +374,8 @@ pub fn prune_model<B: Backend>(
                 );
                 shell.embed(tokens)
             })
-            .collect()
+            .collect();
+        Activations::new(batches, batching.host_activations, &device)
     };
     let (cos, sin) = shell.rope_tables(0, seqlen);
     let mut outlier_ratios = Vec::new();
@@ -408,7 +412,7 @@ pub fn prune_model<B: Backend>(
             prune_linear(w, dims, name, stat, method, options, layer_sparsity)
         })?;
         measured_sparsity.add_layer(i, measured);
-        inputs = layer.forward_each(inputs, &cos, &sin);
+        inputs = inputs.forward(&layer, &cos, &sin);
         model.set_layer(i, layer)?;
         progress(i + 1, layers);
     }
@@ -443,7 +447,7 @@ fn report(
 /// linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them.
 fn owl_outlier_ratios<B: Backend>(
     model: &impl Layers<B>,
-    mut inputs: Vec<Tensor<B, 3>>,
+    mut inputs: Activations<B>,
     cos: &Tensor<B, 2>,
     sin: &Tensor<B, 2>,
     m: f64,
@@ -465,7 +469,7 @@ fn owl_outlier_ratios<B: Backend>(
             pooled.extend(wanda_scores(&w, dims, &root)?);
         }
         ratios.push(outlier_ratio(&pooled, m));
-        inputs = layer.forward_each(inputs, cos, sin);
+        inputs = inputs.forward(&layer, cos, sin);
     }
     Ok(ratios)
 }

@@ -26,6 +26,7 @@
 
 use rayon::prelude::*;
 
+pub mod activations;
 pub mod dsnot;
 pub mod layerwise;
 pub mod linalg;

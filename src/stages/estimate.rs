@@ -7,7 +7,7 @@ use burn::prelude::Backend;
 use super::probe::probe_prune;
 use super::{PipelineExecutor, StageError};
 use crate::data::sets::{DataSource, Role};
-use crate::memory::device::DeviceKind;
+use crate::memory::device::DeviceChoice;
 use crate::memory::estimate::{estimate_prune, PruneRun};
 use crate::model::shape::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
@@ -35,7 +35,7 @@ pub(super) fn run<B: Backend>(
     let base = exec.base(stage)?;
     let shape = ModelShape::from_config(&base.config).with_parameters(base.parameter_count);
     let mut largest: Option<(u64, PruneRun)> = None;
-    let device = exec.ctx.choice.kind;
+    let device = exec.ctx.choice;
     for spec in specs {
         let run = requested_run(spec, &exec.ctx.base_dir, device, !exec.ctx.in_place)?;
         let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
@@ -82,7 +82,7 @@ pub(super) fn run<B: Backend>(
 pub fn requested_run(
     spec: &PipelineSpec,
     base_dir: &std::path::Path,
-    device: DeviceKind,
+    device: DeviceChoice,
     keeps_dense_copy: bool,
 ) -> Result<PruneRun, StageError> {
     let settings = &spec.settings;
@@ -129,7 +129,9 @@ pub fn requested_run(
             settings.evaluation.as_ref().map(|e| e.source()),
             Role::Evaluation,
         )?,
-        device,
+        device: device.kind,
+        precision: device.precision,
+        activations_on_host: false,
         owl: prune.is_some_and(|p| p.profile.owl().is_some()),
         dsnot: prune.is_some_and(|p| p.dsnot.is_some()),
         zeroshot: spec.stages.iter().any(|s| {

@@ -91,12 +91,8 @@ pub fn dry_run(
     let (shape, _) = crate::model::inspect(&origin)?;
     let mut largest: Option<(u64, PruneRun)> = None;
     for cell in &plan.cells {
-        let run = super::requested_run(
-            &cell.spec,
-            &plan.base_dir,
-            device.kind,
-            !plan.prunes_in_place(),
-        )?;
+        let run =
+            super::requested_run(&cell.spec, &plan.base_dir, device, !plan.prunes_in_place())?;
         let peak = estimate_prune(&shape, &run).peak(Place::Device).1;
         if largest.as_ref().is_none_or(|(p, _)| peak > *p) {
             largest = Some((peak, run));

@@ -28,6 +28,7 @@ use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
 use crate::pipeline::record::{DataRecord, Hashes, RunRecord};
 use crate::pipeline::runner::{Executor, StageFailure, StageOutcome};
 use crate::pipeline::spec::{Budget, PipelineSpec, Settings, StageKind, StageOptions};
+use crate::prune::activations::Batching;
 use crate::prune::layerwise::ModelSparsity;
 
 /// Errors of the stages themselves (domain errors pass through boxed).
@@ -116,7 +117,7 @@ struct Artifacts<B: Backend> {
     /// The estimate the gate works from.
     estimated: Option<estimate::Estimated>,
     /// The gate's decision. Stages never read it: [`PipelineExecutor::effective_settings`]
-    /// applies it to the settings they are given.
+    /// and [`PipelineExecutor::calibration_batching`] apply it to what they are given.
     gate: Option<GateDecision>,
 }
 
@@ -205,6 +206,18 @@ impl<B: Backend> PipelineExecutor<B> {
             }
         }
         settings
+    }
+
+    /// How calibration samples pass through the layers: [`prune::BATCH`] at a time on the
+    /// device, unless the gate lowered the batch or moved the activations to the host to fit.
+    fn calibration_batching(&self) -> Batching {
+        match &self.artifacts.gate {
+            Some(gate) => Batching {
+                batch: gate.effective.batch,
+                host_activations: gate.effective.activations_on_host,
+            },
+            None => Batching::from(prune::BATCH),
+        }
     }
 
     /// The calibration draw of the last cell that calibrated (for `wanda prune`'s report).

@@ -11,7 +11,7 @@ use crate::pipeline::spec::PruneOptions;
 use crate::prune::layerwise::prune_model;
 use crate::prune::Sparsity;
 
-/// Samples per forward pass while calibrating.
+/// Samples per forward pass while calibrating, unless the gate lowered it.
 pub(super) const BATCH: usize = 8;
 
 pub(super) fn run<B: Backend>(
@@ -32,13 +32,14 @@ pub(super) fn run<B: Backend>(
         Some(c) => &c.windows[..],
         None => &[][..],
     };
+    let batching = exec.calibration_batching();
     let report = prune_model(
         &mut model,
         options.method,
         &method_options,
         sparsity,
         windows,
-        BATCH,
+        batching,
         |done, total| (exec.ctx.progress)(&node.stage, done, total),
     )?;
     record.sparsity = (&report).into();

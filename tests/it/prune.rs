@@ -406,3 +406,39 @@ fn small_blocks() -> MethodOptions {
         ..MethodOptions::default()
     }
 }
+
+/// Calibration activations kept on the host between layers (the gate's step for a GPU short of
+/// memory) and batches of any size prune to the same weights as one batch on the device, for
+/// a method that reads the statistics (wanda) and one that updates weights (sparsegpt).
+#[test]
+fn activations_on_the_host_and_any_batch_prune_to_the_same_weights() {
+    use wanda::prune::activations::Batching;
+    let config = tiny_config("LlamaForCausalLM", true);
+    for method in [Method::Wanda, Method::Sparsegpt] {
+        let prune = |batching: Batching| {
+            let mut model = tiny_model(&config, 3);
+            prune_model(
+                &mut model,
+                method,
+                &MethodOptions::default(),
+                Sparsity::unstructured(0.5).unwrap(),
+                &windows(),
+                batching,
+                |_, _| {},
+            )
+            .unwrap();
+            weights(&model, 1, "mlp.down_proj").0
+        };
+        let reference = prune(Batching::from(4));
+        for (batch, host_activations) in [(4, true), (1, true), (3, false)] {
+            assert_eq!(
+                prune(Batching {
+                    batch,
+                    host_activations
+                }),
+                reference,
+                "{method:?}, batch {batch}, on the host: {host_activations}"
+            );
+        }
+    }
+}

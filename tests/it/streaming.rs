@@ -190,7 +190,11 @@ fn a_budget_below_the_weights_streams_every_layer_to_the_same_perplexity() {
     assert!(b.effective.streaming);
     assert_eq!(
         b.effective.gate.as_deref(),
-        Some("streaming off → on (only one layer on the device)")
+        Some(
+            "calibration.batch 4 → 2 (halved to fit; the same numbers); \
+             calibration.batch 2 → 1 (halved to fit; the same numbers); \
+             streaming off → on (only one layer on the device)"
+        )
     );
     // Every layer pruned, and the same numbers to the bit.
     assert_eq!(b.sparsity.layers.len(), 30);
