@@ -112,6 +112,10 @@ pub struct EstimateArgs {
     /// at a time (the gate's choice when the device is short of memory).
     #[arg(long)]
     pub host_activations: bool,
+    /// The GPU's memory (e.g. `24GiB`), whose size sets the CUDA pool's page sizes; default:
+    /// GPU 0's as NVML reports it, else 80 GiB.
+    #[arg(long, value_parser = super::parse_size)]
+    pub gpu_memory: Option<u64>,
     /// Run load, calibration and the pruning of the first `--probe-layers` layers (and one
     /// evaluation window) for real and compare the measured peak resident set with the estimate.
     #[arg(long)]
@@ -192,6 +196,11 @@ impl EstimateArgs {
             device,
             precision: self.precision,
             activations_on_host: self.host_activations,
+            gpu_memory: (device == DeviceKind::Cuda).then(|| {
+                self.gpu_memory
+                    .or_else(|| DeviceChoice::cuda(0, self.precision).gpu_total_memory())
+                    .unwrap_or(DEFAULT_GPU_MEMORY)
+            }),
             owl: self.owl,
             dsnot: self.dsnot,
             zeroshot: self.zeroshot,
@@ -209,6 +218,9 @@ impl EstimateArgs {
         })
     }
 }
+
+/// The GPU size `--target cuda` assumes when none is given or seen: an 80 GiB A100/H100.
+const DEFAULT_GPU_MEMORY: u64 = 80 << 30;
 
 /// The size of an optional file (0 when absent).
 fn file_bytes(path: Option<&std::path::Path>) -> anyhow::Result<u64> {

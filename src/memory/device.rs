@@ -162,6 +162,11 @@ impl DeviceChoice {
         Some(DeviceChoice::cuda(index, precision))
     }
 
+    /// The GPU's whole memory; None on the CPU or when NVML cannot see it.
+    pub fn gpu_total_memory(self) -> Option<u64> {
+        gpus().get(self.gpu_index()? as usize).map(|g| g.total)
+    }
+
     /// Free memory of this device now: available host RAM on the CPU, the GPU's free memory
     /// (None when NVML cannot see it).
     pub fn free_memory(self) -> Option<u64> {

@@ -145,6 +145,11 @@ pub fn decide(
     let context = shape.max_position_embeddings;
     let allows = |key| policy.reduce.contains(&key);
     let mut run = requested.clone();
+    // Where no GPU was seen (a dry run elsewhere), the budget stands for the GPU: its size
+    // sets the pool's pages.
+    if run.device == DeviceKind::Cuda && run.gpu_memory.is_none() {
+        run.gpu_memory = Some(policy.budget);
+    }
     let mut steps = Vec::new();
     if run.seqlen > context {
         steps.push(step(
@@ -345,6 +350,7 @@ mod tests {
             device: DeviceKind::Cpu,
             precision: Precision::F32,
             activations_on_host: false,
+            gpu_memory: None,
             owl: false,
             dsnot: false,
             zeroshot: false,

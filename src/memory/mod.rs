@@ -6,3 +6,4 @@ pub mod device;
 pub mod estimate;
 pub mod gate;
 pub mod log;
+pub mod pool;

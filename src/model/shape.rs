@@ -107,6 +107,11 @@ pub struct Item {
     pub place: Place,
     /// The formula with the numbers put in, e.g. `134515008 params × 4 B`.
     pub formula: String,
+    /// The device allocations it is made of, `(count, bytes each)`, where a GPU's memory pool
+    /// places them (the estimator's pool model); empty for host memory and for persistent
+    /// allocations (weights), which take exactly their bytes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<(u64, u64)>,
 }
 
 /// A memory estimate as a list of shares.
@@ -124,6 +129,31 @@ impl Breakdown {
             bytes,
             place,
             formula,
+            allocations: Vec::new(),
+        });
+    }
+
+    /// Adds a share made of `count` device allocations of `each` bytes (transient tensors, which
+    /// a GPU's pool places in pages).
+    pub fn push_allocations(
+        &mut self,
+        name: &str,
+        count: u64,
+        each: u64,
+        place: Place,
+        formula: String,
+    ) {
+        self.push_mixed(name, &[(count, each)], place, formula);
+    }
+
+    /// Adds a share made of device allocations of several sizes, `(count, bytes each)`.
+    pub fn push_mixed(&mut self, name: &str, parts: &[(u64, u64)], place: Place, formula: String) {
+        self.items.push(Item {
+            name: name.to_string(),
+            bytes: parts.iter().map(|(n, each)| n * each).sum(),
+            place,
+            formula,
+            allocations: parts.to_vec(),
         });
     }
 

@@ -132,6 +132,7 @@ pub fn requested_run(
         device: device.kind,
         precision: device.precision,
         activations_on_host: false,
+        gpu_memory: device.gpu_total_memory(),
         owl: prune.is_some_and(|p| p.profile.owl().is_some()),
         dsnot: prune.is_some_and(|p| p.dsnot.is_some()),
         zeroshot: spec.stages.iter().any(|s| {
