@@ -13,7 +13,8 @@
 //!   gives a page back: a run reserves, in each pool, the most pages it ever needed there.
 //!
 //! So a 100 MB block of logits on a 141 GiB GPU costs a 2.2 GiB page, and the same run on a
-//! 24 GiB GPU a 384 MiB one.
+//! 24 GiB GPU a 384 MiB one. `tests/it/pool_replay.rs` holds the model to cubecl-runtime's
+//! manager itself.
 
 /// Bytes every CUDA allocation is rounded up to (`cuMemAllocPitch`'s row alignment, as
 /// `cubecl-cuda` sets it).

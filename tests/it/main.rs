@@ -11,6 +11,7 @@ mod fuzz_corpus;
 mod gguf_model;
 mod hf_folder;
 mod pipeline;
+mod pool_replay;
 mod prune;
 mod prune_methods;
 mod queue_cli;
