@@ -425,7 +425,14 @@ fn decode<const N: usize>(
     let (elements, _) = bytes.as_chunks::<N>();
     match matrix {
         Some([rows, cols]) => transpose_map(elements, rows, cols, |&b| element(b)),
-        None => elements.iter().map(|&b| element(b)).collect(),
+        None => {
+            let mut out = Vec::with_capacity(elements.len());
+            elements
+                .par_iter()
+                .map(|&b| element(b))
+                .collect_into_vec(&mut out);
+            out
+        }
     }
 }
 
@@ -436,29 +443,37 @@ pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols:
 
 /// `f` of every value of a row-major `[rows, cols]` matrix, transposed into `[cols, rows]`:
 /// bands of output rows in parallel, each filled by reading a short contiguous run of every
-/// input row.
-fn transpose_map<S: Sync, T: Copy + Default + Send>(
+/// input row, straight into a buffer that is never zeroed first.
+#[allow(unsafe_code)]
+fn transpose_map<S: Sync, T: Copy + Send>(
     data: &[S],
     rows: usize,
     cols: usize,
     f: impl Fn(&S) -> T + Sync,
 ) -> Vec<T> {
     const BAND: usize = 32;
-    let mut out = vec![T::default(); rows * cols];
-    if rows == 0 || cols == 0 {
+    let len = rows * cols;
+    let mut out = Vec::with_capacity(len);
+    if len == 0 {
         return out;
     }
-    out.par_chunks_mut(BAND * rows)
+    out.spare_capacity_mut()[..len]
+        .par_chunks_mut(BAND * rows)
         .enumerate()
         .for_each(|(b, band)| {
             let c0 = b * BAND;
             let width = band.len() / rows;
             for (r, row) in data.chunks_exact(cols).enumerate() {
                 for (j, v) in row[c0..c0 + width].iter().enumerate() {
-                    band[j * rows + r] = f(v);
+                    band[j * rows + r].write(f(v));
                 }
             }
         });
+    // SAFETY: the bands split the first `len` slots into runs of `width × rows` (the last
+    // possibly shorter, still a multiple of `rows` as `len` is), and band `b` writes slot
+    // `j·rows + r` for every `j < width` and `r < rows` — every slot of the run, so all `len`
+    // values are initialised.
+    unsafe { out.set_len(len) };
     out
 }
 
