@@ -7,9 +7,9 @@
 //! while the estimated peak exceeds the usable budget (`budget × (1 − headroom)`), the steps
 //! that change no number come first: halve the calibration batch (samples per forward pass)
 //! down to 1, then, on a GPU, keep the calibration activations in host memory between layers.
-//! Then the policy's next step applies, in the pipeline's order: halve calibration `nsamples` down to its floor,
-//! halve calibration `seqlen` down to its floor, switch on layer streaming, halve the
-//! evaluation window (only when listed) — re-estimating after each step. When nothing fits,
+//! Then the policy's next step applies, in the pipeline's order: halve calibration `nsamples`
+//! down to its floor, halve calibration `seqlen` down to its floor, switch on layer streaming,
+//! halve the evaluation window (only when listed) — re-estimating after each step. When nothing fits,
 //! the decision says so with the smallest budget that would have fitted.
 
 use schemars::JsonSchema;

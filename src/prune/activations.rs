@@ -38,8 +38,13 @@ enum Stored<B: Backend> {
 }
 
 impl<B: Backend> Activations<B> {
-    /// The batches, moved to host memory when `host` says so.
-    pub fn new(batches: Vec<Tensor<B, 3>>, host: bool, device: &B::Device) -> Self {
+    /// The batches, each moved to host memory as it comes when `host` says so (so a lazy
+    /// iterator never has more than one batch on the device).
+    pub fn new(
+        batches: impl IntoIterator<Item = Tensor<B, 3>>,
+        host: bool,
+        device: &B::Device,
+    ) -> Self {
         Self {
             batches: batches.into_iter().map(|t| store(t, host)).collect(),
             device: device.clone(),

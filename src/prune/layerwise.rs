@@ -291,10 +291,10 @@ fn column_sum_sq<B: Backend>(flat: Tensor<B, 2>) -> Tensor<B, 2> {
 ///
 /// `calibration` holds the token windows (each the same length); it is required unless
 /// [`MethodOptions::needs_calibration`] says otherwise. `batching` says how many samples run
-/// through a layer at once and where their activations wait between layers (a batch size alone:
-/// on the device). `progress(layer, layers)` is called after each layer. Layers are taken one at a time
-/// and put back pruned, so a streamed model ([`crate::model::stream`]) holds one layer in
-/// memory. Under OWL a first pass runs the calibration samples through the dense model for the
+/// through a layer at once and where their activations wait between layers (a batch size
+/// alone: on the device). `progress(layer, layers)` is called after each layer. Layers are
+/// taken one at a time and put back pruned, so a streamed model ([`crate::model::stream`])
+/// holds one layer in memory. Under OWL a first pass runs the calibration samples through the dense model for the
 /// outlier ratios, and then the pruning pass runs as usual.
 pub fn prune_model<B: Backend>(
     model: &mut impl Layers<B>,
@@ -364,17 +364,14 @@ pub fn prune_model<B: Backend>(
     let batch = batching.batch.max(1);
     // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
     let embed = || -> Activations<B> {
-        let batches = calibration
-            .chunks(batch)
-            .map(|chunk| {
-                let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
-                let tokens = Tensor::<B, 2, Int>::from_data(
-                    TensorData::new(ids, [chunk.len(), seqlen]),
-                    &device,
-                );
-                shell.embed(tokens)
-            })
-            .collect();
+        let batches = calibration.chunks(batch).map(|chunk| {
+            let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
+            let tokens = Tensor::<B, 2, Int>::from_data(
+                TensorData::new(ids, [chunk.len(), seqlen]),
+                &device,
+            );
+            shell.embed(tokens)
+        });
         Activations::new(batches, batching.host_activations, &device)
     };
     let (cos, sin) = shell.rope_tables(0, seqlen);
