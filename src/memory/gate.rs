@@ -75,6 +75,10 @@ pub struct GatePolicy {
     pub reduce: Vec<ReduceKey>,
     /// The lowest values it may lower them to.
     pub floor: Floor,
+    /// Host RAM available to a GPU run: the calibration activations move to the host only
+    /// when the host's share of the estimate fits in it; None checks nothing (a dry run, whose
+    /// host is not the run's).
+    pub host_budget: Option<u64>,
 }
 
 impl GatePolicy {
@@ -145,11 +149,6 @@ pub fn decide(
     let context = shape.max_position_embeddings;
     let allows = |key| policy.reduce.contains(&key);
     let mut run = requested.clone();
-    // Where no GPU was seen (a dry run elsewhere), the budget stands for the GPU: its size
-    // sets the pool's pages.
-    if run.device == DeviceKind::Cuda && run.gpu_memory.is_none() {
-        run.gpu_memory = Some(policy.budget);
-    }
     let mut steps = Vec::new();
     if run.seqlen > context {
         steps.push(step(
@@ -190,13 +189,20 @@ pub fn decide(
             }
         }
         if peak(&run) > usable && run.device == DeviceKind::Cuda && !run.activations_on_host {
-            run.activations_on_host = true;
-            steps.push(step(
-                "calibration.activations",
-                "device",
-                "host",
-                "one batch on the device at a time; the same numbers",
-            ));
+            let on_host = PruneRun {
+                activations_on_host: true,
+                ..run.clone()
+            };
+            let host_peak = estimate_prune(shape, &on_host).peak(Place::Host).1;
+            if policy.host_budget.is_none_or(|ram| host_peak <= ram) {
+                run = on_host;
+                steps.push(step(
+                    "calibration.activations",
+                    "device",
+                    "host",
+                    "one batch on the device at a time; the same numbers",
+                ));
+            }
         }
     }
     for key in &policy.reduce {
@@ -366,6 +372,7 @@ mod tests {
                 nsamples: 8,
                 seqlen: 256,
             },
+            host_budget: None,
         }
     }
 
@@ -407,6 +414,19 @@ mod tests {
         assert!(keys(&d)
             .iter()
             .all(|k| *k == "calibration.batch" || *k == "calibration.activations"));
+        // Just above the lightest peak the activations must move; a host without room for
+        // them keeps them on the device, and the gate lowers numbers instead.
+        let tight = (light as f64 * 1.01 / 0.9) as u64;
+        let d = decide(&shape(), &on_gpu(128, 1024), &policy(tight)).unwrap();
+        assert!(d.effective.activations_on_host);
+        assert_eq!(d.effective.nsamples, 128);
+        let short = GatePolicy {
+            host_budget: Some(1 << 10),
+            ..policy(tight)
+        };
+        let d = decide(&shape(), &on_gpu(128, 1024), &short).unwrap();
+        assert!(!d.effective.activations_on_host);
+        assert!(d.effective.nsamples < 128);
         // A small budget on the CPU: device and host are one pool, so the activations stay.
         let d = decide(&shape(), &run(128, 1024), &policy(1 << 20)).unwrap();
         assert!(!d.effective.activations_on_host);

@@ -5,7 +5,7 @@
 use burn::prelude::Backend;
 
 use super::{PipelineExecutor, StageError};
-use crate::memory::device::DeviceChoice;
+use crate::memory::device::{DeviceChoice, DeviceKind};
 use crate::memory::estimate::{estimate_prune, render, PruneRun};
 use crate::memory::gate::{decide, GatePolicy};
 use crate::model::shape::{gib, Place};
@@ -32,7 +32,17 @@ pub(super) fn run<B: Backend>(
         exec.ctx.choice,
         stage,
     )?;
-    let decision = decide(&estimated.shape, &estimated.run, &policy(options, budget))?;
+    // The host's free RAM bounds what a GPU run may move there.
+    let host_budget = exec
+        .ctx
+        .choice
+        .is_cuda()
+        .then(|| crate::memory::device::host().free);
+    let decision = decide(
+        &estimated.shape,
+        &gpu_sized(&estimated.run, budget),
+        &policy(options, budget, host_budget),
+    )?;
     let table = decision.render(&label);
     (exec.ctx.report)(&table);
     if !decision.fits {
@@ -102,7 +112,11 @@ pub fn dry_run(
         return Ok(None);
     };
     let (bytes, label) = budget_of(budget.unwrap_or(options.budget), device, "gate")?;
-    let decision = decide(&shape, &run, &policy(options, bytes))?;
+    let decision = decide(
+        &shape,
+        &gpu_sized(&run, bytes),
+        &policy(options, bytes, None),
+    )?;
     let e = &decision.effective;
     Ok(Some(format!(
         "{}effective: calibration.nsamples {}, calibration.seqlen {}, evaluation.seqlen {}, streaming {}\n",
@@ -114,13 +128,24 @@ pub fn dry_run(
     )))
 }
 
+/// `run` with a GPU size for the pool's pages: where no GPU was seen (a dry run elsewhere),
+/// the budget stands for the GPU.
+fn gpu_sized(run: &PruneRun, budget: u64) -> PruneRun {
+    let mut run = run.clone();
+    if run.device == DeviceKind::Cuda && run.gpu_memory.is_none() {
+        run.gpu_memory = Some(budget);
+    }
+    run
+}
+
 /// The gate's policy for `options` and `budget` bytes.
-fn policy(options: &GateOptions, budget: u64) -> GatePolicy {
+fn policy(options: &GateOptions, budget: u64, host_budget: Option<u64>) -> GatePolicy {
     GatePolicy {
         budget,
         headroom: options.headroom,
         reduce: options.reduce.clone(),
         floor: options.floor.clone(),
+        host_budget,
     }
 }
 
