@@ -38,8 +38,8 @@
 //! - OWL: its dense pass holds what the pruning pass holds plus one layer's pooled Wanda scores,
 //!   `linears/L × 4` (on the host); magnitude with OWL or DSnoT calibrates like Wanda;
 //! - DSnoT: one batch's widest input copied to the host for its moments, `b × s × I × 4`;
-//! - eval logits: `e × V × 4 × LOGIT_COPIES` and the LM head's operands
-//!   `V × H × 4 × HEAD_OPERAND_COPIES`, with the attention and intermediates of one window;
+//! - eval logits: `e × V × 4 × LOGIT_COPIES` and, off a GPU, the LM head's operands
+//!   `V × H × f × HEAD_OPERAND_COPIES`, with the attention and intermediates of one window;
 //! - framework overhead: [`CPU_OVERHEAD_BYTES`] (measured: the resident set of `wanda`
 //!   with a tokenizer loaded and no model) or [`CUDA_OVERHEAD_BYTES`] on a GPU;
 //! - on a GPU of known size (`gpu_memory`), the unused parts of CubeCL's pool pages: every
@@ -167,6 +167,21 @@ pub struct StageEstimate {
     pub breakdown: Breakdown,
 }
 
+impl StageEstimate {
+    /// The bytes of each transient device allocation alive at the stage's peak, in the order
+    /// its shares list them (what a GPU's pool places in pages).
+    pub fn device_allocations(&self) -> Vec<u64> {
+        self.breakdown
+            .items
+            .iter()
+            .filter(|i| i.place == Place::Device)
+            .flat_map(|i| i.allocations.iter())
+            .flat_map(|&(count, each)| std::iter::repeat_n(each, count as usize))
+            .filter(|&bytes| bytes > 0)
+            .collect()
+    }
+}
+
 /// A run's estimate: per stage, and the peak.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Estimate {
@@ -233,120 +248,9 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         overhead(&mut prune, run.device, host);
         weights(&mut prune, shape, run, &m, host, true);
         if run.calibrates() {
-            let (n, s) = (run.nsamples as u64, run.seqlen as u64);
-            let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
-            let f = run.precision.bytes();
-            if run.activations_on_host && run.device == DeviceKind::Cuda {
-                prune.push(
-                    "calibration activations",
-                    n * s * m.h * f,
-                    host,
-                    format!("{n} samples × {s} × {} × {f} B", m.h),
-                );
-                prune.push_allocations(
-                    "calibration batch in and out",
-                    2,
-                    b * s * m.h * f,
-                    Place::Device,
-                    format!("2 × {b} samples × {s} × {} × {f} B", m.h),
-                );
-            } else {
-                // Whole batches, the one in flight, and a last partial batch.
-                let batch = s * m.h * f;
-                prune.push_mixed(
-                    "calibration activations",
-                    &[(n / b + 1, b * batch), (1, (n % b) * batch)],
-                    Place::Device,
-                    format!("({n} + {b}) samples × {s} × {} × {f} B", m.h),
-                );
-            }
-            forward(&mut prune, run, &m, b, s);
-            match method {
-                Method::Wanda | Method::Ria => prune.push_allocations(
-                    "statistics",
-                    1,
-                    b * s * m.i * F32,
-                    Place::Device,
-                    format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
-                ),
-                Method::Sparsegpt => {
-                    let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
-                    prune.push(
-                        "statistics",
-                        squares * (F32 + 8),
-                        Place::Device,
-                        format!(
-                            "(2·{}² + {}² + {}²) × (4 + 8) B (Hessians, f32 sums + f64 host)",
-                            m.h, m.q, m.i
-                        ),
-                    )
-                }
-                Method::Magnitude => prune.push_allocations(
-                    "statistics",
-                    1,
-                    b * s * m.i * F32,
-                    Place::Device,
-                    format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
-                ),
-            }
-            if run.owl {
-                // The dense pass holds what the pruning pass holds, plus the pooled scores.
-                prune.push(
-                    "OWL pooled scores",
-                    m.linears_per_layer * F32,
-                    host,
-                    format!(
-                        "{} × 4 B (one layer's Wanda scores, in the dense pass)",
-                        m.linears_per_layer
-                    ),
-                );
-            }
-            if run.dsnot {
-                prune.push(
-                    "DSnoT activations on the host",
-                    b * s * m.i * F32,
-                    host,
-                    format!(
-                        "{b} × {s} × {} × 4 B (one batch's MLP input, for its moments)",
-                        m.i
-                    ),
-                );
-            }
+            calibration(&mut prune, run, &m, host, method);
         }
-        let widest = m.widest_linear();
-        let (method_bytes, method_formula) = match method {
-            Method::Sparsegpt => {
-                let cols = m.h.max(m.i).max(m.q);
-                (
-                    cols * cols * 8 * 3,
-                    format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)"),
-                )
-            }
-            Method::Wanda | Method::Ria | Method::Magnitude => (
-                widest * 12,
-                format!("{widest} × 12 B (at most: scores or a transposed copy, mask, sort keys)"),
-            ),
-        };
-        let (method_bytes, method_formula) = if run.dsnot {
-            (
-                method_bytes.max(widest * DSNOT_BYTES_PER_WEIGHT),
-                format!(
-                    "max({method_formula}, {widest} × {DSNOT_BYTES_PER_WEIGHT} B (DSnoT: two \
-                     score matrices, three transposed copies, four masks, the initial sort))"
-                ),
-            )
-        } else {
-            (method_bytes, method_formula)
-        };
-        prune.push(
-            "pruning buffers",
-            m.linears_per_layer * F32 + method_bytes,
-            host,
-            format!(
-                "{} × 4 B (one layer's pruned weights) + {method_formula}",
-                m.linears_per_layer
-            ),
-        );
+        pruning_buffers(&mut prune, run, &m, host, method);
         stages.push(StageEstimate {
             stage: "prune",
             breakdown: prune,
@@ -362,56 +266,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
             host,
             run.eval_text_bytes,
         ));
-        let e = e as u64;
-        let mut eval = Breakdown::default();
-        overhead(&mut eval, run.device, host);
-        weights(&mut eval, shape, run, &m, host, run.method.is_some());
-        if run.streaming && run.device != DeviceKind::Cuda {
-            // The fused kernels read the head in place and form HEAD_ROWS rows of logits at
-            // a time.
-            let rows = (HEAD_ROWS as u64).min(e);
-            eval.push(
-                "eval logits (a block of rows)",
-                rows * m.v * F32,
-                Place::Device,
-                format!("{rows} rows × {} × 4 B", m.v),
-            );
-        } else {
-            // On a GPU the head's product reads the weight in place (the H200 run's pool
-            // reserved no page for a copy of a 768 MiB head).
-            if run.device != DeviceKind::Cuda {
-                let f = run.precision.bytes();
-                eval.push(
-                    "LM head operands",
-                    m.v * m.h * f * HEAD_OPERAND_COPIES,
-                    Place::Device,
-                    format!("{} × {} × {f} B × {HEAD_OPERAND_COPIES}", m.v, m.h),
-                );
-            }
-            eval.push_allocations(
-                "eval logits",
-                LOGIT_COPIES,
-                e * m.v * F32,
-                Place::Device,
-                format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
-            );
-        }
-        forward(&mut eval, run, &m, 1, e);
-        if run.streaming {
-            let group = STREAMED_WINDOW_GROUP as u64;
-            let f = run.precision.bytes();
-            eval.push_allocations(
-                "residual streams",
-                group,
-                e * m.h * f,
-                Place::Device,
-                format!("{group} windows × {e} × {} × {f} B", m.h),
-            );
-        }
-        stages.push(StageEstimate {
-            stage: "eval",
-            breakdown: eval,
-        });
+        stages.push(eval_stage(shape, run, &m, host, e as u64));
     }
     if run.zeroshot {
         // One batch of requests, padded to `BATCH_TOKENS` at most, through the decoder (as
@@ -440,20 +295,182 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     Estimate { stages }
 }
 
+/// The calibration's shares of the prune stage: the activations (on the device or the host),
+/// one forward pass, the method's statistics, and OWL's and DSnoT's extras.
+fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, method: Method) {
+    let (n, s) = (run.nsamples as u64, run.seqlen as u64);
+    let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
+    let f = run.precision.bytes();
+    if run.activations_on_host && run.device == DeviceKind::Cuda {
+        prune.push(
+            "calibration activations",
+            n * s * m.h * f,
+            host,
+            format!("{n} samples × {s} × {} × {f} B", m.h),
+        );
+        prune.push_allocations(
+            "calibration batch in and out",
+            2,
+            b * s * m.h * f,
+            Place::Device,
+            format!("2 × {b} samples × {s} × {} × {f} B", m.h),
+        );
+    } else {
+        // Whole batches, the one in flight, and a last partial batch.
+        let batch = s * m.h * f;
+        prune.push_mixed(
+            "calibration activations",
+            &[(n / b + 1, b * batch), (1, (n % b) * batch)],
+            Place::Device,
+            format!("({n} + {b}) samples × {s} × {} × {f} B", m.h),
+        );
+    }
+    forward(prune, run, m, b, s);
+    match method {
+        Method::Wanda | Method::Ria | Method::Magnitude => prune.push_allocations(
+            "statistics",
+            1,
+            b * s * m.i * F32,
+            Place::Device,
+            format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
+        ),
+        Method::Sparsegpt => {
+            let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
+            prune.push(
+                "statistics",
+                squares * (F32 + 8),
+                Place::Device,
+                format!(
+                    "(2·{}² + {}² + {}²) × (4 + 8) B (Hessians, f32 sums + f64 host)",
+                    m.h, m.q, m.i
+                ),
+            )
+        }
+    }
+    if run.owl {
+        // The dense pass holds what the pruning pass holds, plus the pooled scores.
+        prune.push(
+            "OWL pooled scores",
+            m.linears_per_layer * F32,
+            host,
+            format!(
+                "{} × 4 B (one layer's Wanda scores, in the dense pass)",
+                m.linears_per_layer
+            ),
+        );
+    }
+    if run.dsnot {
+        prune.push(
+            "DSnoT activations on the host",
+            b * s * m.i * F32,
+            host,
+            format!(
+                "{b} × {s} × {} × 4 B (one batch's MLP input, for its moments)",
+                m.i
+            ),
+        );
+    }
+}
+
+/// The prune stage's work buffers on the host: the layer's pruned weights and the method's
+/// scores, masks or Hessian factors for its widest linear.
+fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, method: Method) {
+    let widest = m.widest_linear();
+    let (method_bytes, method_formula) = match method {
+        Method::Sparsegpt => {
+            let cols = m.h.max(m.i).max(m.q);
+            (
+                cols * cols * 8 * 3,
+                format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)"),
+            )
+        }
+        Method::Wanda | Method::Ria | Method::Magnitude => (
+            widest * 12,
+            format!("{widest} × 12 B (at most: scores or a transposed copy, mask, sort keys)"),
+        ),
+    };
+    let (method_bytes, method_formula) = if run.dsnot {
+        (
+            method_bytes.max(widest * DSNOT_BYTES_PER_WEIGHT),
+            format!(
+                "max({method_formula}, {widest} × {DSNOT_BYTES_PER_WEIGHT} B (DSnoT: two \
+                 score matrices, three transposed copies, four masks, the initial sort))"
+            ),
+        )
+    } else {
+        (method_bytes, method_formula)
+    };
+    prune.push(
+        "pruning buffers",
+        m.linears_per_layer * F32 + method_bytes,
+        host,
+        format!(
+            "{} × 4 B (one layer's pruned weights) + {method_formula}",
+            m.linears_per_layer
+        ),
+    );
+}
+
+/// The perplexity stage over windows of `e` tokens.
+fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64) -> StageEstimate {
+    let mut eval = Breakdown::default();
+    overhead(&mut eval, run.device, host);
+    weights(&mut eval, shape, run, m, host, run.method.is_some());
+    if run.streaming && run.device != DeviceKind::Cuda {
+        // The fused kernels read the head in place and form HEAD_ROWS rows of logits at
+        // a time.
+        let rows = (HEAD_ROWS as u64).min(e);
+        eval.push(
+            "eval logits (a block of rows)",
+            rows * m.v * F32,
+            Place::Device,
+            format!("{rows} rows × {} × 4 B", m.v),
+        );
+    } else {
+        // On a GPU the head's product reads the weight in place (the H200 run's pool
+        // reserved no page for a copy of a 768 MiB head).
+        if run.device != DeviceKind::Cuda {
+            let f = run.precision.bytes();
+            eval.push(
+                "LM head operands",
+                m.v * m.h * f * HEAD_OPERAND_COPIES,
+                Place::Device,
+                format!("{} × {} × {f} B × {HEAD_OPERAND_COPIES}", m.v, m.h),
+            );
+        }
+        eval.push_allocations(
+            "eval logits",
+            LOGIT_COPIES,
+            e * m.v * F32,
+            Place::Device,
+            format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
+        );
+    }
+    forward(&mut eval, run, m, 1, e);
+    if run.streaming {
+        let group = STREAMED_WINDOW_GROUP as u64;
+        let f = run.precision.bytes();
+        eval.push_allocations(
+            "residual streams",
+            group,
+            e * m.h * f,
+            Place::Device,
+            format!("{group} windows × {e} × {} × {f} B", m.h),
+        );
+    }
+    StageEstimate {
+        stage: "eval",
+        breakdown: eval,
+    }
+}
+
 /// Adds to each stage the unused parts of the CUDA pool's pages ([`super::pool`]): the pages
 /// its device allocations need, and every page an earlier stage reserved (pools keep them).
 fn pool_pages(stages: &mut [StageEstimate], memory: u64) {
     let ladder = PoolLadder::for_gpu(memory);
     let mut reserved = PoolPages::default();
     for stage in stages {
-        let allocations: Vec<u64> = stage
-            .breakdown
-            .items
-            .iter()
-            .filter(|i| i.place == Place::Device)
-            .flat_map(|i| i.allocations.iter())
-            .flat_map(|&(count, each)| std::iter::repeat_n(each, count as usize))
-            .collect();
+        let allocations = stage.device_allocations();
         let live: u64 = allocations.iter().sum();
         if live == 0 && reserved.pages.iter().all(|&n| n == 0) {
             continue;

@@ -55,11 +55,6 @@ impl PoolLadder {
         Self { pools: rungs }
     }
 
-    /// Page bytes per pool, smallest first.
-    pub fn page_sizes(&self) -> impl Iterator<Item = u64> + '_ {
-        self.pools.iter().map(|&(page, _)| page)
-    }
-
     /// The pool an allocation of `bytes` goes to; None when it exceeds the largest page (CubeCL
     /// fails such an allocation).
     pub fn pool_of(&self, bytes: u64) -> Option<usize> {
@@ -128,7 +123,7 @@ mod tests {
     #[test]
     fn the_ladder_of_an_h200() {
         let ladder = PoolLadder::for_gpu(143_771 * MIB);
-        let pages: Vec<u64> = ladder.page_sizes().map(|p| p / MIB).collect();
+        let pages: Vec<u64> = ladder.pools.iter().map(|&(page, _)| page / MIB).collect();
         assert_eq!(pages, [8, 35, 140, 561, 2246, 8985, 35942]);
         // Rung k takes slices of at most page / 2^k: the 2.2 GiB pages (rung 2) up to 561 MiB.
         assert_eq!(ladder.pools[4].1, ladder.pools[4].0 / 4);

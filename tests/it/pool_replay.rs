@@ -94,32 +94,19 @@ fn the_pool_model_reserves_what_cubecls_manager_reserves() {
             zeroshot: false,
         };
         let estimate = estimate_prune(shape, &run);
-        let device_items = |stage: &wanda::memory::estimate::StageEstimate| {
-            stage
-                .breakdown
-                .items
-                .iter()
-                .filter(|i| i.place == Place::Device)
-                .cloned()
-                .collect::<Vec<_>>()
-        };
         let stages: Vec<Vec<u64>> = estimate
             .stages
             .iter()
-            .map(|stage| {
-                device_items(stage)
-                    .iter()
-                    .flat_map(|i| i.allocations.iter())
-                    .flat_map(|&(count, each)| std::iter::repeat_n(each, count as usize))
-                    .filter(|&bytes| bytes > 0)
-                    .collect()
-            })
+            .map(|stage| stage.device_allocations())
             .collect();
         // What the estimate says the pool holds at the end: the last stage's tensors and the
         // unused parts of every page reserved so far.
         let last = estimate.stages.last().unwrap();
-        let modelled: u64 = device_items(last)
+        let modelled: u64 = last
+            .breakdown
+            .items
             .iter()
+            .filter(|i| i.place == Place::Device)
             .filter(|i| !i.allocations.is_empty() || i.name.starts_with("memory pool"))
             .map(|i| i.bytes)
             .sum();
