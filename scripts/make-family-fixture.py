@@ -2,7 +2,7 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral phi3; do
+    for f in llama qwen2 qwen3 mistral phi3 gemma3; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -40,6 +40,17 @@ def config(family):
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)
+    if family == "gemma3":
+        # Gemma 3's text decoder: a sliding layer, a global one, a sliding one (window 6 < 16
+        # ids), the local and global RoPE bases apart, head_dim 32 ≠ hidden / heads, queries
+        # scaled by query_pre_attn_scalar 24 ≠ head_dim, tied embeddings as in the real models.
+        common.update(tie_word_embeddings=True, num_hidden_layers=3)
+        return transformers.Gemma3TextConfig(
+            head_dim=32, query_pre_attn_scalar=24, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
+            pad_token_id=0, **common)
     raise SystemExit(f"unknown family {family}")
 
 

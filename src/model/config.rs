@@ -111,9 +111,9 @@ pub struct HfLlamaConfig {
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
     /// RoPE base and scaling as transformers 5 writes them (in place of `rope_theta` and
-    /// `rope_scaling`).
+    /// `rope_scaling`), once for the model or per layer type (Gemma 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_parameters: Option<HfRopeScaling>,
+    pub rope_parameters: Option<HfRopeParameters>,
     /// Longest context the model supports.
     #[serde(default)]
     pub max_position_embeddings: Option<usize>,
@@ -134,9 +134,62 @@ pub struct HfLlamaConfig {
     /// End-of-sequence token id(s).
     #[serde(default)]
     pub eos_token_id: Option<serde_json::Value>,
-    /// Activation; only `silu` is supported.
+    /// Activation of the MLP's gate (`silu`, or `gelu_pytorch_tanh` for Gemma).
     #[serde(default)]
     pub hidden_act: Option<String>,
+    /// Gemma's name for the MLP activation (takes precedence over `hidden_act`).
+    #[serde(default)]
+    pub hidden_activation: Option<String>,
+    /// Gemma: queries are scaled by `query_pre_attn_scalar^-0.5` instead of `head_dim^-0.5`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 3: the RoPE base of the sliding-window layers.
+    #[serde(default)]
+    pub rope_local_base_freq: Option<f64>,
+    /// Gemma 3: `sliding_attention` or `full_attention` per layer.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3 (older configs): every `n`-th layer attends in full, the others slide.
+    #[serde(default, alias = "_sliding_window_pattern")]
+    pub sliding_window_pattern: Option<usize>,
+    /// Gemma 2: soft-capping of the final logits (unsupported; must be absent or null).
+    #[serde(default)]
+    pub final_logit_softcapping: Option<f64>,
+    /// Gemma 2: soft-capping of the attention scores (unsupported; must be absent or null).
+    #[serde(default)]
+    pub attn_logit_softcapping: Option<f64>,
+    /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
+    #[serde(default)]
+    pub use_bidirectional_attention: Option<bool>,
+}
+
+/// `rope_parameters` as transformers 5 writes it: one set for the model, or one per layer type
+/// (`full_attention`, `sliding_attention`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HfRopeParameters {
+    /// One set per layer type.
+    PerLayerType(std::collections::BTreeMap<String, HfRopeScaling>),
+    /// One set for every layer.
+    Model(HfRopeScaling),
+}
+
+impl HfRopeParameters {
+    /// The parameters of the full-attention layers (or of every layer).
+    pub fn global(&self) -> Option<&HfRopeScaling> {
+        match self {
+            HfRopeParameters::Model(p) => Some(p),
+            HfRopeParameters::PerLayerType(map) => map.get("full_attention"),
+        }
+    }
+
+    /// The parameters of the sliding-window layers, when given per layer type.
+    pub fn local(&self) -> Option<&HfRopeScaling> {
+        match self {
+            HfRopeParameters::Model(_) => None,
+            HfRopeParameters::PerLayerType(map) => map.get("sliding_attention"),
+        }
+    }
 }
 
 impl HfLlamaConfig {
@@ -172,12 +225,12 @@ impl HfLlamaConfig {
             }
         })?;
         let family = architecture.family();
-        if let Some(act) = &self.hidden_act {
-            if act != "silu" {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("is `{act}`; only `silu` is supported"),
-                ));
+        for (key, cap) in [
+            ("final_logit_softcapping", self.final_logit_softcapping),
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+        ] {
+            if cap.is_some() {
+                return Err(invalid(key, "is set; soft-capping is not supported".into()));
             }
         }
         let num_heads = self.num_attention_heads;
@@ -213,7 +266,10 @@ impl HfLlamaConfig {
                 format!("must be even and positive, got {head_dim}"),
             ));
         }
-        let parameters = self.rope_parameters.as_ref();
+        let parameters = self
+            .rope_parameters
+            .as_ref()
+            .and_then(HfRopeParameters::global);
         let rope_theta = self
             .rope_theta
             .or(parameters.and_then(|p| p.rope_theta))
@@ -236,6 +292,19 @@ impl HfLlamaConfig {
             Some(s) => resolve_rope_scaling(s)?,
         };
         let biases = family.attention_biases(self);
+        let extras = family.extras(self)?;
+        if let Some(local) = &extras.local_attention {
+            if local.layers.len() != self.num_hidden_layers {
+                return Err(invalid(
+                    "layer_types",
+                    format!(
+                        "has {} entries for {} layers",
+                        local.layers.len(),
+                        self.num_hidden_layers
+                    ),
+                ));
+            }
+        }
         Ok(LlamaConfig {
             architecture,
             hidden_size: self.hidden_size,
@@ -256,7 +325,16 @@ impl HfLlamaConfig {
             qk_norm: family.qk_norm(),
             bos_token_id: first_id(&self.bos_token_id),
             eos_token_id: first_id(&self.eos_token_id),
+            extras,
         })
+    }
+
+    /// The MLP activation the config names (`hidden_activation`, else `hidden_act`), `None`
+    /// when it names none.
+    pub fn activation_name(&self) -> Option<&str> {
+        self.hidden_activation
+            .as_deref()
+            .or(self.hidden_act.as_deref())
     }
 }
 
@@ -271,7 +349,8 @@ fn first_id(v: &Option<serde_json::Value>) -> Option<u32> {
     }
 }
 
-fn invalid(key: &str, problem: String) -> ConfigError {
+/// A [`ConfigError::Invalid`] for `key`.
+pub(crate) fn invalid(key: &str, problem: String) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
         problem,
@@ -286,7 +365,8 @@ fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
     }
 }
 
-fn resolve_rope_scaling(s: &HfRopeScaling) -> Result<RopeScaling, ConfigError> {
+/// The scaling `rope_scaling` (or `rope_parameters`) describes.
+pub(crate) fn resolve_rope_scaling(s: &HfRopeScaling) -> Result<RopeScaling, ConfigError> {
     let kind = s
         .rope_type
         .as_deref()
@@ -398,6 +478,74 @@ pub struct LlamaConfig {
     pub bos_token_id: Option<u32>,
     /// End-of-sequence token id.
     pub eos_token_id: Option<u32>,
+    /// What the family's layer adds to Llama's (Gemma's norms, activation, embedding scale,
+    /// interleaved local attention); the default for Llama's own layer.
+    #[serde(default, skip_serializing_if = "DecoderExtras::is_llama")]
+    pub extras: DecoderExtras,
+}
+
+/// The MLP's gate activation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Activation {
+    /// `silu(gate) · up` (SwiGLU; Llama, Qwen, Mistral, Phi-3).
+    #[default]
+    Silu,
+    /// `gelu_tanh(gate) · up` (GeGLU with GELU's tanh approximation; Gemma).
+    GeluTanh,
+}
+
+impl Activation {
+    /// The name transformers gives it (`hidden_act`).
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Activation::Silu => "silu",
+            Activation::GeluTanh => "gelu_pytorch_tanh",
+        }
+    }
+}
+
+/// Interleaved local and global attention (Gemma 3): the sliding layers see the last `window`
+/// positions and rotate with their own RoPE base; the others attend in full with the model's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalAttention {
+    /// Keys a query of a sliding layer sees, itself included.
+    pub window: usize,
+    /// RoPE base of the sliding layers (no scaling).
+    pub rope_theta: f64,
+    /// Per layer: `true` where it slides.
+    pub layers: Vec<bool>,
+}
+
+/// What a family's decoder layer adds to Llama's; every field's default is Llama's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecoderExtras {
+    /// The MLP's gate activation.
+    #[serde(default)]
+    pub activation: Activation,
+    /// RMSNorm gains are stored as `w` and applied as `1 + w` (Gemma). The model holds
+    /// `1 + w`, computed in f32 as transformers does; loading adds the one, saving takes it off.
+    #[serde(default)]
+    pub norm_offset: bool,
+    /// The attention and MLP outputs pass through their own RMSNorm before the residual add
+    /// (Gemma's `post_attention_layernorm`, `post_feedforward_layernorm`).
+    #[serde(default)]
+    pub sandwich_norms: bool,
+    /// Token embeddings are multiplied by `√hidden` (in f32) before the first layer (Gemma).
+    #[serde(default)]
+    pub scale_embeddings: bool,
+    /// Queries are scaled by `query_pre_attn_scalar^-0.5` instead of `head_dim^-0.5`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Interleaved local and global attention.
+    #[serde(default)]
+    pub local_attention: Option<LocalAttention>,
+}
+
+impl DecoderExtras {
+    /// Whether these are Llama's (nothing added).
+    pub fn is_llama(&self) -> bool {
+        *self == DecoderExtras::default()
+    }
 }
 
 impl LlamaConfig {
@@ -437,10 +585,13 @@ impl LlamaConfig {
             "vocab_size": self.vocab_size,
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": self.o_bias,
-            "hidden_act": "silu",
+            "hidden_act": self.extras.activation.hf_name(),
             "torch_dtype": "float32",
         });
         if let Some(map) = v.as_object_mut() {
+            for (key, value) in self.architecture.family().hf_keys(&self.extras) {
+                map.insert(key.into(), value);
+            }
             if let Some(b) = self.bos_token_id {
                 map.insert("bos_token_id".into(), b.into());
             }
@@ -478,6 +629,52 @@ impl LlamaConfig {
     /// Number of query heads served by each key/value head.
     pub fn kv_groups(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads
+    }
+
+    /// Whether layer `i` is one of Gemma 3's sliding (local) layers.
+    fn is_local(&self, i: usize) -> bool {
+        self.extras
+            .local_attention
+            .as_ref()
+            .is_some_and(|local| local.layers.get(i).copied().unwrap_or(false))
+    }
+
+    /// The sliding window of layer `i`'s attention: Gemma 3's local window on its sliding
+    /// layers, else the model's `sliding_window` (Mistral, Phi-3).
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        match &self.extras.local_attention {
+            Some(local) if self.is_local(i) => Some(local.window),
+            _ => self.sliding_window,
+        }
+    }
+
+    /// Layer `i`'s own rotary inverse frequencies where they differ from the model's (Gemma 3's
+    /// sliding layers rotate with their own base and no scaling).
+    pub fn layer_inv_freq(&self, i: usize) -> Option<Vec<f32>> {
+        let local = self.extras.local_attention.as_ref()?;
+        self.is_local(i).then(|| {
+            super::rope::inv_freq(&LlamaConfig {
+                rope_theta: local.rope_theta,
+                rope_scaling: RopeScaling::None,
+                extras: DecoderExtras::default(),
+                ..self.clone()
+            })
+        })
+    }
+
+    /// The factor of the attention scores `q·k` where the family sets one
+    /// (`query_pre_attn_scalar^-0.5`, Gemma); `None` for the usual `head_dim^-0.5`.
+    pub fn query_scale(&self) -> Option<f64> {
+        self.extras
+            .query_pre_attn_scalar
+            .map(|scalar| 1.0 / scalar.sqrt())
+    }
+
+    /// The factor of the token embeddings, `√hidden` in f32 (Gemma), when there is one.
+    pub fn embed_scale(&self) -> Option<f32> {
+        self.extras
+            .scale_embeddings
+            .then(|| (self.hidden_size as f64).sqrt() as f32)
     }
 }
 

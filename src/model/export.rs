@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
 use super::family::FusedLinear;
-use super::llama::{DecoderLayer, Llama};
+use super::llama::{DecoderLayer, Llama, RmsNorm};
 use super::stream::Layers;
 use super::weights::{transpose, HostTensor};
 
@@ -124,7 +124,7 @@ fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
 pub fn hf_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     let mut out = vec![embed_tensor(model)];
     for (i, layer) in model.layers.iter().enumerate() {
-        out.extend(layer_tensors(layer, i, &[]));
+        out.extend(layer_tensors(layer, i, &[], model.norm_offset));
     }
     out.extend(head_tensors(model));
     out
@@ -150,9 +150,18 @@ fn head_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     }
     out.push((
         "model.norm.weight".to_string(),
-        host(model.norm.weight.val()),
+        norm_tensor(&model.norm, model.norm_offset),
     ));
     out
+}
+
+/// A norm's gain as checkpoints store it: `w` where the model applies `1 + w` (`offset`).
+fn norm_tensor<B: Backend>(norm: &RmsNorm<B>, offset: bool) -> HostTensor {
+    let mut t = host(norm.weight.val());
+    if offset {
+        t.data.iter_mut().for_each(|g| *g -= 1.0);
+    }
+    t
 }
 
 fn linear_tensors<B: Backend>(
@@ -172,6 +181,7 @@ fn layer_tensors<B: Backend>(
     layer: &DecoderLayer<B>,
     i: usize,
     fused: &[FusedLinear],
+    norm_offset: bool,
 ) -> Vec<(String, HostTensor)> {
     let p = format!("model.layers.{i}");
     let mut out = Vec::new();
@@ -179,7 +189,7 @@ fn layer_tensors<B: Backend>(
         linear_tensors(&mut out, format!("{p}.{name}"), linear);
     }
     for (name, norm) in layer.norms() {
-        out.push((format!("{p}.{name}.weight"), host(norm.weight.val())));
+        out.push((format!("{p}.{name}.weight"), norm_tensor(norm, norm_offset)));
     }
     for f in fused {
         for kind in ["weight", "bias"] {
@@ -449,7 +459,7 @@ fn plan<B: Backend>(
         shell.embed_tokens.weight.dims().to_vec(),
     )];
     if model.layer_count() > 0 {
-        let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0, fused);
+        let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0, fused, false);
         for i in 0..model.layer_count() {
             let prefix = format!("model.layers.{i}.");
             out.extend(template.iter().map(|(name, t)| PlannedTensor {
@@ -502,7 +512,8 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
             Some(i) => {
                 if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
                     let layer = self.model.layer(i).map_err(layer_error)?;
-                    self.layer = Some((i, layer_tensors(&layer, i, self.fused)));
+                    let offset = self.model.shell().norm_offset;
+                    self.layer = Some((i, layer_tensors(&layer, i, self.fused, offset)));
                 }
                 let (_, tensors) = self.layer.as_mut().expect("set just above");
                 tensors

@@ -15,7 +15,7 @@ use burn::tensor::FloatDType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::config::LlamaConfig;
+use super::config::{Activation, LlamaConfig};
 use super::kernels::{kernels, HeadWeights, LayerWeights, ModelWeights, NormWeights};
 use super::rope;
 
@@ -127,6 +127,11 @@ pub(crate) struct Attention<B: Backend> {
     /// `sliding_window`, as transformers masks it: key `j` is seen from query `i` iff
     /// `i − window < j ≤ i`).
     pub sliding_window: Option<usize>,
+    /// The factor of `q·k` when it is not `head_dim^-0.5` (Gemma's `query_pre_attn_scalar`).
+    pub scale: Option<f64>,
+    /// This layer's own rotary inverse frequencies, when they are not the model's (Gemma 3's
+    /// sliding layers): the layer then rotates with tables of its own.
+    pub inv_freq: Option<Vec<f32>>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -142,6 +147,19 @@ impl<B: Backend> Attention<B> {
     ) -> Tensor<B, 3> {
         let [batch, seq, _hidden] = x.dims();
         let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        // A layer with its own RoPE base rotates from the position its cache has reached.
+        let own_tables = self.inv_freq.as_ref().map(|inv_freq| {
+            let offset = ctx
+                .cache
+                .as_ref()
+                .and_then(|slot| slot.as_ref())
+                .map_or(0, |(k, _)| k.dims()[2]);
+            rope::tables::<B>(inv_freq, offset, seq, &x.device())
+        });
+        let (cos, sin) = match &own_tables {
+            Some((cos, sin)) => (cos, sin),
+            None => (ctx.cos, ctx.sin),
+        };
         // Heads apart, each through its norm when the family has one.
         let split = |t: Tensor<B, 3>, n: usize, norm: &Option<RmsNorm<B>>| {
             let t = match norm {
@@ -154,13 +172,13 @@ impl<B: Backend> Attention<B> {
         };
         let q = rope::apply(
             split(self.q_proj.forward(x.clone()), heads, &self.q_norm),
-            ctx.cos,
-            ctx.sin,
+            cos,
+            sin,
         );
         let k = rope::apply(
             split(self.k_proj.forward(x.clone()), kv_heads, &self.k_norm),
-            ctx.cos,
-            ctx.sin,
+            cos,
+            sin,
         );
         let v = split(self.v_proj.forward(x), kv_heads, &None);
         let (k, v) = match ctx.cache {
@@ -182,10 +200,17 @@ impl<B: Backend> Attention<B> {
         let dtype = q.dtype();
         let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
         let rows = attention_block_rows(batch, heads, k.dims()[2]);
-        let out = causal_attention(f32(q), f32(k), f32(v), self.sliding_window, rows)
-            .cast(dtype)
-            .swap_dims(1, 2)
-            .reshape([batch, seq, heads * head_dim]);
+        let out = causal_attention(
+            f32(q),
+            f32(k),
+            f32(v),
+            self.sliding_window,
+            self.scale,
+            rows,
+        )
+        .cast(dtype)
+        .swap_dims(1, 2)
+        .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
         self.o_proj.forward(out)
     }
@@ -214,13 +239,14 @@ fn causal_attention<B: Backend>(
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     window: Option<usize>,
+    scale: Option<f64>,
     rows: usize,
 ) -> Tensor<B, 4> {
     let [batch, heads, seq, _] = q.dims();
     let keys = k.dims()[2];
     let offset = keys - seq;
     let options = AttentionModuleOptions {
-        scale: None,
+        scale,
         softcap: None,
         is_causal: true,
     };
@@ -293,7 +319,8 @@ fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
         .reshape([batch, kv_heads * groups, seq, head_dim])
 }
 
-/// The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
+/// The gated feed-forward block: `down(act(gate(x)) * up(x))`, `act` SiLU (SwiGLU) or
+/// GELU's tanh approximation (Gemma's GeGLU).
 #[derive(Module, Debug)]
 pub(crate) struct Mlp<B: Backend> {
     /// `[hidden, intermediate]`.
@@ -302,6 +329,9 @@ pub(crate) struct Mlp<B: Backend> {
     pub up_proj: Linear<B>,
     /// `[intermediate, hidden]`.
     pub down_proj: Linear<B>,
+    /// The gate's activation.
+    #[module(skip)]
+    pub activation: Activation,
 }
 
 impl<B: Backend> Mlp<B> {
@@ -320,13 +350,41 @@ impl<B: Backend> Mlp<B> {
         self.down_proj.forward(hidden)
     }
 
-    /// The input of `down_proj`: `silu(gate(x)) * up(x)`.
+    /// The input of `down_proj`: `act(gate(x)) * up(x)`.
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, intermediate]`
     pub fn hidden(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x)
+        let gate = self.gate_proj.forward(x.clone());
+        let gate = match self.activation {
+            Activation::Silu => silu(gate),
+            Activation::GeluTanh => gelu_tanh(gate),
+        };
+        gate * self.up_proj.forward(x)
     }
+}
+
+/// GELU with its tanh approximation, `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`
+/// (PyTorch's `gelu(approximate="tanh")`), computed in f32.
+///
+/// # Shapes
+/// - `x`: any → same
+fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let x = x.cast(FloatDType::F32);
+    let inner =
+        (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
+    (x * 0.5 * (inner.tanh() + 1.0)).cast(dtype)
+}
+
+/// The norms a layer applies to its attention and MLP outputs before each residual add
+/// (Gemma's `post_attention_layernorm` and `post_feedforward_layernorm`).
+#[derive(Module, Debug)]
+pub struct OutputNorms<B: Backend> {
+    /// On the attention output.
+    pub attention: RmsNorm<B>,
+    /// On the MLP output.
+    pub mlp: RmsNorm<B>,
 }
 
 /// One pre-norm decoder layer.
@@ -338,11 +396,70 @@ pub struct DecoderLayer<B: Backend> {
     pub(crate) mlp: Mlp<B>,
     /// Norm before attention.
     pub input_layernorm: RmsNorm<B>,
-    /// Norm before the MLP.
+    /// Norm before the MLP (Llama's `post_attention_layernorm`, Gemma's
+    /// `pre_feedforward_layernorm`).
     pub post_attention_layernorm: RmsNorm<B>,
+    /// Norms of the attention and MLP outputs, where the family has them (Gemma).
+    pub output_norms: Option<OutputNorms<B>>,
 }
 
 impl<B: Backend> DecoderLayer<B> {
+    /// Layer `i` of a model of `config` from its parts: `linear(name, inputs, outputs, bias)`
+    /// and `norm(name, width)` give the linear and the norm a checkpoint names `name` (relative
+    /// to the layer, without `.weight`).
+    pub(crate) fn assemble<E>(
+        config: &LlamaConfig,
+        i: usize,
+        linear: impl Fn(&str, usize, usize, bool) -> Result<Linear<B>, E>,
+        norm: impl Fn(&str, usize) -> Result<RmsNorm<B>, E>,
+    ) -> Result<Self, E> {
+        let (h, heads, kv, d, inter) = (
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            config.intermediate_size,
+        );
+        let head_norm = |name: &str| config.qk_norm.then(|| norm(name, d)).transpose();
+        let sandwich = config.extras.sandwich_norms;
+        Ok(DecoderLayer {
+            self_attn: Attention {
+                q_proj: linear("self_attn.q_proj", h, heads * d, config.qkv_bias)?,
+                k_proj: linear("self_attn.k_proj", h, kv * d, config.qkv_bias)?,
+                v_proj: linear("self_attn.v_proj", h, kv * d, config.qkv_bias)?,
+                o_proj: linear("self_attn.o_proj", heads * d, h, config.o_bias)?,
+                q_norm: head_norm("self_attn.q_norm")?,
+                k_norm: head_norm("self_attn.k_norm")?,
+                num_heads: heads,
+                num_kv_heads: kv,
+                head_dim: d,
+                sliding_window: config.layer_window(i),
+                scale: config.query_scale(),
+                inv_freq: config.layer_inv_freq(i),
+            },
+            mlp: Mlp {
+                gate_proj: linear("mlp.gate_proj", h, inter, false)?,
+                up_proj: linear("mlp.up_proj", h, inter, false)?,
+                down_proj: linear("mlp.down_proj", inter, h, false)?,
+                activation: config.extras.activation,
+            },
+            input_layernorm: norm("input_layernorm", h)?,
+            post_attention_layernorm: if sandwich {
+                norm("pre_feedforward_layernorm", h)?
+            } else {
+                norm("post_attention_layernorm", h)?
+            },
+            output_norms: if sandwich {
+                Some(OutputNorms {
+                    attention: norm("post_attention_layernorm", h)?,
+                    mlp: norm("post_feedforward_layernorm", h)?,
+                })
+            } else {
+                None
+            },
+        })
+    }
+
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
     pub fn forward(&self, x: Tensor<B, 3>, ctx: LayerContext<'_, B>) -> Tensor<B, 3> {
@@ -364,12 +481,31 @@ impl<B: Backend> DecoderLayer<B> {
                 return out;
             }
         }
-        let attn_in = self.input_layernorm.forward(x.clone());
-        observe(LinearInput::AttnIn, &attn_in);
-        let h = x + self.self_attn.forward_observed(attn_in, ctx, observe);
+        let h = self.attention_residual(x, ctx, observe);
         let mlp_in = self.post_attention_layernorm.forward(h.clone());
         observe(LinearInput::MlpIn, &mlp_in);
-        h + self.mlp.forward_observed(mlp_in, observe)
+        let out = self.mlp.forward_observed(mlp_in, observe);
+        h + match &self.output_norms {
+            Some(norms) => norms.mlp.forward(out),
+            None => out,
+        }
+    }
+
+    /// The residual stream after the attention block: `x + attn(norm(x))`, the attention output
+    /// normed first where the layer has output norms.
+    fn attention_residual(
+        &self,
+        x: Tensor<B, 3>,
+        ctx: LayerContext<'_, B>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Tensor<B, 3> {
+        let attn_in = self.input_layernorm.forward(x.clone());
+        observe(LinearInput::AttnIn, &attn_in);
+        let out = self.self_attn.forward_observed(attn_in, ctx, observe);
+        x + match &self.output_norms {
+            Some(norms) => norms.attention.forward(out),
+            None => out,
+        }
     }
 
     /// Runs each of `inputs` (separate batches of one length) through the layer, without a
@@ -412,9 +548,7 @@ impl<B: Backend> DecoderLayer<B> {
         {
             return;
         }
-        let attn_in = self.input_layernorm.forward(x.clone());
-        observe(LinearInput::AttnIn, &attn_in);
-        let h = x + self.self_attn.forward_observed(attn_in, ctx, observe);
+        let h = self.attention_residual(x, ctx, observe);
         let mlp_in = self.post_attention_layernorm.forward(h);
         observe(LinearInput::MlpIn, &mlp_in);
         observe(LinearInput::MlpHidden, &self.mlp.hidden(mlp_in));
@@ -436,6 +570,13 @@ impl<B: Backend> DecoderLayer<B> {
             q_norm: a.q_norm.as_ref().map(RmsNorm::weights),
             k_norm: a.k_norm.as_ref().map(RmsNorm::weights),
             sliding_window: a.sliding_window,
+            output_norms: self
+                .output_norms
+                .as_ref()
+                .map(|n| [n.attention.weights(), n.mlp.weights()]),
+            activation: self.mlp.activation,
+            scale: a.scale,
+            inv_freq: a.inv_freq.as_deref(),
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,
             head_dim: a.head_dim,
@@ -457,13 +598,19 @@ impl<B: Backend> DecoderLayer<B> {
     }
 
     /// The norms with their names relative to the layer, as checkpoints name them: the two
-    /// layer norms, then the per-head q/k norms where the family has them.
+    /// layer norms (four with output norms, Gemma's names), then the per-head q/k norms where
+    /// the family has them.
     pub fn norms(&self) -> Vec<(&'static str, &RmsNorm<B>)> {
         let a = &self.self_attn;
-        let mut norms = vec![
-            ("input_layernorm", &self.input_layernorm),
-            ("post_attention_layernorm", &self.post_attention_layernorm),
-        ];
+        let mut norms = vec![("input_layernorm", &self.input_layernorm)];
+        match &self.output_norms {
+            None => norms.push(("post_attention_layernorm", &self.post_attention_layernorm)),
+            Some(out) => norms.extend([
+                ("post_attention_layernorm", &out.attention),
+                ("pre_feedforward_layernorm", &self.post_attention_layernorm),
+                ("post_feedforward_layernorm", &out.mlp),
+            ]),
+        }
         norms.extend(a.q_norm.as_ref().map(|n| ("self_attn.q_norm", n)));
         norms.extend(a.k_norm.as_ref().map(|n| ("self_attn.k_norm", n)));
         norms
@@ -498,6 +645,10 @@ pub struct Llama<B: Backend> {
     pub lm_head: Option<Linear<B>>,
     /// Rotary inverse frequencies, `head_dim / 2` values.
     pub inv_freq: Vec<f32>,
+    /// The factor of the token embeddings (Gemma's `√hidden`), when there is one.
+    pub embed_scale: Option<f32>,
+    /// Whether every norm holds `1 + w` for a checkpoint's `w` (Gemma), which saving undoes.
+    pub norm_offset: bool,
 }
 
 impl<B: Backend> Llama<B> {
@@ -524,12 +675,7 @@ impl<B: Backend> Llama<B> {
                 }),
             }
         };
-        let (h, heads, kv, d) = (
-            config.hidden_size,
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            config.head_dim,
-        );
+        let h = config.hidden_size;
         // Non-unit gains make the norms observable in tests.
         let norm = |n: usize| {
             RmsNorm::new(
@@ -544,26 +690,16 @@ impl<B: Backend> Llama<B> {
             )),
         };
         let layers = (0..config.num_hidden_layers)
-            .map(|_| DecoderLayer {
-                self_attn: Attention {
-                    q_proj: lin(h, heads * d, config.qkv_bias),
-                    k_proj: lin(h, kv * d, config.qkv_bias),
-                    v_proj: lin(h, kv * d, config.qkv_bias),
-                    o_proj: lin(heads * d, h, config.o_bias),
-                    q_norm: config.qk_norm.then(|| norm(d)),
-                    k_norm: config.qk_norm.then(|| norm(d)),
-                    num_heads: heads,
-                    num_kv_heads: kv,
-                    head_dim: d,
-                    sliding_window: config.sliding_window,
-                },
-                mlp: Mlp {
-                    gate_proj: lin(h, config.intermediate_size, false),
-                    up_proj: lin(h, config.intermediate_size, false),
-                    down_proj: lin(config.intermediate_size, h, false),
-                },
-                input_layernorm: norm(h),
-                post_attention_layernorm: norm(h),
+            .map(|i| {
+                let assembled: Result<_, std::convert::Infallible> = DecoderLayer::assemble(
+                    config,
+                    i,
+                    |_, inputs, outputs, bias| Ok(lin(inputs, outputs, bias)),
+                    |_, width| Ok(norm(width)),
+                );
+                match assembled {
+                    Ok(layer) => layer,
+                }
             })
             .collect();
         Self {
@@ -572,6 +708,8 @@ impl<B: Backend> Llama<B> {
             norm: norm(h),
             lm_head: (!config.tie_word_embeddings).then(|| lin(h, config.vocab_size, false)),
             inv_freq: rope::inv_freq(config),
+            embed_scale: config.embed_scale(),
+            norm_offset: config.extras.norm_offset,
         }
     }
 
@@ -580,7 +718,11 @@ impl<B: Backend> Llama<B> {
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
     pub fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        self.embed_tokens.forward(tokens)
+        let x = self.embed_tokens.forward(tokens);
+        match self.embed_scale {
+            Some(scale) => x * scale,
+            None => x,
+        }
     }
 
     /// Final norm and LM head.
@@ -602,6 +744,7 @@ impl<B: Backend> Llama<B> {
             embed: &self.embed_tokens.weight,
             norm: self.norm.weights(),
             lm_head: self.lm_head.as_ref(),
+            embed_scale: self.embed_scale,
         }
     }
 
@@ -815,16 +958,34 @@ mod tests {
             gate_proj: linear_from(vec![1., 0., -1., 0., 1., 2.], 2, 3),
             up_proj: linear_from(vec![2., 1., 0., 1., 0., 1.], 2, 3),
             down_proj: linear_from(vec![1., 0., 0., 1., 1., 1.], 3, 2),
+            activation: Activation::Silu,
         };
         // x = [1, 2]: gate = [1, 2, 3], up = [4, 1, 2]
         // silu(g) = g * sigmoid(g); h = silu(g) * up; out = [h0 + h2, h1 + h2]
+        let x = || t(vec![1.0, 2.0], [1, 1, 2]);
         let out: Vec<f32> = mlp
-            .forward_observed(t(vec![1.0, 2.0], [1, 1, 2]), &mut |_, _| {})
+            .forward_observed(x(), &mut |_, _| {})
             .into_data()
             .to_vec()
             .unwrap();
         let silu = |g: f64| g / (1.0 + (-g).exp());
         let h = [silu(1.0) * 4.0, silu(2.0) * 1.0, silu(3.0) * 2.0];
+        close(&out, &[h[0] + h[2], h[1] + h[2]], 1e-5);
+        // GeGLU (Gemma): gelu_tanh(g) = g/2 · (1 + tanh(√(2/π) (g + 0.044715 g³))).
+        let geglu = Mlp {
+            activation: Activation::GeluTanh,
+            ..mlp
+        };
+        let out: Vec<f32> = geglu
+            .forward_observed(x(), &mut |_, _| {})
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let gelu = |g: f64| {
+            0.5 * g
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g.powi(3))).tanh())
+        };
+        let h = [gelu(1.0) * 4.0, gelu(2.0) * 1.0, gelu(3.0) * 2.0];
         close(&out, &[h[0] + h[2], h[1] + h[2]], 1e-5);
     }
 
@@ -853,6 +1014,8 @@ mod tests {
             num_kv_heads: 1,
             head_dim: 2,
             sliding_window: None,
+            scale: None,
+            inv_freq: None,
         };
         let cos = t(vec![1.0; 4], [2, 2]);
         let sin = t(vec![0.0; 4], [2, 2]);
@@ -901,13 +1064,14 @@ mod tests {
             let q = random([2, 3, seq, 4]);
             let k = random([2, 3, keys, 4]);
             let v = random([2, 3, keys, 4]);
-            let whole: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), window, 64)
-                .into_data()
-                .to_vec()
-                .unwrap();
+            let whole: Vec<f32> =
+                causal_attention(q.clone(), k.clone(), v.clone(), window, None, 64)
+                    .into_data()
+                    .to_vec()
+                    .unwrap();
             for rows in [1, 3, 4] {
                 let blocks: Vec<f32> =
-                    causal_attention(q.clone(), k.clone(), v.clone(), window, rows)
+                    causal_attention(q.clone(), k.clone(), v.clone(), window, None, rows)
                         .into_data()
                         .to_vec()
                         .unwrap();

@@ -48,7 +48,15 @@ impl ModelShape {
             tie_word_embeddings: config.tie_word_embeddings,
             max_position_embeddings: config.max_position_embeddings,
         };
-        shape.parameters = shape.layer_parameters(config.qkv_bias, config.o_bias)
+        // RMSNorm gains: two per layer (four with Gemma's output norms), plus the per-head q/k
+        // norms.
+        let layer_norms = if config.extras.sandwich_norms { 4 } else { 2 } * config.hidden_size
+            + if config.qk_norm {
+                2 * config.head_dim
+            } else {
+                0
+            };
+        shape.parameters = shape.layer_parameters(config.qkv_bias, config.o_bias, layer_norms)
             * config.num_hidden_layers as u64
             + shape.embedding_parameters() * if config.tie_word_embeddings { 1 } else { 2 }
             + config.hidden_size as u64;
@@ -76,13 +84,13 @@ impl ModelShape {
     }
 
     /// Parameters of one decoder layer: its linears, their biases where the architecture has
-    /// them, and its two RMSNorm weights (`2·H`).
-    fn layer_parameters(&self, qkv_bias: bool, o_bias: bool) -> u64 {
+    /// them, and its `norms` RMSNorm gains.
+    fn layer_parameters(&self, qkv_bias: bool, o_bias: bool, norms: usize) -> u64 {
         let h = self.hidden_size as u64;
         let q = (self.num_attention_heads * self.head_dim) as u64;
         let kv = (self.num_key_value_heads * self.head_dim) as u64;
         let bias = if qkv_bias { q + 2 * kv } else { 0 } + if o_bias { h } else { 0 };
-        self.linear_parameters_per_layer() + bias + 2 * h
+        self.linear_parameters_per_layer() + bias + norms as u64
     }
 }
 

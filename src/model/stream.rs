@@ -27,7 +27,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::config::LlamaConfig;
 use super::host::{to_host_f32, weight_tensor};
-use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
+use super::llama::{DecoderLayer, Llama, RmsNorm};
 use super::weights::{build_layer, build_shell, WeightError, WeightSource};
 
 /// Errors of a streamed model's layers.
@@ -282,6 +282,7 @@ impl<B: Backend> Layers<B> for StreamedLlama<B> {
             Some(Slot::Stored(file)) => Ok(Cow::Owned(read_layer(
                 &file.path,
                 &self.config,
+                i,
                 &self.device,
             )?)),
         }
@@ -437,10 +438,11 @@ fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), S
     })
 }
 
-/// Reads a layer written by [`write_layer`].
+/// Reads layer `index` as [`write_layer`] wrote it (norms hold their gains as applied).
 fn read_layer<B: Backend>(
     path: &Path,
     config: &LlamaConfig,
+    index: usize,
     device: &B::Device,
 ) -> Result<DecoderLayer<B>, StreamError> {
     let shown = || path.display().to_string();
@@ -489,40 +491,19 @@ fn read_layer<B: Backend>(
             bias,
         })
     };
-    let norm = |name: &str| -> Result<RmsNorm<B>, StreamError> {
+    let norm = |name: &str, _width: usize| -> Result<RmsNorm<B>, StreamError> {
         let (w, shape) = required(format!("{name}.weight"))?;
         Ok(RmsNorm::new(
             weight_tensor(TensorData::new(w, shape), device),
             config.rms_norm_eps,
         ))
     };
-    Ok(DecoderLayer {
-        self_attn: Attention {
-            q_proj: linear("self_attn.q_proj")?,
-            k_proj: linear("self_attn.k_proj")?,
-            v_proj: linear("self_attn.v_proj")?,
-            o_proj: linear("self_attn.o_proj")?,
-            q_norm: config
-                .qk_norm
-                .then(|| norm("self_attn.q_norm"))
-                .transpose()?,
-            k_norm: config
-                .qk_norm
-                .then(|| norm("self_attn.k_norm"))
-                .transpose()?,
-            num_heads: config.num_attention_heads,
-            num_kv_heads: config.num_key_value_heads,
-            head_dim: config.head_dim,
-            sliding_window: config.sliding_window,
-        },
-        mlp: Mlp {
-            gate_proj: linear("mlp.gate_proj")?,
-            up_proj: linear("mlp.up_proj")?,
-            down_proj: linear("mlp.down_proj")?,
-        },
-        input_layernorm: norm("input_layernorm")?,
-        post_attention_layernorm: norm("post_attention_layernorm")?,
-    })
+    DecoderLayer::assemble(
+        config,
+        index,
+        |name, _inputs, _outputs, _bias| linear(name),
+        norm,
+    )
 }
 
 #[cfg(test)]
@@ -599,7 +580,7 @@ mod tests {
             let path = dir.path().join(format!("layer-{i}.safetensors"));
             write_layer(layer, &path).unwrap();
             sizes.push(std::fs::metadata(&path).unwrap().len());
-            let back = read_layer::<B>(&path, &config, &device).unwrap();
+            let back = read_layer::<B>(&path, &config, 0, &device).unwrap();
             assert_eq!(values(&back), values(layer), "layer {i}");
         }
         let linear_values: u64 = f32_layer

@@ -148,6 +148,7 @@ impl SynthShape {
             sliding_window: None,
             bos_token_id: in_vocab(p.bos).then_some(p.bos),
             eos_token_id: in_vocab(p.eos).then_some(p.eos),
+            extras: Default::default(),
         }
     }
 }

@@ -18,7 +18,7 @@ use safetensors::tensor::{Dtype, Metadata};
 use super::config::LlamaConfig;
 use super::family::FusedLinear;
 use super::host::weight_tensor;
-use super::llama::{Attention, DecoderLayer, Llama, Mlp, RmsNorm};
+use super::llama::{DecoderLayer, Llama, RmsNorm};
 use super::rope;
 
 /// Errors while reading weights.
@@ -519,6 +519,24 @@ impl<B: Backend> Builder<'_, B> {
         Ok(weight_tensor(TensorData::new(data, [len]), self.device))
     }
 
+    /// The RMSNorm `name` (without `.weight`) of width `len`, holding `1 + w` in f32 where the
+    /// family stores `w` ([`crate::model::config::DecoderExtras::norm_offset`]).
+    fn norm(
+        &self,
+        name: &str,
+        len: usize,
+        config: &LlamaConfig,
+    ) -> Result<RmsNorm<B>, WeightError> {
+        let mut data = self.fetch(&format!("{name}.weight"), &[len])?;
+        if config.extras.norm_offset {
+            data.iter_mut().for_each(|w| *w += 1.0);
+        }
+        Ok(RmsNorm::new(
+            weight_tensor(TensorData::new(data, [len]), self.device),
+            config.rms_norm_eps,
+        ))
+    }
+
     /// A linear layer from the PyTorch `[out, in]` weight, stored as Burn's `[in, out]`.
     fn linear(
         &self,
@@ -585,9 +603,11 @@ pub fn build_shell<B: Backend>(
     Ok(Llama {
         embed_tokens,
         layers: Vec::new(),
-        norm: RmsNorm::new(b.vector("model.norm.weight", h)?, config.rms_norm_eps),
+        norm: b.norm("model.norm", h, config)?,
         lm_head,
         inv_freq: rope::inv_freq(config),
+        embed_scale: config.embed_scale(),
+        norm_offset: config.extras.norm_offset,
     })
 }
 
@@ -599,60 +619,13 @@ pub fn build_layer<B: Backend>(
     device: &B::Device,
 ) -> Result<DecoderLayer<B>, WeightError> {
     let b = Builder::<B> { source, device };
-    let (h, heads, kv, d, inter) = (
-        config.hidden_size,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-        config.intermediate_size,
-    );
-    let eps = config.rms_norm_eps;
     let p = format!("model.layers.{i}");
-    let head_norm = |name: &str| -> Result<Option<RmsNorm<B>>, WeightError> {
-        config
-            .qk_norm
-            .then(|| {
-                Ok(RmsNorm::new(
-                    b.vector(&format!("{p}.self_attn.{name}.weight"), d)?,
-                    eps,
-                ))
-            })
-            .transpose()
-    };
-    Ok(DecoderLayer {
-        self_attn: Attention {
-            q_proj: b.linear(
-                &format!("{p}.self_attn.q_proj"),
-                h,
-                heads * d,
-                config.qkv_bias,
-            )?,
-            k_proj: b.linear(&format!("{p}.self_attn.k_proj"), h, kv * d, config.qkv_bias)?,
-            v_proj: b.linear(&format!("{p}.self_attn.v_proj"), h, kv * d, config.qkv_bias)?,
-            o_proj: b.linear(
-                &format!("{p}.self_attn.o_proj"),
-                heads * d,
-                h,
-                config.o_bias,
-            )?,
-            q_norm: head_norm("q_norm")?,
-            k_norm: head_norm("k_norm")?,
-            num_heads: heads,
-            num_kv_heads: kv,
-            head_dim: d,
-            sliding_window: config.sliding_window,
-        },
-        mlp: Mlp {
-            gate_proj: b.linear(&format!("{p}.mlp.gate_proj"), h, inter, false)?,
-            up_proj: b.linear(&format!("{p}.mlp.up_proj"), h, inter, false)?,
-            down_proj: b.linear(&format!("{p}.mlp.down_proj"), inter, h, false)?,
-        },
-        input_layernorm: RmsNorm::new(b.vector(&format!("{p}.input_layernorm.weight"), h)?, eps),
-        post_attention_layernorm: RmsNorm::new(
-            b.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-            eps,
-        ),
-    })
+    DecoderLayer::assemble(
+        config,
+        i,
+        |name, inputs, outputs, bias| b.linear(&format!("{p}.{name}"), inputs, outputs, bias),
+        |name, width| b.norm(&format!("{p}.{name}"), width, config),
+    )
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn every_family_gives_transformers_logits() {
-    for family in ["llama", "qwen2", "qwen3", "mistral", "phi3"] {
+    for family in ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3"] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
         let fused = logits::<B>(&folder, &ids);
@@ -97,44 +97,116 @@ fn prune_alike(
     assert_eq!(x, y, "{method:?}");
 }
 
+/// Qwen3's q/k norms and Gemma 3's four `1 + w` norms, local layers and GeGLU go through the
+/// layer store and pruning exactly as the model in memory does.
 #[test]
-fn a_qwen3_checkpoint_streams_and_prunes_to_the_bit_like_in_memory() {
-    let folder = Path::new(FIXTURES).join("tiny-qwen3");
-    let source: Arc<dyn WeightSource> = Arc::new(SafetensorsSource::open(&folder).unwrap());
-    let config = HfLlamaConfig::from_file(&folder.join("config.json"))
-        .unwrap()
-        .resolve()
-        .unwrap();
-    assert!(config.qk_norm);
-    let device = Default::default();
-    let store = tempfile::tempdir().unwrap();
-    let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
-    let mut streamed = StreamedLlama::<B>::open(&config, source, &device, store.path()).unwrap();
-    let calibration: Vec<Vec<u32>> = (0..4)
-        .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
-        .collect();
-    prune_alike(&mut resident, &mut streamed, Method::Wanda, &calibration);
-    for i in 0..resident.layer_count() {
-        let (x, y) = (
-            resident.layer(i).unwrap().into_owned(),
-            streamed.layer(i).unwrap().into_owned(),
+fn qwen3_and_gemma3_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
+    for (family, norms) in [("qwen3", 4), ("gemma3", 6)] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let source: Arc<dyn WeightSource> = Arc::new(SafetensorsSource::open(&folder).unwrap());
+        let config = HfLlamaConfig::from_file(&folder.join("config.json"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert!(config.qk_norm);
+        let device = Default::default();
+        let store = tempfile::tempdir().unwrap();
+        let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+        let mut streamed =
+            StreamedLlama::<B>::open(&config, source, &device, store.path()).unwrap();
+        let calibration: Vec<Vec<u32>> = (0..4)
+            .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
+            .collect();
+        prune_alike(&mut resident, &mut streamed, Method::Wanda, &calibration);
+        for i in 0..resident.layer_count() {
+            let (x, y) = (
+                resident.layer(i).unwrap().into_owned(),
+                streamed.layer(i).unwrap().into_owned(),
+            );
+            for ((name, _, l), (_, _, m)) in x.linears().into_iter().zip(y.linears()) {
+                assert_eq!(
+                    to_host_f32(l.weight.val()),
+                    to_host_f32(m.weight.val()),
+                    "{family} layer {i} {name}"
+                );
+            }
+            for ((name, n), (_, m)) in x.norms().into_iter().zip(y.norms()) {
+                assert_eq!(
+                    to_host_f32(n.weight.val()),
+                    to_host_f32(m.weight.val()),
+                    "{family} layer {i} {name}"
+                );
+            }
+            assert_eq!(
+                x.norms().len(),
+                norms,
+                "{family}: every norm survives the store"
+            );
+        }
+        let ids: Vec<i64> = (0..16).map(|t| (t * 7 % 96) as i64).collect();
+        let streamed = streamed.into_resident().unwrap();
+        assert_eq!(
+            model_logits(&resident, &ids),
+            model_logits(&streamed, &ids),
+            "{family}"
         );
-        for ((name, _, l), (_, _, m)) in x.linears().into_iter().zip(y.linears()) {
-            assert_eq!(
-                to_host_f32(l.weight.val()),
-                to_host_f32(m.weight.val()),
-                "layer {i} {name}"
-            );
-        }
-        for ((name, n), (_, m)) in x.norms().into_iter().zip(y.norms()) {
-            assert_eq!(
-                to_host_f32(n.weight.val()),
-                to_host_f32(m.weight.val()),
-                "layer {i} {name}"
-            );
-        }
-        assert_eq!(x.norms().len(), 4, "the q/k norms survive the layer store");
     }
+}
+
+/// Gemma 3 saved as a folder (pruned at 0 %, so nothing changes) holds for every norm a `w`
+/// whose `1 + w` (what transformers applies, in f32) is the checkpoint's to the bit, under
+/// Gemma's four names per layer, and the copy gives transformers' logits. (The model holds
+/// `1 + w`, so the last bits of an f32 `w` below 1 are rounded away; bf16 and f16 gains of
+/// 2^-16 and more come back exactly.)
+#[test]
+fn a_saved_gemma3_holds_the_checkpoints_norms_and_gives_transformers_logits() {
+    let folder = Path::new(FIXTURES).join("tiny-gemma3");
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("copy");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["prune", "--model", folder.to_str().unwrap()])
+        .args([
+            "--method",
+            "magnitude",
+            "--sparsity",
+            "0",
+            "--device",
+            "cpu",
+        ])
+        .arg("--save")
+        .arg(&saved)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let original = SafetensorsSource::open(&folder).unwrap();
+    let copy = SafetensorsSource::open(&saved).unwrap();
+    let layer_norms = [
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+        "self_attn.q_norm",
+        "self_attn.k_norm",
+    ];
+    let names = (0..3)
+        .flat_map(|i| layer_norms.map(|n| format!("model.layers.{i}.{n}.weight")))
+        .chain(["model.norm.weight".to_string()]);
+    for name in names {
+        let a = original.tensor(&name).unwrap().unwrap();
+        let b = copy
+            .tensor(&name)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}"));
+        let gains = |t: &[f32]| t.iter().map(|w| 1.0 + w).collect::<Vec<f32>>();
+        assert_eq!(gains(&a.data), gains(&b.data), "{name}");
+    }
+    let (ids, expected) = reference(&folder);
+    let diff = max_difference(&logits::<B>(&saved, &ids), &expected);
+    assert!(diff < TOLERANCE, "{diff}");
 }
 
 /// Logits of `ids` from `model` (the fused CPU path).

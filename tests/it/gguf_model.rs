@@ -90,7 +90,7 @@ pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, qu
         .metadata("tokenizer.ggml.bos_token_id", 0u32)
         .metadata("tokenizer.ggml.eos_token_id", 0u32);
     for (name, t) in hf_tensors(model) {
-        let gguf = gguf_name(&name).unwrap();
+        let gguf = gguf_name(&name, false).unwrap();
         let data = if !permuted {
             t.data
         } else if gguf.contains("attn_q.weight") {

@@ -5,15 +5,18 @@
 //! norms, the row order of GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
 //! in [`Architecture::family`].
 
+pub mod gemma3;
 pub mod llama;
 pub mod mistral;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use super::config::HfLlamaConfig;
+use super::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig};
 
 /// Which projections of the attention block carry a bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +79,23 @@ pub trait Family: Sync {
     fn fused_linears(&self) -> &'static [FusedLinear] {
         &[]
     }
+
+    /// The `config.json` keys a saved copy needs beyond Llama's, from the resolved extras.
+    fn hf_keys(&self, _extras: &DecoderExtras) -> BTreeMap<&'static str, serde_json::Value> {
+        BTreeMap::new()
+    }
+
+    /// What the family's layer adds to Llama's. Llama's layer takes SwiGLU only, so any other
+    /// activation the config names is an error.
+    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
+        match hf.activation_name() {
+            None | Some("silu") => Ok(DecoderExtras::default()),
+            Some(other) => Err(invalid(
+                "hidden_act",
+                format!("is `{other}`; this family takes only `silu`"),
+            )),
+        }
+    }
 }
 
 /// The decoder family a checkpoint belongs to: the serialisable name of a [`Family`].
@@ -91,16 +111,20 @@ pub enum Architecture {
     Qwen3,
     /// `Phi3ForCausalLM` (stacked `qkv_proj` and `gate_up_proj`).
     Phi3,
+    /// `Gemma3ForCausalLM` (Gemma 3's text decoder: four `1 + w` norms per layer, GELU,
+    /// scaled embeddings, interleaved local and global attention).
+    Gemma3,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 5] = [
+    pub const ALL: [Architecture; 6] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Phi3,
+        Architecture::Gemma3,
     ];
 
     /// The family's adapter.
@@ -111,6 +135,7 @@ impl Architecture {
             Architecture::Qwen2 => &qwen2::Qwen2,
             Architecture::Qwen3 => &qwen3::Qwen3,
             Architecture::Phi3 => &phi3::Phi3,
+            Architecture::Gemma3 => &gemma3::Gemma3,
         }
     }
 
@@ -170,6 +195,9 @@ mod tests {
         }
         assert_eq!(Architecture::from_hf_name("GPT2LMHeadModel"), None);
         assert_eq!(Architecture::from_gguf_arch("mistral"), None);
-        assert_eq!(Architecture::supported_gguf_archs(), "llama, qwen2, qwen3");
+        assert_eq!(
+            Architecture::supported_gguf_archs(),
+            "llama, qwen2, qwen3, gemma3"
+        );
     }
 }

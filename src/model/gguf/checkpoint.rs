@@ -166,10 +166,22 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
         attention_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
-        sliding_window: None,
+        // Read for every family; only those that slide use it.
+        sliding_window: file
+            .get_u64(&key("attention.sliding_window"))
+            .map(|v| v as usize),
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
         hidden_act: None,
+        hidden_activation: None,
+        // GGUF does not store it; llama.cpp scales by `key_length^-0.5` (Gemma 3 270M–12B).
+        query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),
+        rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
+        layer_types: None,
+        sliding_window_pattern: None,
+        final_logit_softcapping: None,
+        attn_logit_softcapping: None,
+        use_bidirectional_attention: None,
     };
     let mut config = hf.resolve()?;
     if file.tensor_info("rope_freqs.weight").is_some() {
@@ -184,8 +196,10 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
     Ok(config)
 }
 
-/// The GGUF tensor name of a Hugging Face tensor name.
-pub fn gguf_name(hf: &str) -> Option<String> {
+/// The GGUF tensor name of a Hugging Face tensor name. With `sandwich_norms` (Gemma) the
+/// layer's four norms take llama.cpp's Gemma names: `post_attention_layernorm` is then the norm
+/// of the attention output, and the MLP's input norm is `pre_feedforward_layernorm`.
+pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
     match hf {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
         "model.norm.weight" => return Some("output_norm.weight".into()),
@@ -205,7 +219,9 @@ pub fn gguf_name(hf: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" => "ffn_norm",
+        "post_attention_layernorm" if sandwich_norms => "post_attention_norm",
+        "post_attention_layernorm" | "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
         "self_attn.q_norm" => "attn_q_norm",
         "self_attn.k_norm" => "attn_k_norm",
         _ => return None,
@@ -246,7 +262,7 @@ impl WeightSource for GgufCheckpoint {
     }
 
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-        let Some(gguf) = gguf_name(name) else {
+        let Some(gguf) = gguf_name(name, self.config.extras.sandwich_norms) else {
             return Ok(None);
         };
         if self.file.tensor_info(&gguf).is_none() {
@@ -266,6 +282,13 @@ impl WeightSource for GgufCheckpoint {
                 unpermute_rows(&data, heads, cols)
             }
             _ => data,
+        };
+        // llama.cpp stores Gemma's norms as `1 + w`; the Hugging Face tensor is `w` (as
+        // transformers' GGUF loader computes it, in f32).
+        let data = if self.config.extras.norm_offset && gguf.ends_with("norm.weight") {
+            data.into_iter().map(|g| g - 1.0).collect()
+        } else {
+            data
         };
         Ok(Some(HostTensor { shape, data }))
     }
@@ -287,28 +310,40 @@ mod tests {
     #[test]
     fn names_map_to_gguf() {
         assert_eq!(
-            gguf_name("model.layers.3.self_attn.q_proj.weight").unwrap(),
+            gguf_name("model.layers.3.self_attn.q_proj.weight", false).unwrap(),
             "blk.3.attn_q.weight"
         );
         assert_eq!(
-            gguf_name("model.layers.0.mlp.down_proj.weight").unwrap(),
+            gguf_name("model.layers.0.mlp.down_proj.weight", false).unwrap(),
             "blk.0.ffn_down.weight"
         );
         assert_eq!(
-            gguf_name("model.layers.12.post_attention_layernorm.weight").unwrap(),
+            gguf_name("model.layers.12.post_attention_layernorm.weight", false).unwrap(),
             "blk.12.ffn_norm.weight"
         );
         assert_eq!(
-            gguf_name("model.layers.1.self_attn.q_proj.bias").unwrap(),
+            gguf_name("model.layers.1.self_attn.q_proj.bias", false).unwrap(),
             "blk.1.attn_q.bias"
         );
         // Qwen3's per-head norms, as llama.cpp's converter names them.
         assert_eq!(
-            gguf_name("model.layers.2.self_attn.k_norm.weight").unwrap(),
+            gguf_name("model.layers.2.self_attn.k_norm.weight", false).unwrap(),
             "blk.2.attn_k_norm.weight"
         );
-        assert_eq!(gguf_name("lm_head.weight").unwrap(), "output.weight");
-        assert!(gguf_name("model.layers.x.mlp.up_proj.weight").is_none());
+        assert_eq!(gguf_name("lm_head.weight", false).unwrap(), "output.weight");
+        assert!(gguf_name("model.layers.x.mlp.up_proj.weight", false).is_none());
+        // Gemma's four norms.
+        let gemma = |n: &str| gguf_name(&format!("model.layers.0.{n}.weight"), true).unwrap();
+        assert_eq!(gemma("input_layernorm"), "blk.0.attn_norm.weight");
+        assert_eq!(
+            gemma("post_attention_layernorm"),
+            "blk.0.post_attention_norm.weight"
+        );
+        assert_eq!(gemma("pre_feedforward_layernorm"), "blk.0.ffn_norm.weight");
+        assert_eq!(
+            gemma("post_feedforward_layernorm"),
+            "blk.0.post_ffw_norm.weight"
+        );
     }
 
     /// llama.cpp's `permute` (HF → GGUF), written independently to check the inverse.

@@ -1,4 +1,4 @@
-//! ggml dequantisation to `f32`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K, each
+//! ggml dequantisation to `f32`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, each
 //! kernel bit-exact with its counterpart in `ggml-quants.c`; large tensors are split by whole
 //! blocks over several threads.
 
@@ -75,6 +75,8 @@ fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         GgmlType::Q8_0 => each_block(src, dst, dequant_q8_0),
         GgmlType::Q4_0 => each_block(src, dst, dequant_q4_0),
         GgmlType::Q4_1 => each_block(src, dst, dequant_q4_1),
+        GgmlType::Q5_0 => each_block(src, dst, dequant_q5_0),
+        GgmlType::Q5_1 => each_block(src, dst, dequant_q5_1),
         GgmlType::Q4_K => each_block(src, dst, dequant_q4_k),
         GgmlType::Q5_K => each_block(src, dst, dequant_q5_k),
         GgmlType::Q6_K => each_block(src, dst, dequant_q6_k),
@@ -136,6 +138,38 @@ fn dequant_q4_1(b: &[u8; 20], y: &mut [f32; 32]) {
 }
 
 /// ggml's `get_scale_min_k4`: the 6-bit scale and minimum of sub-block `j` (0..8) from the
+/// The 5-bit values of a Q5_0/Q5_1 block: nibbles as Q4_0 (low nibbles elements 0..16, high
+/// 16..32), the fifth bit of element `j` bit `j` of the little-endian `qh`.
+fn q5_values(qh: [u8; 4], qs: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes(qh);
+    let mut q = [0u8; 32];
+    for (j, &byte) in qs.iter().enumerate().take(16) {
+        let high = |bit: usize| (((qh >> bit) & 1) as u8) << 4;
+        q[j] = (byte & 0x0F) | high(j);
+        q[j + 16] = (byte >> 4) | high(j + 16);
+    }
+    q
+}
+
+/// `dequantize_row_q5_0`: `{ f16 d; u8 qh[4]; u8 qs[16] }`, each `(q - 16) * d`.
+fn dequant_q5_0(b: &[u8; 22], y: &mut [f32; 32]) {
+    let d = f16_to_f32(b[0], b[1]);
+    let q = q5_values([b[2], b[3], b[4], b[5]], &b[6..]);
+    for (y, &q) in y.iter_mut().zip(&q) {
+        *y = f32::from(i16::from(q) - 16) * d;
+    }
+}
+
+/// `dequantize_row_q5_1`: `{ f16 d; f16 m; u8 qh[4]; u8 qs[16] }`, each `q * d + m`.
+fn dequant_q5_1(b: &[u8; 24], y: &mut [f32; 32]) {
+    let d = f16_to_f32(b[0], b[1]);
+    let m = f16_to_f32(b[2], b[3]);
+    let q = q5_values([b[4], b[5], b[6], b[7]], &b[8..]);
+    for (y, &q) in y.iter_mut().zip(&q) {
+        *y = f32::from(q) * d + m;
+    }
+}
+
 /// 12 packed bytes of a Q4_K/Q5_K super-block.
 fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
@@ -337,6 +371,28 @@ mod tests {
         }
         assert_eq!((y[0], y[16], y[5], y[21]), (-1.5, -1.25, 2.25, -0.5));
         assert_truncated_fails(GgmlType::Q4_1, &bytes);
+    }
+
+    #[test]
+    fn q5_0_and_q5_1_take_the_fifth_bit_from_qh() {
+        // d = 0.5 (m = -1.5 for Q5_1); qh = 0x8000_0001: bits 0 and 31 set, so element 0
+        // (low nibble of byte 0) and element 31 (high nibble of byte 15) gain 16.
+        let qh = 0x8000_0001u32.to_le_bytes();
+        let qs: Vec<u8> = (0..16u8).map(|j| j | ((15 - j) << 4)).collect();
+        let mut q5_0 = h(0x3800).to_vec();
+        q5_0.extend(qh);
+        q5_0.extend(&qs);
+        let y = deq(GgmlType::Q5_0, &q5_0, 32);
+        // Element 0: (0 + 16 − 16) · 0.5; element 1: (1 − 16) · 0.5; element 16: (15 − 16) · 0.5;
+        // element 31: (0 + 16 − 16) · 0.5.
+        assert_eq!((y[0], y[1], y[16], y[31]), (0.0, -7.5, -0.5, 0.0));
+        assert_truncated_fails(GgmlType::Q5_0, &q5_0);
+        let mut q5_1 = [h(0x3800), h(0xBE00)].concat();
+        q5_1.extend(qh);
+        q5_1.extend(&qs);
+        let y = deq(GgmlType::Q5_1, &q5_1, 32);
+        assert_eq!((y[0], y[1], y[16], y[31]), (6.5, -1.0, 6.0, 6.5));
+        assert_truncated_fails(GgmlType::Q5_1, &q5_1);
     }
 
     /// Sub-block scales and minimums (6 bits each) exercising the upper-2-bit packing.

@@ -1,7 +1,7 @@
 //! GGUF model files, split by what each part does with the format:
 //! - `reader`: a bounds-checked, memory-mapped reader (format versions 2 and 3)
 //!   and the tensor table ([`GgufFile`], [`GgufTensorInfo`]);
-//! - `dequant`: ggml dequantisation to `f32` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
+//! - `dequant`: ggml dequantisation to `f32` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
 //!   Q6_K, bit-exact with `ggml-quants.c`);
 //! - `vocab`: a Hugging Face `tokenizer.json` builder for the embedded vocabulary
 //!   ([`tokenizer_json`]);
@@ -425,6 +425,8 @@ impl GgmlType {
                 | GgmlType::Q8_0
                 | GgmlType::Q4_0
                 | GgmlType::Q4_1
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
                 | GgmlType::Q4_K
                 | GgmlType::Q5_K
                 | GgmlType::Q6_K

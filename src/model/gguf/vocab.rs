@@ -29,7 +29,9 @@ const TOKEN_USER_DEFINED: i64 = 4;
 /// - `llama`: SentencePiece-style BPE as Hugging Face's GGUF converter builds it: merges from
 ///   `tokenizer.ggml.merges`, or derived from `tokenizer.ggml.scores`; `▁` for spaces (with a
 ///   leading one when `tokenizer.ggml.add_space_prefix`, default true); byte fallback to
-///   `<0x..>` tokens; BOS prepended unless `tokenizer.ggml.add_bos_token` is false.
+///   `<0x..>` tokens; BOS prepended unless `tokenizer.ggml.add_bos_token` is false. Gemma
+///   files (architecture `gemma`, `gemma2`, `gemma3`) take Gemma's own rules
+///   ([`gemma_tokenizer`]).
 ///
 /// Control (type 3) and unknown (type 2) tokens become special added tokens, user-defined
 /// (type 4) ones plain added tokens; EOS is appended when `tokenizer.ggml.add_eos_token` is true.
@@ -37,6 +39,9 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value, GgufError> {
     let model = file.require("tokenizer.ggml.model", "a string", GgufValue::as_str)?;
     match model {
         "gpt2" => gpt2_tokenizer(file),
+        "llama" if file.get_str("general.architecture").is_some_and(is_gemma) => {
+            gemma_tokenizer(file)
+        }
         "llama" => llama_tokenizer(file),
         other => Err(tokenizer_error(
             file,
@@ -239,16 +244,33 @@ fn gguf_merges(file: &GgufFile) -> Result<Option<Vec<Value>>, GgufError> {
 
 /// The model section of a BPE `tokenizer.json`.
 fn bpe_model(vocab: &Vocab<'_>, merges: Vec<Value>, spm: bool, ignore_merges: bool) -> Value {
+    bpe_section(
+        vocab.unk.map(|id| vocab.token(id)),
+        vocab.vocab_map(),
+        merges,
+        spm,
+        ignore_merges,
+    )
+}
+
+/// A BPE model section from its parts.
+fn bpe_section(
+    unk: Option<&str>,
+    vocab: Map<String, Value>,
+    merges: Vec<Value>,
+    spm: bool,
+    ignore_merges: bool,
+) -> Value {
     json!({
         "type": "BPE",
         "dropout": null,
-        "unk_token": vocab.unk.map(|id| vocab.token(id)),
+        "unk_token": unk,
         "continuing_subword_prefix": null,
         "end_of_word_suffix": null,
         "fuse_unk": spm,
         "byte_fallback": spm,
         "ignore_merges": ignore_merges,
-        "vocab": vocab.vocab_map(),
+        "vocab": vocab,
         "merges": merges,
     })
 }
@@ -373,6 +395,92 @@ fn llama_tokenizer(file: &GgufFile) -> Result<Value, GgufError> {
         "decoder": { "type": "Sequence", "decoders": decoders },
         "model": bpe_model(&vocab, merges, true, false),
     }))
+}
+
+/// Whether a GGUF `general.architecture` is one of Gemma's.
+fn is_gemma(arch: &str) -> bool {
+    matches!(arch, "gemma" | "gemma2" | "gemma3")
+}
+
+/// Gemma's SentencePiece BPE as transformers' GGUF converter builds it (`gemma_tokenizer` and
+/// `GemmaTokenizer`, transformers 5.24):
+/// - a token of spaces (or other whitespace with a space in it) is respelled as that many `▁`,
+///   the spelling the normalised text has; a user-defined token so respelled is not added;
+/// - merges come from the file's token order ([`merges_by_position`]): Gemma's scores do not
+///   follow its merge order;
+/// - spaces become `▁` with no prefix space, byte fallback to `<0x..>`, BOS as the file says.
+fn gemma_tokenizer(file: &GgufFile) -> Result<Value, GgufError> {
+    let vocab = Vocab::read(file, true)?;
+    let respelled: Vec<String> = vocab
+        .tokens
+        .iter()
+        .map(|t| {
+            if t.contains(' ') && t.trim().is_empty() {
+                "\u{2581}".repeat(t.chars().count())
+            } else {
+                t.clone()
+            }
+        })
+        .collect();
+    let mut added = vocab.added_tokens();
+    added.retain(|entry| {
+        let id = entry["id"].as_u64().unwrap_or(0) as usize;
+        entry["special"] == json!(true) || respelled[id] == vocab.tokens[id]
+    });
+    let map: Map<String, Value> = respelled
+        .iter()
+        .enumerate()
+        .map(|(id, t)| (t.clone(), json!(id)))
+        .collect();
+    let merges = merges_by_position(&respelled);
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": { "type": "Replace", "pattern": { "String": " " }, "content": "\u{2581}" },
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": { "String": " " },
+            "behavior": "MergedWithPrevious",
+            "invert": false,
+        },
+        "post_processor": vocab.post_processor(),
+        "decoder": { "type": "Sequence", "decoders": [
+            { "type": "Replace", "pattern": { "String": "\u{2581}" }, "content": " " },
+            { "type": "ByteFallback" },
+            { "type": "Fuse" },
+        ] },
+        "model": bpe_section(Some("<unk>"), map, merges, true, false),
+    }))
+}
+
+/// Merges derived from the vocabulary's order, as transformers' `generate_merges` does with
+/// minus the position as the score: every split of every token into two vocabulary pieces;
+/// tokens in the order of their (last) position, and a token's splits longest left piece first.
+fn merges_by_position(tokens: &[String]) -> Vec<Value> {
+    let position: HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let mut seen = HashSet::new();
+    // (position, left length, right length, left, right); lengths in characters.
+    let mut merges: Vec<(usize, usize, usize, &str, &str)> = Vec::new();
+    for token in tokens {
+        if !seen.insert(token.as_str()) {
+            continue;
+        }
+        let at = position[token.as_str()];
+        for (split, _) in token.char_indices().skip(1) {
+            let (l, r) = token.split_at(split);
+            if position.contains_key(l) && position.contains_key(r) {
+                merges.push((at, l.chars().count(), r.chars().count(), l, r));
+            }
+        }
+    }
+    merges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+    merges.into_iter().map(|(.., l, r)| json!([l, r])).collect()
 }
 
 /// Merges for a SentencePiece BPE vocabulary, derived as Hugging Face's GGUF converter does:
@@ -614,5 +722,59 @@ mod tests {
             tok.encode("Hello", true).expect("encode").get_ids(),
             [260, 261, 267, 2]
         );
+    }
+
+    /// A Gemma vocabulary: its scores say `ba` merges before `ab`, its order says `ab` first
+    /// (which transformers follows for Gemma); a two-space token; a user-defined token.
+    #[test]
+    fn gemma_merges_follow_the_file_order_and_spaces_are_respelled() {
+        let mut tokens: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+            .map(String::from)
+            .to_vec();
+        let mut types = vec![3i32; 5];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        for piece in ["a", "b", "ab", "ba", "aba", "▁", "  ", "<t>"] {
+            tokens.push(piece.into());
+            types.push(if piece == "<t>" { 4 } else { 1 });
+        }
+        let id = |piece: &str| tokens.iter().position(|t| t == piece).unwrap() as u32;
+        let (a, b, ab, ba, space, spaces, tag) = (
+            id("a"),
+            id("b"),
+            id("ab"),
+            id("ba"),
+            id("▁"),
+            id("  "),
+            id("<t>"),
+        );
+        let mut scores = vec![0f32; tokens.len()];
+        scores[ba as usize] = 5.0;
+        let mut w = GgufWriter::new();
+        w.metadata("general.architecture", "gemma3")
+            .metadata("tokenizer.ggml.model", "llama")
+            .metadata("tokenizer.ggml.tokens", tokens.clone())
+            .metadata("tokenizer.ggml.scores", scores)
+            .metadata("tokenizer.ggml.token_type", types)
+            .metadata("tokenizer.ggml.bos_token_id", 2u32)
+            .metadata("tokenizer.ggml.eos_token_id", 1u32)
+            .metadata("tokenizer.ggml.unknown_token_id", 3u32)
+            .metadata("tokenizer.ggml.add_space_prefix", false);
+        let json = tokenizer_of(&w).expect("json");
+        assert_eq!(
+            json["model"]["merges"],
+            json!([["a", "b"], ["b", "a"], ["ab", "a"], ["a", "ba"], ["▁", "▁"]])
+        );
+        let tok = load(&json);
+        let ids = |text: &str| tok.encode(text, true).expect("encode").get_ids().to_vec();
+        // By the file's order "abab" is ab·ab (by the scores it would start a·ba).
+        assert_eq!(ids("abab"), [2, ab, ab]);
+        // Two spaces are the respelled token, one space "▁", no prefix space; "c" falls back
+        // to its byte; the user-defined token is kept whole.
+        assert_eq!(ids("a  b c"), [2, a, spaces, b, space, 5 + 0x63]);
+        assert_eq!(ids("<t>ba"), [2, tag, ba]);
+        assert_eq!(tok.decode(&ids("a  b c"), true).expect("decode"), "a  b c");
     }
 }

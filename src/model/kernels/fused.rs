@@ -22,6 +22,7 @@ use rayon::prelude::*;
 
 use super::vecmath;
 use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
+use crate::model::config::Activation;
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;
@@ -185,6 +186,12 @@ struct LayerRef<'a> {
     k_norm: Option<&'a [f32]>,
     /// Keys a query sees, itself included, when the attention slides.
     window: Option<usize>,
+    /// Norms of the attention and MLP outputs before the residual adds (Gemma).
+    output_norms: Option<[&'a [f32]; 2]>,
+    /// The MLP gate's activation.
+    activation: Activation,
+    /// The layer's own rotary inverse frequencies (Gemma 3's local layers).
+    inv_freq: Option<&'a [f32]>,
 }
 
 /// Shapes shared by every layer.
@@ -194,6 +201,8 @@ struct Dims {
     kv_heads: usize,
     head_dim: usize,
     eps: f64,
+    /// The factor of `q·k`.
+    scale: f32,
 }
 
 /// Borrowed weights of the whole model.
@@ -207,6 +216,8 @@ struct DecoderRef<'a> {
 /// Borrowed embeddings, final norm and LM head (the tied embeddings when `lm_head` is None).
 struct HeadRef<'a> {
     embed: &'a [f32],
+    /// The factor of the embeddings on their way into the first layer (Gemma).
+    embed_scale: Option<f32>,
     vocab: usize,
     hidden: usize,
     norm: &'a [f32],
@@ -340,7 +351,7 @@ fn attend_block(
     let hd = d.head_dim;
     let per_group = d.heads / d.kv_heads;
     let (q_stride, kv_stride, width) = (d.heads * hd, d.kv_heads * hd, per_group * hd);
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = d.scale;
     let keys = first + rows;
     let mut stacked = Vec::with_capacity(rows * width);
     for r in first..keys {
@@ -523,18 +534,58 @@ fn layer_forward(
         }
     }
     observe(LinearInput::AttnOut, attn, q_width);
-    // Residual folded into the product: x += attn · W_o.
-    layer.o.apply(attn, rows, x, true);
+    residual_add(
+        &layer.o,
+        attn,
+        x,
+        normed,
+        layer.output_norms.map(|[a, _]| a),
+        d.eps,
+    );
     rms_norm(x, layer.post_norm, d.eps, normed);
     observe(LinearInput::MlpIn, normed, hidden);
     layer.gate.apply(normed, rows, gate, false);
     layer.up.apply(normed, rows, up, false);
+    let activation = match layer.activation {
+        Activation::Silu => vecmath::silu_mul,
+        Activation::GeluTanh => vecmath::gelu_tanh_mul,
+    };
     gate.par_chunks_mut(intermediate)
         .zip(up.par_chunks(intermediate))
-        .for_each(|(g, u)| vecmath::silu_mul(g, u));
+        .for_each(|(g, u)| activation(g, u));
     observe(LinearInput::MlpHidden, gate, intermediate);
     if output {
-        layer.down.apply(gate, rows, x, true);
+        residual_add(
+            &layer.down,
+            gate,
+            x,
+            normed,
+            layer.output_norms.map(|[_, m]| m),
+            d.eps,
+        );
+    }
+}
+
+/// `x += input · W`, the product normed first when the layer has an output norm (then in
+/// `buffer`, `x`'s size); without one the residual add is folded into the product.
+fn residual_add(
+    linear: &LinearRef,
+    input: &[f32],
+    x: &mut [f32],
+    buffer: &mut [f32],
+    norm: Option<&[f32]>,
+    eps: f64,
+) {
+    let rows = x.len() / linear.outputs.max(1);
+    match norm {
+        None => linear.apply(input, rows, x, true),
+        Some(norm) => {
+            linear.apply(input, rows, buffer, false);
+            rms_norm_in_place(buffer, norm, eps);
+            x.par_chunks_mut(4096)
+                .zip(buffer.par_chunks(4096))
+                .for_each(|(x, b)| x.iter_mut().zip(b).for_each(|(x, b)| *x += b));
+        }
     }
 }
 
@@ -564,28 +615,29 @@ fn run_layers(
     for &t in tokens {
         x.extend_from_slice(&model.head.embed[t * hidden..(t + 1) * hidden]);
     }
-    // Angles formed in f32 and cos/sin taken in f64, as `rope::tables` does.
-    let half = model.inv_freq.len();
-    let (mut cos, mut sin) = (
-        Vec::with_capacity(seq * half),
-        Vec::with_capacity(seq * half),
-    );
-    for &pos in positions {
-        for f in model.inv_freq {
-            let angle = f64::from(pos as f32 * f);
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
-        }
+    if let Some(scale) = model.head.embed_scale {
+        x.iter_mut().for_each(|v| *v *= scale);
     }
-    let tables = RopeTables {
-        cos: &cos,
-        sin: &sin,
-        stride: half,
-        seq,
-        packing,
-    };
+    let (cos, sin) = rope_angles(model.inv_freq, positions);
+    // Gemma 3's local layers share one set of frequencies of their own.
+    let local = model
+        .layers
+        .iter()
+        .find_map(|l| l.inv_freq)
+        .map(|f| (f, rope_angles(f, positions)));
     let mut scratch = Scratch::default();
     for layer in &model.layers {
+        let (cos, sin, stride) = match (layer.inv_freq, &local) {
+            (Some(own), Some((f, (cos, sin)))) if own == *f => (cos, sin, f.len()),
+            _ => (&cos, &sin, model.inv_freq.len()),
+        };
+        let tables = RopeTables {
+            cos,
+            sin,
+            stride,
+            seq,
+            packing,
+        };
         layer_forward(
             layer,
             d,
@@ -597,6 +649,21 @@ fn run_layers(
         );
     }
     x
+}
+
+/// Rotary tables `[positions, inv_freq.len()]`: angles formed in f32 and cos/sin taken in f64,
+/// as `rope::tables` does.
+fn rope_angles(inv_freq: &[f32], positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+    let n = positions.len() * inv_freq.len();
+    let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for &pos in positions {
+        for f in inv_freq {
+            let angle = f64::from(pos as f32 * f);
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+    (cos, sin)
 }
 
 /// The f32 storage of a burn-ndarray tensor, when it is f32 and contiguous.
@@ -656,18 +723,21 @@ fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> usize {
     held.push(norm.weight.val())
 }
 
-/// Indices into [`Held`] of one decoder layer: seven linears, two norms and the per-head q/k
-/// norms where the family has them.
-struct HeldLayer {
+/// Indices into [`Held`] of one decoder layer: seven linears, two norms, the per-head q/k
+/// norms and the output norms where the family has them; the layer's own rotary frequencies.
+struct HeldLayer<'m> {
     linears: [HeldLinear; 7],
     input_norm: usize,
     post_norm: usize,
     q_norm: Option<usize>,
     k_norm: Option<usize>,
+    output_norms: Option<[usize; 2]>,
     window: Option<usize>,
+    activation: Activation,
+    inv_freq: Option<&'m [f32]>,
 }
 
-fn hold_layer(held: &mut Held, layer: &LayerWeights<Nd>) -> HeldLayer {
+fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> HeldLayer<'m> {
     HeldLayer {
         linears: [
             layer.q_proj,
@@ -683,11 +753,17 @@ fn hold_layer(held: &mut Held, layer: &LayerWeights<Nd>) -> HeldLayer {
         post_norm: hold_norm(held, &layer.post_norm),
         q_norm: layer.q_norm.as_ref().map(|n| hold_norm(held, n)),
         k_norm: layer.k_norm.as_ref().map(|n| hold_norm(held, n)),
+        output_norms: layer
+            .output_norms
+            .as_ref()
+            .map(|norms| norms.each_ref().map(|n| hold_norm(held, n))),
         window: layer.sliding_window,
+        activation: layer.activation,
+        inv_freq: layer.inv_freq,
     }
 }
 
-fn layer_ref<'a>(held: &'a Held, l: &HeldLayer) -> Option<LayerRef<'a>> {
+fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
     let [q, k, v, o, gate, up, down] = &l.linears;
     Some(LayerRef {
         q: linear_ref(held, q)?,
@@ -707,7 +783,13 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer) -> Option<LayerRef<'a>> {
             Some(i) => Some(held.slice(i)?),
             None => None,
         },
+        output_norms: match l.output_norms {
+            Some([a, m]) => Some([held.slice(a)?, held.slice(m)?]),
+            None => None,
+        },
         window: l.window,
+        activation: l.activation,
+        inv_freq: l.inv_freq,
     })
 }
 
@@ -718,6 +800,9 @@ fn dims_of(layer: &LayerWeights<Nd>, hidden: usize, eps: f64) -> Dims {
         kv_heads: layer.kv_heads,
         head_dim: layer.head_dim,
         eps,
+        scale: layer
+            .scale
+            .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
     }
 }
 
@@ -923,12 +1008,27 @@ fn fused_layer(
     let cos_index = held.push(cos.clone());
     let sin_index = held.push(sin.clone());
     let refs = layer_ref(&held, &layer_index)?;
-    let tables = RopeTables {
-        cos: held.slice(cos_index)?,
-        sin: held.slice(sin_index)?,
-        stride: head_dim,
-        seq,
-        packing: None,
+    // A layer with frequencies of its own rotates by its own tables (positions from 0: the
+    // generic path calls without a cache only).
+    let own = layer.inv_freq.map(|f| {
+        let positions: Vec<usize> = (0..seq).collect();
+        rope_angles(f, &positions)
+    });
+    let tables = match &own {
+        Some((cos, sin)) => RopeTables {
+            cos,
+            sin,
+            stride: head_dim / 2,
+            seq,
+            packing: None,
+        },
+        None => RopeTables {
+            cos: held.slice(cos_index)?,
+            sin: held.slice(sin_index)?,
+            stride: head_dim,
+            seq,
+            packing: None,
+        },
     };
     let d = dims_of(layer, hidden, layer.input_norm.eps);
     let mut values = held.slice(x_index)?.to_vec();
@@ -1026,6 +1126,7 @@ fn with_decoder<R>(
 /// Indices into [`Held`] of the embeddings, final norm and LM head, with their sizes.
 struct HeldHead {
     embed: usize,
+    embed_scale: Option<f32>,
     norm: usize,
     lm_head: Option<HeldLinear>,
     eps: f64,
@@ -1037,6 +1138,7 @@ fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
     let [vocab, hidden] = head.embed.dims();
     HeldHead {
         embed: held.push(head.embed.val()),
+        embed_scale: head.embed_scale,
         norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         eps: head.norm.eps,
@@ -1048,6 +1150,7 @@ fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
 fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
     Some(HeadRef {
         embed: held.slice(h.embed)?,
+        embed_scale: h.embed_scale,
         vocab: h.vocab,
         hidden: h.hidden,
         norm: held.slice(h.norm)?,
@@ -1239,6 +1342,7 @@ mod tests {
             kv_heads: 1,
             head_dim: 2,
             eps: 0.0,
+            scale: 1.0 / 2f32.sqrt(),
         };
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
@@ -1263,6 +1367,7 @@ mod tests {
             kv_heads: 1,
             head_dim: 2,
             eps: 0.0,
+            scale: 1.0 / 2f32.sqrt(),
         };
         let single = Dims {
             hidden: 2,

@@ -22,6 +22,8 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::prelude::*;
 
+use super::config::Activation;
+
 pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
 
 /// The activations that feed a decoder layer's linears; linears that read the same tensor
@@ -71,8 +73,18 @@ pub struct LayerWeights<'a, B: Backend> {
     pub q_norm: Option<NormWeights<'a, B>>,
     /// Per-head key norm, `[head_dim]` (Qwen3).
     pub k_norm: Option<NormWeights<'a, B>>,
-    /// Keys a query sees, itself included, when the attention slides (Mistral).
+    /// Keys a query sees, itself included, when the attention slides (Mistral, Gemma 3's
+    /// local layers).
     pub sliding_window: Option<usize>,
+    /// Norms of the attention and the MLP output, applied before each residual add (Gemma).
+    pub output_norms: Option<[NormWeights<'a, B>; 2]>,
+    /// The MLP gate's activation.
+    pub activation: Activation,
+    /// The factor of `q·k` when it is not `head_dim^-0.5`.
+    pub scale: Option<f64>,
+    /// The layer's own rotary inverse frequencies, when not the model's (Gemma 3's local
+    /// layers).
+    pub inv_freq: Option<&'a [f32]>,
     /// Query heads.
     pub heads: usize,
     /// Key/value heads.
@@ -89,6 +101,8 @@ pub struct HeadWeights<'a, B: Backend> {
     pub norm: NormWeights<'a, B>,
     /// Untied LM head `[hidden, vocab]`; `None` when tied to the embeddings.
     pub lm_head: Option<&'a Linear<B>>,
+    /// The factor of the token embeddings on their way into the first layer (Gemma).
+    pub embed_scale: Option<f32>,
 }
 
 /// The borrowed weights of a whole decoder.

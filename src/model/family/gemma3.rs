@@ -1,0 +1,196 @@
+//! Gemma 3's text decoder (`Gemma3ForCausalLM`, model type `gemma3_text`: Gemma 3 270M and 1B,
+//! and the language model of the larger ones): Llama's layer with
+//! - four RMSNorms per layer, in the `1 + w` form: before attention, on the attention output,
+//!   before the MLP and on the MLP output (the last two named `pre_feedforward_layernorm` and
+//!   `post_feedforward_layernorm`; the output norms act before the residual add);
+//! - a GELU-tanh gated MLP;
+//! - token embeddings multiplied by `√hidden`;
+//! - per-head q/k RMSNorm, queries scaled by `query_pre_attn_scalar^-0.5`;
+//! - sliding-window attention with its own RoPE base on five layers of six (`layer_types`, or
+//!   every `sliding_window_pattern`-th layer global), full attention on the others;
+//! - a tied head.
+
+use std::collections::BTreeMap;
+
+use super::Family;
+use crate::model::config::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LocalAttention,
+};
+
+/// `Gemma3ForCausalLM`.
+pub struct Gemma3;
+
+impl Family for Gemma3 {
+    fn hf_class(&self) -> &'static str {
+        "Gemma3ForCausalLM"
+    }
+
+    fn model_type(&self) -> &'static str {
+        "gemma3_text"
+    }
+
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("gemma3")
+    }
+
+    fn qk_norm(&self) -> bool {
+        true
+    }
+
+    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
+        match hf.activation_name() {
+            None | Some("gelu_pytorch_tanh") | Some("gelu_tanh") => {}
+            Some(other) => {
+                return Err(invalid(
+                    "hidden_activation",
+                    format!("is `{other}`; Gemma 3 takes `gelu_pytorch_tanh`"),
+                ))
+            }
+        }
+        if hf.use_bidirectional_attention == Some(true) {
+            return Err(invalid(
+                "use_bidirectional_attention",
+                "is true (an encoder such as EmbeddingGemma); only the causal decoder runs".into(),
+            ));
+        }
+        let layers = match &hf.layer_types {
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "sliding_attention" => Ok(true),
+                    "full_attention" => Ok(false),
+                    other => Err(invalid(
+                        "layer_types",
+                        format!("has `{other}`; expected `sliding_attention` or `full_attention`"),
+                    )),
+                })
+                .collect::<Result<Vec<bool>, _>>()?,
+            None => {
+                let pattern = hf.sliding_window_pattern.unwrap_or(6).max(1);
+                (0..hf.num_hidden_layers)
+                    .map(|i| (i + 1) % pattern != 0)
+                    .collect()
+            }
+        };
+        let local_theta = hf
+            .rope_local_base_freq
+            .or_else(|| {
+                hf.rope_parameters
+                    .as_ref()
+                    .and_then(|p| p.local())
+                    .and_then(|p| p.rope_theta)
+            })
+            .unwrap_or(10_000.0);
+        Ok(DecoderExtras {
+            activation: Activation::GeluTanh,
+            norm_offset: true,
+            sandwich_norms: true,
+            scale_embeddings: true,
+            query_pre_attn_scalar: Some(hf.query_pre_attn_scalar.unwrap_or(256.0)),
+            local_attention: Some(LocalAttention {
+                window: hf.sliding_window.unwrap_or(4096),
+                rope_theta: local_theta,
+                layers,
+            }),
+        })
+    }
+
+    fn hf_keys(&self, extras: &DecoderExtras) -> BTreeMap<&'static str, serde_json::Value> {
+        let mut keys = BTreeMap::new();
+        keys.insert("hidden_activation", extras.activation.hf_name().into());
+        if let Some(scalar) = extras.query_pre_attn_scalar {
+            keys.insert("query_pre_attn_scalar", scalar.into());
+        }
+        if let Some(local) = &extras.local_attention {
+            keys.insert("sliding_window", local.window.into());
+            keys.insert("rope_local_base_freq", local.rope_theta.into());
+            let types: Vec<&str> = local
+                .layers
+                .iter()
+                .map(|&s| {
+                    if s {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    }
+                })
+                .collect();
+            keys.insert("layer_types", types.into());
+        }
+        keys.insert("final_logit_softcapping", serde_json::Value::Null);
+        keys.insert("attn_logit_softcapping", serde_json::Value::Null);
+        keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> crate::model::config::LlamaConfig {
+        HfLlamaConfig::from_json(&format!(
+            r#"{{"architectures":["Gemma3ForCausalLM"],"hidden_size":640,"intermediate_size":2048,
+            "num_hidden_layers":7,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":256,
+            "vocab_size":262144,"sliding_window":512,"rope_theta":1000000.0{extra}}}"#
+        ))
+        .unwrap()
+        .resolve()
+        .unwrap()
+    }
+
+    #[test]
+    fn every_sixth_layer_is_global_by_default() {
+        let c = config("");
+        let local = c.extras.local_attention.as_ref().unwrap();
+        assert_eq!(
+            local.layers,
+            vec![true, true, true, true, true, false, true]
+        );
+        assert_eq!(c.layer_window(0), Some(512));
+        assert_eq!(c.layer_window(5), None);
+        assert_eq!(c.context_limit(), 2048);
+        assert!(c.layer_inv_freq(5).is_none());
+        // Layer 0 rotates with base 10000: its second frequency is 10000^(-2/256).
+        let f = c.layer_inv_freq(0).unwrap();
+        assert_eq!(f[1], (1.0 / 10_000f64.powf(2.0 / 256.0)) as f32);
+        assert_eq!(c.query_scale(), Some(1.0 / 16.0));
+        assert_eq!(c.embed_scale(), Some(640f64.sqrt() as f32));
+    }
+
+    #[test]
+    fn layer_types_and_per_type_rope_parameters_are_read() {
+        let c = config(
+            r#","layer_types":["full_attention","sliding_attention","sliding_attention",
+            "sliding_attention","sliding_attention","sliding_attention","full_attention"],
+            "rope_parameters":{"full_attention":{"rope_type":"default","rope_theta":1000000.0},
+            "sliding_attention":{"rope_type":"default","rope_theta":5000.0}},
+            "query_pre_attn_scalar":144"#,
+        );
+        let local = c.extras.local_attention.as_ref().unwrap();
+        assert_eq!(local.layers[0], false);
+        assert_eq!(local.rope_theta, 5000.0);
+        assert_eq!(c.query_scale(), Some(1.0 / 12.0));
+    }
+
+    #[test]
+    fn soft_capping_and_other_activations_are_refused() {
+        let e = HfLlamaConfig::from_json(
+            r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":8,"intermediate_size":8,
+            "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,
+            "final_logit_softcapping":30.0}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap_err();
+        assert!(e.to_string().contains("final_logit_softcapping"), "{e}");
+        let e = HfLlamaConfig::from_json(
+            r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":8,"intermediate_size":8,
+            "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,
+            "hidden_activation":"relu"}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap_err();
+        assert!(e.to_string().contains("gelu_pytorch_tanh"), "{e}");
+    }
+}
