@@ -8,6 +8,9 @@ wanda's numbers; CI never runs it.
     python3 -m venv ~/venv-ab && ~/venv-ab/bin/pip install torch transformers gguf accelerate
     ~/venv-ab/bin/python scripts/transformers-ppl.py --gguf demo/SmolLM2-135M-Instruct.Q4_1.gguf \
         --hf-dir ../shared/models/smollm2-135m-hf --text demo/wikitext2-raw-test.txt --seqlen 512 --windows 64
+
+`--folder DIR` instead of `--gguf` loads a Hugging Face folder (model and tokenizer), e.g. one
+`wanda prune --save` wrote, to check that a saved copy scores in transformers as in wanda.
 """
 import argparse, json, os, time
 
@@ -15,7 +18,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 p = argparse.ArgumentParser()
-p.add_argument("--gguf", required=True)
+src = p.add_mutually_exclusive_group(required=True)
+src.add_argument("--gguf")
+src.add_argument("--folder", help="a Hugging Face folder (config, weights, tokenizer)")
 p.add_argument("--hf-dir", help="a folder with config.json + tokenizer.json to use instead of the "
                "GGUF's (transformers 4.45 converts SmolLM2's GGUF with an untied, random LM head)")
 p.add_argument("--text", required=True)
@@ -29,12 +34,20 @@ p.add_argument("--bench-forward", type=int, default=0, metavar="N",
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 
-folder, name = os.path.split(os.path.abspath(a.gguf))
+import transformers
+dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
 t0 = time.time()
-extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
-model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32, **extra).eval()
+if a.folder:
+    folder, name = a.folder, None
+    model = AutoModelForCausalLM.from_pretrained(folder, **dtype).eval()
+else:
+    folder, name = os.path.split(os.path.abspath(a.gguf))
+    extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **dtype, **extra).eval()
 load_s = time.time() - t0
-if a.hf_dir:
+if a.folder:
+    tok = AutoTokenizer.from_pretrained(folder)
+elif a.hf_dir:
     tok = AutoTokenizer.from_pretrained(a.hf_dir)
 else:
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)

@@ -8,6 +8,7 @@ mod eval_cli;
 mod families;
 mod faults;
 mod fuzz_corpus;
+mod gemma3;
 mod gguf_model;
 mod hf_folder;
 mod pipeline;

