@@ -64,6 +64,7 @@ import numpy as np
 T_START = time.time()
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 p = argparse.ArgumentParser()
@@ -118,7 +119,8 @@ t0 = time.time()
 folder, name = os.path.split(os.path.abspath(a.gguf))
 extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
 model = AutoModelForCausalLM.from_pretrained(
-    folder, gguf_file=name, torch_dtype=torch.float32, **extra).eval().to(DT)
+    folder, gguf_file=name, **{"dtype" if int(transformers.__version__.split(".")[0]) >= 5
+                               else "torch_dtype": torch.float32}, **extra).eval().to(DT)
 model.config.use_cache = False
 tok = AutoTokenizer.from_pretrained(a.hf_dir) if a.hf_dir else AutoTokenizer.from_pretrained(
     folder, gguf_file=name)
@@ -162,9 +164,27 @@ with torch.no_grad():
 layers[0] = layers[0].module
 outs = torch.zeros_like(inps)
 
+# Each layer's own keyword arguments, caught on one full forward pass: Gemma 3's local and
+# global layers take different rotary tables (and masks), which layer 0's would not give.
+per_layer_kwargs = {}
+
+
+def keep_kwargs(i):
+    def hook(_module, _args, kwargs):
+        per_layer_kwargs.setdefault(i, kwargs)
+    return hook
+
+
+handles = [l.register_forward_pre_hook(keep_kwargs(i), with_kwargs=True) for i, l in enumerate(layers)]
+with torch.no_grad():
+    model(samples[0])
+for h in handles:
+    h.remove()
+layer_index = {id(l): i for i, l in enumerate(layers)}
+
 
 def run_layer(layer, x):
-    out = layer(x.unsqueeze(0), **layer_kwargs)
+    out = layer(x.unsqueeze(0), **per_layer_kwargs.get(layer_index[id(layer)], layer_kwargs))
     return (out[0] if isinstance(out, tuple) else out)[0]
 
 

@@ -1200,7 +1200,18 @@ mod tests {
         .resolve()
         .unwrap();
         assert_eq!(sliding.sliding_window, Some(2));
-        for config in [tiny_config(), sliding] {
+        // Gemma 3: a local layer (window 2, its own RoPE base) and a global one; the full
+        // forward runs the fused kernels, the cached one the generic path.
+        let gemma = HfLlamaConfig::from_json(
+            r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":16,"intermediate_size":24,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":8,
+            "vocab_size":32,"sliding_window":2,"query_pre_attn_scalar":6,"tie_word_embeddings":true,
+            "layer_types":["sliding_attention","full_attention"]}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        for config in [tiny_config(), sliding, gemma] {
             cached_decoding_matches(&config);
         }
     }

@@ -167,7 +167,7 @@ mod tests {
             "query_pre_attn_scalar":144"#,
         );
         let local = c.extras.local_attention.as_ref().unwrap();
-        assert_eq!(local.layers[0], false);
+        assert!(!local.layers[0]);
         assert_eq!(local.rope_theta, 5000.0);
         assert_eq!(c.query_scale(), Some(1.0 / 12.0));
     }
