@@ -99,7 +99,13 @@ impl Family for Gemma3 {
         let mut keys = BTreeMap::new();
         keys.insert("hidden_activation", extras.activation.hf_name().into());
         if let Some(scalar) = extras.query_pre_attn_scalar {
-            keys.insert("query_pre_attn_scalar", scalar.into());
+            // transformers' config validation takes an integer here.
+            let value = if scalar.fract() == 0.0 && scalar.abs() < 1e15 {
+                (scalar as i64).into()
+            } else {
+                scalar.into()
+            };
+            keys.insert("query_pre_attn_scalar", value);
         }
         if let Some(local) = &extras.local_attention {
             keys.insert("sliding_window", local.window.into());
@@ -155,6 +161,13 @@ mod tests {
         assert_eq!(f[1], (1.0 / 10_000f64.powf(2.0 / 256.0)) as f32);
         assert_eq!(c.query_scale(), Some(1.0 / 16.0));
         assert_eq!(c.embed_scale(), Some(640f64.sqrt() as f32));
+        // A copy's config.json as transformers' strict config classes take it.
+        let json = c.to_hf_json();
+        assert_eq!(json["query_pre_attn_scalar"], serde_json::json!(256));
+        assert_eq!(json["model_type"], "gemma3_text");
+        assert_eq!(json["hidden_activation"], "gelu_pytorch_tanh");
+        assert_eq!(json["layer_types"][5], "full_attention");
+        assert_eq!(json["rope_local_base_freq"], 10_000.0);
     }
 
     #[test]
