@@ -62,20 +62,35 @@ pub fn tables<B: Backend>(
 ) -> (Tensor<B, 2>, Tensor<B, 2>) {
     let half = inv_freq.len();
     let dim = 2 * half;
-    let mut cos = Vec::with_capacity(len * dim);
-    let mut sin = Vec::with_capacity(len * dim);
-    for pos in offset..offset + len {
-        // The angle is formed in f32 (as PyTorch does) before cos/sin are taken.
-        let angles: Vec<f32> = inv_freq.iter().map(|f| pos as f32 * f).collect();
-        for _ in 0..2 {
-            cos.extend(angles.iter().map(|a| f64::from(*a).cos() as f32));
-            sin.extend(angles.iter().map(|a| f64::from(*a).sin() as f32));
+    let positions: Vec<usize> = (offset..offset + len).collect();
+    let (cos_half, sin_half) = angles(inv_freq, &positions);
+    // The `d/2` angles of each position repeated twice, as HF lays them out.
+    let doubled = |half_rows: Vec<f32>| -> Vec<f32> {
+        half_rows
+            .chunks(half.max(1))
+            .flat_map(|row| row.iter().chain(row).copied())
+            .collect()
+    };
+    (
+        Tensor::from_data(TensorData::new(doubled(cos_half), [len, dim]), device),
+        Tensor::from_data(TensorData::new(doubled(sin_half), [len, dim]), device),
+    )
+}
+
+/// Cosines and sines of `positions` at `inv_freq`, `[positions, inv_freq.len()]` row-major:
+/// each angle formed in f32 (as PyTorch does), its cos/sin taken in f64 and rounded once. The
+/// generic path's [`tables`] and the fused kernels both read these.
+pub fn angles(inv_freq: &[f32], positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+    let n = positions.len() * inv_freq.len();
+    let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for &pos in positions {
+        for f in inv_freq {
+            let angle = f64::from(pos as f32 * f);
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
         }
     }
-    (
-        Tensor::from_data(TensorData::new(cos, [len, dim]), device),
-        Tensor::from_data(TensorData::new(sin, [len, dim]), device),
-    )
+    (cos, sin)
 }
 
 /// Applies the rotation: `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`.

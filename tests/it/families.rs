@@ -163,25 +163,7 @@ fn a_saved_gemma3_holds_the_checkpoints_norms_and_gives_transformers_logits() {
     let folder = Path::new(FIXTURES).join("tiny-gemma3");
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("copy");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["prune", "--model", folder.to_str().unwrap()])
-        .args([
-            "--method",
-            "magnitude",
-            "--sparsity",
-            "0",
-            "--device",
-            "cpu",
-        ])
-        .arg("--save")
-        .arg(&saved)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    prune_and_save(&folder, &["--sparsity", "0"], &saved);
     let original = SafetensorsSource::open(&folder).unwrap();
     let copy = SafetensorsSource::open(&saved).unwrap();
     let layer_norms = [
@@ -207,6 +189,24 @@ fn a_saved_gemma3_holds_the_checkpoints_norms_and_gives_transformers_logits() {
     let (ids, expected) = reference(&folder);
     let diff = max_difference(&logits::<B>(&saved, &ids), &expected);
     assert!(diff < TOLERANCE, "{diff}");
+}
+
+/// `wanda prune --method magnitude --device cpu` of `folder` with `args`, saved to `saved`;
+/// fails the test with wanda's stderr when it fails.
+fn prune_and_save(folder: &Path, args: &[&str], saved: &Path) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["prune", "--model", folder.to_str().unwrap()])
+        .args(["--method", "magnitude", "--device", "cpu"])
+        .args(args)
+        .arg("--save")
+        .arg(saved)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Logits of `ids` from `model` (the fused CPU path).
@@ -310,31 +310,7 @@ fn a_saved_copy_keeps_the_checkpoints_config_keys() {
     let folder = Path::new(FIXTURES).join("tiny-phi3");
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("pruned");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args([
-            "prune",
-            "--model",
-            folder.to_str().unwrap(),
-            "--method",
-            "magnitude",
-        ])
-        .args([
-            "--sparsity",
-            "0.5",
-            "--dtype",
-            "f16",
-            "--device",
-            "cpu",
-            "--save",
-        ])
-        .arg(&saved)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    prune_and_save(&folder, &["--sparsity", "0.5", "--dtype", "f16"], &saved);
     let read = |path: &Path| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     };

@@ -23,6 +23,7 @@ use rayon::prelude::*;
 use super::vecmath;
 use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
 use crate::model::config::Activation;
+use crate::model::rope;
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;
@@ -618,13 +619,13 @@ fn run_layers(
     if let Some(scale) = model.head.embed_scale {
         x.iter_mut().for_each(|v| *v *= scale);
     }
-    let (cos, sin) = rope_angles(model.inv_freq, positions);
+    let (cos, sin) = rope::angles(model.inv_freq, positions);
     // Gemma 3's local layers share one set of frequencies of their own.
     let local = model
         .layers
         .iter()
         .find_map(|l| l.inv_freq)
-        .map(|f| (f, rope_angles(f, positions)));
+        .map(|f| (f, rope::angles(f, positions)));
     let mut scratch = Scratch::default();
     for layer in &model.layers {
         let (cos, sin, stride) = match (layer.inv_freq, &local) {
@@ -649,21 +650,6 @@ fn run_layers(
         );
     }
     x
-}
-
-/// Rotary tables `[positions, inv_freq.len()]`: angles formed in f32 and cos/sin taken in f64,
-/// as `rope::tables` does.
-fn rope_angles(inv_freq: &[f32], positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
-    let n = positions.len() * inv_freq.len();
-    let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for &pos in positions {
-        for f in inv_freq {
-            let angle = f64::from(pos as f32 * f);
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
-        }
-    }
-    (cos, sin)
 }
 
 /// The f32 storage of a burn-ndarray tensor, when it is f32 and contiguous.
@@ -1012,7 +998,7 @@ fn fused_layer(
     // generic path calls without a cache only).
     let own = layer.inv_freq.map(|f| {
         let positions: Vec<usize> = (0..seq).collect();
-        rope_angles(f, &positions)
+        rope::angles(f, &positions)
     });
     let tables = match &own {
         Some((cos, sin)) => RopeTables {
