@@ -11,7 +11,8 @@
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
 #    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too.
 # SECTIONS (default "precision memory speed") picks which of 1–3 run, SHAPES (default "m l1b l7b")
-# the shapes section 2 measures.
+# the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
+# (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
 # Writes $OUT/log.txt, $OUT/results.jsonl (one JSON object per measurement, tagged) and
 # $OUT/runs.tar.gz (run.json and memory_log.csv of every pipeline run).
 here=$(cd "$(dirname "$0")" && pwd)
@@ -80,10 +81,14 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 libs=$(dirname "$(find / -name 'libnvrtc.so*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$libs:$LD_LIBRARY_PATH
 
-echo "== 0. models"
-step 90 python3 "$here/make_model.py" hf /tmp/m | tail -1
-step 60 "$W" synth --shape llama32-1b --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l1b
-step 60 "$W" synth --shape llama2-7b --layers 8 --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l7b
+echo "== 0. models (those a wanted section uses)"
+used=" "
+want precision && used+="m "
+want memory && used+="${SHAPES:-m l1b l7b} "
+want speed && used+="${SPEED_SHAPES:-l1b} "
+[[ $used == *" m "* ]] && step 90 python3 "$here/make_model.py" hf /tmp/m | tail -1
+[[ $used == *" l1b "* ]] && step 60 "$W" synth --shape llama32-1b --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l1b
+[[ $used == *" l7b "* ]] && step 60 "$W" synth --shape llama2-7b --layers 8 --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l7b
 
 want precision && echo "== 1. precision (135M shape, 64 × 512)"
 want precision && for dt in float32 bfloat16 float16; do

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::model::kernels::kernels;
 use crate::model::llama::Llama;
 use crate::model::stream::{Layers, StreamError};
+use crate::sys::phases::PhaseClock;
 
 /// Errors of the perplexity evaluation.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -162,11 +163,16 @@ pub fn perplexity<B: Backend>(
     let device = model.shell().embed_tokens.weight.device();
     let window = |w: usize| &ids[w * seqlen..(w + 1) * seqlen];
     let mut total_nll = 0.0f64;
+    let mut clock = PhaseClock::new("perplexity", || {
+        let _ = B::sync(&device);
+    });
     match model.resident() {
         Some(model) => {
             for w in 0..windows {
                 let x = model.hidden(window_tokens(window(w), &device));
+                clock.lap("layers");
                 total_nll += head_nll(model, x, window(w));
+                clock.lap("head and NLL");
                 progress(w + 1, windows);
             }
         }
@@ -176,10 +182,12 @@ pub fn perplexity<B: Backend>(
                     (start..windows.min(start + STREAMED_WINDOW_GROUP)).collect();
                 let hidden = layer_by_layer(model, group.iter().map(|&w| window(w)), &device)
                     .map_err(|e| PerplexityError::Layers(e.to_string()))?;
+                clock.lap("layers");
                 let shell = model.shell();
                 for (x, &w) in hidden.into_iter().zip(&group) {
                     total_nll += head_nll(shell, x, window(w));
                 }
+                clock.lap("head and NLL");
                 progress(group.last().map_or(0, |w| w + 1), windows);
             }
         }

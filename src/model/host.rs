@@ -3,12 +3,15 @@
 //! way model weights enter it.
 
 use burn::prelude::*;
+use burn::tensor::DType;
+use rayon::prelude::*;
 
 use super::kernels::kernels;
 
 /// The values of `t` in row-major order as `f32`, whatever float type the backend computes in
-/// (bf16 and f16 are widened exactly). On the fused CPU backend a contiguous buffer is copied in
-/// parallel (Burn would collect a shared one, such as a parameter's, element by element).
+/// (bf16 and f16 travel in their own type and are widened exactly, in parallel). On the fused
+/// CPU backend a contiguous buffer is copied in parallel (Burn would collect a shared one, such
+/// as a parameter's, element by element).
 pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     let n = t.shape().num_elements();
     if n > 0 {
@@ -16,10 +19,23 @@ pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
             return values;
         }
     }
-    t.into_data()
-        .convert::<f32>()
-        .into_vec()
-        .expect("converted to f32 above")
+    let data = t.into_data();
+    let widened = match data.dtype {
+        DType::F16 => data
+            .as_slice::<half::f16>()
+            .ok()
+            .map(|v| v.par_iter().map(|x| x.to_f32()).collect()),
+        DType::BF16 => data
+            .as_slice::<half::bf16>()
+            .ok()
+            .map(|v| v.par_iter().map(|x| x.to_f32()).collect()),
+        _ => None,
+    };
+    widened.unwrap_or_else(|| {
+        data.convert::<f32>()
+            .into_vec()
+            .expect("converted to f32 above")
+    })
 }
 
 /// A model weight on `device` from host values, allocated as a long-lived tensor.
@@ -40,6 +56,26 @@ pub fn weight_tensor<B: Backend, const D: usize>(
 mod tests {
     use super::*;
     use burn::backend::NdArray;
+
+    #[test]
+    fn half_precision_values_come_back_widened_exactly() {
+        use burn::backend::Flex;
+        let device = Default::default();
+        let values = [1.5f32, -0.0, 65504.0, 3.0e-5];
+        let t = Tensor::<Flex, 1>::from_data(TensorData::new(values.to_vec(), [4]), &device);
+        let back = |dtype| to_host_f32(t.clone().cast(dtype));
+        let f16: Vec<f32> = values
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_f32())
+            .collect();
+        let bf16: Vec<f32> = values
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_f32())
+            .collect();
+        assert_eq!(back(burn::tensor::FloatDType::F16), f16);
+        assert_eq!(back(burn::tensor::FloatDType::BF16), bf16);
+        assert_eq!(back(burn::tensor::FloatDType::F32), values);
+    }
 
     #[test]
     fn values_come_back_in_row_major_order() {

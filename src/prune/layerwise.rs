@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
+use rayon::prelude::*;
 use serde::Serialize;
 
 use super::activations::{Activations, Batching};
@@ -31,6 +32,7 @@ use crate::model::host::{to_host_f32, weight_tensor};
 use crate::model::kernels::kernels;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
+use crate::sys::phases::PhaseClock;
 
 /// The sparsity report of a pruned model: per linear (HF path), per layer, and total.
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
@@ -98,6 +100,10 @@ fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
 struct LayerStats<B: Backend> {
     /// Σ x² per channel (wanda, magnitude under OWL, RIA), per shared input.
     sum_sq: BTreeMap<LinearInput, Vec<f64>>,
+    /// Per shared input, each sample's Σ x² as `[1, channels]` f32 on the device, waiting to
+    /// be added to `sum_sq` in sample order at [`Self::host`]: one download per input and layer
+    /// instead of one per sample (where the fused kernels do not run).
+    pending: BTreeMap<LinearInput, Vec<Tensor<B, 2>>>,
     /// Σ x xᵀ (sparsegpt), per shared input.
     gram: Option<BTreeMap<LinearInput, Tensor<B, 2>>>,
     /// Per shared input, when DSnoT needs them.
@@ -142,6 +148,7 @@ impl<B: Backend> LayerStats<B> {
     fn new(gram: bool, moments: bool) -> Self {
         Self {
             sum_sq: BTreeMap::new(),
+            pending: BTreeMap::new(),
             gram: gram.then(BTreeMap::new),
             moments: moments.then(BTreeMap::new),
             samples: 0,
@@ -218,29 +225,32 @@ impl<B: Backend> LayerStats<B> {
             }
             return Ok(());
         }
-        let acc = self
-            .sum_sq
-            .entry(input)
-            .or_insert_with(|| vec![0.0; channels]);
         // One sample at a time, summed in f64: the same sums whatever the batch.
         for sample in 0..batch {
             let rows = sample_rows(sample);
-            let sums = match kernels::<B>().column_sum_sq(&rows) {
-                Some(sums) => sums,
-                None => to_host_f32(column_sum_sq(rows))
-                    .into_iter()
-                    .map(f64::from)
-                    .collect(),
-            };
-            for (a, s) in acc.iter_mut().zip(sums) {
-                *a += s;
+            match kernels::<B>().column_sum_sq(&rows) {
+                Some(sums) => add_f64(self.sum_sq.entry(input), sums.into_iter()),
+                None => self
+                    .pending
+                    .entry(input)
+                    .or_default()
+                    .push(column_sum_sq(rows)),
             }
         }
         Ok(())
     }
 
     /// The statistics on the host, per shared input.
-    fn host(self) -> BTreeMap<LinearInput, HostStats> {
+    fn host(mut self) -> BTreeMap<LinearInput, HostStats> {
+        for (input, sums) in std::mem::take(&mut self.pending) {
+            let Some(channels) = sums.first().map(|t| t.dims()[1]) else {
+                continue;
+            };
+            let host = to_host_f32(Tensor::cat(sums, 0));
+            for sample in host.chunks_exact(channels.max(1)) {
+                add_f64(self.sum_sq.entry(input), sample.iter().map(|&v| v.into()));
+            }
+        }
         let mut moments = self.moments.unwrap_or_default();
         let sums: Vec<(LinearInput, HostSums)> = match self.gram {
             Some(grams) => grams
@@ -264,6 +274,17 @@ impl<B: Backend> LayerStats<B> {
                 (k, stats)
             })
             .collect()
+    }
+}
+
+/// Adds `sums` to the running f64 sums of `entry` (zeros when it is new).
+fn add_f64(
+    entry: std::collections::btree_map::Entry<'_, LinearInput, Vec<f64>>,
+    sums: impl ExactSizeIterator<Item = f64>,
+) {
+    let acc = entry.or_insert_with(|| vec![0.0; sums.len()]);
+    for (a, s) in acc.iter_mut().zip(sums) {
+        *a += s;
     }
 }
 
@@ -338,15 +359,24 @@ pub fn prune_model<B: Backend>(
             .collect::<Result<Vec<_>, _>>()?,
         None => vec![sparsity; layers],
     };
+    let device = model.shell().embed_tokens.weight.device();
+    let mut clock = PhaseClock::new("prune", || {
+        let _ = B::sync(&device);
+    });
     if !options.needs_calibration(method) {
         for (i, &layer_sparsity) in per_layer.iter().enumerate() {
             let mut layer = model.layer(i)?.into_owned();
             if i == 0 {
                 check_skip_against(&options.skip, layers, &layer)?;
             }
-            let measured = prune_layer(&mut layer, i, &options.skip, |w, dims, _, _| {
-                prune_magnitude(w, dims, layer_sparsity).map(|_| ())
-            })?;
+            let measured = prune_layer(
+                &mut layer,
+                i,
+                &options.skip,
+                true,
+                &mut clock,
+                |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
+            )?;
             measured_sparsity.add_layer(i, measured);
             model.set_layer(i, layer)?;
             progress(i + 1, layers);
@@ -360,7 +390,6 @@ pub fn prune_model<B: Backend>(
         });
     }
     let shell = model.shell();
-    let device = shell.embed_tokens.weight.device();
     let batch = batching.batch.max(1);
     // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
     let embed = || -> Activations<B> {
@@ -393,24 +422,39 @@ pub fn prune_model<B: Backend>(
             .collect::<Result<Vec<_>, _>>()?;
     }
     let mut inputs = embed();
+    clock.lap("embed");
     let gram = method == Method::Sparsegpt;
+    // SparseGPT updates the weights it keeps; with DSnoT its saliency only orders a mask.
+    let zeroes_only = !(gram && options.dsnot.is_none());
     for (i, &layer_sparsity) in per_layer.iter().enumerate() {
         let mut layer = model.layer(i)?.into_owned();
         if i == 0 {
             check_skip_against(&options.skip, layers, &layer)?;
         }
+        clock.lap("read layer");
         let mut stats = LayerStats::<B>::new(gram, options.dsnot.is_some());
         stats.observe(&layer, &inputs, &cos, &sin)?;
+        clock.lap("observe");
         let host = stats.host();
-        let measured = prune_layer(&mut layer, i, &options.skip, |w, dims, name, input| {
-            let stat = host.get(&input).ok_or(PruneError::NoSamples {
-                what: "layer input statistics",
-            })?;
-            prune_linear(w, dims, name, stat, method, options, layer_sparsity)
-        })?;
+        clock.lap("statistics to host");
+        let measured = prune_layer(
+            &mut layer,
+            i,
+            &options.skip,
+            zeroes_only,
+            &mut clock,
+            |w, dims, name, input| {
+                let stat = host.get(&input).ok_or(PruneError::NoSamples {
+                    what: "layer input statistics",
+                })?;
+                prune_linear(w, dims, name, stat, method, options, layer_sparsity)
+            },
+        )?;
         measured_sparsity.add_layer(i, measured);
         inputs = inputs.forward(&layer, &cos, &sin);
+        clock.lap("forward");
         model.set_layer(i, layer)?;
+        clock.lap("write layer");
         progress(i + 1, layers);
     }
     // The calibration activations and work buffers are gone; the heap need not keep them.
@@ -530,13 +574,29 @@ fn check_skip_against<B: Backend>(
     check_skip(skip, layers, &layer.linears().map(|(name, _, _)| name))
 }
 
+/// How a pruned linear goes back to the device.
+enum PrunedWeight {
+    /// Where the method only zeroed weights: which ones (`true`: now zero), 1 byte a weight
+    /// instead of the weight's 2 or 4, applied on the device.
+    Zeroed(Vec<bool>),
+    /// Where it changed values too (SparseGPT's update): the whole weight.
+    Updated(Vec<f32>),
+}
+
 /// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a
 /// `skip` pattern names; all weights are pruned on the host first and stored back only when
 /// every one succeeded. Returns the sparsity of every linear, measured on the host copies.
+///
+/// `zeroes_only` says `prune` changes no value but to zero it: each weight then goes back as
+/// the mask of its zeros (`+0.0`, as pruning writes them; an original `-0.0` is left as it
+/// was), which gives the same tensor as uploading the host copy with a quarter of an f32
+/// weight's bytes — on a GPU, where the upload is the cost (`results/gpu-h200-2026-11-26-phases/`).
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
     index: usize,
     skip: &[String],
+    zeroes_only: bool,
+    clock: &mut PhaseClock<impl Fn()>,
     mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
 ) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
     let mut pruned = Vec::with_capacity(7);
@@ -545,20 +605,43 @@ fn prune_layer<B: Backend>(
         let path = linear_path(index, name);
         let skipped = skip.iter().any(|pattern| glob_matches(pattern, &path));
         let (mut w, dims) = host_weight(linear.weight.val());
+        clock.lap("weights to host");
         if !skipped {
             prune(&mut w, dims, name, input)?;
         }
         measured.push((name, MatrixSparsity::measure(&w, dims)?));
         if !skipped {
-            pruned.push((name, w, dims, linear.weight.val().device()));
+            let back = if zeroes_only {
+                PrunedWeight::Zeroed(w.par_iter().map(|v| v.to_bits() == 0).collect())
+            } else {
+                PrunedWeight::Updated(w)
+            };
+            pruned.push((name, back, dims));
         }
+        clock.lap("prune on host");
     }
-    for (name, w, dims, device) in pruned {
+    for (name, back, dims) in pruned {
         let linear = layer
             .linear_mut(name)
             .expect("names come from DecoderLayer::linears");
-        linear.weight = Param::from_tensor(weight_tensor(TensorData::new(w, dims), &device));
+        let old = linear.weight.val();
+        let device = old.device();
+        let weight = match back {
+            PrunedWeight::Zeroed(zeros) => {
+                let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(zeros, dims), &device);
+                // A long-lived tensor, as a weight upload is (model::host::weight_tensor).
+                B::memory_persistent_allocations(&device, (old, mask), |(w, mask)| {
+                    w.mask_fill(mask, 0.0)
+                })
+            }
+            PrunedWeight::Updated(w) => {
+                drop(old);
+                weight_tensor(TensorData::new(w, dims), &device)
+            }
+        };
+        linear.weight = Param::from_tensor(weight);
     }
+    clock.lap("weights to device");
     Ok(measured)
 }
 
@@ -568,21 +651,15 @@ mod tests {
 
     use super::*;
 
-    /// The sums of squares of four samples are the same to the bit whether the samples come
-    /// in one batch or one at a time, so the calibration batch size never moves a mask.
-    #[test]
-    fn sums_of_squares_do_not_depend_on_the_batch_size() {
+    /// The sums of squares of four samples, in one batch and one at a time.
+    fn batched_and_single_sums<B: Backend>() -> (Vec<f64>, Vec<f64>) {
         let (samples, seq, width) = (4, 64, 24);
         let (values, _) = crate::model::kernels::massive_first_row(samples * seq, width);
         let device = Default::default();
         let tensor = |rows: &[f32], batch: usize| {
-            Tensor::<NdArray<f32>, 3>::from_data(
-                TensorData::new(rows.to_vec(), [batch, seq, width]),
-                &device,
-            )
+            Tensor::<B, 3>::from_data(TensorData::new(rows.to_vec(), [batch, seq, width]), &device)
         };
-        let sums = |stats: LayerStats<NdArray<f32>>| match stats.host().remove(&LinearInput::MlpIn)
-        {
+        let sums = |stats: LayerStats<B>| match stats.host().remove(&LinearInput::MlpIn) {
             Some(HostStats {
                 sums: HostSums::SumSq(sums),
                 samples: 4,
@@ -603,9 +680,24 @@ mod tests {
         for sample in values.chunks_exact(seq * width) {
             single.add(LinearInput::MlpIn, &tensor(sample, 1)).unwrap();
         }
-        let (whole, single) = (sums(whole), sums(single));
-        assert!(whole.iter().all(|s| *s > 0.0));
-        assert_eq!(whole, single);
+        (sums(whole), sums(single))
+    }
+
+    /// The sums of squares of four samples are the same to the bit whether the samples come
+    /// in one batch or one at a time, so the calibration batch size never moves a mask: with
+    /// the fused kernels (NdArray) and with Burn's ops, whose per-sample sums wait on the
+    /// device until the statistics go to the host (Flex).
+    #[test]
+    fn sums_of_squares_do_not_depend_on_the_batch_size() {
+        let (fused, fused_single) = batched_and_single_sums::<NdArray<f32>>();
+        assert!(fused.iter().all(|s| *s > 0.0));
+        assert_eq!(fused, fused_single);
+        let (generic, generic_single) = batched_and_single_sums::<burn::backend::Flex>();
+        assert_eq!(generic, generic_single);
+        // Both sum each sample's column sums in f64; the per-sample sums differ in rounding.
+        for (g, f) in generic.iter().zip(&fused) {
+            assert!(((g - f) / f).abs() < 2e-6, "{g} vs {f}");
+        }
     }
 
     /// The backend-generic sums (used where the fused kernel is not) after a massive first row:

@@ -1,8 +1,9 @@
 //! The bottom floor: file-system and process helpers every other module may use and that use
 //! nothing of this crate — atomic writes and orphan cleanup ([`atomic`]) and the allocator's
-//! tuning ([`allocator`]).
+//! tuning ([`allocator`]), phase timing for finding where a backend loses time ([`phases`]).
 
 pub mod allocator;
 pub mod atomic;
+pub mod phases;
 
 pub use atomic::{remove_orphans, write_atomic};
