@@ -13,7 +13,8 @@
 //! - weights: `P × f` (checkpoints of any type are converted to the device's precision);
 //! - tokenisation, while a text is read: its bytes × [`TOKENIZE_BYTES_PER_TEXT_BYTE`];
 //! - checkpoint mapping, while loading: the checkpoint file's bytes, memory-mapped and read
-//!   once (they count in the resident set until the file is closed);
+//!   once (they count in the resident set until the file is closed); streamed, the shell's
+//!   share of them (its parameters over all), read first and resident while the layers are;
 //! - pruned copy: `L × linears × f` when the dense model must stay for other cells (a
 //!   pipeline); `wanda prune` prunes in place;
 //! - calibration activations: `(n + b) × s × H × f` — every sample's input of the current
@@ -41,7 +42,8 @@
 //! - eval logits: `e × V × 4 × LOGIT_COPIES` and, off a GPU, the LM head's operands
 //!   `V × H × f × HEAD_OPERAND_COPIES`, with the attention and intermediates of one window;
 //! - framework overhead: [`CPU_OVERHEAD_BYTES`] (measured: the resident set of `wanda`
-//!   with a tokenizer loaded and no model) or [`CUDA_OVERHEAD_BYTES`] on a GPU;
+//!   with a tokenizer loaded and no model) or [`CUDA_OVERHEAD_BYTES`] on a GPU, and for a
+//!   vocabulary above SmolLM2's [`TOKENIZER_BYTES_PER_TOKEN`] per further entry;
 //! - on a GPU of known size (`gpu_memory`), the unused parts of CubeCL's pool pages: every
 //!   transient device tensor above is a slice of a page whose size depends on the tensor's
 //!   and the GPU's ([`super::pool`]), pages are never given back, so each stage counts the
@@ -84,8 +86,15 @@ pub const HEAD_OPERAND_COPIES: u64 = 3;
 /// measured with the `tokenizers` crate on WikiText-2.
 pub const TOKENIZE_BYTES_PER_TEXT_BYTE: u64 = 100;
 /// Resident set of the process before any model is loaded (binary, tokenizer, thread pools,
-/// allocator arenas), measured on the CPU backend.
+/// allocator arenas), measured on the CPU backend with SmolLM2's tokenizer
+/// ([`OVERHEAD_VOCAB`] tokens, 34 MB of it).
 pub const CPU_OVERHEAD_BYTES: u64 = 64 << 20;
+/// The vocabulary of the tokenizer [`CPU_OVERHEAD_BYTES`] was measured with (SmolLM2's).
+pub const OVERHEAD_VOCAB: u64 = 49_152;
+/// Resident bytes a loaded tokenizer takes per vocabulary entry beyond [`OVERHEAD_VOCAB`]
+/// (its vocabulary both ways, its merges, its added tokens): Gemma 3's 262,144 entries and
+/// 514,906 merges take 0.30 GB against SmolLM2's 34 MB, `(300 − 34) MB / 212,992`.
+pub const TOKENIZER_BYTES_PER_TOKEN: u64 = 1_250;
 /// CUDA context and kernel modules on a GPU.
 pub const CUDA_OVERHEAD_BYTES: u64 = 512 << 20;
 
@@ -218,9 +227,24 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     let mut stages = Vec::new();
 
     let mut load = Breakdown::default();
-    overhead(&mut load, run.device, host);
+    overhead(&mut load, run.device, host, &m);
     weights(&mut load, shape, run, &m, host, false);
-    if !run.streaming {
+    if run.streaming {
+        // The shell's tensors are read from the mapped checkpoint first; their pages stay
+        // resident while the layers are read, at the shell's share of the parameters.
+        let shell = shape.embedding_parameters() * if shape.tie_word_embeddings { 1 } else { 2 };
+        let pages = (u128::from(run.checkpoint_bytes) * u128::from(shell)
+            / u128::from(shape.parameters.max(1))) as u64;
+        load.push(
+            "checkpoint pages (the embeddings')",
+            pages,
+            host,
+            format!(
+                "{} B of checkpoint files × {shell} / {} params",
+                run.checkpoint_bytes, shape.parameters
+            ),
+        );
+    } else {
         load.push(
             "checkpoint mapping",
             run.checkpoint_bytes,
@@ -245,7 +269,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
             ));
         }
         let mut prune = Breakdown::default();
-        overhead(&mut prune, run.device, host);
+        overhead(&mut prune, run.device, host, &m);
         weights(&mut prune, shape, run, &m, host, true);
         if run.calibrates() {
             calibration(&mut prune, run, &m, host, method);
@@ -274,7 +298,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         // block at a time.
         let t = ZEROSHOT_BATCH_TOKENS as u64;
         let mut zeroshot = Breakdown::default();
-        overhead(&mut zeroshot, run.device, host);
+        overhead(&mut zeroshot, run.device, host, &m);
         weights(&mut zeroshot, shape, run, &m, host, run.method.is_some());
         zeroshot.push_allocations(
             "zero-shot logits (a block of rows)",
@@ -414,7 +438,7 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
 /// The perplexity stage over windows of `e` tokens.
 fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64) -> StageEstimate {
     let mut eval = Breakdown::default();
-    overhead(&mut eval, run.device, host);
+    overhead(&mut eval, run.device, host, m);
     weights(&mut eval, shape, run, m, host, run.method.is_some());
     if run.streaming && run.device != DeviceKind::Cuda {
         // The fused kernels read the head in place and form HEAD_ROWS rows of logits at
@@ -520,7 +544,7 @@ fn tokenise(
     text_bytes: u64,
 ) -> StageEstimate {
     let mut b = Breakdown::default();
-    overhead(&mut b, run.device, host);
+    overhead(&mut b, run.device, host, m);
     weights(&mut b, shape, run, m, host, false);
     b.push(
         "tokenisation",
@@ -573,13 +597,25 @@ impl Dims {
     }
 }
 
-fn overhead(b: &mut Breakdown, device: DeviceKind, host: Place) {
+fn overhead(b: &mut Breakdown, device: DeviceKind, host: Place, m: &Dims) {
     b.push(
         "framework overhead",
         CPU_OVERHEAD_BYTES,
         host,
         "measured constant (CPU process)".into(),
     );
+    let extra_vocab = m.v.saturating_sub(OVERHEAD_VOCAB);
+    if extra_vocab > 0 {
+        b.push(
+            "tokenizer (beyond the overhead's)",
+            extra_vocab * TOKENIZER_BYTES_PER_TOKEN,
+            host,
+            format!(
+                "({} − {OVERHEAD_VOCAB}) tokens × {TOKENIZER_BYTES_PER_TOKEN} B",
+                m.v
+            ),
+        );
+    }
     if device == DeviceKind::Cuda {
         b.push(
             "CUDA context",
@@ -1010,6 +1046,45 @@ mod tests {
         assert_eq!(item(&e, "prune", "checkpoint pages (one layer's)"), 500);
         let host = e.stages[2].breakdown.total(Place::Host);
         assert_eq!(host, CPU_OVERHEAD_BYTES + 500 + 768);
+    }
+
+    /// Streamed, loading reads the shell (embeddings and head: 80 of the 340 parameters)
+    /// from the 1000 B checkpoint first, and its pages stay while the layers are read.
+    #[test]
+    fn streamed_loading_counts_the_shells_checkpoint_pages() {
+        let mut r = run(Method::Wanda);
+        r.streaming = true;
+        let e = estimate_prune(&tiny(), &r);
+        assert_eq!(
+            item(&e, "load", "checkpoint pages (the embeddings')"),
+            1000 * 80 / 340
+        );
+        let load = &e.stages[0].breakdown;
+        assert!(load.items.iter().all(|i| i.name != "checkpoint mapping"));
+    }
+
+    /// A vocabulary above SmolLM2's adds its tokenizer's extra bytes to every stage (Gemma 3's
+    /// 262,144 entries: 0.27 GB more); one at or below it adds nothing.
+    #[test]
+    fn a_large_vocabulary_counts_its_tokenizer() {
+        let mut shape = tiny();
+        let small = estimate_prune(&shape, &run(Method::Wanda));
+        shape.vocab_size = 262_144;
+        let large = estimate_prune(&shape, &run(Method::Wanda));
+        for (a, b) in small.stages.iter().zip(&large.stages) {
+            assert!(a
+                .breakdown
+                .items
+                .iter()
+                .all(|i| i.name != "tokenizer (beyond the overhead's)"));
+            let extra = b
+                .breakdown
+                .items
+                .iter()
+                .find(|i| i.name == "tokenizer (beyond the overhead's)")
+                .map(|i| i.bytes);
+            assert_eq!(extra, Some((262_144 - 49_152) * 1_250), "{}", b.stage);
+        }
     }
 
     #[test]
