@@ -53,8 +53,8 @@
 //! With layer streaming only the embeddings, the layer in use and the activations are in
 //! memory (on the device): the other layers stay on disk, in the checkpoint (mapped while
 //! layers are read from it) or, pruned, in the layer store; evaluation adds the residual
-//! streams of [`STREAMED_WINDOW_GROUP`] windows, and on the CPU its logits are formed
-//! [`HEAD_ROWS`] rows at a time. On the CPU device and host are one pool.
+//! streams of [`STREAMED_WINDOW_GROUP`] windows, and on the CPU it holds at most
+//! [`HEAD_ROWS`] rows' worth of logits. On the CPU device and host are one pool.
 
 use serde::Serialize;
 
@@ -441,8 +441,8 @@ fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64)
     overhead(&mut eval, run.device, host, m);
     weights(&mut eval, shape, run, m, host, run.method.is_some());
     if run.streaming && run.device != DeviceKind::Cuda {
-        // The fused kernels read the head in place and form HEAD_ROWS rows of logits at
-        // a time.
+        // The fused kernels read the head in place and hold at most HEAD_ROWS rows' worth
+        // of logits.
         let rows = (HEAD_ROWS as u64).min(e);
         eval.push(
             "eval logits (a block of rows)",

@@ -18,12 +18,18 @@ use burn::backend::NdArray;
 use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
+
 use rayon::prelude::*;
 
 use super::vecmath;
 use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
 use crate::model::config::Activation;
 use crate::model::rope;
+
+mod head;
+
+pub use head::HEAD_ROWS;
+use head::{fused_hidden_nll, fused_token_nlls};
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;
@@ -224,39 +230,6 @@ struct HeadRef<'a> {
     norm: &'a [f32],
     eps: f64,
     lm_head: Option<LinearRef<'a>>,
-}
-
-impl HeadRef<'_> {
-    /// Logits of the residual stream `x` after the last layer.
-    ///
-    /// # Shapes
-    /// - `x`: `[seq, hidden]` → `[seq, vocab]`
-    fn logits(&self, x: &[f32]) -> Vec<f32> {
-        let mut logits = vec![0.0f32; x.len() / self.hidden.max(1) * self.vocab];
-        self.logits_into(x, &mut logits);
-        logits
-    }
-
-    /// [`HeadRef::logits`] written into `out`.
-    ///
-    /// # Shapes
-    /// - `x`: `[seq, hidden]`, `out`: `[seq, vocab]`
-    fn logits_into(&self, x: &[f32], out: &mut [f32]) {
-        let seq = x.len() / self.hidden.max(1);
-        let mut normed = vec![0.0f32; x.len()];
-        rms_norm(x, self.norm, self.eps, &mut normed);
-        match &self.lm_head {
-            Some(head) => head.apply(&normed, seq, out, false),
-            None => matmul(
-                out,
-                self.vocab,
-                false,
-                View::dense(&normed, seq, self.hidden),
-                View::transposed(self.embed, self.hidden, self.vocab),
-                true,
-            ),
-        }
-    }
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`, row by row.
@@ -1181,56 +1154,6 @@ fn fused_packed_hidden(
         let x = run_layers(refs, &ids, &positions, Some(packing));
         to_tensor(x, [tokens.len(), refs.head.hidden])
     })
-}
-
-/// Rows of logits a streamed evaluation holds at once ([`Kernels::hidden_nll`]).
-pub const HEAD_ROWS: usize = 64;
-
-/// [`Kernels::hidden_nll`] of the fused kernels.
-///
-/// # Shapes
-/// - `hidden`: `[1, seq, hidden]`, `window`: `seq` ids
-fn fused_hidden_nll(head: &HeadWeights<Nd>, x: &Tensor<Nd, 3>, window: &[u32]) -> Option<f64> {
-    let [batch, seq, width] = x.dims();
-    if batch != 1 || window.len() != seq || width != head.embed.dims()[1] {
-        return None;
-    }
-    // The last position predicts nothing.
-    let per_token = fused_token_nlls(head, x.clone().into_primitive().tensor(), &window[1..])?;
-    Some(per_token.iter().sum())
-}
-
-/// The next-token NLL of each of the first `targets.len()` rows of the residual stream `x`
-/// (any rank, `hidden` values per row) for its target, through the final norm and LM head
-/// [`HEAD_ROWS`] rows at a time. `None` when the shapes do not fit or a target is out of the
-/// vocabulary.
-fn fused_token_nlls(head: &HeadWeights<Nd>, x: NdArrayTensor, targets: &[u32]) -> Option<Vec<f64>> {
-    let [vocab, hidden_size] = head.embed.dims();
-    if targets.iter().any(|&t| t as usize >= vocab) {
-        return None;
-    }
-    let mut held = Held {
-        tensors: Vec::new(),
-    };
-    let head_index = hold_head(&mut held, head);
-    held.tensors.push(x);
-    let x_index = held.tensors.len() - 1;
-    let head = head_ref(&held, &head_index)?;
-    let rows = held.slice(x_index)?.get(..targets.len() * hidden_size)?;
-    let mut per_token = Vec::with_capacity(targets.len());
-    for (chunk, targets) in rows
-        .chunks(HEAD_ROWS * hidden_size)
-        .zip(targets.chunks(HEAD_ROWS))
-    {
-        let logits = head.logits(chunk);
-        per_token.par_extend(
-            logits
-                .par_chunks(vocab)
-                .zip(targets.par_iter())
-                .map(|(row, &target)| vecmath::token_nll(row, target as usize)),
-        );
-    }
-    Some(per_token)
 }
 
 #[cfg(test)]

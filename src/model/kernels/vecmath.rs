@@ -189,9 +189,15 @@ dispatch! {
 
 #[inline(always)]
 fn token_nll_portable(row: &[f32], target: usize) -> f64 {
+    let max = max_of(row);
+    exp_sum(row, max).ln() - f64::from(row[target] - max)
+}
+
+/// `Σ exp(v − max)` over `row`: each exponential in f32, summed in f64.
+#[inline(always)]
+fn exp_sum(row: &[f32], max: f32) -> f64 {
     /// Exponentials formed per block (a plain map the loop vectoriser takes), then summed.
     const BLOCK: usize = 256;
-    let max = max_of(row);
     let mut sums = [0.0f64; LANES];
     let mut terms = [0.0f32; BLOCK];
     for block in row.chunks(BLOCK) {
@@ -201,7 +207,53 @@ fn token_nll_portable(row: &[f32], target: usize) -> f64 {
         }
         fold_lanes(&mut sums, terms, |sum, t| sum + f64::from(t));
     }
-    sums.iter().sum::<f64>().ln() - f64::from(row[target] - max)
+    sums.iter().sum()
+}
+
+/// A row's softmax denominator taken a block of the row at a time: the largest value so far
+/// and `Σ exp(v − max)` over the values so far, in f64.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftmaxSum {
+    /// The largest value so far (−∞ before any).
+    pub max: f32,
+    /// `Σ exp(v − max)` so far.
+    pub sum: f64,
+}
+
+impl Default for SoftmaxSum {
+    fn default() -> Self {
+        Self {
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+        }
+    }
+}
+
+impl SoftmaxSum {
+    /// `−log softmax(row)[target]` once every block of the row was added, with `logit` the
+    /// target's value: as [`token_nll`] computes it, the terms before the largest value's block
+    /// rescaled in f64.
+    pub fn nll(&self, logit: f32) -> f64 {
+        self.sum.ln() - f64::from(logit - self.max)
+    }
+}
+
+dispatch! {
+    /// Adds the next block of a row to `state`; a block that raises the maximum rescales the
+    /// sum so far by `exp(old − new)` in f64, and its own terms are taken against the new one.
+    pub fn softmax_sum_add(state: &mut SoftmaxSum, block: &[f32]) = softmax_sum_add_portable;
+}
+
+#[inline(always)]
+fn softmax_sum_add_portable(state: &mut SoftmaxSum, block: &[f32]) {
+    let block_max = max_of(block);
+    if block_max > state.max {
+        if state.sum > 0.0 {
+            state.sum *= (f64::from(state.max) - f64::from(block_max)).exp();
+        }
+        state.max = block_max;
+    }
+    state.sum += exp_sum(block, state.max);
 }
 
 #[cfg(test)]
@@ -212,6 +264,31 @@ mod tests {
     fn ulps(a: f32, exact: f64) -> u32 {
         let b = exact as f32;
         (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    /// A row taken in blocks gives `token_nll`'s value to 1e-12 (relative, or absolute below 1)
+    /// whichever block holds the maximum (first, middle, last), with blocks of unequal length.
+    #[test]
+    fn blocked_softmax_sums_give_the_whole_rows_nll() {
+        let row: Vec<f32> = (0..5000)
+            .map(|i| ((i * 7919) % 1013) as f32 / 50.0 - 10.0)
+            .collect();
+        for peak in [3, 2500, 4999] {
+            let mut row = row.clone();
+            row[peak] = 40.0;
+            for target in [0, peak, 4321] {
+                let whole = token_nll(&row, target);
+                let mut state = SoftmaxSum::default();
+                for block in row.chunks(777) {
+                    softmax_sum_add(&mut state, block);
+                }
+                let blocked = state.nll(row[target]);
+                assert!(
+                    (blocked - whole).abs() < 1e-12 * whole.abs().max(1.0),
+                    "peak {peak}, target {target}: {blocked} vs {whole}"
+                );
+            }
+        }
     }
 
     #[test]
