@@ -1,6 +1,7 @@
 //! `wanda estimate` on the configs of real models (tests/fixtures/models: config.json only, as
 //! the hub serves them): parameter counts as published, and the calculator's numbers by hand.
 
+use crate::common::output_ok;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,16 +14,11 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn estimate_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .arg("estimate")
-        .arg("--json")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .arg("estimate")
+            .arg("--json")
+            .args(args),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 use wanda::eval::perplexity::perplexity;
 use wanda::model::{self, ModelRef};
 
-use crate::common::{save_tiny_hf_folder, tiny_text, B};
+use crate::common::{output_ok, save_tiny_hf_folder, tiny_text, B};
 
 /// A tiny model folder (weights from `seed`) and a text of `words` words in a temp folder.
 fn tiny_setup(seed: u64, words: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -21,18 +21,13 @@ fn tiny_setup(seed: u64, words: usize) -> (tempfile::TempDir, PathBuf, PathBuf) 
 /// Runs `wanda` with `args`, then `--model FOLDER --text TEXT`, and returns its stdout; fails
 /// the test with stderr when it does not succeed.
 fn wanda_ok(args: &[&str], folder: &Path, text: &Path) -> Vec<u8> {
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(args)
-        .arg("--model")
-        .arg(folder)
-        .arg("--text")
-        .arg(text)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(args)
+            .arg("--model")
+            .arg(folder)
+            .arg("--text")
+            .arg(text),
     );
     out.stdout
 }

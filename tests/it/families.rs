@@ -17,7 +17,7 @@ use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
 use wanda::prune::{Method, MethodOptions, Sparsity};
 
-use crate::common::B;
+use crate::common::{output_ok, B};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models");
 
@@ -146,8 +146,8 @@ fn qwen3_and_gemma3_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
         let ids: Vec<i64> = (0..16).map(|t| (t * 7 % 96) as i64).collect();
         let streamed = streamed.into_resident().unwrap();
         assert_eq!(
-            model_logits(&resident, &ids),
-            model_logits(&streamed, &ids),
+            crate::common::logits(&resident, &ids),
+            crate::common::logits(&streamed, &ids),
             "{family}"
         );
     }
@@ -194,28 +194,14 @@ fn a_saved_gemma3_holds_the_checkpoints_norms_and_gives_transformers_logits() {
 /// `wanda prune --method magnitude --device cpu` of `folder` with `args`, saved to `saved`;
 /// fails the test with wanda's stderr when it fails.
 fn prune_and_save(folder: &Path, args: &[&str], saved: &Path) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["prune", "--model", folder.to_str().unwrap()])
-        .args(["--method", "magnitude", "--device", "cpu"])
-        .args(args)
-        .arg("--save")
-        .arg(saved)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(["prune", "--model", folder.to_str().unwrap()])
+            .args(["--method", "magnitude", "--device", "cpu"])
+            .args(args)
+            .arg("--save")
+            .arg(saved),
     );
-}
-
-/// Logits of `ids` from `model` (the fused CPU path).
-fn model_logits(model: &wanda::model::llama::Llama<B>, ids: &[i64]) -> Vec<f32> {
-    let tokens = Tensor::<B, 2, Int>::from_data(
-        TensorData::new(ids.to_vec(), [1, ids.len()]),
-        &Default::default(),
-    );
-    model.forward(tokens).into_data().to_vec().unwrap()
 }
 
 #[test]
@@ -297,8 +283,8 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
     let reloaded = model::load::<B>(&ModelRef::Folder(saved), &device).unwrap();
     let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
     assert_eq!(
-        model_logits(&stacked, &ids),
-        model_logits(&reloaded.model, &ids)
+        crate::common::logits(&stacked, &ids),
+        crate::common::logits(&reloaded.model, &ids)
     );
 }
 

@@ -10,7 +10,9 @@ use wanda::prune::wanda::{wanda_mask, InputNorms};
 use wanda::prune::Sparsity;
 use wanda::prune::{Method, MethodOptions, PruneError};
 
-use crate::common::{logits, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B};
+use crate::common::{
+    logits, output_ok, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B,
+};
 
 /// Four calibration windows of 8 tokens over the 32-token vocabulary.
 fn windows() -> Vec<Vec<u32>> {
@@ -360,21 +362,16 @@ fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
     let calib = dir.path().join("calib.txt");
     std::fs::write(&calib, tiny_text(200)).unwrap();
     let saved = dir.path().join("pruned");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["prune", "--device", "cpu", "--json", "--method", "wanda"])
-        .args(["--pattern", "2:4", "--nsamples", "4", "--seqlen", "16"])
-        .arg("--model")
-        .arg(&tiny)
-        .arg("--calib-text")
-        .arg(&calib)
-        .arg("--save")
-        .arg(&saved)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(["prune", "--device", "cpu", "--json", "--method", "wanda"])
+            .args(["--pattern", "2:4", "--nsamples", "4", "--seqlen", "16"])
+            .arg("--model")
+            .arg(&tiny)
+            .arg("--calib-text")
+            .arg(&calib)
+            .arg("--save")
+            .arg(&saved),
     );
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let report: serde_json::Value = serde_json::from_str(

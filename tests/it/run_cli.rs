@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use wanda::pipeline::RunRecord;
 
-use crate::common::{save_tiny_hf_folder, tiny_text};
+use crate::common::{output_ok, save_tiny_hf_folder, tiny_text};
 
 /// A folder with a tiny model, texts and a 12-cell sweep pipeline; returns the pipeline path.
 pub(crate) fn sweep_fixture(dir: &Path) -> PathBuf {
@@ -379,15 +379,7 @@ fn rerun_of_a_record_gives_the_identical_perplexity() {
     let pipeline = sweep_fixture(dir.path());
     for label in ["wanda-0.6-unstructured", "sparsegpt-0.6-unstructured"] {
         let results = dir.path().join(label);
-        let out = wanda(&pipeline, &results)
-            .args(["--only", label])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        output_ok(wanda(&pipeline, &results).args(["--only", label]));
         let original = records(&results).remove(0);
         assert_eq!(original.cell.label, label);
         rerun_matches(&results, &original);

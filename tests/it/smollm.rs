@@ -10,7 +10,7 @@ use wanda::model::{self, ModelRef};
 use wanda::pipeline::RunRecord;
 use wanda::stages::{RECIPE_FILE, SPARSITY_FILE};
 
-use crate::common::{shared, B};
+use crate::common::{output_ok, shared, B};
 
 const GGUF: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const RAW_TEST: &str = "data/wikitext-2/wikitext2-raw-test.txt";
@@ -128,17 +128,12 @@ stages:
     )
     .unwrap();
     let results = dir.path().join("results");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .arg("run")
-        .arg(&pipeline)
-        .arg("--results")
-        .arg(&results)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .arg("run")
+            .arg(&pipeline)
+            .arg("--results")
+            .arg(&results),
     );
     let cells: Vec<_> = std::fs::read_dir(results.join("smollm-save"))
         .unwrap()
@@ -201,18 +196,13 @@ fn half_precision_perplexities_are_within_half_a_percent_of_f32() {
         return;
     };
     let ppl = |device: &str, label: &str| -> f64 {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .args(["eval", "--json", "--seqlen", "128", "--windows", "4"])
-            .args(["--device", device, "--model"])
-            .arg(&gguf)
-            .arg("--text")
-            .arg(&text)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .args(["eval", "--json", "--seqlen", "128", "--windows", "4"])
+                .args(["--device", device, "--model"])
+                .arg(&gguf)
+                .arg("--text")
+                .arg(&text),
         );
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(json["device"], label);

@@ -2,6 +2,7 @@
 //! N:M after the ratios), every format, the mixed-settings footnotes, and unreadable records
 //! named and skipped.
 
+use crate::common::output_ok;
 use std::path::Path;
 use std::process::Command;
 
@@ -114,17 +115,12 @@ fn plot_draws_one_curve_per_method_and_is_deterministic() {
     write_fixture(dir.path(), false);
     let svg_path = dir.path().join("ppl.svg");
     let plot = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .arg("plot")
-            .arg(dir.path())
-            .args(["--log-y", "--title", "fixture", "-o"])
-            .arg(&svg_path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        output_ok(
+            Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .arg("plot")
+                .arg(dir.path())
+                .args(["--log-y", "--title", "fixture", "-o"])
+                .arg(&svg_path),
         );
         std::fs::read_to_string(&svg_path).unwrap()
     };

@@ -138,6 +138,18 @@ pub fn demo(rel: &str, script: &str) -> Option<PathBuf> {
     None
 }
 
+/// Runs `command` and returns its output; fails the test with the command's stderr when it
+/// does not succeed.
+pub fn output_ok(command: &mut std::process::Command) -> std::process::Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs the `wanda` binary with `args`, the hub at `hub`'s address, its cache under `home`
 /// (`HF_HOME`), no token, offline or not.
 pub(crate) fn wanda_with_hub(
