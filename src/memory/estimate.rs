@@ -232,7 +232,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     if run.streaming {
         // The shell's tensors are read from the mapped checkpoint first; their pages stay
         // resident while the layers are read, at the shell's share of the parameters.
-        let shell = shape.embedding_parameters() * if shape.tie_word_embeddings { 1 } else { 2 };
+        let shell = shape.embedding_and_head_parameters();
         let pages = (u128::from(run.checkpoint_bytes) * u128::from(shell)
             / u128::from(shape.parameters.max(1))) as u64;
         load.push(
@@ -642,8 +642,7 @@ fn weights(
         // The shell (embeddings, LM head, final norm) and the layer in use; the other layers
         // stay in the checkpoint (dense) or the layer store on disk (pruned), and the
         // checkpoint stays mapped while layers are read from it.
-        let embeddings =
-            shape.embedding_parameters() * if shape.tie_word_embeddings { 1 } else { 2 };
+        let embeddings = shape.embedding_and_head_parameters();
         b.push(
             "weights (embeddings + one layer)",
             (embeddings + m.linears_per_layer) * f,

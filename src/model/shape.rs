@@ -58,7 +58,7 @@ impl ModelShape {
             };
         shape.parameters = shape.layer_parameters(config.qkv_bias, config.o_bias, layer_norms)
             * config.num_hidden_layers as u64
-            + shape.embedding_parameters() * if config.tie_word_embeddings { 1 } else { 2 }
+            + shape.embedding_and_head_parameters()
             + config.hidden_size as u64;
         shape
     }
@@ -72,6 +72,12 @@ impl ModelShape {
     /// `V × H`: the embedding matrix (and an untied head, the same again).
     pub fn embedding_parameters(&self) -> u64 {
         (self.vocab_size * self.hidden_size) as u64
+    }
+
+    /// The embeddings and, when untied, the LM head: what a streamed model keeps in memory
+    /// besides its layers.
+    pub fn embedding_and_head_parameters(&self) -> u64 {
+        self.embedding_parameters() * if self.tie_word_embeddings { 1 } else { 2 }
     }
 
     /// Parameters of the seven prunable linears of one layer:
