@@ -364,24 +364,8 @@ pub fn prune_model<B: Backend>(
         let _ = B::sync(&device);
     });
     if !options.needs_calibration(method) {
-        for (i, &layer_sparsity) in per_layer.iter().enumerate() {
-            let mut layer = model.layer(i)?.into_owned();
-            if i == 0 {
-                check_skip_against(&options.skip, layers, &layer)?;
-            }
-            let measured = prune_layer(
-                &mut layer,
-                i,
-                &options.skip,
-                true,
-                &mut clock,
-                |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
-            )?;
-            measured_sparsity.add_layer(i, measured);
-            model.set_layer(i, layer)?;
-            progress(i + 1, layers);
-        }
-        return Ok(report(measured_sparsity, options, &per_layer, Vec::new()));
+        let measured = prune_by_magnitude(model, options, &per_layer, &mut clock, progress)?;
+        return Ok(report(measured, options, &per_layer, Vec::new()));
     }
     let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
     if calibration.is_empty() || seqlen == 0 || calibration.iter().any(|w| w.len() != seqlen) {
@@ -466,6 +450,37 @@ pub fn prune_model<B: Backend>(
         &per_layer,
         outlier_ratios,
     ))
+}
+
+/// Magnitude pruning of every layer at its sparsity in `per_layer`: no calibration, each
+/// layer read, pruned and put back in turn.
+fn prune_by_magnitude<B: Backend>(
+    model: &mut impl Layers<B>,
+    options: &MethodOptions,
+    per_layer: &[Sparsity],
+    clock: &mut PhaseClock<impl Fn()>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ModelSparsity, PruneError> {
+    let layers = model.layer_count();
+    let mut measured_sparsity = ModelSparsity::default();
+    for (i, &layer_sparsity) in per_layer.iter().enumerate() {
+        let mut layer = model.layer(i)?.into_owned();
+        if i == 0 {
+            check_skip_against(&options.skip, layers, &layer)?;
+        }
+        let measured = prune_layer(
+            &mut layer,
+            i,
+            &options.skip,
+            true,
+            clock,
+            |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
+        )?;
+        measured_sparsity.add_layer(i, measured);
+        model.set_layer(i, layer)?;
+        progress(i + 1, layers);
+    }
+    Ok(measured_sparsity)
 }
 
 /// The measured sparsity of the pruned model, with each layer's target when a profile set
