@@ -9,8 +9,10 @@
 #    the gate's estimate beside the NVML device peak;
 # 3. speed: a wanda cell (calibration $NSAMPLES × 2048, eval 16 × 2048) at each of $SPEED_SHAPES
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
-#    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too.
-# SECTIONS (default "precision memory speed") picks which of 1–3 run, SHAPES (default "m l1b l7b")
+#    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too;
+# 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
+#    windows), `wanda bench gemm` against PyTorch, f32 and f16.
+# SECTIONS (default "precision memory speed") picks which of 1–4 run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
 # (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
 # Writes $OUT/log.txt, $OUT/results.jsonl (one JSON object per measurement, tagged) and
@@ -110,6 +112,12 @@ want memory && for m in ${SHAPES:-m l1b l7b}; do
   pipeline "mem-$m-lean-f16" "/tmp/$m" cuda:0-f16 $(((a + b) * 10 / 18))
 done
 
+want kernels && echo "== 4. kernels (GEMM [4096 × 2048]·[2048 × 8192])"
+want kernels && for p in "float32 cuda" "float16 cuda-f16"; do
+  set -- $p
+  record "torch-gemm-$1" 60 python3 "$here/torch_gemm.py" 4096 2048 8192 "$1"
+  record "wanda-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
+done
 want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   echo "== 3. speed ($shape shape, calibration $nsamples × 2048, eval 16 × 2048)"
   for p in "float32 cuda" "float16 cuda-f16"; do

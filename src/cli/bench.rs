@@ -115,7 +115,7 @@ pub enum BenchKind {
         #[arg(long, default_value = "text")]
         column: String,
     },
-    /// B6: f32 GEMM `[m × k] · [k × n]`, GFLOP/s.
+    /// B6: GEMM `[m × k] · [k × n]` in the backend's float type, GFLOP/s.
     Gemm {
         /// Rows of the left matrix.
         #[arg(long, default_value_t = 512)]
@@ -303,8 +303,9 @@ impl OnBackend for BenchJob {
                     }
                 });
                 let path = if fused { "fused linear" } else { "Burn matmul" };
+                let dtype = format!("{:?}", a.dtype()).to_lowercase();
                 Ok(figure(
-                    &format!("B6 gemm {m}x{k}·{k}x{n} f32 ({path})"),
+                    &format!("B6 gemm {m}x{k}·{k}x{n} {dtype} ({path})"),
                     "GFLOP/s",
                     runs,
                     choice.label(),

@@ -195,20 +195,30 @@ impl<B: Backend> Attention<B> {
         let groups = heads / kv_heads;
         let k = repeat_kv(k, groups);
         let v = repeat_kv(v, groups);
-        // Scores, softmax and their weighted sum in f32 whatever the tensors' type, as
-        // PyTorch's attention kernels accumulate.
-        let dtype = q.dtype();
-        let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
-        let rows = attention_block_rows(batch, heads, k.dims()[2]);
-        let out = causal_attention(
-            f32(q),
-            f32(k),
-            f32(v),
-            self.sliding_window,
-            self.scale,
-            rows,
-        )
-        .cast(dtype)
+        // A backend's own attention kernel where there is one for this case (CUDA's flash
+        // kernel: no window, the default scale, no cache).
+        let fast = (self.sliding_window.is_none() && self.scale.is_none() && k.dims()[2] == seq)
+            .then(|| kernels::<B>().causal_attention(&q, &k, &v))
+            .flatten();
+        let out = match fast {
+            Some(out) => out,
+            None => {
+                // Scores, softmax and their weighted sum in f32 whatever the tensors' type, as
+                // PyTorch's attention kernels accumulate.
+                let dtype = q.dtype();
+                let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
+                let rows = attention_block_rows(batch, heads, k.dims()[2]);
+                causal_attention(
+                    f32(q),
+                    f32(k),
+                    f32(v),
+                    self.sliding_window,
+                    self.scale,
+                    rows,
+                )
+                .cast(dtype)
+            }
+        }
         .swap_dims(1, 2)
         .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);

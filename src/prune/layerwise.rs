@@ -225,16 +225,18 @@ impl<B: Backend> LayerStats<B> {
             }
             return Ok(());
         }
-        // One sample at a time, summed in f64: the same sums whatever the batch.
-        for sample in 0..batch {
-            let rows = sample_rows(sample);
-            match kernels::<B>().column_sum_sq(&rows) {
-                Some(sums) => add_f64(self.sum_sq.entry(input), sums.into_iter()),
-                None => self
-                    .pending
-                    .entry(input)
-                    .or_default()
-                    .push(column_sum_sq(rows)),
+        // Each sample's sums on their own, added in f64 in sample order: the same sums whatever
+        // the batch. The fused kernels take a sample at a time; Burn's ops sum every sample of
+        // the batch in one set of kernels (a launch per sample cost a GPU seconds per run).
+        let Some(first) = kernels::<B>().column_sum_sq(&sample_rows(0)) else {
+            let per_sample = column_sum_sq(flat.reshape([batch, seq, channels]));
+            self.pending.entry(input).or_default().push(per_sample);
+            return Ok(());
+        };
+        add_f64(self.sum_sq.entry(input), first.into_iter());
+        for sample in 1..batch {
+            if let Some(sums) = kernels::<B>().column_sum_sq(&sample_rows(sample)) {
+                add_f64(self.sum_sq.entry(input), sums.into_iter());
             }
         }
         Ok(())
@@ -288,24 +290,25 @@ fn add_f64(
     }
 }
 
-/// `Σ x²` per column on the backend, summed over blocks of up to 64 rows and then over the
-/// blocks: one f32 running sum over thousands of tokens rounds every small square against a
-/// massive activation (SmolLM2's MLP hidden at position 0) and drifts by ~1e-4 relative, enough
-/// to move Wanda's masks at 70 % (issue 22); the fused CPU kernel sums in f64.
+/// `Σ x²` per column of each sample on the backend, summed over blocks of up to 64 rows and then
+/// over the blocks: one f32 running sum over thousands of tokens rounds every small square
+/// against a massive activation (SmolLM2's MLP hidden at position 0) and drifts by ~1e-4
+/// relative, enough to move Wanda's masks at 70 % (issue 22); the fused CPU kernel sums in f64.
 ///
 /// # Shapes
-/// - `flat`: `[rows, width]` → `[1, width]`
-fn column_sum_sq<B: Backend>(flat: Tensor<B, 2>) -> Tensor<B, 2> {
-    let [rows, width] = flat.dims();
+/// - `x`: `[samples, rows, width]` → `[samples, width]`
+fn column_sum_sq<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
+    let [samples, rows, width] = x.dims();
     let block = (1..=64)
         .rev()
         .find(|&b| rows.is_multiple_of(b))
         .unwrap_or(1);
-    flat.square()
-        .reshape([rows / block, block, width])
+    x.square()
+        .reshape([samples, rows / block, block, width])
+        .sum_dim(2)
+        .reshape([samples, rows / block, width])
         .sum_dim(1)
-        .reshape([rows / block, width])
-        .sum_dim(0)
+        .reshape([samples, width])
 }
 
 /// Prunes every decoder layer of `model` in place and returns the measured sparsity.
@@ -736,7 +739,10 @@ mod tests {
             relative(&running) > 1e-5,
             "the input must defeat a running sum"
         );
-        let blocked: Vec<f32> = column_sum_sq(x).into_data().to_vec().unwrap();
+        let blocked: Vec<f32> = column_sum_sq(x.reshape([1, rows, width]))
+            .into_data()
+            .to_vec()
+            .unwrap();
         assert!(relative(&blocked) < 2e-6, "{}", relative(&blocked));
     }
 }

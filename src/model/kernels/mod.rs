@@ -12,6 +12,8 @@
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
 //! the decoder: the arrow points from the decoder down to this module.
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod fused;
 mod vecmath;
 
@@ -253,6 +255,20 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// Causal attention `softmax(q·kᵀ/√head_dim)·v` of queries that are the last of the keys'
+    /// positions, with no window, accumulated in f32 whatever the tensors' type.
+    ///
+    /// # Shapes
+    /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]` → `[batch, heads, seq, head_dim]`
+    fn causal_attention(
+        &self,
+        _q: &Tensor<B, 4>,
+        _k: &Tensor<B, 4>,
+        _v: &Tensor<B, 4>,
+    ) -> Option<Tensor<B, 4>> {
+        None
+    }
+
     /// `a · b` with the product the fast linears use.
     ///
     /// # Shapes
@@ -262,10 +278,21 @@ pub trait Kernels<B: Backend>: Sync {
     }
 }
 
-/// The kernels of a backend without fast paths: every operation takes Burn's generic ops.
+/// The kernels of every backend but the fused CPU one: Burn's generic ops, except attention on
+/// CUDA, which takes CubeCL's flash kernel.
 struct Portable;
 
-impl<B: Backend> Kernels<B> for Portable {}
+impl<B: Backend> Kernels<B> for Portable {
+    #[cfg(feature = "cuda")]
+    fn causal_attention(
+        &self,
+        q: &Tensor<B, 4>,
+        k: &Tensor<B, 4>,
+        v: &Tensor<B, 4>,
+    ) -> Option<Tensor<B, 4>> {
+        cuda::flash_attention(q, k, v)
+    }
+}
 
 /// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, for every other
 /// backend kernels that have no fast path (every method `None`). The crate's one backend check; it compares type ids only, so it costs
