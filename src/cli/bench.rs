@@ -1,7 +1,8 @@
 //! `wanda bench`: the benchmark figures of `../shared/bench/README.md` — B1 (dense forward
 //! tokens/s), B2 (dense perplexity: wall s, tokens/s, peak RSS), B3–B5 (one prune cell: prune
 //! wall s, eval wall s, peak RSS, perplexity), B6 (GEMM GFLOP/s) and B7 (one decoder layer of a
-//! real shape pruned, s: the pruning bookkeeping at 7B scale). Every figure is the median
+//! real shape pruned, s: the pruning bookkeeping at 7B scale), B8 (document store MB/s) and B9
+//! (model load, MB/s of checkpoint). Every figure is the median
 //! of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
 //! `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
 
@@ -114,6 +115,13 @@ pub enum BenchKind {
         /// The text column.
         #[arg(long, default_value = "text")]
         column: String,
+    },
+    /// B9: loading a model (checkpoint read, converted to f32, laid out for the decoder, with
+    /// its tokenizer), MB/s of checkpoint bytes; run it twice to time it from the page cache.
+    Load {
+        /// A GGUF file or a Hugging Face folder.
+        #[arg(long)]
+        model: String,
     },
     /// B6: GEMM `[m × k] · [k × n]` in the backend's float type, GFLOP/s.
     Gemm {
@@ -281,6 +289,22 @@ impl OnBackend for BenchJob {
                 }
                 eprintln!("{documents} documents, {bytes} bytes");
                 Ok(figure("index_documents", "MB/s", runs, choice.label()))
+            }
+            BenchKind::Load { model } => {
+                let origin = ModelRef::parse(&model)?;
+                let (_, bytes) = model::inspect(&origin)
+                    .with_context(|| format!("cannot read model `{origin}`"))?;
+                anyhow::ensure!(bytes > 0, "`{origin}` has no local checkpoint to load");
+                let mut failure = None;
+                let runs = measure(self.repeats, bytes as f64 / 1e6, || {
+                    if let Err(e) = model::load::<B>(&origin, &device) {
+                        failure.get_or_insert(e);
+                    }
+                });
+                if let Some(e) = failure {
+                    return Err(e.into());
+                }
+                Ok(figure("B9 load", "MB/s", runs, choice.label()))
             }
             BenchKind::Gemm { m, k, n } => {
                 let a =

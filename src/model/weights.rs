@@ -442,37 +442,55 @@ pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols:
 }
 
 /// `f` of every value of a row-major `[rows, cols]` matrix, transposed into `[cols, rows]`:
-/// bands of output rows in parallel, each filled by reading a short contiguous run of every
-/// input row, straight into a buffer that is never zeroed first.
+/// bands of output rows in parallel, each filled a block of input rows at a time (the block's
+/// runs of the band's columns read in order and converted into a local buffer laid out by
+/// output row, then copied as runs of `BLOCK` values of each output row), straight into a
+/// buffer that is never zeroed first and is backed by huge pages where the kernel allows.
 #[allow(unsafe_code)]
-fn transpose_map<S: Sync, T: Copy + Send>(
+fn transpose_map<S: Sync, T: Copy + Default + Send>(
     data: &[S],
     rows: usize,
     cols: usize,
     f: impl Fn(&S) -> T + Sync,
 ) -> Vec<T> {
-    const BAND: usize = 32;
+    const BLOCK: usize = 16;
+    // Long runs of each input row, but at least four bands per thread.
+    let band_width = (cols / (4 * rayon::current_num_threads())).clamp(BLOCK, 256);
     let len = rows * cols;
     let mut out = Vec::with_capacity(len);
     if len == 0 {
         return out;
     }
-    out.spare_capacity_mut()[..len]
-        .par_chunks_mut(BAND * rows)
+    let slots = &mut out.spare_capacity_mut()[..len];
+    crate::sys::allocator::prefer_huge_pages(slots);
+    slots
+        .par_chunks_mut(band_width * rows)
         .enumerate()
         .for_each(|(b, band)| {
-            let c0 = b * BAND;
+            let c0 = b * band_width;
             let width = band.len() / rows;
-            for (r, row) in data.chunks_exact(cols).enumerate() {
-                for (j, v) in row[c0..c0 + width].iter().enumerate() {
-                    band[j * rows + r].write(f(v));
+            // `block[j·BLOCK + i]`: column `c0 + j` of input row `r0 + i`.
+            let mut block = vec![T::default(); BLOCK * width];
+            for r0 in (0..rows).step_by(BLOCK) {
+                let height = BLOCK.min(rows - r0);
+                for i in 0..height {
+                    let start = (r0 + i) * cols + c0;
+                    for (j, v) in data[start..start + width].iter().enumerate() {
+                        block[j * BLOCK + i] = f(v);
+                    }
+                }
+                for (j, run) in block.chunks_exact(BLOCK).enumerate() {
+                    let start = j * rows + r0;
+                    for (slot, &v) in band[start..start + height].iter_mut().zip(run) {
+                        slot.write(v);
+                    }
                 }
             }
         });
     // SAFETY: the bands split the first `len` slots into runs of `width × rows` (the last
-    // possibly shorter, still a multiple of `rows` as `len` is), and band `b` writes slot
-    // `j·rows + r` for every `j < width` and `r < rows` — every slot of the run, so all `len`
-    // values are initialised.
+    // possibly shorter, still a multiple of `rows` as `len` is); the blocks of band `b` cover
+    // every `r < rows`, and each writes slot `j·rows + r` for every `j < width` and each of its
+    // rows `r`, so all `len` values are initialised.
     unsafe { out.set_len(len) };
     out
 }
@@ -656,6 +674,15 @@ mod tests {
         let big: Vec<f32> = (0..(70 * 45)).map(|x| x as f32).collect();
         let back = transpose(&transpose(&big, 70, 45), 45, 70);
         assert_eq!(big, back);
+        // Several bands of output rows and partial tiles at both edges.
+        let (rows, cols) = (37, 150);
+        let wide: Vec<u32> = (0..(rows * cols) as u32).collect();
+        let t = transpose(&wide, rows, cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                assert_eq!(t[c * rows + r], wide[r * cols + c], "({r}, {c})");
+            }
+        }
     }
 
     /// A checkpoint without a single tensor.

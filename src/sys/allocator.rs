@@ -26,3 +26,31 @@ pub fn release_freed_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Asks the kernel to back `buffer` with transparent huge pages where it allows them on request
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` = `madvise`): a buffer about to be filled for
+/// the first time then takes one page fault and one zeroing per 2 MiB instead of per 4 KiB
+/// (loading a 1B checkpoint spent ~40 % of its time in those faults). Only the buffer's whole
+/// 2 MiB pages are advised; elsewhere, and with other allocators, this does nothing.
+#[allow(unsafe_code)]
+pub fn prefer_huge_pages<T>(buffer: &mut [std::mem::MaybeUninit<T>]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = buffer.as_mut_ptr() as usize;
+        let end = start + std::mem::size_of_val(buffer);
+        let first = start.next_multiple_of(HUGE);
+        let last = end / HUGE * HUGE;
+        if last > first {
+            // SAFETY: madvise(MADV_HUGEPAGE) only changes how the kernel backs pages of this
+            // range, which lies inside `buffer`; their contents and mapping stay valid.
+            unsafe {
+                libc::madvise(
+                    first as *mut libc::c_void,
+                    last - first,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
+    }
+}
