@@ -101,6 +101,10 @@ pub struct EstimateArgs {
     /// `eval` also scores zero-shot tasks (one batch of padded requests).
     #[arg(long)]
     pub zeroshot: bool,
+    /// Windows a streamed evaluation runs through each layer together, holding their residual
+    /// streams (a pipeline's gate asks for all its evaluation windows: each layer read once).
+    #[arg(long, default_value_t = wanda::eval::perplexity::STREAMED_WINDOW_GROUP)]
+    pub eval_group: usize,
     /// The device to estimate for.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
     pub target: DeviceKind,
@@ -204,6 +208,7 @@ impl EstimateArgs {
             owl: self.owl,
             dsnot: self.dsnot,
             zeroshot: self.zeroshot,
+            eval_group: self.eval_group,
         };
         let estimate = estimate_prune(&shape, &run);
         let (peak_stage, peak_bytes) = estimate.peak(Place::Device);

@@ -125,22 +125,45 @@ pub fn window_tokens<B: Backend>(window: &[u32], device: &B::Device) -> Tensor<B
     Tensor::from_data(TensorData::new(input, [1, window.len()]), device)
 }
 
-/// Windows a streamed model evaluates together: each group reads every layer once, and holds
-/// the residual streams of its windows (`group × seqlen × hidden` f32).
+/// Windows a streamed model evaluates together where no gate chose a group: each group reads
+/// every layer once, and holds the residual streams of its windows (`group × seqlen × hidden`
+/// values in the device's precision).
 pub const STREAMED_WINDOW_GROUP: usize = 8;
 
-/// Evaluates perplexity of `model` on the token ids of the whole text.
-///
-/// `max_windows` limits the evaluation to the first windows; `progress(done, total)` is called
-/// after every window (after every group of [`STREAMED_WINDOW_GROUP`] windows when the model
-/// is streamed: each group runs layer by layer, with the same kernels and the same result to
-/// the bit as a model in memory).
+/// Evaluates perplexity of `model` on the token ids of the whole text, a streamed model
+/// [`STREAMED_WINDOW_GROUP`] windows at a time ([`perplexity_in_groups`]).
 pub fn perplexity<B: Backend>(
     model: &impl Layers<B>,
     ids: &[u32],
     seqlen: usize,
     max_windows: Option<usize>,
     context_limit: usize,
+    progress: impl FnMut(usize, usize),
+) -> Result<PerplexityReport, PerplexityError> {
+    perplexity_in_groups(
+        model,
+        ids,
+        seqlen,
+        max_windows,
+        context_limit,
+        STREAMED_WINDOW_GROUP,
+        progress,
+    )
+}
+
+/// Evaluates perplexity of `model` on the token ids of the whole text.
+///
+/// `max_windows` limits the evaluation to the first windows; `progress(done, total)` is called
+/// after every window (after every group of `group` windows when the model is streamed: each
+/// group runs layer by layer, reading each layer once, with the same kernels and the same
+/// result to the bit as a model in memory).
+pub fn perplexity_in_groups<B: Backend>(
+    model: &impl Layers<B>,
+    ids: &[u32],
+    seqlen: usize,
+    max_windows: Option<usize>,
+    context_limit: usize,
+    group: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<PerplexityReport, PerplexityError> {
     if seqlen < 2 {
@@ -177,9 +200,9 @@ pub fn perplexity<B: Backend>(
             }
         }
         None => {
-            for start in (0..windows).step_by(STREAMED_WINDOW_GROUP) {
-                let group: Vec<usize> =
-                    (start..windows.min(start + STREAMED_WINDOW_GROUP)).collect();
+            let size = group.max(1);
+            for start in (0..windows).step_by(size) {
+                let group: Vec<usize> = (start..windows.min(start + size)).collect();
                 let hidden = layer_by_layer(model, group.iter().map(|&w| window(w)), &device)
                     .map_err(|e| PerplexityError::Layers(e.to_string()))?;
                 clock.lap("layers");

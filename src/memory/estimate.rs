@@ -53,7 +53,7 @@
 //! With layer streaming only the embeddings, the layer in use and the activations are in
 //! memory (on the device): the other layers stay on disk, in the checkpoint (mapped while
 //! layers are read from it) or, pruned, in the layer store; evaluation adds the residual
-//! streams of [`STREAMED_WINDOW_GROUP`] windows, and on the CPU it holds at most
+//! streams of `eval_group` windows ([`PruneRun::eval_group`]), and on the CPU it holds at most
 //! [`HEAD_ROWS`] rows' worth of logits. On the CPU device and host are one pool.
 
 use serde::Serialize;
@@ -61,7 +61,6 @@ use serde::Serialize;
 use super::device::DeviceKind;
 use super::device::Precision;
 use super::pool::{PoolLadder, PoolPages};
-use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::eval::zeroshot::loglik::BATCH_TOKENS as ZEROSHOT_BATCH_TOKENS;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
 use crate::model::llama::attention_block_rows;
@@ -143,6 +142,10 @@ pub struct PruneRun {
     /// `eval` scores zero-shot tasks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub zeroshot: bool,
+    /// Windows a streamed evaluation runs through each layer together, holding their residual
+    /// streams: each layer is read once per group. Requested as the evaluation's windows, so
+    /// that every layer is read once; the gate halves it when the streams do not fit.
+    pub eval_group: usize,
 }
 
 impl PruneRun {
@@ -472,7 +475,7 @@ fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64)
     }
     forward(&mut eval, run, m, 1, e);
     if run.streaming {
-        let group = STREAMED_WINDOW_GROUP as u64;
+        let group = run.eval_group.max(1) as u64;
         let f = run.precision.bytes();
         eval.push_allocations(
             "residual streams",
@@ -751,6 +754,7 @@ pub fn render(breakdown: &Breakdown) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 
     /// H=4, I=6, L=2, 2 heads of 2, 1 kv head, V=10, 340 parameters (see `shape.rs`).
     fn tiny() -> ModelShape {
@@ -787,6 +791,7 @@ mod tests {
             owl: false,
             dsnot: false,
             zeroshot: false,
+            eval_group: STREAMED_WINDOW_GROUP,
         }
     }
 

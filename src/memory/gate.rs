@@ -9,8 +9,10 @@
 //! down to 1, then, on a GPU, keep the calibration activations in host memory between layers.
 //! Then the policy's next step applies, in the pipeline's order: halve calibration `nsamples`
 //! down to its floor, halve calibration `seqlen` down to its floor, switch on layer streaming,
-//! halve the evaluation window (only when listed) — re-estimating after each step. When nothing fits,
-//! the decision says so with the smallest budget that would have fitted.
+//! halve the evaluation window (only when listed) — re-estimating after each step. A streamed
+//! evaluation holds the residual streams of all its windows (each layer read once); where that
+//! is what does not fit, the group of windows is halved, which changes no number either. When
+//! nothing fits, the decision says so with the smallest budget that would have fitted.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -239,6 +241,23 @@ pub fn decide(
             }
         }
     }
+    // A streamed evaluation holds the residual streams of a group of windows: fewer windows at
+    // a time where the evaluation is what does not fit.
+    while run.streaming {
+        let (stage, bytes) = estimate_prune(shape, &run).peak(Place::Device);
+        if bytes <= usable || stage != "eval" {
+            break;
+        }
+        match halve(&mut run.eval_group, 1) {
+            Some((a, b)) => steps.push(step(
+                "evaluation.group",
+                a,
+                b,
+                "halved to fit; each layer read once per group, the same numbers",
+            )),
+            None => break,
+        }
+    }
     let estimate = estimate_prune(shape, &run);
     let effective_peak = estimate.peak(Place::Device).1;
     let smallest_budget = (effective_peak as f64 / (1.0 - policy.headroom)).ceil() as u64;
@@ -360,6 +379,7 @@ mod tests {
             owl: false,
             dsnot: false,
             zeroshot: false,
+            eval_group: 8,
         }
     }
 
@@ -470,6 +490,29 @@ mod tests {
             (d.steps[4].from.as_str(), d.steps[4].to.as_str()),
             ("64", "32")
         );
+    }
+
+    #[test]
+    fn a_streamed_evaluation_halves_its_group_of_windows_to_fit() {
+        let eval_only = |group| PruneRun {
+            method: None,
+            streaming: true,
+            eval_seqlen: Some(1024),
+            eval_group: group,
+            ..run(8, 256)
+        };
+        let peak_of = |group| estimate_prune(&shape(), &eval_only(group)).peak(Place::Device);
+        assert_eq!(peak_of(64).0, "eval");
+        // Each window's residual stream is 1024 × 64 × 4 B.
+        assert_eq!(peak_of(128).1 - peak_of(64).1, 64 * 1024 * 64 * 4);
+        let budget = ((peak_of(64).1 + peak_of(128).1) / 2) as f64 / 0.9;
+        let d = decide(&shape(), &eval_only(1024), &policy(budget as u64)).unwrap();
+        assert!(d.fits);
+        assert_eq!(d.effective.eval_group, 64);
+        assert_eq!(keys(&d), ["evaluation.group"; 4]);
+        // Where it fits, every window stays in one group.
+        let roomy = decide(&shape(), &eval_only(1024), &policy(budget as u64 * 8)).unwrap();
+        assert_eq!((roomy.effective.eval_group, roomy.steps.len()), (1024, 0));
     }
 
     #[test]

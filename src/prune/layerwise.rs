@@ -227,7 +227,7 @@ impl<B: Backend> LayerStats<B> {
         }
         // Each sample's sums on their own, added in f64 in sample order: the same sums whatever
         // the batch. The fused kernels take a sample at a time; Burn's ops sum every sample of
-        // the batch in one set of kernels (a launch per sample cost a GPU seconds per run).
+        // the batch in one set of kernels (on a GPU, one launch per sample and input added up).
         let Some(first) = kernels::<B>().column_sum_sq(&sample_rows(0)) else {
             let per_sample = column_sum_sq(flat.reshape([batch, seq, channels]));
             self.pending.entry(input).or_default().push(per_sample);

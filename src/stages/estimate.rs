@@ -7,6 +7,7 @@ use burn::prelude::Backend;
 use super::probe::probe_prune;
 use super::{PipelineExecutor, StageError};
 use crate::data::sets::{DataSource, Role};
+use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::memory::device::DeviceChoice;
 use crate::memory::estimate::{estimate_prune, PruneRun};
 use crate::model::shape::{ModelShape, Place};
@@ -144,6 +145,13 @@ pub fn requested_run(
                 })
             )
         }),
+        // Every window in one group, so that a streamed evaluation reads each layer once; all
+        // windows of the text (`windows` unset) are only counted once the text is read.
+        eval_group: settings
+            .evaluation
+            .as_ref()
+            .and_then(|e| e.windows)
+            .unwrap_or(STREAMED_WINDOW_GROUP),
     })
 }
 

@@ -7,7 +7,7 @@ use super::{PipelineExecutor, StageError};
 use crate::data::hub::HubRequest;
 use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
-use crate::eval::perplexity::perplexity;
+use crate::eval::perplexity::perplexity_in_groups;
 use crate::eval::zeroshot::{self, TaskSource};
 use crate::model::stream::Decoder;
 use crate::pipeline::plan::StageNode;
@@ -157,12 +157,13 @@ fn perplexity_of<B: Backend>(
     let (_, ids) = exec.artifacts.eval_ids.as_ref().expect("set just above");
     let context = exec.base(stage)?.config.context_limit();
     let seqlen = spec.seqlen;
-    let report = perplexity(
+    let report = perplexity_in_groups(
         exec.current(stage, upstream)?,
         ids,
         seqlen,
         spec.windows,
         context,
+        exec.evaluation_group(),
         |done, total| (exec.ctx.progress)(stage, done, total),
     )?;
     record.metrics.perplexity = Some(report.perplexity);

@@ -208,6 +208,18 @@ impl<B: Backend> PipelineExecutor<B> {
         settings
     }
 
+    /// Windows a streamed evaluation runs through each layer together: the gate's choice (the
+    /// evaluation's windows, halved where they do not fit), else
+    /// [`crate::eval::perplexity::STREAMED_WINDOW_GROUP`].
+    fn evaluation_group(&self) -> usize {
+        self.artifacts
+            .gate
+            .as_ref()
+            .map_or(crate::eval::perplexity::STREAMED_WINDOW_GROUP, |gate| {
+                gate.effective.eval_group
+            })
+    }
+
     /// How calibration samples pass through the layers: [`prune::BATCH`] at a time on the
     /// device, unless the gate lowered the batch or moved the activations to the host to fit.
     fn calibration_batching(&self) -> Batching {

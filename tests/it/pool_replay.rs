@@ -92,6 +92,7 @@ fn the_pool_model_reserves_what_cubecls_manager_reserves() {
             owl: false,
             dsnot: false,
             zeroshot: false,
+            eval_group: 8,
         };
         let estimate = estimate_prune(shape, &run);
         let stages: Vec<Vec<u64>> = estimate

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use wanda::eval::perplexity::{perplexity, STREAMED_WINDOW_GROUP};
+use wanda::eval::perplexity::{perplexity, perplexity_in_groups, STREAMED_WINDOW_GROUP};
 use wanda::model::config::{HfLlamaConfig, LlamaConfig};
 use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::host::to_host_f32;
@@ -111,6 +111,20 @@ fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
     assert_eq!(in_memory.to_bits(), layer_by_layer.to_bits());
     let windows = STREAMED_WINDOW_GROUP + 3;
     assert_eq!(seen, [(STREAMED_WINDOW_GROUP, windows), (windows, windows)]);
+    // Every window in one group (each layer read once), and groups of 3: the same bits.
+    for group in [windows, 3] {
+        let mut seen = Vec::new();
+        let grouped = perplexity_in_groups(&streamed, &ids, 8, None, 64, group, |done, _| {
+            seen.push(done)
+        })
+        .unwrap()
+        .perplexity;
+        assert_eq!(grouped.to_bits(), in_memory.to_bits(), "group {group}");
+        let ends: Vec<usize> = (1..=windows.div_ceil(group))
+            .map(|g| (g * group).min(windows))
+            .collect();
+        assert_eq!(seen, ends, "group {group}");
+    }
 }
 
 /// SmolLM2-135M's parameters × 4 B: its weights in f32.

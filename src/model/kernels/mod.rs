@@ -5,8 +5,9 @@
 //! returns `None` where the fast path does not apply, and the caller then runs the generic
 //! path. [`kernels`] picks the implementation for a backend type: the fused CPU kernels of
 //! `fused.rs` (gemm products on borrowed f32 slices, with the vectorised element-wise kernels of
-//! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; for every other backend an
-//! implementation with no fast path at all. That choice is the crate's only backend check.
+//! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; for every other backend Burn's
+//! generic ops, except attention on CUDA (`cuda.rs`: CubeCL's flash kernel, found by the type of
+//! the tensors' primitives). Those are the crate's only backend checks.
 //!
 //! The kernels see a model through borrowed views ([`LayerWeights`], [`HeadWeights`],
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
@@ -295,8 +296,8 @@ impl<B: Backend> Kernels<B> for Portable {
 }
 
 /// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, for every other
-/// backend kernels that have no fast path (every method `None`). The crate's one backend check; it compares type ids only, so it costs
-/// nothing at run time.
+/// backend Burn's generic ops (with CUDA's flash attention). It compares type ids only, so it
+/// costs nothing at run time.
 pub fn kernels<B: Backend>() -> &'static dyn Kernels<B> {
     let fused: &'static dyn Kernels<NdArray<f32>> = &fused::Fused;
     match (&fused as &dyn Any).downcast_ref::<&'static dyn Kernels<B>>() {
