@@ -587,14 +587,16 @@ pub fn build_llama<B: Backend>(
 ) -> Result<Llama<B>, WeightError> {
     // Layer by layer, not `with_capacity(num_hidden_layers)`: the count comes from the file,
     // and each layer must find its tensors there before it takes memory.
+    // Each layer's mapped checkpoint pages leave the resident set once it is built, so the
+    // load holds the weights and one layer's pages, not the whole file twice.
     let mut layers = Vec::new();
     for i in 0..config.num_hidden_layers {
         layers.push(build_layer(config, source, i, device)?);
+        source.release_pages();
     }
-    Ok(Llama {
-        layers,
-        ..build_shell(config, source, device)?
-    })
+    let shell = build_shell(config, source, device)?;
+    source.release_pages();
+    Ok(Llama { layers, ..shell })
 }
 
 /// The model without its decoder layers: embeddings, final norm, LM head and rotary

@@ -14,6 +14,7 @@ use crate::data::sets::Provenance;
 
 use super::plan::{Cell, CellId, Plan};
 use crate::prune::layerwise::ModelSparsity;
+use crate::sys::io::IoBytes;
 use crate::sys::write_atomic;
 
 /// Version of the record layout; bumped on incompatible changes.
@@ -159,6 +160,9 @@ pub struct Timings {
     /// Per stage id.
     #[serde(default)]
     pub stages: BTreeMap<String, f64>,
+    /// Storage bytes each stage read and wrote (Linux only; page-cache hits are not reads).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub io: BTreeMap<String, IoBytes>,
 }
 
 /// Peak memory in bytes.

@@ -14,6 +14,7 @@ use crate::memory::log::MemoryLog;
 use crate::pipeline::attempt::{Attempt, AttemptState};
 use crate::pipeline::plan::{Cell, Plan, StageNode};
 use crate::pipeline::record::{RecordError, RunRecord, StageMemory};
+use crate::sys::io::IoBytes;
 
 /// What a stage returns: go on, or stop the run with a reason (a gate said no → exit 1).
 #[derive(Debug, Clone, PartialEq)]
@@ -232,7 +233,7 @@ pub fn run(
             record_cell: sole_cell,
         };
         let outcome = step.run(executor, &mut shared_log, &mut shared_record, &mut on_event);
-        let (outcome, seconds, peak) = match outcome {
+        let (outcome, cost) = match outcome {
             Ok(outcome) => outcome,
             Err(error) => {
                 // None of this process's cells can run now.
@@ -243,7 +244,7 @@ pub fn run(
                 return Err(error);
             }
         };
-        shared_times.push((node.stage.clone(), seconds, peak));
+        shared_times.push((node.stage.clone(), cost));
         if let StageOutcome::Halt { reason } = outcome {
             let attempt = Attempt::start().failed(format!("halted: {reason}"));
             for cell in &todo {
@@ -271,8 +272,8 @@ pub fn run(
                 source,
             })?;
         let started = Instant::now();
-        for (stage, seconds, peak) in &shared_times {
-            record_stage(&mut record, stage, *seconds, *peak);
+        for (stage, cost) in &shared_times {
+            record_stage(&mut record, stage, *cost);
         }
         for index in plan.cell_nodes(cell.index) {
             let node = &plan.graph()[index];
@@ -282,19 +283,18 @@ pub fn run(
                 cell: Some(cell),
                 record_cell: Some(cell),
             };
-            let (outcome, seconds, peak) =
-                match step.run(executor, &mut log, &mut record, &mut on_event) {
-                    Ok(outcome) => outcome,
-                    Err(error) => {
-                        mark(
-                            &attempt.clone().failed(error_chain(&error)),
-                            &options.results_dir,
-                            cell,
-                        );
-                        return Err(error);
-                    }
-                };
-            record_stage(&mut record, &node.stage, seconds, peak);
+            let (outcome, cost) = match step.run(executor, &mut log, &mut record, &mut on_event) {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    mark(
+                        &attempt.clone().failed(error_chain(&error)),
+                        &options.results_dir,
+                        cell,
+                    );
+                    return Err(error);
+                }
+            };
+            record_stage(&mut record, &node.stage, cost);
             if let StageOutcome::Halt { reason } = outcome {
                 mark(
                     &attempt.clone().failed(format!("halted: {reason}")),
@@ -306,8 +306,8 @@ pub fn run(
                 return Ok(summary);
             }
         }
-        record.timings.total_s =
-            started.elapsed().as_secs_f64() + shared_times.iter().map(|(_, s, _)| s).sum::<f64>();
+        record.timings.total_s = started.elapsed().as_secs_f64()
+            + shared_times.iter().map(|(_, c)| c.seconds).sum::<f64>();
         record.memory.peak_rss_bytes = log.peak_rss();
         record.memory.peak_gpu_bytes = log.peak_gpu();
         let path = RunRecord::path(&options.results_dir, &cell.id);
@@ -377,16 +377,16 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
-    /// Announces the node, runs it between two memory checkpoints, and returns its outcome,
-    /// wall seconds and the peak RSS seen at its end, or the failure named after the stage and
-    /// cell. Shared and per-cell stages both run through here.
+    /// Announces the node, runs it between two memory checkpoints, and returns its outcome and
+    /// what it cost (wall seconds, the peak RSS seen at its end, storage bytes), or the failure
+    /// named after the stage and cell. Shared and per-cell stages both run through here.
     fn run<'p>(
         &self,
         executor: &mut dyn Executor,
         log: &mut MemoryLog,
         record: &mut RunRecord,
         on_event: &mut impl FnMut(RunEvent<'p>),
-    ) -> Result<(StageOutcome, f64, Option<u64>), RunError>
+    ) -> Result<(StageOutcome, StageCost), RunError>
     where
         Self: 'p,
     {
@@ -396,7 +396,7 @@ impl Step<'_> {
             cell: self.cell,
         });
         let upstream = upstream(self.plan, self.index);
-        let (outcome, seconds, peak) = timed(log, &node.stage, || {
+        let (outcome, cost) = timed(log, &node.stage, || {
             executor.run_stage(node, &upstream, self.record_cell, record)
         });
         let outcome = outcome.map_err(|source| RunError::Stage {
@@ -404,17 +404,23 @@ impl Step<'_> {
             cell: self.cell.map(|c| c.label.clone()),
             source,
         })?;
-        Ok((outcome, seconds, peak))
+        Ok((outcome, cost))
     }
 }
 
 /// Puts a stage's wall time and peak into a cell's record.
-fn record_stage(record: &mut RunRecord, stage: &str, seconds: f64, peak: Option<u64>) {
-    record.timings.stages.insert(stage.to_string(), seconds);
+fn record_stage(record: &mut RunRecord, stage: &str, cost: StageCost) {
+    record
+        .timings
+        .stages
+        .insert(stage.to_string(), cost.seconds);
+    if let Some(io) = cost.io {
+        record.timings.io.insert(stage.to_string(), io);
+    }
     record.memory.stages.insert(
         stage.to_string(),
         StageMemory {
-            peak_rss_bytes: peak,
+            peak_rss_bytes: cost.peak,
             peak_gpu_bytes: None,
         },
     );
@@ -422,11 +428,29 @@ fn record_stage(record: &mut RunRecord, stage: &str, seconds: f64, peak: Option<
 
 /// Runs `f` between two checkpoints named after the stage; returns its result, wall seconds
 /// and the peak RSS seen at the end checkpoint.
-fn timed<T>(log: &mut MemoryLog, stage: &str, f: impl FnOnce() -> T) -> (T, f64, Option<u64>) {
+fn timed<T>(log: &mut MemoryLog, stage: &str, f: impl FnOnce() -> T) -> (T, StageCost) {
     log.checkpoint(format!("{stage}:start"));
+    let io_before = IoBytes::now();
     let started = Instant::now();
     let out = f();
     let seconds = started.elapsed().as_secs_f64();
+    let io = IoBytes::now()
+        .zip(io_before)
+        .map(|(after, before)| after.since(before));
     let end = log.checkpoint(format!("{stage}:end"));
-    (out, seconds, end.peak_rss.or(end.rss))
+    let cost = StageCost {
+        seconds,
+        peak: end.peak_rss.or(end.rss),
+        io,
+    };
+    (out, cost)
+}
+
+/// What a stage cost: wall seconds, the peak RSS seen at its end and the storage bytes it
+/// moved.
+#[derive(Debug, Clone, Copy)]
+struct StageCost {
+    seconds: f64,
+    peak: Option<u64>,
+    io: Option<IoBytes>,
 }

@@ -275,10 +275,36 @@ pub(crate) fn schema_properties(schema: &Schema) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// `load` takes no options.
+/// Options of `load`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LoadOptions {}
+pub struct LoadOptions {
+    /// When a streamed model's layers are checked against the config (every tensor present,
+    /// of its shape and a readable type): `first-read` (default) as each layer is first read,
+    /// `full` all of them once before calibration, so a broken checkpoint stops the run
+    /// before any work, at the cost of a pass over the checkpoint. Left out of the resolved
+    /// config at its default, so cell ids stay those of pipelines written before it existed.
+    #[serde(default, skip_serializing_if = "LoadVerify::is_first_read")]
+    pub verify: LoadVerify,
+}
+
+/// When a streamed model's layers are checked ([`LoadOptions::verify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadVerify {
+    /// Each layer when it is first read.
+    #[default]
+    FirstRead,
+    /// Every layer once, before calibration.
+    Full,
+}
+
+impl LoadVerify {
+    /// Whether this is the default, [`LoadVerify::FirstRead`].
+    pub fn is_first_read(&self) -> bool {
+        *self == LoadVerify::FirstRead
+    }
+}
 
 /// Options of `estimate`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -1407,7 +1433,29 @@ mod tests {
                 "use_variant"
             ]
         );
-        assert!(StageKind::Load.option_names().is_empty());
+        assert_eq!(StageKind::Load.option_names(), ["verify"]);
+    }
+
+    #[test]
+    fn load_verifies_at_first_read_unless_asked_for_a_full_pass() {
+        let load = |options: &str| {
+            parse_text(&format!("{HEAD}stages: {{ load: {options} }}\n")).map(|p| {
+                match &p.spec.stages[0].options {
+                    StageOptions::Load(o) => o.verify,
+                    other => panic!("{other:?}"),
+                }
+            })
+        };
+        assert_eq!(load("{}").unwrap(), LoadVerify::FirstRead);
+        assert_eq!(load("{ verify: full }").unwrap(), LoadVerify::Full);
+        let err = format!("{:?}", load("{ verify: sometimes }").unwrap_err());
+        assert!(
+            err.contains("verify") && err.contains("first-read"),
+            "{err}"
+        );
+        // At its default it stays out of the resolved config, so cell ids do not move.
+        let value = serde_json::to_value(LoadOptions::default()).unwrap();
+        assert_eq!(value, serde_json::json!({}));
     }
 
     #[test]

@@ -65,9 +65,10 @@ pub(super) fn run<B: Backend>(
     Ok(StageOutcome::Continue)
 }
 
-/// Keeps the model streamed when the gate counted on streaming (checking every layer of the
-/// checkpoint once, so a broken one stops the run now rather than mid-prune), else reads all
-/// its layers into memory.
+/// Keeps the model streamed when the gate counted on streaming, else reads all its layers into
+/// memory. A streamed model's layers are checked as each is first read, or with
+/// `load: { verify: full }` all now (one pass over the checkpoint), so a broken one stops the
+/// run before calibration.
 fn settle_layers<B: Backend>(
     exec: &mut PipelineExecutor<B>,
     streaming: bool,
@@ -75,8 +76,14 @@ fn settle_layers<B: Backend>(
     let Some(base) = exec.artifacts.base.take() else {
         return Ok(());
     };
+    let verify = exec.artifacts.verify_layers;
     exec.artifacts.base = Some(base.try_map_model(|model| match model {
-        Decoder::Streamed(model) if streaming => model.check().map(|()| Decoder::Streamed(model)),
+        Decoder::Streamed(model) if streaming => {
+            if verify {
+                model.check()?;
+            }
+            Ok(Decoder::Streamed(model))
+        }
         model => model.into_resident().map(Decoder::Resident),
     })?);
     Ok(())

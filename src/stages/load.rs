@@ -7,7 +7,7 @@ use super::PipelineExecutor;
 use crate::model::stream::Decoder;
 use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::Settings;
+use crate::pipeline::spec::{LoadOptions, LoadVerify, Settings};
 
 /// The model `settings` name, its paths resolved against `base_dir` (the pipeline's folder).
 pub fn model_ref(
@@ -20,8 +20,10 @@ pub fn model_ref(
 pub(super) fn run<B: Backend>(
     exec: &mut PipelineExecutor<B>,
     _stage: &str,
+    options: &LoadOptions,
     settings: &Settings,
 ) -> Result<(), StageFailure> {
+    exec.artifacts.verify_layers = options.verify == LoadVerify::Full;
     let origin = model_ref(settings, &exec.ctx.base_dir)?;
     exec.hashes.recorded.model = exec.model_hash(settings)?;
     // With a gate ahead, the layers stay in the checkpoint until it decides whether the run

@@ -17,6 +17,7 @@ pub use save::{RECIPE_FILE, SPARSITY_FILE};
 use std::path::{Path, PathBuf};
 
 use burn::prelude::Backend;
+use rayon::prelude::*;
 
 use crate::data::calibration::CalibrationSet;
 use crate::eval::perplexity::PerplexityReport;
@@ -119,6 +120,9 @@ struct Artifacts<B: Backend> {
     /// The gate's decision. Stages never read it: [`PipelineExecutor::effective_settings`]
     /// and [`PipelineExecutor::calibration_batching`] apply it to what they are given.
     gate: Option<GateDecision>,
+    /// Whether a streamed model's layers are all read once before calibration
+    /// (`load: { verify: full }`) rather than checked as each is first read.
+    verify_layers: bool,
 }
 
 /// The hashes of the run's inputs.
@@ -176,6 +180,7 @@ impl<B: Backend> PipelineExecutor<B> {
                 perplexity: None,
                 estimated: None,
                 gate: None,
+                verify_layers: false,
             },
             hashes: InputHashes {
                 recorded,
@@ -300,6 +305,20 @@ impl<B: Backend> PipelineExecutor<B> {
                     })
                     .collect();
                 files.sort();
+                // The shards of a large checkpoint are hashed in parallel (one core hashes
+                // SHA-256 slower than the disk reads), then added in name order.
+                let missing: Vec<&PathBuf> = files
+                    .iter()
+                    .filter(|f| !self.hashes.files.contains_key(*f))
+                    .collect();
+                let digests = missing
+                    .par_iter()
+                    .map(|f| match crate::data::hash::sha256_file(f) {
+                        Ok(hash) => Ok(((*f).clone(), hash)),
+                        Err(e) => Err(read(f, e)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.hashes.files.extend(digests);
                 let mut hasher = crate::data::hash::FilesHasher::default();
                 for file in &files {
                     hasher.add(file, &self.hash_of(file).map_err(|e| read(file, e))?);
@@ -397,7 +416,7 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
     ) -> Result<StageOutcome, StageFailure> {
         let settings = self.effective_settings(cell);
         match &node.options {
-            StageOptions::Load(_) => load::run(self, &node.stage, &settings)?,
+            StageOptions::Load(options) => load::run(self, &node.stage, options, &settings)?,
             StageOptions::Calibrate(_) => calibrate::run(self, &node.stage, &settings)?,
             StageOptions::Prune(options) => prune::run(self, node, options, record)?,
             StageOptions::Eval(options) => {

@@ -1,9 +1,11 @@
 //! The bottom floor: file-system and process helpers every other module may use and that use
 //! nothing of this crate — atomic writes and orphan cleanup ([`atomic`]) and the allocator's
-//! tuning ([`allocator`]), phase timing for finding where a backend loses time ([`phases`]).
+//! tuning ([`allocator`]), phase timing for finding where a backend loses time ([`phases`]),
+//! the process's storage I/O ([`io`]).
 
 pub mod allocator;
 pub mod atomic;
+pub mod io;
 pub mod phases;
 
 pub use atomic::{remove_orphans, write_atomic};

@@ -127,6 +127,31 @@ fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
     }
 }
 
+/// A streamed model opens without reading its layers; a layer the checkpoint lacks is an error
+/// naming the missing tensor when that layer is first read, or up front from
+/// [`StreamedLlama::check`] (`load: { verify: full }`).
+#[test]
+fn a_broken_layer_is_found_when_first_read_or_by_the_full_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, source) = checkpoint(dir.path());
+    // The config claims a fourth layer that the checkpoint does not hold.
+    let mut claimed = config.clone();
+    claimed.num_hidden_layers = 4;
+    let device = Default::default();
+    let streamed = StreamedLlama::<B>::open(&claimed, source, &device, dir.path()).unwrap();
+    for i in 0..3 {
+        assert!(streamed.layer(i).is_ok(), "layer {i}");
+    }
+    let first_read = streamed.layer(3).unwrap_err().to_string();
+    let full = streamed.check().unwrap_err().to_string();
+    for message in [&first_read, &full] {
+        assert!(
+            message.contains("tensor `model.layers.3.") && message.contains("is missing"),
+            "{message}"
+        );
+    }
+}
+
 /// SmolLM2-135M's parameters × 4 B: its weights in f32.
 const WEIGHT_BYTES: u64 = 134_515_008 * 4;
 
