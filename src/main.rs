@@ -10,6 +10,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: wanda::sys::allocator::HugePageAllocator =
+    wanda::sys::allocator::HugePageAllocator;
+
 fn main() -> ExitCode {
     wanda::sys::allocator::keep_freed_memory_for_reuse();
     let args = cli::Cli::parse();
