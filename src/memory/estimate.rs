@@ -426,12 +426,12 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     } else {
         (method_bytes, method_formula)
     };
-    // A method that only zeroes weights sends each linear back as the mask of its zeros
-    // (1 B a weight); SparseGPT's update sends the weights (4 B).
-    let (held, what) = if method == Method::Sparsegpt && !run.dsnot {
-        (F32, "pruned weights")
-    } else {
+    // A zeroing method sends each linear back as the mask of its zeros (1 B a weight);
+    // SparseGPT's update sends the weights (4 B).
+    let (held, what) = if method.only_zeroes(run.dsnot) {
         (1, "masks")
+    } else {
+        (F32, "pruned weights")
     };
     prune.push(
         "pruning buffers",

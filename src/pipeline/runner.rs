@@ -408,7 +408,7 @@ impl Step<'_> {
     }
 }
 
-/// Puts a stage's wall time and peak into a cell's record.
+/// Puts a stage's wall time, storage bytes and peak into a cell's record.
 fn record_stage(record: &mut RunRecord, stage: &str, cost: StageCost) {
     record
         .timings
@@ -426,8 +426,8 @@ fn record_stage(record: &mut RunRecord, stage: &str, cost: StageCost) {
     );
 }
 
-/// Runs `f` between two checkpoints named after the stage; returns its result, wall seconds
-/// and the peak RSS seen at the end checkpoint.
+/// Runs `f` between two checkpoints named after the stage; returns its result and what it
+/// cost: wall seconds, the storage bytes it moved and the peak RSS seen at the end checkpoint.
 fn timed<T>(log: &mut MemoryLog, stage: &str, f: impl FnOnce() -> T) -> (T, StageCost) {
     log.checkpoint(format!("{stage}:start"));
     let io_before = IoBytes::now();

@@ -411,8 +411,7 @@ pub fn prune_model<B: Backend>(
     let mut inputs = embed();
     clock.lap("embed");
     let gram = method == Method::Sparsegpt;
-    // SparseGPT updates the weights it keeps; with DSnoT its saliency only orders a mask.
-    let zeroes_only = !(gram && options.dsnot.is_none());
+    let zeroes_only = method.only_zeroes(options.dsnot.is_some());
     for (i, &layer_sparsity) in per_layer.iter().enumerate() {
         let mut layer = model.layer(i)?.into_owned();
         if i == 0 {

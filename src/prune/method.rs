@@ -50,6 +50,13 @@ impl Method {
     pub fn needs_calibration(self) -> bool {
         !matches!(self, Method::Magnitude)
     }
+
+    /// Whether pruning with this method (refined by DSnoT when `dsnot`) only zeroes weights:
+    /// SparseGPT updates the weights it keeps, unless DSnoT uses its saliency only to order a
+    /// mask. A zeroing method's pruned linears go back as the masks of their zeros.
+    pub fn only_zeroes(self, dsnot: bool) -> bool {
+        self != Method::Sparsegpt || dsnot
+    }
 }
 
 impl fmt::Display for Method {

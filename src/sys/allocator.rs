@@ -13,7 +13,7 @@ pub fn keep_freed_memory_for_reuse() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, HUGE_PAGE_ALLOCATION as libc::c_int);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
 }
