@@ -2,7 +2,7 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral phi3 gemma3; do
+    for f in llama qwen2 qwen3 mistral phi3 gemma3 opt; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -51,6 +51,13 @@ def config(family):
             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
             pad_token_id=0, **common)
+    if family == "opt":
+        # OPT's layer (LayerNorms, biases, ReLU fc1/fc2, learned positions offset by 2) with
+        # OPT's own key names; multi-head attention and tied embeddings as in every OPT.
+        return transformers.OPTConfig(
+            vocab_size=VOCAB, hidden_size=64, ffn_dim=112, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=64,
+            init_std=0.25, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -67,11 +74,14 @@ def main():
     family, out = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config(family)).eval()
-    # Non-unit norm gains, so a norm left out or misplaced shows in the logits.
+    # Non-unit norm gains, so a norm left out or misplaced shows in the logits; for OPT, which
+    # initialises every bias to zero, non-zero biases too.
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
+            elif family == "opt" and name.endswith(".bias"):
+                p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:
         json.dump(tokenizer_json(), f)

@@ -90,7 +90,11 @@ pub struct HfLlamaConfig {
     /// Width of the residual stream.
     pub hidden_size: usize,
     /// Width of the MLP.
-    pub intermediate_size: usize,
+    #[serde(default)]
+    pub intermediate_size: Option<usize>,
+    /// OPT's name for the width of the MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn_dim: Option<usize>,
     /// Number of decoder layers.
     pub num_hidden_layers: usize,
     /// Number of query heads.
@@ -137,6 +141,30 @@ pub struct HfLlamaConfig {
     /// Activation of the MLP's gate (`silu`, or `gelu_pytorch_tanh` for Gemma).
     #[serde(default)]
     pub hidden_act: Option<String>,
+    /// OPT's name for the MLP activation (`relu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_function: Option<String>,
+    /// OPT: whether every linear carries a bias (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_bias: Option<bool>,
+    /// OPT: norms before attention and the MLP (default true; false is OPT-350m's post-norm
+    /// layout, which is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub do_layer_norm_before: Option<bool>,
+    /// OPT: width of the token embeddings, projected to `hidden_size` when it differs
+    /// (OPT-350m; refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_embed_proj_dim: Option<usize>,
+    /// OPT: whether the LayerNorms have gains and biases (default true; false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_norm_elementwise_affine: Option<bool>,
+    /// OPT: whether the final LayerNorm is left out (default false; true is refused).
+    #[serde(
+        default,
+        rename = "_remove_final_layer_norm",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub remove_final_layer_norm: Option<bool>,
     /// Gemma's name for the MLP activation (takes precedence over `hidden_act`).
     #[serde(default)]
     pub hidden_activation: Option<String>,
@@ -235,8 +263,12 @@ impl HfLlamaConfig {
         }
         let num_heads = self.num_attention_heads;
         let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
+        let intermediate_size = self
+            .intermediate_size
+            .or(self.ffn_dim)
+            .ok_or_else(|| invalid("intermediate_size", "is missing".to_string()))?;
         positive("hidden_size", self.hidden_size)?;
-        positive("intermediate_size", self.intermediate_size)?;
+        positive("intermediate_size", intermediate_size)?;
         positive("num_hidden_layers", self.num_hidden_layers)?;
         positive("num_attention_heads", num_heads)?;
         positive("num_key_value_heads", num_kv_heads)?;
@@ -280,7 +312,7 @@ impl HfLlamaConfig {
                 format!("must be positive, got {rope_theta}"),
             ));
         }
-        let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
+        let rms_norm_eps = family.norm_eps(self);
         if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
             return Err(invalid(
                 "rms_norm_eps",
@@ -308,7 +340,7 @@ impl HfLlamaConfig {
         Ok(LlamaConfig {
             architecture,
             hidden_size: self.hidden_size,
-            intermediate_size: self.intermediate_size,
+            intermediate_size,
             num_hidden_layers: self.num_hidden_layers,
             num_attention_heads: num_heads,
             num_key_value_heads: num_kv_heads,
@@ -318,7 +350,9 @@ impl HfLlamaConfig {
             rope_scaling,
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
             vocab_size: self.vocab_size,
-            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            tie_word_embeddings: self
+                .tie_word_embeddings
+                .unwrap_or(family.ties_embeddings_by_default()),
             qkv_bias: biases.qkv,
             o_bias: biases.o,
             sliding_window: family.sliding_window(self),
@@ -329,12 +363,13 @@ impl HfLlamaConfig {
         })
     }
 
-    /// The MLP activation the config names (`hidden_activation`, else `hidden_act`), `None`
-    /// when it names none.
+    /// The MLP activation the config names (`hidden_activation`, else `hidden_act`, else
+    /// `activation_function`), `None` when it names none.
     pub fn activation_name(&self) -> Option<&str> {
         self.hidden_activation
             .as_deref()
             .or(self.hidden_act.as_deref())
+            .or(self.activation_function.as_deref())
     }
 }
 
@@ -492,6 +527,8 @@ pub enum Activation {
     Silu,
     /// `gelu_tanh(gate) · up` (GeGLU with GELU's tanh approximation; Gemma).
     GeluTanh,
+    /// `relu(x)` (OPT, whose MLP has no gate).
+    Relu,
 }
 
 impl Activation {
@@ -500,6 +537,7 @@ impl Activation {
         match self {
             Activation::Silu => "silu",
             Activation::GeluTanh => "gelu_pytorch_tanh",
+            Activation::Relu => "relu",
         }
     }
 }
@@ -539,6 +577,19 @@ pub struct DecoderExtras {
     /// Interleaved local and global attention.
     #[serde(default)]
     pub local_attention: Option<LocalAttention>,
+    /// The norms are LayerNorms (centred, with a bias) instead of RMSNorms (OPT).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layer_norm: bool,
+    /// The MLP has no gate: `down(act(up(x)))` (OPT's `fc1`, `fc2`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ungated_mlp: bool,
+    /// The MLP's linears carry biases (OPT).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mlp_bias: bool,
+    /// Positions are a learned table added to the token embeddings, read from row
+    /// `position + 2` (OPT's offset), instead of RoPE.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learned_positions: bool,
 }
 
 impl DecoderExtras {
@@ -589,7 +640,7 @@ impl LlamaConfig {
             "torch_dtype": "float32",
         });
         if let Some(map) = v.as_object_mut() {
-            for (key, value) in self.architecture.family().hf_keys(&self.extras) {
+            for (key, value) in self.architecture.family().hf_keys(self) {
                 map.insert(key.into(), value);
             }
             if let Some(b) = self.bos_token_id {

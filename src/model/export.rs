@@ -11,8 +11,8 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
-use super::family::FusedLinear;
-use super::llama::{DecoderLayer, Llama, RmsNorm};
+use super::family::{Family, FusedLinear};
+use super::llama::{DecoderLayer, Llama, Norm};
 use super::stream::Layers;
 use super::weights::{transpose, HostTensor};
 
@@ -118,9 +118,9 @@ fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
     }
 }
 
-/// Every tensor of the model under its Hugging Face name, in PyTorch layout, in the order
-/// they are saved: embeddings, each layer's linears (apart, as Llama names them) and norms,
-/// LM head, final norm.
+/// Every tensor of the model under its Llama name, in PyTorch layout, in the order they are
+/// saved: embeddings, each layer's linears (apart) and norms, position table, LM head, final
+/// norm.
 pub fn hf_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     let mut out = vec![embed_tensor(model)];
     for (i, layer) in model.layers.iter().enumerate() {
@@ -142,26 +142,39 @@ fn embed_tensor<B: Backend>(model: &Llama<B>) -> (String, HostTensor) {
     )
 }
 
-/// The LM head (when not tied) and the final norm.
+/// The Llama name of the learned position table.
+const POSITIONS_NAME: &str = "model.embed_positions.weight";
+
+/// The learned position table (when the model has one), the LM head (when not tied) and the
+/// final norm.
 fn head_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     let mut out = Vec::new();
+    if let Some(table) = &model.embed_positions {
+        out.push((POSITIONS_NAME.to_string(), host(table.val())));
+    }
     if let Some(head) = &model.lm_head {
         linear_tensors(&mut out, "lm_head".to_string(), head);
     }
-    out.push((
-        "model.norm.weight".to_string(),
-        norm_tensor(&model.norm, model.norm_offset),
-    ));
+    norm_tensors(&mut out, "model.norm", &model.norm, model.norm_offset);
     out
 }
 
-/// A norm's gain as checkpoints store it: `w` where the model applies `1 + w` (`offset`).
-fn norm_tensor<B: Backend>(norm: &RmsNorm<B>, offset: bool) -> HostTensor {
+/// A norm's gain as checkpoints store it (`w` where the model applies `1 + w`, `offset`), and
+/// its bias where it has one.
+fn norm_tensors<B: Backend>(
+    out: &mut Vec<(String, HostTensor)>,
+    name: &str,
+    norm: &Norm<B>,
+    offset: bool,
+) {
     let mut t = host(norm.weight.val());
     if offset {
         t.data.iter_mut().for_each(|g| *g -= 1.0);
     }
-    t
+    out.push((format!("{name}.weight"), t));
+    if let Some(bias) = &norm.bias {
+        out.push((format!("{name}.bias"), host(bias.val())));
+    }
 }
 
 fn linear_tensors<B: Backend>(
@@ -189,7 +202,7 @@ fn layer_tensors<B: Backend>(
         linear_tensors(&mut out, format!("{p}.{name}"), linear);
     }
     for (name, norm) in layer.norms() {
-        out.push((format!("{p}.{name}.weight"), norm_tensor(norm, norm_offset)));
+        norm_tensors(&mut out, &format!("{p}.{name}"), norm, norm_offset);
     }
     for f in fused {
         for kind in ["weight", "bias"] {
@@ -348,12 +361,12 @@ fn write_folder<B: Backend>(
     for (name, text) in &spec.extra_files {
         write(name, text)?;
     }
-    let fused = config.architecture.family().fused_linears();
-    let planned = plan(model, fused)?;
+    let family = config.architecture.family();
+    let planned = plan(model, family)?;
     write_weights(
         staging,
         &planned,
-        &mut TensorSource::new(model, fused),
+        &mut TensorSource::new(model, family),
         spec.dtype,
         spec.max_shard_bytes,
     )
@@ -441,13 +454,14 @@ pub(crate) trait TensorValues {
     ) -> Result<(), ExportError>;
 }
 
-/// Every tensor to save, in order; a decoder layer's names and shapes are those of layer 0
-/// (all layers have one shape), checked again when each layer is written. Shapes only: no
-/// values are copied here.
+/// Every tensor to save, in order, under the checkpoint names of `family`; a decoder layer's
+/// names and shapes are those of layer 0 (all layers have one shape), checked again when each
+/// layer is written. Shapes only: no values are copied here.
 fn plan<B: Backend>(
     model: &impl Layers<B>,
-    fused: &[FusedLinear],
+    family: &dyn Family,
 ) -> Result<Vec<PlannedTensor>, ExportError> {
+    let fused = family.fused_linears();
     let shell = model.shell();
     let planned = |name: &str, shape: Vec<usize>| PlannedTensor {
         name: name.to_string(),
@@ -470,6 +484,9 @@ fn plan<B: Backend>(
         }
     }
     // As `head_tensors` orders them; linear weights in PyTorch's `[out, in]`.
+    if let Some(table) = &shell.embed_positions {
+        out.push(planned(POSITIONS_NAME, table.dims().to_vec()));
+    }
     if let Some(head) = &shell.lm_head {
         let [d_in, d_out] = head.weight.dims();
         out.push(planned("lm_head.weight", vec![d_out, d_in]));
@@ -481,6 +498,14 @@ fn plan<B: Backend>(
         "model.norm.weight",
         shell.norm.weight.dims().to_vec(),
     ));
+    if let Some(bias) = &shell.norm.bias {
+        out.push(planned("model.norm.bias", bias.dims().to_vec()));
+    }
+    for tensor in &mut out {
+        if let Some(theirs) = family.checkpoint_name(&tensor.name) {
+            tensor.name = theirs;
+        }
+    }
     Ok(out)
 }
 
@@ -488,19 +513,28 @@ fn layer_error(e: super::stream::StreamError) -> ExportError {
     ExportError::Layers(e.to_string())
 }
 
-/// Hands out the values of planned tensors, holding one decoder layer's at a time.
+/// Whether `family` saves the decoder's tensor `ours` as `theirs`.
+fn saved_as(family: &dyn Family, ours: &str, theirs: &str) -> bool {
+    match family.checkpoint_name(ours) {
+        Some(name) => name == theirs,
+        None => ours == theirs,
+    }
+}
+
+/// Hands out the values of planned tensors (named as `family`'s checkpoints name them),
+/// holding one decoder layer's at a time.
 struct TensorSource<'a, B: Backend, M: Layers<B>> {
     model: &'a M,
-    fused: &'a [FusedLinear],
+    family: &'a dyn Family,
     layer: Option<(usize, Vec<(String, HostTensor)>)>,
     _backend: std::marker::PhantomData<B>,
 }
 
 impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
-    fn new(model: &'a M, fused: &'a [FusedLinear]) -> Self {
+    fn new(model: &'a M, family: &'a dyn Family) -> Self {
         Self {
             model,
-            fused,
+            family,
             layer: None,
             _backend: std::marker::PhantomData,
         }
@@ -513,17 +547,19 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                 if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
                     let layer = self.model.layer(i).map_err(layer_error)?;
                     let offset = self.model.shell().norm_offset;
-                    self.layer = Some((i, layer_tensors(&layer, i, self.fused, offset)));
+                    let fused = self.family.fused_linears();
+                    self.layer = Some((i, layer_tensors(&layer, i, fused, offset)));
                 }
+                let family = self.family;
                 let (_, tensors) = self.layer.as_mut().expect("set just above");
                 tensors
                     .iter_mut()
-                    .find(|(n, _)| *n == tensor.name)
+                    .find(|(n, _)| saved_as(family, n, &tensor.name))
                     .map(|(_, t)| std::mem::take(t))
             }
             None => head_tensors(self.model.shell())
                 .into_iter()
-                .find(|(n, _)| *n == tensor.name)
+                .find(|(n, _)| saved_as(self.family, n, &tensor.name))
                 .map(|(_, t)| t),
         };
         match found {
@@ -542,7 +578,7 @@ impl<B: Backend, M: Layers<B>> TensorValues for TensorSource<'_, B, M> {
         tensor: &PlannedTensor,
         sink: &mut dyn FnMut(&[f32]) -> Result<(), ExportError>,
     ) -> Result<(), ExportError> {
-        if tensor.name == EMBED_NAME {
+        if saved_as(self.family, EMBED_NAME, &tensor.name) {
             // The largest tensor, copied off the device a block of rows at a time.
             let embed = self.model.shell().embed_tokens.weight.val();
             let [rows, width] = embed.dims();

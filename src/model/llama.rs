@@ -8,7 +8,7 @@
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
+use burn::tensor::activation::{relu, silu};
 use burn::tensor::module::{attention, linear};
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::FloatDType;
@@ -21,21 +21,39 @@ use super::rope;
 
 pub use super::kernels::LinearInput;
 
-/// Root-mean-square layer norm: `x / sqrt(mean(x²) + eps) * weight`.
+/// A layer norm: root-mean-square (`x / sqrt(mean(x²) + eps) * weight`, Llama and most
+/// families) or, when `centered`, PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) * weight
+/// + bias`, OPT).
 #[derive(Module, Debug)]
-pub struct RmsNorm<B: Backend> {
+pub struct Norm<B: Backend> {
     /// Per-channel gain, `[hidden]`.
     pub weight: Param<Tensor<B, 1>>,
-    /// Added to the mean square for stability.
+    /// Per-channel bias, `[hidden]` (LayerNorm).
+    pub bias: Option<Param<Tensor<B, 1>>>,
+    /// Added to the mean square (the variance) for stability.
     pub eps: f64,
+    /// Whether the mean is taken off first (LayerNorm).
+    pub centered: bool,
 }
 
-impl<B: Backend> RmsNorm<B> {
-    /// Builds the norm from its gain.
+impl<B: Backend> Norm<B> {
+    /// An RMSNorm with gain `weight`.
     pub fn new(weight: Tensor<B, 1>, eps: f64) -> Self {
         Self {
             weight: Param::from_tensor(weight),
+            bias: None,
             eps,
+            centered: false,
+        }
+    }
+
+    /// A LayerNorm with gain `weight` and `bias`.
+    pub fn layer(weight: Tensor<B, 1>, bias: Tensor<B, 1>, eps: f64) -> Self {
+        Self {
+            weight: Param::from_tensor(weight),
+            bias: Some(Param::from_tensor(bias)),
+            eps,
+            centered: true,
         }
     }
 
@@ -52,18 +70,32 @@ impl<B: Backend> RmsNorm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let dtype = x.dtype();
         let x = x.cast(FloatDType::F32);
+        let x = if self.centered {
+            x.clone() - x.mean_dim(2)
+        } else {
+            x
+        };
         let rms = (x.clone().square().mean_dim(2) + self.eps).sqrt();
-        (x / rms).cast(dtype) * self.weight.val().unsqueeze::<3>()
+        let out = (x / rms).cast(dtype) * self.weight.val().unsqueeze::<3>();
+        match &self.bias {
+            Some(bias) => out + bias.val().unsqueeze::<3>(),
+            None => out,
+        }
     }
 
     /// The borrowed view of this norm that the kernels read.
     fn weights(&self) -> NormWeights<'_, B> {
         NormWeights {
             weight: &self.weight,
+            bias: self.bias.as_ref(),
+            centered: self.centered,
             eps: self.eps,
         }
     }
 }
+
+/// The row of a learned position table that holds position 0 (OPT's offset of 2).
+pub const POSITION_OFFSET: usize = 2;
 
 /// Keys and values of the positions seen so far, per layer, for incremental decoding.
 #[derive(Debug, Clone)]
@@ -114,9 +146,9 @@ pub(crate) struct Attention<B: Backend> {
     /// `[heads * head_dim, hidden]`.
     pub o_proj: Linear<B>,
     /// RMSNorm of each query head before RoPE, `[head_dim]` (Qwen3).
-    pub q_norm: Option<RmsNorm<B>>,
+    pub q_norm: Option<Norm<B>>,
     /// RMSNorm of each key head before RoPE, `[head_dim]` (Qwen3).
-    pub k_norm: Option<RmsNorm<B>>,
+    pub k_norm: Option<Norm<B>>,
     /// Query heads.
     pub num_heads: usize,
     /// Key/value heads.
@@ -132,6 +164,8 @@ pub(crate) struct Attention<B: Backend> {
     /// This layer's own rotary inverse frequencies, when they are not the model's (Gemma 3's
     /// sliding layers): the layer then rotates with tables of its own.
     pub inv_freq: Option<Vec<f32>>,
+    /// Whether queries and keys are rotated (false where positions are learned, OPT).
+    pub rotary: bool,
 }
 
 impl<B: Backend> Attention<B> {
@@ -161,7 +195,7 @@ impl<B: Backend> Attention<B> {
             None => (ctx.cos, ctx.sin),
         };
         // Heads apart, each through its norm when the family has one.
-        let split = |t: Tensor<B, 3>, n: usize, norm: &Option<RmsNorm<B>>| {
+        let split = |t: Tensor<B, 3>, n: usize, norm: &Option<Norm<B>>| {
             let t = match norm {
                 Some(norm) => norm
                     .forward(t.reshape([batch, seq * n, head_dim]))
@@ -170,16 +204,19 @@ impl<B: Backend> Attention<B> {
             };
             t.reshape([batch, seq, n, head_dim]).swap_dims(1, 2)
         };
-        let q = rope::apply(
-            split(self.q_proj.forward(x.clone()), heads, &self.q_norm),
-            cos,
-            sin,
-        );
-        let k = rope::apply(
-            split(self.k_proj.forward(x.clone()), kv_heads, &self.k_norm),
-            cos,
-            sin,
-        );
+        let rotate = |t: Tensor<B, 4>| {
+            if self.rotary {
+                rope::apply(t, cos, sin)
+            } else {
+                t
+            }
+        };
+        let q = rotate(split(self.q_proj.forward(x.clone()), heads, &self.q_norm));
+        let k = rotate(split(
+            self.k_proj.forward(x.clone()),
+            kv_heads,
+            &self.k_norm,
+        ));
         let v = split(self.v_proj.forward(x), kv_heads, &None);
         let (k, v) = match ctx.cache {
             Some(slot) => {
@@ -329,12 +366,13 @@ fn repeat_kv<B: Backend>(x: Tensor<B, 4>, groups: usize) -> Tensor<B, 4> {
         .reshape([batch, kv_heads * groups, seq, head_dim])
 }
 
-/// The gated feed-forward block: `down(act(gate(x)) * up(x))`, `act` SiLU (SwiGLU) or
-/// GELU's tanh approximation (Gemma's GeGLU).
+/// The feed-forward block: gated, `down(act(gate(x)) * up(x))` with `act` SiLU (SwiGLU) or
+/// GELU's tanh approximation (Gemma's GeGLU); or without a gate, `down(act(up(x)))` (OPT's
+/// `fc2(relu(fc1(x)))`).
 #[derive(Module, Debug)]
 pub(crate) struct Mlp<B: Backend> {
-    /// `[hidden, intermediate]`.
-    pub gate_proj: Linear<B>,
+    /// `[hidden, intermediate]`; `None` in an MLP without a gate.
+    pub gate_proj: Option<Linear<B>>,
     /// `[hidden, intermediate]`.
     pub up_proj: Linear<B>,
     /// `[intermediate, hidden]`.
@@ -360,17 +398,20 @@ impl<B: Backend> Mlp<B> {
         self.down_proj.forward(hidden)
     }
 
-    /// The input of `down_proj`: `act(gate(x)) * up(x)`.
+    /// The input of `down_proj`: `act(gate(x)) * up(x)`, or `act(up(x))` without a gate.
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, intermediate]`
     pub fn hidden(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = self.gate_proj.forward(x.clone());
-        let gate = match self.activation {
-            Activation::Silu => silu(gate),
-            Activation::GeluTanh => gelu_tanh(gate),
+        let act = |t: Tensor<B, 3>| match self.activation {
+            Activation::Silu => silu(t),
+            Activation::GeluTanh => gelu_tanh(t),
+            Activation::Relu => relu(t),
         };
-        gate * self.up_proj.forward(x)
+        match &self.gate_proj {
+            Some(gate) => act(gate.forward(x.clone())) * self.up_proj.forward(x),
+            None => act(self.up_proj.forward(x)),
+        }
     }
 }
 
@@ -392,9 +433,9 @@ fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 #[derive(Module, Debug)]
 pub struct OutputNorms<B: Backend> {
     /// On the attention output.
-    pub attention: RmsNorm<B>,
+    pub attention: Norm<B>,
     /// On the MLP output.
-    pub mlp: RmsNorm<B>,
+    pub mlp: Norm<B>,
 }
 
 /// One pre-norm decoder layer.
@@ -405,10 +446,10 @@ pub struct DecoderLayer<B: Backend> {
     /// Feed-forward block.
     pub(crate) mlp: Mlp<B>,
     /// Norm before attention.
-    pub input_layernorm: RmsNorm<B>,
+    pub input_layernorm: Norm<B>,
     /// Norm before the MLP (Llama's `post_attention_layernorm`, Gemma's
     /// `pre_feedforward_layernorm`).
-    pub post_attention_layernorm: RmsNorm<B>,
+    pub post_attention_layernorm: Norm<B>,
     /// Norms of the attention and MLP outputs, where the family has them (Gemma).
     pub output_norms: Option<OutputNorms<B>>,
 }
@@ -416,12 +457,12 @@ pub struct DecoderLayer<B: Backend> {
 impl<B: Backend> DecoderLayer<B> {
     /// Layer `i` of a model of `config` from its parts: `linear(name, inputs, outputs, bias)`
     /// and `norm(name, width)` give the linear and the norm a checkpoint names `name` (relative
-    /// to the layer, without `.weight`).
+    /// to the layer, without `.weight`, in Llama's names), the norm of the kind `config` says.
     pub(crate) fn assemble<E>(
         config: &LlamaConfig,
         i: usize,
         linear: impl Fn(&str, usize, usize, bool) -> Result<Linear<B>, E>,
-        norm: impl Fn(&str, usize) -> Result<RmsNorm<B>, E>,
+        norm: impl Fn(&str, usize) -> Result<Norm<B>, E>,
     ) -> Result<Self, E> {
         let (h, heads, kv, d, inter) = (
             config.hidden_size,
@@ -432,6 +473,7 @@ impl<B: Backend> DecoderLayer<B> {
         );
         let head_norm = |name: &str| config.qk_norm.then(|| norm(name, d)).transpose();
         let sandwich = config.extras.sandwich_norms;
+        let mlp_bias = config.extras.mlp_bias;
         Ok(DecoderLayer {
             self_attn: Attention {
                 q_proj: linear("self_attn.q_proj", h, heads * d, config.qkv_bias)?,
@@ -446,11 +488,16 @@ impl<B: Backend> DecoderLayer<B> {
                 sliding_window: config.layer_window(i),
                 scale: config.query_scale(),
                 inv_freq: config.layer_inv_freq(i),
+                rotary: !config.extras.learned_positions,
             },
             mlp: Mlp {
-                gate_proj: linear("mlp.gate_proj", h, inter, false)?,
-                up_proj: linear("mlp.up_proj", h, inter, false)?,
-                down_proj: linear("mlp.down_proj", inter, h, false)?,
+                gate_proj: if config.extras.ungated_mlp {
+                    None
+                } else {
+                    Some(linear("mlp.gate_proj", h, inter, mlp_bias)?)
+                },
+                up_proj: linear("mlp.up_proj", h, inter, mlp_bias)?,
+                down_proj: linear("mlp.down_proj", inter, h, mlp_bias)?,
                 activation: config.extras.activation,
             },
             input_layernorm: norm("input_layernorm", h)?,
@@ -572,13 +619,13 @@ impl<B: Backend> DecoderLayer<B> {
             k_proj: &a.k_proj,
             v_proj: &a.v_proj,
             o_proj: &a.o_proj,
-            gate_proj: &m.gate_proj,
+            gate_proj: m.gate_proj.as_ref(),
             up_proj: &m.up_proj,
             down_proj: &m.down_proj,
             input_norm: self.input_layernorm.weights(),
             post_norm: self.post_attention_layernorm.weights(),
-            q_norm: a.q_norm.as_ref().map(RmsNorm::weights),
-            k_norm: a.k_norm.as_ref().map(RmsNorm::weights),
+            q_norm: a.q_norm.as_ref().map(Norm::weights),
+            k_norm: a.k_norm.as_ref().map(Norm::weights),
             sliding_window: a.sliding_window,
             output_norms: self
                 .output_norms
@@ -587,30 +634,39 @@ impl<B: Backend> DecoderLayer<B> {
             activation: self.mlp.activation,
             scale: a.scale,
             inv_freq: a.inv_freq.as_deref(),
+            rotary: a.rotary,
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,
             head_dim: a.head_dim,
         }
     }
 
-    /// The prunable linears with their names relative to the layer and the input they read.
-    pub fn linears(&self) -> [(&'static str, LinearInput, &Linear<B>); 7] {
+    /// The prunable linears with their names relative to the layer and the input they read:
+    /// seven, six in an MLP without a gate.
+    pub fn linears(&self) -> Vec<(&'static str, LinearInput, &Linear<B>)> {
         let (a, m) = (&self.self_attn, &self.mlp);
-        [
+        let mut linears = vec![
             ("self_attn.q_proj", LinearInput::AttnIn, &a.q_proj),
             ("self_attn.k_proj", LinearInput::AttnIn, &a.k_proj),
             ("self_attn.v_proj", LinearInput::AttnIn, &a.v_proj),
             ("self_attn.o_proj", LinearInput::AttnOut, &a.o_proj),
-            ("mlp.gate_proj", LinearInput::MlpIn, &m.gate_proj),
+        ];
+        linears.extend(
+            m.gate_proj
+                .as_ref()
+                .map(|gate| ("mlp.gate_proj", LinearInput::MlpIn, gate)),
+        );
+        linears.extend([
             ("mlp.up_proj", LinearInput::MlpIn, &m.up_proj),
             ("mlp.down_proj", LinearInput::MlpHidden, &m.down_proj),
-        ]
+        ]);
+        linears
     }
 
     /// The norms with their names relative to the layer, as checkpoints name them: the two
     /// layer norms (four with output norms, Gemma's names), then the per-head q/k norms where
     /// the family has them.
-    pub fn norms(&self) -> Vec<(&'static str, &RmsNorm<B>)> {
+    pub fn norms(&self) -> Vec<(&'static str, &Norm<B>)> {
         let a = &self.self_attn;
         let mut norms = vec![("input_layernorm", &self.input_layernorm)];
         match &self.output_norms {
@@ -634,7 +690,7 @@ impl<B: Backend> DecoderLayer<B> {
             "self_attn.k_proj" => &mut a.k_proj,
             "self_attn.v_proj" => &mut a.v_proj,
             "self_attn.o_proj" => &mut a.o_proj,
-            "mlp.gate_proj" => &mut m.gate_proj,
+            "mlp.gate_proj" => m.gate_proj.as_mut()?,
             "mlp.up_proj" => &mut m.up_proj,
             "mlp.down_proj" => &mut m.down_proj,
             _ => return None,
@@ -650,11 +706,14 @@ pub struct Llama<B: Backend> {
     /// Decoder layers.
     pub layers: Vec<DecoderLayer<B>>,
     /// Final norm.
-    pub norm: RmsNorm<B>,
+    pub norm: Norm<B>,
     /// Untied LM head `[hidden, vocab]`; `None` when tied to the embeddings.
     pub lm_head: Option<Linear<B>>,
     /// Rotary inverse frequencies, `head_dim / 2` values.
     pub inv_freq: Vec<f32>,
+    /// Learned position embeddings, `[positions + 2, hidden]`, position `p` at row `p + 2`
+    /// (OPT), where the model has them instead of RoPE.
+    pub embed_positions: Option<Param<Tensor<B, 2>>>,
     /// The factor of the token embeddings (Gemma's `√hidden`), when there is one.
     pub embed_scale: Option<f32>,
     /// Whether every norm holds `1 + w` for a checkpoint's `w` (Gemma), which saving undoes.
@@ -686,12 +745,15 @@ impl<B: Backend> Llama<B> {
             }
         };
         let h = config.hidden_size;
-        // Non-unit gains make the norms observable in tests.
+        // Non-unit gains (and non-zero biases) make the norms observable in tests.
         let norm = |n: usize| {
-            RmsNorm::new(
-                Tensor::from_data(uniform(vec![n], 0.5, 1.5), device),
-                config.rms_norm_eps,
-            )
+            let weight = Tensor::from_data(uniform(vec![n], 0.5, 1.5), device);
+            if config.extras.layer_norm {
+                let bias = Tensor::from_data(uniform(vec![n], -0.5, 0.5), device);
+                Norm::layer(weight, bias, config.rms_norm_eps)
+            } else {
+                Norm::new(weight, config.rms_norm_eps)
+            }
         };
         let embed_tokens = Embedding {
             weight: Param::from_tensor(Tensor::from_data(
@@ -718,19 +780,41 @@ impl<B: Backend> Llama<B> {
             norm: norm(h),
             lm_head: (!config.tie_word_embeddings).then(|| lin(h, config.vocab_size, false)),
             inv_freq: rope::inv_freq(config),
+            embed_positions: config.extras.learned_positions.then(|| {
+                let rows = config.max_position_embeddings + POSITION_OFFSET;
+                Param::from_tensor(Tensor::from_data(uniform(vec![rows, h], -1.0, 1.0), device))
+            }),
             embed_scale: config.embed_scale(),
             norm_offset: config.extras.norm_offset,
         }
     }
 
-    /// Token embeddings of `tokens`.
+    /// Token embeddings of `tokens` at positions from 0, with their learned positions where
+    /// the model has them.
     ///
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
     pub fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.embed_from(tokens, 0)
+    }
+
+    /// [`Llama::embed`] of tokens at positions `offset..`.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
+    fn embed_from(&self, tokens: Tensor<B, 2, Int>, offset: usize) -> Tensor<B, 3> {
+        let seq = tokens.dims()[1];
         let x = self.embed_tokens.forward(tokens);
-        match self.embed_scale {
+        let x = match self.embed_scale {
             Some(scale) => x * scale,
+            None => x,
+        };
+        match &self.embed_positions {
+            Some(table) => {
+                let start = offset + POSITION_OFFSET;
+                let rows = table.val().slice(s![start..start + seq, ..]);
+                x + rows.unsqueeze::<3>()
+            }
             None => x,
         }
     }
@@ -755,6 +839,7 @@ impl<B: Backend> Llama<B> {
             norm: self.norm.weights(),
             lm_head: self.lm_head.as_ref(),
             embed_scale: self.embed_scale,
+            positions: self.embed_positions.as_ref(),
         }
     }
 
@@ -854,7 +939,7 @@ impl<B: Backend> Llama<B> {
     ) -> Tensor<B, 3> {
         let [_batch, seq] = tokens.dims();
         let (cos, sin) = self.rope_tables(cache.len, seq);
-        let mut x = self.embed(tokens);
+        let mut x = self.embed_from(tokens, cache.len);
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
             x = layer.forward(
                 x,
@@ -899,7 +984,7 @@ mod tests {
     #[test]
     fn rms_norm_by_hand() {
         // x = [3, 4]: mean square = 12.5, rms = 3.5355; weight [1, 2] → [0.8485, 2.2627]
-        let norm = RmsNorm::new(t(vec![1.0, 2.0], [2]), 0.0);
+        let norm = Norm::new(t(vec![1.0, 2.0], [2]), 0.0);
         let out: Vec<f32> = norm
             .forward(t(vec![3.0, 4.0], [1, 1, 2]))
             .into_data()
@@ -924,7 +1009,7 @@ mod tests {
         let weight =
             Tensor::<Flex, 1>::from_data(TensorData::new(vec![2.0f32; 576], [576]), &device)
                 .cast(FloatDType::F16);
-        let out = RmsNorm::new(weight, 1e-5).forward(half(x, [1, 1, 576]));
+        let out = Norm::new(weight, 1e-5).forward(half(x, [1, 1, 576]));
         assert_eq!(out.dtype(), burn::tensor::DType::F16);
         let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
         for (i, v) in out.iter().enumerate() {
@@ -942,7 +1027,7 @@ mod tests {
         let x: Vec<f32> = (0..rows * width)
             .map(|k| ((k * 37 % 101) as f32 - 50.0) / 7.0)
             .collect();
-        let norm = RmsNorm::new(t(vec![1.0; width], [width]), 1e-5);
+        let norm = Norm::new(t(vec![1.0; width], [width]), 1e-5);
         let out: Vec<f32> = norm
             .forward(t(x.clone(), [1, rows, width]))
             .into_data()
@@ -965,7 +1050,7 @@ mod tests {
     fn swiglu_by_hand() {
         // hidden 2 → intermediate 3 → hidden 2, non-square weights in [in, out] layout.
         let mlp = Mlp {
-            gate_proj: linear_from(vec![1., 0., -1., 0., 1., 2.], 2, 3),
+            gate_proj: Some(linear_from(vec![1., 0., -1., 0., 1., 2.], 2, 3)),
             up_proj: linear_from(vec![2., 1., 0., 1., 0., 1.], 2, 3),
             down_proj: linear_from(vec![1., 0., 0., 1., 1., 1.], 3, 2),
             activation: Activation::Silu,
@@ -1026,6 +1111,7 @@ mod tests {
             sliding_window: None,
             scale: None,
             inv_freq: None,
+            rotary: true,
         };
         let cos = t(vec![1.0; 4], [2, 2]);
         let sin = t(vec![0.0; 4], [2, 2]);

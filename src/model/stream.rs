@@ -27,7 +27,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::config::LlamaConfig;
 use super::host::{to_host_f32, weight_tensor};
-use super::llama::{DecoderLayer, Llama, RmsNorm};
+use super::llama::{DecoderLayer, Llama, Norm};
 use super::weights::{build_layer, build_shell, WeightError, WeightSource};
 
 /// Errors of a streamed model's layers.
@@ -414,6 +414,10 @@ fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), S
     for (name, norm) in layer.norms() {
         let w = norm.weight.val();
         push(format!("{name}.weight"), w.dims().to_vec(), to_host_f32(w));
+        if let Some(bias) = &norm.bias {
+            let b = bias.val();
+            push(format!("{name}.bias"), b.dims().to_vec(), to_host_f32(b));
+        }
     }
     let damaged = |reason: String| StreamError::Damaged {
         path: path.display().to_string(),
@@ -491,12 +495,16 @@ fn read_layer<B: Backend>(
             bias,
         })
     };
-    let norm = |name: &str, _width: usize| -> Result<RmsNorm<B>, StreamError> {
+    let norm = |name: &str, _width: usize| -> Result<Norm<B>, StreamError> {
         let (w, shape) = required(format!("{name}.weight"))?;
-        Ok(RmsNorm::new(
-            weight_tensor(TensorData::new(w, shape), device),
-            config.rms_norm_eps,
-        ))
+        let weight = weight_tensor(TensorData::new(w, shape), device);
+        Ok(if config.extras.layer_norm {
+            let (b, shape) = required(format!("{name}.bias"))?;
+            let bias = weight_tensor(TensorData::new(b, shape), device);
+            Norm::layer(weight, bias, config.rms_norm_eps)
+        } else {
+            Norm::new(weight, config.rms_norm_eps)
+        })
     };
     DecoderLayer::assemble(
         config,

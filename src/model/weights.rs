@@ -18,7 +18,7 @@ use safetensors::tensor::{Dtype, Metadata};
 use super::config::LlamaConfig;
 use super::family::FusedLinear;
 use super::host::weight_tensor;
-use super::llama::{DecoderLayer, Llama, RmsNorm};
+use super::llama::{DecoderLayer, Llama, Norm, POSITION_OFFSET};
 use super::rope;
 
 /// Errors while reading weights.
@@ -110,6 +110,45 @@ pub trait WeightSource {
     fn release_pages(&self) {}
 }
 
+/// A checkpoint seen under the decoder's (Llama's) tensor names, for a family whose
+/// checkpoints name tensors their own way ([`crate::model::family::Family::checkpoint_name`]:
+/// OPT's `model.decoder.layers.N.fc1` is the decoder's `model.layers.N.mlp.up_proj`).
+struct RenamedSource {
+    inner: Arc<dyn WeightSource>,
+    family: &'static dyn crate::model::family::Family,
+}
+
+impl RenamedSource {
+    fn checkpoint_name<'n>(&self, name: &'n str) -> std::borrow::Cow<'n, str> {
+        match self.family.checkpoint_name(name) {
+            Some(theirs) => theirs.into(),
+            None => name.into(),
+        }
+    }
+}
+
+impl WeightSource for RenamedSource {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        self.inner.tensor(&self.checkpoint_name(name))
+    }
+
+    fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        self.inner.tensor_transposed(&self.checkpoint_name(name))
+    }
+
+    fn parameter_count(&self) -> u64 {
+        self.inner.parameter_count()
+    }
+
+    fn release_pages(&self) {
+        self.inner.release_pages();
+    }
+}
+
 /// A checkpoint whose family stores linears stacked in one tensor (Phi-3's `qkv_proj`,
 /// `gate_up_proj`), seen with the linears apart: `model.layers.N.self_attn.k_proj.weight` is
 /// the rows of `model.layers.N.self_attn.qkv_proj.weight` after the query's. Every other name,
@@ -124,14 +163,18 @@ pub struct SplitSource {
 }
 
 impl SplitSource {
-    /// `inner` as the decoder reads it: split when the family of `config` stacks linears.
+    /// `inner` as the decoder reads it: under Llama's names ([`RenamedSource`]), split when
+    /// the family of `config` stacks linears.
     pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
-        let fused = config.architecture.family().fused_linears();
+        let family = config.architecture.family();
+        // The loaders share sources as `Arc<dyn WeightSource>` on one thread at a time; the
+        // trait does not require Send or Sync, so neither do these wrappers.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let inner: Arc<dyn WeightSource> = Arc::new(RenamedSource { inner, family });
+        let fused = family.fused_linears();
         if fused.is_empty() {
             return inner;
         }
-        // The loaders share sources as `Arc<dyn WeightSource>` on one thread at a time; the
-        // trait does not require Send or Sync, so neither does this wrapper.
         #[allow(clippy::arc_with_non_send_sync)]
         let split = Arc::new(Self {
             inner,
@@ -537,22 +580,21 @@ impl<B: Backend> Builder<'_, B> {
         Ok(weight_tensor(TensorData::new(data, [len]), self.device))
     }
 
-    /// The RMSNorm `name` (without `.weight`) of width `len`, holding `1 + w` in f32 where the
-    /// family stores `w` ([`crate::model::config::DecoderExtras::norm_offset`]).
-    fn norm(
-        &self,
-        name: &str,
-        len: usize,
-        config: &LlamaConfig,
-    ) -> Result<RmsNorm<B>, WeightError> {
+    /// The norm `name` (without `.weight`) of width `len`: an RMSNorm holding `1 + w` in f32
+    /// where the family stores `w` ([`crate::model::config::DecoderExtras::norm_offset`]), or
+    /// a LayerNorm with its `.bias` where the family's norms are those.
+    fn norm(&self, name: &str, len: usize, config: &LlamaConfig) -> Result<Norm<B>, WeightError> {
         let mut data = self.fetch(&format!("{name}.weight"), &[len])?;
         if config.extras.norm_offset {
             data.iter_mut().for_each(|w| *w += 1.0);
         }
-        Ok(RmsNorm::new(
-            weight_tensor(TensorData::new(data, [len]), self.device),
-            config.rms_norm_eps,
-        ))
+        let weight = weight_tensor(TensorData::new(data, [len]), self.device);
+        Ok(if config.extras.layer_norm {
+            let bias = self.vector(&format!("{name}.bias"), len)?;
+            Norm::layer(weight, bias, config.rms_norm_eps)
+        } else {
+            Norm::new(weight, config.rms_norm_eps)
+        })
     }
 
     /// A linear layer from the PyTorch `[out, in]` weight, stored as Burn's `[in, out]`.
@@ -620,12 +662,23 @@ pub fn build_shell<B: Backend>(
     } else {
         Some(b.linear("lm_head", h, config.vocab_size, false)?)
     };
+    let embed_positions = if config.extras.learned_positions {
+        let rows = config.max_position_embeddings + POSITION_OFFSET;
+        let table = b.fetch("model.embed_positions.weight", &[rows, h])?;
+        Some(Param::from_tensor(weight_tensor(
+            TensorData::new(table, [rows, h]),
+            device,
+        )))
+    } else {
+        None
+    };
     Ok(Llama {
         embed_tokens,
         layers: Vec::new(),
         norm: b.norm("model.norm", h, config)?,
         lm_head,
         inv_freq: rope::inv_freq(config),
+        embed_positions,
         embed_scale: config.embed_scale(),
         norm_offset: config.extras.norm_offset,
     })

@@ -588,7 +588,12 @@ fn check_skip_against<B: Backend>(
     layers: usize,
     layer: &DecoderLayer<B>,
 ) -> Result<(), PruneError> {
-    check_skip(skip, layers, &layer.linears().map(|(name, _, _)| name))
+    let names: Vec<&str> = layer
+        .linears()
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
+    check_skip(skip, layers, &names)
 }
 
 /// How a pruned linear goes back to the device.

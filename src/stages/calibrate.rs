@@ -45,6 +45,15 @@ pub(super) fn windows<B: Backend>(
     seqlen: usize,
     seed: u64,
 ) -> Result<CalibrationSet, StageFailure> {
+    let config = &exec.base(stage)?.config;
+    if config.extras.learned_positions && seqlen > config.max_position_embeddings {
+        return Err(StageError::PastPositions {
+            stage: stage.to_string(),
+            seqlen,
+            max: config.max_position_embeddings,
+        }
+        .into());
+    }
     Ok(match spec.source()? {
         DataSource::Text(text) => {
             let path = exec.path(&text);

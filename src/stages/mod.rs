@@ -51,6 +51,16 @@ pub enum StageError {
         /// The device.
         device: String,
     },
+    /// Calibration windows longer than a model with learned positions (OPT) has positions.
+    #[error("stage `{stage}`: calibration seqlen {seqlen} exceeds the model's {max} learned positions (`max_position_embeddings` in its config.json); set `calibration: {{ seqlen: {max} }}` or less")]
+    PastPositions {
+        /// The stage id.
+        stage: String,
+        /// The window length asked for.
+        seqlen: usize,
+        /// Positions the model has.
+        max: usize,
+    },
     /// A file could not be read.
     #[error("cannot read `{path}`")]
     Read {

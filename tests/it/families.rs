@@ -65,7 +65,9 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn every_family_gives_transformers_logits() {
-    for family in ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3"] {
+    for family in [
+        "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "opt",
+    ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
         let fused = logits::<B>(&folder, &ids);
@@ -315,4 +317,98 @@ fn a_saved_copy_keeps_the_checkpoints_config_keys() {
     assert_eq!(copy["dtype"], "float16");
     assert_eq!(copy["torch_dtype"], "float16");
     assert_eq!(copy["architectures"][0], "Phi3ForCausalLM");
+}
+
+/// OPT (LayerNorms with biases, biased linears, the ungated ReLU MLP, learned positions, its
+/// own tensor names): streamed through the layer store and pruned by every method exactly as
+/// in memory, six linears a layer as `main_opt.py` prunes; saved under OPT's names with every
+/// bias, and the copy gives the pruned model's logits back.
+#[test]
+fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
+    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::weights::SplitSource;
+
+    let folder = Path::new(FIXTURES).join("tiny-opt");
+    let config = HfLlamaConfig::from_file(&folder.join("config.json"))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let source =
+        SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
+    let device = Default::default();
+    let calibration: Vec<Vec<u32>> = (0..4)
+        .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
+        .collect();
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    for method in [Method::Magnitude, Method::Wanda, Method::Sparsegpt] {
+        let store = tempfile::tempdir().unwrap();
+        let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+        let mut streamed =
+            StreamedLlama::<B>::open(&config, source.clone(), &device, store.path()).unwrap();
+        prune_alike(&mut resident, &mut streamed, method, &calibration);
+        let linears: Vec<&str> = resident.layers[0]
+            .linears()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect();
+        assert_eq!(
+            linears,
+            [
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "self_attn.o_proj",
+                "mlp.up_proj",
+                "mlp.down_proj"
+            ]
+        );
+        let streamed = streamed.into_resident().unwrap();
+        let pruned = crate::common::logits(&resident, &ids);
+        assert_eq!(pruned, crate::common::logits(&streamed, &ids), "{method:?}");
+        let dense = crate::common::logits(
+            &build_llama::<B>(&config, source.as_ref(), &device).unwrap(),
+            &ids,
+        );
+        assert_ne!(pruned, dense, "{method:?} pruned nothing");
+
+        let saved = store.path().join("copy");
+        let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
+        save_hf_folder(
+            &resident,
+            &config,
+            &tokenizer,
+            &saved,
+            &SaveSpec::new(SaveDtype::F32),
+        )
+        .unwrap();
+        let names = |folder: &Path| -> std::collections::BTreeSet<String> {
+            let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+            meta.tensors().keys().cloned().collect()
+        };
+        assert_eq!(names(&saved), names(&folder), "{method:?}");
+        let reloaded = model::load::<B>(&ModelRef::Folder(saved), &device).unwrap();
+        assert_eq!(pruned, crate::common::logits(&reloaded.model, &ids));
+    }
+}
+
+/// Learned positions end where OPT's table ends: a window longer than
+/// `max_position_embeddings` is refused by name, not run past the table.
+#[test]
+fn an_opt_window_past_its_position_table_is_refused() {
+    let folder = Path::new(FIXTURES).join("tiny-opt");
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("calibration.txt");
+    let words: Vec<String> = (0..600).map(|i| format!("w{}", 1 + i % 95)).collect();
+    std::fs::write(&text, words.join(" ")).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["prune", "--model", folder.to_str().unwrap()])
+        .args(["--method", "wanda", "--device", "cpu", "--seqlen", "200"])
+        .arg("--calib-text")
+        .arg(&text)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("max_position_embeddings"), "{stderr}");
 }

@@ -23,7 +23,7 @@ fn all_weights(m: &Llama<B>) -> Vec<(String, Vec<f32>)> {
         .iter()
         .enumerate()
         .flat_map(|(i, layer)| {
-            layer.linears().map(|(name, _, linear)| {
+            layer.linears().into_iter().map(move |(name, _, linear)| {
                 let w: Vec<f32> = linear.weight.val().into_data().to_vec().unwrap();
                 (format!("{i}.{name}"), w)
             })

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use super::Family;
 use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LocalAttention,
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
 
 /// `Gemma3ForCausalLM`.
@@ -92,10 +92,12 @@ impl Family for Gemma3 {
                 rope_theta: local_theta,
                 layers,
             }),
+            ..DecoderExtras::default()
         })
     }
 
-    fn hf_keys(&self, extras: &DecoderExtras) -> BTreeMap<&'static str, serde_json::Value> {
+    fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+        let extras = &config.extras;
         let mut keys = BTreeMap::new();
         keys.insert("hidden_activation", extras.activation.hf_name().into());
         if let Some(scalar) = extras.query_pre_attn_scalar {

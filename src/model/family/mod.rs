@@ -8,6 +8,7 @@
 pub mod gemma3;
 pub mod llama;
 pub mod mistral;
+pub mod opt;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
@@ -16,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig};
+use super::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// Which projections of the attention block carry a bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,22 @@ pub trait Family: Sync {
         AttentionBiases { qkv: bias, o: bias }
     }
 
+    /// The epsilon of the norms: `rms_norm_eps` unless the family fixes it.
+    fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
+        hf.rms_norm_eps.unwrap_or(1e-6)
+    }
+
+    /// Whether the LM head reuses the token embeddings when `tie_word_embeddings` is absent.
+    fn ties_embeddings_by_default(&self) -> bool {
+        false
+    }
+
+    /// The checkpoint's name for the tensor the decoder calls `name` (Llama's names:
+    /// `model.layers.3.mlp.up_proj.weight`), `None` where the family uses the same name.
+    fn checkpoint_name(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// The sliding-window span of every layer's attention, when the family uses one.
     fn sliding_window(&self, _hf: &HfLlamaConfig) -> Option<usize> {
         None
@@ -80,8 +97,8 @@ pub trait Family: Sync {
         &[]
     }
 
-    /// The `config.json` keys a saved copy needs beyond Llama's, from the resolved extras.
-    fn hf_keys(&self, _extras: &DecoderExtras) -> BTreeMap<&'static str, serde_json::Value> {
+    /// The `config.json` keys a saved copy needs beyond Llama's, from the resolved config.
+    fn hf_keys(&self, _config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
         BTreeMap::new()
     }
 
@@ -114,17 +131,21 @@ pub enum Architecture {
     /// `Gemma3ForCausalLM` (Gemma 3's text decoder: four `1 + w` norms per layer, GELU,
     /// scaled embeddings, interleaved local and global attention).
     Gemma3,
+    /// `OPTForCausalLM` (LayerNorms, biases everywhere, a ReLU MLP without a gate, learned
+    /// positions).
+    Opt,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 6] = [
+    pub const ALL: [Architecture; 7] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Phi3,
         Architecture::Gemma3,
+        Architecture::Opt,
     ];
 
     /// The family's adapter.
@@ -136,6 +157,7 @@ impl Architecture {
             Architecture::Qwen3 => &qwen3::Qwen3,
             Architecture::Phi3 => &phi3::Phi3,
             Architecture::Gemma3 => &gemma3::Gemma3,
+            Architecture::Opt => &opt::Opt,
         }
     }
 

@@ -148,7 +148,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         architectures: Some(vec![architecture.hf_class().to_string()]),
         model_type: Some(architecture.model_type().to_string()),
         hidden_size,
-        intermediate_size: required("feed_forward_length")?,
+        intermediate_size: Some(required("feed_forward_length")?),
+        ffn_dim: None,
         num_hidden_layers: required("block_count")?,
         num_attention_heads,
         num_key_value_heads: file
@@ -173,6 +174,12 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
         hidden_act: None,
+        activation_function: None,
+        enable_bias: None,
+        do_layer_norm_before: None,
+        word_embed_proj_dim: None,
+        layer_norm_elementwise_affine: None,
+        remove_final_layer_norm: None,
         hidden_activation: None,
         // GGUF does not store it; llama.cpp scales by `key_length^-0.5` (Gemma 3 270M–12B).
         query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),

@@ -523,6 +523,7 @@ fn layer_forward(
     let activation = match layer.activation {
         Activation::Silu => vecmath::silu_mul,
         Activation::GeluTanh => vecmath::gelu_tanh_mul,
+        Activation::Relu => vecmath::relu_mul,
     };
     gate.par_chunks_mut(intermediate)
         .zip(up.par_chunks(intermediate))
@@ -678,8 +679,12 @@ fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef<'a>> {
     })
 }
 
-fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> usize {
-    held.push(norm.weight.val())
+/// The index of an RMSNorm's gain; `None` for a LayerNorm, which these kernels do not run.
+fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
+    if norm.centered || norm.bias.is_some() {
+        return None;
+    }
+    Some(held.push(norm.weight.val()))
 }
 
 /// Indices into [`Held`] of one decoder layer: seven linears, two norms, the per-head q/k
@@ -696,30 +701,42 @@ struct HeldLayer<'m> {
     inv_freq: Option<&'m [f32]>,
 }
 
-fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> HeldLayer<'m> {
-    HeldLayer {
+/// `None` for a layer these kernels do not run: one without a gate, with LayerNorms or
+/// without RoPE (OPT).
+fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldLayer<'m>> {
+    if !layer.rotary {
+        return None;
+    }
+    let output_norms = match &layer.output_norms {
+        Some([a, m]) => Some([hold_norm(held, a)?, hold_norm(held, m)?]),
+        None => None,
+    };
+    Some(HeldLayer {
         linears: [
             layer.q_proj,
             layer.k_proj,
             layer.v_proj,
             layer.o_proj,
-            layer.gate_proj,
+            layer.gate_proj?,
             layer.up_proj,
             layer.down_proj,
         ]
         .map(|lin| hold_linear(held, lin)),
-        input_norm: hold_norm(held, &layer.input_norm),
-        post_norm: hold_norm(held, &layer.post_norm),
-        q_norm: layer.q_norm.as_ref().map(|n| hold_norm(held, n)),
-        k_norm: layer.k_norm.as_ref().map(|n| hold_norm(held, n)),
-        output_norms: layer
-            .output_norms
-            .as_ref()
-            .map(|norms| norms.each_ref().map(|n| hold_norm(held, n))),
+        input_norm: hold_norm(held, &layer.input_norm)?,
+        post_norm: hold_norm(held, &layer.post_norm)?,
+        q_norm: match &layer.q_norm {
+            Some(n) => Some(hold_norm(held, n)?),
+            None => None,
+        },
+        k_norm: match &layer.k_norm {
+            Some(n) => Some(hold_norm(held, n)?),
+            None => None,
+        },
+        output_norms,
         window: layer.sliding_window,
         activation: layer.activation,
         inv_freq: layer.inv_freq,
-    }
+    })
 }
 
 fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
@@ -962,7 +979,7 @@ fn fused_layer(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let layer_index = hold_layer(&mut held, layer);
+    let layer_index = hold_layer(&mut held, layer)?;
     let x_index = held.push(x.clone());
     let cos_index = held.push(cos.clone());
     let sin_index = held.push(sin.clone());
@@ -1064,12 +1081,15 @@ fn with_decoder<R>(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let head = hold_head(&mut held, &model.head);
+    if model.head.positions.is_some() {
+        return None;
+    }
+    let head = hold_head(&mut held, &model.head)?;
     let layers: Vec<HeldLayer> = model
         .layers
         .iter()
         .map(|l| hold_layer(&mut held, l))
-        .collect();
+        .collect::<Option<_>>()?;
     let refs = DecoderRef {
         layers: layers
             .iter()
@@ -1093,17 +1113,18 @@ struct HeldHead {
     hidden: usize,
 }
 
-fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
+/// `None` for a head whose final norm is a LayerNorm.
+fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> Option<HeldHead> {
     let [vocab, hidden] = head.embed.dims();
-    HeldHead {
+    Some(HeldHead {
         embed: held.push(head.embed.val()),
         embed_scale: head.embed_scale,
-        norm: hold_norm(held, &head.norm),
+        norm: hold_norm(held, &head.norm)?,
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         eps: head.norm.eps,
         vocab,
         hidden,
-    }
+    })
 }
 
 fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {

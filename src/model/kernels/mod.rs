@@ -39,15 +39,20 @@ pub enum LinearInput {
     AttnOut,
     /// Normed residual before the MLP → gate/up projections.
     MlpIn,
-    /// `silu(gate) * up` → `down_proj`.
+    /// `act(gate) * up` (`act(up)` without a gate) → `down_proj`.
     MlpHidden,
 }
 
-/// A borrowed RMSNorm: per-channel gain `[hidden]` and the epsilon added to the mean square.
+/// A borrowed norm: per-channel gain `[hidden]` and the epsilon added to the mean square;
+/// a LayerNorm's bias and centring.
 #[derive(Clone, Copy)]
 pub struct NormWeights<'a, B: Backend> {
     /// Per-channel gain, `[hidden]`.
     pub weight: &'a Param<Tensor<B, 1>>,
+    /// Per-channel bias, `[hidden]` (LayerNorm).
+    pub bias: Option<&'a Param<Tensor<B, 1>>>,
+    /// Whether the mean is taken off first (LayerNorm).
+    pub centered: bool,
     /// Added to the mean square for stability.
     pub eps: f64,
 }
@@ -62,8 +67,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub v_proj: &'a Linear<B>,
     /// `[heads * head_dim, hidden]`.
     pub o_proj: &'a Linear<B>,
-    /// `[hidden, intermediate]`.
-    pub gate_proj: &'a Linear<B>,
+    /// `[hidden, intermediate]`; `None` in an MLP without a gate (OPT).
+    pub gate_proj: Option<&'a Linear<B>>,
     /// `[hidden, intermediate]`.
     pub up_proj: &'a Linear<B>,
     /// `[intermediate, hidden]`.
@@ -88,6 +93,8 @@ pub struct LayerWeights<'a, B: Backend> {
     /// The layer's own rotary inverse frequencies, when not the model's (Gemma 3's local
     /// layers).
     pub inv_freq: Option<&'a [f32]>,
+    /// Whether queries and keys are rotated (false where positions are learned, OPT).
+    pub rotary: bool,
     /// Query heads.
     pub heads: usize,
     /// Key/value heads.
@@ -106,6 +113,8 @@ pub struct HeadWeights<'a, B: Backend> {
     pub lm_head: Option<&'a Linear<B>>,
     /// The factor of the token embeddings on their way into the first layer (Gemma).
     pub embed_scale: Option<f32>,
+    /// Learned position embeddings added to the token embeddings (OPT).
+    pub positions: Option<&'a Param<Tensor<B, 2>>>,
 }
 
 /// The borrowed weights of a whole decoder.

@@ -164,6 +164,13 @@ fn silu_mul_portable(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// ReGLU in place: `gate = max(gate, 0) · up`.
+pub fn relu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = g.max(0.0) * u;
+    }
+}
+
 dispatch! {
     /// GeGLU in place: `gate = gelu_tanh(gate) · up`, with GELU's tanh approximation
     /// `g/2 · (1 + tanh(y)) = g / (1 + e^(−2y))`, `y = √(2/π) · (g + 0.044715 g³)`.
@@ -370,6 +377,13 @@ mod tests {
         }
         // gelu(1) = 0.841192 by hand: 0.5 · (1 + tanh(0.797885 · 1.044715)).
         assert!((gate[1] - 2.0 * 0.841_192).abs() < 2e-6, "{gate:?}");
+    }
+
+    #[test]
+    fn relu_mul_by_hand() {
+        let mut gate = [-1.0, 0.0, 2.0, 3.5];
+        relu_mul(&mut gate, &[5.0, 2.0, 1.5, -2.0]);
+        assert_eq!(gate, [0.0, 0.0, 3.0, -7.0]);
     }
 
     #[test]
