@@ -27,9 +27,14 @@ def load(path):
     return out
 
 
+def layer_of(name):
+    """The decoder layer index in `model.layers.N.…` (or OPT's `model.decoder.layers.N.…`)."""
+    parts = name.split(".")
+    return int(parts[parts.index("layers") + 1])
+
+
 ours, theirs = load(a.ours), load(a.theirs)
-names = sorted((n for n in theirs if n in ours),
-               key=lambda n: (int(n.split(".")[2]), n))
+names = sorted((n for n in theirs if n in ours), key=lambda n: (layer_of(n), n))
 if not names:
     sys.exit("no tensor names in common")
 layer_rows = {}
@@ -40,7 +45,7 @@ for n in names:
     differ = ((x == 0) != (y == 0)).float().mean().item()
     kept = (x != 0) & (y != 0)
     rel = ((x - y)[kept].norm() / y[kept].norm().clamp_min(1e-30)).item()
-    layer = int(n.split(".")[2])
+    layer = layer_of(n)
     acc = layer_rows.setdefault(layer, [0.0, 0.0, 0])
     acc[0] += differ; acc[1] = max(acc[1], rel); acc[2] += 1
     if a.all:

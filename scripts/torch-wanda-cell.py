@@ -68,7 +68,9 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 p = argparse.ArgumentParser()
-p.add_argument("--gguf", required=True)
+src = p.add_mutually_exclusive_group(required=True)
+src.add_argument("--gguf", help="a GGUF file (its tokenizer unless --hf-dir)")
+src.add_argument("--hf-model", help="a Hugging Face folder (safetensors, config.json, tokenizer)")
 p.add_argument("--hf-dir", help="config.json + tokenizer.json to use instead of the GGUF's")
 p.add_argument("--calib-text", required=True)
 p.add_argument("--eval-text", required=True)
@@ -116,14 +118,24 @@ prune_n, prune_m = (0, 0) if a.pattern == "unstructured" else map(int, a.pattern
 
 # Load.
 t0 = time.time()
-folder, name = os.path.split(os.path.abspath(a.gguf))
-extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
-model = AutoModelForCausalLM.from_pretrained(
-    folder, gguf_file=name, **{"dtype" if int(transformers.__version__.split(".")[0]) >= 5
-                               else "torch_dtype": torch.float32}, **extra).eval().to(DT)
+DTYPE_KEY = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+if a.hf_model:
+    model = AutoModelForCausalLM.from_pretrained(a.hf_model, **{DTYPE_KEY: torch.float32})
+    # The folder's tokenizer.json itself, as wanda reads it (AutoTokenizer would pick the
+    # family's tokenizer class, which ignores a tokenizer.json of another kind).
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=os.path.join(a.hf_model, "tokenizer.json"))
+else:
+    folder, name = os.path.split(os.path.abspath(a.gguf))
+    extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, **{DTYPE_KEY: torch.float32}, **extra)
+    tok = AutoTokenizer.from_pretrained(a.hf_dir) if a.hf_dir else AutoTokenizer.from_pretrained(
+        folder, gguf_file=name)
+model = model.eval().to(DT)
 model.config.use_cache = False
-tok = AutoTokenizer.from_pretrained(a.hf_dir) if a.hf_dir else AutoTokenizer.from_pretrained(
-    folder, gguf_file=name)
+# OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
+OPT = model.config.model_type == "opt"
 load_s = time.time() - t0
 
 # Calibrate and prune.
@@ -133,7 +145,7 @@ random.seed(a.seed)
 offsets = [random.randint(0, calib_ids.shape[1] - a.seqlen - 1) for _ in range(a.nsamples)]
 samples = [calib_ids[:, i:i + a.seqlen] for i in offsets]
 
-layers = model.model.layers
+layers = model.model.decoder.layers if OPT else model.model.layers
 hidden = model.config.hidden_size
 inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=DT)
 layer_kwargs = {}
@@ -188,8 +200,11 @@ def run_layer(layer, x):
     return (out[0] if isinstance(out, tuple) else out)[0]
 
 
-LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+LINEARS = (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+            "fc1", "fc2"] if OPT else
+           ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
+PREFIX = "model.decoder.layers" if OPT else "model.layers"
 
 
 def nm_mask(metric):
@@ -543,7 +558,7 @@ for layer in layers:
 
 if a.save_pruned:
     from safetensors.torch import save_file
-    save_file({f"model.layers.{i}.{n}.weight": layer.get_submodule(n).weight.data.float().contiguous()
+    save_file({f"{PREFIX}.{i}.{n}.weight": layer.get_submodule(n).weight.data.float().contiguous()
                for i, layer in enumerate(layers) for n in LINEARS}, a.save_pruned)
 
 # Evaluate.

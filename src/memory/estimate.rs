@@ -770,6 +770,7 @@ mod tests {
             vocab_size: 10,
             tie_word_embeddings: false,
             max_position_embeddings: 64,
+            gated_mlp: true,
         }
     }
 
@@ -924,6 +925,7 @@ mod tests {
             vocab_size: 32000,
             tie_word_embeddings: false,
             max_position_embeddings: 4096,
+            gated_mlp: true,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1006,6 +1008,7 @@ mod tests {
             vocab_size: 49152,
             tie_word_embeddings: tie,
             max_position_embeddings: context,
+            gated_mlp: true,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

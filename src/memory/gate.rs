@@ -357,6 +357,7 @@ mod tests {
             vocab_size: 1000,
             tie_word_embeddings: true,
             max_position_embeddings: 1024,
+            gated_mlp: true,
         }
     }
 

@@ -30,6 +30,8 @@ pub struct ModelShape {
     pub tie_word_embeddings: bool,
     /// The longest context the model was trained for.
     pub max_position_embeddings: usize,
+    /// Whether the MLP has a gate (three `H × I` matrices; two without, OPT).
+    pub gated_mlp: bool,
 }
 
 impl ModelShape {
@@ -47,20 +49,46 @@ impl ModelShape {
             vocab_size: config.vocab_size,
             tie_word_embeddings: config.tie_word_embeddings,
             max_position_embeddings: config.max_position_embeddings,
+            gated_mlp: !config.extras.ungated_mlp,
         };
-        // RMSNorm gains: two per layer (four with Gemma's output norms), plus the per-head q/k
-        // norms.
-        let layer_norms = if config.extras.sandwich_norms { 4 } else { 2 } * config.hidden_size
+        let e = &config.extras;
+        // Norm gains (and LayerNorm biases): two per layer (four with Gemma's output norms),
+        // plus the per-head q/k norms.
+        let per_norm = if e.layer_norm { 2 } else { 1 } * config.hidden_size;
+        let layer_norms = if e.sandwich_norms { 4 } else { 2 } * per_norm
             + if config.qk_norm {
                 2 * config.head_dim
             } else {
                 0
             };
-        shape.parameters = shape.layer_parameters(config.qkv_bias, config.o_bias, layer_norms)
+        // MLP biases: `I` for each matrix into the MLP, `H` for down_proj's.
+        let mlp_bias = if e.mlp_bias {
+            (shape.mlp_matrices() - 1) * config.intermediate_size as u64 + config.hidden_size as u64
+        } else {
+            0
+        };
+        let positions = if e.learned_positions {
+            ((config.max_position_embeddings + crate::model::llama::POSITION_OFFSET)
+                * config.hidden_size) as u64
+        } else {
+            0
+        };
+        shape.parameters = (shape.layer_parameters(config.qkv_bias, config.o_bias, layer_norms)
+            + mlp_bias)
             * config.num_hidden_layers as u64
             + shape.embedding_and_head_parameters()
-            + config.hidden_size as u64;
+            + positions
+            + per_norm as u64;
         shape
+    }
+
+    /// The MLP's `H × I` matrices: gate, up and down, or up and down without a gate.
+    fn mlp_matrices(&self) -> u64 {
+        if self.gated_mlp {
+            3
+        } else {
+            2
+        }
     }
 
     /// The same shape with the exact count read from a checkpoint's headers.
@@ -80,13 +108,13 @@ impl ModelShape {
         self.embedding_parameters() * if self.tie_word_embeddings { 1 } else { 2 }
     }
 
-    /// Parameters of the seven prunable linears of one layer:
-    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H + 3·H·I`.
+    /// Parameters of the prunable linears of one layer:
+    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H + 3·H·I` (`2·H·I` in an MLP without a gate).
     pub fn linear_parameters_per_layer(&self) -> u64 {
         let h = self.hidden_size as u64;
         let q = (self.num_attention_heads * self.head_dim) as u64;
         let kv = (self.num_key_value_heads * self.head_dim) as u64;
-        h * q + 2 * h * kv + q * h + 3 * h * self.intermediate_size as u64
+        h * q + 2 * h * kv + q * h + self.mlp_matrices() * h * self.intermediate_size as u64
     }
 
     /// Parameters of one decoder layer: its linears, their biases where the architecture has

@@ -59,6 +59,7 @@ fn shape(
         vocab_size: 49152,
         tie_word_embeddings: true,
         max_position_embeddings: 8192,
+        gated_mlp: true,
     }
 }
 

@@ -207,6 +207,7 @@ mod tests {
             vocab_size: 10,
             tie_word_embeddings: false,
             max_position_embeddings: 16,
+            gated_mlp: true,
         }
     }
 
@@ -222,6 +223,7 @@ mod tests {
             vocab_size: 32000,
             tie_word_embeddings: false,
             max_position_embeddings: 4096,
+            gated_mlp: true,
         }
     }
 

@@ -139,6 +139,7 @@ impl Family for Opt {
 mod tests {
     use super::*;
     use crate::model::family::Architecture;
+    use crate::model::shape::ModelShape;
 
     /// OPT-125m's `config.json`, as the hub has it.
     const OPT_125M: &str = r#"{"_name_or_path":"facebook/opt-125m","_remove_final_layer_norm":false,
@@ -173,6 +174,14 @@ mod tests {
             .resolve()
             .unwrap();
         assert_eq!(again, c);
+        // OPT-125m's published parameter count: embeddings, 2050 learned positions, twelve
+        // layers of six biased linears and two LayerNorms, the final LayerNorm.
+        let shape = ModelShape::from_config(&c);
+        assert_eq!(shape.parameters, 125_239_296);
+        assert_eq!(
+            shape.linear_parameters_per_layer(),
+            4 * 768 * 768 + 2 * 768 * 3072
+        );
     }
 
     #[test]

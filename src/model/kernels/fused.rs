@@ -24,6 +24,7 @@ use rayon::prelude::*;
 use super::vecmath;
 use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
 use crate::model::config::Activation;
+use crate::model::llama::POSITION_OFFSET;
 use crate::model::rope;
 
 mod head;
@@ -177,17 +178,26 @@ impl LinearRef<'_> {
     }
 }
 
+/// A borrowed layer norm: an RMSNorm's gain, or a LayerNorm's gain and bias.
+#[derive(Clone, Copy)]
+struct NormRef<'a> {
+    weight: &'a [f32],
+    /// The bias of a LayerNorm (centred); `None` for an RMSNorm.
+    bias: Option<&'a [f32]>,
+}
+
 /// Borrowed weights of one decoder layer.
 struct LayerRef<'a> {
     q: LinearRef<'a>,
     k: LinearRef<'a>,
     v: LinearRef<'a>,
     o: LinearRef<'a>,
-    gate: LinearRef<'a>,
+    /// `None` in an MLP without a gate (OPT: `down(relu(up(x)))`).
+    gate: Option<LinearRef<'a>>,
     up: LinearRef<'a>,
     down: LinearRef<'a>,
-    input_norm: &'a [f32],
-    post_norm: &'a [f32],
+    input_norm: NormRef<'a>,
+    post_norm: NormRef<'a>,
     /// Per-head q and k norms, `[head_dim]` each (Qwen3).
     q_norm: Option<&'a [f32]>,
     k_norm: Option<&'a [f32]>,
@@ -199,6 +209,8 @@ struct LayerRef<'a> {
     activation: Activation,
     /// The layer's own rotary inverse frequencies (Gemma 3's local layers).
     inv_freq: Option<&'a [f32]>,
+    /// Whether queries and keys are rotated (not where positions are learned, OPT).
+    rotary: bool,
 }
 
 /// Shapes shared by every layer.
@@ -227,9 +239,20 @@ struct HeadRef<'a> {
     embed_scale: Option<f32>,
     vocab: usize,
     hidden: usize,
-    norm: &'a [f32],
+    norm: NormRef<'a>,
     eps: f64,
     lm_head: Option<LinearRef<'a>>,
+    /// Learned position embeddings, position `p` at row `p + 2` (OPT).
+    positions: Option<&'a [f32]>,
+}
+
+impl HeadRef<'_> {
+    /// Whether positions `0..count` have rows in the learned position table (always, without
+    /// one).
+    fn has_positions(&self, count: usize) -> bool {
+        self.positions
+            .is_none_or(|table| (count + POSITION_OFFSET) * self.hidden <= table.len())
+    }
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`, row by row.
@@ -245,6 +268,27 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
         .for_each(|(x, out)| {
             for (row, dst) in x.chunks(width).zip(out.chunks_mut(width)) {
                 vecmath::rms_norm_row(row, weight, eps as f32, dst);
+            }
+        });
+}
+
+/// `out` = `x` through `norm`, row by row: [`rms_norm`], or a LayerNorm
+/// (`(x − mean) / sqrt(var + eps) * weight + bias`) where the norm has a bias.
+///
+/// # Shapes
+/// - `x`, `out`: `[rows, norm.weight.len()]`
+fn norm_rows(x: &[f32], norm: NormRef, eps: f64, out: &mut [f32]) {
+    /// Rows per parallel job.
+    const ROWS: usize = 16;
+    let Some(bias) = norm.bias else {
+        return rms_norm(x, norm.weight, eps, out);
+    };
+    let width = norm.weight.len();
+    x.par_chunks(ROWS * width)
+        .zip(out.par_chunks_mut(ROWS * width))
+        .for_each(|(x, out)| {
+            for (row, dst) in x.chunks(width).zip(out.chunks_mut(width)) {
+                vecmath::layer_norm_row(row, norm.weight, bias, eps as f32, dst);
             }
         });
 }
@@ -449,14 +493,13 @@ fn layer_forward(
 ) {
     let (hidden, hd, seq) = (d.hidden, d.head_dim, tables.seq);
     let rows = x.len() / hidden;
-    let intermediate = layer.gate.outputs;
+    let intermediate = layer.up.outputs;
     let normed = sized(&mut scratch.normed, rows * hidden);
     let q = sized(&mut scratch.q, rows * d.heads * hd);
     let k = sized(&mut scratch.k, rows * d.kv_heads * hd);
     let v = sized(&mut scratch.v, rows * d.kv_heads * hd);
     let gate = sized(&mut scratch.gate, rows * intermediate);
-    let up = sized(&mut scratch.up, rows * intermediate);
-    rms_norm(x, layer.input_norm, d.eps, normed);
+    norm_rows(x, layer.input_norm, d.eps, normed);
     observe(LinearInput::AttnIn, normed, hidden);
     layer.q.apply(normed, rows, q, false);
     layer.k.apply(normed, rows, k, false);
@@ -465,8 +508,10 @@ fn layer_forward(
         rms_norm_in_place(q, q_norm, d.eps);
         rms_norm_in_place(k, k_norm, d.eps);
     }
-    rope(q, d.heads, hd, tables);
-    rope(k, d.kv_heads, hd, tables);
+    if layer.rotary {
+        rope(q, d.heads, hd, tables);
+        rope(k, d.kv_heads, hd, tables);
+    }
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
     let sequences = rows / seq.max(1);
     // One job per (sequence, kv head, block of query rows): many more jobs than cores, so the
@@ -516,18 +561,29 @@ fn layer_forward(
         layer.output_norms.map(|[a, _]| a),
         d.eps,
     );
-    rms_norm(x, layer.post_norm, d.eps, normed);
+    norm_rows(x, layer.post_norm, d.eps, normed);
     observe(LinearInput::MlpIn, normed, hidden);
-    layer.gate.apply(normed, rows, gate, false);
-    layer.up.apply(normed, rows, up, false);
-    let activation = match layer.activation {
-        Activation::Silu => vecmath::silu_mul,
-        Activation::GeluTanh => vecmath::gelu_tanh_mul,
-        Activation::Relu => vecmath::relu_mul,
-    };
-    gate.par_chunks_mut(intermediate)
-        .zip(up.par_chunks(intermediate))
-        .for_each(|(g, u)| activation(g, u));
+    match &layer.gate {
+        Some(gate_proj) => {
+            let up = sized(&mut scratch.up, rows * intermediate);
+            gate_proj.apply(normed, rows, gate, false);
+            layer.up.apply(normed, rows, up, false);
+            let activation = match layer.activation {
+                Activation::Silu => vecmath::silu_mul,
+                Activation::GeluTanh => vecmath::gelu_tanh_mul,
+                Activation::Relu => vecmath::relu_mul,
+            };
+            gate.par_chunks_mut(intermediate)
+                .zip(up.par_chunks(intermediate))
+                .for_each(|(g, u)| activation(g, u));
+        }
+        // Without a gate (only ReLU: `hold_layer` declines the others) the activation acts
+        // on `up(x)` itself, held in the gate's buffer.
+        None => {
+            layer.up.apply(normed, rows, gate, false);
+            gate.par_chunks_mut(intermediate).for_each(vecmath::relu);
+        }
+    }
     observe(LinearInput::MlpHidden, gate, intermediate);
     if output {
         residual_add(
@@ -592,6 +648,14 @@ fn run_layers(
     }
     if let Some(scale) = model.head.embed_scale {
         x.iter_mut().for_each(|v| *v *= scale);
+    }
+    if let Some(table) = model.head.positions {
+        for (row, &p) in x.chunks_mut(hidden).zip(positions) {
+            let at = (p + POSITION_OFFSET) * hidden;
+            row.iter_mut()
+                .zip(&table[at..at + hidden])
+                .for_each(|(v, t)| *v += t);
+        }
     }
     let (cos, sin) = rope::angles(model.inv_freq, positions);
     // Gemma 3's local layers share one set of frequencies of their own.
@@ -679,78 +743,112 @@ fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef<'a>> {
     })
 }
 
-/// The index of an RMSNorm's gain; `None` for a LayerNorm, which these kernels do not run.
-fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
-    if norm.centered || norm.bias.is_some() {
-        return None;
-    }
-    Some(held.push(norm.weight.val()))
+/// Indices into [`Held`] of a norm's gain and a LayerNorm's bias.
+#[derive(Clone, Copy)]
+struct HeldNorm {
+    weight: usize,
+    bias: Option<usize>,
 }
 
-/// Indices into [`Held`] of one decoder layer: seven linears, two norms, the per-head q/k
-/// norms and the output norms where the family has them; the layer's own rotary frequencies.
+/// `None` for a norm these kernels do not run: centred without a bias, or a bias without
+/// centring.
+fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<HeldNorm> {
+    if norm.centered != norm.bias.is_some() {
+        return None;
+    }
+    Some(HeldNorm {
+        weight: held.push(norm.weight.val()),
+        bias: norm.bias.map(|b| held.push(b.val())),
+    })
+}
+
+/// The index of an RMSNorm's gain (the per-head and output norms); `None` for a LayerNorm.
+fn hold_rms_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
+    (!norm.centered && norm.bias.is_none()).then(|| held.push(norm.weight.val()))
+}
+
+fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
+    Some(NormRef {
+        weight: held.slice(n.weight)?,
+        bias: match n.bias {
+            Some(b) => Some(held.slice(b)?),
+            None => None,
+        },
+    })
+}
+
+/// Indices into [`Held`] of one decoder layer: its linears (no gate in an ungated MLP), two
+/// norms, the per-head q/k norms and the output norms where the family has them; the layer's
+/// own rotary frequencies.
 struct HeldLayer<'m> {
-    linears: [HeldLinear; 7],
-    input_norm: usize,
-    post_norm: usize,
+    q: HeldLinear,
+    k: HeldLinear,
+    v: HeldLinear,
+    o: HeldLinear,
+    gate: Option<HeldLinear>,
+    up: HeldLinear,
+    down: HeldLinear,
+    input_norm: HeldNorm,
+    post_norm: HeldNorm,
     q_norm: Option<usize>,
     k_norm: Option<usize>,
     output_norms: Option<[usize; 2]>,
     window: Option<usize>,
     activation: Activation,
     inv_freq: Option<&'m [f32]>,
+    rotary: bool,
 }
 
-/// `None` for a layer these kernels do not run: one without a gate, with LayerNorms or
-/// without RoPE (OPT).
+/// `None` for a layer these kernels do not run: an MLP without a gate whose activation is not
+/// ReLU, or per-head and output norms that are not RMSNorms.
 fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldLayer<'m>> {
-    if !layer.rotary {
+    if layer.gate_proj.is_none() && layer.activation != Activation::Relu {
         return None;
     }
     let output_norms = match &layer.output_norms {
-        Some([a, m]) => Some([hold_norm(held, a)?, hold_norm(held, m)?]),
+        Some([a, m]) => Some([hold_rms_norm(held, a)?, hold_rms_norm(held, m)?]),
         None => None,
     };
     Some(HeldLayer {
-        linears: [
-            layer.q_proj,
-            layer.k_proj,
-            layer.v_proj,
-            layer.o_proj,
-            layer.gate_proj?,
-            layer.up_proj,
-            layer.down_proj,
-        ]
-        .map(|lin| hold_linear(held, lin)),
+        q: hold_linear(held, layer.q_proj),
+        k: hold_linear(held, layer.k_proj),
+        v: hold_linear(held, layer.v_proj),
+        o: hold_linear(held, layer.o_proj),
+        gate: layer.gate_proj.map(|g| hold_linear(held, g)),
+        up: hold_linear(held, layer.up_proj),
+        down: hold_linear(held, layer.down_proj),
         input_norm: hold_norm(held, &layer.input_norm)?,
         post_norm: hold_norm(held, &layer.post_norm)?,
         q_norm: match &layer.q_norm {
-            Some(n) => Some(hold_norm(held, n)?),
+            Some(n) => Some(hold_rms_norm(held, n)?),
             None => None,
         },
         k_norm: match &layer.k_norm {
-            Some(n) => Some(hold_norm(held, n)?),
+            Some(n) => Some(hold_rms_norm(held, n)?),
             None => None,
         },
         output_norms,
         window: layer.sliding_window,
         activation: layer.activation,
         inv_freq: layer.inv_freq,
+        rotary: layer.rotary,
     })
 }
 
 fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
-    let [q, k, v, o, gate, up, down] = &l.linears;
     Some(LayerRef {
-        q: linear_ref(held, q)?,
-        k: linear_ref(held, k)?,
-        v: linear_ref(held, v)?,
-        o: linear_ref(held, o)?,
-        gate: linear_ref(held, gate)?,
-        up: linear_ref(held, up)?,
-        down: linear_ref(held, down)?,
-        input_norm: held.slice(l.input_norm)?,
-        post_norm: held.slice(l.post_norm)?,
+        q: linear_ref(held, &l.q)?,
+        k: linear_ref(held, &l.k)?,
+        v: linear_ref(held, &l.v)?,
+        o: linear_ref(held, &l.o)?,
+        gate: match &l.gate {
+            Some(g) => Some(linear_ref(held, g)?),
+            None => None,
+        },
+        up: linear_ref(held, &l.up)?,
+        down: linear_ref(held, &l.down)?,
+        input_norm: norm_ref(held, l.input_norm)?,
+        post_norm: norm_ref(held, l.post_norm)?,
         q_norm: match l.q_norm {
             Some(i) => Some(held.slice(i)?),
             None => None,
@@ -766,6 +864,7 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
         window: l.window,
         activation: l.activation,
         inv_freq: l.inv_freq,
+        rotary: l.rotary,
     })
 }
 
@@ -1049,7 +1148,7 @@ fn fused_sequences(
     let ids: Vec<i64> = tokens.clone().into_data().convert::<i64>().to_vec().ok()?;
     with_decoder(model, |refs| {
         let vocab = refs.head.vocab;
-        if ids.iter().any(|&t| t < 0 || t as usize >= vocab) {
+        if ids.iter().any(|&t| t < 0 || t as usize >= vocab) || !refs.head.has_positions(seq) {
             return None;
         }
         let width = if logits { vocab } else { refs.head.hidden };
@@ -1081,9 +1180,6 @@ fn with_decoder<R>(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    if model.head.positions.is_some() {
-        return None;
-    }
     let head = hold_head(&mut held, &model.head)?;
     let layers: Vec<HeldLayer> = model
         .layers
@@ -1102,23 +1198,28 @@ fn with_decoder<R>(
     f(&refs)
 }
 
-/// Indices into [`Held`] of the embeddings, final norm and LM head, with their sizes.
+/// Indices into [`Held`] of the embeddings, learned positions, final norm and LM head, with
+/// their sizes.
 struct HeldHead {
     embed: usize,
     embed_scale: Option<f32>,
-    norm: usize,
+    positions: Option<(usize, usize)>,
+    norm: HeldNorm,
     lm_head: Option<HeldLinear>,
     eps: f64,
     vocab: usize,
     hidden: usize,
 }
 
-/// `None` for a head whose final norm is a LayerNorm.
+/// `None` for a final norm these kernels do not run.
 fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> Option<HeldHead> {
     let [vocab, hidden] = head.embed.dims();
     Some(HeldHead {
         embed: held.push(head.embed.val()),
         embed_scale: head.embed_scale,
+        positions: head
+            .positions
+            .map(|table| (held.push(table.val()), table.dims()[0])),
         norm: hold_norm(held, &head.norm)?,
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         eps: head.norm.eps,
@@ -1133,10 +1234,14 @@ fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
         embed_scale: h.embed_scale,
         vocab: h.vocab,
         hidden: h.hidden,
-        norm: held.slice(h.norm)?,
+        norm: norm_ref(held, h.norm)?,
         eps: h.eps,
         lm_head: match &h.lm_head {
             Some(l) => Some(linear_ref(held, l)?),
+            None => None,
+        },
+        positions: match h.positions {
+            Some((table, _)) => Some(held.slice(table)?),
             None => None,
         },
     })
@@ -1164,6 +1269,9 @@ fn fused_packed_hidden(
     with_decoder(model, |refs| {
         if refs.layers.iter().any(|l| l.window.is_some())
             || tokens.iter().any(|&t| t as usize >= refs.head.vocab)
+            || !refs
+                .head
+                .has_positions(positions.iter().max().map_or(0, |p| p + 1))
         {
             return None;
         }

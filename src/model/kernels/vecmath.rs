@@ -164,6 +164,26 @@ fn silu_mul_portable(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// LayerNorm of one row: `out = (x − mean) / sqrt(var + eps) · weight + bias`, the variance
+/// the mean square of `x − mean` (PyTorch's `nn.LayerNorm`), in f32.
+pub fn layer_norm_row(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len() as f32;
+    let mut lanes = [0.0f32; LANES];
+    fold_lanes(&mut lanes, x, |sum, v| sum + v);
+    let mean = lanes.iter().sum::<f32>() / n;
+    let mut lanes = [0.0f32; LANES];
+    fold_lanes(&mut lanes, x, |sum, v| (v - mean).mul_add(v - mean, sum));
+    let std = (lanes.iter().sum::<f32>() / n + eps).sqrt();
+    for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(weight).zip(bias) {
+        *o = (v - mean) / std * w + b;
+    }
+}
+
+/// ReLU in place.
+pub fn relu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = v.max(0.0));
+}
+
 /// ReGLU in place: `gate = max(gate, 0) · up`.
 pub fn relu_mul(gate: &mut [f32], up: &[f32]) {
     for (g, u) in gate.iter_mut().zip(up) {
@@ -377,6 +397,27 @@ mod tests {
         }
         // gelu(1) = 0.841192 by hand: 0.5 · (1 + tanh(0.797885 · 1.044715)).
         assert!((gate[1] - 2.0 * 0.841_192).abs() < 2e-6, "{gate:?}");
+    }
+
+    #[test]
+    fn layer_norm_row_by_hand() {
+        // x = [1, 2, 3, 6]: mean 3, variance (4 + 1 + 0 + 9) / 4 = 3.5.
+        let mut out = [0.0f32; 4];
+        layer_norm_row(
+            &[1.0, 2.0, 3.0, 6.0],
+            &[1.0, 2.0, 1.0, 0.5],
+            &[0.0, 0.0, 1.0, -1.0],
+            0.0,
+            &mut out,
+        );
+        let sd = 3.5f32.sqrt();
+        let expected = [-2.0 / sd, -2.0 / sd, 1.0, 1.5 / sd - 1.0];
+        for (a, e) in out.iter().zip(expected) {
+            assert!((a - e).abs() < 1e-6, "{out:?} vs {expected:?}");
+        }
+        let mut x = [-1.0, 0.0, 2.5];
+        relu(&mut x);
+        assert_eq!(x, [0.0, 0.0, 2.5]);
     }
 
     #[test]

@@ -7,7 +7,9 @@ use burn::backend::ndarray::NdArrayTensor;
 use burn::prelude::*;
 use rayon::prelude::*;
 
-use super::{head_ref, hold_head, matmul, rms_norm, vecmath, HeadRef, HeadWeights, Held, Nd, View};
+use super::{
+    head_ref, hold_head, matmul, norm_rows, vecmath, HeadRef, HeadWeights, Held, Nd, View,
+};
 
 impl HeadRef<'_> {
     /// Logits of the residual stream `x` after the last layer, written into `out`.
@@ -25,7 +27,7 @@ impl HeadRef<'_> {
     /// - `x`: `[seq, hidden]` → `[seq, hidden]`
     fn normed(&self, x: &[f32]) -> Vec<f32> {
         let mut normed = vec![0.0f32; x.len()];
-        rms_norm(x, self.norm, self.eps, &mut normed);
+        norm_rows(x, self.norm, self.eps, &mut normed);
         normed
     }
 
