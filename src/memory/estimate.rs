@@ -580,6 +580,9 @@ struct Dims {
     layers: u64,
     linears_per_layer: u64,
     in_out: [(u64, u64); 3],
+    /// `I`-wide buffers of the MLP: gate, up and their product (up and its activation without
+    /// a gate).
+    mlp_buffers: u64,
 }
 
 impl Dims {
@@ -597,6 +600,7 @@ impl Dims {
             layers: shape.num_hidden_layers as u64,
             linears_per_layer: shape.linear_parameters_per_layer(),
             in_out: [(h, q), (h, i), (i, h)],
+            mlp_buffers: if shape.gated_mlp { 3 } else { 2 },
         }
     }
 
@@ -727,9 +731,12 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
     let f = run.precision.bytes();
     out.push_mixed(
         "layer intermediates",
-        &[(4, b * s * m.q * F32), (3, b * s * m.i * f)],
+        &[(4, b * s * m.q * F32), (m.mlp_buffers, b * s * m.i * f)],
         Place::Device,
-        format!("{b} × {s} × (4·{} × 4 B + 3·{} × {f} B)", m.q, m.i),
+        format!(
+            "{b} × {s} × (4·{} × 4 B + {}·{} × {f} B)",
+            m.q, m.mlp_buffers, m.i
+        ),
     );
 }
 
