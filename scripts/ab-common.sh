@@ -1,7 +1,7 @@
 # Set-up shared by the A/B scripts (sourced, from the repository root): the shared model and texts
 # and a check that they exist, the Python venv outside the repository ($AB_VENV, default
 # ~/.cache/wanda-ab-venv, created on first use with `pip install torch transformers gguf
-# accelerate`), a release build of wanda (or $WANDA_BIN), and a scratch folder `$out` removed on exit.
+# accelerate`), and scripts/ab-wanda.sh (the wanda binary, a scratch folder, cell flags).
 venv="${AB_VENV:-$HOME/.cache/wanda-ab-venv}"
 device="${WANDA_DEVICE:-cpu}"
 shared="${WANDA_SHARED:-../shared}"
@@ -16,13 +16,4 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet torch transformers gguf accelerate
 fi
-# $WANDA_BIN runs a binary built earlier (e.g. a copy kept while the tree changes); otherwise the
-# tree is built in release.
-if [ -n "${WANDA_BIN:-}" ]; then
-  wanda="$WANDA_BIN"
-else
-  cargo build --release --quiet
-  wanda=target/release/wanda
-fi
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+source scripts/ab-wanda.sh

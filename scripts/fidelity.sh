@@ -24,16 +24,7 @@ fi
 echo "| cell | wanda ppl | PyTorch ppl | relative | wanda prune s | PyTorch prune s | wanda RSS GiB | PyTorch RSS GiB |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for cell in "${cells[@]}"; do
-  base="${cell%%+*}"
-  method="${base%%:*}"
-  spec="${base#*:}"
-  if [[ "$spec" == *:* ]]; then
-    ours=(--pattern "$spec"); theirs=(--pattern "$spec")
-  else
-    ours=(--sparsity "$spec"); theirs=(--sparsity "$spec")
-  fi
-  [[ "$cell" == *+owl* ]] && { ours+=(--profile owl); theirs+=(--owl); }
-  [[ "$cell" == *+dsnot* ]] && { ours+=(--dsnot); theirs+=(--dsnot); }
+  cell_flags "$cell"
   "$wanda" prune --model "$model" --method "$method" "${ours[@]}" --calib-text "$calib" \
     --nsamples 32 --seqlen 512 --seed 0 --eval-text "$text" --eval-seqlen 512 --windows 64 \
     --device "$device" --json > "$out/w.json"

@@ -16,14 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${AB_VENV:-$HOME/.cache/wanda-ab-venv}"
 model=tests/fixtures/models/tiny-opt
-if [ -n "${WANDA_BIN:-}" ]; then
-  wanda="$WANDA_BIN"
-else
-  cargo build --release --quiet
-  wanda=target/release/wanda
-fi
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
+source scripts/ab-wanda.sh
 # Seeded text over the fixture's word vocabulary (w1 … w95), with a little structure.
 python3 - "$out" <<'PY'
 import random, sys
@@ -43,16 +36,7 @@ cells=("$@")
 echo "| cell | wanda ppl | PyTorch ppl | relative | largest mask difference |"
 echo "|---|---:|---:|---:|---:|"
 for cell in "${cells[@]}"; do
-  base="${cell%%+*}"
-  method="${base%%:*}"
-  spec="${base#*:}"
-  if [[ "$spec" == *:* ]]; then
-    ours=(--pattern "$spec"); theirs=(--pattern "$spec")
-  else
-    ours=(--sparsity "$spec"); theirs=(--sparsity "$spec")
-  fi
-  [[ "$cell" == *+owl* ]] && { ours+=(--profile owl); theirs+=(--owl); }
-  [[ "$cell" == *+dsnot* ]] && { ours+=(--dsnot); theirs+=(--dsnot); }
+  cell_flags "$cell"
   rm -rf "$out/ours"
   "$wanda" prune --model "$model" --method "$method" "${ours[@]}" --calib-text "$out/calib.txt" \
     --nsamples 8 --seqlen 64 --seed 0 --eval-text "$out/eval.txt" --eval-seqlen 64 --windows 16 \

@@ -1,0 +1,28 @@
+# What the A/B and fidelity scripts share about wanda itself (sourced, from the repository root):
+# the binary — $WANDA_BIN, a binary built earlier (e.g. a copy kept while the tree changes), or
+# else the tree built in release — as `$wanda`, a scratch folder `$out` removed on exit, and
+# `cell_flags CELL`, which turns a cell (METHOD:SPARSITY or METHOD:N:M, with +owl and/or +dsnot,
+# e.g. wanda:0.7+owl or sparsegpt:2:4) into `$method` and the flag arrays `ours` (wanda prune)
+# and `theirs` (scripts/torch-wanda-cell.py).
+if [ -n "${WANDA_BIN:-}" ]; then
+  wanda="$WANDA_BIN"
+else
+  cargo build --release --quiet
+  wanda=target/release/wanda
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+cell_flags() {
+  local base="${1%%+*}"
+  method="${base%%:*}"
+  local spec="${base#*:}"
+  if [[ "$spec" == *:* ]]; then
+    ours=(--pattern "$spec"); theirs=(--pattern "$spec")
+  else
+    ours=(--sparsity "$spec"); theirs=(--sparsity "$spec")
+  fi
+  [[ "$1" == *+owl* ]] && { ours+=(--profile owl); theirs+=(--owl); }
+  [[ "$1" == *+dsnot* ]] && { ours+=(--dsnot); theirs+=(--dsnot); }
+  return 0
+}
