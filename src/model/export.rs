@@ -502,9 +502,7 @@ fn plan<B: Backend>(
         out.push(planned("model.norm.bias", bias.dims().to_vec()));
     }
     for tensor in &mut out {
-        if let Some(theirs) = family.checkpoint_name(&tensor.name) {
-            tensor.name = theirs;
-        }
+        tensor.name = saved_name(family, &tensor.name);
     }
     Ok(out)
 }
@@ -513,12 +511,22 @@ fn layer_error(e: super::stream::StreamError) -> ExportError {
     ExportError::Layers(e.to_string())
 }
 
-/// Whether `family` saves the decoder's tensor `ours` as `theirs`.
-fn saved_as(family: &dyn Family, ours: &str, theirs: &str) -> bool {
-    match family.checkpoint_name(ours) {
-        Some(name) => name == theirs,
-        None => ours == theirs,
-    }
+/// The name `family`'s checkpoints give the decoder's tensor `ours`.
+fn saved_name(family: &dyn Family, ours: &str) -> String {
+    family
+        .checkpoint_name(ours)
+        .unwrap_or_else(|| ours.to_string())
+}
+
+/// `tensors` under the names `family`'s checkpoints give them.
+fn saved_names(
+    family: &dyn Family,
+    tensors: Vec<(String, HostTensor)>,
+) -> Vec<(String, HostTensor)> {
+    tensors
+        .into_iter()
+        .map(|(name, t)| (saved_name(family, &name), t))
+        .collect()
 }
 
 /// Hands out the values of planned tensors (named as `family`'s checkpoints name them),
@@ -548,18 +556,18 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                     let layer = self.model.layer(i).map_err(layer_error)?;
                     let offset = self.model.shell().norm_offset;
                     let fused = self.family.fused_linears();
-                    self.layer = Some((i, layer_tensors(&layer, i, fused, offset)));
+                    let tensors = layer_tensors(&layer, i, fused, offset);
+                    self.layer = Some((i, saved_names(self.family, tensors)));
                 }
-                let family = self.family;
                 let (_, tensors) = self.layer.as_mut().expect("set just above");
                 tensors
                     .iter_mut()
-                    .find(|(n, _)| saved_as(family, n, &tensor.name))
+                    .find(|(n, _)| *n == tensor.name)
                     .map(|(_, t)| std::mem::take(t))
             }
-            None => head_tensors(self.model.shell())
+            None => saved_names(self.family, head_tensors(self.model.shell()))
                 .into_iter()
-                .find(|(n, _)| saved_as(self.family, n, &tensor.name))
+                .find(|(n, _)| *n == tensor.name)
                 .map(|(_, t)| t),
         };
         match found {
@@ -578,7 +586,7 @@ impl<B: Backend, M: Layers<B>> TensorValues for TensorSource<'_, B, M> {
         tensor: &PlannedTensor,
         sink: &mut dyn FnMut(&[f32]) -> Result<(), ExportError>,
     ) -> Result<(), ExportError> {
-        if saved_as(self.family, EMBED_NAME, &tensor.name) {
+        if tensor.name == saved_name(self.family, EMBED_NAME) {
             // The largest tensor, copied off the device a block of rows at a time.
             let embed = self.model.shell().embed_tokens.weight.val();
             let [rows, width] = embed.dims();

@@ -22,18 +22,16 @@ use super::rope;
 pub use super::kernels::LinearInput;
 
 /// A layer norm: root-mean-square (`x / sqrt(mean(x²) + eps) * weight`, Llama and most
-/// families) or, when `centered`, PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) * weight
-/// + bias`, OPT).
+/// families) or, when it has a bias, PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) *
+/// weight + bias`, OPT).
 #[derive(Module, Debug)]
 pub struct Norm<B: Backend> {
     /// Per-channel gain, `[hidden]`.
     pub weight: Param<Tensor<B, 1>>,
-    /// Per-channel bias, `[hidden]` (LayerNorm).
+    /// Per-channel bias, `[hidden]`: a LayerNorm's, which also takes the mean off first.
     pub bias: Option<Param<Tensor<B, 1>>>,
     /// Added to the mean square (the variance) for stability.
     pub eps: f64,
-    /// Whether the mean is taken off first (LayerNorm).
-    pub centered: bool,
 }
 
 impl<B: Backend> Norm<B> {
@@ -43,7 +41,6 @@ impl<B: Backend> Norm<B> {
             weight: Param::from_tensor(weight),
             bias: None,
             eps,
-            centered: false,
         }
     }
 
@@ -53,7 +50,6 @@ impl<B: Backend> Norm<B> {
             weight: Param::from_tensor(weight),
             bias: Some(Param::from_tensor(bias)),
             eps,
-            centered: true,
         }
     }
 
@@ -70,7 +66,7 @@ impl<B: Backend> Norm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let dtype = x.dtype();
         let x = x.cast(FloatDType::F32);
-        let x = if self.centered {
+        let x = if self.bias.is_some() {
             x.clone() - x.mean_dim(2)
         } else {
             x
@@ -88,7 +84,6 @@ impl<B: Backend> Norm<B> {
         NormWeights {
             weight: &self.weight,
             bias: self.bias.as_ref(),
-            centered: self.centered,
             eps: self.eps,
         }
     }

@@ -255,45 +255,28 @@ impl HeadRef<'_> {
     }
 }
 
-/// `out = x / sqrt(mean(x²) + eps) * weight`, row by row.
-///
-/// # Shapes
-/// - `x`, `out`: `[rows, weight.len()]`
-fn rms_norm(x: &[f32], weight: &[f32], eps: f64, out: &mut [f32]) {
-    /// Rows per parallel job.
-    const ROWS: usize = 16;
-    let width = weight.len();
-    x.par_chunks(ROWS * width)
-        .zip(out.par_chunks_mut(ROWS * width))
-        .for_each(|(x, out)| {
-            for (row, dst) in x.chunks(width).zip(out.chunks_mut(width)) {
-                vecmath::rms_norm_row(row, weight, eps as f32, dst);
-            }
-        });
-}
-
-/// `out` = `x` through `norm`, row by row: [`rms_norm`], or a LayerNorm
-/// (`(x − mean) / sqrt(var + eps) * weight + bias`) where the norm has a bias.
+/// `out` = `x` through `norm`, row by row: `x / sqrt(mean(x²) + eps) * weight`, or, where
+/// the norm has a bias, a LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`).
 ///
 /// # Shapes
 /// - `x`, `out`: `[rows, norm.weight.len()]`
 fn norm_rows(x: &[f32], norm: NormRef, eps: f64, out: &mut [f32]) {
     /// Rows per parallel job.
     const ROWS: usize = 16;
-    let Some(bias) = norm.bias else {
-        return rms_norm(x, norm.weight, eps, out);
-    };
     let width = norm.weight.len();
     x.par_chunks(ROWS * width)
         .zip(out.par_chunks_mut(ROWS * width))
         .for_each(|(x, out)| {
             for (row, dst) in x.chunks(width).zip(out.chunks_mut(width)) {
-                vecmath::layer_norm_row(row, norm.weight, bias, eps as f32, dst);
+                match norm.bias {
+                    None => vecmath::rms_norm_row(row, norm.weight, eps as f32, dst),
+                    Some(bias) => vecmath::layer_norm_row(row, norm.weight, bias, eps as f32, dst),
+                }
             }
         });
 }
 
-/// [`rms_norm`] in place: every `weight.len()`-wide row of `x` normalised (the per-head q/k
+/// [`norm_rows`] of an RMSNorm in place: every `weight.len()`-wide row of `x` normalised (the per-head q/k
 /// norms of Qwen3, whose rows are heads).
 fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
     /// Rows per parallel job.
@@ -750,21 +733,16 @@ struct HeldNorm {
     bias: Option<usize>,
 }
 
-/// `None` for a norm these kernels do not run: centred without a bias, or a bias without
-/// centring.
-fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<HeldNorm> {
-    if norm.centered != norm.bias.is_some() {
-        return None;
-    }
-    Some(HeldNorm {
+fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> HeldNorm {
+    HeldNorm {
         weight: held.push(norm.weight.val()),
         bias: norm.bias.map(|b| held.push(b.val())),
-    })
+    }
 }
 
 /// The index of an RMSNorm's gain (the per-head and output norms); `None` for a LayerNorm.
 fn hold_rms_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
-    (!norm.centered && norm.bias.is_none()).then(|| held.push(norm.weight.val()))
+    norm.bias.is_none().then(|| held.push(norm.weight.val()))
 }
 
 fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
@@ -817,8 +795,8 @@ fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldL
         gate: layer.gate_proj.map(|g| hold_linear(held, g)),
         up: hold_linear(held, layer.up_proj),
         down: hold_linear(held, layer.down_proj),
-        input_norm: hold_norm(held, &layer.input_norm)?,
-        post_norm: hold_norm(held, &layer.post_norm)?,
+        input_norm: hold_norm(held, &layer.input_norm),
+        post_norm: hold_norm(held, &layer.post_norm),
         q_norm: match &layer.q_norm {
             Some(n) => Some(hold_rms_norm(held, n)?),
             None => None,
@@ -1180,7 +1158,7 @@ fn with_decoder<R>(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let head = hold_head(&mut held, &model.head)?;
+    let head = hold_head(&mut held, &model.head);
     let layers: Vec<HeldLayer> = model
         .layers
         .iter()
@@ -1203,7 +1181,7 @@ fn with_decoder<R>(
 struct HeldHead {
     embed: usize,
     embed_scale: Option<f32>,
-    positions: Option<(usize, usize)>,
+    positions: Option<usize>,
     norm: HeldNorm,
     lm_head: Option<HeldLinear>,
     eps: f64,
@@ -1211,21 +1189,18 @@ struct HeldHead {
     hidden: usize,
 }
 
-/// `None` for a final norm these kernels do not run.
-fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> Option<HeldHead> {
+fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
     let [vocab, hidden] = head.embed.dims();
-    Some(HeldHead {
+    HeldHead {
         embed: held.push(head.embed.val()),
         embed_scale: head.embed_scale,
-        positions: head
-            .positions
-            .map(|table| (held.push(table.val()), table.dims()[0])),
-        norm: hold_norm(held, &head.norm)?,
+        positions: head.positions.map(|table| held.push(table.val())),
+        norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         eps: head.norm.eps,
         vocab,
         hidden,
-    })
+    }
 }
 
 fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
@@ -1241,7 +1216,7 @@ fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
             None => None,
         },
         positions: match h.positions {
-            Some((table, _)) => Some(held.slice(table)?),
+            Some(table) => Some(held.slice(table)?),
             None => None,
         },
     })

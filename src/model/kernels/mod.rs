@@ -44,15 +44,13 @@ pub enum LinearInput {
 }
 
 /// A borrowed norm: per-channel gain `[hidden]` and the epsilon added to the mean square;
-/// a LayerNorm's bias and centring.
+/// a LayerNorm's bias (a norm with a bias takes the mean off first).
 #[derive(Clone, Copy)]
 pub struct NormWeights<'a, B: Backend> {
     /// Per-channel gain, `[hidden]`.
     pub weight: &'a Param<Tensor<B, 1>>,
     /// Per-channel bias, `[hidden]` (LayerNorm).
     pub bias: Option<&'a Param<Tensor<B, 1>>>,
-    /// Whether the mean is taken off first (LayerNorm).
-    pub centered: bool,
     /// Added to the mean square for stability.
     pub eps: f64,
 }

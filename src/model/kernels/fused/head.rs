@@ -114,7 +114,7 @@ pub(super) fn fused_token_nlls(
     let mut held = Held {
         tensors: Vec::new(),
     };
-    let head_index = hold_head(&mut held, head)?;
+    let head_index = hold_head(&mut held, head);
     held.tensors.push(x);
     let x_index = held.tensors.len() - 1;
     let head = head_ref(&held, &head_index)?;
