@@ -11,7 +11,9 @@
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
 #    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too;
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
-#    windows), `wanda bench gemm` against PyTorch, f32 and f16.
+#    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16.
+# BASELINE (shapes, e.g. "l1b") adds, in section 3, the same build with Burn's matmul
+# (WANDA_CUBLAS=off) for those shapes.
 # SECTIONS (default "precision memory speed") picks which of 1–4 run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
 # (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
@@ -80,8 +82,11 @@ estimate() { # estimate MODEL [FLAGS…]: the estimator's peak bytes for cell.ya
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-libs=$(dirname "$(find / -name 'libnvrtc.so*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$libs:$LD_LIBRARY_PATH
+# NVRTC for CubeCL's kernels, cuBLAS for the products (both from PyTorch's wheels if need be).
+for lib in 'libnvrtc.so*' 'libcublas.so*'; do
+  libs=$(dirname "$(find / -name "$lib" -not -path '/proc/*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$libs:$LD_LIBRARY_PATH
+done
 
 echo "== 0. models (those a wanted section uses)"
 used=" "
@@ -117,6 +122,7 @@ want kernels && for p in "float32 cuda" "float16 cuda-f16"; do
   set -- $p
   record "torch-gemm-$1" 60 python3 "$here/torch_gemm.py" 4096 2048 8192 "$1"
   record "wanda-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
+  WANDA_CUBLAS=off record "burnmm-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
 done
 want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   echo "== 3. speed ($shape shape, calibration $nsamples × 2048, eval 16 × 2048)"
@@ -124,9 +130,15 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
     set -- $p
     record "torch-cell-$shape-$1" 150 python3 "$here/torch_cell.py" "/tmp/$shape" wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
     # The autotuned build twice: its first run includes the tuning (cached on disk after).
-    for w in wanda wanda-autotune wanda-autotune-again; do
-      [[ -x /tmp/${w%-again} ]] || continue
-      record "$w-cell-$shape-$2" 200 "/tmp/${w%-again}" prune --model "/tmp/$shape" --method wanda --sparsity 0.5 --device "$2" \
+    # Shapes in $BASELINE: the same build with Burn's matmul (WANDA_CUBLAS=off) too.
+    base=
+    [[ " $BASELINE " == *" $shape "* ]] && base=burnmm
+    for w in wanda wanda-autotune wanda-autotune-again $base; do
+      b=/tmp/${w%-again}
+      [[ $w == burnmm ]] && b=/tmp/wanda
+      [[ -x $b ]] || continue
+      WANDA_CUBLAS=$([[ $w == burnmm ]] && echo off || echo on) \
+        record "$w-cell-$shape-$2" 200 "$b" prune --model "/tmp/$shape" --method wanda --sparsity 0.5 --device "$2" \
         --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
         --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json
     done

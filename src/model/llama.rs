@@ -9,14 +9,16 @@ use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
 use burn::tensor::activation::{relu, silu};
-use burn::tensor::module::{attention, linear};
+use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::FloatDType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{Activation, LlamaConfig};
-use super::kernels::{kernels, HeadWeights, LayerWeights, ModelWeights, NormWeights};
+use super::kernels::{
+    kernels, linear_forward, project, HeadWeights, LayerWeights, ModelWeights, NormWeights,
+};
 use super::rope;
 
 pub use super::kernels::LinearInput;
@@ -206,13 +208,13 @@ impl<B: Backend> Attention<B> {
                 t
             }
         };
-        let q = rotate(split(self.q_proj.forward(x.clone()), heads, &self.q_norm));
+        let q = rotate(split(project(&self.q_proj, x.clone()), heads, &self.q_norm));
         let k = rotate(split(
-            self.k_proj.forward(x.clone()),
+            project(&self.k_proj, x.clone()),
             kv_heads,
             &self.k_norm,
         ));
-        let v = split(self.v_proj.forward(x), kv_heads, &None);
+        let v = split(project(&self.v_proj, x), kv_heads, &None);
         let (k, v) = match ctx.cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {
@@ -254,7 +256,7 @@ impl<B: Backend> Attention<B> {
         .swap_dims(1, 2)
         .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
-        self.o_proj.forward(out)
+        project(&self.o_proj, out)
     }
 }
 
@@ -390,7 +392,7 @@ impl<B: Backend> Mlp<B> {
     ) -> Tensor<B, 3> {
         let hidden = self.hidden(x);
         observe(LinearInput::MlpHidden, &hidden);
-        self.down_proj.forward(hidden)
+        project(&self.down_proj, hidden)
     }
 
     /// The input of `down_proj`: `act(gate(x)) * up(x)`, or `act(up(x))` without a gate.
@@ -404,8 +406,8 @@ impl<B: Backend> Mlp<B> {
             Activation::Relu => relu(t),
         };
         match &self.gate_proj {
-            Some(gate) => act(gate.forward(x.clone())) * self.up_proj.forward(x),
-            None => act(self.up_proj.forward(x)),
+            Some(gate) => act(project(gate, x.clone())) * project(&self.up_proj, x),
+            None => act(project(&self.up_proj, x)),
         }
     }
 }
@@ -821,8 +823,8 @@ impl<B: Backend> Llama<B> {
     pub fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         let x = self.norm.forward(hidden);
         match &self.lm_head {
-            Some(head) => head.forward(x),
-            None => linear(x, self.embed_tokens.weight.val().transpose(), None),
+            Some(head) => project(head, x),
+            None => linear_forward(x, self.embed_tokens.weight.val().transpose(), None),
         }
     }
 

@@ -6,13 +6,16 @@
 //! path. [`kernels`] picks the implementation for a backend type: the fused CPU kernels of
 //! `fused.rs` (gemm products on borrowed f32 slices, with the vectorised element-wise kernels of
 //! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; for every other backend Burn's
-//! generic ops, except attention on CUDA (`cuda.rs`: CubeCL's flash kernel, found by the type of
-//! the tensors' primitives). Those are the crate's only backend checks.
+//! generic ops, except on CUDA (found by the type of the tensors' primitives): attention by
+//! CubeCL's flash kernel (`cuda.rs`), the linears' and other products by cuBLAS (`cublas.rs`).
+//! Those are the crate's only backend checks.
 //!
 //! The kernels see a model through borrowed views ([`LayerWeights`], [`HeadWeights`],
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
 //! the decoder: the arrow points from the decoder down to this module.
 
+#[cfg(feature = "cuda")]
+mod cublas;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fused;
@@ -284,13 +287,63 @@ pub trait Kernels<B: Backend>: Sync {
     fn matmul(&self, _a: &Tensor<B, 2>, _b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         None
     }
+
+    /// `x · weight`, a linear layer's product (its bias is the caller's).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, in]`, `weight`: `[in, out]` → `[batch, seq, out]`
+    fn linear(&self, _x: &Tensor<B, 3>, _weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
+        None
+    }
 }
 
-/// The kernels of every backend but the fused CPU one: Burn's generic ops, except attention on
-/// CUDA, which takes CubeCL's flash kernel.
+/// `x · weight + bias` by the backend's product for linear layers where it has one (cuBLAS on
+/// CUDA), Burn's `linear` otherwise.
+///
+/// # Shapes
+/// - `x`: `[batch, seq, in]`, `weight`: `[in, out]`, `bias`: `[out]` → `[batch, seq, out]`
+pub fn linear_forward<B: Backend>(
+    x: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 3> {
+    match kernels::<B>().linear(&x, &weight) {
+        Some(y) => match bias {
+            Some(bias) => y + bias.unsqueeze::<3>(),
+            None => y,
+        },
+        None => burn::tensor::module::linear(x, weight, bias),
+    }
+}
+
+/// A linear layer applied to `x` by [`linear_forward`].
+///
+/// # Shapes
+/// - `x`: `[batch, seq, in]` → `[batch, seq, out]`
+pub fn project<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    linear_forward(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// The kernels of every backend but the fused CPU one: Burn's generic ops, except on CUDA,
+/// where attention takes CubeCL's flash kernel and the products cuBLAS.
 struct Portable;
 
 impl<B: Backend> Kernels<B> for Portable {
+    #[cfg(feature = "cuda")]
+    fn matmul(&self, a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        cublas::matmul(a, b)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn linear(&self, x: &Tensor<B, 3>, weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
+        cublas::linear(x, weight)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn gram(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        cublas::gram(x)
+    }
+
     #[cfg(feature = "cuda")]
     fn causal_attention(
         &self,
@@ -303,7 +356,7 @@ impl<B: Backend> Kernels<B> for Portable {
 }
 
 /// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, for every other
-/// backend Burn's generic ops (with CUDA's flash attention). It compares type ids only, so it
+/// backend Burn's generic ops (with CUDA's flash attention and cuBLAS products). It compares type ids only, so it
 /// costs nothing at run time.
 pub fn kernels<B: Backend>() -> &'static dyn Kernels<B> {
     let fused: &'static dyn Kernels<NdArray<f32>> = &fused::Fused;

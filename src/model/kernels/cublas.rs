@@ -1,0 +1,204 @@
+//! The CUDA backend's matrix products by cuBLAS (through `cudarc`, which burn-cuda already links),
+//! where Burn 0.21's own tensor-core matmul ran at a sixth of cuBLAS in fp16 on a 1B layer's
+//! shapes (results/gpu-2026-11-26-flash/). PyTorch's settings: f32 products in f32 (no TF32),
+//! fp16 and bf16 products accumulated in f32.
+//!
+//! cuBLAS runs on the CUDA primary context that CubeCL also uses, on the legacy default stream:
+//! CubeCL's streams are non-blocking, so a product first waits for CubeCL's queued work (its
+//! inputs) and the host waits for the product before CubeCL's next kernels read its output. Where
+//! `libcublas` cannot be loaded, where [`CUBLAS_VAR`] is `off`, or where a tensor is of another
+//! type, the functions return `None` and Burn's matmul runs.
+
+use std::any::Any;
+use std::cell::OnceCell;
+use std::ffi::c_void;
+
+use burn::prelude::*;
+use burn::tensor::{DType, TensorPrimitive};
+use burn_cubecl::cubecl::cuda::CudaRuntime;
+use burn_cubecl::cubecl::future::block_on;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::result as driver;
+
+/// The environment variable that, set to `off`, keeps Burn's own matmul on CUDA (to compare
+/// the two, or to step around a cuBLAS that misbehaves).
+pub const CUBLAS_VAR: &str = "WANDA_CUBLAS";
+
+thread_local! {
+    /// This thread's cuBLAS handle, made on first use; `None` where cuBLAS is absent or its
+    /// set-up failed (Burn's matmul runs then).
+    static HANDLE: OnceCell<Option<Handle>> = const { OnceCell::new() };
+}
+
+/// A cuBLAS handle on the primary context of the device it was made for.
+struct Handle {
+    blas: blas_sys::cublasHandle_t,
+    device: usize,
+}
+
+/// `x · weight` for a linear layer.
+///
+/// # Shapes
+/// - `x`: `[batch, seq, in]`, `weight`: `[in, out]` → `[batch, seq, out]`
+pub fn linear<B: Backend>(x: &Tensor<B, 3>, weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
+    let [batch, seq, width] = x.dims();
+    let out = matmul(&x.clone().reshape([batch * seq, width]), weight)?;
+    let outputs = out.dims()[1];
+    Some(out.reshape([batch, seq, outputs]))
+}
+
+/// `a · b`.
+///
+/// # Shapes
+/// - `a`: `[m, k]`, `b`: `[k, n]` → `[m, n]`
+pub fn matmul<B: Backend>(a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+    let out = gemm(cube(a)?, cube(b)?)?;
+    let out: Box<dyn Any> = Box::new(out);
+    let out = out.downcast::<B::FloatTensorPrimitive>().ok()?;
+    Some(Tensor::from_primitive(TensorPrimitive::Float(*out)))
+}
+
+/// `xᵀ · x`.
+///
+/// # Shapes
+/// - `x`: `[rows, width]` → `[width, width]`
+pub fn gram<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+    matmul(&x.clone().transpose(), x)
+}
+
+/// The CubeCL tensor under `t` when `B` is the CUDA backend.
+fn cube<B: Backend>(t: &Tensor<B, 2>) -> Option<CubeTensor<CudaRuntime>> {
+    let primitive: Box<dyn Any> = Box::new(t.clone().into_primitive().tensor());
+    primitive
+        .downcast::<CubeTensor<CudaRuntime>>()
+        .ok()
+        .map(|t| *t)
+}
+
+/// How cuBLAS (column-major) reads a row-major `[rows, cols]` operand: transposed or not, and
+/// its leading dimension. `None` when neither of its strides is 1 (a copy makes it contiguous).
+fn column_major(t: &CubeTensor<CudaRuntime>) -> Option<(blas_sys::cublasOperation_t, usize)> {
+    let strides = t.meta.strides();
+    let shape = t.meta.shape();
+    let (rows, cols) = (shape[0], shape[1]);
+    if strides[1] == 1 && strides[0] >= cols.max(1) {
+        // Stored row-major: cuBLAS sees its transpose, `[cols, rows]`, with leading dim stride 0.
+        Some((blas_sys::cublasOperation_t::CUBLAS_OP_N, strides[0]))
+    } else if strides[0] == 1 && strides[1] >= rows.max(1) {
+        // Stored column-major (a transposed view): cuBLAS sees the matrix itself.
+        Some((blas_sys::cublasOperation_t::CUBLAS_OP_T, strides[1]))
+    } else {
+        None
+    }
+}
+
+/// Row-major `a · b` by one `cublasGemmEx`, in the operands' type, accumulated in f32.
+fn gemm(a: CubeTensor<CudaRuntime>, b: CubeTensor<CudaRuntime>) -> Option<CubeTensor<CudaRuntime>> {
+    let kind = match a.dtype {
+        DType::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+        DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => blas_sys::cudaDataType::CUDA_R_16BF,
+        _ => return None,
+    };
+    if b.dtype != a.dtype {
+        return None;
+    }
+    let (m, k, n) = (a.meta.shape()[0], a.meta.shape()[1], b.meta.shape()[1]);
+    if b.meta.shape()[0] != k || m == 0 || n == 0 || k == 0 {
+        return None;
+    }
+    let limit = i32::MAX as usize;
+    if m > limit || n > limit || k > limit {
+        return None;
+    }
+    let layout = |t: CubeTensor<CudaRuntime>| match column_major(&t) {
+        Some(layout) => Some((t, layout)),
+        None => {
+            let t = into_contiguous(t);
+            column_major(&t).map(|layout| (t, layout))
+        }
+    };
+    let (a, (op_a, ld_a)) = layout(a)?;
+    let (b, (op_b, ld_b)) = layout(b)?;
+    if ld_a > limit || ld_b > limit {
+        return None;
+    }
+    let device = a.device.index;
+    let client = a.client.clone();
+    let bytes = m * n * a.dtype.size();
+    let out = CubeTensor::new_contiguous(
+        client.clone(),
+        a.device.clone(),
+        burn::tensor::Shape::new([m, n]),
+        client.empty(bytes),
+        a.dtype,
+    );
+    let a_res = client.get_resource(a.handle.clone()).ok()?;
+    let b_res = client.get_resource(b.handle.clone()).ok()?;
+    let out_res = client.get_resource(out.handle.clone()).ok()?;
+    // CubeCL's queued kernels (those that write a and b) finish before cuBLAS reads them.
+    block_on(client.sync()).ok()?;
+    let done = HANDLE.with(|cell| {
+        let handle = cell.get_or_init(|| Handle::new(device)).as_ref()?;
+        if handle.device != device {
+            return None;
+        }
+        let (one, zero) = (1.0f32, 0.0f32);
+        // Row-major C[m, n] = A·B is column-major Cᵀ[n, m] = Bᵀ·Aᵀ: cuBLAS's first operand is b.
+        // SAFETY: the three pointers are live device allocations of CubeCL's pool (the managed
+        // resources above hold them) of at least the sizes these dimensions and leading
+        // dimensions address; the product and the stream synchronisation finish before they are
+        // dropped.
+        #[allow(unsafe_code)]
+        unsafe {
+            blas::gemm_ex(
+                handle.blas,
+                op_b,
+                op_a,
+                n as i32,
+                m as i32,
+                k as i32,
+                (&one as *const f32).cast::<c_void>(),
+                b_res.resource().ptr as *const c_void,
+                kind,
+                ld_b as i32,
+                a_res.resource().ptr as *const c_void,
+                kind,
+                ld_a as i32,
+                (&zero as *const f32).cast::<c_void>(),
+                out_res.resource().ptr as *mut c_void,
+                kind,
+                n as i32,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+            .ok()?;
+            driver::stream::synchronize(driver::stream::null()).ok()
+        }
+    });
+    done.map(|()| out)
+}
+
+impl Handle {
+    /// A handle on device `device`'s primary context, made current on this thread; `None` where
+    /// the cuBLAS library cannot be loaded.
+    fn new(device: usize) -> Option<Self> {
+        // SAFETY: `is_culib_present` only tries to open the library; the context calls take a
+        // device ordinal CubeCL already opened, and the handle is made after its context is
+        // current, as cuBLAS requires.
+        #[allow(unsafe_code)]
+        unsafe {
+            if std::env::var(CUBLAS_VAR).is_ok_and(|v| v == "off") || !blas_sys::is_culib_present()
+            {
+                return None;
+            }
+            let ordinal = driver::device::get(i32::try_from(device).ok()?).ok()?;
+            let context = driver::primary_ctx::retain(ordinal).ok()?;
+            driver::ctx::set_current(context).ok()?;
+            let blas = blas::create_handle().ok()?;
+            Some(Self { blas, device })
+        }
+    }
+}
