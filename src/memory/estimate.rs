@@ -97,6 +97,10 @@ pub const OVERHEAD_VOCAB: u64 = 49_152;
 pub const TOKENIZER_BYTES_PER_TOKEN: u64 = 1_250;
 /// CUDA context and kernel modules on a GPU.
 pub const CUDA_OVERHEAD_BYTES: u64 = 512 << 20;
+/// cuBLAS's handle, workspace and kernel modules beside CubeCL's pool: the device peaks of the
+/// same runs rose by 68–70 MiB (f32) and up to 164 MiB (fp16) when the products moved to cuBLAS
+/// (results/gpu-h200-2026-11-27-cublas/).
+pub const CUBLAS_BYTES: u64 = 96 << 20;
 
 /// The settings of a run that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -636,6 +640,12 @@ fn overhead(b: &mut Breakdown, device: DeviceKind, host: Place, m: &Dims) {
             Place::Device,
             "constant".into(),
         );
+        b.push(
+            "cuBLAS workspace and kernels",
+            CUBLAS_BYTES,
+            Place::Device,
+            "constant".into(),
+        );
     }
 }
 
@@ -997,7 +1007,7 @@ mod tests {
     }
 
     /// The NVML device peaks of `wanda run scripts/gpu/cell.yaml` on an H200 (143,771 MiB;
-    /// `results/gpu-h200-2026-11-26-pool/`): wanda 50 %, calibration 16 × 512, eval 4 × 512,
+    /// `results/gpu-h200-2026-11-27-cublas/`, with cuBLAS's products): wanda 50 %, calibration 16 × 512, eval 4 × 512,
     /// random SmolLM2-135M-, Llama-3.2-1B- and 8-layer Llama-2-7B-shaped models with a
     /// 49,152-token vocabulary; in memory in f32 and f16, and lean (batch 1, activations on
     /// the host, streamed) in f16. With the pool's pages the estimate is within 15 % of each
@@ -1021,15 +1031,15 @@ mod tests {
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);
         let llama7b = shape(2_021_724_160, 4096, 11008, 8, 32, 32, false, 4096);
         let measured = [
-            (&smollm2, Precision::F32, false, 4_269_801_472u64),
-            (&smollm2, Precision::F16, false, 4_102_029_312),
-            (&smollm2, Precision::F16, true, 3_766_484_992),
-            (&llama1b, Precision::F32, false, 8_027_897_856),
-            (&llama1b, Precision::F16, false, 6_081_740_800),
-            (&llama1b, Precision::F16, true, 4_068_474_880),
-            (&llama7b, Precision::F32, false, 13_430_161_408),
-            (&llama7b, Precision::F16, false, 8_531_214_336),
-            (&llama7b, Precision::F16, true, 4_940_890_112),
+            (&smollm2, Precision::F32, false, 4_343_201_792u64),
+            (&smollm2, Precision::F16, false, 4_106_223_616),
+            (&smollm2, Precision::F16, true, 3_837_788_160),
+            (&llama1b, Precision::F32, false, 8_101_298_176),
+            (&llama1b, Precision::F16, false, 6_253_707_264),
+            (&llama1b, Precision::F16, true, 4_139_778_048),
+            (&llama7b, Precision::F32, false, 13_503_561_728),
+            (&llama7b, Precision::F16, false, 8_703_180_800),
+            (&llama7b, Precision::F16, true, 5_112_856_576),
         ];
         for (shape, precision, lean, peak) in measured {
             let r = PruneRun {
