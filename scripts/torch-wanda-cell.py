@@ -84,6 +84,10 @@ p.add_argument("--ria-reallocation", action="store_true",
                help="ria with N:M: the reference's `--reallocation` (zig-zag channel permutation, "
                "without its LSA refinement)")
 p.add_argument("--save-pruned", help="write the pruned linears here (safetensors, HF names, f32)")
+p.add_argument("--perturb-scaler", type=int, metavar="SEED",
+               help="multiply each wanda scaler_row value by 1 + u·2^-23, u uniform in [-1, 1) "
+                    "from this seed: rounding-sized noise, to measure how far the reference's "
+                    "own perplexity moves under it")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
 p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
@@ -216,8 +220,14 @@ def nm_mask(metric):
     return mask
 
 
+PERTURB = None if a.perturb_scaler is None else torch.Generator().manual_seed(a.perturb_scaler)
+
+
 def wanda_prune(m, scaler, ratio):
     """locuslab/wanda `prune_wanda`: |W| · sqrt(scaler_row), lowest per output row (stable)."""
+    if PERTURB is not None:
+        u = torch.rand(scaler.shape, generator=PERTURB, dtype=torch.float64) * 2 - 1
+        scaler = (scaler.to(torch.float64) * (1 + u * 2.0 ** -23)).to(scaler.dtype)
     metric = torch.abs(m.weight.data) * torch.sqrt(scaler.reshape((1, -1)))
     if prune_n:
         mask = nm_mask(metric)
