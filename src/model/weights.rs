@@ -290,7 +290,7 @@ impl SafetensorsSource {
     /// The tensor `name` converted to f32 straight from the map, a matrix transposed in the
     /// same pass when `transposed` ([`WeightSource::tensor_transposed`]).
     fn read(&self, name: &str, transposed: bool) -> Result<Option<HostTensor>, WeightError> {
-        let Some(&i) = self.index.get(name) else {
+        let Some((name, i)) = self.locate(name) else {
             return Ok(None);
         };
         let shard = &self.shards[i];
@@ -320,6 +320,18 @@ impl SafetensorsSource {
             shape: info.shape.clone(),
             data,
         }))
+    }
+
+    /// The name `name` has in this checkpoint and its shard. A checkpoint saved from the
+    /// headless base model (`OPTModel`: the hub's OPT checkpoints name `decoder.layers.0.fc1`)
+    /// has its tensors without the `model.` prefix, which transformers' `base_model_prefix`
+    /// adds back on loading; so does this.
+    fn locate<'n>(&self, name: &'n str) -> Option<(&'n str, usize)> {
+        if let Some(&i) = self.index.get(name) {
+            return Some((name, i));
+        }
+        let headless = name.strip_prefix("model.")?;
+        self.index.get(headless).map(|&i| (headless, i))
     }
 
     /// Opens the checkpoint in `folder`.

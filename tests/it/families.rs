@@ -392,6 +392,36 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
     }
 }
 
+/// The hub's OPT checkpoints were saved from the headless `OPTModel`: their tensors have no
+/// `model.` prefix (`decoder.layers.0.fc1.weight`) and no `lm_head`. Such a folder loads as
+/// the prefixed one does, to the same logits.
+#[test]
+fn an_opt_checkpoint_saved_without_the_model_prefix_loads_the_same() {
+    let folder = Path::new(FIXTURES).join("tiny-opt");
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(folder.join(file), dir.path().join(file)).unwrap();
+    }
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let headless: Vec<(String, safetensors::tensor::TensorView<'_>)> = original
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name.strip_prefix("model.").unwrap().to_string(), view))
+        .collect();
+    assert!(headless
+        .iter()
+        .any(|(n, _)| n == "decoder.layers.0.fc1.weight"));
+    safetensors::serialize_to_file(headless, None, &dir.path().join("model.safetensors")).unwrap();
+    let device = Default::default();
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    let load = |path: &Path| {
+        let loaded = model::load::<B>(&ModelRef::Folder(path.to_path_buf()), &device).unwrap();
+        crate::common::logits(&loaded.model, &ids)
+    };
+    assert_eq!(load(dir.path()), load(&folder));
+}
+
 /// Learned positions end where OPT's table ends: a window longer than
 /// `max_position_embeddings` is refused by name, not run past the table.
 #[test]
