@@ -44,8 +44,11 @@ pub const DEFAULT_REVISION: &str = "main";
 
 /// The model configuration, required.
 const CONFIG: &str = "config.json";
-/// The tokenizer, required.
+/// The tokenizer, required unless the slow tokenizer's two files stand in for it.
 const TOKENIZER: &str = "tokenizer.json";
+/// The slow GPT-2 style tokenizer's files, fetched where there is no [`TOKENIZER`] (OPT's hub
+/// repositories ship only these).
+const SLOW_TOKENIZER: [&str; 2] = ["vocab.json", "merges.txt"];
 /// Fetched when the repository has them, skipped silently otherwise.
 const OPTIONAL_FILES: [&str; 3] = [
     "tokenizer_config.json",
@@ -570,7 +573,19 @@ impl Fetcher<'_> {
         if config_only {
             return Ok(config.parent().unwrap_or(Path::new("")).to_path_buf());
         }
-        let mut files = vec![(TOKENIZER.to_owned(), self.require(TOKENIZER)?)];
+        let mut files = Vec::new();
+        match self.lookup(TOKENIZER)? {
+            Some(path) => files.push((TOKENIZER.to_owned(), path)),
+            None => {
+                // Neither tokenizer: the error names the one most repositories have.
+                if self.lookup(SLOW_TOKENIZER[0])?.is_none() {
+                    return Err(self.absent(TOKENIZER));
+                }
+                for name in SLOW_TOKENIZER {
+                    files.push((name.to_owned(), self.require(name)?));
+                }
+            }
+        }
         for name in OPTIONAL_FILES {
             if let Some(path) = self.lookup(name)? {
                 files.push((name.to_owned(), path));

@@ -323,7 +323,7 @@ fn load_folder<M>(
     build: impl FnOnce(&LlamaConfig, Arc<dyn WeightSource>) -> Result<M, LoadError>,
 ) -> Result<Loaded<M>, LoadError> {
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
-    let tokenizer = Tokenizer::from_file(&folder.join("tokenizer.json"))?;
+    let tokenizer = Tokenizer::from_folder(folder)?;
     let source = SafetensorsSource::open(folder)?;
     let parameter_count = source.parameter_count();
     let model = build(&config, SplitSource::for_family(&config, Arc::new(source)))?;

@@ -1,6 +1,7 @@
-//! Text ↔ token ids through Hugging Face `tokenizers`, built from a `tokenizer.json` file or
-//! from a GGUF vocabulary. Special tokens follow the tokenizer's own setting (its
-//! post-processor): Llama-2/3 prepend BOS, SmolLM2 adds nothing.
+//! Text ↔ token ids through Hugging Face `tokenizers`, built from a `tokenizer.json` file, from
+//! a GPT-2 style `vocab.json` and `merges.txt` (OPT's hub folders), or from a GGUF vocabulary.
+//! Special tokens follow the tokenizer's own setting (its post-processor): Llama-2/3 and OPT
+//! prepend BOS, SmolLM2 adds nothing.
 
 use std::path::Path;
 
@@ -81,6 +82,77 @@ impl Tokenizer {
             reason: e.to_string(),
         })?;
         Self::from_json(&json, &source_name)
+    }
+
+    /// Loads the tokenizer of a Hugging Face folder: its `tokenizer.json`, or else, as
+    /// transformers does for GPT-2 and OPT folders that ship only the slow tokenizer's files,
+    /// the byte-level BPE of `vocab.json` and `merges.txt` ([`Tokenizer::from_vocab_merges`]).
+    pub fn from_folder(folder: &Path) -> Result<Self, TokenizerError> {
+        let json = folder.join("tokenizer.json");
+        let vocab = folder.join("vocab.json");
+        if json.is_file() || !vocab.is_file() {
+            return Self::from_file(&json);
+        }
+        Self::from_vocab_merges(folder)
+    }
+
+    /// The byte-level BPE of `vocab.json` and `merges.txt` in `folder`, set up as
+    /// transformers' converter of the GPT-2 slow tokenizer sets it up: the GPT-2
+    /// pre-tokenizer (with a leading space only where `tokenizer_config.json` says
+    /// `add_prefix_space`), the byte-level decoder, and the BOS token before each sequence only
+    /// where it says `add_bos_token` (OPT's does). The special tokens of
+    /// `special_tokens_map.json` and `tokenizer_config.json` are recognised in text.
+    pub fn from_vocab_merges(folder: &Path) -> Result<Self, TokenizerError> {
+        use tokenizers::models::bpe::BPE;
+        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+        use tokenizers::processors::template::TemplateProcessing;
+
+        let vocab = folder.join("vocab.json");
+        let merges = folder.join("merges.txt");
+        let source_name = vocab.display().to_string();
+        let load_error = |reason: String| TokenizerError::Load {
+            source_name: source_name.clone(),
+            reason,
+        };
+        let path_str = |p: &Path| {
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| load_error(format!("`{}` is not UTF-8", p.display())))
+        };
+        let bpe = BPE::from_file(&path_str(&vocab)?, &path_str(&merges)?)
+            .build()
+            .map_err(|e| load_error(format!("with `{}`: {e}", merges.display())))?;
+        let settings = SlowTokenizerSettings::read(folder).map_err(load_error)?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(ByteLevel::new(settings.add_prefix_space, true, true)));
+        inner.with_decoder(Some(ByteLevel::default()));
+        let specials: Vec<tokenizers::AddedToken> = settings
+            .special_tokens
+            .iter()
+            .map(|t| tokenizers::AddedToken::from(t.clone(), true))
+            .collect();
+        inner.add_special_tokens(&specials);
+        match settings.bos_token.filter(|_| settings.add_bos_token) {
+            Some(bos) => {
+                let id = inner.token_to_id(&bos).ok_or_else(|| {
+                    load_error(format!(
+                        "`add_bos_token` is set but the BOS token `{bos}` is not in the vocabulary"
+                    ))
+                })?;
+                let processor = TemplateProcessing::builder()
+                    .try_single(format!("{bos}:0 $A:0"))
+                    .and_then(|b| b.try_pair(format!("{bos}:0 $A:0 $B:1")))
+                    .map_err(load_error)?
+                    .special_tokens(vec![(bos, id)])
+                    .build()
+                    .map_err(|e| load_error(e.to_string()))?;
+                inner.with_post_processor(Some(processor));
+            }
+            None => {
+                inner.with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
+            }
+        }
+        Ok(Self { inner, source_name })
     }
 
     /// Loads a tokenizer from the JSON text of a `tokenizer.json`.
@@ -166,6 +238,70 @@ impl Tokenizer {
             source_name: self.source_name.clone(),
             reason: e.to_string(),
         }
+    }
+}
+
+/// What transformers' slow GPT-2 tokenizer reads from `tokenizer_config.json` and
+/// `special_tokens_map.json` (absent files and keys take its defaults).
+#[derive(Debug, Default, PartialEq)]
+struct SlowTokenizerSettings {
+    add_prefix_space: bool,
+    add_bos_token: bool,
+    bos_token: Option<String>,
+    /// Every special token named by either file, in the order first named.
+    special_tokens: Vec<String>,
+}
+
+impl SlowTokenizerSettings {
+    fn read(folder: &Path) -> Result<Self, String> {
+        let mut settings = Self::default();
+        let json = |name: &str| -> Result<Option<serde_json::Value>, String> {
+            let path = folder.join(name);
+            if !path.is_file() {
+                return Ok(None);
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| format!("{name}: not valid JSON: {e}"))
+        };
+        // A token is written as its text or as `{"content": text, …}`.
+        let content = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => Some(s.clone()),
+            other => other.get("content")?.as_str().map(str::to_owned),
+        };
+        let add = |settings: &mut Self, token: Option<String>| {
+            if let Some(t) = token.filter(|t| !settings.special_tokens.contains(t)) {
+                settings.special_tokens.push(t);
+            }
+        };
+        for name in ["special_tokens_map.json", "tokenizer_config.json"] {
+            let Some(map) = json(name)? else { continue };
+            for key in [
+                "bos_token",
+                "eos_token",
+                "unk_token",
+                "sep_token",
+                "pad_token",
+            ] {
+                add(&mut settings, map.get(key).and_then(content));
+            }
+            if let Some(bos) = map.get("bos_token").and_then(content) {
+                settings.bos_token = Some(bos);
+            }
+            if let Some(tokens) = map.get("added_tokens_decoder").and_then(|d| d.as_object()) {
+                for token in tokens.values() {
+                    if token.get("special").and_then(|s| s.as_bool()) == Some(true) {
+                        add(&mut settings, content(token));
+                    }
+                }
+            }
+            let flag = |key: &str| map.get(key).and_then(|v| v.as_bool());
+            settings.add_prefix_space =
+                flag("add_prefix_space").unwrap_or(settings.add_prefix_space);
+            settings.add_bos_token = flag("add_bos_token").unwrap_or(settings.add_bos_token);
+        }
+        Ok(settings)
     }
 }
 

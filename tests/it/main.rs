@@ -23,4 +23,5 @@ mod smollm;
 mod streaming;
 mod synth;
 mod table;
+mod tokenizer_files;
 mod zeroshot;
