@@ -201,9 +201,6 @@ fn large_models_are_saved_in_shards_with_an_index() {
 /// with.
 #[test]
 fn a_tiny_model_from_the_hub_loads_with_identical_logits() {
-    use crate::common::fake_hub::{FakeHub, FakeRepo};
-    use wanda::data::hub::{fetch_model_with_token, HubRequest};
-
     let config = tiny_config("LlamaForCausalLM", false);
     let original = tiny_model(&config, 4);
     let saved = tempfile::tempdir().unwrap();
@@ -224,18 +221,7 @@ fn a_tiny_model_from_the_hub_loads_with_identical_logits() {
             (name, std::fs::read(e.path()).unwrap())
         })
         .collect();
-    let hub = FakeHub::start(FakeRepo {
-        files,
-        token: None,
-        corrupt: false,
-    });
-    let cache = tempfile::tempdir().unwrap();
-    let request = HubRequest {
-        endpoint: Some(hub.endpoint()),
-        cache_dir: Some(cache.path().to_path_buf()),
-        ..HubRequest::new(crate::common::fake_hub::REPO)
-    };
-    let dir = fetch_model_with_token(&request, None).unwrap();
+    let (dir, _cache) = crate::common::fetch_from_fake_hub(files);
     let loaded = model::load::<B>(&ModelRef::Folder(dir), &Default::default()).unwrap();
     let ids = [1i64, 2, 0, 7];
     assert_eq!(logits(&original, &ids), logits(&loaded.model, &ids));

@@ -55,9 +55,6 @@ fn a_missing_merges_file_is_an_error_naming_it() {
 
 #[test]
 fn the_hub_fetches_the_slow_tokenizer_where_there_is_no_tokenizer_json() {
-    use crate::common::fake_hub::{FakeHub, FakeRepo};
-    use wanda::data::hub::{fetch_model_with_token, HubRequest};
-
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-opt");
     let mut files: Vec<(String, Vec<u8>)> = ["config.json", "model.safetensors"]
         .iter()
@@ -74,18 +71,7 @@ fn the_hub_fetches_the_slow_tokenizer_where_there_is_no_tokenizer_json() {
             std::fs::read(Path::new(FIXTURE).join(f)).unwrap(),
         ));
     }
-    let hub = FakeHub::start(FakeRepo {
-        files: files.into_iter().collect(),
-        token: None,
-        corrupt: false,
-    });
-    let cache = tempfile::tempdir().unwrap();
-    let request = HubRequest {
-        endpoint: Some(hub.endpoint()),
-        cache_dir: Some(cache.path().to_path_buf()),
-        ..HubRequest::new(crate::common::fake_hub::REPO)
-    };
-    let dir = fetch_model_with_token(&request, None).unwrap();
+    let (dir, _cache) = crate::common::fetch_from_fake_hub(files.into_iter().collect());
     let (texts, opt, _) = expected();
     let tokenizer = Tokenizer::from_folder(&dir).unwrap();
     assert_eq!(tokenizer.encode(&texts[0]).unwrap(), opt[0]);

@@ -96,6 +96,26 @@ pub fn tiny_text(n: usize) -> String {
         .join(" ")
 }
 
+/// The snapshot folder that wanda's hub client fetches from a fake hub serving `files` as its
+/// model repository, and the cache that holds it (keep it alive while the folder is used).
+pub fn fetch_from_fake_hub(
+    files: std::collections::BTreeMap<String, Vec<u8>>,
+) -> (PathBuf, tempfile::TempDir) {
+    use wanda::data::hub::{fetch_model_with_token, HubRequest};
+    let hub = fake_hub::FakeHub::start(fake_hub::FakeRepo {
+        files,
+        token: None,
+        corrupt: false,
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let request = HubRequest {
+        endpoint: Some(hub.endpoint()),
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..HubRequest::new(fake_hub::REPO)
+    };
+    (fetch_model_with_token(&request, None).unwrap(), cache)
+}
+
 /// Path of a file under `../shared`, or `None` (with a note on how to get it) when absent.
 /// With `WANDA_REQUIRE_SHARED=1` (set by `.ci/run`) a missing file fails the test instead.
 pub fn shared(rel: &str) -> Option<PathBuf> {
