@@ -1007,11 +1007,11 @@ mod tests {
     }
 
     /// The NVML device peaks of `wanda run scripts/gpu/cell.yaml` on an H200 (143,771 MiB;
-    /// `results/gpu-h200-2026-11-27-cublas/`, with cuBLAS's products): wanda 50 %, calibration 16 × 512, eval 4 × 512,
-    /// random SmolLM2-135M-, Llama-3.2-1B- and 8-layer Llama-2-7B-shaped models with a
-    /// 49,152-token vocabulary; in memory in f32 and f16, and lean (batch 1, activations on
-    /// the host, streamed) in f16. With the pool's pages the estimate is within 15 % of each
-    /// (0.24–0.84 of them without).
+    /// `results/gpu-h200-2026-11-27-cublas/`, with cuBLAS's products): wanda 50 %, calibration
+    /// 16 × 512, eval 4 × 512, random SmolLM2-135M-, Llama-3.2-1B- and 8-layer
+    /// Llama-2-7B-shaped models with a 49,152-token vocabulary; in memory in f32 and f16, and
+    /// lean (batch 1, activations on the host, streamed) in f16. With the pool's pages the
+    /// estimate is within 15 % of each (0.24–0.84 of them without).
     #[test]
     fn gpu_estimates_are_within_15_percent_of_the_measured_h200_peaks() {
         let shape = |parameters, h, i, layers, heads, kv, tie, context| ModelShape {

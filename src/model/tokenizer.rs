@@ -243,7 +243,7 @@ impl Tokenizer {
 
 /// What transformers' slow GPT-2 tokenizer reads from `tokenizer_config.json` and
 /// `special_tokens_map.json` (absent files and keys take its defaults).
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 struct SlowTokenizerSettings {
     add_prefix_space: bool,
     add_bos_token: bool,

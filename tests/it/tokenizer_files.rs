@@ -3,7 +3,7 @@
 //! `scripts/make-bpe-tokenizer-fixture.py`), the hub fetches them, and at scale (SmolLM2's
 //! vocabulary and merges written out as the two files) they are the `tokenizer.json` ids.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use wanda::model::tokenizer::Tokenizer;
 
@@ -98,7 +98,7 @@ fn smollm2_as_vocab_and_merges_tokenizes_wikitext_as_its_tokenizer_json() {
 }
 
 /// The BPE model of a `tokenizer.json` as the slow tokenizer's two files in `dir`.
-fn write_vocab_and_merges(json: &PathBuf, dir: &Path) {
+fn write_vocab_and_merges(json: &Path, dir: &Path) {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     let model = &v["model"];

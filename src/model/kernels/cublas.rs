@@ -9,7 +9,7 @@
 //! `libcublas` cannot be loaded, where [`CUBLAS_VAR`] is `off`, or where a tensor is of another
 //! type, the functions return `None` and Burn's matmul runs.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::cell::OnceCell;
 use std::ffi::c_void;
 
@@ -43,6 +43,10 @@ struct Handle {
 /// # Shapes
 /// - `x`: `[batch, seq, in]`, `weight`: `[in, out]` → `[batch, seq, out]`
 pub fn linear<B: Backend>(x: &Tensor<B, 3>, weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
+    // Every linear of every backend asks; the others are sent back before any reshape.
+    if TypeId::of::<B::FloatTensorPrimitive>() != TypeId::of::<CubeTensor<CudaRuntime>>() {
+        return None;
+    }
     let [batch, seq, width] = x.dims();
     let out = matmul(&x.clone().reshape([batch * seq, width]), weight)?;
     let outputs = out.dims()[1];
@@ -84,7 +88,8 @@ fn column_major(t: &CubeTensor<CudaRuntime>) -> Option<(blas_sys::cublasOperatio
     let shape = t.meta.shape();
     let (rows, cols) = (shape[0], shape[1]);
     if strides[1] == 1 && strides[0] >= cols.max(1) {
-        // Stored row-major: cuBLAS sees its transpose, `[cols, rows]`, with leading dim stride 0.
+        // Stored row-major: cuBLAS sees its transpose, `[cols, rows]`, leading dimension
+        // `strides[0]`.
         Some((blas_sys::cublasOperation_t::CUBLAS_OP_N, strides[0]))
     } else if strides[0] == 1 && strides[1] >= rows.max(1) {
         // Stored column-major (a transposed view): cuBLAS sees the matrix itself.

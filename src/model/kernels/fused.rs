@@ -276,8 +276,8 @@ fn norm_rows(x: &[f32], norm: NormRef, eps: f64, out: &mut [f32]) {
         });
 }
 
-/// [`norm_rows`] of an RMSNorm in place: every `weight.len()`-wide row of `x` normalised (the per-head q/k
-/// norms of Qwen3, whose rows are heads).
+/// [`norm_rows`] of an RMSNorm in place: every `weight.len()`-wide row of `x` normalised (the
+/// per-head q/k norms of Qwen3, whose rows are heads).
 fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
     /// Rows per parallel job.
     const ROWS: usize = 64;

@@ -356,8 +356,8 @@ impl<B: Backend> Kernels<B> for Portable {
 }
 
 /// The kernels of backend `B`: the fused CPU kernels for burn-ndarray in f32, for every other
-/// backend Burn's generic ops (with CUDA's flash attention and cuBLAS products). It compares type ids only, so it
-/// costs nothing at run time.
+/// backend Burn's generic ops (with CUDA's flash attention and cuBLAS products). It compares
+/// type ids only, so it costs nothing at run time.
 pub fn kernels<B: Backend>() -> &'static dyn Kernels<B> {
     let fused: &'static dyn Kernels<NdArray<f32>> = &fused::Fused;
     match (&fused as &dyn Any).downcast_ref::<&'static dyn Kernels<B>>() {
