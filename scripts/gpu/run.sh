@@ -12,8 +12,9 @@
 #    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too;
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16.
-# BASELINE (shapes, e.g. "l1b") adds, in section 3, the same build with Burn's matmul
-# (WANDA_CUBLAS=off) for those shapes.
+# BASELINE (shapes, e.g. "l1b") adds, in section 3, the same build under $BASELINE_ENV for those
+# shapes (default WANDA_DEVICE_SELECT=off, the pruning selection on the host; WANDA_CUBLAS=off
+# gives Burn's matmul), tagged `base-…`.
 # SECTIONS (default "precision memory speed") picks which of 1–4 run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
 # (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
@@ -130,17 +131,17 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
     set -- $p
     record "torch-cell-$shape-$1" 150 python3 "$here/torch_cell.py" "/tmp/$shape" wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
     # The autotuned build twice: its first run includes the tuning (cached on disk after).
-    # Shapes in $BASELINE: the same build with Burn's matmul (WANDA_CUBLAS=off) too.
+    # Shapes in $BASELINE: the same build under $BASELINE_ENV too.
     base=
-    [[ " $BASELINE " == *" $shape "* ]] && base=burnmm
+    [[ " $BASELINE " == *" $shape "* ]] && base=base
     for w in wanda wanda-autotune wanda-autotune-again $base; do
       b=/tmp/${w%-again}
-      [[ $w == burnmm ]] && b=/tmp/wanda
+      [[ $w == base ]] && b=/tmp/wanda
       [[ -x $b ]] || continue
-      WANDA_CUBLAS=$([[ $w == burnmm ]] && echo off || echo on) \
+      ( [[ $w == base ]] && export "${BASELINE_ENV:-WANDA_DEVICE_SELECT=off}"
         record "$w-cell-$shape-$2" 200 "$b" prune --model "/tmp/$shape" --method wanda --sparsity 0.5 --device "$2" \
         --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
-        --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json
+        --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json )
     done
   done
 done

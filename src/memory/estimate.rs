@@ -66,6 +66,7 @@ use crate::eval::zeroshot::loglik::BATCH_TOKENS as ZEROSHOT_BATCH_TOKENS;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
 use crate::model::llama::attention_block_rows;
 use crate::model::shape::{gib, Breakdown, ModelShape, Place};
+use crate::prune::device_select;
 use crate::prune::dsnot::DsnotOptions;
 use crate::prune::profile::{OwlOptions, Profile};
 use crate::prune::{Method, MethodOptions};
@@ -430,6 +431,30 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     } else {
         (method_bytes, method_formula)
     };
+    // On a GPU, Wanda's and magnitude's unstructured selection runs on the device
+    // (prune::device_select): one piece's f32 scores, counts and comparison at a time, and the
+    // layer's masks until its linears are stored back.
+    if run.device == DeviceKind::Cuda
+        && matches!(method, Method::Wanda | Method::Magnitude)
+        && !run.dsnot
+    {
+        let piece = widest.min(device_select::PIECE as u64);
+        // One mask per linear: q and o, the MLP's, and k and v together.
+        let mlp = if m.mlp_buffers == 3 { 3 } else { 2 };
+        let kv = m
+            .linears_per_layer
+            .saturating_sub(2 * m.h * m.q + mlp * m.h * m.i);
+        prune.push_mixed(
+            "device selection",
+            &[(3, piece * F32), (2, m.h * m.q), (mlp, m.h * m.i), (1, kv)],
+            Place::Device,
+            format!(
+                "3 × {piece} × 4 B (a piece's scores, counts and comparison) + {} × 1 B (the \
+                 layer's masks)",
+                m.linears_per_layer
+            ),
+        );
+    }
     // A zeroing method sends each linear back as the mask of its zeros (1 B a weight);
     // SparseGPT's update sends the weights (4 B).
     let (held, what) = if method.only_zeroes(run.dsnot) {

@@ -18,6 +18,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::activations::{Activations, Batching};
+use super::device_select::{
+    magnitude_score, matrix_threshold_zeros, measure_on_device, norms_column, per_output_zeros,
+    wanda_score,
+};
 use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
 use super::magnitude::{magnitude_scores, prune_magnitude};
 use super::mask::apply_mask;
@@ -423,12 +427,14 @@ pub fn prune_model<B: Backend>(
         clock.lap("observe");
         let host = stats.host();
         clock.lap("statistics to host");
+        let rule = device_rule::<B>(method, options, layer_sparsity)?;
         let measured = prune_layer(
             &mut layer,
             i,
             &options.skip,
             zeroes_only,
             &mut clock,
+            |w, input| select_on_device(rule?, w, host.get(&input)),
             |w, dims, name, input| {
                 let stat = host.get(&input).ok_or(PruneError::NoSamples {
                     what: "layer input statistics",
@@ -470,12 +476,14 @@ fn prune_by_magnitude<B: Backend>(
         if i == 0 {
             check_skip_against(&options.skip, layers, &layer)?;
         }
+        let rule = device_rule::<B>(Method::Magnitude, options, layer_sparsity)?;
         let measured = prune_layer(
             &mut layer,
             i,
             &options.skip,
             true,
             clock,
+            |w, _| select_on_device(rule?, w, None),
             |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
         )?;
         measured_sparsity.add_layer(i, measured);
@@ -597,12 +605,82 @@ fn check_skip_against<B: Backend>(
 }
 
 /// How a pruned linear goes back to the device.
-enum PrunedWeight {
+enum PrunedWeight<B: Backend> {
     /// Where the method only zeroed weights: which ones (`true`: now zero), 1 byte a weight
     /// instead of the weight's 2 or 4, applied on the device.
     Zeroed(Vec<bool>),
     /// Where it changed values too (SparseGPT's update): the whole weight.
     Updated(Vec<f32>),
+    /// Where the device selected (see [`DeviceRule`]): which ones to zero, there already.
+    ZeroedOnDevice(Tensor<B, 2, Bool>),
+}
+
+/// A selection rule [`device_select`] runs on the weights' device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum DeviceRule {
+    /// Wanda's per-output-channel rule at this ratio.
+    PerOutput(f64),
+    /// Magnitude's per-matrix threshold at this ratio.
+    MatrixThreshold(f64),
+}
+
+/// The environment variable that says where the selection runs: `auto` (the default: on the
+/// device on a GPU), `on` (on the device on any backend), `off` (on the host).
+const DEVICE_SELECT_VAR: &str = "WANDA_DEVICE_SELECT";
+
+/// The rule the device runs for `method` (refined by DSnoT when `options` say so) at
+/// `sparsity`, where the device selects ([`DEVICE_SELECT_VAR`]) and has the method's rule:
+/// Wanda's per-output and magnitude's per-matrix unstructured selection, without the variant.
+fn device_rule<B: Backend>(
+    method: Method,
+    options: &MethodOptions,
+    sparsity: Sparsity,
+) -> Result<Option<DeviceRule>, PruneError> {
+    let on = match std::env::var(DEVICE_SELECT_VAR).as_deref() {
+        Err(_) | Ok("auto") => kernels::<B>().selects_on_device(),
+        Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => {
+            return Err(PruneError::InvalidOptions {
+                reason: format!(
+                    "environment variable {DEVICE_SELECT_VAR}=`{other}`: use auto, on or off"
+                ),
+            })
+        }
+    };
+    let Sparsity::Unstructured { ratio } = sparsity else {
+        return Ok(None);
+    };
+    Ok(match method {
+        _ if !on || options.dsnot.is_some() => None,
+        Method::Wanda if !options.use_variant => Some(DeviceRule::PerOutput(ratio)),
+        Method::Magnitude => Some(DeviceRule::MatrixThreshold(ratio)),
+        _ => None,
+    })
+}
+
+/// The zeros `rule` selects in `weight` on its device, Wanda's from the input statistics `stat`;
+/// `None` where the host is to select (see [`device_select`]).
+///
+/// # Shapes
+/// - `weight`: `[in, out]` → `[in, out]`
+fn select_on_device<B: Backend>(
+    rule: DeviceRule,
+    weight: &Tensor<B, 2>,
+    stat: Option<&HostStats>,
+) -> Option<Tensor<B, 2, Bool>> {
+    match rule {
+        DeviceRule::PerOutput(ratio) => {
+            let stat = stat.filter(|s| s.samples > 0)?;
+            let norms = stat.norms(weight.dims()[0]).ok()?.norms();
+            let norms: Vec<f32> = norms.into_iter().map(|n| n as f32).collect();
+            let column = norms_column::<B>(&norms, &weight.device());
+            per_output_zeros(weight, ratio, |w| wanda_score(w, &column))
+        }
+        DeviceRule::MatrixThreshold(ratio) => {
+            matrix_threshold_zeros(weight, ratio, magnitude_score)
+        }
+    }
 }
 
 /// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a
@@ -613,12 +691,16 @@ enum PrunedWeight {
 /// the mask of its zeros (`+0.0`, as pruning writes them; an original `-0.0` is left as it
 /// was), which gives the same tensor as uploading the host copy with a quarter of an f32
 /// weight's bytes — on a GPU, where the upload is the cost (`results/gpu-h200-2026-11-26-phases/`).
+///
+/// `on_device(weight, input)` is asked first for each linear that is not skipped: the zeros it
+/// selects on the weight's device, or `None` to prune on the host.
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
     index: usize,
     skip: &[String],
     zeroes_only: bool,
     clock: &mut PhaseClock<impl Fn()>,
+    on_device: impl Fn(&Tensor<B, 2>, LinearInput) -> Option<Tensor<B, 2, Bool>>,
     mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
 ) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
     let mut pruned = Vec::with_capacity(7);
@@ -626,7 +708,15 @@ fn prune_layer<B: Backend>(
     for (name, input, linear) in layer.linears() {
         let path = linear_path(index, name);
         let skipped = skip.iter().any(|pattern| glob_matches(pattern, &path));
-        let (mut w, dims) = host_weight(linear.weight.val());
+        let weight = linear.weight.val();
+        let dims = weight.dims();
+        if let Some(zeros) = (!skipped).then(|| on_device(&weight, input)).flatten() {
+            measured.push((name, measure_on_device(&weight, &zeros)));
+            pruned.push((name, PrunedWeight::ZeroedOnDevice(zeros), dims));
+            clock.lap("select on device");
+            continue;
+        }
+        let (mut w, dims) = host_weight(weight);
         clock.lap("weights to host");
         if !skipped {
             prune(&mut w, dims, name, input)?;
@@ -648,19 +738,22 @@ fn prune_layer<B: Backend>(
             .expect("names come from DecoderLayer::linears");
         let old = linear.weight.val();
         let device = old.device();
-        let weight = match back {
+        let mask = match back {
+            PrunedWeight::ZeroedOnDevice(mask) => mask,
             PrunedWeight::Zeroed(zeros) => {
-                let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(zeros, dims), &device);
-                // A long-lived tensor, as a weight upload is (model::host::weight_tensor).
-                B::memory_persistent_allocations(&device, (old, mask), |(w, mask)| {
-                    w.mask_fill(mask, 0.0)
-                })
+                Tensor::<B, 2, Bool>::from_data(TensorData::new(zeros, dims), &device)
             }
             PrunedWeight::Updated(w) => {
                 drop(old);
-                weight_tensor(TensorData::new(w, dims), &device)
+                linear.weight =
+                    Param::from_tensor(weight_tensor(TensorData::new(w, dims), &device));
+                continue;
             }
         };
+        // A long-lived tensor, as a weight upload is (model::host::weight_tensor).
+        let weight = B::memory_persistent_allocations(&device, (old, mask), |(w, mask)| {
+            w.mask_fill(mask, 0.0)
+        });
         linear.weight = Param::from_tensor(weight);
     }
     clock.lap("weights to device");

@@ -1,7 +1,8 @@
 //! Pruning kernels: sparsity patterns, masks (per-output top-k, N:M, per-matrix threshold) and the
 //! magnitude, Wanda (arXiv 2306.11695), SparseGPT (arXiv 2301.00774) and RIA (ICLR 2024) methods,
 //! DSnoT's mask refinement (arXiv 2310.08915) and per-layer sparsity profiles with OWL
-//! (arXiv 2310.05175), all as pure host-side functions on `f32` matrices.
+//! (arXiv 2310.05175), all as pure host-side functions on `f32` matrices, except
+//! [`device_select`]: Wanda's and magnitude's unstructured selection in Burn's ops, on a GPU.
 //!
 //! Every weight here is in Burn's `Linear` layout `[in, out]`, row-major (`W[i * out + o]`, `i` an
 //! input channel, `o` an output channel) — the transpose of PyTorch's `[out, in]`. Functions take
@@ -27,6 +28,7 @@
 use rayon::prelude::*;
 
 pub mod activations;
+pub mod device_select;
 pub mod dsnot;
 pub mod layerwise;
 pub mod linalg;

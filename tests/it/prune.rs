@@ -439,3 +439,80 @@ fn activations_on_the_host_and_any_batch_prune_to_the_same_weights() {
         }
     }
 }
+
+/// Selecting on the device (`WANDA_DEVICE_SELECT=on`: Wanda's and magnitude's unstructured
+/// rules in Burn's ops, as on a GPU) saves the same model and reports the same sparsity as
+/// selecting on the host, on the fused f32 backend and on a backend in f16.
+#[test]
+fn selecting_on_the_device_saves_what_the_host_selection_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = dir.path().join("tiny");
+    save_tiny_hf_folder(&tiny, 9);
+    let calib = dir.path().join("calib.txt");
+    std::fs::write(&calib, tiny_text(200)).unwrap();
+    let run = |select: &str, device: &str, method: &str, sparsity: &str| {
+        let saved = dir
+            .path()
+            .join(format!("{select}-{device}-{method}-{sparsity}"));
+        let out = output_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .env("WANDA_DEVICE_SELECT", select)
+                .args(["prune", "--json", "--device", device, "--method", method])
+                .args(["--sparsity", sparsity, "--nsamples", "4", "--seqlen", "16"])
+                .arg("--model")
+                .arg(&tiny)
+                .arg("--calib-text")
+                .arg(&calib)
+                .arg("--save")
+                .arg(&saved),
+        );
+        let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let weights = std::fs::read(saved.join("model.safetensors")).unwrap();
+        (printed["sparsity"].clone(), weights)
+    };
+    for device in ["cpu", "cpu-flex-f16"] {
+        for (method, sparsity) in [("wanda", "0.5"), ("wanda", "0.7"), ("magnitude", "0.6")] {
+            let host = run("off", device, method, sparsity);
+            let on_device = run("on", device, method, sparsity);
+            assert!(host.0["total"].as_f64().unwrap() > 0.45, "{}", host.0);
+            assert_eq!(on_device.0, host.0, "{device} {method} {sparsity}");
+            assert!(
+                on_device.1 == host.1,
+                "{device} {method} {sparsity}: saved weights differ"
+            );
+        }
+    }
+}
+
+/// An unknown `WANDA_DEVICE_SELECT` is refused with the variable and its values named.
+#[test]
+fn an_unknown_device_selection_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = dir.path().join("tiny");
+    save_tiny_hf_folder(&tiny, 9);
+    let calib = dir.path().join("calib.txt");
+    std::fs::write(&calib, tiny_text(200)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .env("WANDA_DEVICE_SELECT", "gpu")
+        .args([
+            "prune",
+            "--device",
+            "cpu",
+            "--method",
+            "wanda",
+            "--nsamples",
+            "2",
+        ])
+        .args(["--seqlen", "16", "--model"])
+        .arg(&tiny)
+        .arg("--calib-text")
+        .arg(&calib)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("WANDA_DEVICE_SELECT=`gpu`: use auto, on or off"),
+        "{stderr}"
+    );
+}

@@ -337,7 +337,7 @@ fn dry_run_streams_a_70b_model_on_a_24_gib_gpu_with_the_papers_calibration() {
         ],
         "{stdout}"
     );
-    assert!(stdout.contains("281.93 GiB → 7.98 GiB   fits"), "{stdout}");
+    assert!(stdout.contains("281.93 GiB → 9.48 GiB   fits"), "{stdout}");
     assert!(
         stdout.contains(
             "effective: calibration.nsamples 128, calibration.seqlen 2048, evaluation.seqlen 2048, streaming on"

@@ -44,13 +44,18 @@ struct Handle {
 /// - `x`: `[batch, seq, in]`, `weight`: `[in, out]` → `[batch, seq, out]`
 pub fn linear<B: Backend>(x: &Tensor<B, 3>, weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
     // Every linear of every backend asks; the others are sent back before any reshape.
-    if TypeId::of::<B::FloatTensorPrimitive>() != TypeId::of::<CubeTensor<CudaRuntime>>() {
+    if !is_cuda::<B>() {
         return None;
     }
     let [batch, seq, width] = x.dims();
     let out = matmul(&x.clone().reshape([batch * seq, width]), weight)?;
     let outputs = out.dims()[1];
     Some(out.reshape([batch, seq, outputs]))
+}
+
+/// Whether `B` is the CUDA backend (its float tensors are CubeCL's on CUDA).
+pub fn is_cuda<B: Backend>() -> bool {
+    TypeId::of::<B::FloatTensorPrimitive>() == TypeId::of::<CubeTensor<CudaRuntime>>()
 }
 
 /// `a · b`.

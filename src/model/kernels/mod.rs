@@ -295,6 +295,12 @@ pub trait Kernels<B: Backend>: Sync {
     fn linear(&self, _x: &Tensor<B, 3>, _weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
         None
     }
+
+    /// Whether pruning should select on the device, leaving the weights there, rather than
+    /// copy them to the host and back: on a GPU, where the copies are the cost.
+    fn selects_on_device(&self) -> bool {
+        false
+    }
 }
 
 /// `x · weight + bias` by the backend's product for linear layers where it has one (cuBLAS on
@@ -342,6 +348,11 @@ impl<B: Backend> Kernels<B> for Portable {
     #[cfg(feature = "cuda")]
     fn gram(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         cublas::gram(x)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn selects_on_device(&self) -> bool {
+        cublas::is_cuda::<B>()
     }
 
     #[cfg(feature = "cuda")]
