@@ -11,7 +11,8 @@
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
 #    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too;
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
-#    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16.
+#    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
+#    (one 7B-shaped layer pruned) selecting on the device and on the host.
 # BASELINE (shapes, e.g. "l1b") adds, in section 3, the same build under $BASELINE_ENV for those
 # shapes (default WANDA_DEVICE_SELECT=off, the pruning selection on the host; WANDA_CUBLAS=off
 # gives Burn's matmul), tagged `base-…`.
@@ -124,6 +125,11 @@ want kernels && for p in "float32 cuda" "float16 cuda-f16"; do
   record "torch-gemm-$1" 60 python3 "$here/torch_gemm.py" 4096 2048 8192 "$1"
   record "wanda-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
   WANDA_CUBLAS=off record "burnmm-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
+  # B7, one Llama-2-7B-shaped layer pruned (16 calibration tokens: the selection and the
+  # weights' round trip dominate), selecting on the device and on the host.
+  for sel in on off; do
+    WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$2" 90 "$W" bench prune-layer --shape llama2-7b --device "$2" --repeats 3 --json
+  done
 done
 want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   echo "== 3. speed ($shape shape, calibration $nsamples × 2048, eval 16 × 2048)"

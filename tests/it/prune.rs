@@ -457,6 +457,7 @@ fn selecting_on_the_device_saves_what_the_host_selection_saves() {
         let out = output_ok(
             std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
                 .env("WANDA_DEVICE_SELECT", select)
+                .env("WANDA_PHASE_TIMES", "1")
                 .args(["prune", "--json", "--device", device, "--method", method])
                 .args(["--sparsity", sparsity, "--nsamples", "4", "--seqlen", "16"])
                 .arg("--model")
@@ -468,6 +469,13 @@ fn selecting_on_the_device_saves_what_the_host_selection_saves() {
         );
         let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let weights = std::fs::read(saved.join("model.safetensors")).unwrap();
+        // The phase timer names where each linear was selected.
+        let phases = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            phases.contains("select on device"),
+            select == "on",
+            "{select}: {phases}"
+        );
         (printed["sparsity"].clone(), weights)
     };
     for device in ["cpu", "cpu-flex-f16"] {
