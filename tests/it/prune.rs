@@ -2,6 +2,8 @@
 //! statistics plumbing against a hand-assembled computation, sparsegpt's update, and what
 //! `wanda prune --save` writes.
 
+use std::path::PathBuf;
+
 use burn::prelude::*;
 use wanda::model::llama::{DecoderLayer, LayerContext, LinearInput, Llama};
 use wanda::prune::layerwise::{measure, prune_model};
@@ -352,15 +354,21 @@ fn calibration_methods_refuse_an_empty_calibration_set() {
     );
 }
 
+/// A tiny model's folder (weights from `seed`) and a calibration text, in `dir`.
+fn tiny_with_calibration(dir: &std::path::Path, seed: u64) -> (PathBuf, PathBuf) {
+    let tiny = dir.join("tiny");
+    save_tiny_hf_folder(&tiny, seed);
+    let calib = dir.join("calib.txt");
+    std::fs::write(&calib, tiny_text(200)).unwrap();
+    (tiny, calib)
+}
+
 /// `wanda prune --save` writes the model with its recipe (a pipeline that validates and runs the
 /// same cell) and its sparsity report (the numbers the command printed).
 #[test]
 fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
     let dir = tempfile::tempdir().unwrap();
-    let tiny = dir.path().join("tiny");
-    save_tiny_hf_folder(&tiny, 4);
-    let calib = dir.path().join("calib.txt");
-    std::fs::write(&calib, tiny_text(200)).unwrap();
+    let (tiny, calib) = tiny_with_calibration(dir.path(), 4);
     let saved = dir.path().join("pruned");
     let out = output_ok(
         std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
@@ -446,10 +454,7 @@ fn activations_on_the_host_and_any_batch_prune_to_the_same_weights() {
 #[test]
 fn selecting_on_the_device_saves_what_the_host_selection_saves() {
     let dir = tempfile::tempdir().unwrap();
-    let tiny = dir.path().join("tiny");
-    save_tiny_hf_folder(&tiny, 9);
-    let calib = dir.path().join("calib.txt");
-    std::fs::write(&calib, tiny_text(200)).unwrap();
+    let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
     let run = |select: &str, device: &str, method: &str, sparsity: &str| {
         let saved = dir
             .path()
@@ -496,10 +501,7 @@ fn selecting_on_the_device_saves_what_the_host_selection_saves() {
 #[test]
 fn an_unknown_device_selection_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let tiny = dir.path().join("tiny");
-    save_tiny_hf_folder(&tiny, 9);
-    let calib = dir.path().join("calib.txt");
-    std::fs::write(&calib, tiny_text(200)).unwrap();
+    let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
         .env("WANDA_DEVICE_SELECT", "gpu")
         .args([
