@@ -11,7 +11,7 @@
 //! the caller runs the host path, which also names the offending weight.
 
 use burn::prelude::*;
-use burn::tensor::FloatDType;
+use burn::tensor::{DType, FloatDType};
 
 use super::mask::prune_count;
 use super::report::MatrixSparsity;
@@ -39,11 +39,12 @@ pub fn wanda_score<B: Backend>(w: Tensor<B, 2>, norms: &Tensor<B, 2>) -> Tensor<
     w.cast(FloatDType::F32).abs() * norms.clone().expand(dims)
 }
 
-/// `norms` per input channel as an `[in, 1]` f32 column on `device`, for [`wanda_score`].
+/// `norms` per input channel as an `[in, 1]` f32 column on `device`, for [`wanda_score`]:
+/// created in f32 whatever the device's default float type (a half-precision default would
+/// round the norms, and the scores would no longer be the host's).
 pub fn norms_column<B: Backend>(norms: &[f32], device: &B::Device) -> Tensor<B, 2> {
-    Tensor::<B, 1>::from_data(TensorData::new(norms.to_vec(), [norms.len()]), device)
-        .cast(FloatDType::F32)
-        .reshape([norms.len(), 1])
+    let data = TensorData::new(norms.to_vec(), [norms.len(), 1]);
+    Tensor::from_data(data, (device, DType::F32))
 }
 
 /// The magnitude score `|W|` in f32.

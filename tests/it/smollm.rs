@@ -218,3 +218,42 @@ fn half_precision_perplexities_are_within_half_a_percent_of_f32() {
         assert!(rel < 0.005, "{device}: {half} vs f32 {f32} ({rel:.2e})");
     }
 }
+
+/// On the real model in fp16 (`cpu-flex-f16`, the device's default float type half precision as
+/// on a GPU), selecting on the device gives the host's masks: the same perplexity to the bit.
+/// Norms created in the device's default type were rounded to fp16 and moved it (359.14 → 339.99).
+#[test]
+fn selecting_on_the_device_in_fp16_gives_the_hosts_perplexity() {
+    let (Some(gguf), Some(valid), Some(test)) = (shared(GGUF), shared(VALID), shared(RAW_TEST))
+    else {
+        return;
+    };
+    let run = |select: &str| -> serde_json::Value {
+        let out = output_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .env("WANDA_DEVICE_SELECT", select)
+                .args([
+                    "prune",
+                    "--json",
+                    "--device",
+                    "cpu-flex-f16",
+                    "--method",
+                    "wanda",
+                ])
+                .args(["--sparsity", "0.5", "--nsamples", "1", "--seqlen", "32"])
+                .args(["--eval-seqlen", "32", "--windows", "1", "--model"])
+                .arg(&gguf)
+                .arg("--calib-text")
+                .arg(&valid)
+                .arg("--eval-text")
+                .arg(&test),
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (host, device) = (run("off"), run("on"));
+    assert_eq!(host["sparsity"]["total"], 0.5);
+    assert_eq!(device["sparsity"], host["sparsity"]);
+    let ppl = |v: &serde_json::Value| v["perplexity"]["perplexity"].as_f64().unwrap();
+    assert!(ppl(&host) > 10.0 && ppl(&host) < 1000.0, "{host}");
+    assert_eq!(ppl(&device).to_bits(), ppl(&host).to_bits());
+}
