@@ -528,6 +528,13 @@ fn transpose_map<S: Sync, T: Copy + Default + Send>(
             let mut block = vec![T::default(); BLOCK * width];
             for r0 in (0..rows).step_by(BLOCK) {
                 let height = BLOCK.min(rows - r0);
+                prefetch_runs(
+                    data,
+                    cols,
+                    r0 + BLOCK..(r0 + 2 * BLOCK).min(rows),
+                    c0,
+                    width,
+                );
                 for i in 0..height {
                     let start = (r0 + i) * cols + c0;
                     for (j, v) in data[start..start + width].iter().enumerate() {
@@ -548,6 +555,35 @@ fn transpose_map<S: Sync, T: Copy + Default + Send>(
     // rows `r`, so all `len` values are initialised.
     unsafe { out.set_len(len) };
     out
+}
+
+/// Asks the CPU to bring the runs `data[r · cols + c0 .. + width]` of `rows` into cache: the
+/// next block's input of [`transpose_map`], whose short runs of rows far apart the hardware
+/// prefetchers do not follow (the loads of the checkpoint were most of its time).
+fn prefetch_runs<S>(
+    data: &[S],
+    cols: usize,
+    rows: std::ops::Range<usize>,
+    c0: usize,
+    width: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    for r in rows {
+        let run = &data[r * cols + c0..r * cols + c0 + width];
+        let bytes = std::mem::size_of_val(run);
+        let start = run.as_ptr().cast::<i8>();
+        for offset in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch is a hint that never faults, and `start + offset` lies within
+            // `run`. SSE is part of every x86_64 CPU.
+            #[allow(unsafe_code)]
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(start.add(offset));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, cols, rows, c0, width);
 }
 
 struct Builder<'a, B: Backend> {
