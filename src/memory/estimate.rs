@@ -440,7 +440,7 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     {
         let piece = widest.min(device_select::PIECE as u64);
         // One mask per linear: q and o, the MLP's, and k and v together.
-        let mlp = if m.mlp_buffers == 3 { 3 } else { 2 };
+        let mlp = m.mlp_linears;
         let kv = m
             .linears_per_layer
             .saturating_sub(2 * m.h * m.q + mlp * m.h * m.i);
@@ -612,6 +612,8 @@ struct Dims {
     /// `I`-wide buffers of the MLP: gate, up and their product (up and its activation without
     /// a gate).
     mlp_buffers: u64,
+    /// Linears of the MLP: gate, up and down (up and down without a gate).
+    mlp_linears: u64,
 }
 
 impl Dims {
@@ -630,6 +632,7 @@ impl Dims {
             linears_per_layer: shape.linear_parameters_per_layer(),
             in_out: [(h, q), (h, i), (i, h)],
             mlp_buffers: if shape.gated_mlp { 3 } else { 2 },
+            mlp_linears: if shape.gated_mlp { 3 } else { 2 },
         }
     }
 

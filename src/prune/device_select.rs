@@ -213,15 +213,7 @@ pub fn measure_on_device<B: Backend>(
         .into_iter()
         .map(|k| k as usize)
         .collect();
-    let total = rows * cols;
-    let zeros = total - kept.iter().sum::<usize>();
-    MatrixSparsity {
-        zeros,
-        total,
-        fraction: zeros as f64 / total.max(1) as f64,
-        min_kept: kept.iter().copied().min().unwrap_or(0),
-        max_kept: kept.iter().copied().max().unwrap_or(0),
-    }
+    MatrixSparsity::from_kept(&kept, rows * cols)
 }
 
 /// Per group, the `k`-th smallest of finite, non-negative scores (`1 ≤ k ≤` the group's size):

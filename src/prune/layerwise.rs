@@ -30,7 +30,7 @@ use super::report::MatrixSparsity;
 use super::ria::prune_ria;
 use super::skip::{check_skip, glob_matches, linear_path};
 use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
-use super::wanda::{prune_wanda, wanda_scores, InputNorms};
+use super::wanda::{checked_norms, prune_wanda, wanda_scores, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::host::{to_host_f32, weight_tensor};
 use crate::model::kernels::kernels;
@@ -336,6 +336,7 @@ pub fn prune_model<B: Backend>(
     let batching = batching.into();
     sparsity.validate()?;
     options.profile.validate()?;
+    let on_device = device_selects::<B>()?;
     if let Some(d) = &options.dsnot {
         d.validate()?;
         if method == Method::Ria {
@@ -371,7 +372,8 @@ pub fn prune_model<B: Backend>(
         let _ = B::sync(&device);
     });
     if !options.needs_calibration(method) {
-        let measured = prune_by_magnitude(model, options, &per_layer, &mut clock, progress)?;
+        let measured =
+            prune_by_magnitude(model, options, &per_layer, on_device, &mut clock, progress)?;
         return Ok(report(measured, options, &per_layer, Vec::new()));
     }
     let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
@@ -427,7 +429,7 @@ pub fn prune_model<B: Backend>(
         clock.lap("observe");
         let host = stats.host();
         clock.lap("statistics to host");
-        let rule = device_rule::<B>(method, options, layer_sparsity)?;
+        let rule = device_rule(on_device, method, options, layer_sparsity);
         let measured = prune_layer(
             &mut layer,
             i,
@@ -461,11 +463,12 @@ pub fn prune_model<B: Backend>(
 }
 
 /// Magnitude pruning of every layer at its sparsity in `per_layer`: no calibration, each
-/// layer read, pruned and put back in turn.
+/// layer read, pruned (selected on the device when `on_device`) and put back in turn.
 fn prune_by_magnitude<B: Backend>(
     model: &mut impl Layers<B>,
     options: &MethodOptions,
     per_layer: &[Sparsity],
+    on_device: bool,
     clock: &mut PhaseClock<impl Fn()>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ModelSparsity, PruneError> {
@@ -476,7 +479,7 @@ fn prune_by_magnitude<B: Backend>(
         if i == 0 {
             check_skip_against(&options.skip, layers, &layer)?;
         }
-        let rule = device_rule::<B>(Method::Magnitude, options, layer_sparsity)?;
+        let rule = device_rule(on_device, Method::Magnitude, options, layer_sparsity);
         let measured = prune_layer(
             &mut layer,
             i,
@@ -628,35 +631,40 @@ enum DeviceRule {
 /// device on a GPU), `on` (on the device on any backend), `off` (on the host).
 const DEVICE_SELECT_VAR: &str = "WANDA_DEVICE_SELECT";
 
+/// Whether the device selects ([`DEVICE_SELECT_VAR`]; by default where the backend's kernels
+/// say so), read once per run, before any work.
+fn device_selects<B: Backend>() -> Result<bool, PruneError> {
+    match std::env::var(DEVICE_SELECT_VAR).as_deref() {
+        Err(_) | Ok("auto") => Ok(kernels::<B>().selects_on_device()),
+        Ok("on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => Err(PruneError::InvalidOptions {
+            reason: format!(
+                "environment variable {DEVICE_SELECT_VAR}=`{other}`: use auto, on or off"
+            ),
+        }),
+    }
+}
+
 /// The rule the device runs for `method` (refined by DSnoT when `options` say so) at
-/// `sparsity`, where the device selects ([`DEVICE_SELECT_VAR`]) and has the method's rule:
-/// Wanda's per-output and magnitude's per-matrix unstructured selection, without the variant.
-fn device_rule<B: Backend>(
+/// `sparsity`, where the device selects (`on`, see [`device_selects`]) and has the method's
+/// rule: Wanda's per-output and magnitude's per-matrix unstructured selection, without the
+/// variant.
+fn device_rule(
+    on: bool,
     method: Method,
     options: &MethodOptions,
     sparsity: Sparsity,
-) -> Result<Option<DeviceRule>, PruneError> {
-    let on = match std::env::var(DEVICE_SELECT_VAR).as_deref() {
-        Err(_) | Ok("auto") => kernels::<B>().selects_on_device(),
-        Ok("on") => true,
-        Ok("off") => false,
-        Ok(other) => {
-            return Err(PruneError::InvalidOptions {
-                reason: format!(
-                    "environment variable {DEVICE_SELECT_VAR}=`{other}`: use auto, on or off"
-                ),
-            })
-        }
-    };
+) -> Option<DeviceRule> {
     let Sparsity::Unstructured { ratio } = sparsity else {
-        return Ok(None);
+        return None;
     };
-    Ok(match method {
+    match method {
         _ if !on || options.dsnot.is_some() => None,
         Method::Wanda if !options.use_variant => Some(DeviceRule::PerOutput(ratio)),
         Method::Magnitude => Some(DeviceRule::MatrixThreshold(ratio)),
         _ => None,
-    })
+    }
 }
 
 /// The zeros `rule` selects in `weight` on its device, Wanda's from the input statistics `stat`;
@@ -671,9 +679,8 @@ fn select_on_device<B: Backend>(
 ) -> Option<Tensor<B, 2, Bool>> {
     match rule {
         DeviceRule::PerOutput(ratio) => {
-            let stat = stat.filter(|s| s.samples > 0)?;
-            let norms = stat.norms(weight.dims()[0]).ok()?.norms();
-            let norms: Vec<f32> = norms.into_iter().map(|n| n as f32).collect();
+            let dims = weight.dims();
+            let norms = checked_norms(&stat?.norms(dims[0]).ok()?, dims).ok()?;
             let column = norms_column::<B>(&norms, &weight.device());
             per_output_zeros(weight, ratio, |w| wanda_score(w, &column))
         }
@@ -716,7 +723,7 @@ fn prune_layer<B: Backend>(
             clock.lap("select on device");
             continue;
         }
-        let (mut w, dims) = host_weight(weight);
+        let mut w = to_host_f32(weight);
         clock.lap("weights to host");
         if !skipped {
             prune(&mut w, dims, name, input)?;

@@ -56,15 +56,21 @@ impl MatrixSparsity {
     /// - `weight`: `[in, out]`, `dims = [in, out]`
     pub fn measure(weight: &[f32], dims: [usize; 2]) -> Result<Self, PruneError> {
         let kept = kept_per_output_channel(weight, dims)?;
-        let zeros = weight.len() - kept.iter().sum::<usize>();
-        Ok(Self {
+        Ok(Self::from_kept(&kept, weight.len()))
+    }
+
+    /// The figures of a matrix of `total` weights whose output channels keep `kept` non-zero
+    /// weights each (exact zeros, `-0.0` included, are not kept).
+    pub fn from_kept(kept: &[usize], total: usize) -> Self {
+        let zeros = total - kept.iter().sum::<usize>();
+        Self {
             zeros,
-            total: weight.len(),
-            // Exact zeros, `-0.0` included; 0 for an empty matrix.
-            fraction: zeros as f64 / weight.len().max(1) as f64,
+            total,
+            // 0 for an empty matrix.
+            fraction: zeros as f64 / total.max(1) as f64,
             min_kept: kept.iter().copied().min().unwrap_or(0),
             max_kept: kept.iter().copied().max().unwrap_or(0),
-        })
+        }
     }
 }
 

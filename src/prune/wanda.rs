@@ -343,7 +343,7 @@ pub fn prune_wanda(
 
 /// `‖X_j‖₂` per input channel in f32, as [`wanda_scores`] multiplies them, once `norms` is
 /// known to hold samples and to match the weight's inputs.
-fn checked_norms(norms: &InputNorms, dims: [usize; 2]) -> Result<Vec<f32>, PruneError> {
+pub(crate) fn checked_norms(norms: &InputNorms, dims: [usize; 2]) -> Result<Vec<f32>, PruneError> {
     if norms.nsamples() == 0 {
         return Err(PruneError::NoSamples {
             what: "input-norm accumulator",

@@ -363,6 +363,18 @@ fn tiny_with_calibration(dir: &std::path::Path, seed: u64) -> (PathBuf, PathBuf)
     (tiny, calib)
 }
 
+/// `wanda prune --model tiny --calib-text calib`, for the caller's other arguments.
+fn prune_command(tiny: &std::path::Path, calib: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"));
+    command
+        .arg("prune")
+        .arg("--model")
+        .arg(tiny)
+        .arg("--calib-text")
+        .arg(calib);
+    command
+}
+
 /// `wanda prune --save` writes the model with its recipe (a pipeline that validates and runs the
 /// same cell) and its sparsity report (the numbers the command printed).
 #[test]
@@ -371,13 +383,9 @@ fn prune_cli_saves_a_recipe_and_the_sparsity_report() {
     let (tiny, calib) = tiny_with_calibration(dir.path(), 4);
     let saved = dir.path().join("pruned");
     let out = output_ok(
-        std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .args(["prune", "--device", "cpu", "--json", "--method", "wanda"])
+        prune_command(&tiny, &calib)
+            .args(["--device", "cpu", "--json", "--method", "wanda"])
             .args(["--pattern", "2:4", "--nsamples", "4", "--seqlen", "16"])
-            .arg("--model")
-            .arg(&tiny)
-            .arg("--calib-text")
-            .arg(&calib)
             .arg("--save")
             .arg(&saved),
     );
@@ -460,15 +468,11 @@ fn selecting_on_the_device_saves_what_the_host_selection_saves() {
             .path()
             .join(format!("{select}-{device}-{method}-{sparsity}"));
         let out = output_ok(
-            std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+            prune_command(&tiny, &calib)
                 .env("WANDA_DEVICE_SELECT", select)
                 .env("WANDA_PHASE_TIMES", "1")
-                .args(["prune", "--json", "--device", device, "--method", method])
+                .args(["--json", "--device", device, "--method", method])
                 .args(["--sparsity", sparsity, "--nsamples", "4", "--seqlen", "16"])
-                .arg("--model")
-                .arg(&tiny)
-                .arg("--calib-text")
-                .arg(&calib)
                 .arg("--save")
                 .arg(&saved),
         );
@@ -502,21 +506,18 @@ fn selecting_on_the_device_saves_what_the_host_selection_saves() {
 fn an_unknown_device_selection_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+    let out = prune_command(&tiny, &calib)
         .env("WANDA_DEVICE_SELECT", "gpu")
         .args([
-            "prune",
             "--device",
             "cpu",
             "--method",
             "wanda",
             "--nsamples",
             "2",
+            "--seqlen",
+            "16",
         ])
-        .args(["--seqlen", "16", "--model"])
-        .arg(&tiny)
-        .arg("--calib-text")
-        .arg(&calib)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
