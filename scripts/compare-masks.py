@@ -3,9 +3,12 @@
 (or any safetensors file/folder) against `scripts/torch-wanda-cell.py --save-pruned FILE`. For
 each linear it prints the share of weights whose keep/prune decision differs and the relative
 difference of the kept weights, so the first layer where the two implementations part shows
-itself. A diagnostic tool, not a test.
+itself. With `--scaler` (the file of `torch-wanda-cell.py --dump-scaler`) it also lists, for the
+first layer that differs, every row's swapped weights with their Wanda scores `|w|·sqrt(scaler)`
+and the pair's relative gap, to tell a near-tie from a different computation; such a pair can be
+handed back to the port as `--swap LINEAR:ROW:PRUNE:KEEP`. A diagnostic tool, not a test.
 
-    python scripts/compare-masks.py OURS_DIR_OR_FILE THEIRS_FILE [--all]
+    python scripts/compare-masks.py OURS_DIR_OR_FILE THEIRS_FILE [--all] [--scaler FILE]
 """
 import argparse, glob, os, sys
 
@@ -16,6 +19,7 @@ p = argparse.ArgumentParser()
 p.add_argument("ours")
 p.add_argument("theirs")
 p.add_argument("--all", action="store_true", help="print every linear, not only a per-layer line")
+p.add_argument("--scaler", help="the reference's scaler rows (`torch-wanda-cell.py --dump-scaler`)")
 a = p.parse_args()
 
 
@@ -53,3 +57,25 @@ for n in names:
 print(f"{'layer':>5} {'mean mask differs':>18} {'max kept rel diff':>18}")
 for layer, (d, r, k) in sorted(layer_rows.items()):
     print(f"{layer:5} {d / k:18.6f} {r:18.3e}")
+
+if a.scaler:
+    scaler = load_file(a.scaler)
+    first = None
+    for n in names:
+        x, y = ours[n].float(), theirs[n].float()
+        differ = (x == 0) != (y == 0)
+        if not differ.any() or (first is not None and layer_of(n) != first):
+            continue
+        first = layer_of(n)
+        linear = n[:-len(".weight")]
+        for row in torch.nonzero(differ.any(1)).flatten().tolist():
+            cols = torch.nonzero(differ[row]).flatten().tolist()
+            w = torch.where(x[row] != 0, x[row], y[row])   # each value from the side that kept it
+            score = w.abs() * torch.sqrt(scaler[f"{linear}.scaler"])
+            pruned = [c for c in cols if x[row, c] == 0]
+            kept = [c for c in cols if x[row, c] != 0]
+            values = [score[c].item() for c in cols]
+            gap = (max(values) - min(values)) / max(values)
+            print(f"{linear} row {row}: ours prunes {pruned} keeps {kept}, scores "
+                  + ", ".join(f"{score[c].item():.9g}" for c in cols) + f", relative gap {gap:.2e}"
+                  + (f"  (--swap {linear}:{row}:{pruned[0]}:{kept[0]})" if len(cols) == 2 else ""))

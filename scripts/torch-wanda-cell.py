@@ -57,7 +57,7 @@ calibration offsets.
         --calib-text ../shared/data/wikitext-2/wikitext2-v1-valid.txt \
         --eval-text ../shared/data/wikitext-2/wikitext2-raw-test.txt
 """
-import argparse, json, math, os, random, resource, time
+import argparse, json, math, os, random, resource, sys, time
 
 import numpy as np
 
@@ -88,6 +88,13 @@ p.add_argument("--perturb-scaler", type=int, metavar="SEED",
                help="multiply each wanda scaler_row value by 1 + u·2^-23, u uniform in [-1, 1) "
                     "from this seed: rounding-sized noise, to measure how far the reference's "
                     "own perplexity moves under it")
+p.add_argument("--dump-scaler", metavar="FILE",
+               help="write each wanda linear's scaler_row here (safetensors, `<linear>.scaler`), "
+                    "to look at the scores around a mask difference")
+p.add_argument("--swap", metavar="LINEAR:ROW:PRUNE:KEEP", action="append", default=[],
+               help="(repeatable) wanda: in this linear's row, prune column PRUNE and keep column KEEP whatever "
+                    "the scores say (e.g. model.layers.22.self_attn.q_proj:453:122:239), to see what "
+                    "one near-tie decided the other way does to the cell")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
 p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
@@ -220,10 +227,11 @@ def nm_mask(metric):
     return mask
 
 
+DUMPED = {}
 PERTURB = None if a.perturb_scaler is None else torch.Generator().manual_seed(a.perturb_scaler)
 
 
-def wanda_prune(m, scaler, ratio):
+def wanda_prune(m, scaler, ratio, name=None):
     """locuslab/wanda `prune_wanda`: |W| · sqrt(scaler_row), lowest per output row (stable)."""
     if PERTURB is not None:
         u = torch.rand(scaler.shape, generator=PERTURB, dtype=torch.float64) * 2 - 1
@@ -235,6 +243,11 @@ def wanda_prune(m, scaler, ratio):
         mask = torch.zeros_like(metric, dtype=torch.bool)
         order = torch.sort(metric, dim=-1, stable=True)[1]
         mask.scatter_(1, order[:, :int(metric.shape[1] * ratio)], True)
+    for swap in (s for s in a.swap if s.split(":")[0] == name):
+        row, prune, keep = map(int, swap.split(":")[1:])
+        if not mask[row, keep] or mask[row, prune]:
+            sys.exit(f"--swap {swap}: the reference already prunes column {prune} and keeps {keep}")
+        mask[row, prune], mask[row, keep] = True, False
     m.weight.data[mask] = 0
 
 
@@ -550,7 +563,9 @@ with torch.no_grad():
             if a.dsnot:
                 dsnot_prune(n, m, stats[n])
             elif a.method == "wanda":
-                wanda_prune(m, stats[n].scaler, ratio)
+                if a.dump_scaler:
+                    DUMPED[f"{PREFIX}.{i}.{n}.scaler"] = stats[n].scaler.float().clone()
+                wanda_prune(m, stats[n].scaler, ratio, f"{PREFIX}.{i}.{n}")
             elif a.method == "ria":
                 ria_prune(m, stats[n].scaler)
             else:
@@ -566,6 +581,9 @@ for layer in layers:
         zeros += int((w == 0).sum())
         total += w.numel()
 
+if a.dump_scaler:
+    from safetensors.torch import save_file
+    save_file(DUMPED, a.dump_scaler)
 if a.save_pruned:
     from safetensors.torch import save_file
     save_file({f"{PREFIX}.{i}.{n}.weight": layer.get_submodule(n).weight.data.float().contiguous()
