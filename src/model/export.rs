@@ -8,10 +8,12 @@
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
 use super::family::{Family, FusedLinear};
+use super::kernels::kernels;
 use super::llama::{DecoderLayer, Llama, Norm};
 use super::stream::Layers;
 use super::weights::{transpose, HostTensor};
@@ -59,19 +61,25 @@ pub enum ExportError {
     Layers(String),
 }
 
-/// The little-endian bytes of `values` in `dtype`.
-fn encode(values: &[f32], dtype: SaveDtype) -> Vec<u8> {
-    match dtype {
-        SaveDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        SaveDtype::F16 => values
-            .iter()
-            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
-            .collect(),
-        SaveDtype::Bf16 => values
-            .iter()
-            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-            .collect(),
-    }
+/// The little-endian bytes of `values` in `dtype` into `bytes` (its allocation reused),
+/// converted in parallel blocks.
+fn encode(values: &[f32], dtype: SaveDtype, bytes: &mut Vec<u8>) {
+    const BLOCK: usize = 1 << 14;
+    let size = dtype.size() as usize;
+    bytes.resize(values.len() * size, 0);
+    bytes
+        .par_chunks_mut(BLOCK * size)
+        .zip(values.par_chunks(BLOCK))
+        .for_each(|(out, values)| {
+            let slots = out.chunks_exact_mut(size).zip(values);
+            match dtype {
+                SaveDtype::F32 => slots.for_each(|(o, v)| o.copy_from_slice(&v.to_le_bytes())),
+                SaveDtype::F16 => slots
+                    .for_each(|(o, v)| o.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
+                SaveDtype::Bf16 => slots
+                    .for_each(|(o, v)| o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes())),
+            }
+        });
 }
 
 impl SaveDtype {
@@ -108,13 +116,16 @@ fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> HostTensor {
     HostTensor { shape, data }
 }
 
-/// A linear weight in PyTorch `[out, in]` layout from Burn's `[in, out]`.
+/// A linear weight in PyTorch `[out, in]` layout from Burn's `[in, out]`: transposed straight
+/// from the tensor's buffer where the backend's kernels can, through a host copy otherwise.
 fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
     let [d_in, d_out] = w.dims();
-    let t = host(w);
+    let data = kernels::<B>()
+        .host_copy(&w, true)
+        .unwrap_or_else(|| transpose(&host(w).data, d_in, d_out));
     HostTensor {
         shape: vec![d_out, d_in],
-        data: transpose(&t.data, d_in, d_out),
+        data,
     }
 }
 
@@ -600,6 +611,12 @@ impl<B: Backend, M: Layers<B>> TensorValues for TensorSource<'_, B, M> {
     }
 }
 
+/// Values encoded and written at a time (4 MiB of f32).
+const ENCODE_CHUNK: usize = 1 << 20;
+
+/// Bytes written between requests to start their writeback ([`crate::sys::start_writeback`]).
+const WRITEBACK_BYTES: usize = 64 << 20;
+
 /// Writes `tensors` as one safetensors file: the header from their shapes, then each tensor's
 /// bytes as it is encoded, in the header's order.
 fn write_safetensors(
@@ -635,14 +652,22 @@ fn write_safetensors(
     out.write_all(&(header.len() as u64).to_le_bytes())
         .and_then(|()| out.write_all(&header))
         .map_err(io(path))?;
+    let mut bytes = Vec::new();
+    let mut unflushed = 0;
     for t in tensors {
         let expected = t.shape.iter().product::<usize>();
         let mut written = 0;
         source.write_values(t, &mut |values| {
             written += values.len();
             // Encoded a slice at a time: no second copy of a large tensor.
-            for chunk in values.chunks(1 << 18) {
-                out.write_all(&encode(chunk, dtype)).map_err(io(path))?;
+            for chunk in values.chunks(ENCODE_CHUNK) {
+                encode(chunk, dtype, &mut bytes);
+                out.write_all(&bytes).map_err(io(path))?;
+                unflushed += bytes.len();
+                if unflushed >= WRITEBACK_BYTES {
+                    crate::sys::start_writeback(out.get_ref());
+                    unflushed = 0;
+                }
             }
             Ok(())
         })?;
@@ -682,6 +707,63 @@ fn staging_path(folder: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[in, out]` = `[37, 70]`: the fused kernels' transposition from the tensor's buffer (NdArray)
+    /// and the host copy then transposition (Flex) give PyTorch's `[out, in]` layout.
+    #[test]
+    fn linear_weights_are_saved_in_pytorchs_layout_on_every_backend() {
+        use burn::backend::{Flex, NdArray};
+        let (d_in, d_out) = (37, 70);
+        let values: Vec<f32> = (0..d_in * d_out).map(|v| v as f32 * 0.5).collect();
+        let expected: Vec<f32> = (0..d_out)
+            .flat_map(|o| (0..d_in).map(move |i| (i * d_out + o) as f32 * 0.5))
+            .collect();
+        fn saved<B: Backend>(values: &[f32], shape: [usize; 2]) -> HostTensor {
+            let data = TensorData::new(values.to_vec(), shape);
+            linear_weight(Tensor::<B, 2>::from_data(data, &Default::default()))
+        }
+        assert!(kernels::<NdArray>()
+            .host_copy(&Tensor::zeros([2, 2], &Default::default()), true)
+            .is_some());
+        for t in [
+            saved::<NdArray>(&values, [d_in, d_out]),
+            saved::<Flex>(&values, [d_in, d_out]),
+        ] {
+            assert_eq!(t.shape, vec![d_out, d_in]);
+            assert_eq!(t.data, expected);
+        }
+    }
+
+    #[test]
+    fn parallel_encoding_gives_each_values_own_bytes() {
+        // Across block boundaries, with values that round (ties to even), overflow f16,
+        // underflow to subnormals, and are not numbers.
+        let mut values: Vec<f32> = (0..40_000)
+            .map(|i| (i as f32 - 20_000.0) * 1.000_123_4e-3 * (1 + i % 7) as f32)
+            .collect();
+        values.extend([
+            1.0 + f32::EPSILON * 128.0,
+            70_000.0,
+            -1e-7,
+            f32::INFINITY,
+            f32::NAN,
+            -0.0,
+        ]);
+        for dtype in [SaveDtype::F32, SaveDtype::F16, SaveDtype::Bf16] {
+            let expected: Vec<u8> = values
+                .iter()
+                .flat_map(|&v| match dtype {
+                    SaveDtype::F32 => v.to_le_bytes().to_vec(),
+                    SaveDtype::F16 => half::f16::from_f32(v).to_le_bytes().to_vec(),
+                    SaveDtype::Bf16 => half::bf16::from_f32(v).to_le_bytes().to_vec(),
+                })
+                .collect();
+            // A buffer reused from a longer encoding holds exactly the new bytes.
+            let mut bytes = vec![7u8; 3 * expected.len()];
+            encode(&values, dtype, &mut bytes);
+            assert_eq!(bytes, expected, "{dtype:?}");
+        }
+    }
 
     #[test]
     fn shards_close_before_the_tensor_that_would_overflow_them() {

@@ -15,7 +15,7 @@ use super::kernels::kernels;
 pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     let n = t.shape().num_elements();
     if n > 0 {
-        if let Some(values) = kernels::<B>().host_copy(&t.clone().reshape([1, n])) {
+        if let Some(values) = kernels::<B>().host_copy(&t.clone().reshape([1, n]), false) {
             return values;
         }
     }

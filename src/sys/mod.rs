@@ -8,4 +8,4 @@ pub mod atomic;
 pub mod io;
 pub mod phases;
 
-pub use atomic::{remove_orphans, write_atomic};
+pub use atomic::{remove_orphans, start_writeback, write_atomic};

@@ -1004,9 +1004,12 @@ impl Kernels<Nd> for Fused {
         Some(sums)
     }
 
-    fn host_copy(&self, x: &Tensor<Nd, 2>) -> Option<Vec<f32>> {
-        let (primitive, _) = matrix_of(x)?;
+    fn host_copy(&self, x: &Tensor<Nd, 2>, transposed: bool) -> Option<Vec<f32>> {
+        let (primitive, [rows, cols]) = matrix_of(x)?;
         let values = contiguous(&primitive)?;
+        if transposed {
+            return Some(crate::model::weights::transpose(values, rows, cols));
+        }
         // A parallel copy: one core's memcpy is a fraction of the memory bandwidth.
         let mut out = vec![0.0f32; values.len()];
         out.par_chunks_mut(1 << 20)

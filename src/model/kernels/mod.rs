@@ -258,11 +258,12 @@ pub trait Kernels<B: Backend>: Sync {
     }
 
     /// The values of `x` in row-major order, copied straight from a contiguous buffer (a
-    /// shared buffer would otherwise be collected element by element).
+    /// shared buffer would otherwise be collected element by element); those of `xᵀ` when
+    /// `transposed`, read from the same buffer without a copy of `x` first.
     ///
     /// # Shapes
     /// - `x`: `[rows, width]` → `rows × width` values
-    fn host_copy(&self, _x: &Tensor<B, 2>) -> Option<Vec<f32>> {
+    fn host_copy(&self, _x: &Tensor<B, 2>, _transposed: bool) -> Option<Vec<f32>> {
         None
     }
 
