@@ -417,7 +417,7 @@ pub fn prune_model<B: Backend>(
     let mut inputs = embed();
     clock.lap("embed");
     let gram = method == Method::Sparsegpt;
-    let zeroes_only = method.only_zeroes(options.dsnot.is_some());
+    let zeroes_only = zeros_go_back_as_masks::<B>(method.only_zeroes(options.dsnot.is_some()));
     for (i, &layer_sparsity) in per_layer.iter().enumerate() {
         let mut layer = model.layer(i)?.into_owned();
         if i == 0 {
@@ -484,7 +484,7 @@ fn prune_by_magnitude<B: Backend>(
             &mut layer,
             i,
             &options.skip,
-            true,
+            zeros_go_back_as_masks::<B>(true),
             clock,
             |w, _| select_on_device(rule?, w, None),
             |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
@@ -688,6 +688,14 @@ fn select_on_device<B: Backend>(
             matrix_threshold_zeros(weight, ratio, magnitude_score)
         }
     }
+}
+
+/// Whether pruned weights go back to the device as masks of their zeros (`zeroes_only` of
+/// [`prune_layer`]): when pruning only zeroes, and the device is not the host's memory, where
+/// the host copy itself goes back by moving its buffer (1.1 s less per Llama-2-7B layer than
+/// building a mask and zeroing, B7).
+fn zeros_go_back_as_masks<B: Backend>(only_zeroes: bool) -> bool {
+    only_zeroes && !kernels::<B>().host_resident()
 }
 
 /// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a

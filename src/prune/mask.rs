@@ -250,7 +250,7 @@ pub fn prune_below_threshold(
     score: impl Fn(f32) -> f32 + Sync,
 ) -> Result<usize, PruneError> {
     Sparsity::unstructured(ratio)?;
-    if let Some(index) = weight.par_iter().position_first(|&w| !score(w).is_finite()) {
+    if let Some(index) = super::first_where(weight, |w| !score(w).is_finite()) {
         return Err(PruneError::NonFinite {
             what: "the score matrix",
             index,
@@ -400,6 +400,29 @@ mod tests {
         1.0, 4.0, 2.0, 2.0, 8.0, //
         2.0, 0.5, 7.0, 2.0, 7.0,
     ];
+
+    /// The first hit across parallel blocks (of 2¹⁴ values), at either end and in between.
+    #[test]
+    fn the_first_non_finite_value_is_found_across_blocks() {
+        use crate::prune::first_where;
+        let bad = |v: f32| !v.is_finite();
+        let mut values = vec![1.0f32; 100_000];
+        assert_eq!(first_where(&values, bad), None);
+        for (spots, first) in [
+            (vec![90_000, 70_001], 70_001),
+            (vec![99_999], 99_999),
+            (vec![16_384, 16_383], 16_383),
+            (vec![5, 0], 0),
+        ] {
+            let mut v = values.clone();
+            for &s in &spots {
+                v[s] = f32::NAN;
+            }
+            assert_eq!(first_where(&v, bad), Some(first), "{spots:?}");
+        }
+        values[42] = f32::INFINITY;
+        assert_eq!(first_where(&values, bad), Some(42));
+    }
 
     #[test]
     fn per_output_prunes_lowest_of_each_output_channel() {

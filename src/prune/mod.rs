@@ -216,10 +216,30 @@ pub(crate) fn check_finite<T: Copy + Into<f64> + Sync>(
     what: &'static str,
     values: &[T],
 ) -> Result<(), PruneError> {
-    match values.par_iter().position_first(|&v| !v.into().is_finite()) {
+    match first_where(values, |v| !v.into().is_finite()) {
         None => Ok(()),
         Some(index) => Err(PruneError::NonFinite { what, index }),
     }
+}
+
+/// The index of the first value for which `hit` holds, searched in parallel blocks, each
+/// scanned without a branch per value first (rayon's `position_first` took 10 ns a value, two
+/// thirds of magnitude pruning a Llama-2-7B layer).
+pub(crate) fn first_where<T: Copy + Sync>(
+    values: &[T],
+    hit: impl Fn(T) -> bool + Sync,
+) -> Option<usize> {
+    const BLOCK: usize = 1 << 14;
+    values
+        .par_chunks(BLOCK)
+        .enumerate()
+        .find_map_first(|(b, block)| {
+            let any = block.iter().fold(false, |any, &v| any | hit(v));
+            any.then(|| {
+                let i = block.iter().position(|&v| hit(v));
+                b * BLOCK + i.expect("the block holds a hit")
+            })
+        })
 }
 
 /// A seeded value in `[-1, 1)` for tests: `(k, seed)` always give the same number.

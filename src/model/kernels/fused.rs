@@ -1004,6 +1004,10 @@ impl Kernels<Nd> for Fused {
         Some(sums)
     }
 
+    fn host_resident(&self) -> bool {
+        true
+    }
+
     fn host_copy(&self, x: &Tensor<Nd, 2>, transposed: bool) -> Option<Vec<f32>> {
         let (primitive, [rows, cols]) = matrix_of(x)?;
         let values = contiguous(&primitive)?;

@@ -302,6 +302,12 @@ pub trait Kernels<B: Backend>: Sync {
     fn selects_on_device(&self) -> bool {
         false
     }
+
+    /// Whether tensors live in host memory as f32, so a host copy becomes a tensor again by
+    /// moving its buffer: cheaper than sending back a mask and zeroing on the device.
+    fn host_resident(&self) -> bool {
+        false
+    }
 }
 
 /// `x · weight + bias` by the backend's product for linear layers where it has one (cuBLAS on
