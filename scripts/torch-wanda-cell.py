@@ -92,9 +92,9 @@ p.add_argument("--dump-scaler", metavar="FILE",
                help="write each wanda linear's scaler_row here (safetensors, `<linear>.scaler`), "
                     "to look at the scores around a mask difference")
 p.add_argument("--swap", metavar="LINEAR:ROW:PRUNE:KEEP", action="append", default=[],
-               help="(repeatable) wanda: in this linear's row, prune column PRUNE and keep column KEEP whatever "
-                    "the scores say (e.g. model.layers.22.self_attn.q_proj:453:122:239), to see what "
-                    "one near-tie decided the other way does to the cell")
+               help="(repeatable) wanda: in this linear's row, prune column PRUNE and keep column "
+                    "KEEP whatever the scores say (e.g. model.layers.22.self_attn.q_proj:453:122:239), "
+                    "to see what one near-tie decided the other way does to the cell")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
 p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
@@ -246,7 +246,8 @@ def wanda_prune(m, scaler, ratio, name=None):
     for swap in (s for s in a.swap if s.split(":")[0] == name):
         row, prune, keep = map(int, swap.split(":")[1:])
         if not mask[row, keep] or mask[row, prune]:
-            sys.exit(f"--swap {swap}: the reference already prunes column {prune} and keeps {keep}")
+            sys.exit(f"--swap {swap}: nothing to swap; the reference must prune column {keep} "
+                     f"and keep column {prune} of row {row}, and does not")
         mask[row, prune], mask[row, keep] = True, False
     m.weight.data[mask] = 0
 
