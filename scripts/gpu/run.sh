@@ -12,10 +12,17 @@
 #    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too;
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
-#    (one 7B-shaped layer pruned) selecting on the device and on the host.
-# BASELINE (shapes, e.g. "l1b") adds, in section 3, the same build under $BASELINE_ENV for those
-# shapes (default WANDA_DEVICE_SELECT=off, the pruning selection on the host; WANDA_CUBLAS=off
-# gives Burn's matmul), tagged `base-…`.
+#    (one 7B-shaped layer pruned) selecting on the device and on the host;
+# 5. sums: the zeros of the 135M shape pruned (wanda 50 %, f32 and fp16) by gpu-carry/wanda and by
+#    gpu-carry/wanda-base, compared weight by weight (masks.py);
+# 6. select: B7 of section 4 alone;
+# 7. profile: one 1B-shaped fp16 cell ($PROFILE_SAMPLES × 2048, eval 2 × 2048) under CubeCL's
+#    per-kernel profiler, summed by kernel (kernel_profile.py; cuBLAS's products are not in it),
+#    and under nsys where the machine has it.
+# BASELINE (shapes, e.g. "l1b") adds, in section 3, a baseline for those shapes, tagged `base-…`:
+# the build gpu-carry/wanda-base(.gz) where there is one (an earlier build, packed by pack.sh
+# with BASE=FILE), else the same build under $BASELINE_ENV (default WANDA_DEVICE_SELECT=off, the
+# pruning selection on the host; WANDA_CUBLAS=off gives Burn's matmul).
 # SECTIONS (default "precision memory speed") picks which of 1–4 run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
 # (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
@@ -34,7 +41,7 @@ nsamples=${NSAMPLES:-32}
 sections=" ${SECTIONS:-precision memory speed} "
 want() { [[ $sections == *" $1 "* ]]; }
 # Binaries may travel gzipped (two builds exceed the device tool's carry limit otherwise).
-for b in wanda wanda-autotune; do
+for b in wanda wanda-autotune wanda-base; do
   [[ -f $b.gz && ! -f /tmp/$b ]] && gunzip -c "$b.gz" > "/tmp/$b"
   [[ -f $b ]] && cp "$b" "/tmp/$b"
   [[ -f /tmp/$b ]] && chmod +x "/tmp/$b"
@@ -95,6 +102,8 @@ used=" "
 want precision && used+="m "
 want memory && used+="${SHAPES:-m l1b l7b} "
 want speed && used+="${SPEED_SHAPES:-l1b} "
+want sums && used+="m "
+want profile && used+="l1b "
 [[ $used == *" m "* ]] && step 90 python3 "$here/make_model.py" hf /tmp/m | tail -1
 [[ $used == *" l1b "* ]] && step 60 "$W" synth --shape llama32-1b --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l1b
 [[ $used == *" l7b "* ]] && step 60 "$W" synth --shape llama2-7b --layers 8 --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l7b
@@ -142,14 +151,41 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
     [[ " $BASELINE " == *" $shape "* ]] && base=base
     for w in wanda wanda-autotune wanda-autotune-again $base; do
       b=/tmp/${w%-again}
-      [[ $w == base ]] && b=/tmp/wanda
+      [[ $w == base && -x /tmp/wanda-base ]] && b=/tmp/wanda-base
+      [[ $w == base && ! -x /tmp/wanda-base ]] && b=/tmp/wanda
       [[ -x $b ]] || continue
-      ( [[ $w == base ]] && export "${BASELINE_ENV:-WANDA_DEVICE_SELECT=off}"
+      ( [[ $w == base && $b == /tmp/wanda ]] && export "${BASELINE_ENV:-WANDA_DEVICE_SELECT=off}"
         record "$w-cell-$shape-$2" 200 "$b" prune --model "/tmp/$shape" --method wanda --sparsity 0.5 --device "$2" \
         --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
         --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json )
     done
   done
+done
+want sums && [[ -x /tmp/wanda-base ]] && echo "== 5. sums (135M shape, wanda 50 %, calibration 32 × 512)"
+want sums && [[ -x /tmp/wanda-base ]] && for d in cuda cuda-f16; do
+  for w in wanda wanda-base; do
+    step 60 "/tmp/$w" prune --model /tmp/m --method wanda --sparsity 0.5 --device "$d" \
+      --calib-text wikitext2-v1-valid.txt --nsamples 32 --seqlen 512 \
+      --eval-text wikitext2-raw-test.txt --eval-seqlen 512 --windows 8 --save "/tmp/s-$w-$d" --json | tail -1
+  done
+  record "masks-$d" 60 python3 "$here/masks.py" "/tmp/s-wanda-$d" "/tmp/s-wanda-base-$d"
+done
+want select && echo "== 6. select (B7, one Llama-2-7B-shaped layer)"
+want select && for d in cuda cuda-f16; do
+  for sel in on off; do
+    WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$d" 90 "$W" bench prune-layer --shape llama2-7b --device "$d" --repeats 3 --json
+  done
+done
+want profile && echo "== 7. profile (1B shape, fp16, calibration ${PROFILE_SAMPLES:-4} × 2048, eval 2 × 2048)"
+want profile && for tool in cubecl nsys; do
+  pre=(env CUBECL_DEBUG_LOG=/tmp/cubecl.log CUBECL_DEBUG_OPTION=profile)
+  [[ $tool == nsys ]] && { command -v nsys || { echo "no nsys"; continue; }; }
+  [[ $tool == nsys ]] && pre=(nsys profile -t cuda -o /tmp/nsys --force-overwrite true)
+  step 120 "${pre[@]}" "$W" prune --model /tmp/l1b --method wanda --sparsity 0.5 --device cuda-f16 \
+    --calib-text wikitext2-v1-valid.txt --nsamples "${PROFILE_SAMPLES:-4}" --seqlen 2048 \
+    --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 2 --json | tail -1
+  [[ $tool == cubecl ]] && step 30 python3 "$here/kernel_profile.py" /tmp/cubecl.log 30
+  [[ $tool == nsys ]] && step 60 nsys stats -q -r cuda_gpu_kern_sum -f csv /tmp/nsys.nsys-rep | cut -c1-220 | head -40
 done
 tar czf "$out/runs.tar.gz" -C /tmp r 2>/dev/null
 echo "done in $(($(date +%s) - start)) s"
