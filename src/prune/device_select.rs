@@ -9,6 +9,11 @@
 //! `per_output_mask` and `matrix_threshold_mask`, ties included); where it cannot run (a score
 //! that is not finite, a bisection that has not closed within its steps) it returns `None` and
 //! the caller runs the host path, which also names the offending weight.
+//!
+//! On an H200 (`results/gpu-h200-2026-11-27-select/`) the cells' masks were the host's to the
+//! bit; one Llama-2-7B-shaped layer was selected 2.7× (f32) and 1.7× (fp16) faster than by the
+//! round trip, but within a whole cell the two took about the same time: some 400 small
+//! operations per piece bound the bisection (12–19 ms even for a 135M model's linears).
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
