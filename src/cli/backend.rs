@@ -11,7 +11,7 @@ use burn::backend::Flex;
 use burn::prelude::Backend;
 use burn::tensor::{FloatDType, IntDType};
 use wanda::memory::device::Precision;
-use wanda::memory::device::{DeviceChoice, DeviceKind, DeviceSpec};
+use wanda::memory::device::{cuda_devices, DeviceChoice, DeviceKind, DeviceSpec};
 
 /// Work that runs on whichever backend the device selects.
 pub trait OnBackend {
@@ -25,10 +25,23 @@ pub trait OnBackend {
     ) -> anyhow::Result<Self::Output>;
 }
 
-/// Runs `work` on the backend of `device` (resolved once here: `auto` is CUDA:0 in a build with
-/// CUDA support, else the CPU).
+/// Runs `work` on the backend of `device` (resolved once here: `auto` is CUDA:0 where a build
+/// with CUDA support finds a device, else the CPU). A CUDA device that is not there is an
+/// error that says why, before any work.
 pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::Output> {
     let choice = device.resolve();
+    if choice.is_cuda() {
+        let count = cuda_devices().map_err(|why| {
+            anyhow::anyhow!(
+                "device {choice}: {why}; use `--device cpu` (`device: cpu` in a pipeline)"
+            )
+        })?;
+        anyhow::ensure!(
+            (choice.index as usize) < count,
+            "device {choice}: the CUDA driver sees {count} device(s), cuda:0 to cuda:{}; pick one of them or `cpu`",
+            count.saturating_sub(1)
+        );
+    }
     match (choice.kind, choice.precision) {
         (DeviceKind::CpuFlex, precision) => {
             let float = match precision {
@@ -43,10 +56,8 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
             }
             work.run::<Flex>(FlexDevice, choice)
         }
-        (DeviceKind::Cpu, _) => work.run::<burn::backend::NdArray<f32>>(
-            burn::backend::ndarray::NdArrayDevice::Cpu,
-            choice,
-        ),
+        (DeviceKind::Cpu, _) => work
+            .run::<burn::backend::NdArray<f32>>(burn::backend::ndarray::NdArrayDevice::Cpu, choice),
         #[cfg(feature = "cuda")]
         (DeviceKind::Cuda, Precision::F32) => work.run::<burn::backend::Cuda>(
             burn::backend::cuda::CudaDevice::new(choice.index as usize),
@@ -63,8 +74,6 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
             choice,
         ),
         #[cfg(not(feature = "cuda"))]
-        (DeviceKind::Cuda, _) => anyhow::bail!(
-            "this build has no CUDA support; rebuild with `cargo build --release --features cuda` or use `--device cpu`"
-        ),
+        (DeviceKind::Cuda, _) => unreachable!("cuda_devices refused CUDA in a build without it"),
     }
 }

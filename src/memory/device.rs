@@ -194,7 +194,8 @@ impl fmt::Display for DeviceChoice {
 /// choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DeviceSpec {
-    /// CUDA device 0 in a build with CUDA support, else the CPU.
+    /// CUDA device 0 where a build with CUDA support finds one ([`cuda_devices`]), else the
+    /// CPU.
     #[default]
     Auto,
     /// This device.
@@ -206,7 +207,9 @@ impl DeviceSpec {
     pub fn resolve(self) -> DeviceChoice {
         match self {
             DeviceSpec::Exact(choice) => choice,
-            DeviceSpec::Auto if cfg!(feature = "cuda") => DeviceChoice::cuda(0, Precision::F32),
+            DeviceSpec::Auto if cuda_devices().is_ok_and(|n| n > 0) => {
+                DeviceChoice::cuda(0, Precision::F32)
+            }
             DeviceSpec::Auto => DeviceChoice::CPU,
         }
     }
@@ -299,6 +302,38 @@ pub struct DeviceMemory {
     pub free: u64,
     /// The GPU's UUID (`GPU-…`), which pins it in `CUDA_VISIBLE_DEVICES`; None for the host.
     pub uuid: Option<String>,
+}
+
+/// How many devices the CUDA driver numbers, or why CUDA cannot run here: a build without CUDA
+/// support, a driver library that cannot be loaded (a machine without an NVIDIA driver) or one
+/// that does not start. Asked once per process.
+pub fn cuda_devices() -> Result<usize, String> {
+    static DEVICES: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
+    DEVICES.get_or_init(probe_cuda).clone()
+}
+
+#[cfg(feature = "cuda")]
+fn probe_cuda() -> Result<usize, String> {
+    use cudarc::driver::{result, sys};
+    // SAFETY: `is_culib_present` only tries to open the driver library; every driver call
+    // below is made only once it has been found (cudarc panics on a missing library).
+    #[allow(unsafe_code)]
+    let present = unsafe { sys::is_culib_present() };
+    if !present {
+        return Err("the CUDA driver library (libcuda.so) cannot be loaded on this machine".into());
+    }
+    result::init().map_err(|e| format!("the CUDA driver does not start ({e})"))?;
+    let count = result::device::get_count()
+        .map_err(|e| format!("the CUDA driver cannot count its devices ({e})"))?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn probe_cuda() -> Result<usize, String> {
+    Err(
+        "this build has no CUDA support (rebuild with `cargo build --release --features cuda`)"
+            .into(),
+    )
 }
 
 /// Host RAM: total and available.
@@ -426,8 +461,13 @@ mod tests {
             let err = parse(bad).unwrap_err();
             assert!(err.contains(&format!("`{bad}` is not a device")), "{err}");
         }
+        // `auto` takes CUDA only where the driver finds a device (a CUDA build on a machine
+        // without one runs on the CPU).
         let auto = DeviceSpec::Auto.resolve();
-        assert_eq!(auto.is_cuda(), cfg!(feature = "cuda"));
+        assert_eq!(auto.is_cuda(), cuda_devices().is_ok_and(|n| n > 0));
+        if !cfg!(feature = "cuda") {
+            assert!(cuda_devices().unwrap_err().contains("no CUDA support"));
+        }
         for choice in [
             DeviceChoice::CPU,
             exact("cpu-flex"),
