@@ -378,20 +378,36 @@ fn linears_of<B: Backend>(layer: &DecoderLayer<B>) -> impl Iterator<Item = (&str
 /// zero: the weights of a bf16 checkpoint that pruning only zeroed), else f32. Lossless either
 /// way; a bf16 checkpoint pruned by Wanda, magnitude or RIA stores half the bytes.
 fn stored_bytes(values: &[f32]) -> (Dtype, Vec<u8>) {
-    let bf16 = values.par_iter().all(|v| v.to_bits() & 0xffff == 0);
-    if bf16 {
-        let bytes = values
-            .par_iter()
-            .flat_map_iter(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-            .collect();
-        (Dtype::BF16, bytes)
-    } else {
-        let bytes = values
-            .par_iter()
-            .flat_map_iter(|v| v.to_le_bytes())
-            .collect();
-        (Dtype::F32, bytes)
+    /// Values a task encodes, into its own part of one buffer.
+    const BLOCK: usize = 1 << 14;
+    // bf16 first, each block noting whether a value had a nonzero low half: one pass over the
+    // values when they are all bf16, a pass cut short when they are not.
+    let mut bytes = vec![0u8; values.len() * 2];
+    let exact = bytes
+        .par_chunks_mut(BLOCK * 2)
+        .zip(values.par_chunks(BLOCK))
+        .all(|(out, values)| {
+            let mut low = 0;
+            for (o, v) in out.chunks_exact_mut(2).zip(values) {
+                let bits = v.to_bits();
+                low |= bits & 0xffff;
+                o.copy_from_slice(&((bits >> 16) as u16).to_le_bytes());
+            }
+            low == 0
+        });
+    if exact {
+        return (Dtype::BF16, bytes);
     }
+    let mut bytes = vec![0u8; values.len() * 4];
+    bytes
+        .par_chunks_mut(BLOCK * 4)
+        .zip(values.par_chunks(BLOCK))
+        .for_each(|(out, values)| {
+            for (o, v) in out.chunks_exact_mut(4).zip(values) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        });
+    (Dtype::F32, bytes)
 }
 
 /// Writes `layer` to `path` as safetensors in Burn's layout (linear weights `[in, out]`), each
@@ -555,6 +571,30 @@ mod tests {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The stored bytes are each value's own: its f32 bytes, or the high half of its bits when
+    /// every value has a zero low half (NaN payloads, signed zeros and infinities unchanged),
+    /// across the encoding's blocks.
+    #[test]
+    fn stored_bytes_are_each_values_bits() {
+        let specials = [f32::from_bits(0x7fc1_0000), -0.0, f32::INFINITY, -1.5, 0.0];
+        let mut values: Vec<f32> = (0..3 * (1 << 14) + 5)
+            .map(|i| half::bf16::from_f32(i as f32 * 0.37 - 900.0).to_f32())
+            .collect();
+        values[..specials.len()].copy_from_slice(&specials);
+        let (dtype, bytes) = stored_bytes(&values);
+        assert_eq!(dtype, Dtype::BF16);
+        let want: Vec<u8> = values
+            .iter()
+            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+            .collect();
+        assert_eq!(bytes, want);
+        values[7] = 0.1;
+        let (dtype, bytes) = stored_bytes(&values);
+        assert_eq!(dtype, Dtype::F32);
+        let want: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(bytes, want);
     }
 
     /// A layer whose values are all bf16 numbers (a bf16 checkpoint, pruned by zeroing) is
