@@ -4,8 +4,9 @@
 # SmolLM2 config and tokenizer, the two WikiText-2 texts; with AUTOTUNE=1 also a build with
 # `--features cuda-autotune` (target/cuda-autotune; copy target/cuda there first to build only
 # what the feature changes); with BASE=FILE also that wanda binary (an earlier build, kept by
-# copying target/cuda/release/wanda aside) as the baseline `wanda-base`. Binaries travel gzipped, under the device tool's 64 MiB limit
-# together with the tracked tree. Then, with the device tool:
+# copying target/cuda/release/wanda aside) as the baseline `wanda-base`. Binaries travel
+# gzipped, under the device tool's 64 MiB limit together with the tracked tree. Then, with the
+# device tool:
 #   run(command="bash scripts/gpu/run.sh gpu-carry", carry=["gpu-carry"], timeout_s=590)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

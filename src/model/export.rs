@@ -63,7 +63,7 @@ pub enum ExportError {
 
 /// The little-endian bytes of `values` in `dtype` into `bytes` (its allocation reused),
 /// converted in parallel blocks.
-fn encode(values: &[f32], dtype: SaveDtype, bytes: &mut Vec<u8>) {
+pub(super) fn encode(values: &[f32], dtype: SaveDtype, bytes: &mut Vec<u8>) {
     const BLOCK: usize = 1 << 14;
     let size = dtype.size() as usize;
     bytes.resize(values.len() * size, 0);

@@ -26,6 +26,7 @@ use rayon::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::config::LlamaConfig;
+use super::export::{encode, SaveDtype};
 use super::host::{to_host_f32, weight_tensor};
 use super::llama::{DecoderLayer, Llama, Norm};
 use super::weights::{build_layer, build_shell, WeightError, WeightSource};
@@ -398,15 +399,8 @@ fn stored_bytes(values: &[f32]) -> (Dtype, Vec<u8>) {
     if exact {
         return (Dtype::BF16, bytes);
     }
-    let mut bytes = vec![0u8; values.len() * 4];
-    bytes
-        .par_chunks_mut(BLOCK * 4)
-        .zip(values.par_chunks(BLOCK))
-        .for_each(|(out, values)| {
-            for (o, v) in out.chunks_exact_mut(4).zip(values) {
-                o.copy_from_slice(&v.to_le_bytes());
-            }
-        });
+    // The f32 bytes are the save path's; its bf16 rounds, where the store keeps the high half.
+    encode(values, SaveDtype::F32, &mut bytes);
     (Dtype::F32, bytes)
 }
 
