@@ -9,7 +9,9 @@
 #    the gate's estimate beside the NVML device peak;
 # 3. speed: a wanda cell (calibration $NSAMPLES × 2048, eval 16 × 2048) at each of $SPEED_SHAPES
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
-#    interleaved; with a second build in gpu-carry/wanda-autotune(.gz), that one too;
+#    interleaved: wanda on an empty kernel cache (`wanda-cold`: the run compiles its kernels),
+#    then again on the same (`wanda`: it loads them); with a second build in
+#    gpu-carry/wanda-autotune(.gz), that one too;
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
 #    (one 7B-shaped layer pruned) selecting on the device and on the host;
@@ -145,12 +147,17 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   for p in "float32 cuda" "float16 cuda-f16"; do
     set -- $p
     record "torch-cell-$shape-$1" 150 python3 "$here/torch_cell.py" "/tmp/$shape" wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
-    # The autotuned build twice: its first run includes the tuning (cached on disk after).
-    # Shapes in $BASELINE: the same build under $BASELINE_ENV too.
+    # wanda twice on one new kernel cache: `wanda-cold` compiles every kernel (and fills the
+    # cache), `wanda` loads them, as every run after a machine's first does. The autotuned build
+    # twice: its first run includes the tuning (cached on disk after). Shapes in $BASELINE: the
+    # same build under $BASELINE_ENV too.
     base=
     [[ " $BASELINE " == *" $shape "* ]] && base=base
-    for w in wanda wanda-autotune wanda-autotune-again $base; do
+    export WANDA_KERNEL_CACHE=/tmp/kernels-$shape-$2
+    rm -rf "$WANDA_KERNEL_CACHE"
+    for w in wanda-cold wanda wanda-autotune wanda-autotune-again $base; do
       b=/tmp/${w%-again}
+      b=${b%-cold}
       [[ $w == base && -x /tmp/wanda-base ]] && b=/tmp/wanda-base
       [[ $w == base && ! -x /tmp/wanda-base ]] && b=/tmp/wanda
       [[ -x $b ]] || continue

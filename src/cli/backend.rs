@@ -41,6 +41,8 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
             "device {choice}: the CUDA driver sees {count} device(s), cuda:0 to cuda:{}; pick one of them or `cpu`",
             count.saturating_sub(1)
         );
+        #[cfg(feature = "cuda")]
+        use_kernel_cache(choice.index as usize);
     }
     match (choice.kind, choice.precision) {
         (DeviceKind::CpuFlex, precision) => {
@@ -76,4 +78,41 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
         #[cfg(not(feature = "cuda"))]
         (DeviceKind::Cuda, _) => unreachable!("cuda_devices refused CUDA in a build without it"),
     }
+}
+
+/// Points CubeCL's compilation cache at this build's folder for GPU `index`
+/// ([`wanda::sys::kernel_cache`]), so a run loads the kernels an earlier run compiled. Once
+/// per process, before CubeCL reads its settings; a `cubecl.toml` (or `burn.toml`) that names
+/// a compilation cache keeps it. A folder that cannot be used is a one-line warning and a run
+/// that compiles as before.
+#[cfg(feature = "cuda")]
+fn use_kernel_cache(index: usize) {
+    use burn_cubecl::cubecl::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
+    use wanda::sys::kernel_cache;
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(root) = kernel_cache::cache_root_from_env() else {
+            return;
+        };
+        if CubeClRuntimeConfig::storage().lock().is_some() {
+            return; // CubeCL has read its settings already; they cannot change now.
+        }
+        let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
+        if config.compilation.cache.is_none() {
+            let folder = wanda::memory::device::cuda_architecture(index).and_then(|device| {
+                kernel_cache::prepare(&root, &kernel_cache::build_id(), &device)
+                    .map_err(|e| e.to_string())
+            });
+            match folder {
+                Ok(folder) => config.compilation.cache = Some(CacheConfig::File(folder)),
+                Err(why) => eprintln!(
+                    "warning: kernel cache {}: {why}; compiling every kernel this run (set {} to \
+                     a writable folder, or to `off`)",
+                    root.display(),
+                    kernel_cache::KERNEL_CACHE_VAR
+                ),
+            }
+        }
+        CubeClRuntimeConfig::set(config);
+    });
 }

@@ -328,6 +328,31 @@ fn probe_cuda() -> Result<usize, String> {
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
+/// CUDA device `index`'s architecture and the driver's version, as `sm_90-12080`: what decides
+/// whether a compiled kernel loads on it ([`crate::sys::kernel_cache`]).
+#[cfg(feature = "cuda")]
+pub fn cuda_architecture(index: usize) -> Result<String, String> {
+    use cudarc::driver::{result, sys};
+    cuda_devices()?;
+    let ordinal = i32::try_from(index).map_err(|_| format!("no CUDA device {index}"))?;
+    let dev = result::device::get(ordinal).map_err(|e| format!("CUDA device {index}: {e}"))?;
+    let attribute = |a| {
+        // SAFETY: `dev` was returned by `device::get` above, after the driver started.
+        #[allow(unsafe_code)]
+        unsafe { result::device::get_attribute(dev, a) }
+            .map_err(|e| format!("CUDA device {index}: {e}"))
+    };
+    let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let mut driver = 0;
+    // SAFETY: writes one int; the driver library was loaded and started by `cuda_devices`.
+    #[allow(unsafe_code)]
+    unsafe { sys::cuDriverGetVersion(&mut driver) }
+        .result()
+        .map_err(|e| format!("the CUDA driver's version: {e}"))?;
+    Ok(format!("sm_{major}{minor}-{driver}"))
+}
+
 #[cfg(not(feature = "cuda"))]
 fn probe_cuda() -> Result<usize, String> {
     Err(
