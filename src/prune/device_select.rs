@@ -7,13 +7,17 @@
 //! and one count over the scores, until every group's interval has closed to two neighbouring
 //! floats. The selection is that of the host functions to the bit ([`super::mask`]'s
 //! `per_output_mask` and `matrix_threshold_mask`, ties included); where it cannot run (a score
-//! that is not finite, a bisection that has not closed within its steps) it returns `None` and
-//! the caller runs the host path, which also names the offending weight.
+//! that is not finite or above half of `f32::MAX`, a bisection that has not closed within its
+//! steps) it returns `None` and the caller runs the host path, which also names a weight whose
+//! score is not finite.
 //!
 //! On an H200 (`results/gpu-h200-2026-11-27-select/`) the cells' masks were the host's to the
 //! bit; one Llama-2-7B-shaped layer was selected 2.7× (f32) and 1.7× (fp16) faster than by the
 //! round trip, but within a whole cell the two took about the same time: some 400 small
-//! operations per piece bound the bisection (12–19 ms even for a 135M model's linears).
+//! operations per piece bound the bisection (12–19 ms even for a 135M model's linears). Since
+//! then a step takes 8 operations instead of 12 ([`midpoint`] in two, no negated mask), about
+//! 290 a piece, and ties no longer go through a cumulative sum ([`nth_true_row`]); not yet
+//! measured on a GPU.
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
@@ -86,7 +90,7 @@ fn per_output_zeros_in<B: Backend>(
     let mut pieces = Vec::with_capacity(cols.div_ceil(step));
     for c0 in (0..cols).step_by(step) {
         let scores = score(weight.clone().slice([0..rows, c0..(c0 + step).min(cols)]));
-        if !all_finite(&scores) {
+        if !all_in_range(&scores) {
             return None;
         }
         pieces.push(if k == 0 {
@@ -121,13 +125,57 @@ fn per_column_zeros<B: Backend>(scores: Tensor<B, 2>, k: usize) -> Option<Tensor
     if !any(too_many) {
         return Some(at_most);
     }
-    // Ties at the threshold that cross `k`: those below it, then the first of the equal ones.
+    // Ties at the threshold that cross `k`: those below it, then the first `wanted` of the
+    // equal ones (at least one: fewer than `k` lie below the `k`-th smallest).
     let below = scores.clone().lower(threshold.clone());
     let wanted = below.clone().int().sum_dim(0).neg().add_scalar(k as i64);
     let equal = scores.equal(threshold);
-    let rank = equal.clone().int().cumsum(0);
-    let first_equal = equal.bool_and(rank.lower_equal(wanted.expand(dims)));
+    let rows = row_index::<B>(dims, &equal.device());
+    let last = nth_true_row(equal.clone(), rows.clone(), wanted);
+    let first_equal = equal.bool_and(rows.lower_equal(last.expand(dims)));
     Some(below.bool_or(first_equal))
+}
+
+/// Each element's row, `[rows, cols]`.
+fn row_index<B: Backend>(dims: [usize; 2], device: &B::Device) -> Tensor<B, 2, Int> {
+    Tensor::<B, 1, Int>::arange(0..dims[0] as i64, device)
+        .reshape([dims[0], 1])
+        .expand(dims)
+}
+
+/// Per column of `mask`, the row of its `n`-th true value (`1 ≤ n ≤` the column's true values):
+/// the smallest `r` with `n` true values in rows `0..=r`, by bisection on `r`. A fixed
+/// `⌈log₂ rows⌉` steps and no wait for the device (a cumulative sum along the rows, the plain
+/// way, is a kernel whose every element sums all the rows above it on CubeCL: 23 ms a call in a
+/// 1B-shaped cell on an H200).
+///
+/// # Shapes
+/// - `mask`, `rows` (each element's row): `[rows, cols]`; `n`: `[1, cols]` → `[1, cols]`
+fn nth_true_row<B: Backend>(
+    mask: Tensor<B, 2, Bool>,
+    rows: Tensor<B, 2, Int>,
+    n: Tensor<B, 2, Int>,
+) -> Tensor<B, 2, Int> {
+    let dims = mask.dims();
+    // The row of each true value, `rows` (beyond every row) for the others.
+    let at = rows.mask_fill(mask.bool_not(), dims[0] as i64);
+    // lo: fewer than n true values in rows 0..=lo; hi: at least n. Each step halves hi − lo.
+    let mut lo = n.zeros_like().sub_scalar(1);
+    let mut hi = n.zeros_like().add_scalar(dims[0] as i64 - 1);
+    for _ in 0..usize::BITS - dims[0].leading_zeros() {
+        // lo + hi ≥ 0 wherever hi − lo ≥ 2, so the division rounds down there; where the two
+        // are neighbours already, mid is one of them and nothing moves.
+        let mid = (lo.clone() + hi.clone()).div_scalar(2);
+        let enough = at
+            .clone()
+            .lower_equal(mid.clone().expand(dims))
+            .int()
+            .sum_dim(0)
+            .greater_equal(n.clone());
+        hi = hi.mask_where(enough.clone(), mid.clone());
+        lo = mid.mask_where(enough, lo);
+    }
+    hi
 }
 
 /// The weights to zero under the per-matrix threshold rule (magnitude's): every `score` at or
@@ -162,7 +210,7 @@ fn matrix_threshold_zeros_in<B: Backend>(
     };
     let mut top = Vec::new();
     for scores in pieces() {
-        if !all_finite(&scores) {
+        if !all_in_range(&scores) {
             return None;
         }
         top.push(scores.max().reshape([1, 1]));
@@ -243,7 +291,7 @@ fn kth_smallest<B: Backend>(
             let mid = midpoint(&lo, &hi);
             let enough = enough(&mid);
             hi = hi.mask_where(enough.clone(), mid.clone());
-            lo = lo.mask_where(enough.bool_not(), mid);
+            lo = mid.mask_where(enough, lo);
         }
         // Closed where no float lies strictly between lo and hi: the midpoint is one of them.
         let mid = midpoint(&lo, &hi);
@@ -258,16 +306,21 @@ fn kth_smallest<B: Backend>(
     None
 }
 
-/// `lo + (hi − lo) / 2`, kept within `[lo, hi]` whatever the rounding.
+/// `(lo + hi) / 2` of `0 ≤ lo ≤ hi ≤` [`HALF_MAX`]: within `[lo, hi]` (rounding is monotone,
+/// and `2·lo`, `2·hi` and their halves are exact), and strictly between them wherever a float
+/// lies there (the nearest float to the exact midpoint then does). Two operations, where a
+/// clamped `lo + (hi − lo) / 2` takes five, in the bisection's every step.
 fn midpoint<B: Backend>(lo: &Tensor<B, 2>, hi: &Tensor<B, 2>) -> Tensor<B, 2> {
-    (lo.clone() + (hi.clone() - lo.clone()).mul_scalar(0.5))
-        .max_pair(lo.clone())
-        .min_pair(hi.clone())
+    (lo.clone() + hi.clone()).mul_scalar(0.5)
 }
 
-/// Whether every value of `t` is finite (one read back from the device).
-fn all_finite<B: Backend>(t: &Tensor<B, 2>) -> bool {
-    !any(t.clone().is_finite().bool_not())
+/// The largest score the bisection takes: the sum of two stays finite.
+const HALF_MAX: f32 = f32::MAX / 2.0;
+
+/// Whether every value of `t` is at most [`HALF_MAX`], so none is NaN or infinite (one read
+/// back from the device).
+fn all_in_range<B: Backend>(t: &Tensor<B, 2>) -> bool {
+    !any(t.clone().lower_equal_elem(HALF_MAX).bool_not())
 }
 
 /// Whether any value of `t` is true (one read back from the device).
@@ -321,13 +374,14 @@ mod tests {
     }
 
     /// `(dims, distinct values, every how many a zero)`: no ties, many ties, zeros, one column
-    /// of one value, half zeros.
-    const CASES: [([usize; 2], u64, usize); 5] = [
+    /// of one value, half zeros, ties among hundreds of rows.
+    const CASES: [([usize; 2], u64, usize); 6] = [
         ([64, 48], 1 << 30, 0),
         ([64, 48], 5, 0),
         ([37, 11], 3, 4),
         ([16, 3], 1, 0),
         ([128, 8], 1 << 20, 2),
+        ([300, 5], 2, 7),
     ];
 
     fn per_output_equals_the_host<B: Backend>() {
@@ -403,8 +457,8 @@ mod tests {
     }
 
     #[test]
-    fn a_score_that_is_not_finite_leaves_the_selection_to_the_host() {
-        for bad in [f32::NAN, f32::INFINITY] {
+    fn a_score_not_finite_or_near_f32_max_leaves_the_selection_to_the_host() {
+        for bad in [f32::NAN, f32::INFINITY, f32::MAX] {
             let t = tensor::<NdArray<f32>>(&[1.0, bad, 2.0, 3.0], [2, 2]);
             assert!(per_output_zeros(&t, 0.5, identity).is_none());
             assert!(per_output_zeros(&t, 0.0, identity).is_none());
