@@ -1,6 +1,8 @@
 //! Wall time per phase of a long loop (layer-wise pruning, perplexity), to find where a backend
 //! loses time: with `WANDA_PHASE_TIMES=1` in the environment each loop prints one line to
-//! stderr when it ends, e.g. `phases of prune: observe 3.21 s ×16, forward 2.90 s ×16, …`.
+//! stderr when it ends, e.g. `phases of prune: observe 3.21 s ×16 (first 1.40 s), forward
+//! 2.90 s ×16 (first 0.19 s), …`: a first lap far above the mean of the others is one-time work,
+//! such as a GPU backend compiling its kernels.
 //! Unset, a lap costs one branch. Set, every lap first waits for the device (`sync`), so
 //! queued kernels count in the phase that launched them; that wait is the only change to the
 //! run.
@@ -16,8 +18,8 @@ pub struct PhaseClock<S: Fn()> {
     sync: S,
     enabled: bool,
     last: Instant,
-    /// Phase, seconds, laps; in the order phases first ended.
-    totals: Vec<(&'static str, f64, usize)>,
+    /// Phase, seconds, laps and the first lap's seconds; in the order phases first ended.
+    totals: Vec<(&'static str, f64, usize, f64)>,
 }
 
 impl<S: Fn()> PhaseClock<S> {
@@ -47,23 +49,26 @@ impl<S: Fn()> PhaseClock<S> {
         let now = Instant::now();
         let seconds = (now - self.last).as_secs_f64();
         self.last = now;
-        match self.totals.iter_mut().find(|(p, _, _)| *p == phase) {
+        match self.totals.iter_mut().find(|(p, ..)| *p == phase) {
             Some(total) => {
                 total.1 += seconds;
                 total.2 += 1;
             }
-            None => self.totals.push((phase, seconds, 1)),
+            None => self.totals.push((phase, seconds, 1, seconds)),
         }
     }
 
     /// The one-line summary, `None` when the clock is off.
     fn summary(&self) -> Option<String> {
         self.enabled.then(|| {
-            let total: f64 = self.totals.iter().map(|(_, s, _)| s).sum();
+            let total: f64 = self.totals.iter().map(|(_, s, ..)| s).sum();
             let phases: Vec<String> = self
                 .totals
                 .iter()
-                .map(|(p, s, n)| format!("{p} {s:.3} s ×{n}"))
+                .map(|&(p, s, n, first)| match n {
+                    1 => format!("{p} {s:.3} s ×1"),
+                    _ => format!("{p} {s:.3} s ×{n} (first {first:.3} s)"),
+                })
                 .collect();
             format!(
                 "phases of {}: {} (total {total:.3} s)",
@@ -96,11 +101,24 @@ mod tests {
         clock.lap("b");
         clock.lap("a");
         assert_eq!(syncs.get(), 3);
-        let names: Vec<_> = clock.totals.iter().map(|(p, _, n)| (*p, *n)).collect();
+        let names: Vec<_> = clock.totals.iter().map(|(p, _, n, _)| (*p, *n)).collect();
         assert_eq!(names, [("a", 2), ("b", 1)]);
+        let (_, total_a, _, first_a) = clock.totals[0];
+        assert!(first_a <= total_a, "{first_a} {total_a}");
         let line = clock.summary().unwrap();
         assert!(line.starts_with("phases of test: a "), "{line}");
-        assert!(line.contains("×2") && line.contains("b "), "{line}");
+        assert!(
+            line.contains(" s ×2 (first ") && line.contains("b "),
+            "{line}"
+        );
+        assert!(
+            line.contains(" s ×1,") || line.contains(" s ×1 ("),
+            "{line}"
+        );
+        assert!(
+            !line.contains("×1 (first"),
+            "one lap needs no first: {line}"
+        );
     }
 
     #[test]
