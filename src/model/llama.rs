@@ -17,7 +17,8 @@ use rand::{Rng, SeedableRng};
 
 use super::config::{Activation, LlamaConfig};
 use super::kernels::{
-    kernels, linear_forward, project, HeadWeights, LayerWeights, ModelWeights, NormWeights,
+    kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, ModelWeights,
+    NormWeights,
 };
 use super::rope;
 
@@ -208,13 +209,10 @@ impl<B: Backend> Attention<B> {
                 t
             }
         };
-        let q = rotate(split(project(&self.q_proj, x.clone()), heads, &self.q_norm));
-        let k = rotate(split(
-            project(&self.k_proj, x.clone()),
-            kv_heads,
-            &self.k_norm,
-        ));
-        let v = split(project(&self.v_proj, x), kv_heads, &None);
+        let [q, k, v] = project_all([&self.q_proj, &self.k_proj, &self.v_proj], x);
+        let q = rotate(split(q, heads, &self.q_norm));
+        let k = rotate(split(k, kv_heads, &self.k_norm));
+        let v = split(v, kv_heads, &None);
         let (k, v) = match ctx.cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {
@@ -406,7 +404,10 @@ impl<B: Backend> Mlp<B> {
             Activation::Relu => relu(t),
         };
         match &self.gate_proj {
-            Some(gate) => act(project(gate, x.clone())) * project(&self.up_proj, x),
+            Some(gate) => {
+                let [gate, up] = project_all([gate, &self.up_proj], x);
+                act(gate) * up
+            }
             None => act(project(&self.up_proj, x)),
         }
     }

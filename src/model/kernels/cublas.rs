@@ -5,7 +5,10 @@
 //!
 //! cuBLAS runs on the CUDA primary context that CubeCL also uses, on the legacy default stream:
 //! CubeCL's streams are non-blocking, so a product first waits for CubeCL's queued work (its
-//! inputs) and the host waits for the product before CubeCL's next kernels read its output. Where
+//! inputs) and the host waits for the product before CubeCL's next kernels read its output
+//! (cubecl-cuda 0.10 does not expose its stream to queue cuBLAS behind its kernels instead).
+//! Products of one input (q, k and v; gate and up) run between one pair of waits ([`linears`]).
+//! Where
 //! `libcublas` cannot be loaded, where [`CUBLAS_VAR`] is `off`, or where a tensor is of another
 //! type, the functions return `None` and Burn's matmul runs.
 
@@ -53,6 +56,38 @@ pub fn linear<B: Backend>(x: &Tensor<B, 3>, weight: &Tensor<B, 2>) -> Option<Ten
     Some(out.reshape([batch, seq, outputs]))
 }
 
+/// `x · weight` for each of `weights`: the products one after another between one wait for
+/// CubeCL's queue and one for cuBLAS (q, k and v: two waits where one at a time takes six).
+///
+/// # Shapes
+/// - `x`: `[batch, seq, in]`, each weight `[in, out_i]` → each `[batch, seq, out_i]`
+pub fn linears<B: Backend>(
+    x: &Tensor<B, 3>,
+    weights: &[Tensor<B, 2>],
+) -> Option<Vec<Tensor<B, 3>>> {
+    if !is_cuda::<B>() {
+        return None;
+    }
+    let [batch, seq, width] = x.dims();
+    let x = cube(&x.clone().reshape([batch * seq, width]))?;
+    // One copy for all the products where `x` is a view cuBLAS cannot read.
+    let x = match column_major(&x) {
+        Some(_) => x,
+        None => into_contiguous(x),
+    };
+    let pairs = weights
+        .iter()
+        .map(|w| Some((x.clone(), cube(w)?)))
+        .collect::<Option<Vec<_>>>()?;
+    gemms(pairs)?
+        .into_iter()
+        .map(|out| {
+            let outputs = out.meta.shape()[1];
+            Some(tensor::<B>(out)?.reshape([batch, seq, outputs]))
+        })
+        .collect()
+}
+
 /// Whether `B` is the CUDA backend (its float tensors are CubeCL's on CUDA).
 pub fn is_cuda<B: Backend>() -> bool {
     TypeId::of::<B::FloatTensorPrimitive>() == TypeId::of::<CubeTensor<CudaRuntime>>()
@@ -63,10 +98,15 @@ pub fn is_cuda<B: Backend>() -> bool {
 /// # Shapes
 /// - `a`: `[m, k]`, `b`: `[k, n]` → `[m, n]`
 pub fn matmul<B: Backend>(a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
-    let out = gemm(cube(a)?, cube(b)?)?;
-    let out: Box<dyn Any> = Box::new(out);
-    let out = out.downcast::<B::FloatTensorPrimitive>().ok()?;
-    Some(Tensor::from_primitive(TensorPrimitive::Float(*out)))
+    let out = gemms(vec![(cube(a)?, cube(b)?)])?.pop()?;
+    tensor(out)
+}
+
+/// The tensor of `B` (the CUDA backend) over CubeCL's `t`.
+fn tensor<B: Backend>(t: CubeTensor<CudaRuntime>) -> Option<Tensor<B, 2>> {
+    let t: Box<dyn Any> = Box::new(t);
+    let t = t.downcast::<B::FloatTensorPrimitive>().ok()?;
+    Some(Tensor::from_primitive(TensorPrimitive::Float(*t)))
 }
 
 /// `xᵀ · x`.
@@ -104,25 +144,13 @@ fn column_major(t: &CubeTensor<CudaRuntime>) -> Option<(blas_sys::cublasOperatio
     }
 }
 
-/// Row-major `a · b` by one `cublasGemmEx`, in the operands' type, accumulated in f32.
-fn gemm(a: CubeTensor<CudaRuntime>, b: CubeTensor<CudaRuntime>) -> Option<CubeTensor<CudaRuntime>> {
-    let kind = match a.dtype {
-        DType::F32 => blas_sys::cudaDataType::CUDA_R_32F,
-        DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
-        DType::BF16 => blas_sys::cudaDataType::CUDA_R_16BF,
-        _ => return None,
-    };
-    if b.dtype != a.dtype {
-        return None;
-    }
-    let (m, k, n) = (a.meta.shape()[0], a.meta.shape()[1], b.meta.shape()[1]);
-    if b.meta.shape()[0] != k || m == 0 || n == 0 || k == 0 {
-        return None;
-    }
-    let limit = i32::MAX as usize;
-    if m > limit || n > limit || k > limit {
-        return None;
-    }
+/// Row-major `a · b` of each pair by `cublasGemmEx`, in the operands' type, accumulated in f32:
+/// one wait for CubeCL's queued kernels (those that write the operands) before the products and
+/// one for the products before CubeCL's next kernels read them. `None` (and Burn's matmul) where
+/// a pair does not fit: another type, mismatched shapes, more than `i32` can count.
+fn gemms(
+    pairs: Vec<(CubeTensor<CudaRuntime>, CubeTensor<CudaRuntime>)>,
+) -> Option<Vec<CubeTensor<CudaRuntime>>> {
     let layout = |t: CubeTensor<CudaRuntime>| match column_major(&t) {
         Some(layout) => Some((t, layout)),
         None => {
@@ -130,65 +158,99 @@ fn gemm(a: CubeTensor<CudaRuntime>, b: CubeTensor<CudaRuntime>) -> Option<CubeTe
             column_major(&t).map(|layout| (t, layout))
         }
     };
-    let (a, (op_a, ld_a)) = layout(a)?;
-    let (b, (op_b, ld_b)) = layout(b)?;
-    if ld_a > limit || ld_b > limit {
-        return None;
+    let limit = i32::MAX as usize;
+    let device = pairs.first()?.0.device.clone();
+    let client = pairs.first()?.0.client.clone();
+    let mut products = Vec::with_capacity(pairs.len());
+    for (a, b) in pairs {
+        let kind = match a.dtype {
+            DType::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+            DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+            DType::BF16 => blas_sys::cudaDataType::CUDA_R_16BF,
+            _ => return None,
+        };
+        if b.dtype != a.dtype || a.device != device || b.device != device {
+            return None;
+        }
+        let (m, k, n) = (a.meta.shape()[0], a.meta.shape()[1], b.meta.shape()[1]);
+        if b.meta.shape()[0] != k || m == 0 || n == 0 || k == 0 {
+            return None;
+        }
+        if m > limit || n > limit || k > limit {
+            return None;
+        }
+        let (a, (op_a, ld_a)) = layout(a)?;
+        let (b, (op_b, ld_b)) = layout(b)?;
+        if ld_a > limit || ld_b > limit {
+            return None;
+        }
+        let out = CubeTensor::new_contiguous(
+            client.clone(),
+            device.clone(),
+            burn::tensor::Shape::new([m, n]),
+            client.empty(m * n * a.dtype.size()),
+            a.dtype,
+        );
+        let a_res = client.get_resource(a.handle.clone()).ok()?;
+        let b_res = client.get_resource(b.handle.clone()).ok()?;
+        let out_res = client.get_resource(out.handle.clone()).ok()?;
+        products.push((
+            out,
+            [a_res, b_res, out_res],
+            kind,
+            [m, k, n],
+            [op_a, op_b],
+            [ld_a, ld_b],
+        ));
     }
-    let device = a.device.index;
-    let client = a.client.clone();
-    let bytes = m * n * a.dtype.size();
-    let out = CubeTensor::new_contiguous(
-        client.clone(),
-        a.device.clone(),
-        burn::tensor::Shape::new([m, n]),
-        client.empty(bytes),
-        a.dtype,
-    );
-    let a_res = client.get_resource(a.handle.clone()).ok()?;
-    let b_res = client.get_resource(b.handle.clone()).ok()?;
-    let out_res = client.get_resource(out.handle.clone()).ok()?;
-    // CubeCL's queued kernels (those that write a and b) finish before cuBLAS reads them.
+    // CubeCL's queued kernels (those that write the operands) finish before cuBLAS reads them.
     block_on(client.sync()).ok()?;
     let done = HANDLE.with(|cell| {
-        let handle = cell.get_or_init(|| Handle::new(device)).as_ref()?;
-        if handle.device != device {
+        let handle = cell.get_or_init(|| Handle::new(device.index)).as_ref()?;
+        if handle.device != device.index {
             return None;
         }
         let (one, zero) = (1.0f32, 0.0f32);
-        // Row-major C[m, n] = A·B is column-major Cᵀ[n, m] = Bᵀ·Aᵀ: cuBLAS's first operand is b.
-        // SAFETY: the three pointers are live device allocations of CubeCL's pool (the managed
-        // resources above hold them) of at least the sizes these dimensions and leading
-        // dimensions address; the product and the stream synchronisation finish before they are
-        // dropped.
+        for (_, [a_res, b_res, out_res], kind, [m, k, n], [op_a, op_b], [ld_a, ld_b]) in &products {
+            // Row-major C[m, n] = A·B is column-major Cᵀ[n, m] = Bᵀ·Aᵀ: cuBLAS's first operand
+            // is b.
+            // SAFETY: the three pointers are live device allocations of CubeCL's pool (the
+            // managed resources in `products` hold them) of at least the sizes these dimensions
+            // and leading dimensions address; the products and the stream synchronisation
+            // finish before they are dropped.
+            #[allow(unsafe_code)]
+            unsafe {
+                blas::gemm_ex(
+                    handle.blas,
+                    *op_b,
+                    *op_a,
+                    *n as i32,
+                    *m as i32,
+                    *k as i32,
+                    (&one as *const f32).cast::<c_void>(),
+                    b_res.resource().ptr as *const c_void,
+                    *kind,
+                    *ld_b as i32,
+                    a_res.resource().ptr as *const c_void,
+                    *kind,
+                    *ld_a as i32,
+                    (&zero as *const f32).cast::<c_void>(),
+                    out_res.resource().ptr as *mut c_void,
+                    *kind,
+                    *n as i32,
+                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+                .ok()?;
+            }
+        }
+        // SAFETY: waits for the legacy default stream, where the products ran.
         #[allow(unsafe_code)]
         unsafe {
-            blas::gemm_ex(
-                handle.blas,
-                op_b,
-                op_a,
-                n as i32,
-                m as i32,
-                k as i32,
-                (&one as *const f32).cast::<c_void>(),
-                b_res.resource().ptr as *const c_void,
-                kind,
-                ld_b as i32,
-                a_res.resource().ptr as *const c_void,
-                kind,
-                ld_a as i32,
-                (&zero as *const f32).cast::<c_void>(),
-                out_res.resource().ptr as *mut c_void,
-                kind,
-                n as i32,
-                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-            .ok()?;
             driver::stream::synchronize(driver::stream::null()).ok()
         }
     });
-    done.map(|()| out)
+    done.map(|()| products.into_iter().map(|(out, ..)| out).collect())
 }
 
 impl Handle {

@@ -297,6 +297,16 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// `x · weight` for each of `weights` (linear layers that read the same input: q, k and v,
+    /// or gate and up), run together where that saves the backend work; `None` where the
+    /// backend runs them one at a time ([`Kernels::linear`]).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, in]`, each weight `[in, out_i]` → each `[batch, seq, out_i]`
+    fn linears(&self, _x: &Tensor<B, 3>, _weights: &[Tensor<B, 2>]) -> Option<Vec<Tensor<B, 3>>> {
+        None
+    }
+
     /// Whether pruning should select on the device, leaving the weights there, rather than
     /// copy them to the host and back: on a GPU, where the copies are the cost.
     fn selects_on_device(&self) -> bool {
@@ -337,6 +347,32 @@ pub fn project<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     linear_forward(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
 }
 
+/// The linear layers `layers` applied to the same `x`, as [`project`] each, together where the
+/// backend has [`Kernels::linears`] (on CUDA: one wait for the queued kernels before the
+/// products and one after them all, where one product alone waits twice).
+///
+/// # Shapes
+/// - `x`: `[batch, seq, in]` → each `[batch, seq, out_i]`
+pub fn project_all<B: Backend, const N: usize>(
+    layers: [&Linear<B>; N],
+    x: Tensor<B, 3>,
+) -> [Tensor<B, 3>; N] {
+    let weights: Vec<Tensor<B, 2>> = layers.iter().map(|l| l.weight.val()).collect();
+    let together = kernels::<B>()
+        .linears(&x, &weights)
+        .and_then(|ys| <[Tensor<B, 3>; N]>::try_from(ys).ok());
+    match together {
+        Some(ys) => {
+            let mut layer = layers.iter();
+            ys.map(|y| match layer.next().and_then(|l| l.bias.as_ref()) {
+                Some(bias) => y + bias.val().unsqueeze::<3>(),
+                None => y,
+            })
+        }
+        None => layers.map(|l| project(l, x.clone())),
+    }
+}
+
 /// The kernels of every backend but the fused CPU one: Burn's generic ops, except on CUDA,
 /// where attention takes CubeCL's flash kernel and the products cuBLAS.
 struct Portable;
@@ -350,6 +386,11 @@ impl<B: Backend> Kernels<B> for Portable {
     #[cfg(feature = "cuda")]
     fn linear(&self, x: &Tensor<B, 3>, weight: &Tensor<B, 2>) -> Option<Tensor<B, 3>> {
         cublas::linear(x, weight)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn linears(&self, x: &Tensor<B, 3>, weights: &[Tensor<B, 2>]) -> Option<Vec<Tensor<B, 3>>> {
+        cublas::linears(x, weights)
     }
 
     #[cfg(feature = "cuda")]
@@ -413,6 +454,53 @@ pub(crate) fn massive_first_row(rows: usize, width: usize) -> (Vec<f32>, Vec<f64
 mod tests {
     use super::*;
     use burn::backend::Flex;
+
+    /// A linear layer `[in, out]` with (or without) a bias, from a small LCG.
+    fn layer<B: Backend>(inputs: usize, outputs: usize, bias: bool, seed: usize) -> Linear<B> {
+        let values = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 7919 + seed * 104_729) % 211) as f32 / 211.0 - 0.5)
+                .collect()
+        };
+        let device = Default::default();
+        let weight = Tensor::from_data(
+            TensorData::new(values(inputs * outputs), [inputs, outputs]),
+            &device,
+        );
+        Linear {
+            weight: Param::from_tensor(weight),
+            bias: bias.then(|| {
+                Param::from_tensor(Tensor::from_data(
+                    TensorData::new(values(outputs), [outputs]),
+                    &device,
+                ))
+            }),
+        }
+    }
+
+    fn projections_together_equal_each_alone<B: Backend>() {
+        let (a, b, c) = (
+            layer::<B>(6, 4, true, 1),
+            layer::<B>(6, 2, false, 2),
+            layer::<B>(6, 3, true, 3),
+        );
+        let values: Vec<f32> = (0..2 * 5 * 6)
+            .map(|i| (i % 13) as f32 * 0.1 - 0.6)
+            .collect();
+        let x = Tensor::<B, 3>::from_data(TensorData::new(values, [2, 5, 6]), &Default::default());
+        let together = project_all([&a, &b, &c], x.clone());
+        for (y, l) in together.into_iter().zip([&a, &b, &c]) {
+            let alone: Vec<f32> = project(l, x.clone()).into_data().to_vec().unwrap();
+            let y: Vec<f32> = y.into_data().to_vec().unwrap();
+            assert_eq!(y, alone);
+        }
+    }
+
+    #[test]
+    fn projections_together_equal_each_alone_with_their_biases() {
+        projections_together_equal_each_alone::<NdArray<f32>>();
+        projections_together_equal_each_alone::<Flex>();
+    }
 
     #[test]
     fn burn_ndarray_in_f32_gets_the_fused_kernels_and_other_backends_none() {
