@@ -20,12 +20,17 @@
 # 6. select: B7 of section 4 alone;
 # 7. profile: one 1B-shaped fp16 cell ($PROFILE_SAMPLES × 2048, eval 2 × 2048) under CubeCL's
 #    per-kernel profiler, summed by kernel (kernel_profile.py; cuBLAS's products are not in it),
-#    and under nsys where the machine has it.
+#    and under nsys where the machine has it;
+# 8. attention: B10, one layer's causal attention in fp16 at the 1B (4 × 32 heads × 2048 × 64) and
+#    7B (head width 128) shapes, against PyTorch's scaled_dot_product_attention, for each flash
+#    tiling in $TILINGS (planes:seq_q:seq_kv, default "4:1:1 2:1:1 8:1:1 4:1:2 4:2:1 4:2:2 8:1:2
+#    4:1:4"): the rate and the largest difference to the blocked path.
 # BASELINE (shapes, e.g. "l1b") adds, in section 3, a baseline for those shapes, tagged `base-…`:
 # the build gpu-carry/wanda-base(.gz) where there is one (an earlier build, packed by pack.sh
 # with BASE=FILE), else the same build under $BASELINE_ENV (default WANDA_DEVICE_SELECT=off, the
 # pruning selection on the host; WANDA_CUBLAS=off gives Burn's matmul).
-# SECTIONS (default "precision memory speed") picks which of 1–4 run, SHAPES (default "m l1b l7b")
+# SECTIONS (default "precision memory speed"; the others: kernels sums select profile attention)
+# picks the sections that run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
 # (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
 # Writes $OUT/log.txt, $OUT/results.jsonl (one JSON object per measurement, tagged) and
@@ -181,6 +186,14 @@ want select && echo "== 6. select (B7, one Llama-2-7B-shaped layer)"
 want select && for d in cuda cuda-f16; do
   for sel in on off; do
     WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$d" 90 "$W" bench prune-layer --shape llama2-7b --device "$d" --repeats 3 --json
+  done
+done
+want attention && echo "== 8. attention (fp16, causal, batch 4, 2048 positions)"
+want attention && for d in 64 128; do
+  record "torch-attention-$d" 60 python3 "$here/torch_attention.py" 4 32 2048 "$d" float16
+  for t in ${TILINGS:-4:1:1 2:1:1 8:1:1 4:1:2 4:2:1 4:2:2 8:1:2 4:1:4}; do
+    WANDA_FLASH_TILING=$t record "wanda-attention-$d-$t" 60 "$W" bench attention --batch 4 --heads 32 \
+      --seq 2048 --head-dim "$d" --device cuda-f16 --repeats 5 --json
   done
 done
 want profile && echo "== 7. profile (1B shape, fp16, calibration ${PROFILE_SAMPLES:-4} × 2048, eval 2 × 2048)"

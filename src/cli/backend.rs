@@ -41,6 +41,7 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
             "device {choice}: the CUDA driver sees {count} device(s), cuda:0 to cuda:{}; pick one of them or `cpu`",
             count.saturating_sub(1)
         );
+        wanda::model::kernels::flash_tiling().map_err(|e| anyhow::anyhow!(e))?;
         #[cfg(feature = "cuda")]
         use_kernel_cache(choice.index as usize);
     }

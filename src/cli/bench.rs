@@ -1,8 +1,9 @@
 //! `wanda bench`: the benchmark figures of `../shared/bench/README.md` — B1 (dense forward
 //! tokens/s), B2 (dense perplexity: wall s, tokens/s, peak RSS), B3–B5 (one prune cell: prune
 //! wall s, eval wall s, peak RSS, perplexity), B6 (GEMM GFLOP/s) and B7 (one decoder layer of a
-//! real shape pruned, s: the pruning bookkeeping at 7B scale), B8 (document store MB/s) and B9
-//! (model load, MB/s of checkpoint). Every figure is the median
+//! real shape pruned, s: the pruning bookkeeping at 7B scale), B8 (document store MB/s), B9
+//! (model load, MB/s of checkpoint) and B10 (causal attention of one layer, GFLOP/s). Every
+//! figure is the median
 //! of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
 //! `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
 
@@ -134,6 +135,25 @@ pub enum BenchKind {
         /// Columns of the right matrix.
         #[arg(long, default_value_t = 1536)]
         n: usize,
+    },
+    /// B10: causal attention `softmax(q·kᵀ/√head_dim)·v` of one layer, GFLOP/s (the causal
+    /// half of `4·batch·heads·seq²·head_dim`), random q, k and v: the backend's own kernel where
+    /// it has one (CUDA in fp16: CubeCL's flash kernel, tiled by `WANDA_FLASH_TILING`), else the
+    /// decoder's blocked path (the default CPU backend's fused decoder attends in its own
+    /// kernel, not measured here); the name gives the largest difference to the blocked path.
+    Attention {
+        /// Sequences at once.
+        #[arg(long, default_value_t = 4)]
+        batch: usize,
+        /// Attention heads.
+        #[arg(long, default_value_t = 32)]
+        heads: usize,
+        /// Positions per sequence.
+        #[arg(long, default_value_t = 2048)]
+        seq: usize,
+        /// Width of a head.
+        #[arg(long, default_value_t = 64)]
+        head_dim: usize,
     },
 }
 
@@ -305,6 +325,70 @@ impl OnBackend for BenchJob {
                     return Err(e.into());
                 }
                 Ok(figure("B9 load", "MB/s", runs, choice.label()))
+            }
+            BenchKind::Attention {
+                batch,
+                heads,
+                seq,
+                head_dim,
+            } => {
+                anyhow::ensure!(
+                    batch * heads * seq * head_dim > 0,
+                    "--batch, --heads, --seq and --head-dim must all be at least 1"
+                );
+                let dims = [batch, heads, seq, head_dim];
+                let random =
+                    || Tensor::<B, 4>::random(dims, burn::tensor::Distribution::Default, &device);
+                let (q, k, v) = (random(), random(), random());
+                let blocked = || {
+                    wanda::model::llama::blocked_attention(
+                        q.clone(),
+                        k.clone(),
+                        v.clone(),
+                        None,
+                        None,
+                    )
+                };
+                let kernels = wanda::model::kernels::kernels::<B>();
+                let fast = kernels.causal_attention(&q, &k, &v);
+                let (path, gap) = match &fast {
+                    Some(out) => {
+                        let gap = (out.clone().cast(burn::tensor::FloatDType::F32)
+                            - blocked().cast(burn::tensor::FloatDType::F32))
+                        .abs()
+                        .max()
+                        .into_scalar()
+                        .elem::<f64>();
+                        (
+                            format!(
+                                "{} tiling {}",
+                                "flash",
+                                wanda::model::kernels::flash_tiling().unwrap_or_default()
+                            ),
+                            format!(", max |Δ| {gap:.2e} to the blocked path"),
+                        )
+                    }
+                    None => ("blocked".to_string(), String::new()),
+                };
+                let flops = 2.0 * (batch * heads * seq * seq * head_dim) as f64;
+                let runs = measure(self.repeats, flops / 1e9, || {
+                    let out = match fast.is_some() {
+                        true => kernels.causal_attention(&q, &k, &v),
+                        false => None,
+                    }
+                    .unwrap_or_else(blocked);
+                    // Reading one value waits for the kernels on every backend.
+                    let _ = out.slice([0..1, 0..1, 0..1, 0..1]).into_scalar();
+                });
+                let dtype = format!("{:?}", q.dtype()).to_lowercase();
+                Ok(figure(
+                    &format!(
+                        "B10 attention {batch}x{heads}x{seq}x{head_dim} {dtype} ({path}{gap})"
+                    ),
+                    "GFLOP/s",
+                    runs,
+                    choice.label(),
+                ))
             }
             BenchKind::Gemm { m, k, n } => {
                 let a =

@@ -234,28 +234,35 @@ impl<B: Backend> Attention<B> {
             .flatten();
         let out = match fast {
             Some(out) => out,
-            None => {
-                // Scores, softmax and their weighted sum in f32 whatever the tensors' type, as
-                // PyTorch's attention kernels accumulate.
-                let dtype = q.dtype();
-                let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
-                let rows = attention_block_rows(batch, heads, k.dims()[2]);
-                causal_attention(
-                    f32(q),
-                    f32(k),
-                    f32(v),
-                    self.sliding_window,
-                    self.scale,
-                    rows,
-                )
-                .cast(dtype)
-            }
+            None => blocked_attention(q, k, v, self.sliding_window, self.scale),
         }
         .swap_dims(1, 2)
         .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
         project(&self.o_proj, out)
     }
+}
+
+/// Causal attention on the generic path: scores, softmax and their weighted sum in f32
+/// whatever the tensors' type, as PyTorch's attention kernels accumulate, a block of query rows
+/// at a time ([`causal_attention`], [`attention_block_rows`]); queries are the last of the keys'
+/// positions.
+///
+/// # Shapes
+/// - `q`: `[batch, heads, seq, head_dim]`; `k`, `v`: `[batch, heads, keys, head_dim]`,
+///   `keys ≥ seq` → `[batch, heads, seq, head_dim]`
+pub fn blocked_attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    window: Option<usize>,
+    scale: Option<f64>,
+) -> Tensor<B, 4> {
+    let [batch, heads, _, _] = q.dims();
+    let dtype = q.dtype();
+    let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
+    let rows = attention_block_rows(batch, heads, k.dims()[2]);
+    causal_attention(f32(q), f32(k), f32(v), window, scale, rows).cast(dtype)
 }
 
 /// Bytes of f32 scores one block of query rows may hold on the generic path (the backend's

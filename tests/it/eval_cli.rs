@@ -122,6 +122,46 @@ fn dump_logits_writes_the_first_windows_logits() {
     assert_eq!(dumped, want);
 }
 
+/// B10 names its shape, type and path (the blocked path on CPU backends), and rates every run.
+#[test]
+fn bench_attention_rates_the_blocked_path_on_the_cpu() {
+    for (device, dtype) in [("cpu", "f32"), ("cpu-flex-f16", "f16")] {
+        let out = output_ok(Command::new(env!("CARGO_BIN_EXE_wanda")).args([
+            "bench",
+            "attention",
+            "--device",
+            device,
+            "--json",
+            "--repeats",
+            "3",
+            "--batch",
+            "1",
+            "--heads",
+            "2",
+            "--seq",
+            "40",
+            "--head-dim",
+            "16",
+        ]));
+        let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            figure["name"],
+            format!("B10 attention 1x2x40x16 {dtype} (blocked)")
+        );
+        assert_eq!(figure["unit"], "GFLOP/s");
+        let runs = figure["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["bench", "attention", "--device", "cpu", "--seq", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--seq"), "{stderr}");
+}
+
 #[test]
 fn bench_perplexity_runs_fresh_processes_and_reports_medians() {
     let (_dir, folder, text_path) = tiny_setup(9, 100);

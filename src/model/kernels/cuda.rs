@@ -14,9 +14,6 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubek::attention::routines::blackbox_accelerated::BlackboxAcceleratedStrategy;
 
-/// Planes (warps) per cube of the flash kernel: the middle of the three its autotuner tries.
-const PLANES: u8 = 4;
-
 /// Causal `softmax(q·kᵀ/√head_dim)·v` by the flash kernel, when `B` is the CUDA backend in
 /// fp16 and the kernel takes these shapes; `None` otherwise.
 ///
@@ -46,10 +43,12 @@ pub fn flash_attention<B: Backend>(
         softcap: None,
         is_causal: true,
     };
+    // `dispatch` refused a malformed tiling before any work.
+    let tiling = super::flash_tiling().unwrap_or_default();
     let strategy = AttentionStrategy::FlashBlackboxAccelerated(BlackboxAcceleratedStrategy {
-        num_planes: PLANES,
-        seq_q: 1,
-        seq_kv: 1,
+        num_planes: tiling.planes,
+        seq_q: tiling.seq_q,
+        seq_kv: tiling.seq_kv,
     });
     let out = attention(cube(q)?, cube(k)?, cube(v)?, None, None, options, strategy).ok()?;
     let out: Box<dyn Any> = Box::new(out);

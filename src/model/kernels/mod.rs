@@ -32,6 +32,76 @@ use super::config::Activation;
 
 pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
 
+/// The environment variable that sets the tiling of CUDA's flash attention kernel,
+/// `planes:seq_q:seq_kv` ([`FlashTiling`]); unset, `4:1:1`. For measuring other tilings with
+/// `wanda bench attention` (B10): a tiling the kernel refuses leaves attention to the generic
+/// path.
+pub const FLASH_TILING_VAR: &str = "WANDA_FLASH_TILING";
+
+/// The tiling of CubeCL's flash attention kernel (cubek's `BlackboxAcceleratedStrategy`): a
+/// cube of `planes` planes (warps), each taking `seq_q` tiles of query rows and `seq_kv` tiles
+/// of keys a step (a tile is the tensor cores' instruction size, 16 in fp16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlashTiling {
+    /// Planes (warps) per cube.
+    pub planes: u8,
+    /// Query tiles per plane.
+    pub seq_q: u8,
+    /// Key tiles per plane and step.
+    pub seq_kv: u8,
+}
+
+impl Default for FlashTiling {
+    /// `4:1:1`: the middle of the three plane counts Burn's autotuner tries, with its tiles.
+    fn default() -> Self {
+        Self {
+            planes: 4,
+            seq_q: 1,
+            seq_kv: 1,
+        }
+    }
+}
+
+impl std::str::FromStr for FlashTiling {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<Option<u8>> = s
+            .split(':')
+            .map(|p| p.trim().parse().ok().filter(|&n| n > 0))
+            .collect();
+        match parts[..] {
+            [Some(planes), Some(seq_q), Some(seq_kv)] => Ok(Self {
+                planes,
+                seq_q,
+                seq_kv,
+            }),
+            _ => Err(format!(
+                "{FLASH_TILING_VAR}=`{s}`: use `planes:seq_q:seq_kv`, three whole numbers from 1 \
+                 to 255 (the default is 4:1:1)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for FlashTiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.planes, self.seq_q, self.seq_kv)
+    }
+}
+
+/// The flash kernel's tiling from [`FLASH_TILING_VAR`], read once per process; an error names
+/// the variable, its value and the form it takes.
+pub fn flash_tiling() -> Result<FlashTiling, String> {
+    static TILING: std::sync::OnceLock<Result<FlashTiling, String>> = std::sync::OnceLock::new();
+    TILING
+        .get_or_init(|| match std::env::var(FLASH_TILING_VAR) {
+            Ok(value) => value.parse(),
+            Err(_) => Ok(FlashTiling::default()),
+        })
+        .clone()
+}
+
 /// The activations that feed a decoder layer's linears; linears that read the same tensor
 /// share one entry (q/k/v read [`LinearInput::AttnIn`], gate/up read [`LinearInput::MlpIn`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -493,6 +563,28 @@ mod tests {
             let alone: Vec<f32> = project(l, x.clone()).into_data().to_vec().unwrap();
             let y: Vec<f32> = y.into_data().to_vec().unwrap();
             assert_eq!(y, alone);
+        }
+    }
+
+    #[test]
+    fn flash_tilings_parse_and_print_as_planes_seq_q_seq_kv() {
+        let t: FlashTiling = "8:2:4".parse().unwrap();
+        assert_eq!(
+            t,
+            FlashTiling {
+                planes: 8,
+                seq_q: 2,
+                seq_kv: 4
+            }
+        );
+        assert_eq!(t.to_string(), "8:2:4");
+        assert_eq!(FlashTiling::default().to_string(), "4:1:1");
+        for bad in ["", "4", "4:1", "4:1:1:1", "4:0:1", "4:x:1", "256:1:1"] {
+            let err = bad.parse::<FlashTiling>().unwrap_err();
+            assert!(
+                err.contains(FLASH_TILING_VAR) && err.contains("planes:seq_q:seq_kv"),
+                "{err}"
+            );
         }
     }
 
