@@ -8,9 +8,8 @@
 //! inputs) and the host waits for the product before CubeCL's next kernels read its output
 //! (cubecl-cuda 0.10 does not expose its stream to queue cuBLAS behind its kernels instead).
 //! Products of one input (q, k and v; gate and up) run between one pair of waits ([`linears`]).
-//! Where
-//! `libcublas` cannot be loaded, where [`CUBLAS_VAR`] is `off`, or where a tensor is of another
-//! type, the functions return `None` and Burn's matmul runs.
+//! Where `libcublas` cannot be loaded, where [`CUBLAS_VAR`] is `off`, or where a tensor is of
+//! another type, the functions return `None` and Burn's matmul runs.
 
 use std::any::{Any, TypeId};
 use std::cell::OnceCell;
