@@ -438,7 +438,10 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
         && matches!(method, Method::Wanda | Method::Magnitude)
         && !run.dsnot
     {
-        let piece = widest.min(device_select::PIECE as u64);
+        // Wanda selects the linears that read hidden-width inputs (all but the MLP's down
+        // projection) together while they fit a piece.
+        let hidden_inputs = m.linears_per_layer.saturating_sub(m.h * m.i);
+        let piece = widest.max(hidden_inputs).min(device_select::PIECE as u64);
         // One mask per linear: q and o, the MLP's, and k and v together.
         let mlp = m.mlp_linears;
         let kv = m

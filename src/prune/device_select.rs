@@ -77,6 +77,36 @@ pub fn per_output_zeros<B: Backend>(
     per_output_zeros_in(PIECE, weight, ratio, score)
 }
 
+/// [`per_output_zeros`] of the scores of several weights with the same input rows, in one
+/// selection over them side by side: the rule is per column, so each weight gets its own
+/// selection, while a GPU runs the bisection's ~290 small operations once instead of once per
+/// weight. The caller keeps them within [`PIECE`] values together; `None` where the device
+/// cannot select.
+///
+/// # Shapes
+/// - each of `scores`: `[in, cols_i]`, non-negative → each `[in, cols_i]`
+pub fn per_output_zeros_together<B: Backend>(
+    scores: Vec<Tensor<B, 2>>,
+    ratio: f64,
+) -> Option<Vec<Tensor<B, 2, Bool>>> {
+    let rows = scores.first()?.dims()[0];
+    let widths: Vec<usize> = scores.iter().map(|s| s.dims()[1]).collect();
+    let side_by_side = Tensor::cat(scores, 1);
+    let piece = side_by_side.dims().iter().product::<usize>().max(1);
+    let zeros = per_output_zeros_in(piece, &side_by_side, ratio, |s| s)?;
+    let mut start = 0;
+    Some(
+        widths
+            .into_iter()
+            .map(|width| {
+                let columns = start..start + width;
+                start += width;
+                zeros.clone().slice([0..rows, columns])
+            })
+            .collect(),
+    )
+}
+
 /// [`per_output_zeros`] scoring `piece` weights at once.
 fn per_output_zeros_in<B: Backend>(
     piece: usize,
@@ -431,6 +461,33 @@ mod tests {
     fn matrix_threshold_equals_the_hosts_on_ndarray_and_flex() {
         matrix_threshold_equals_the_host::<NdArray<f32>>();
         matrix_threshold_equals_the_host::<Flex>();
+    }
+
+    #[test]
+    fn weights_selected_together_get_each_its_own_selection() {
+        let widths = [11, 5, 20];
+        let parts: Vec<Vec<f32>> = (0..3)
+            .map(|i| scores(37, widths[i], i as u64, 5, 4))
+            .collect();
+        for ratio in [0.0, 0.3, 0.5, 0.8] {
+            let together = per_output_zeros_together(
+                (0..3)
+                    .map(|i| tensor::<NdArray<f32>>(&parts[i], [37, widths[i]]))
+                    .collect(),
+                ratio,
+            )
+            .unwrap();
+            assert_eq!(together.len(), 3);
+            for (i, zeros) in together.into_iter().enumerate() {
+                let host = per_output_mask(&parts[i], [37, widths[i]], ratio).unwrap();
+                assert_eq!(bools(zeros), host, "ratio {ratio}, weight {i}");
+            }
+        }
+        let bad = vec![
+            tensor::<NdArray<f32>>(&[1.0, 2.0], [2, 1]),
+            tensor::<NdArray<f32>>(&[f32::NAN, 2.0], [2, 1]),
+        ];
+        assert!(per_output_zeros_together(bad, 0.5).is_none());
     }
 
     #[test]

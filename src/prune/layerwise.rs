@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::activations::{Activations, Batching};
 use super::device_select::{
     magnitude_score, matrix_threshold_zeros, measure_on_device, norms_column, per_output_zeros,
-    wanda_score,
+    per_output_zeros_together, wanda_score, PIECE,
 };
 use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
 use super::magnitude::{magnitude_scores, prune_magnitude};
@@ -436,7 +436,7 @@ pub fn prune_model<B: Backend>(
             &options.skip,
             zeroes_only,
             &mut clock,
-            |w, input| select_on_device(rule?, w, host.get(&input)),
+            |asked| select_on_device(rule, asked, Some(&host)),
             |w, dims, name, input| {
                 let stat = host.get(&input).ok_or(PruneError::NoSamples {
                     what: "layer input statistics",
@@ -486,7 +486,7 @@ fn prune_by_magnitude<B: Backend>(
             &options.skip,
             zeros_go_back_as_masks::<B>(true),
             clock,
-            |w, _| select_on_device(rule?, w, None),
+            |asked| select_on_device(rule, asked, None),
             |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
         )?;
         measured_sparsity.add_layer(i, measured);
@@ -667,25 +667,77 @@ fn device_rule(
     }
 }
 
-/// The zeros `rule` selects in `weight` on its device, Wanda's from the input statistics `stat`;
-/// `None` where the host is to select (see [`device_select`]).
+/// The zeros `rule` selects on the weights' device in each of `asked` (a layer's linears with
+/// the input each reads), Wanda's from the input statistics `host`; `None` for a linear the host
+/// is to select (no rule, or see [`device_select`]). Wanda's consecutive linears with the same
+/// input rows (q, k, v and o) are selected together while they hold at most a [`PIECE`] of
+/// weights ([`per_output_zeros_together`]).
 ///
 /// # Shapes
-/// - `weight`: `[in, out]` → `[in, out]`
+/// - each weight `[in, out]` → its zeros `[in, out]`
 fn select_on_device<B: Backend>(
-    rule: DeviceRule,
-    weight: &Tensor<B, 2>,
-    stat: Option<&HostStats>,
-) -> Option<Tensor<B, 2, Bool>> {
+    rule: Option<DeviceRule>,
+    asked: &[(Tensor<B, 2>, LinearInput)],
+    host: Option<&BTreeMap<LinearInput, HostStats>>,
+) -> Vec<Option<Tensor<B, 2, Bool>>> {
     match rule {
-        DeviceRule::PerOutput(ratio) => {
-            let dims = weight.dims();
-            let norms = checked_norms(&stat?.norms(dims[0]).ok()?, dims).ok()?;
-            let column = norms_column::<B>(&norms, &weight.device());
-            per_output_zeros(weight, ratio, |w| wanda_score(w, &column))
+        None => vec![None; asked.len()],
+        Some(DeviceRule::MatrixThreshold(ratio)) => asked
+            .iter()
+            .map(|(w, _)| matrix_threshold_zeros(w, ratio, magnitude_score))
+            .collect(),
+        Some(DeviceRule::PerOutput(ratio)) => {
+            let scorer = |(w, input): &(Tensor<B, 2>, LinearInput)| {
+                let dims = w.dims();
+                let stat = host?.get(input)?;
+                let norms = checked_norms(&stat.norms(dims[0]).ok()?, dims).ok()?;
+                let column = norms_column::<B>(&norms, &w.device());
+                Some(move |w: Tensor<B, 2>| wanda_score(w, &column))
+            };
+            let mut zeros = Vec::with_capacity(asked.len());
+            // Consecutive weights of the same rows, and their scorers, not yet selected.
+            let mut group = Vec::new();
+            for entry in asked {
+                let Some(score) = scorer(entry) else {
+                    select_group(&mut group, ratio, &mut zeros);
+                    zeros.push(None);
+                    continue;
+                };
+                let [rows, cols] = entry.0.dims();
+                let held: usize = group.iter().map(|(w, _)| w.dims()[1]).sum::<usize>() * rows;
+                let fits = group
+                    .first()
+                    .is_some_and(|(w, _)| w.dims()[0] == rows && held + rows * cols <= PIECE);
+                if !fits {
+                    select_group(&mut group, ratio, &mut zeros);
+                }
+                group.push((&entry.0, score));
+            }
+            select_group(&mut group, ratio, &mut zeros);
+            zeros
         }
-        DeviceRule::MatrixThreshold(ratio) => {
-            matrix_threshold_zeros(weight, ratio, magnitude_score)
+    }
+}
+
+/// Wanda's zeros of each weight of `group` (weights of the same rows, each with its scorer),
+/// selected together where there are several, appended to `zeros`; `group` is left empty.
+fn select_group<B: Backend>(
+    group: &mut Vec<(&Tensor<B, 2>, impl Fn(Tensor<B, 2>) -> Tensor<B, 2>)>,
+    ratio: f64,
+    zeros: &mut Vec<Option<Tensor<B, 2, Bool>>>,
+) {
+    match group.len() {
+        0 => {}
+        1 => {
+            let (w, score) = group.pop().expect("one weight");
+            zeros.push(per_output_zeros(w, ratio, score));
+        }
+        n => {
+            let scores: Vec<_> = group.drain(..).map(|(w, score)| score(w.clone())).collect();
+            match per_output_zeros_together(scores, ratio) {
+                Some(each) => zeros.extend(each.into_iter().map(Some)),
+                None => zeros.extend(std::iter::repeat_n(None, n)),
+            }
         }
     }
 }
@@ -707,25 +759,38 @@ fn zeros_go_back_as_masks<B: Backend>(only_zeroes: bool) -> bool {
 /// was), which gives the same tensor as uploading the host copy with a quarter of an f32
 /// weight's bytes — on a GPU, where the upload is the cost (`results/gpu-h200-2026-11-26-phases/`).
 ///
-/// `on_device(weight, input)` is asked first for each linear that is not skipped: the zeros it
-/// selects on the weight's device, or `None` to prune on the host.
+/// `on_device` is asked first, once, with every linear that is not skipped (its weight and the
+/// input it reads): for each, the zeros selected on the weight's device, or `None` to prune it
+/// on the host.
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
     index: usize,
     skip: &[String],
     zeroes_only: bool,
     clock: &mut PhaseClock<impl Fn()>,
-    on_device: impl Fn(&Tensor<B, 2>, LinearInput) -> Option<Tensor<B, 2, Bool>>,
+    on_device: impl Fn(&[(Tensor<B, 2>, LinearInput)]) -> Vec<Option<Tensor<B, 2, Bool>>>,
     mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
 ) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
     let mut pruned = Vec::with_capacity(7);
     let mut measured = Vec::with_capacity(7);
-    for (name, input, linear) in layer.linears() {
-        let path = linear_path(index, name);
-        let skipped = skip.iter().any(|pattern| glob_matches(pattern, &path));
-        let weight = linear.weight.val();
+    let linears: Vec<(&'static str, LinearInput, Tensor<B, 2>, bool)> = layer
+        .linears()
+        .into_iter()
+        .map(|(name, input, linear)| {
+            let path = linear_path(index, name);
+            let skipped = skip.iter().any(|pattern| glob_matches(pattern, &path));
+            (name, input, linear.weight.val(), skipped)
+        })
+        .collect();
+    let asked: Vec<(Tensor<B, 2>, LinearInput)> = linears
+        .iter()
+        .filter(|(.., skipped)| !skipped)
+        .map(|(_, input, weight, _)| (weight.clone(), *input))
+        .collect();
+    let mut selected = on_device(&asked).into_iter();
+    for (name, input, weight, skipped) in linears {
         let dims = weight.dims();
-        if let Some(zeros) = (!skipped).then(|| on_device(&weight, input)).flatten() {
+        if let Some(zeros) = (!skipped).then(|| selected.next().flatten()).flatten() {
             measured.push((name, measure_on_device(&weight, &zeros)));
             pruned.push((name, PrunedWeight::ZeroedOnDevice(zeros), dims));
             clock.lap("select on device");
