@@ -16,8 +16,9 @@
 //! round trip, but within a whole cell the two took about the same time: some 400 small
 //! operations per piece bound the bisection (12–19 ms even for a 135M model's linears). Since
 //! then a step takes 8 operations instead of 12 ([`midpoint`] in two, no negated mask), about
-//! 290 a piece, and ties no longer go through a cumulative sum ([`nth_true_row`]); not yet
-//! measured on a GPU.
+//! 290 a piece, ties no longer go through a cumulative sum ([`nth_true_row`]), and weights of
+//! the same input rows can share one selection ([`per_output_zeros_together`]: q, k, v and o
+//! of a 1B layer); not yet measured on a GPU.
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
