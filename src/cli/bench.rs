@@ -361,8 +361,7 @@ impl OnBackend for BenchJob {
                         .elem::<f64>();
                         (
                             format!(
-                                "{} tiling {}",
-                                "flash",
+                                "flash, tiling {}",
                                 wanda::model::kernels::flash_tiling().unwrap_or_default()
                             ),
                             format!(", max |Δ| {gap:.2e} to the blocked path"),
@@ -372,11 +371,10 @@ impl OnBackend for BenchJob {
                 };
                 let flops = 2.0 * (batch * heads * seq * seq * head_dim) as f64;
                 let runs = measure(self.repeats, flops / 1e9, || {
-                    let out = match fast.is_some() {
-                        true => kernels.causal_attention(&q, &k, &v),
-                        false => None,
-                    }
-                    .unwrap_or_else(blocked);
+                    let out = fast
+                        .as_ref()
+                        .and_then(|_| kernels.causal_attention(&q, &k, &v))
+                        .unwrap_or_else(blocked);
                     // Reading one value waits for the kernels on every backend.
                     let _ = out.slice([0..1, 0..1, 0..1, 0..1]).into_scalar();
                 });
