@@ -90,6 +90,13 @@ print(json.dumps({"tag": tag, "result": {"estimated_peak_bytes": m.get("estimate
     "timings": r.get("timings"), "perplexity": r.get("metrics", {}).get("perplexity")}}))
 PY
 }
+# b7 DEVICE: B7, one Llama-2-7B-shaped layer pruned (16 calibration tokens: the selection and the
+# weights' round trip dominate), selecting on the device and on the host.
+b7() {
+  for sel in on off; do
+    WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$1" 90 "$W" bench prune-layer --shape llama2-7b --device "$1" --repeats 3 --json
+  done
+}
 estimate() { # estimate MODEL [FLAGS…]: the estimator's peak bytes for cell.yaml's sizes
   local m=$1
   shift
@@ -141,11 +148,7 @@ want kernels && for p in "float32 cuda" "float16 cuda-f16"; do
   record "torch-gemm-$1" 60 python3 "$here/torch_gemm.py" 4096 2048 8192 "$1"
   record "wanda-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
   WANDA_CUBLAS=off record "burnmm-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
-  # B7, one Llama-2-7B-shaped layer pruned (16 calibration tokens: the selection and the
-  # weights' round trip dominate), selecting on the device and on the host.
-  for sel in on off; do
-    WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$2" 90 "$W" bench prune-layer --shape llama2-7b --device "$2" --repeats 3 --json
-  done
+  b7 "$2"
 done
 want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   echo "== 3. speed ($shape shape, calibration $nsamples × 2048, eval 16 × 2048)"
@@ -184,9 +187,7 @@ want sums && [[ -x /tmp/wanda-base ]] && for d in cuda cuda-f16; do
 done
 want select && echo "== 6. select (B7, one Llama-2-7B-shaped layer)"
 want select && for d in cuda cuda-f16; do
-  for sel in on off; do
-    WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$d" 90 "$W" bench prune-layer --shape llama2-7b --device "$d" --repeats 3 --json
-  done
+  b7 "$d"
 done
 want attention && echo "== 8. attention (fp16, causal, batch 4, 2048 positions)"
 want attention && for d in 64 128; do
