@@ -332,61 +332,7 @@ impl OnBackend for BenchJob {
                 seq,
                 head_dim,
             } => {
-                anyhow::ensure!(
-                    batch * heads * seq * head_dim > 0,
-                    "--batch, --heads, --seq and --head-dim must all be at least 1"
-                );
-                let dims = [batch, heads, seq, head_dim];
-                let random =
-                    || Tensor::<B, 4>::random(dims, burn::tensor::Distribution::Default, &device);
-                let (q, k, v) = (random(), random(), random());
-                let blocked = || {
-                    wanda::model::llama::blocked_attention(
-                        q.clone(),
-                        k.clone(),
-                        v.clone(),
-                        None,
-                        None,
-                    )
-                };
-                let kernels = wanda::model::kernels::kernels::<B>();
-                let fast = kernels.causal_attention(&q, &k, &v);
-                let (path, gap) = match &fast {
-                    Some(out) => {
-                        let gap = (out.clone().cast(burn::tensor::FloatDType::F32)
-                            - blocked().cast(burn::tensor::FloatDType::F32))
-                        .abs()
-                        .max()
-                        .into_scalar()
-                        .elem::<f64>();
-                        (
-                            format!(
-                                "flash, tiling {}",
-                                wanda::model::kernels::flash_tiling().unwrap_or_default()
-                            ),
-                            format!(", max |Δ| {gap:.2e} to the blocked path"),
-                        )
-                    }
-                    None => ("blocked".to_string(), String::new()),
-                };
-                let flops = 2.0 * (batch * heads * seq * seq * head_dim) as f64;
-                let runs = measure(self.repeats, flops / 1e9, || {
-                    let out = fast
-                        .as_ref()
-                        .and_then(|_| kernels.causal_attention(&q, &k, &v))
-                        .unwrap_or_else(blocked);
-                    // Reading one value waits for the kernels on every backend.
-                    let _ = out.slice([0..1, 0..1, 0..1, 0..1]).into_scalar();
-                });
-                let dtype = format!("{:?}", q.dtype()).to_lowercase();
-                Ok(figure(
-                    &format!(
-                        "B10 attention {batch}x{heads}x{seq}x{head_dim} {dtype} ({path}{gap})"
-                    ),
-                    "GFLOP/s",
-                    runs,
-                    choice.label(),
-                ))
+                attention_figure::<B>(&device, choice, self.repeats, [batch, heads, seq, head_dim])
             }
             BenchKind::Gemm { m, k, n } => {
                 let a =
@@ -419,6 +365,60 @@ impl OnBackend for BenchJob {
             }
         }
     }
+}
+
+/// B10 (see [`BenchKind::Attention`]) on backend `B`.
+fn attention_figure<B: Backend>(
+    device: &B::Device,
+    choice: DeviceChoice,
+    repeats: usize,
+    [batch, heads, seq, head_dim]: [usize; 4],
+) -> anyhow::Result<Figure> {
+    anyhow::ensure!(
+        batch * heads * seq * head_dim > 0,
+        "--batch, --heads, --seq and --head-dim must all be at least 1"
+    );
+    let dims = [batch, heads, seq, head_dim];
+    let random = || Tensor::<B, 4>::random(dims, burn::tensor::Distribution::Default, device);
+    let (q, k, v) = (random(), random(), random());
+    let blocked =
+        || wanda::model::llama::blocked_attention(q.clone(), k.clone(), v.clone(), None, None);
+    let kernels = wanda::model::kernels::kernels::<B>();
+    let fast = kernels.causal_attention(&q, &k, &v);
+    let (path, gap) = match &fast {
+        Some(out) => {
+            let gap = (out.clone().cast(burn::tensor::FloatDType::F32)
+                - blocked().cast(burn::tensor::FloatDType::F32))
+            .abs()
+            .max()
+            .into_scalar()
+            .elem::<f64>();
+            (
+                format!(
+                    "flash, tiling {}",
+                    wanda::model::kernels::flash_tiling().unwrap_or_default()
+                ),
+                format!(", max |Δ| {gap:.2e} to the blocked path"),
+            )
+        }
+        None => ("blocked".to_string(), String::new()),
+    };
+    let flops = 2.0 * (batch * heads * seq * seq * head_dim) as f64;
+    let runs = measure(repeats, flops / 1e9, || {
+        let out = fast
+            .as_ref()
+            .and_then(|_| kernels.causal_attention(&q, &k, &v))
+            .unwrap_or_else(blocked);
+        // Reading one value waits for the kernels on every backend.
+        let _ = out.slice([0..1, 0..1, 0..1, 0..1]).into_scalar();
+    });
+    let dtype = format!("{:?}", q.dtype()).to_lowercase();
+    Ok(figure(
+        &format!("B10 attention {batch}x{heads}x{seq}x{head_dim} {dtype} ({path}{gap})"),
+        "GFLOP/s",
+        runs,
+        choice.label(),
+    ))
 }
 
 /// Runs `wanda <args> --json` `repeats` times, each a fresh process, and reads the figures named
