@@ -59,7 +59,7 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Prune a model once (load, calibrate + prune layer by layer, evaluate, save).
     Prune(prune::PruneArgs),
-    /// Micro-benchmarks: forward throughput and GEMM rate.
+    /// Benchmarks B1–B10: forward, perplexity, pruning, GEMM, C4 indexing, loading, attention.
     Bench(bench::BenchArgs),
     /// Predict the memory of a run from the model's config alone (`--probe` checks it).
     Estimate(estimate::EstimateArgs),
