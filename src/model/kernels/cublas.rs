@@ -210,15 +210,16 @@ fn gemms(
             return None;
         }
         let (one, zero) = (1.0f32, 0.0f32);
+        let mut launched = Some(());
         for (_, [a_res, b_res, out_res], kind, [m, k, n], [op_a, op_b], [ld_a, ld_b]) in &products {
             // Row-major C[m, n] = A·B is column-major Cᵀ[n, m] = Bᵀ·Aᵀ: cuBLAS's first operand
             // is b.
             // SAFETY: the three pointers are live device allocations of CubeCL's pool (the
             // managed resources in `products` hold them) of at least the sizes these dimensions
-            // and leading dimensions address; the products and the stream synchronisation
-            // finish before they are dropped.
+            // and leading dimensions address; the stream synchronisation below, which runs
+            // whether or not every product was launched, finishes before they are dropped.
             #[allow(unsafe_code)]
-            unsafe {
+            let status = unsafe {
                 blas::gemm_ex(
                     handle.blas,
                     *op_b,
@@ -240,14 +241,18 @@ fn gemms(
                     blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                     blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                 )
-                .ok()?;
+            };
+            if status.is_err() {
+                // The products launched before this one still write their outputs: the wait
+                // below comes first, then Burn's matmul computes them all again.
+                launched = None;
+                break;
             }
         }
         // SAFETY: waits for the legacy default stream, where the products ran.
         #[allow(unsafe_code)]
-        unsafe {
-            driver::stream::synchronize(driver::stream::null()).ok()
-        }
+        let finished = unsafe { driver::stream::synchronize(driver::stream::null()).ok() };
+        launched.and(finished)
     });
     done.map(|()| products.into_iter().map(|(out, ..)| out).collect())
 }
