@@ -20,6 +20,15 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {
+            // A pipeline's problems print as `wanda validate` prints them, each its own
+            // `error: …` line with its place and help.
+            let top = err.chain().next();
+            if let Some(invalid) =
+                top.and_then(|e| e.downcast_ref::<wanda::pipeline::ValidationError>())
+            {
+                eprintln!("{invalid}");
+                return ExitCode::from(2);
+            }
             eprintln!("error: {err}");
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {cause}");

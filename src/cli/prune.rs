@@ -261,7 +261,8 @@ impl PruneArgs {
         let text = serde_saphyr::to_string(&pipeline)?;
         // Paths are absolute, so the pipeline's own (virtual) place does not matter.
         let file = std::env::current_dir()?.join(format!("{PIPELINE_NAME}.yaml"));
-        validate_source(&text, &file, &ValidateOptions::default()).map_err(anyhow::Error::new)
+        validate_source(&text, &file, &ValidateOptions::default())
+            .map_err(|e| anyhow::Error::new(e.generated("the flags of `wanda prune`")))
     }
 }
 

@@ -41,8 +41,10 @@ pub fn run(args: RerunArgs) -> anyhow::Result<ExitCode> {
     config["device"] = device.into();
     let text = serde_saphyr::to_string(&config)?;
     // Validated as if it were the original file, so relative paths resolve as they did.
-    let plan = validate_source(&text, &pipeline_file, &ValidateOptions::default())
-        .map_err(anyhow::Error::new)?;
+    let plan =
+        validate_source(&text, &pipeline_file, &ValidateOptions::default()).map_err(|e| {
+            anyhow::Error::new(e.generated(&format!("the config in {}", args.record.display())))
+        })?;
     anyhow::ensure!(
         plan.cells.len() == 1 && plan.cells[0].id == old.cell.id,
         "the record's config no longer resolves to cell `{}` (this wanda's defaults differ from the ones that wrote it)",

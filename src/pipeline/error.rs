@@ -29,6 +29,19 @@ impl ValidationError {
         }
     }
 
+    /// The same problems named at `description` instead of at positions in the text, for a
+    /// pipeline a command generated (from its flags, from a record) whose text the user never
+    /// saw: `error: the flags of `wanda prune`: `prune.sparsity` is `1.5`, …`.
+    pub fn generated(mut self, description: &str) -> Self {
+        self.file = PathBuf::from(description);
+        for diagnostic in &mut self.diagnostics {
+            if matches!(diagnostic.origin, Origin::File { .. }) {
+                diagnostic.origin = Origin::Unknown;
+            }
+        }
+        self
+    }
+
     /// The problems without their positions, for callers that branch on them.
     pub fn problems(&self) -> impl Iterator<Item = &Problem> {
         self.diagnostics.iter().map(|d| &d.problem)

@@ -527,3 +527,25 @@ fn an_unknown_device_selection_is_refused_by_name() {
         "{stderr}"
     );
 }
+
+/// A flag value the pipeline check refuses is named as the command's flag, once per line, with
+/// its help, and not at a line of the pipeline the command generated (which no file holds).
+#[test]
+fn a_refused_flag_is_named_as_a_flag_with_one_error_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
+    let out = prune_command(&tiny, &calib)
+        .args(["--device", "cpu", "--method", "wanda", "--sparsity", "1.5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: the flags of `wanda prune`: `prune.sparsity` is `1.5`, outside [0, 1)\n  = help:"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+    assert!(!stderr.contains("wanda-prune.yaml"), "{stderr}");
+}

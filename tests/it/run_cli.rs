@@ -384,6 +384,34 @@ fn rerun_of_a_record_gives_the_identical_perplexity() {
         assert_eq!(original.cell.label, label);
         rerun_matches(&results, &original);
     }
+    rerun_of_a_refused_config_names_the_record(&dir.path().join("wanda-0.6-unstructured"));
+}
+
+/// A record whose config the pipeline check refuses (here edited by hand) is named with the
+/// problem, not a line of the pipeline text `rerun` generated from it.
+fn rerun_of_a_refused_config_names_the_record(results: &Path) {
+    let record = records(results).remove(0);
+    let folder = results.join("tiny-sweep").join(&record.cell.id.0);
+    let mut edited: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("run.json")).unwrap()).unwrap();
+    let stages = edited["config"]["stages"].as_array_mut().unwrap();
+    let prune = stages.iter_mut().find(|s| s["kind"] == "prune").unwrap();
+    prune["sparsity"] = 1.5.into();
+    let path = folder.join("edited.json");
+    std::fs::write(&path, serde_json::to_vec(&edited).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .arg("rerun")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let expected = format!(
+        "error: the config in {}: `prune.sparsity` is `1.5`, outside [0, 1)",
+        path.display()
+    );
+    assert!(stderr.starts_with(&expected), "{stderr}");
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
 }
 
 /// Reruns `original`'s record from another working directory and checks the bits.
