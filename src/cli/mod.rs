@@ -121,7 +121,8 @@ fn counter_bar(label: &str, unit: &str) -> ProgressBar {
     ProgressBar::new(0).with_style(ProgressStyle::with_template(&template).expect("valid template"))
 }
 
-/// Every readable run record below `dir`; unreadable ones are named on stderr and skipped.
+/// Every readable run record below `dir`; unreadable ones are named on stderr and skipped, and
+/// a folder with none is an error.
 fn results_records(dir: &std::path::Path) -> anyhow::Result<Vec<wanda::pipeline::RunRecord>> {
     if !dir.is_dir() {
         anyhow::bail!(
@@ -132,6 +133,14 @@ fn results_records(dir: &std::path::Path) -> anyhow::Result<Vec<wanda::pipeline:
     let (records, skipped) = wanda::report::table::read_records(dir);
     for s in &skipped {
         eprintln!("skipped {}: {}", s.path.display(), s.reason);
+    }
+    if records.is_empty() {
+        anyhow::bail!(
+            "no readable run.json below `{}` ({} skipped); pass the folder `wanda run` wrote \
+             (results/<pipeline>), once a cell has finished",
+            dir.display(),
+            skipped.len()
+        );
     }
     Ok(records.into_iter().map(|(_, r)| r).collect())
 }

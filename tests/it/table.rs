@@ -95,6 +95,37 @@ fn paper_table_in_every_format() {
     assert_eq!(table(dir.path(), &[]).0, md);
 }
 
+/// A folder without a readable record is an error for `table` and `plot`, not an empty table.
+#[test]
+fn a_folder_without_records_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = dir.path().join("corrupt");
+    std::fs::create_dir_all(&corrupt).unwrap();
+    std::fs::write(corrupt.join("run.json"), "{ \"cell\": ").unwrap();
+    for args in [
+        &["table"][..],
+        &["plot", "--x", "sparsity", "--y", "ppl", "-o", "x.svg"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .arg(args[0])
+            .arg(dir.path())
+            .args(&args[1..])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(stderr.contains("no readable run.json below"), "{stderr}");
+        assert!(stderr.contains("(1 skipped)"), "{stderr}");
+        assert!(!dir.path().join("x.svg").exists());
+    }
+}
+
 #[test]
 fn mixed_settings_are_footnoted_not_merged() {
     let dir = tempfile::tempdir().unwrap();
