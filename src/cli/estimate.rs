@@ -75,16 +75,16 @@ pub struct EstimateArgs {
     #[arg(long, default_value_t = 1)]
     pub pp: usize,
     /// Calibration samples.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one)]
     pub nsamples: usize,
     /// Calibration sample length (also the sequence length of inference and training).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = super::at_least_one)]
     pub seqlen: usize,
     /// Samples per forward pass (prune: calibration batch; inference/training: batch size).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = super::at_least_one)]
     pub batch: usize,
     /// Evaluation window; no evaluation stage without it.
-    #[arg(long)]
+    #[arg(long, value_parser = super::at_least_one)]
     pub eval_seqlen: Option<usize>,
     /// Keep the dense model beside the pruned copy, as a pipeline with a sweep does.
     #[arg(long)]
@@ -103,7 +103,7 @@ pub struct EstimateArgs {
     pub zeroshot: bool,
     /// Windows a streamed evaluation runs through each layer together, holding their residual
     /// streams (a pipeline's gate asks for all its evaluation windows: each layer read once).
-    #[arg(long, default_value_t = wanda::eval::perplexity::STREAMED_WINDOW_GROUP)]
+    #[arg(long, default_value_t = wanda::eval::perplexity::STREAMED_WINDOW_GROUP, value_parser = super::at_least_one)]
     pub eval_group: usize,
     /// The device to estimate for.
     #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]

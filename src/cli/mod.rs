@@ -89,6 +89,15 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is not a size: write bytes or e.g. 2GB, 512MiB"))
 }
 
+/// A count that must be at least 1 (samples, positions, a batch), for clap's `value_parser`.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("`{text}` is not a count: {e}")),
+    }
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -110,3 +110,30 @@ fn an_unknown_optimizer_is_named_with_the_choices() {
         "{stderr}"
     );
 }
+
+/// A zero count (samples, positions, batch, evaluation window or group) is refused by name
+/// instead of estimating a run that cannot happen.
+#[test]
+fn zero_counts_are_refused_by_name() {
+    let model = fixture("llama-2-7b");
+    for flag in [
+        "--nsamples",
+        "--seqlen",
+        "--batch",
+        "--eval-seqlen",
+        "--eval-group",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(["estimate", flag, "0", "--model"])
+            .arg(&model)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '0' for '{flag}"))
+                && stderr.contains("must be at least 1"),
+            "{stderr}"
+        );
+    }
+}
