@@ -51,7 +51,7 @@ pub enum BenchKind {
         #[arg(long)]
         model: String,
         /// Window length.
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
         seqlen: usize,
     },
     /// B2: dense perplexity (wall s, tokens/s, peak RSS), one `wanda eval` process per run.
@@ -63,10 +63,10 @@ pub enum BenchKind {
         #[arg(long)]
         text: PathBuf,
         /// Window length.
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
         seqlen: usize,
         /// Windows evaluated.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = super::at_least_one)]
         windows: usize,
     },
     /// B3–B5: one prune cell (prune wall s, eval wall s, peak RSS, perplexity), one
@@ -85,13 +85,13 @@ pub enum BenchKind {
         #[command(flatten)]
         cell: PruneSettings,
         /// Calibration windows.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, value_parser = super::at_least_one)]
         nsamples: usize,
         /// Calibration window length (also the eval window length).
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
         seqlen: usize,
         /// Evaluation windows.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = super::at_least_one)]
         windows: usize,
     },
     /// B7: seconds to prune one decoder layer of a real model's shape (random weights): the
@@ -104,7 +104,7 @@ pub enum BenchKind {
         #[command(flatten)]
         cell: PruneSettings,
         /// Calibration tokens run through the layer (one window).
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = 16, value_parser = super::at_least_one)]
         tokens: usize,
     },
     /// B8: building the document store of a JSON-lines file (C4's calibration shard is
@@ -127,13 +127,13 @@ pub enum BenchKind {
     /// B6: GEMM `[m × k] · [k × n]` in the backend's float type, GFLOP/s.
     Gemm {
         /// Rows of the left matrix.
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
         m: usize,
         /// Shared dimension.
-        #[arg(long, default_value_t = 576)]
+        #[arg(long, default_value_t = 576, value_parser = super::at_least_one)]
         k: usize,
         /// Columns of the right matrix.
-        #[arg(long, default_value_t = 1536)]
+        #[arg(long, default_value_t = 1536, value_parser = super::at_least_one)]
         n: usize,
     },
     /// B10: causal attention `softmax(q·kᵀ/√head_dim)·v` of one layer, GFLOP/s (the causal
@@ -143,16 +143,16 @@ pub enum BenchKind {
     /// kernel, not measured here); the name gives the largest difference to the blocked path.
     Attention {
         /// Sequences at once.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = super::at_least_one)]
         batch: usize,
         /// Attention heads.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, value_parser = super::at_least_one)]
         heads: usize,
         /// Positions per sequence.
-        #[arg(long, default_value_t = 2048)]
+        #[arg(long, default_value_t = 2048, value_parser = super::at_least_one)]
         seq: usize,
         /// Width of a head.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = super::at_least_one)]
         head_dim: usize,
     },
 }
@@ -374,10 +374,6 @@ fn attention_figure<B: Backend>(
     repeats: usize,
     [batch, heads, seq, head_dim]: [usize; 4],
 ) -> anyhow::Result<Figure> {
-    anyhow::ensure!(
-        batch * heads * seq * head_dim > 0,
-        "--batch, --heads, --seq and --head-dim must all be at least 1"
-    );
     let dims = [batch, heads, seq, head_dim];
     let random = || Tensor::<B, 4>::random(dims, burn::tensor::Distribution::Default, device);
     let (q, k, v) = (random(), random(), random());

@@ -153,13 +153,28 @@ fn bench_attention_rates_the_blocked_path_on_the_cpu() {
         assert_eq!(runs.len(), 3);
         assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args(["bench", "attention", "--device", "cpu", "--seq", "0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--seq"), "{stderr}");
+    // A zero count is refused by its flag before any work, in every benchmark that takes one
+    // (`bench forward --seqlen 0` panicked inside Burn; `bench gemm --m 0` rated 0 GFLOP/s).
+    for args in [
+        &["attention", "--seq", "0"][..],
+        &["forward", "--model", "unused", "--seqlen", "0"],
+        &["gemm", "--m", "0"],
+        &["prune-layer", "--tokens", "0"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(["bench", "--device", "cpu"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        let flag = args[args.len() - 2];
+        assert!(
+            stderr.contains(&format!("invalid value '0' for '{flag}"))
+                && stderr.contains("must be at least 1"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
