@@ -14,7 +14,7 @@ use wanda::data::calibration::CalibrationSet;
 use wanda::data::sets::DatasetName;
 use wanda::eval::perplexity::PerplexityReport;
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::model::export::SaveDtype;
+use wanda::model::export::{replaceable_destination, SaveDtype};
 use wanda::model::ModelRef;
 use wanda::pipeline::plan::{validate_source, Plan, ValidateOptions};
 use wanda::pipeline::record::RunRecord;
@@ -105,7 +105,8 @@ pub struct PruneArgs {
     /// Evaluate only the first N windows.
     #[arg(long)]
     pub windows: Option<usize>,
-    /// Save the pruned model as a Hugging Face folder here.
+    /// Save the pruned model as a Hugging Face folder here: a new or empty folder, or one an
+    /// earlier save wrote (replaced once the new one is complete); any other is refused.
     #[arg(long)]
     pub save: Option<PathBuf>,
     /// Keep the cell's run.json and memory log in `DIR/wanda-prune/<cell>/` (by default they
@@ -338,10 +339,11 @@ impl OnBackend for Job {
     }
 }
 
-/// Moves the model the save stage wrote into the cell's folder to `folder` (replacing what is
-/// there, as a save always did).
+/// Moves the model the save stage wrote into the cell's folder to `folder`, replacing what is
+/// there only where [`replaceable_destination`] allows (an empty folder, or one wanda wrote).
 fn move_saved_model(results_dir: &Path, record: &RunRecord, folder: &Path) -> anyhow::Result<()> {
     let saved = results_dir.join(&record.cell.id.0).join("model");
+    let folder = &replaceable_destination(folder)?;
     if folder.exists() {
         std::fs::remove_dir_all(folder)
             .with_context(|| format!("cannot replace `{}`", folder.display()))?;
@@ -359,6 +361,10 @@ pub fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let json = args.json;
     let origin = ModelRef::parse(&args.model)?;
     let plan = args.plan(&origin)?;
+    // Before any work: a destination that is not ours is refused now, not after the pruning.
+    if let Some(save) = &args.save {
+        replaceable_destination(save)?;
+    }
     // Results go beside `--save` (a rename then stays on one file system) or to `--results`;
     // a temporary folder of this process otherwise, removed at the end.
     let (results, temporary) = match (&args.results, &args.save) {

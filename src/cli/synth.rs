@@ -32,7 +32,8 @@ pub struct SynthArgs {
     /// Largest safetensors shard (`2GB`, `5GiB`, bytes).
     #[arg(long, default_value = "2GB", value_parser = super::parse_size)]
     pub max_shard_size: u64,
-    /// The folder to write (replaced once the new one is complete).
+    /// The folder to write: a new or empty folder, or one wanda wrote (replaced once the new
+    /// one is complete); any other is refused.
     #[arg(long)]
     pub out: PathBuf,
     /// Print what was written as JSON.

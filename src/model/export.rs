@@ -59,6 +59,66 @@ pub enum ExportError {
     /// A layer could not be read (streamed) or does not have the shape of the others.
     #[error("cannot save the model: {0}")]
     Layers(String),
+    /// The destination exists and is not a folder this tool wrote, so it is not replaced.
+    #[error("`{path}` exists and {why}; save into a new folder, or remove it first if it may go")]
+    NotReplaceable {
+        /// The destination as given.
+        path: String,
+        /// What is there (a file, or a folder with other files: a few of their names).
+        why: String,
+    },
+}
+
+/// The recipe a saved model carries: the resolved cell as a pipeline that runs from anywhere.
+pub const RECIPE_FILE: &str = "wanda_recipe.yaml";
+/// How a synthetic model was made (`wanda synth`).
+pub const SYNTH_FILE: &str = "wanda_synth.json";
+
+/// `folder` as a destination that replacing may remove: its absolute path (symbolic links and
+/// `.`/`..` resolved where it exists), where it does not exist, is an empty folder, or is a
+/// folder this tool wrote (it holds [`RECIPE_FILE`] or [`SYNTH_FILE`]). Anything else — a file,
+/// the working folder of someone's notes, a home folder, a model downloaded from the hub — is
+/// refused before any work, so `--save ~/models` never empties `~/models`.
+pub fn replaceable_destination(folder: &Path) -> Result<PathBuf, ExportError> {
+    let refuse = |why: String| ExportError::NotReplaceable {
+        path: folder.display().to_string(),
+        why,
+    };
+    let resolved = if folder.exists() {
+        folder.canonicalize().map_err(io(folder))?
+    } else {
+        std::path::absolute(folder).map_err(io(folder))?
+    };
+    if resolved.file_name().is_none() || resolved.parent().is_none() {
+        return Err(refuse("is a root folder".into()));
+    }
+    if !resolved.exists() {
+        return Ok(resolved);
+    }
+    if !resolved.is_dir() {
+        return Err(refuse("is not a folder".into()));
+    }
+    let names: Vec<String> = std::fs::read_dir(&resolved)
+        .map_err(io(&resolved))?
+        .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(io(&resolved))?;
+    if names.is_empty() || names.iter().any(|n| n == RECIPE_FILE || n == SYNTH_FILE) {
+        return Ok(resolved);
+    }
+    let mut shown: Vec<&str> = names.iter().map(String::as_str).collect();
+    shown.sort_unstable();
+    let more = shown.len().saturating_sub(3);
+    shown.truncate(3);
+    Err(refuse(format!(
+        "was not written by wanda (it holds `{}`{}, and no `{RECIPE_FILE}` or `{SYNTH_FILE}`)",
+        shown.join("`, `"),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )))
 }
 
 /// The little-endian bytes of `values` in `dtype` into `bytes` (its allocation reused),
@@ -319,11 +379,13 @@ pub fn save_hf_folder<B: Backend>(
 }
 
 /// Runs `write` on an empty staging folder beside `folder`, then renames it to `folder`
-/// (replacing an existing one only then); a failed `write` leaves nothing behind.
+/// (replacing an existing one only then, and only one [`replaceable_destination`] allows); a
+/// failed `write` leaves nothing behind.
 pub(crate) fn write_atomically(
     folder: &Path,
     write: impl FnOnce(&Path) -> Result<(), ExportError>,
 ) -> Result<(), ExportError> {
+    let folder = &replaceable_destination(folder)?;
     remove_stale_staging(folder);
     let staging = staging_path(folder);
     if staging.exists() {
@@ -707,6 +769,57 @@ fn staging_path(folder: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A destination may be replaced where it is new, empty or wanda's own; a file, a root and
+    /// a folder of other files are refused, naming what is there, and stay as they were.
+    #[test]
+    fn only_new_empty_or_wandas_own_folders_are_replaceable() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("new");
+        assert_eq!(replaceable_destination(&new).unwrap(), new);
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert!(replaceable_destination(&empty).is_ok());
+        for marker in [RECIPE_FILE, SYNTH_FILE] {
+            let ours = dir.path().join(marker);
+            std::fs::create_dir(&ours).unwrap();
+            std::fs::write(ours.join(marker), "").unwrap();
+            std::fs::write(ours.join("model.safetensors"), "").unwrap();
+            assert!(replaceable_destination(&ours).is_ok(), "{marker}");
+        }
+        // Through `..`, resolved to the folder it names.
+        let via = empty.join("..").join("empty");
+        assert_eq!(
+            replaceable_destination(&via).unwrap(),
+            empty.canonicalize().unwrap()
+        );
+
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        for name in ["b.txt", "a.txt", "c", "d"] {
+            std::fs::write(theirs.join(name), "kept").unwrap();
+        }
+        let refused = replaceable_destination(&theirs).unwrap_err().to_string();
+        assert!(
+            refused.contains("holds `a.txt`, `b.txt`, `c` and 1 more")
+                && refused.contains("save into a new folder"),
+            "{refused}"
+        );
+        let file = theirs.join("a.txt");
+        let refused = replaceable_destination(&file).unwrap_err().to_string();
+        assert!(refused.contains("is not a folder"), "{refused}");
+        let refused = replaceable_destination(Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("root"), "{refused}");
+
+        let written = write_atomically(&theirs, |staging| {
+            std::fs::write(staging.join("x"), "").map_err(io(staging))
+        });
+        assert!(matches!(written, Err(ExportError::NotReplaceable { .. })));
+        assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 4);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
+    }
 
     /// `[in, out]` = `[37, 70]`: the fused kernels' transposition from the tensor's buffer (NdArray)
     /// and the host copy then transposition (Flex) give PyTorch's `[out, in]` layout.

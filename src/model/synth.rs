@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::config::{LlamaConfig, RopeScaling};
 use super::export::{
     io, pretty_json, write_atomically, write_weights, ExportError, PlannedTensor, SaveDtype,
-    TensorValues,
+    TensorValues, SYNTH_FILE,
 };
 use super::family::Architecture;
 
@@ -224,7 +224,7 @@ pub fn synthesize(
             options.max_shard_bytes,
         )?;
         write(
-            "wanda_synth.json",
+            SYNTH_FILE,
             pretty_json(&serde_json::json!({
                 "note": "random weights in a published shape, made by `wanda synth`: \
                          shapes, sizes and timings are real, perplexity is meaningless",

@@ -6,13 +6,12 @@
 use burn::prelude::Backend;
 
 use super::PipelineExecutor;
+pub use crate::model::export::RECIPE_FILE;
 use crate::model::export::{save_hf_folder, SaveSpec};
 use crate::pipeline::plan::{Cell, StageNode};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::SaveOptions;
 
-/// The recipe's file name in a saved folder.
-pub const RECIPE_FILE: &str = "wanda_recipe.yaml";
 /// The sparsity report's file name in a saved folder.
 pub const SPARSITY_FILE: &str = "wanda_sparsity.json";
 

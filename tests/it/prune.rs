@@ -549,3 +549,63 @@ fn a_refused_flag_is_named_as_a_flag_with_one_error_prefix() {
     assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
     assert!(!stderr.contains("wanda-prune.yaml"), "{stderr}");
 }
+
+/// `--save` into a folder wanda did not write is refused before any work and leaves it as it
+/// was (a save used to replace whatever was there: `--save ~/models` emptied `~/models`); an
+/// earlier save of wanda's own is replaced.
+#[test]
+fn save_refuses_a_folder_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir_all(theirs.join("sub")).unwrap();
+    std::fs::write(theirs.join("notes.txt"), "precious").unwrap();
+    let save = |to: &std::path::Path, sparsity: &str| {
+        prune_command(&tiny, &calib)
+            .args([
+                "--device",
+                "cpu",
+                "--method",
+                "magnitude",
+                "--sparsity",
+                sparsity,
+            ])
+            .arg("--save")
+            .arg(to)
+            .output()
+            .unwrap()
+    };
+    let out = save(&theirs, "0.5");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("was not written by wanda (it holds `notes.txt`, `sub`"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "refused before pruning");
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("notes.txt")).unwrap(),
+        "precious"
+    );
+    assert!(theirs.join("sub").is_dir());
+
+    let ours = dir.path().join("ours");
+    for sparsity in ["0.5", "0.25"] {
+        let out = save(&ours, sparsity);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ours.join(wanda::stages::SPARSITY_FILE)).unwrap(),
+    )
+    .unwrap();
+    // Magnitude's one threshold per matrix keeps ties, so 25 % is met to within a few weights.
+    let total = report["total"].as_f64().unwrap();
+    assert!(
+        (total - 0.25).abs() < 0.01,
+        "the second save replaced the first: {total}"
+    );
+}
