@@ -382,6 +382,24 @@ pub enum Problem {
         /// The nearest sweepable key.
         suggestion: Option<String>,
     },
+    /// A pipeline name that is not one folder name.
+    #[error("pipeline name `{name}` is not a folder name: results go to `results/<name>/`")]
+    InvalidName {
+        /// The name as written.
+        name: String,
+    },
+    /// Two cells of the sweep are one experiment (the same id).
+    #[error("sweep cell {second} (`{label}`, id {id}) is the same experiment as cell {first}")]
+    RepeatedCell {
+        /// The earlier cell's number (from 1).
+        first: usize,
+        /// The later cell's number (from 1).
+        second: usize,
+        /// The later cell's label.
+        label: String,
+        /// Their id.
+        id: String,
+    },
     /// A key swept twice.
     #[error("sweep key `{key}` is given twice")]
     DuplicateSweepKey {
@@ -527,6 +545,10 @@ impl Problem {
                 Some(s) => format!("did you mean `{s}`?"),
                 None => "sweep keys are `<stage id>.<option>` (e.g. `prune.sparsity`), `calibration.*`, `evaluation.*` or `seed`".into(),
             },
+            Problem::InvalidName { .. } => {
+                "use letters, digits, `-`, `_` and `.`, not starting with `.`, e.g. `llama2-7b-wanda`".into()
+            }
+            Problem::RepeatedCell { .. } => "a sweep value repeats, or two differ only where it changes nothing (an N:M pattern fixes the sparsity): list each experiment once".into(),
             Problem::DuplicateSweepKey { .. } => "sweep each key once, either alone or in `zip`".into(),
             Problem::ZipLengthMismatch { .. } => {
                 "zipped keys advance together: give them lists of the same length".into()

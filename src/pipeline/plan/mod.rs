@@ -366,6 +366,7 @@ pub fn validate_source(
     })?;
     apply_overrides(&mut root, &options.overrides).map_err(fail)?;
     let parsed = spec::parse(&root).map_err(fail)?;
+    check_name(&root, &parsed.spec.settings.name).map_err(fail)?;
     check_stage_graph(&parsed).map_err(fail)?;
     let targets = resolve_sweep_keys(&parsed).map_err(fail)?;
     let mut checker = Checker {
@@ -382,6 +383,28 @@ pub fn validate_source(
         cells,
         graph,
     })
+}
+
+/// The pipeline's name is one folder name (results go to `results/<name>/`): no separator, no
+/// `..`, nothing hidden.
+fn check_name(root: &Node, name: &str) -> Result<(), Vec<Diagnostic>> {
+    let valid = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        return Ok(());
+    }
+    let origin = root
+        .get("name")
+        .map_or(Origin::Unknown, |n| n.origin.clone());
+    Err(vec![Diagnostic {
+        origin,
+        problem: Problem::InvalidName {
+            name: name.to_string(),
+        },
+    }])
 }
 
 /// The node at a YAML path.

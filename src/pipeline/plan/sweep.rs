@@ -190,6 +190,21 @@ pub(super) fn expand_cells(
             config,
         });
     }
+    let mut seen: HashMap<&CellId, usize> = HashMap::new();
+    for cell in &cells {
+        if let Some(first) = seen.insert(&cell.id, cell.index) {
+            let origin = root
+                .get("sweep")
+                .map_or(Origin::Unknown, |n| n.origin.clone());
+            let problem = Problem::RepeatedCell {
+                first: first + 1,
+                second: cell.index + 1,
+                label: cell.label.clone(),
+                id: cell.id.to_string(),
+            };
+            problems.add(Diagnostic { origin, problem }, cell.index);
+        }
+    }
     if problems.order.is_empty() {
         Ok(cells)
     } else {

@@ -74,8 +74,12 @@ pub fn logits(model: &Llama<B>, ids: &[i64]) -> Vec<f32> {
 }
 
 /// Saves a tiny tied Llama (weights drawn with `seed`) and the tiny tokenizer as an f32
-/// Hugging Face folder.
+/// Hugging Face folder, replacing the one an earlier call made there (a plain folder carries no
+/// mark of wanda's, so a save would refuse to replace it).
 pub fn save_tiny_hf_folder(folder: &Path, seed: u64) {
+    if folder.exists() {
+        std::fs::remove_dir_all(folder).expect("the earlier tiny model removed");
+    }
     let config = tiny_config("LlamaForCausalLM", true);
     let spec = SaveSpec::new(SaveDtype::F32);
     save_hf_folder(
