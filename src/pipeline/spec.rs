@@ -90,7 +90,9 @@ pub enum StagesForm {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
-    /// Pipeline name; results go to `results/<name>/`.
+    /// Pipeline name; results go to `results/<name>/`: letters, digits, `-`, `_` and `.`,
+    /// not starting with `.`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"))]
     pub name: String,
     /// Seed of every random choice (calibration sampling).
     #[serde(default)]
