@@ -37,7 +37,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 2048)]
     pub seqlen: usize,
     /// Evaluate only the first N windows.
-    #[arg(long)]
+    #[arg(long, value_parser = super::at_least_one)]
     pub windows: Option<usize>,
     /// Zero-shot tasks to score, comma-separated (lm-eval 0.4.13's definitions): boolq, rte,
     /// hellaswag, winogrande, arc_easy, arc_challenge, openbookqa.

@@ -40,7 +40,7 @@ pub struct RunArgs {
     pub manifest: Option<PathBuf>,
     /// Run the cells in N worker processes at once, one cell per process; with GPUs each worker
     /// is pinned to one (`CUDA_VISIBLE_DEVICES`), on the CPU the cores are split between them.
-    #[arg(long, value_name = "N", conflicts_with_all = ["only", "cell_index", "dry_run"])]
+    #[arg(long, value_name = "N", value_parser = super::at_least_one, conflicts_with_all = ["only", "cell_index", "dry_run"])]
     pub workers: Option<usize>,
     /// Re-run cells that already have a run.json.
     #[arg(long)]

@@ -222,3 +222,28 @@ fn bench_perplexity_runs_fresh_processes_and_reports_medians() {
     let rss = figures[3]["median"].as_f64().unwrap();
     assert!(rss > 0.001 && rss < 64.0, "peak RSS {rss} GiB");
 }
+
+/// `eval --windows 0` evaluated one window and `run --workers 0` ran one worker; both are now
+/// refused by their flag before any work.
+#[test]
+fn zero_windows_and_zero_workers_are_refused_by_flag() {
+    for (args, flag) in [
+        (
+            &["eval", "--model", "m", "--text", "t", "--windows", "0"][..],
+            "--windows",
+        ),
+        (&["run", "p.yaml", "--workers", "0"], "--workers"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '0' for '{flag}"))
+                && stderr.contains("must be at least 1"),
+            "{stderr}"
+        );
+    }
+}
