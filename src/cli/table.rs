@@ -56,6 +56,15 @@ pub fn run(args: TableArgs) -> anyhow::Result<ExitCode> {
         higher_is_better: args.higher_is_better,
     };
     let table = build(&records, &spec).map_err(|e| anyhow::anyhow!("`--rows`/`--cols`: {e}"))?;
+    if table.rows.is_empty() {
+        anyhow::bail!(
+            "`--metric {}`: none of the {} record(s) has it; use ppl, sparsity, prune_s, total_s, \
+             peak_rss_gib, zeroshot (records of an eval stage with `zeroshot:`) or a key of a \
+             record's `metrics`",
+            spec.metric,
+            records.len()
+        );
+    }
     let text = render(&table, format, spec.decimals);
     match &args.output {
         Some(path) => std::fs::write(path, &text)

@@ -126,6 +126,34 @@ fn a_folder_without_records_is_refused() {
     }
 }
 
+/// A metric no record holds is an error naming it and the metrics there are, not an empty
+/// table.
+#[test]
+fn a_metric_no_record_holds_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_fixture(dir.path(), false);
+    for metric in ["zeroshot", "bogus"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .arg("table")
+            .arg(dir.path())
+            .args(["--metric", metric])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains(&format!("`--metric {metric}`: none of the"))
+                && stderr.contains("use ppl, sparsity"),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn mixed_settings_are_footnoted_not_merged() {
     let dir = tempfile::tempdir().unwrap();
