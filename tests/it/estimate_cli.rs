@@ -1,7 +1,7 @@
 //! `wanda estimate` on the configs of real models (tests/fixtures/models: config.json only, as
 //! the hub serves them): parameter counts as published, and the calculator's numbers by hand.
 
-use crate::common::output_ok;
+use crate::common::{assert_zero_refused, output_ok};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -116,6 +116,7 @@ fn an_unknown_optimizer_is_named_with_the_choices() {
 #[test]
 fn zero_counts_are_refused_by_name() {
     let model = fixture("llama-2-7b");
+    let model = model.to_str().unwrap();
     for flag in [
         "--nsamples",
         "--seqlen",
@@ -123,17 +124,6 @@ fn zero_counts_are_refused_by_name() {
         "--eval-seqlen",
         "--eval-group",
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .args(["estimate", flag, "0", "--model"])
-            .arg(&model)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
-        assert!(
-            stderr.contains(&format!("invalid value '0' for '{flag}"))
-                && stderr.contains("must be at least 1"),
-            "{stderr}"
-        );
+        assert_zero_refused(&["estimate", flag, "0", "--model", model], flag);
     }
 }

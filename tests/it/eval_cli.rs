@@ -6,7 +6,7 @@ use std::process::Command;
 use wanda::eval::perplexity::perplexity;
 use wanda::model::{self, ModelRef};
 
-use crate::common::{output_ok, save_tiny_hf_folder, tiny_text, B};
+use crate::common::{assert_zero_refused, output_ok, save_tiny_hf_folder, tiny_text, B};
 
 /// A tiny model folder (weights from `seed`) and a text of `words` words in a temp folder.
 fn tiny_setup(seed: u64, words: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -155,25 +155,16 @@ fn bench_attention_rates_the_blocked_path_on_the_cpu() {
     }
     // A zero count is refused by its flag before any work, in every benchmark that takes one
     // (`bench forward --seqlen 0` panicked inside Burn; `bench gemm --m 0` rated 0 GFLOP/s).
-    for args in [
-        &["attention", "--seq", "0"][..],
-        &["forward", "--model", "unused", "--seqlen", "0"],
-        &["gemm", "--m", "0"],
-        &["prune-layer", "--tokens", "0"],
+    for (args, flag) in [
+        (&["attention", "--seq", "0"][..], "--seq"),
+        (
+            &["forward", "--model", "unused", "--seqlen", "0"],
+            "--seqlen",
+        ),
+        (&["gemm", "--m", "0"], "--m"),
+        (&["prune-layer", "--tokens", "0"], "--tokens"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .args(["bench", "--device", "cpu"])
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        let flag = args[args.len() - 2];
-        assert!(
-            stderr.contains(&format!("invalid value '0' for '{flag}"))
-                && stderr.contains("must be at least 1"),
-            "{stderr}"
-        );
+        assert_zero_refused(&[&["bench", "--device", "cpu"][..], args].concat(), flag);
     }
 }
 
@@ -227,23 +218,9 @@ fn bench_perplexity_runs_fresh_processes_and_reports_medians() {
 /// refused by their flag before any work.
 #[test]
 fn zero_windows_and_zero_workers_are_refused_by_flag() {
-    for (args, flag) in [
-        (
-            &["eval", "--model", "m", "--text", "t", "--windows", "0"][..],
-            "--windows",
-        ),
-        (&["run", "p.yaml", "--workers", "0"], "--workers"),
-    ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(
-            stderr.contains(&format!("invalid value '0' for '{flag}"))
-                && stderr.contains("must be at least 1"),
-            "{stderr}"
-        );
-    }
+    assert_zero_refused(
+        &["eval", "--model", "m", "--text", "t", "--windows", "0"],
+        "--windows",
+    );
+    assert_zero_refused(&["run", "p.yaml", "--workers", "0"], "--workers");
 }

@@ -13,7 +13,7 @@ use wanda::prune::Sparsity;
 use wanda::prune::{Method, MethodOptions, PruneError};
 
 use crate::common::{
-    logits, output_ok, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B,
+    logits, output_ok, output_refused, save_tiny_hf_folder, tiny_config, tiny_model, tiny_text, B,
 };
 
 /// Four calibration windows of 8 tokens over the 32-token vocabulary.
@@ -534,12 +534,14 @@ fn an_unknown_device_selection_is_refused_by_name() {
 fn a_refused_flag_is_named_as_a_flag_with_one_error_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
-    let out = prune_command(&tiny, &calib)
-        .args(["--device", "cpu", "--method", "wanda", "--sparsity", "1.5"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = output_refused(prune_command(&tiny, &calib).args([
+        "--device",
+        "cpu",
+        "--method",
+        "wanda",
+        "--sparsity",
+        "1.5",
+    ]));
     assert!(
         stderr.starts_with(
             "error: the flags of `wanda prune`: `prune.sparsity` is `1.5`, outside [0, 1)\n  = help:"
@@ -561,28 +563,20 @@ fn save_refuses_a_folder_it_did_not_write() {
     std::fs::create_dir_all(theirs.join("sub")).unwrap();
     std::fs::write(theirs.join("notes.txt"), "precious").unwrap();
     let save = |to: &std::path::Path, sparsity: &str| {
-        prune_command(&tiny, &calib)
-            .args([
-                "--device",
-                "cpu",
-                "--method",
-                "magnitude",
-                "--sparsity",
-                sparsity,
-            ])
+        let mut command = prune_command(&tiny, &calib);
+        command
+            .args(["--device", "cpu", "--method", "magnitude"])
+            .args(["--sparsity", sparsity])
             .arg("--save")
-            .arg(to)
-            .output()
-            .unwrap()
+            .arg(to);
+        command
     };
-    let out = save(&theirs, "0.5");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // Refused before pruning: nothing printed on stdout.
+    let stderr = output_refused(&mut save(&theirs, "0.5"));
     assert!(
         stderr.contains("was not written by wanda (it holds `notes.txt`, `sub`"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty(), "refused before pruning");
     assert_eq!(
         std::fs::read_to_string(theirs.join("notes.txt")).unwrap(),
         "precious"
@@ -591,12 +585,7 @@ fn save_refuses_a_folder_it_did_not_write() {
 
     let ours = dir.path().join("ours");
     for sparsity in ["0.5", "0.25"] {
-        let out = save(&ours, sparsity);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        output_ok(&mut save(&ours, sparsity));
     }
     let report: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(ours.join(wanda::stages::SPARSITY_FILE)).unwrap(),

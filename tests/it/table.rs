@@ -2,7 +2,7 @@
 //! N:M after the ratios), every format, the mixed-settings footnotes, and unreadable records
 //! named and skipped.
 
-use crate::common::output_ok;
+use crate::common::{output_ok, output_refused};
 use std::path::Path;
 use std::process::Command;
 
@@ -106,19 +106,12 @@ fn a_folder_without_records_is_refused() {
         &["table"][..],
         &["plot", "--x", "sparsity", "--y", "ppl", "-o", "x.svg"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .arg(args[0])
-            .arg(dir.path())
-            .args(&args[1..])
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
+        let stderr = output_refused(
+            Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .arg(args[0])
+                .arg(dir.path())
+                .args(&args[1..])
+                .current_dir(dir.path()),
         );
         assert!(stderr.contains("no readable run.json below"), "{stderr}");
         assert!(stderr.contains("(1 skipped)"), "{stderr}");
@@ -133,18 +126,11 @@ fn a_metric_no_record_holds_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     write_fixture(dir.path(), false);
     for metric in ["zeroshot", "bogus"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .arg("table")
-            .arg(dir.path())
-            .args(["--metric", metric])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(
-            out.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
+        let stderr = output_refused(
+            Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .arg("table")
+                .arg(dir.path())
+                .args(["--metric", metric]),
         );
         assert!(
             stderr.contains(&format!("`--metric {metric}`: none of the"))

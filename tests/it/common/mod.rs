@@ -174,6 +174,31 @@ pub fn output_ok(command: &mut std::process::Command) -> std::process::Output {
     out
 }
 
+/// Runs `command`, which must stop with an error (exit code 2) before printing anything on
+/// stdout; returns its stderr.
+pub fn output_refused(command: &mut std::process::Command) -> String {
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// Runs the `wanda` binary with `args`, which must refuse `0` for `flag` (a count of at least
+/// 1) by name, before any work.
+pub fn assert_zero_refused(args: &[&str], flag: &str) {
+    let stderr = output_refused(std::process::Command::new(env!("CARGO_BIN_EXE_wanda")).args(args));
+    assert!(
+        stderr.contains(&format!("invalid value '0' for '{flag}"))
+            && stderr.contains("must be at least 1"),
+        "{args:?}: {stderr}"
+    );
+}
+
 /// Runs the `wanda` binary with `args`, the hub at `hub`'s address, its cache under `home`
 /// (`HF_HOME`), no token, offline or not.
 pub(crate) fn wanda_with_hub(
