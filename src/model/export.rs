@@ -181,7 +181,7 @@ fn host<B: Backend, const D: usize>(t: Tensor<B, D>) -> HostTensor {
 fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
     let [d_in, d_out] = w.dims();
     let data = kernels::<B>()
-        .host_copy(&w, true)
+        .host_transposed(&w)
         .unwrap_or_else(|| transpose(&host(w).data, d_in, d_out));
     HostTensor {
         shape: vec![d_out, d_in],
@@ -836,7 +836,7 @@ mod tests {
             linear_weight(Tensor::<B, 2>::from_data(data, &Default::default()))
         }
         assert!(kernels::<NdArray>()
-            .host_copy(&Tensor::zeros([2, 2], &Default::default()), true)
+            .host_transposed(&Tensor::zeros([2, 2], &Default::default()))
             .is_some());
         for t in [
             saved::<NdArray>(&values, [d_in, d_out]),

@@ -2,23 +2,22 @@
 //! host-side code (pruning kernels, safetensors export, the perplexity sum, the CLI), and the one
 //! way model weights enter it.
 
+use burn::module::Param;
 use burn::prelude::*;
-use burn::tensor::DType;
+use burn::tensor::{DType, TensorPrimitive};
 use rayon::prelude::*;
 
 use super::kernels::kernels;
 
 /// The values of `t` in row-major order as `f32`, whatever float type the backend computes in
 /// (bf16 and f16 travel in their own type and are widened exactly, in parallel). On the fused
-/// CPU backend a contiguous buffer is copied in parallel (Burn would collect a shared one, such
-/// as a parameter's, element by element).
+/// CPU backend the buffer of a tensor that holds it alone is moved out, and a shared one (a
+/// parameter's) copied in parallel, where Burn would collect it element by element.
 pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    let n = t.shape().num_elements();
-    if n > 0 {
-        if let Some(values) = kernels::<B>().host_copy(&t.clone().reshape([1, n]), false) {
-            return values;
-        }
-    }
+    let t = match kernels::<B>().host_values(t.into_primitive().tensor()) {
+        Ok(values) => return values,
+        Err(primitive) => Tensor::<B, D>::from_primitive(TensorPrimitive::Float(primitive)),
+    };
     let data = t.into_data();
     let widened = match data.dtype {
         DType::F16 => data
@@ -38,6 +37,13 @@ pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     })
 }
 
+/// The tensor of `param`, taken out and replaced by an empty one: a buffer the parameter held
+/// alone is then held alone by the result, and [`to_host_f32`] moves it instead of copying.
+pub fn take_param<B: Backend, const D: usize>(param: &mut Param<Tensor<B, D>>) -> Tensor<B, D> {
+    let empty = Param::from_tensor(Tensor::empty([0; D], &param.device()));
+    std::mem::replace(param, empty).into_value()
+}
+
 /// A model weight on `device` from host values, allocated as a long-lived tensor.
 ///
 /// On CUDA a plain upload goes to CubeCL's sliced pools, whose pages are a quarter, a sixteenth,
@@ -55,7 +61,31 @@ pub fn weight_tensor<B: Backend, const D: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::backend::ndarray::NdArrayTensor;
     use burn::backend::NdArray;
+
+    #[test]
+    fn a_buffer_held_alone_moves_to_the_host_and_a_shared_one_is_copied() {
+        let values: Vec<f32> = (0..24).map(|v| v as f32 - 7.5).collect();
+        let t = Tensor::<NdArray<f32>, 3>::from_data(
+            TensorData::new(values.clone(), [2, 3, 4]),
+            &Default::default(),
+        );
+        let address = |t: &Tensor<NdArray<f32>, 3>| match t.clone().into_primitive().tensor() {
+            NdArrayTensor::F32(storage) => storage.view().as_ptr() as usize,
+            other => panic!("an f32 tensor holds f32 storage, not {other:?}"),
+        };
+        let buffer = address(&t);
+        let copied = to_host_f32(t.clone());
+        assert_eq!(copied, values);
+        assert_ne!(copied.as_ptr() as usize, buffer, "a shared buffer is copied");
+        assert_eq!(address(&t), buffer, "and stays where it was");
+        // A view into part of a buffer gives its own elements only.
+        assert_eq!(to_host_f32(t.clone().slice([1..2])), values[12..]);
+        let moved = to_host_f32(t);
+        assert_eq!(moved.as_ptr() as usize, buffer, "a buffer held alone is moved");
+        assert_eq!(moved, values);
+    }
 
     #[test]
     fn half_precision_values_come_back_widened_exactly() {

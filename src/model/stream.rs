@@ -27,7 +27,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use super::config::LlamaConfig;
 use super::export::{encode, SaveDtype};
-use super::host::{to_host_f32, weight_tensor};
+use super::host::{take_param, to_host_f32, weight_tensor};
 use super::llama::{DecoderLayer, Llama, Norm};
 use super::weights::{build_layer, build_shell, WeightError, WeightSource};
 
@@ -299,7 +299,7 @@ impl<B: Backend> Layers<B> for StreamedLlama<B> {
             .store
             .path
             .join(format!("layer-{i:05}-{n}.safetensors"));
-        write_layer(&layer, &path)?;
+        write_layer(layer, &path)?;
         self.slots[i] = Slot::Stored(Arc::new(LayerFile {
             path,
             _store: self.store.clone(),
@@ -370,11 +370,6 @@ impl<B: Backend> Layers<B> for Decoder<B> {
     }
 }
 
-/// The names of a layer's linears in a stored file, with the linear.
-fn linears_of<B: Backend>(layer: &DecoderLayer<B>) -> impl Iterator<Item = (&str, &Linear<B>)> {
-    layer.linears().into_iter().map(|(name, _, l)| (name, l))
-}
-
 /// A tensor's values as stored: bf16 when every value is one exactly (its low 16 bits are
 /// zero: the weights of a bf16 checkpoint that pruning only zeroed), else f32. Lossless either
 /// way; a bf16 checkpoint pruned by Wanda, magnitude or RIA stores half the bytes.
@@ -406,15 +401,20 @@ fn stored_bytes(values: &[f32]) -> (Dtype, Vec<u8>) {
 
 /// Writes `layer` to `path` as safetensors in Burn's layout (linear weights `[in, out]`), each
 /// tensor in bf16 or f32 by [`stored_bytes`], through a temporary file renamed into place, so a
-/// file that exists is complete.
-fn write_layer<B: Backend>(layer: &DecoderLayer<B>, path: &Path) -> Result<(), StreamError> {
+/// file that exists is complete. The layer is consumed: linear weights it holds alone move to
+/// the host uncopied.
+fn write_layer<B: Backend>(mut layer: DecoderLayer<B>, path: &Path) -> Result<(), StreamError> {
     let mut tensors: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = Vec::new();
     let mut push = |name: String, shape: Vec<usize>, values: Vec<f32>| {
         let (dtype, bytes) = stored_bytes(&values);
         tensors.push((name, shape, dtype, bytes));
     };
-    for (name, linear) in linears_of(layer) {
-        let w = linear.weight.val();
+    let names: Vec<&'static str> = layer.linears().iter().map(|(name, ..)| *name).collect();
+    for name in names {
+        let linear = layer
+            .linear_mut(name)
+            .expect("names come from DecoderLayer::linears");
+        let w = take_param(&mut linear.weight);
         push(format!("{name}.weight"), w.dims().to_vec(), to_host_f32(w));
         if let Some(bias) = &linear.bias {
             let b = bias.val();
@@ -560,8 +560,10 @@ mod tests {
         (0..model.layer_count())
             .flat_map(|i| {
                 let layer = model.layer(i).unwrap().into_owned();
-                linears_of(&layer)
-                    .map(|(_, l)| to_host_f32(l.weight.val()))
+                layer
+                    .linears()
+                    .into_iter()
+                    .map(|(.., l)| to_host_f32(l.weight.val()))
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -613,14 +615,16 @@ mod tests {
                 Param::from_tensor(Tensor::from_data(TensorData::new(values, dims), &device));
         }
         let values = |layer: &DecoderLayer<B>| -> Vec<Vec<f32>> {
-            linears_of(layer)
-                .map(|(_, l)| to_host_f32(l.weight.val()))
+            layer
+                .linears()
+                .into_iter()
+                .map(|(.., l)| to_host_f32(l.weight.val()))
                 .collect()
         };
         let mut sizes = Vec::new();
         for (i, layer) in [&f32_layer, &bf16_layer].into_iter().enumerate() {
             let path = dir.path().join(format!("layer-{i}.safetensors"));
-            write_layer(layer, &path).unwrap();
+            write_layer(layer.clone(), &path).unwrap();
             sizes.push(std::fs::metadata(&path).unwrap().len());
             let back = read_layer::<B>(&path, &config, 0, &device).unwrap();
             assert_eq!(values(&back), values(layer), "layer {i}");

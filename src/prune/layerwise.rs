@@ -32,7 +32,7 @@ use super::skip::{check_skip, glob_matches, linear_path};
 use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
 use super::wanda::{checked_norms, prune_wanda, wanda_scores, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
-use crate::model::host::{to_host_f32, weight_tensor};
+use crate::model::host::{take_param, to_host_f32, weight_tensor};
 use crate::model::kernels::kernels;
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
@@ -752,12 +752,15 @@ fn zeros_go_back_as_masks<B: Backend>(only_zeroes: bool) -> bool {
 
 /// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a
 /// `skip` pattern names; all weights are pruned on the host first and stored back only when
-/// every one succeeded. Returns the sparsity of every linear, measured on the host copies.
+/// every one succeeded. Returns the sparsity of every linear, measured on the host copies. After
+/// an error the layer may lack weights: its callers drop it.
 ///
 /// `zeroes_only` says `prune` changes no value but to zero it: each weight then goes back as
 /// the mask of its zeros (`+0.0`, as pruning writes them; an original `-0.0` is left as it
 /// was), which gives the same tensor as uploading the host copy with a quarter of an f32
 /// weight's bytes — on a GPU, where the upload is the cost (`results/gpu-h200-2026-11-26-phases/`).
+/// Otherwise a weight goes back whole, so it is taken out of the layer before going to the
+/// host: a buffer the layer holds alone (a streamed layer's) then moves instead of being copied.
 ///
 /// `on_device` is asked first, once, with every linear that is not skipped (its weight and the
 /// input it reads): for each, the zeros selected on the weight's device, or `None` to prune it
@@ -773,29 +776,41 @@ fn prune_layer<B: Backend>(
 ) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
     let mut pruned = Vec::with_capacity(7);
     let mut measured = Vec::with_capacity(7);
-    let linears: Vec<(&'static str, LinearInput, Tensor<B, 2>, bool)> = layer
+    let linears: Vec<(&'static str, LinearInput, bool)> = layer
         .linears()
         .into_iter()
-        .map(|(name, input, linear)| {
+        .map(|(name, input, _)| {
             let path = linear_path(index, name);
-            let skipped = skip.iter().any(|pattern| glob_matches(pattern, &path));
-            (name, input, linear.weight.val(), skipped)
+            (name, input, skip.iter().any(|p| glob_matches(p, &path)))
         })
         .collect();
-    let asked: Vec<(Tensor<B, 2>, LinearInput)> = linears
-        .iter()
-        .filter(|(.., skipped)| !skipped)
-        .map(|(_, input, weight, _)| (weight.clone(), *input))
+    let asked: Vec<(Tensor<B, 2>, LinearInput)> = layer
+        .linears()
+        .into_iter()
+        .zip(&linears)
+        .filter(|(_, (.., skipped))| !skipped)
+        .map(|((_, input, linear), _)| (linear.weight.val(), input))
         .collect();
-    let mut selected = on_device(&asked).into_iter();
-    for (name, input, weight, skipped) in linears {
-        let dims = weight.dims();
+    let selections = on_device(&asked);
+    drop(asked);
+    let mut selected = selections.into_iter();
+    for (name, input, skipped) in linears {
+        let linear = layer
+            .linear_mut(name)
+            .expect("names come from DecoderLayer::linears");
         if let Some(zeros) = (!skipped).then(|| selected.next().flatten()).flatten() {
+            let weight = linear.weight.val();
             measured.push((name, measure_on_device(&weight, &zeros)));
-            pruned.push((name, PrunedWeight::ZeroedOnDevice(zeros), dims));
+            pruned.push((name, PrunedWeight::ZeroedOnDevice(zeros), weight.dims()));
             clock.lap("select on device");
             continue;
         }
+        let weight = if skipped || zeroes_only {
+            linear.weight.val()
+        } else {
+            take_param(&mut linear.weight)
+        };
+        let dims = weight.dims();
         let mut w = to_host_f32(weight);
         clock.lap("weights to host");
         if !skipped {

@@ -27,6 +27,7 @@ use burn::backend::NdArray;
 use burn::module::Param;
 use burn::nn::Linear;
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 
 use super::config::Activation;
 
@@ -327,13 +328,20 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
-    /// The values of `x` in row-major order, copied straight from a contiguous buffer (a
-    /// shared buffer would otherwise be collected element by element); those of `xᵀ` when
-    /// `transposed`, read from the same buffer without a copy of `x` first.
+    /// The values of a float tensor of any rank in row-major order: a contiguous buffer the
+    /// tensor holds alone is moved out, a shared one (a parameter's) copied straight from the
+    /// buffer, where Burn would collect it element by element. `Err(x)` gives the tensor back
+    /// where there is no such path.
+    fn host_values(&self, x: FloatTensor<B>) -> Result<Vec<f32>, FloatTensor<B>> {
+        Err(x)
+    }
+
+    /// The values of `xᵀ` in row-major order, read from `x`'s buffer without a copy of `x`
+    /// first.
     ///
     /// # Shapes
-    /// - `x`: `[rows, width]` → `rows × width` values
-    fn host_copy(&self, _x: &Tensor<B, 2>, _transposed: bool) -> Option<Vec<f32>> {
+    /// - `x`: `[rows, width]` → `width × rows` values
+    fn host_transposed(&self, _x: &Tensor<B, 2>) -> Option<Vec<f32>> {
         None
     }
 
