@@ -78,12 +78,20 @@ mod tests {
         let buffer = address(&t);
         let copied = to_host_f32(t.clone());
         assert_eq!(copied, values);
-        assert_ne!(copied.as_ptr() as usize, buffer, "a shared buffer is copied");
+        assert_ne!(
+            copied.as_ptr() as usize,
+            buffer,
+            "a shared buffer is copied"
+        );
         assert_eq!(address(&t), buffer, "and stays where it was");
         // A view into part of a buffer gives its own elements only.
-        assert_eq!(to_host_f32(t.clone().slice([1..2])), values[12..]);
+        assert_eq!(to_host_f32(t.clone().slice([1..2, 0..3])), values[12..]);
         let moved = to_host_f32(t);
-        assert_eq!(moved.as_ptr() as usize, buffer, "a buffer held alone is moved");
+        assert_eq!(
+            moved.as_ptr() as usize,
+            buffer,
+            "a buffer held alone is moved"
+        );
         assert_eq!(moved, values);
     }
 
