@@ -2,7 +2,7 @@
 //! host-side code (pruning kernels, safetensors export, the perplexity sum, the CLI), and the one
 //! way model weights enter it.
 
-use burn::module::Param;
+use burn::module::{Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::{DType, TensorPrimitive};
 use rayon::prelude::*;
@@ -39,8 +39,15 @@ pub fn to_host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
 
 /// The tensor of `param`, taken out and replaced by an empty one: a buffer the parameter held
 /// alone is then held alone by the result, and [`to_host_f32`] moves it instead of copying.
+/// The empty tensor is made only if it is read, so nothing is allocated on the device.
 pub fn take_param<B: Backend, const D: usize>(param: &mut Param<Tensor<B, D>>) -> Tensor<B, D> {
-    let empty = Param::from_tensor(Tensor::empty([0; D], &param.device()));
+    let empty = Param::uninitialized(
+        ParamId::new(),
+        |device, _| Tensor::empty([0; D], device),
+        param.lazy_device(),
+        false,
+        Shape::new([0; D]),
+    );
     std::mem::replace(param, empty).into_value()
 }
 
@@ -93,6 +100,28 @@ mod tests {
             "a buffer held alone is moved"
         );
         assert_eq!(moved, values);
+    }
+
+    #[test]
+    fn a_taken_parameter_leaves_an_empty_one_and_moves_to_the_host() {
+        let values = vec![0.5f32, -1.0, 2.0, 4.0, -8.0, 16.0];
+        let mut param = Param::from_tensor(Tensor::<NdArray<f32>, 2>::from_data(
+            TensorData::new(values.clone(), [2, 3]),
+            &Default::default(),
+        ));
+        let taken = take_param(&mut param);
+        let buffer = match taken.clone().into_primitive().tensor() {
+            NdArrayTensor::F32(storage) => storage.view().as_ptr() as usize,
+            other => panic!("an f32 tensor holds f32 storage, not {other:?}"),
+        };
+        let moved = to_host_f32(taken);
+        assert_eq!(moved, values);
+        assert_eq!(
+            moved.as_ptr() as usize,
+            buffer,
+            "the parameter held it alone"
+        );
+        assert_eq!(param.val().dims(), [0, 0]);
     }
 
     #[test]

@@ -831,20 +831,19 @@ fn prune_layer<B: Backend>(
         let linear = layer
             .linear_mut(name)
             .expect("names come from DecoderLayer::linears");
-        let old = linear.weight.val();
-        let device = old.device();
+        let device = linear.weight.lazy_device();
         let mask = match back {
             PrunedWeight::ZeroedOnDevice(mask) => mask,
             PrunedWeight::Zeroed(zeros) => {
                 Tensor::<B, 2, Bool>::from_data(TensorData::new(zeros, dims), &device)
             }
             PrunedWeight::Updated(w) => {
-                drop(old);
                 linear.weight =
                     Param::from_tensor(weight_tensor(TensorData::new(w, dims), &device));
                 continue;
             }
         };
+        let old = linear.weight.val();
         // A long-lived tensor, as a weight upload is (model::host::weight_tensor).
         let weight = B::memory_persistent_allocations(&device, (old, mask), |(w, mask)| {
             w.mask_fill(mask, 0.0)

@@ -127,6 +127,54 @@ fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
     }
 }
 
+/// SparseGPT changes the weights it keeps: a streamed layer's weights, moved to the host,
+/// updated there and moved back, equal those of a model in memory, whose weights are copied.
+#[test]
+fn a_streamed_model_takes_sparsegpt_updates_to_the_bit_like_one_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, source) = checkpoint(dir.path());
+    let device = Default::default();
+    let dense = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+    let mut resident = dense.clone();
+    let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+    let calibration = windows(5, 6);
+    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let options = MethodOptions::default();
+    let a = prune_model(
+        &mut resident,
+        Method::Sparsegpt,
+        &options,
+        sparsity,
+        &calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    let b = prune_model(
+        &mut streamed,
+        Method::Sparsegpt,
+        &options,
+        sparsity,
+        &calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    let pruned = weights(&resident);
+    assert_eq!(pruned, weights(&streamed));
+    // The dense model the in-memory one was cloned from is untouched, and the kept weights moved.
+    let before = weights(&dense);
+    assert_ne!(pruned, before);
+    let kept_and_changed = pruned
+        .iter()
+        .flatten()
+        .zip(before.iter().flatten())
+        .filter(|(p, d)| **p != 0.0 && p != d)
+        .count();
+    assert!(kept_and_changed > 0, "SparseGPT updated no kept weight");
+}
+
 /// A streamed model opens without reading its layers; a layer the checkpoint lacks is an error
 /// naming the missing tensor when that layer is first read, or up front from
 /// [`StreamedLlama::check`] (`load: { verify: full }`).
