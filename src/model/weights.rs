@@ -496,11 +496,32 @@ pub fn transpose<T: Copy + Default + Send + Sync>(data: &[T], rows: usize, cols:
     transpose_map(data, rows, cols, |&v| v)
 }
 
-/// `f` of every value of a row-major `[rows, cols]` matrix, transposed into `[cols, rows]`:
-/// bands of output rows in parallel, each filled a block of input rows at a time (the block's
-/// runs of the band's columns read in order and converted into a local buffer laid out by
-/// output row, then copied as runs of `BLOCK` values of each output row), straight into a
-/// buffer that is never zeroed first and is backed by huge pages where the kernel allows.
+/// Transposes a row-major `[rows, cols]` matrix into `out`, `[cols, rows]`, as [`transpose`]
+/// does, without allocating.
+///
+/// # Panics
+/// When `out` and `data` differ in length (a caller's bug: both are one matrix's values).
+pub fn transpose_into<T: Copy + Default + Send + Sync>(
+    out: &mut [T],
+    data: &[T],
+    rows: usize,
+    cols: usize,
+) {
+    assert_eq!(
+        out.len(),
+        data.len(),
+        "a transposed matrix has its source's length"
+    );
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and `transpose_map_into` only writes
+    // initialised values into the slots, so `out` stays initialised.
+    #[allow(unsafe_code)]
+    let slots = unsafe { &mut *(std::ptr::from_mut(out) as *mut [std::mem::MaybeUninit<T>]) };
+    transpose_map_into(slots, data, rows, cols, |&v| v);
+}
+
+/// `f` of every value of a row-major `[rows, cols]` matrix, transposed into `[cols, rows]`, in
+/// a new buffer that is never zeroed first and is backed by huge pages where the kernel allows
+/// ([`transpose_map_into`]).
 #[allow(unsafe_code)]
 fn transpose_map<S: Sync, T: Copy + Default + Send>(
     data: &[S],
@@ -508,9 +529,6 @@ fn transpose_map<S: Sync, T: Copy + Default + Send>(
     cols: usize,
     f: impl Fn(&S) -> T + Sync,
 ) -> Vec<T> {
-    const BLOCK: usize = 16;
-    // Long runs of each input row, but at least four bands per thread.
-    let band_width = (cols / (4 * rayon::current_num_threads())).clamp(BLOCK, 256);
     let len = rows * cols;
     let mut out = Vec::with_capacity(len);
     if len == 0 {
@@ -518,6 +536,33 @@ fn transpose_map<S: Sync, T: Copy + Default + Send>(
     }
     let slots = &mut out.spare_capacity_mut()[..len];
     crate::sys::allocator::prefer_huge_pages(slots);
+    transpose_map_into(slots, data, rows, cols, f);
+    // SAFETY: `transpose_map_into` initialises every one of the first `len` slots.
+    unsafe { out.set_len(len) };
+    out
+}
+
+/// Writes `f` of every value of a row-major `[rows, cols]` matrix, transposed into
+/// `[cols, rows]`, into every one of the `rows × cols` slots: bands of output rows in parallel,
+/// each filled a block of input rows at a time (the block's runs of the band's columns read in
+/// order and converted into a local buffer laid out by output row, then copied as runs of
+/// `BLOCK` values of each output row).
+fn transpose_map_into<S: Sync, T: Copy + Default + Send>(
+    slots: &mut [std::mem::MaybeUninit<T>],
+    data: &[S],
+    rows: usize,
+    cols: usize,
+    f: impl Fn(&S) -> T + Sync,
+) {
+    const BLOCK: usize = 16;
+    if slots.is_empty() {
+        return;
+    }
+    // Long runs of each input row, but at least four bands per thread.
+    let band_width = (cols / (4 * rayon::current_num_threads())).clamp(BLOCK, 256);
+    // The bands split the slots into runs of `width × rows` (the last possibly shorter, still a
+    // multiple of `rows`); the blocks of band `b` cover every `r < rows`, and each writes slot
+    // `j·rows + r` for every `j < width` and each of its rows `r`: every slot is written.
     slots
         .par_chunks_mut(band_width * rows)
         .enumerate()
@@ -549,12 +594,6 @@ fn transpose_map<S: Sync, T: Copy + Default + Send>(
                 }
             }
         });
-    // SAFETY: the bands split the first `len` slots into runs of `width × rows` (the last
-    // possibly shorter, still a multiple of `rows` as `len` is); the blocks of band `b` cover
-    // every `r < rows`, and each writes slot `j·rows + r` for every `j < width` and each of its
-    // rows `r`, so all `len` values are initialised.
-    unsafe { out.set_len(len) };
-    out
 }
 
 /// Asks the CPU to bring the runs `data[r · cols + c0 .. + width]` of `rows` into cache: the
@@ -786,6 +825,10 @@ mod tests {
                 assert_eq!(t[c * rows + r], wide[r * cols + c], "({r}, {c})");
             }
         }
+        // Into a buffer that held other values: every one is overwritten.
+        let mut into = vec![u32::MAX; rows * cols];
+        transpose_into(&mut into, &wide, rows, cols);
+        assert_eq!(into, t);
     }
 
     /// A checkpoint without a single tensor.

@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use rayon::prelude::*;
 
 use super::{check_finite, check_shape, PruneError, Sparsity};
-use crate::model::weights::transpose;
+use crate::model::weights::{transpose, transpose_into};
 
 /// Weights pruned out of `len` at `ratio`: Python's `int(len * ratio)`, the product taken in f64.
 ///
@@ -129,41 +129,23 @@ pub fn prune_per_output(
     if k == 0 || out_features == 0 {
         return Ok(0);
     }
-    let columns = transpose(weight, in_features, out_features);
+    let mut columns = transpose(weight, in_features, out_features);
     let pruned = select_per_output(&columns, in_features, k, score)?;
-    drop(columns);
-    Ok(apply_transposed_mask(weight, &pruned, dims))
-}
-
-/// Zeroes `weight[i, o]` where `pruned[o, i]`, a band of input rows per job, and returns how
-/// many it zeroed.
-///
-/// # Shapes
-/// - `weight`: `[in, out]`, `dims = [in, out]`; `pruned`: `[out, in]`
-fn apply_transposed_mask(weight: &mut [f32], pruned: &[bool], dims: [usize; 2]) -> usize {
-    const TILE: usize = 64;
-    let [in_features, out_features] = dims;
-    weight
-        .par_chunks_mut(TILE * out_features)
-        .enumerate()
-        .map(|(band, rows)| {
-            let i0 = band * TILE;
-            let height = rows.len() / out_features;
-            let mut zeroed = 0;
-            // Column by column: each column's run of `pruned` is contiguous, and the band's
-            // rows stay in cache while the columns advance.
-            for o in 0..out_features {
-                let column = &pruned[o * in_features + i0..o * in_features + i0 + height];
-                // Branch-free: half the weights go, in no predictable order.
-                for (r, &p) in column.iter().enumerate() {
-                    let w = &mut rows[r * out_features + o];
-                    *w = if p { 0.0 } else { *w };
-                    zeroed += usize::from(p);
-                }
+    // Zeroed where the rows of both are contiguous, then transposed back in blocks: applying
+    // `pruned` straight to `[in, out]` read it a column at a time, a page apart, and took more
+    // than half of a Llama-2-7B layer's pruning.
+    columns
+        .par_chunks_mut(1 << 16)
+        .zip(pruned.par_chunks(1 << 16))
+        .for_each(|(values, pruned)| {
+            for (w, &p) in values.iter_mut().zip(pruned) {
+                *w = if p { 0.0 } else { *w };
             }
-            zeroed
-        })
-        .sum()
+        });
+    drop(pruned);
+    transpose_into(weight, &columns, out_features, in_features);
+    // Exactly `k` in every output channel (select_per_output).
+    Ok(k * out_features)
 }
 
 /// N:M mask: in every group of `m` consecutive input channels of each output channel, the `n`
