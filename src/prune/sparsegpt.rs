@@ -331,26 +331,15 @@ pub fn prune_sparsegpt(
                 coef.extend((i1..i2).map(|r| u[r * n + j]));
             }
             pack_by_eight_columns(&err, count, out, &mut packed_err);
-            // Tiled so a tile of the packed errors (`count × 8 × TILE_GROUPS` values) stays in
-            // cache while a band of rows reads it: row by row, each read all of them (8 MiB for
-            // a 8192-wide linear), from memory. The same products in the same order either way.
-            let groups = out.div_ceil(LANES);
             w[i2 * out..]
-                .par_chunks_mut(out * UPDATE_ROWS)
-                .zip(coef.par_chunks(count * UPDATE_ROWS))
-                .for_each(|(rows, coefs)| {
-                    for g0 in (0..groups).step_by(TILE_GROUPS) {
-                        let tile = g0..(g0 + TILE_GROUPS).min(groups);
-                        for (row, cs) in rows.chunks_mut(out).zip(coefs.chunks(count)) {
-                            for g in tile.clone() {
-                                let errors =
-                                    &packed_err[g * count * LANES..(g + 1) * count * LANES];
-                                let acc = dots_1x8(cs, errors);
-                                let outputs = g * LANES..((g + 1) * LANES).min(out);
-                                for (wv, a) in row[outputs].iter_mut().zip(acc) {
-                                    *wv -= a;
-                                }
-                            }
+                .par_chunks_mut(out)
+                .zip(coef.par_chunks(count))
+                .for_each(|(row, cs)| {
+                    for (g, chunk) in row.chunks_mut(LANES).enumerate() {
+                        let acc =
+                            dots_1x8(cs, &packed_err[g * count * LANES..(g + 1) * count * LANES]);
+                        for (wv, a) in chunk.iter_mut().zip(acc) {
+                            *wv -= a;
                         }
                     }
                 });
@@ -444,13 +433,6 @@ pub fn obs_saliency(
     }
     Ok(scores)
 }
-
-/// Rows of `W` per parallel job of the lazy batch update in [`prune_sparsegpt`].
-const UPDATE_ROWS: usize = 32;
-
-/// Groups of eight outputs per tile of the lazy batch update: 16 × 8 outputs × 128 errors × 8 B
-/// is 128 KiB of packed errors, which a core's L2 cache holds.
-const TILE_GROUPS: usize = 16;
 
 /// Packs `err` (`[count, out]`) eight output columns at a time:
 /// `packed[(g · count + k) · 8 + t] = err[k][g · 8 + t]`, zero-padded past `out`.
@@ -923,9 +905,9 @@ mod tests {
         ));
     }
 
-    /// The lazy batch update (tiles of outputs, bands of rows) against none at all: one block
-    /// the width of the input applies every update inside the block. N:M masks do not depend
-    /// on the block size, so the weights agree to rounding.
+    /// The lazy batch update of later rows (here of 150 outputs, many groups of eight) against
+    /// none at all: one block the width of the input applies every update inside the block.
+    /// N:M masks do not depend on the block size, so the weights agree to rounding.
     #[test]
     fn lazy_batch_updates_equal_updates_inside_one_block() {
         let (inp, out, tokens) = (200, 150, 300);
