@@ -134,18 +134,10 @@ pub fn prune_per_output(
     // Zeroed where the rows of both are contiguous, then transposed back in blocks: applying
     // `pruned` straight to `[in, out]` read it a column at a time, a page apart, and took more
     // than half of a Llama-2-7B layer's pruning.
-    columns
-        .par_chunks_mut(1 << 16)
-        .zip(pruned.par_chunks(1 << 16))
-        .for_each(|(values, pruned)| {
-            for (w, &p) in values.iter_mut().zip(pruned) {
-                *w = if p { 0.0 } else { *w };
-            }
-        });
+    let zeroed = apply_mask(&mut columns, &pruned)?;
     drop(pruned);
     transpose_into(weight, &columns, out_features, in_features);
-    // Exactly `k` in every output channel (select_per_output).
-    Ok(k * out_features)
+    Ok(zeroed)
 }
 
 /// N:M mask: in every group of `m` consecutive input channels of each output channel, the `n`
