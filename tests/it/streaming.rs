@@ -15,7 +15,7 @@ use wanda::model::llama::Llama;
 use wanda::model::stream::{Layers, StreamedLlama};
 use wanda::model::weights::{build_llama, SafetensorsSource, WeightSource};
 use wanda::pipeline::RunRecord;
-use wanda::prune::layerwise::prune_model;
+use wanda::prune::layerwise::{prune_model, ModelSparsity};
 use wanda::prune::{Method, MethodOptions, Sparsity};
 
 use crate::common::{shared, B};
@@ -63,17 +63,17 @@ fn weights(model: &impl Layers<B>) -> Vec<Vec<f32>> {
         .collect()
 }
 
-#[test]
-fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let (config, source) = checkpoint(dir.path());
-    let device = Default::default();
-    let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
-    let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
-    assert!(streamed.shell().layers.is_empty());
+/// `method` at 50 % on the same calibration, on a copy of `dense` in memory and on `streamed`:
+/// the two reports and every pruned weight are the same. Returns the pruned copy and the report.
+fn prune_in_memory_and_streamed(
+    dense: &Llama<B>,
+    streamed: &mut StreamedLlama<B>,
+    method: Method,
+) -> (Llama<B>, ModelSparsity) {
     let calibration = windows(5, 6);
-    let (method, options) = (Method::Wanda, MethodOptions::default());
     let sparsity = Sparsity::unstructured(0.5).unwrap();
+    let options = MethodOptions::default();
+    let mut resident = dense.clone();
     let a = prune_model(
         &mut resident,
         method,
@@ -85,7 +85,7 @@ fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
     )
     .unwrap();
     let b = prune_model(
-        &mut streamed,
+        streamed,
         method,
         &options,
         sparsity,
@@ -95,8 +95,20 @@ fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
     )
     .unwrap();
     assert_eq!(a, b);
+    assert_eq!(weights(&resident), weights(streamed));
+    (resident, a)
+}
+
+#[test]
+fn a_streamed_model_prunes_and_evaluates_to_the_bit_like_one_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, source) = checkpoint(dir.path());
+    let device = Default::default();
+    let dense = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+    let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
+    assert!(streamed.shell().layers.is_empty());
+    let (resident, a) = prune_in_memory_and_streamed(&dense, &mut streamed, Method::Wanda);
     assert!((a.total - 0.5).abs() < 1e-9, "{}", a.total);
-    assert_eq!(weights(&resident), weights(&streamed));
     // More windows than one streamed group, and a last group that is not full.
     let ids: Vec<u32> = windows(1, 8 * (STREAMED_WINDOW_GROUP + 3)).remove(0);
     let in_memory = perplexity(&resident, &ids, 8, None, 64, |_, _| {})
@@ -135,34 +147,9 @@ fn a_streamed_model_takes_sparsegpt_updates_to_the_bit_like_one_in_memory() {
     let (config, source) = checkpoint(dir.path());
     let device = Default::default();
     let dense = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
-    let mut resident = dense.clone();
     let mut streamed = StreamedLlama::<B>::open(&config, source, &device, dir.path()).unwrap();
-    let calibration = windows(5, 6);
-    let sparsity = Sparsity::unstructured(0.5).unwrap();
-    let options = MethodOptions::default();
-    let a = prune_model(
-        &mut resident,
-        Method::Sparsegpt,
-        &options,
-        sparsity,
-        &calibration,
-        2,
-        |_, _| {},
-    )
-    .unwrap();
-    let b = prune_model(
-        &mut streamed,
-        Method::Sparsegpt,
-        &options,
-        sparsity,
-        &calibration,
-        2,
-        |_, _| {},
-    )
-    .unwrap();
-    assert_eq!(a, b);
+    let (resident, _) = prune_in_memory_and_streamed(&dense, &mut streamed, Method::Sparsegpt);
     let pruned = weights(&resident);
-    assert_eq!(pruned, weights(&streamed));
     // The dense model the in-memory one was cloned from is untouched, and the kept weights moved.
     let before = weights(&dense);
     assert_ne!(pruned, before);
