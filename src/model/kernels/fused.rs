@@ -28,6 +28,7 @@ use crate::model::llama::POSITION_OFFSET;
 use crate::model::rope;
 
 mod head;
+mod host;
 
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
@@ -1009,42 +1010,11 @@ impl Kernels<Nd> for Fused {
     }
 
     fn host_values(&self, x: NdArrayTensor) -> Result<Vec<f32>, NdArrayTensor> {
-        let NdArrayTensor::F32(storage) = x else {
-            return Err(x);
-        };
-        let x = if storage.is_unique() && storage.view().is_standard_layout() {
-            let len = storage.len();
-            match storage.into_shared().try_into_owned_nocopy() {
-                Ok(array) => {
-                    let (mut values, offset) = array.into_raw_vec_and_offset();
-                    // A view into a larger buffer keeps only its own elements.
-                    values.drain(..offset.unwrap_or(0));
-                    values.truncate(len);
-                    return Ok(values);
-                }
-                Err(shared) => NdArrayTensor::from(shared),
-            }
-        } else {
-            NdArrayTensor::F32(storage)
-        };
-        let Some(values) = contiguous(&x) else {
-            return Err(x);
-        };
-        // A parallel copy: one core's memcpy is a fraction of the memory bandwidth.
-        let mut out = vec![0.0f32; values.len()];
-        out.par_chunks_mut(1 << 20)
-            .zip(values.par_chunks(1 << 20))
-            .for_each(|(o, v)| o.copy_from_slice(v));
-        Ok(out)
+        host::values(x)
     }
 
     fn host_transposed(&self, x: &Tensor<Nd, 2>) -> Option<Vec<f32>> {
-        let (primitive, [rows, cols]) = matrix_of(x)?;
-        Some(crate::model::weights::transpose(
-            contiguous(&primitive)?,
-            rows,
-            cols,
-        ))
+        host::transposed(x)
     }
 
     /// The product every fused linear uses (one band of rows per core): what
