@@ -25,11 +25,15 @@
 #    7B (head width 128) shapes, against PyTorch's scaled_dot_product_attention, for each flash
 #    tiling in $TILINGS (planes:seq_q:seq_kv, default "4:1:1 2:1:1 8:1:1 4:1:2 4:2:1 4:2:2 8:1:2
 #    4:1:4"): the rate and the largest difference to the blocked path.
+# 9. load: at each of $LOAD_SHAPES (default "l1b l7b"), f32 then f16, gpu-carry/wanda-base and
+#    gpu-carry/wanda one after the other: magnitude 50 % and 4 eval windows of 2048 (the flash
+#    tiling pinned to 4:1:1, so the perplexities compare to the bit), load seconds and wall time.
 # BASELINE (shapes, e.g. "l1b") adds, in section 3, a baseline for those shapes, tagged `base-…`:
 # the build gpu-carry/wanda-base(.gz) where there is one (an earlier build, packed by pack.sh
 # with BASE=FILE), else the same build under $BASELINE_ENV (default WANDA_DEVICE_SELECT=off, the
 # pruning selection on the host; WANDA_CUBLAS=off gives Burn's matmul).
-# SECTIONS (default "precision memory speed"; the others: kernels sums select profile attention)
+# SECTIONS (default "precision memory speed"; the others: kernels sums select profile attention
+# load)
 # picks the sections that run, SHAPES (default "m l1b l7b")
 # the shapes section 2 measures; only the models a chosen section uses are made. WANDA_PHASE_TIMES=1
 # (src/sys/phases.rs) adds each wanda run's seconds per phase to the log.
@@ -64,15 +68,20 @@ step() {
   echo "+ [$(($(date +%s) - start)) s] $*" >&2
   timeout "$s" "$@"
 }
-# record TAG SECONDS CMD…: CMD prints one JSON object; it goes to results.jsonl under TAG.
+# record TAG SECONDS CMD…: CMD prints one JSON object; it goes to results.jsonl under TAG, with
+# the process's wall time (`wall_s`: start-up, imports and device set-up included).
 record() {
-  local tag=$1
+  local tag=$1 t0 t1
   shift
-  step "$@" | python3 -c "import json,sys
-t=sys.stdin.read().strip().splitlines()
+  t0=$(date +%s.%N)
+  step "$@" > /tmp/record.out
+  t1=$(date +%s.%N)
+  cat /tmp/record.out
+  python3 -c "import json,sys
+t=open('/tmp/record.out').read().strip().splitlines()
 try: r=json.loads(t[-1])
 except Exception: r=None
-print(json.dumps({'tag': '$tag', 'result': r}))" | tee -a "$out/results.jsonl"
+print(json.dumps({'tag': '$tag', 'wall_s': round($t1 - $t0, 3), 'result': r}))" | tee -a "$out/results.jsonl"
 }
 # pipeline TAG MODEL DEVICE BUDGET: one cell; its estimate, device peak and timings recorded.
 pipeline() {
@@ -118,6 +127,7 @@ want memory && used+="${SHAPES:-m l1b l7b} "
 want speed && used+="${SPEED_SHAPES:-l1b} "
 want sums && used+="m "
 want profile && used+="l1b "
+want load && used+="${LOAD_SHAPES:-l1b l7b} "
 [[ $used == *" m "* ]] && step 90 python3 "$here/make_model.py" hf /tmp/m | tail -1
 [[ $used == *" l1b "* ]] && step 60 "$W" synth --shape llama32-1b --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l1b
 [[ $used == *" l7b "* ]] && step 60 "$W" synth --shape llama2-7b --layers 8 --dtype bf16 --tokenizer hf/tokenizer.json --out /tmp/l7b
@@ -149,6 +159,17 @@ want kernels && for p in "float32 cuda" "float16 cuda-f16"; do
   record "wanda-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
   WANDA_CUBLAS=off record "burnmm-gemm-$2" 60 "$W" bench gemm --m 4096 --k 2048 --n 8192 --device "$2" --repeats 10 --json
   b7 "$2"
+done
+want load && [[ -x /tmp/wanda-base ]] && for shape in ${LOAD_SHAPES:-l1b l7b}; do
+  echo "== 9. load ($shape shape, magnitude 50 %, eval 4 × 2048)"
+  export WANDA_KERNEL_CACHE=/tmp/kernels-load
+  for d in cuda cuda-f16; do
+    for w in wanda-base wanda; do
+      WANDA_FLASH_TILING=4:1:1 record "$w-load-$shape-$d" 120 "/tmp/$w" prune --model "/tmp/$shape" \
+        --method magnitude --sparsity 0.5 --device "$d" --eval-text wikitext2-raw-test.txt \
+        --eval-seqlen 2048 --windows 4 --json
+    done
+  done
 done
 want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   echo "== 3. speed ($shape shape, calibration $nsamples × 2048, eval 16 × 2048)"

@@ -11,15 +11,18 @@ use std::sync::Arc;
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
+use burn::tensor::DType;
+use half::{bf16, f16};
 use memmap2::Mmap;
 use rayon::prelude::*;
 use safetensors::tensor::{Dtype, Metadata};
 
 use super::config::LlamaConfig;
 use super::family::FusedLinear;
-use super::host::weight_tensor;
+use super::host::{narrowed, weight_tensor};
 use super::llama::{DecoderLayer, Llama, Norm, POSITION_OFFSET};
 use super::rope;
+use crate::sys::phases::PhaseClock;
 
 /// Errors while reading weights.
 #[derive(Debug, thiserror::Error)]
@@ -105,9 +108,44 @@ pub trait WeightSource {
             _ => t,
         }))
     }
+    /// [`Self::tensor_transposed`] with its values in the float type `dtype`, the one the
+    /// device computes in: by default converted from f32 ([`narrowed`]); a source of 16-bit
+    /// values overrides it to convert each value once, straight into that type.
+    fn tensor_transposed_in(
+        &self,
+        name: &str,
+        dtype: DType,
+    ) -> Result<Option<HostData>, WeightError> {
+        Ok(self
+            .tensor_transposed(name)?
+            .map(|t| HostData::from_transposed(t, dtype)))
+    }
     /// Drops the pages of memory-mapped files read so far from the process's resident set
     /// (they stay in the page cache); layer streaming calls it after reading each layer.
     fn release_pages(&self) {}
+}
+
+/// A checkpoint matrix transposed into Burn's layout, in the device's float type
+/// ([`WeightSource::tensor_transposed_in`]).
+pub struct HostData {
+    /// The checkpoint's shape, `[rows, cols]`.
+    pub shape: Vec<usize>,
+    /// The values, `[cols, rows]`.
+    pub data: TensorData,
+}
+
+impl HostData {
+    /// `t` from [`WeightSource::tensor_transposed`], converted to `dtype`.
+    fn from_transposed(t: HostTensor, dtype: DType) -> Self {
+        let burn_shape: Vec<usize> = match t.shape[..] {
+            [rows, cols] => vec![cols, rows],
+            _ => t.shape.clone(),
+        };
+        Self {
+            data: narrowed(TensorData::new(t.data, burn_shape), dtype),
+            shape: t.shape,
+        }
+    }
 }
 
 /// A checkpoint seen under the decoder's (Llama's) tensor names, for a family whose
@@ -138,6 +176,15 @@ impl WeightSource for RenamedSource {
 
     fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
         self.inner.tensor_transposed(&self.checkpoint_name(name))
+    }
+
+    fn tensor_transposed_in(
+        &self,
+        name: &str,
+        dtype: DType,
+    ) -> Result<Option<HostData>, WeightError> {
+        self.inner
+            .tensor_transposed_in(&self.checkpoint_name(name), dtype)
     }
 
     fn parameter_count(&self) -> u64 {
@@ -269,6 +316,34 @@ impl WeightSource for SplitSource {
     }
 }
 
+/// One tensor of a safetensors shard, as stored.
+struct Stored<'s> {
+    name: String,
+    path: &'s Path,
+    bytes: &'s [u8],
+    dtype: Dtype,
+    shape: &'s [usize],
+}
+
+impl Stored<'_> {
+    /// The `[rows, cols]` to transpose, when `transposed` and the tensor is a matrix.
+    fn matrix(&self, transposed: bool) -> Option<[usize; 2]> {
+        match self.shape {
+            &[rows, cols] if transposed => Some([rows, cols]),
+            _ => None,
+        }
+    }
+
+    /// The error for a tensor of a type no model here computes in.
+    fn unsupported(&self, dtype: Dtype) -> WeightError {
+        WeightError::Dtype {
+            name: self.name.clone(),
+            path: self.path.display().to_string(),
+            dtype: format!("{dtype:?}"),
+        }
+    }
+}
+
 struct Shard {
     path: PathBuf,
     mmap: Mmap,
@@ -290,36 +365,90 @@ impl SafetensorsSource {
     /// The tensor `name` converted to f32 straight from the map, a matrix transposed in the
     /// same pass when `transposed` ([`WeightSource::tensor_transposed`]).
     fn read(&self, name: &str, transposed: bool) -> Result<Option<HostTensor>, WeightError> {
-        let Some((name, i)) = self.locate(name) else {
+        let Some(stored) = self.stored(name) else {
             return Ok(None);
         };
+        let matrix = stored.matrix(transposed);
+        let data = match stored.dtype {
+            Dtype::F32 => decode(stored.bytes, matrix, f32::from_le_bytes),
+            Dtype::F16 => decode(stored.bytes, matrix, |b| f16::from_le_bytes(b).to_f32()),
+            Dtype::BF16 => decode(stored.bytes, matrix, |b| bf16::from_le_bytes(b).to_f32()),
+            other => return Err(stored.unsupported(other)),
+        };
+        Ok(Some(HostTensor {
+            shape: stored.shape.to_vec(),
+            data,
+        }))
+    }
+
+    /// The matrix `name` transposed and converted to `dtype` in one pass from the map
+    /// ([`WeightSource::tensor_transposed_in`]): 16-bit values go to f16 or bf16 without an
+    /// f32 copy, with the rounding the f32 route gives (widening to f32 is exact).
+    fn read_in(&self, name: &str, dtype: DType) -> Result<Option<HostData>, WeightError> {
+        let Some(stored) = self.stored(name) else {
+            return Ok(None);
+        };
+        let matrix = stored.matrix(true);
+        let shape: Vec<usize> = match matrix {
+            Some([rows, cols]) => vec![cols, rows],
+            None => stored.shape.to_vec(),
+        };
+        let bytes = stored.bytes;
+        let data = match (stored.dtype, dtype) {
+            (Dtype::F16, DType::F16) => {
+                TensorData::new(decode(bytes, matrix, f16::from_le_bytes), shape)
+            }
+            (Dtype::BF16, DType::F16) => TensorData::new(
+                decode(bytes, matrix, |b| {
+                    f16::from_f32(bf16::from_le_bytes(b).to_f32())
+                }),
+                shape,
+            ),
+            (Dtype::F32, DType::F16) => TensorData::new(
+                decode(bytes, matrix, |b| f16::from_f32(f32::from_le_bytes(b))),
+                shape,
+            ),
+            (Dtype::BF16, DType::BF16) => {
+                TensorData::new(decode(bytes, matrix, bf16::from_le_bytes), shape)
+            }
+            (Dtype::F16, DType::BF16) => TensorData::new(
+                decode(bytes, matrix, |b| {
+                    bf16::from_f32(f16::from_le_bytes(b).to_f32())
+                }),
+                shape,
+            ),
+            (Dtype::F32, DType::BF16) => TensorData::new(
+                decode(bytes, matrix, |b| bf16::from_f32(f32::from_le_bytes(b))),
+                shape,
+            ),
+            _ => {
+                return Ok(self
+                    .read(name, true)?
+                    .map(|t| HostData::from_transposed(t, dtype)))
+            }
+        };
+        Ok(Some(HostData {
+            shape: stored.shape.to_vec(),
+            data,
+        }))
+    }
+
+    /// Where the tensor `name` lies in its shard's map, and its type and shape.
+    fn stored<'s>(&'s self, name: &str) -> Option<Stored<'s>> {
+        let (name, i) = self.locate(name)?;
         let shard = &self.shards[i];
         let info = shard
             .metadata
             .info(name)
             .expect("the index was built from this shard's metadata");
         let (start, end) = info.data_offsets;
-        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
-        let matrix = match info.shape[..] {
-            [rows, cols] if transposed => Some([rows, cols]),
-            _ => None,
-        };
-        let data = match info.dtype {
-            Dtype::F32 => decode(bytes, matrix, f32::from_le_bytes),
-            Dtype::F16 => decode(bytes, matrix, |b| half::f16::from_le_bytes(b).to_f32()),
-            Dtype::BF16 => decode(bytes, matrix, |b| half::bf16::from_le_bytes(b).to_f32()),
-            other => {
-                return Err(WeightError::Dtype {
-                    name: name.to_string(),
-                    path: shard.path.display().to_string(),
-                    dtype: format!("{other:?}"),
-                })
-            }
-        };
-        Ok(Some(HostTensor {
-            shape: info.shape.clone(),
-            data,
-        }))
+        Some(Stored {
+            name: name.to_string(),
+            path: &shard.path,
+            bytes: &shard.mmap[shard.data_start + start..shard.data_start + end],
+            dtype: info.dtype,
+            shape: &info.shape,
+        })
     }
 
     /// The name `name` has in this checkpoint and its shard. A checkpoint saved from the
@@ -457,6 +586,14 @@ impl WeightSource for SafetensorsSource {
         self.read(name, true)
     }
 
+    fn tensor_transposed_in(
+        &self,
+        name: &str,
+        dtype: DType,
+    ) -> Result<Option<HostData>, WeightError> {
+        self.read_in(name, dtype)
+    }
+
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
         self.read(name, false)
     }
@@ -470,13 +607,13 @@ impl WeightSource for SafetensorsSource {
     }
 }
 
-/// Little-endian elements of `N` bytes decoded to f32 by `element`; when `matrix` gives
+/// Little-endian elements of `N` bytes decoded by `element`; when `matrix` gives
 /// `[rows, cols]`, transposed into `[cols, rows]` in the same pass.
-fn decode<const N: usize>(
+fn decode<const N: usize, T: Copy + Default + Send>(
     bytes: &[u8],
     matrix: Option<[usize; 2]>,
-    element: impl Fn([u8; N]) -> f32 + Sync,
-) -> Vec<f32> {
+    element: impl Fn([u8; N]) -> T + Sync,
+) -> Vec<T> {
     let (elements, _) = bytes.as_chunks::<N>();
     match matrix {
         Some([rows, cols]) => transpose_map(elements, rows, cols, |&b| element(b)),
@@ -625,46 +762,86 @@ fn prefetch_runs<S>(
     let _ = (data, cols, rows, c0, width);
 }
 
-struct Builder<'a, B: Backend> {
-    source: &'a dyn WeightSource,
-    device: &'a B::Device,
+/// A tensor read from a checkpoint, by its checkpoint shape.
+trait Shaped {
+    fn shape(&self) -> &[usize];
 }
 
-impl<B: Backend> Builder<'_, B> {
-    fn fetch(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, WeightError> {
-        self.fetch_with(name, expected, false)
+impl Shaped for HostTensor {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+}
+
+impl Shaped for HostData {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+}
+
+/// Wall time of a model's load, split into reading the checkpoint (decoding and transposing on
+/// the host) and moving the values to the device ([`PhaseClock`], `WANDA_PHASE_TIMES=1`).
+type LoadClock<'a> = std::cell::RefCell<PhaseClock<Box<dyn Fn() + 'a>>>;
+
+struct Builder<'a, 'c, B: Backend> {
+    source: &'a dyn WeightSource,
+    device: &'a B::Device,
+    clock: &'a LoadClock<'c>,
+    /// The float type the device computes in, which linears' weights are read in.
+    dtype: DType,
+}
+
+impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
+    fn new(source: &'a dyn WeightSource, device: &'a B::Device, clock: &'a LoadClock<'c>) -> Self {
+        Self {
+            source,
+            device,
+            clock,
+            dtype: burn::tensor::get_device_settings::<B>(device)
+                .float_dtype
+                .into(),
+        }
     }
 
-    /// The tensor `name` of shape `expected`, its values transposed when `transposed`.
-    fn fetch_with(
+    /// The tensor `name` in f32, checked to have the shape `expected`.
+    fn fetch(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, WeightError> {
+        let found = self.source.tensor(name)?;
+        self.clock.borrow_mut().lap("read checkpoint");
+        Ok(self.checked(name, found, expected)?.data)
+    }
+
+    /// `found`, the tensor `name`, checked to be there with the shape `expected`.
+    fn checked<T: Shaped>(
         &self,
         name: &str,
+        found: Option<T>,
         expected: &[usize],
-        transposed: bool,
-    ) -> Result<Vec<f32>, WeightError> {
-        let found = if transposed {
-            self.source.tensor_transposed(name)?
-        } else {
-            self.source.tensor(name)?
-        };
+    ) -> Result<T, WeightError> {
         let t = found.ok_or_else(|| WeightError::Missing {
             name: name.to_string(),
             source_name: self.source.name(),
         })?;
-        if t.shape != expected {
+        if t.shape() != expected {
             return Err(WeightError::Shape {
                 name: name.to_string(),
                 source_name: self.source.name(),
-                found: t.shape,
+                found: t.shape().to_vec(),
                 expected: expected.to_vec(),
             });
         }
-        Ok(t.data)
+        Ok(t)
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Tensor<B, 1>, WeightError> {
         let data = self.fetch(name, &[len])?;
-        Ok(weight_tensor(TensorData::new(data, [len]), self.device))
+        Ok(self.to_device(TensorData::new(data, [len])))
+    }
+
+    /// `data` as a weight on the device, its time counted as the load's `to device` phase.
+    fn to_device<const D: usize>(&self, data: TensorData) -> Tensor<B, D> {
+        let tensor = weight_tensor(data, self.device);
+        self.clock.borrow_mut().lap("to device");
+        tensor
     }
 
     /// The norm `name` (without `.weight`) of width `len`: an RMSNorm holding `1 + w` in f32
@@ -675,7 +852,7 @@ impl<B: Backend> Builder<'_, B> {
         if config.extras.norm_offset {
             data.iter_mut().for_each(|w| *w += 1.0);
         }
-        let weight = weight_tensor(TensorData::new(data, [len]), self.device);
+        let weight = self.to_device(TensorData::new(data, [len]));
         Ok(if config.extras.layer_norm {
             let bias = self.vector(&format!("{name}.bias"), len)?;
             Norm::layer(weight, bias, config.rms_norm_eps)
@@ -692,8 +869,11 @@ impl<B: Backend> Builder<'_, B> {
         d_out: usize,
         bias: bool,
     ) -> Result<Linear<B>, WeightError> {
-        let w = self.fetch_with(&format!("{prefix}.weight"), &[d_out, d_in], true)?;
-        let weight = weight_tensor(TensorData::new(w, [d_in, d_out]), self.device);
+        let name = format!("{prefix}.weight");
+        let found = self.source.tensor_transposed_in(&name, self.dtype)?;
+        self.clock.borrow_mut().lap("read checkpoint");
+        let w = self.checked(&name, found, &[d_out, d_in])?;
+        let weight = self.to_device(w.data);
         let bias = if bias {
             Some(Param::from_tensor(
                 self.vector(&format!("{prefix}.bias"), d_out)?,
@@ -714,18 +894,31 @@ pub fn build_llama<B: Backend>(
     source: &dyn WeightSource,
     device: &B::Device,
 ) -> Result<Llama<B>, WeightError> {
+    let clock = load_clock::<B>(device, true);
     // Layer by layer, not `with_capacity(num_hidden_layers)`: the count comes from the file,
     // and each layer must find its tensors there before it takes memory.
     // Each layer's mapped checkpoint pages leave the resident set once it is built, so the
     // load holds the weights and one layer's pages, not the whole file twice.
     let mut layers = Vec::new();
     for i in 0..config.num_hidden_layers {
-        layers.push(build_layer(config, source, i, device)?);
+        layers.push(layer_with(config, source, i, device, &clock)?);
         source.release_pages();
     }
-    let shell = build_shell(config, source, device)?;
+    let shell = shell_with(config, source, device, &clock)?;
     source.release_pages();
     Ok(Llama { layers, ..shell })
+}
+
+/// A clock for one load, on with `WANDA_PHASE_TIMES=1` where `timed` (a streamed model's
+/// layers, read one at a time all run long, are not).
+fn load_clock<'a, B: Backend>(device: &'a B::Device, timed: bool) -> LoadClock<'a> {
+    let sync: Box<dyn Fn() + 'a> = Box::new(move || {
+        let _ = B::sync(device);
+    });
+    std::cell::RefCell::new(match timed {
+        true => PhaseClock::new("load", sync),
+        false => PhaseClock::off("load", sync),
+    })
 }
 
 /// The model without its decoder layers: embeddings, final norm, LM head and rotary
@@ -735,14 +928,20 @@ pub fn build_shell<B: Backend>(
     source: &dyn WeightSource,
     device: &B::Device,
 ) -> Result<Llama<B>, WeightError> {
-    let b = Builder::<B> { source, device };
+    shell_with(config, source, device, &load_clock::<B>(device, false))
+}
+
+fn shell_with<B: Backend>(
+    config: &LlamaConfig,
+    source: &dyn WeightSource,
+    device: &B::Device,
+    clock: &LoadClock<'_>,
+) -> Result<Llama<B>, WeightError> {
+    let b = Builder::<B>::new(source, device, clock);
     let h = config.hidden_size;
     let embed = b.fetch("model.embed_tokens.weight", &[config.vocab_size, h])?;
     let embed_tokens = Embedding {
-        weight: Param::from_tensor(weight_tensor(
-            TensorData::new(embed, [config.vocab_size, h]),
-            device,
-        )),
+        weight: Param::from_tensor(b.to_device(TensorData::new(embed, [config.vocab_size, h]))),
     };
     let lm_head = if config.tie_word_embeddings {
         None
@@ -752,10 +951,9 @@ pub fn build_shell<B: Backend>(
     let embed_positions = if config.extras.learned_positions {
         let rows = config.max_position_embeddings + POSITION_OFFSET;
         let table = b.fetch("model.embed_positions.weight", &[rows, h])?;
-        Some(Param::from_tensor(weight_tensor(
-            TensorData::new(table, [rows, h]),
-            device,
-        )))
+        Some(Param::from_tensor(
+            b.to_device(TensorData::new(table, [rows, h])),
+        ))
     } else {
         None
     };
@@ -778,7 +976,17 @@ pub fn build_layer<B: Backend>(
     i: usize,
     device: &B::Device,
 ) -> Result<DecoderLayer<B>, WeightError> {
-    let b = Builder::<B> { source, device };
+    layer_with(config, source, i, device, &load_clock::<B>(device, false))
+}
+
+fn layer_with<B: Backend>(
+    config: &LlamaConfig,
+    source: &dyn WeightSource,
+    i: usize,
+    device: &B::Device,
+    clock: &LoadClock<'_>,
+) -> Result<DecoderLayer<B>, WeightError> {
+    let b = Builder::<B>::new(source, device, clock);
     let p = format!("model.layers.{i}");
     DecoderLayer::assemble(
         config,
@@ -919,6 +1127,117 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("empty.gguf"), "{message}");
         assert!(message.contains("model.layers.0."), "{message}");
+    }
+
+    /// Values every conversion must keep to the bit: ties of f16's and bf16's rounding, f16's
+    /// subnormals and values below them, the largest finite ones and beyond, infinities.
+    fn awkward_values(count: usize) -> Vec<f32> {
+        let special = [
+            0.0,
+            -0.0,
+            1.003_906_2,
+            1.000_488_3,
+            -1.000_488_3,
+            5.96e-8,
+            2.98e-8,
+            6.1e-5,
+            -3.0e-6,
+            65504.0,
+            65520.0,
+            1.0e20,
+            -3.4e38,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1.0e-40,
+        ];
+        (0..count)
+            .map(|k| match special.get(k) {
+                Some(&v) => v,
+                None => ((k as f32) * 0.618_034).sin() * 10f32.powi((k % 13) as i32 - 6),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn weights_read_in_the_devices_type_equal_the_f32_route_to_the_bit() {
+        use safetensors::tensor::TensorView;
+        let (rows, cols) = (7, 5);
+        let values = awkward_values(rows * cols);
+        let stored: [(Dtype, Vec<u8>); 3] = [
+            (
+                Dtype::F32,
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+            (
+                Dtype::F16,
+                values
+                    .iter()
+                    .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                    .collect(),
+            ),
+            (
+                Dtype::BF16,
+                values
+                    .iter()
+                    .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+                    .collect(),
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let views: Vec<(String, TensorView)> = stored
+            .iter()
+            .map(|(dtype, bytes)| {
+                let view = TensorView::new(*dtype, vec![rows, cols], bytes).unwrap();
+                (format!("{dtype:?}.weight"), view)
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+        let source = SafetensorsSource::open(dir.path()).unwrap();
+        let bits = |data: &TensorData| -> Vec<u32> {
+            match data.dtype {
+                DType::F32 => data
+                    .as_slice::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect(),
+                DType::F16 => data
+                    .as_slice::<f16>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits().into())
+                    .collect(),
+                DType::BF16 => data
+                    .as_slice::<bf16>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits().into())
+                    .collect(),
+                other => panic!("no weight is read as {other:?}"),
+            }
+        };
+        for (dtype, _) in &stored {
+            let name = format!("{dtype:?}.weight");
+            for target in [DType::F32, DType::F16, DType::BF16] {
+                let direct = source.tensor_transposed_in(&name, target).unwrap().unwrap();
+                let by_f32 = HostData::from_transposed(
+                    source.tensor_transposed(&name).unwrap().unwrap(),
+                    target,
+                );
+                assert_eq!(direct.shape, [rows, cols]);
+                assert_eq!(direct.data.shape, by_f32.data.shape);
+                assert_eq!(direct.data.shape, Shape::new([cols, rows]));
+                assert_eq!(direct.data.dtype, target, "{dtype:?} → {target:?}");
+                assert_eq!(
+                    bits(&direct.data),
+                    bits(&by_f32.data),
+                    "{dtype:?} → {target:?}"
+                );
+            }
+        }
+        // The narrowing itself is half's rounding: 1 + 2⁻¹¹ is a tie that goes to even in f16.
+        let tie = narrowed(TensorData::new(vec![1.000_488_3f32], [1]), DType::F16);
+        assert_eq!(tie.as_slice::<f16>().unwrap(), [f16::from_f32(1.0)]);
     }
 
     #[test]

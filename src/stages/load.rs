@@ -1,9 +1,13 @@
 //! `load`: the model from the pipeline's `model:` onto the device (or, when a gate follows,
 //! opened for streaming until the gate decides), and its hash.
 
-use burn::prelude::Backend;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
-use super::PipelineExecutor;
+use burn::prelude::Backend;
+use rayon::prelude::*;
+
+use super::{PipelineExecutor, StageError};
 use crate::model::stream::Decoder;
 use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
@@ -25,14 +29,105 @@ pub(super) fn run<B: Backend>(
 ) -> Result<(), StageFailure> {
     exec.artifacts.verify_layers = options.verify == LoadVerify::Full;
     let origin = model_ref(settings, &exec.ctx.base_dir)?;
-    exec.hashes.recorded.model = exec.model_hash(settings)?;
-    // With a gate ahead, the layers stay in the checkpoint until it decides whether the run
-    // streams them (reading them now would already take the memory it may not have).
-    exec.artifacts.base = Some(if exec.ctx.gated {
-        model::load_streamed::<B>(&origin, &exec.ctx.device, &exec.ctx.results_dir)?
-            .map_model(Decoder::Streamed)
-    } else {
-        model::load::<B>(&origin, &exec.ctx.device)?.map_model(Decoder::Resident)
+    let files = ModelFiles::of(settings, &exec.ctx.base_dir)?;
+    let known = &exec.hashes.files;
+    let ctx = &exec.ctx;
+    // The checkpoint is hashed on a thread of its own while it loads: both read the same
+    // pages, and the hash (one core per file) no longer waits before the load begins.
+    let (digests, base) = std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| match &files {
+            Some(files) => files.missing_digests(known),
+            None => Ok(Vec::new()),
+        });
+        // With a gate ahead, the layers stay in the checkpoint until it decides whether the
+        // run streams them (reading them now would already take the memory it may not have).
+        let base = if ctx.gated {
+            model::load_streamed::<B>(&origin, &ctx.device, &ctx.results_dir)
+                .map(|loaded| loaded.map_model(Decoder::Streamed))
+        } else {
+            model::load::<B>(&origin, &ctx.device).map(|loaded| loaded.map_model(Decoder::Resident))
+        };
+        let digests = hashing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (digests, base)
     });
+    exec.hashes.recorded.model = match files {
+        Some(files) => Some(exec.model_hash_from(&files, digests?)),
+        None => None,
+    };
+    exec.artifacts.base = Some(base?);
     Ok(())
+}
+
+/// The files a model's hash covers: a GGUF file, or a folder's `config.json` and safetensors
+/// files in name order. The hash is the GGUF file's SHA-256, or a folder's over its files'
+/// names and digests ([`crate::data::hash::FilesHasher`]).
+pub(super) struct ModelFiles {
+    files: Vec<PathBuf>,
+    folder: bool,
+}
+
+impl ModelFiles {
+    /// The files of the model `settings` name; None for a hub model (its revision pins it).
+    pub(super) fn of(settings: &Settings, base_dir: &Path) -> Result<Option<Self>, StageFailure> {
+        Ok(match model_ref(settings, base_dir)? {
+            ModelRef::Gguf(path) => Some(Self {
+                files: vec![path],
+                folder: false,
+            }),
+            ModelRef::Folder(dir) => {
+                let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                    .map_err(|e| read(&dir, e))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                        name == "config.json" || name.ends_with(".safetensors")
+                    })
+                    .collect();
+                files.sort();
+                Some(Self {
+                    files,
+                    folder: true,
+                })
+            }
+            ModelRef::Hub { .. } => None,
+        })
+    }
+
+    /// The SHA-256 of each file `known` lacks. A large checkpoint's shards are hashed in
+    /// parallel (one core hashes SHA-256 slower than the disk reads).
+    pub(super) fn missing_digests(
+        &self,
+        known: &HashMap<PathBuf, String>,
+    ) -> Result<Vec<(PathBuf, String)>, StageError> {
+        self.files
+            .par_iter()
+            .filter(|f| !known.contains_key(*f))
+            .map(|f| match crate::data::hash::sha256_file(f) {
+                Ok(hash) => Ok((f.clone(), hash)),
+                Err(e) => Err(read(f, e)),
+            })
+            .collect()
+    }
+
+    /// The model's hash, `digests` holding every file's.
+    pub(super) fn hash(&self, digests: &HashMap<PathBuf, String>) -> String {
+        let digest = |f: &PathBuf| digests[f].clone();
+        if !self.folder {
+            return digest(&self.files[0]);
+        }
+        let mut hasher = crate::data::hash::FilesHasher::default();
+        for file in &self.files {
+            hasher.add(file, &digest(file));
+        }
+        hasher.finish()
+    }
+}
+
+fn read(path: &Path, source: std::io::Error) -> StageError {
+    StageError::Read {
+        path: path.display().to_string(),
+        source,
+    }
 }

@@ -17,7 +17,6 @@ pub use save::{RECIPE_FILE, SPARSITY_FILE};
 use std::path::{Path, PathBuf};
 
 use burn::prelude::Backend;
-use rayon::prelude::*;
 
 use crate::data::calibration::CalibrationSet;
 use crate::eval::perplexity::PerplexityReport;
@@ -295,48 +294,24 @@ impl<B: Backend> PipelineExecutor<B> {
         Ok(hash)
     }
 
-    /// The hash of the model `settings` name, as run records keep it: the GGUF file, or a
-    /// folder's `config.json` and safetensors files; None for a hub model (its revision pins
-    /// it).
+    /// The hash of the model `settings` name, as run records keep it ([`load::ModelFiles`]);
+    /// None for a hub model (its revision pins it).
     fn model_hash(&mut self, settings: &Settings) -> Result<Option<String>, StageFailure> {
-        let read = |path: &Path, source| StageError::Read {
-            path: path.display().to_string(),
-            source,
+        let Some(files) = load::ModelFiles::of(settings, &self.ctx.base_dir)? else {
+            return Ok(None);
         };
-        match load::model_ref(settings, &self.ctx.base_dir)? {
-            crate::model::ModelRef::Gguf(p) => Ok(Some(self.hash_of(&p).map_err(|e| read(&p, e))?)),
-            crate::model::ModelRef::Folder(dir) => {
-                let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-                    .map_err(|e| read(&dir, e))?
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| {
-                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-                        name == "config.json" || name.ends_with(".safetensors")
-                    })
-                    .collect();
-                files.sort();
-                // The shards of a large checkpoint are hashed in parallel (one core hashes
-                // SHA-256 slower than the disk reads), then added in name order.
-                let missing: Vec<&PathBuf> = files
-                    .iter()
-                    .filter(|f| !self.hashes.files.contains_key(*f))
-                    .collect();
-                let digests = missing
-                    .par_iter()
-                    .map(|f| match crate::data::hash::sha256_file(f) {
-                        Ok(hash) => Ok(((*f).clone(), hash)),
-                        Err(e) => Err(read(f, e)),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                self.hashes.files.extend(digests);
-                let mut hasher = crate::data::hash::FilesHasher::default();
-                for file in &files {
-                    hasher.add(file, &self.hash_of(file).map_err(|e| read(file, e))?);
-                }
-                Ok(Some(hasher.finish()))
-            }
-            crate::model::ModelRef::Hub { .. } => Ok(None),
-        }
+        let digests = files.missing_digests(&self.hashes.files)?;
+        Ok(Some(self.model_hash_from(&files, digests)))
+    }
+
+    /// The model's hash once `digests` has every file's digest not hashed before.
+    fn model_hash_from(
+        &mut self,
+        files: &load::ModelFiles,
+        digests: Vec<(PathBuf, String)>,
+    ) -> String {
+        self.hashes.files.extend(digests);
+        files.hash(&self.hashes.files)
     }
 
     fn base(&self, stage: &str) -> Result<&Loaded<Decoder<B>>, StageError> {

@@ -30,6 +30,11 @@ impl<S: Fn()> PhaseClock<S> {
         Self::with_enabled(name, sync, enabled)
     }
 
+    /// A clock that never times nor prints (for a loop timed only in some of its callers).
+    pub fn off(name: &'static str, sync: S) -> Self {
+        Self::with_enabled(name, sync, false)
+    }
+
     fn with_enabled(name: &'static str, sync: S, enabled: bool) -> Self {
         Self {
             name,

@@ -73,7 +73,19 @@ fn sweep_runs_every_cell_once_and_a_rerun_skips_them() {
     );
     let recs = records(&results);
     assert_eq!(recs.len(), 12);
+    // The model's hash (taken while it loads) is the folder's config and weights, in name order.
+    let tiny = dir.path().join("tiny");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&tiny)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.ends_with("config.json") || p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let folder_hash = wanda::data::hash::sha256_files(&paths).unwrap();
     for r in &recs {
+        assert_eq!(r.hashes.model.as_deref(), Some(folder_hash.as_str()));
         let ppl = r.metrics.perplexity.expect("every cell is evaluated");
         assert!(ppl.is_finite() && ppl > 1.0, "{}: {ppl}", r.cell.label);
         let target: f64 = r.cell.values["prune.sparsity"].as_f64().unwrap();
