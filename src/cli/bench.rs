@@ -117,8 +117,9 @@ pub enum BenchKind {
         #[arg(long, default_value = "text")]
         column: String,
     },
-    /// B9: loading a model (checkpoint read, converted to f32, laid out for the decoder, with
-    /// its tokenizer), MB/s of checkpoint bytes; run it twice to time it from the page cache.
+    /// B9: loading a model (checkpoint read, converted to the device's float type, laid out for
+    /// the decoder, with its tokenizer), MB/s of checkpoint bytes; run it twice to time it from
+    /// the page cache.
     Load {
         /// A GGUF file or a Hugging Face folder.
         #[arg(long)]
