@@ -112,6 +112,79 @@ fn dots_1x8_portable(a: &[f64], b: &[f64]) -> [f64; LANES] {
     acc
 }
 
+/// [`dots_1x8`] of two rows `a0` and `a1` of one length against the same packed `b`, each
+/// `b` value loaded once for both: the kernel is bound by its loads, and a row's sums are those
+/// [`dots_1x8`] gives it, to the bit (the same products added in the same order).
+#[inline]
+pub(crate) fn dots_2x8(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
+    debug_assert_eq!(a0.len(), a1.len(), "dots_2x8 takes two rows of one length");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has the feature `dots_2x8_avx512` is compiled for.
+            #[allow(unsafe_code)]
+            return unsafe { dots_2x8_avx512(a0, a1, b) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has the feature `dots_2x8_avx2` is compiled for.
+            #[allow(unsafe_code)]
+            return unsafe { dots_2x8_avx2(a0, a1, b) };
+        }
+    }
+    dots_2x8_portable(a0, a1, b)
+}
+
+/// [`dots_2x8`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn dots_2x8_avx512(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
+    dots_2x8_portable(a0, a1, b)
+}
+
+/// [`dots_2x8`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dots_2x8_avx2(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
+    dots_2x8_portable(a0, a1, b)
+}
+
+/// [`dots_2x8`] for the target the crate is compiled for: [`dots_1x8_portable`]'s loop, two
+/// rows at once.
+#[inline(always)]
+fn dots_2x8_portable(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
+    let mut even = [[0.0f64; LANES]; 2];
+    let mut odd = [[0.0f64; LANES]; 2];
+    let pairs_0 = a0.chunks_exact(2);
+    let pairs_1 = a1.chunks_exact(2);
+    let last = [
+        pairs_0.remainder().first().copied(),
+        pairs_1.remainder().first().copied(),
+    ];
+    let pairs_b = b.chunks_exact(2 * LANES);
+    let rest_b = pairs_b.remainder();
+    for ((p0, p1), pb) in pairs_0.zip(pairs_1).zip(pairs_b) {
+        let (b0, b1) = pb.split_at(LANES);
+        for c in 0..LANES {
+            even[0][c] += p0[0] * b0[c];
+            odd[0][c] += p0[1] * b1[c];
+            even[1][c] += p1[0] * b0[c];
+            odd[1][c] += p1[1] * b1[c];
+        }
+    }
+    let mut acc = [[0.0f64; LANES]; 2];
+    for row in 0..2 {
+        if let Some(a_last) = last[row] {
+            for (e, &bv) in even[row].iter_mut().zip(rest_b) {
+                *e += a_last * bv;
+            }
+        }
+        for c in 0..LANES {
+            acc[row][c] = even[row][c] + odd[row][c];
+        }
+    }
+    acc
+}
+
 /// Packs rows `rows` of `src` (row stride `stride`), columns `cols`, eight-interleaved:
 /// `out[(g · width + k) · 8 + t] = src[row g·8 + t][col k]`, zero-padded to whole groups.
 pub(crate) fn pack_by_eight(
@@ -184,17 +257,40 @@ pub fn cholesky_lower(a: &mut [f64], n: usize) -> Result<(), NotPositiveDefinite
         // packed copy of the panel.
         let width = k1 - k0;
         pack_by_eight(below, n, 0..n - k1, k0..k1, &mut panel);
-        below.par_chunks_mut(n).enumerate().for_each(|(r, row)| {
-            let li = row[k0..k1].to_vec();
-            for g in 0..=r / LANES {
-                let acc = dots_1x8(&li, &panel[g * width * LANES..(g + 1) * width * LANES]);
-                let c0 = g * LANES;
-                let upto = (r + 1 - c0).min(LANES);
-                for (t, v) in acc.iter().take(upto).enumerate() {
-                    row[k1 + c0 + t] -= v;
-                }
+        // Rows in pairs: both take the groups up to the first's diagonal together
+        // ([`dots_2x8`]), and the second its last group alone where it has one more.
+        let group = |g: usize| &panel[g * width * LANES..(g + 1) * width * LANES];
+        let update = |row: &mut [f64], r: usize, g: usize, acc: [f64; LANES]| {
+            let c0 = g * LANES;
+            let upto = (r + 1 - c0).min(LANES);
+            for (t, v) in acc.iter().take(upto).enumerate() {
+                row[k1 + c0 + t] -= v;
             }
-        });
+        };
+        below
+            .par_chunks_mut(2 * n)
+            .enumerate()
+            .for_each(|(pair, rows)| {
+                let r = 2 * pair;
+                let (first, second) = rows.split_at_mut(n);
+                let l0 = first[k0..k1].to_vec();
+                if second.is_empty() {
+                    for g in 0..=r / LANES {
+                        update(first, r, g, dots_1x8(&l0, group(g)));
+                    }
+                    return;
+                }
+                let l1 = second[k0..k1].to_vec();
+                for g in 0..=r / LANES {
+                    let [acc0, acc1] = dots_2x8(&l0, &l1, group(g));
+                    update(first, r, g, acc0);
+                    update(second, r + 1, g, acc1);
+                }
+                if (r + 1) / LANES > r / LANES {
+                    let g = (r + 1) / LANES;
+                    update(second, r + 1, g, dots_1x8(&l1, group(g)));
+                }
+            });
     }
     for i in 0..n {
         a[i * n + i + 1..(i + 1) * n].fill(0.0);
@@ -326,6 +422,45 @@ mod tests {
     }
 
     /// `A Bᵀ` for row-major `[n, n]` matrices.
+    /// Two rows at once give each row [`dots_1x8`]'s bits, in every build this CPU runs.
+    #[test]
+    fn two_rows_at_once_equal_each_row_alone_to_the_bit() {
+        for len in [0, 1, 2, 3, 8, 129, 300] {
+            let row = |phase: f64| -> Vec<f64> {
+                (0..len)
+                    .map(|k| (k as f64 * 0.37 + phase).sin() * 1e3)
+                    .collect()
+            };
+            let (a0, a1) = (row(0.0), row(1.3));
+            let b: Vec<f64> = (0..len * LANES)
+                .map(|k| (k as f64 * 0.11).cos() / (1.0 + k as f64))
+                .collect();
+            let bits = |acc: [f64; LANES]| acc.map(f64::to_bits);
+            let alone = [bits(dots_1x8(&a0, &b)), bits(dots_1x8(&a1, &b))];
+            let together = |[x, y]: [[f64; LANES]; 2]| [bits(x), bits(y)];
+            assert_eq!(together(dots_2x8(&a0, &a1, &b)), alone, "len {len}");
+            assert_eq!(
+                together(dots_2x8_portable(&a0, &a1, &b)),
+                alone,
+                "len {len}"
+            );
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2.
+                    let avx2 = unsafe { dots_2x8_avx2(&a0, &a1, &b) };
+                    assert_eq!(together(avx2), alone, "len {len}");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    let avx512 = unsafe { dots_2x8_avx512(&a0, &a1, &b) };
+                    assert_eq!(together(avx512), alone, "len {len}");
+                }
+            }
+        }
+    }
+
     fn mul_t(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {
         let mut c = vec![0.0; n * n];
         for i in 0..n {

@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 use super::linalg::{
-    dots_1x8, pack_by_eight, upper_cholesky_of_inverse, NotPositiveDefinite, LANES,
+    dots_1x8, dots_2x8, pack_by_eight, upper_cholesky_of_inverse, NotPositiveDefinite, LANES,
 };
 use super::mask::prune_count;
 use super::{check_finite, check_shape, PruneError, Sparsity};
@@ -69,18 +69,32 @@ impl Hessian {
         }
         let mut packed = Vec::new();
         pack_by_eight(&by_channel, tokens, 0..n, 0..tokens, &mut packed);
+        let group = |g: usize| &packed[g * tokens * LANES..(g + 1) * tokens * LANES];
+        let channel = |i: usize| &by_channel[i * tokens..(i + 1) * tokens];
+        // Row i's upper triangle, group g's sums added where they lie in it.
+        let add = |out_row: &mut [f64], i: usize, g: usize, acc: [f64; LANES]| {
+            for (t, v) in acc.iter().enumerate() {
+                let j = g * LANES + t;
+                if j >= i && j < n {
+                    out_row[j] += v;
+                }
+            }
+        };
+        // Channels in pairs (an even one and the next, so both start at the same group), each
+        // group's values loaded once for both ([`dots_2x8`]).
         self.xtx
-            .par_chunks_mut(n.max(1))
+            .par_chunks_mut(2 * n.max(1))
             .enumerate()
-            .for_each(|(i, out_row)| {
-                let xi = &by_channel[i * tokens..(i + 1) * tokens];
+            .for_each(|(pair, rows)| {
+                let i = 2 * pair;
+                let (first, second) = rows.split_at_mut(n.min(rows.len()));
                 for g in i / LANES..n.div_ceil(LANES) {
-                    let acc = dots_1x8(xi, &packed[g * tokens * LANES..(g + 1) * tokens * LANES]);
-                    for (t, v) in acc.iter().enumerate() {
-                        let j = g * LANES + t;
-                        if j >= i && j < n {
-                            out_row[j] += v;
-                        }
+                    if second.is_empty() {
+                        add(first, i, g, dots_1x8(channel(i), group(g)));
+                    } else {
+                        let [acc0, acc1] = dots_2x8(channel(i), channel(i + 1), group(g));
+                        add(first, i, g, acc0);
+                        add(second, i + 1, g, acc1);
                     }
                 }
             });
@@ -331,16 +345,30 @@ pub fn prune_sparsegpt(
                 coef.extend((i1..i2).map(|r| u[r * n + j]));
             }
             pack_by_eight_columns(&err, count, out, &mut packed_err);
+            // Rows in pairs, each group of errors loaded once for both ([`dots_2x8`]).
+            let group = |g: usize| &packed_err[g * count * LANES..(g + 1) * count * LANES];
+            let subtract = |chunk: &mut [f64], acc: [f64; LANES]| {
+                for (wv, a) in chunk.iter_mut().zip(acc) {
+                    *wv -= a;
+                }
+            };
             w[i2 * out..]
-                .par_chunks_mut(out)
-                .zip(coef.par_chunks(count))
-                .for_each(|(row, cs)| {
-                    for (g, chunk) in row.chunks_mut(LANES).enumerate() {
-                        let acc =
-                            dots_1x8(cs, &packed_err[g * count * LANES..(g + 1) * count * LANES]);
-                        for (wv, a) in chunk.iter_mut().zip(acc) {
-                            *wv -= a;
+                .par_chunks_mut(2 * out)
+                .zip(coef.par_chunks(2 * count))
+                .for_each(|(rows, cs)| {
+                    let (first, second) = rows.split_at_mut(out);
+                    let (c0, c1) = cs.split_at(count);
+                    if second.is_empty() {
+                        for (g, chunk) in first.chunks_mut(LANES).enumerate() {
+                            subtract(chunk, dots_1x8(c0, group(g)));
                         }
+                        return;
+                    }
+                    let chunks = first.chunks_mut(LANES).zip(second.chunks_mut(LANES));
+                    for (g, (chunk0, chunk1)) in chunks.enumerate() {
+                        let [acc0, acc1] = dots_2x8(c0, c1, group(g));
+                        subtract(chunk0, acc0);
+                        subtract(chunk1, acc1);
                     }
                 });
         }
