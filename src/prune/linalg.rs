@@ -117,52 +117,99 @@ fn dots_1x8_portable(a: &[f64], b: &[f64]) -> [f64; LANES] {
 /// [`dots_1x8`] gives it, to the bit (the same products added in the same order).
 #[inline]
 pub(crate) fn dots_2x8(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
-    debug_assert_eq!(a0.len(), a1.len(), "dots_2x8 takes two rows of one length");
+    dots_2x8_with(a0, a1, b, pair_sums_2x8)
+}
+
+/// [`dots_2x8`] with the pair sums of `sums` (one build of [`pair_sums_2x8`]).
+#[inline(always)]
+fn dots_2x8_with(
+    a0: &[f64],
+    a1: &[f64],
+    b: &[f64],
+    sums: impl Fn(&[f64], &[f64], &[f64]) -> PairSums,
+) -> [[f64; LANES]; 2] {
+    let mut s = sums(a0, a1, b);
+    if a0.len() % 2 == 1 {
+        let k = a0.len() - 1;
+        s.add_even(0, a0[k], &b[k * LANES..]);
+        s.add_even(1, a1[k], &b[k * LANES..]);
+    }
+    [s.total(0), s.total(1)]
+}
+
+/// The two partial sums per lane of two rows ([`dots_1x8`]'s `even` and `odd`), so far.
+pub(crate) struct PairSums {
+    even: [[f64; LANES]; 2],
+    odd: [[f64; LANES]; 2],
+}
+
+impl PairSums {
+    /// Adds `a · b[c]` to row `row`'s even sums (where `dots_1x8` adds an odd length's last
+    /// value).
+    #[inline(always)]
+    pub(crate) fn add_even(&mut self, row: usize, a: f64, b: &[f64]) {
+        for (e, &bv) in self.even[row].iter_mut().zip(&b[..LANES]) {
+            *e += a * bv;
+        }
+    }
+
+    /// Row `row`'s dot products: even plus odd, lane by lane.
+    #[inline(always)]
+    pub(crate) fn total(&self, row: usize) -> [f64; LANES] {
+        std::array::from_fn(|c| self.even[row][c] + self.odd[row][c])
+    }
+}
+
+/// [`dots_1x8`]'s even and odd sums of two rows of one length over their whole pairs of values
+/// (a last, unpaired value is left to the caller), each `b` value loaded once for both rows.
+#[inline]
+pub(crate) fn pair_sums_2x8(a0: &[f64], a1: &[f64], b: &[f64]) -> PairSums {
+    debug_assert_eq!(
+        a0.len(),
+        a1.len(),
+        "pair_sums_2x8 takes two rows of one length"
+    );
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has the feature `dots_2x8_avx512` is compiled for.
+            // SAFETY: the CPU has the feature `pair_sums_2x8_avx512` is compiled for.
             #[allow(unsafe_code)]
-            return unsafe { dots_2x8_avx512(a0, a1, b) };
+            return unsafe { pair_sums_2x8_avx512(a0, a1, b) };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has the feature `dots_2x8_avx2` is compiled for.
+            // SAFETY: the CPU has the feature `pair_sums_2x8_avx2` is compiled for.
             #[allow(unsafe_code)]
-            return unsafe { dots_2x8_avx2(a0, a1, b) };
+            return unsafe { pair_sums_2x8_avx2(a0, a1, b) };
         }
     }
-    dots_2x8_portable(a0, a1, b)
+    pair_sums_2x8_portable(a0, a1, b)
 }
 
-/// [`dots_2x8`] compiled for AVX-512.
+/// [`pair_sums_2x8`] compiled for AVX-512.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn dots_2x8_avx512(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
-    dots_2x8_portable(a0, a1, b)
+fn pair_sums_2x8_avx512(a0: &[f64], a1: &[f64], b: &[f64]) -> PairSums {
+    pair_sums_2x8_portable(a0, a1, b)
 }
 
-/// [`dots_2x8`] compiled for AVX2.
+/// [`pair_sums_2x8`] compiled for AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn dots_2x8_avx2(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
-    dots_2x8_portable(a0, a1, b)
+fn pair_sums_2x8_avx2(a0: &[f64], a1: &[f64], b: &[f64]) -> PairSums {
+    pair_sums_2x8_portable(a0, a1, b)
 }
 
-/// [`dots_2x8`] for the target the crate is compiled for: [`dots_1x8_portable`]'s loop, two
-/// rows at once.
+/// [`pair_sums_2x8`] for the target the crate is compiled for: [`dots_1x8_portable`]'s loop,
+/// two rows at once.
 #[inline(always)]
-fn dots_2x8_portable(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
+fn pair_sums_2x8_portable(a0: &[f64], a1: &[f64], b: &[f64]) -> PairSums {
     let mut even = [[0.0f64; LANES]; 2];
     let mut odd = [[0.0f64; LANES]; 2];
-    let pairs_0 = a0.chunks_exact(2);
-    let pairs_1 = a1.chunks_exact(2);
-    let last = [
-        pairs_0.remainder().first().copied(),
-        pairs_1.remainder().first().copied(),
-    ];
-    let pairs_b = b.chunks_exact(2 * LANES);
-    let rest_b = pairs_b.remainder();
-    for ((p0, p1), pb) in pairs_0.zip(pairs_1).zip(pairs_b) {
+    for ((p0, p1), pb) in a0
+        .chunks_exact(2)
+        .zip(a1.chunks_exact(2))
+        .zip(b.chunks_exact(2 * LANES))
+    {
         let (b0, b1) = pb.split_at(LANES);
         for c in 0..LANES {
             even[0][c] += p0[0] * b0[c];
@@ -171,18 +218,7 @@ fn dots_2x8_portable(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
             odd[1][c] += p1[1] * b1[c];
         }
     }
-    let mut acc = [[0.0f64; LANES]; 2];
-    for row in 0..2 {
-        if let Some(a_last) = last[row] {
-            for (e, &bv) in even[row].iter_mut().zip(rest_b) {
-                *e += a_last * bv;
-            }
-        }
-        for c in 0..LANES {
-            acc[row][c] = even[row][c] + odd[row][c];
-        }
-    }
-    acc
+    PairSums { even, odd }
 }
 
 /// Packs rows `rows` of `src` (row stride `stride`), columns `cols`, eight-interleaved:
@@ -317,13 +353,33 @@ pub fn invert_lower(l: &[f64], n: usize) -> Vec<f64> {
         .map(|g| {
             let j0 = g * LANES;
             let mut x = vec![0.0f64; (n - j0) * LANES];
-            for i in j0..n {
-                let (solved, current) = x.split_at_mut((i - j0) * LANES);
-                let acc = dots_1x8(&l[i * n + j0..i * n + i], solved);
+            let delta = |i: usize, c: usize| if i == j0 + c { 1.0 } else { 0.0 };
+            // Rows in pairs from the group's first, so the first of a pair has an even number
+            // of solved values before it: both rows' sums over them take each solved value once
+            // ([`pair_sums_2x8`]); the first row is solved, and the second adds its term for it
+            // last, as `dots_1x8` adds the unpaired value of an odd length.
+            for i in (j0..n).step_by(2) {
+                let len = i - j0;
+                let (solved, current) = x.split_at_mut(len * LANES);
+                let row0 = &l[i * n + j0..i * n + i];
                 let lii = l[i * n + i];
-                for (c, (xc, s)) in current[..LANES].iter_mut().zip(acc).enumerate() {
-                    let delta = if i == j0 + c { 1.0 } else { 0.0 };
-                    *xc = (delta - s) / lii;
+                if i + 1 == n {
+                    let acc = dots_1x8(row0, solved);
+                    for (c, (xc, s)) in current[..LANES].iter_mut().zip(acc).enumerate() {
+                        *xc = (delta(i, c) - s) / lii;
+                    }
+                    break;
+                }
+                let row1 = &l[(i + 1) * n + j0..(i + 1) * n + i];
+                let mut sums = pair_sums_2x8(row0, row1, solved);
+                let (first, second) = current.split_at_mut(LANES);
+                for (c, (xc, s)) in first.iter_mut().zip(sums.total(0)).enumerate() {
+                    *xc = (delta(i, c) - s) / lii;
+                }
+                sums.add_even(1, l[(i + 1) * n + i], first);
+                let next = l[(i + 1) * n + i + 1];
+                for (c, (xc, s)) in second[..LANES].iter_mut().zip(sums.total(1)).enumerate() {
+                    *xc = (delta(i + 1, c) - s) / next;
                 }
             }
             x
@@ -439,25 +495,75 @@ mod tests {
             let alone = [bits(dots_1x8(&a0, &b)), bits(dots_1x8(&a1, &b))];
             let together = |[x, y]: [[f64; LANES]; 2]| [bits(x), bits(y)];
             assert_eq!(together(dots_2x8(&a0, &a1, &b)), alone, "len {len}");
-            assert_eq!(
-                together(dots_2x8_portable(&a0, &a1, &b)),
-                alone,
-                "len {len}"
-            );
+            let portable = dots_2x8_with(&a0, &a1, &b, pair_sums_2x8_portable);
+            assert_eq!(together(portable), alone, "len {len}");
             #[cfg(target_arch = "x86_64")]
             #[allow(unsafe_code)]
             {
                 if std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2.
-                    let avx2 = unsafe { dots_2x8_avx2(&a0, &a1, &b) };
+                    let avx2 = dots_2x8_with(&a0, &a1, &b, |x, y, z| unsafe {
+                        pair_sums_2x8_avx2(x, y, z)
+                    });
                     assert_eq!(together(avx2), alone, "len {len}");
                 }
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512F.
-                    let avx512 = unsafe { dots_2x8_avx512(&a0, &a1, &b) };
+                    let avx512 = dots_2x8_with(&a0, &a1, &b, |x, y, z| unsafe {
+                        pair_sums_2x8_avx512(x, y, z)
+                    });
                     assert_eq!(together(avx512), alone, "len {len}");
                 }
             }
+        }
+    }
+
+    /// [`invert_lower`] one row at a time, each row's sums by [`dots_1x8`] alone.
+    fn invert_lower_by_rows(l: &[f64], n: usize) -> Vec<f64> {
+        let mut inv = vec![0.0f64; n * n];
+        for j0 in (0..n).step_by(LANES) {
+            let mut x = vec![0.0f64; (n - j0) * LANES];
+            for i in j0..n {
+                let (solved, current) = x.split_at_mut((i - j0) * LANES);
+                let acc = dots_1x8(&l[i * n + j0..i * n + i], solved);
+                for (c, (xc, s)) in current[..LANES].iter_mut().zip(acc).enumerate() {
+                    let delta = if i == j0 + c { 1.0 } else { 0.0 };
+                    *xc = (delta - s) / l[i * n + i];
+                }
+            }
+            for (r, lanes) in x.chunks_exact(LANES).enumerate() {
+                for (c, &v) in lanes.iter().enumerate() {
+                    if j0 + c <= j0 + r && j0 + c < n {
+                        inv[(j0 + r) * n + j0 + c] = v;
+                    }
+                }
+            }
+        }
+        inv
+    }
+
+    /// Rows solved in pairs give the bits of rows solved one at a time, at even and odd sizes
+    /// and with an odd row left at the end of a group.
+    #[test]
+    fn lower_inverse_in_row_pairs_equals_one_row_at_a_time_to_the_bit() {
+        for (n, seed) in [
+            (1, 1),
+            (2, 2),
+            (7, 3),
+            (8, 4),
+            (9, 5),
+            (23, 6),
+            (64, 7),
+            (131, 8),
+        ] {
+            let mut l = spd(n, seed);
+            cholesky_lower(&mut l, n).unwrap();
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            assert_eq!(
+                bits(invert_lower(&l, n)),
+                bits(invert_lower_by_rows(&l, n)),
+                "n {n}"
+            );
         }
     }
 
