@@ -193,13 +193,16 @@ impl<B: Backend> LayerStats<B> {
     fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) -> Result<(), PruneError> {
         let [batch, seq, channels] = x.dims();
         // Sums of squares and Gram matrices in f32 whatever the activations' type: in fp16 they
-        // overflow 65504 within a few tokens.
-        let flat = x
-            .clone()
-            .reshape([batch * seq, channels])
-            .cast(FloatDType::F32);
+        // overflow 65504 within a few tokens. Made only where a path needs it (on the CPU a
+        // reshape copies the activations).
+        let flat = || {
+            x.clone()
+                .reshape([batch * seq, channels])
+                .cast(FloatDType::F32)
+        };
         if let Some(moments) = &mut self.moments {
-            let host = to_host_f32(flat.clone());
+            // Widened to f32 exactly, as `flat` is.
+            let host = to_host_f32(x.clone());
             let entry = moments
                 .entry(input)
                 .or_insert_with(|| InputMoments::new(channels));
@@ -207,16 +210,13 @@ impl<B: Backend> LayerStats<B> {
                 entry.add_sample(sample, seq)?;
             }
         }
-        // The fused CPU kernels when the backend has them (column sums exact in f64), Burn's ops
-        // otherwise.
-        let sample_rows = |sample: usize| {
-            flat.clone()
-                .slice([sample * seq..(sample + 1) * seq, 0..channels])
-        };
         if let Some(grams) = &mut self.gram {
             // One sample at a time, added in sample order: the same sums whatever the batch.
+            let flat = flat();
             for sample in 0..batch {
-                let rows = sample_rows(sample);
+                let rows = flat
+                    .clone()
+                    .slice([sample * seq..(sample + 1) * seq, 0..channels]);
                 let contribution = match kernels::<B>().gram(&rows) {
                     Some(gram) => gram,
                     None => rows.clone().transpose().matmul(rows),
@@ -230,18 +230,27 @@ impl<B: Backend> LayerStats<B> {
             return Ok(());
         }
         // Each sample's sums on their own, added in f64 in sample order: the same sums whatever
-        // the batch. The fused kernels take a sample at a time; Burn's ops sum every sample of
-        // the batch in one set of kernels (on a GPU, one launch per sample and input added up).
-        let Some(first) = kernels::<B>().column_sum_sq(&sample_rows(0)) else {
-            let per_sample = column_sum_sq(flat.reshape([batch, seq, channels]));
-            self.pending.entry(input).or_default().push(per_sample);
+        // the batch. The fused CPU kernels read the activations' own buffer (a contiguous copy
+        // where they are a view), exact in f64; Burn's ops otherwise sum every sample of the
+        // batch in one set of kernels (on a GPU, one launch per sample and input added up).
+        let samples = || flat().reshape([batch, seq, channels]);
+        let kernels = kernels::<B>();
+        let fused = kernels.column_sum_sq(x).or_else(|| {
+            // Only a backend with host kernels makes the copy to try them again.
+            match kernels.host_resident() {
+                true => kernels.column_sum_sq(&samples()),
+                false => None,
+            }
+        });
+        let Some(per_sample) = fused else {
+            self.pending
+                .entry(input)
+                .or_default()
+                .push(column_sum_sq(samples()));
             return Ok(());
         };
-        add_f64(self.sum_sq.entry(input), first.into_iter());
-        for sample in 1..batch {
-            if let Some(sums) = kernels::<B>().column_sum_sq(&sample_rows(sample)) {
-                add_f64(self.sum_sq.entry(input), sums.into_iter());
-            }
+        for sums in per_sample {
+            add_f64(self.sum_sq.entry(input), sums.into_iter());
         }
         Ok(())
     }

@@ -987,22 +987,32 @@ impl Kernels<Nd> for Fused {
     /// running sum is not enough: a token with a massive activation (SmolLM2's MLP hidden at
     /// position 0 is ~10³× the rest) makes every later square round against it, which moved
     /// these sums by ~1e-4 relative and Wanda's 70 % masks with them (issue 22).
-    fn column_sum_sq(&self, x: &Tensor<Nd, 2>) -> Option<Vec<f64>> {
-        let (primitive, [_, width]) = matrix_of(x)?;
+    fn column_sum_sq(&self, x: &Tensor<Nd, 3>) -> Option<Vec<Vec<f64>>> {
+        let [samples, rows, width] = x.dims();
+        let primitive = x.clone().into_primitive().tensor();
         let data = contiguous(&primitive)?;
-        let mut sums = vec![0.0f64; width];
-        sums.par_chunks_mut(COLUMN_BLOCK)
-            .enumerate()
-            .for_each(|(block, acc)| {
-                let columns = block * COLUMN_BLOCK..block * COLUMN_BLOCK + acc.len();
-                for row in data.chunks_exact(width.max(1)) {
-                    for (a, &v) in acc.iter_mut().zip(&row[columns.clone()]) {
-                        let v = f64::from(v);
-                        *a += v * v;
+        let sample_sums = |sample: &[f32]| {
+            let mut sums = vec![0.0f64; width];
+            sums.par_chunks_mut(COLUMN_BLOCK)
+                .enumerate()
+                .for_each(|(block, acc)| {
+                    let columns = block * COLUMN_BLOCK..block * COLUMN_BLOCK + acc.len();
+                    for row in sample.chunks_exact(width.max(1)) {
+                        for (a, &v) in acc.iter_mut().zip(&row[columns.clone()]) {
+                            let v = f64::from(v);
+                            *a += v * v;
+                        }
                     }
-                }
-            });
-        Some(sums)
+                });
+            sums
+        };
+        let per_sample = (rows * width).max(1);
+        Some(
+            data.chunks_exact(per_sample)
+                .take(samples)
+                .map(sample_sums)
+                .collect(),
+        )
     }
 
     fn host_resident(&self) -> bool {
@@ -1294,11 +1304,17 @@ mod tests {
             worst(&running) > 1e-5,
             "the input must defeat an f32 running sum"
         );
-        let x =
-            Tensor::<B, 2>::from_data(TensorData::new(values, [rows, width]), &Default::default());
+        // Two samples: the values, and the same values again; each gets its own sums.
+        let twice = [values.clone(), values].concat();
+        let x = Tensor::<B, 3>::from_data(
+            TensorData::new(twice, [2, rows, width]),
+            &Default::default(),
+        );
         let fused = kernels::<B>().column_sum_sq(&x).unwrap();
-        assert_eq!(fused.len(), width);
-        assert!(worst(&fused) <= 1e-14, "{}", worst(&fused));
+        assert_eq!(fused.len(), 2);
+        assert_eq!(fused[0], fused[1]);
+        assert_eq!(fused[0].len(), width);
+        assert!(worst(&fused[0]) <= 1e-14, "{}", worst(&fused[0]));
     }
 
     #[test]

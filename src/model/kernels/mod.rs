@@ -321,11 +321,12 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
-    /// `Σ_rows x²` per column, summed in f64 on the host (exact to f64 rounding).
+    /// Per sample, `Σ_rows x²` per column, summed in f64 on the host (exact to f64 rounding),
+    /// read from `x`'s own buffer.
     ///
     /// # Shapes
-    /// - `x`: `[rows, width]` → `[width]`
-    fn column_sum_sq(&self, _x: &Tensor<B, 2>) -> Option<Vec<f64>> {
+    /// - `x`: `[samples, rows, width]` → `samples` of `[width]`
+    fn column_sum_sq(&self, _x: &Tensor<B, 3>) -> Option<Vec<Vec<f64>>> {
         None
     }
 
