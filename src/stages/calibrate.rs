@@ -57,11 +57,7 @@ pub(super) fn windows<B: Backend>(
     Ok(match spec.source()? {
         DataSource::Text(text) => {
             let path = exec.path(&text);
-            let read = |source| StageError::Read {
-                path: path.display().to_string(),
-                source,
-            };
-            exec.hashes.recorded.calibration = Some(exec.hash_of(&path).map_err(read)?);
+            exec.hashes.recorded.calibration = Some(exec.hash_of(&path)?);
             let ids = read_tokenized(&path, &exec.base(stage)?.tokenizer)?;
             calibration::draw(&ids, nsamples, seqlen, seed)?
         }

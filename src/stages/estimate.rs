@@ -160,8 +160,5 @@ fn size_of(base_dir: &std::path::Path, path: &std::path::Path) -> Result<u64, St
     let path = base_dir.join(path);
     std::fs::metadata(&path)
         .map(|m| m.len())
-        .map_err(|source| StageError::Read {
-            path: path.display().to_string(),
-            source,
-        })
+        .map_err(|source| StageError::read(&path, source))
 }

@@ -136,11 +136,7 @@ fn perplexity_of<B: Backend>(
         let ids = match source {
             DataSource::Text(text) => {
                 let path = exec.path(&text);
-                let read = |source| StageError::Read {
-                    path: path.display().to_string(),
-                    source,
-                };
-                exec.hashes.recorded.evaluation = Some(exec.hash_of(&path).map_err(read)?);
+                exec.hashes.recorded.evaluation = Some(exec.hash_of(&path)?);
                 read_tokenized(&path, &exec.base(stage)?.tokenizer)?
             }
             source => {

@@ -78,7 +78,7 @@ impl ModelFiles {
             }),
             ModelRef::Folder(dir) => {
                 let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-                    .map_err(|e| read(&dir, e))?
+                    .map_err(|e| StageError::read(&dir, e))?
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .filter(|p| {
                         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -106,7 +106,7 @@ impl ModelFiles {
             .filter(|f| !known.contains_key(*f))
             .map(|f| match crate::data::hash::sha256_file(f) {
                 Ok(hash) => Ok((f.clone(), hash)),
-                Err(e) => Err(read(f, e)),
+                Err(e) => Err(StageError::read(f, e)),
             })
             .collect()
     }
@@ -122,12 +122,5 @@ impl ModelFiles {
             hasher.add(file, &digest(file));
         }
         hasher.finish()
-    }
-}
-
-fn read(path: &Path, source: std::io::Error) -> StageError {
-    StageError::Read {
-        path: path.display().to_string(),
-        source,
     }
 }

@@ -71,6 +71,16 @@ pub enum StageError {
     },
 }
 
+impl StageError {
+    /// [`StageError::Read`] of `path`.
+    fn read(path: &Path, source: std::io::Error) -> Self {
+        Self::Read {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
 /// Receives `(stage, done, total)` from long stages.
 type ProgressFn = dyn Fn(&str, usize, usize);
 
@@ -285,11 +295,11 @@ impl<B: Backend> PipelineExecutor<B> {
     }
 
     /// SHA-256 of an input file, hashed once per run.
-    fn hash_of(&mut self, path: &Path) -> std::io::Result<String> {
+    fn hash_of(&mut self, path: &Path) -> Result<String, StageError> {
         if let Some(hash) = self.hashes.files.get(path) {
             return Ok(hash.clone());
         }
-        let hash = crate::data::hash::sha256_file(path)?;
+        let hash = crate::data::hash::sha256_file(path).map_err(|e| StageError::read(path, e))?;
         self.hashes.files.insert(path.to_path_buf(), hash.clone());
         Ok(hash)
     }
