@@ -137,14 +137,18 @@ pub struct HostData {
 impl HostData {
     /// `t` from [`WeightSource::tensor_transposed`], converted to `dtype`.
     fn from_transposed(t: HostTensor, dtype: DType) -> Self {
-        let burn_shape: Vec<usize> = match t.shape[..] {
-            [rows, cols] => vec![cols, rows],
-            _ => t.shape.clone(),
-        };
         Self {
-            data: narrowed(TensorData::new(t.data, burn_shape), dtype),
+            data: narrowed(TensorData::new(t.data, transposed_shape(&t.shape)), dtype),
             shape: t.shape,
         }
+    }
+}
+
+/// The shape of a matrix's values once transposed (`[cols, rows]`); any other tensor's own.
+fn transposed_shape(shape: &[usize]) -> Vec<usize> {
+    match *shape {
+        [rows, cols] => vec![cols, rows],
+        _ => shape.to_vec(),
     }
 }
 
@@ -334,6 +338,30 @@ impl Stored<'_> {
         }
     }
 
+    /// The values in the 16-bit type `T` (stored as `own`, read by `read`), a matrix
+    /// transposed: stored as `own` they are copied, stored as f32, f16 or bf16 they are
+    /// narrowed from f32 by `narrow`; `None` for any other stored type.
+    fn narrowed<T: burn::tensor::Element + Default>(
+        &self,
+        own: Dtype,
+        read: fn([u8; 2]) -> T,
+        narrow: fn(f32) -> T,
+    ) -> Option<TensorData> {
+        let matrix = self.matrix(true);
+        let values = match self.dtype {
+            d if d == own => decode(self.bytes, matrix, read),
+            Dtype::F32 => decode(self.bytes, matrix, |b| narrow(f32::from_le_bytes(b))),
+            Dtype::F16 => decode(self.bytes, matrix, |b| {
+                narrow(f16::from_le_bytes(b).to_f32())
+            }),
+            Dtype::BF16 => decode(self.bytes, matrix, |b| {
+                narrow(bf16::from_le_bytes(b).to_f32())
+            }),
+            _ => return None,
+        };
+        Some(TensorData::new(values, transposed_shape(self.shape)))
+    }
+
     /// The error for a tensor of a type no model here computes in.
     fn unsupported(&self, dtype: Dtype) -> WeightError {
         WeightError::Dtype {
@@ -388,48 +416,19 @@ impl SafetensorsSource {
         let Some(stored) = self.stored(name) else {
             return Ok(None);
         };
-        let matrix = stored.matrix(true);
-        let shape: Vec<usize> = match matrix {
-            Some([rows, cols]) => vec![cols, rows],
-            None => stored.shape.to_vec(),
+        let data = match dtype {
+            DType::F16 => stored.narrowed(Dtype::F16, f16::from_le_bytes, f16::from_f32),
+            DType::BF16 => stored.narrowed(Dtype::BF16, bf16::from_le_bytes, bf16::from_f32),
+            _ => None,
         };
-        let bytes = stored.bytes;
-        let data = match (stored.dtype, dtype) {
-            (Dtype::F16, DType::F16) => {
-                TensorData::new(decode(bytes, matrix, f16::from_le_bytes), shape)
-            }
-            (Dtype::BF16, DType::F16) => TensorData::new(
-                decode(bytes, matrix, |b| {
-                    f16::from_f32(bf16::from_le_bytes(b).to_f32())
-                }),
-                shape,
-            ),
-            (Dtype::F32, DType::F16) => TensorData::new(
-                decode(bytes, matrix, |b| f16::from_f32(f32::from_le_bytes(b))),
-                shape,
-            ),
-            (Dtype::BF16, DType::BF16) => {
-                TensorData::new(decode(bytes, matrix, bf16::from_le_bytes), shape)
-            }
-            (Dtype::F16, DType::BF16) => TensorData::new(
-                decode(bytes, matrix, |b| {
-                    bf16::from_f32(f16::from_le_bytes(b).to_f32())
-                }),
-                shape,
-            ),
-            (Dtype::F32, DType::BF16) => TensorData::new(
-                decode(bytes, matrix, |b| bf16::from_f32(f32::from_le_bytes(b))),
-                shape,
-            ),
-            _ => {
-                return Ok(self
-                    .read(name, true)?
-                    .map(|t| HostData::from_transposed(t, dtype)))
-            }
+        let Some(data) = data else {
+            return Ok(self
+                .read(name, true)?
+                .map(|t| HostData::from_transposed(t, dtype)));
         };
         Ok(Some(HostData {
-            shape: stored.shape.to_vec(),
             data,
+            shape: stored.shape.to_vec(),
         }))
     }
 
