@@ -18,7 +18,11 @@
 //! then a step takes 8 operations instead of 12 ([`midpoint`] in two, no negated mask), about
 //! 290 a piece, ties no longer go through a cumulative sum ([`nth_true_row`]), and weights of
 //! the same input rows can share one selection ([`per_output_zeros_together`]: q, k, v and o
-//! of a 1B layer); not yet measured on a GPU.
+//! of a 1B layer). The next call (`results/gpu-h200-2026-11-27-load/`) still spent 1.5 s of a
+//! 1B cell and 3.4 s of a 7B × 8 one here, 24–33 ms a piece: CubeCL (without autotuning)
+//! reduces a column with one thread looping over all its rows, so each step's count ran on a
+//! thousand threads. Counts and maxima now take two stages ([`column_blocks`]); not yet
+//! measured on a GPU.
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
@@ -143,23 +147,17 @@ fn per_output_zeros_in<B: Backend>(
 /// - `scores`: `[rows, cols]` → `[rows, cols]`
 fn per_column_zeros<B: Backend>(scores: Tensor<B, 2>, k: usize) -> Option<Tensor<B, 2, Bool>> {
     let dims = scores.dims();
-    let count = |t: &Tensor<B, 2>| {
-        scores
-            .clone()
-            .lower_equal(t.clone().expand(dims))
-            .int()
-            .sum_dim(0)
-    };
-    let threshold = kth_smallest(scores.clone().max_dim(0), k, count)?.expand(dims);
+    let count = |t: &Tensor<B, 2>| column_count(scores.clone().lower_equal(t.clone().expand(dims)));
+    let threshold = kth_smallest(column_max(scores.clone()), k, count)?.expand(dims);
     let at_most = scores.clone().lower_equal(threshold.clone());
-    let too_many = at_most.clone().int().sum_dim(0).greater_elem(k as i64);
+    let too_many = column_count(at_most.clone()).greater_elem(k as i64);
     if !any(too_many) {
         return Some(at_most);
     }
     // Ties at the threshold that cross `k`: those below it, then the first `wanted` of the
     // equal ones (at least one: fewer than `k` lie below the `k`-th smallest).
     let below = scores.clone().lower(threshold.clone());
-    let wanted = below.clone().int().sum_dim(0).neg().add_scalar(k as i64);
+    let wanted = column_count(below.clone()).neg().add_scalar(k as i64);
     let equal = scores.equal(threshold);
     let rows = row_index::<B>(dims, &equal.device());
     let last = nth_true_row(equal.clone(), rows.clone(), wanted);
@@ -197,12 +195,8 @@ fn nth_true_row<B: Backend>(
         // lo + hi ≥ 0 wherever hi − lo ≥ 2, so the division rounds down there; where the two
         // are neighbours already, mid is one of them and nothing moves.
         let mid = (lo.clone() + hi.clone()).div_scalar(2);
-        let enough = at
-            .clone()
-            .lower_equal(mid.clone().expand(dims))
-            .int()
-            .sum_dim(0)
-            .greater_equal(n.clone());
+        let enough =
+            column_count(at.clone().lower_equal(mid.clone().expand(dims))).greater_equal(n.clone());
         hi = hi.mask_where(enough.clone(), mid.clone());
         lo = mid.mask_where(enough, lo);
     }
@@ -244,7 +238,7 @@ fn matrix_threshold_zeros_in<B: Backend>(
         if !all_in_range(&scores) {
             return None;
         }
-        top.push(scores.max().reshape([1, 1]));
+        top.push(column_max(scores).max_dim(1));
     }
     let len = rows * cols;
     if ratio == 0.0 || len == 0 {
@@ -284,19 +278,19 @@ pub fn measure_on_device<B: Backend>(
     zeros: &Tensor<B, 2, Bool>,
 ) -> MatrixSparsity {
     let [rows, cols] = weight.dims();
-    let kept: Vec<usize> = weight
-        .clone()
-        .not_equal_elem(0.0)
-        .bool_and(zeros.clone().bool_not())
-        .int()
-        .sum_dim(0)
-        .into_data()
-        .convert::<i64>()
-        .into_vec::<i64>()
-        .expect("converted to i64 above")
-        .into_iter()
-        .map(|k| k as usize)
-        .collect();
+    let kept: Vec<usize> = column_count(
+        weight
+            .clone()
+            .not_equal_elem(0.0)
+            .bool_and(zeros.clone().bool_not()),
+    )
+    .into_data()
+    .convert::<i64>()
+    .into_vec::<i64>()
+    .expect("converted to i64 above")
+    .into_iter()
+    .map(|k| k as usize)
+    .collect();
     MatrixSparsity::from_kept(&kept, rows * cols)
 }
 
@@ -335,6 +329,53 @@ fn kth_smallest<B: Backend>(
         }
     }
     None
+}
+
+/// The true values of each column of `mask`, counted in two stages ([`column_blocks`]).
+///
+/// # Shapes
+/// - `mask`: `[rows, cols]` → `[1, cols]`
+fn column_count<B: Backend>(mask: Tensor<B, 2, Bool>) -> Tensor<B, 2, Int> {
+    let [rows, cols] = mask.dims();
+    match column_blocks(rows) {
+        1 => mask.int().sum_dim(0),
+        blocks => mask
+            .int()
+            .reshape([blocks, rows / blocks, cols])
+            .sum_dim(1)
+            .sum_dim(0)
+            .reshape([1, cols]),
+    }
+}
+
+/// The largest value of each column of `t`, found in two stages ([`column_blocks`]).
+///
+/// # Shapes
+/// - `t`: `[rows, cols]` → `[1, cols]`
+fn column_max<B: Backend>(t: Tensor<B, 2>) -> Tensor<B, 2> {
+    let [rows, cols] = t.dims();
+    match column_blocks(rows) {
+        1 => t.max_dim(0),
+        blocks => t
+            .reshape([blocks, rows / blocks, cols])
+            .max_dim(1)
+            .max_dim(0)
+            .reshape([1, cols]),
+    }
+}
+
+/// Blocks of rows a column reduction of `rows` rows takes in its first stage: the largest
+/// divisor of `rows` at most `√rows` (1 where there is none but 1). CubeCL reduces a column
+/// with one thread looping over all its rows, so `[4096, 4096]` counts ran on 1,024 threads
+/// (vectors of four columns) each reading 4,096 rows, once per bisection step; in two stages
+/// the first has 64 times the threads and each stage loops over 64 rows. Counts and maxima are
+/// exact in any order, so the selection's bits do not change.
+fn column_blocks(rows: usize) -> usize {
+    let root = (rows as f64).sqrt() as usize;
+    (1..=root.max(1))
+        .rev()
+        .find(|&b| rows.is_multiple_of(b))
+        .unwrap_or(1)
 }
 
 /// `(lo + hi) / 2` of `0 ≤ lo ≤ hi ≤` [`HALF_MAX`]: within `[lo, hi]` (rounding is monotone,
@@ -489,6 +530,31 @@ mod tests {
             tensor::<NdArray<f32>>(&[f32::NAN, 2.0], [2, 1]),
         ];
         assert!(per_output_zeros_together(bad, 0.5).is_none());
+    }
+
+    #[test]
+    fn column_counts_and_maxima_in_two_stages_equal_one_pass() {
+        assert_eq!(
+            [1, 2, 4096, 11008, 8192, 2048, 37, 300, 1].map(column_blocks),
+            [1, 1, 64, 86, 64, 32, 1, 15, 1]
+        );
+        // Rows with no divisor but 1 (37), a square (64), and 300 = 15 blocks of 20.
+        for rows in [37, 64, 300] {
+            let cols = 7;
+            let s = scores(rows, cols, rows as u64, 50, 3);
+            let t = tensor::<NdArray<f32>>(&s, [rows, cols]);
+            let max: Vec<f32> = column_max(t.clone()).into_data().to_vec().unwrap();
+            let one_pass: Vec<f32> = t.clone().max_dim(0).into_data().to_vec().unwrap();
+            assert_eq!(max, one_pass, "rows {rows}");
+            let mask = t.lower_equal_elem(0.37 * 20.0);
+            let counts: Vec<i64> = column_count(mask.clone()).into_data().to_vec().unwrap();
+            let one_pass: Vec<i64> = mask.int().sum_dim(0).into_data().to_vec().unwrap();
+            assert_eq!(counts, one_pass, "rows {rows}");
+            assert!(
+                counts.iter().all(|&c| c > 0 && c < rows as i64),
+                "{counts:?}"
+            );
+        }
     }
 
     #[test]
