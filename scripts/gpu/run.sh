@@ -9,8 +9,9 @@
 #    the gate's estimate beside the NVML device peak;
 # 3. speed: a wanda cell (calibration $NSAMPLES × 2048, eval 16 × 2048) at each of $SPEED_SHAPES
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
-#    interleaved: wanda on an empty kernel cache (`wanda-cold`: the run compiles its kernels),
-#    then again on the same (`wanda`: it loads them); with a second build in
+#    interleaved: wanda on empty kernel and token caches (`wanda-cold`: the run compiles its
+#    kernels and tokenises both texts), then again on the same (`wanda`: it loads them); with a
+#    second build in
 #    gpu-carry/wanda-autotune(.gz), that one too;
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
@@ -182,8 +183,8 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
     # same build under $BASELINE_ENV too.
     base=
     [[ " $BASELINE " == *" $shape "* ]] && base=base
-    export WANDA_KERNEL_CACHE=/tmp/kernels-$shape-$2
-    rm -rf "$WANDA_KERNEL_CACHE"
+    export WANDA_KERNEL_CACHE=/tmp/kernels-$shape-$2 WANDA_TOKEN_CACHE=/tmp/tokens-$shape-$2
+    rm -rf "$WANDA_KERNEL_CACHE" "$WANDA_TOKEN_CACHE"
     for w in wanda-cold wanda wanda-autotune wanda-autotune-again $base; do
       b=/tmp/${w%-again}
       b=${b%-cold}

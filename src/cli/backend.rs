@@ -82,17 +82,17 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
 }
 
 /// Points CubeCL's compilation cache at this build's folder for GPU `index`
-/// ([`wanda::sys::kernel_cache`]), so a run loads the kernels an earlier run compiled. Once
+/// ([`wanda::sys::cache_dir`]), so a run loads the kernels an earlier run compiled. Once
 /// per process, before CubeCL reads its settings; a `cubecl.toml` (or `burn.toml`) that names
 /// a compilation cache keeps it. A folder that cannot be used is a one-line warning and a run
 /// that compiles as before.
 #[cfg(feature = "cuda")]
 fn use_kernel_cache(index: usize) {
     use burn_cubecl::cubecl::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
-    use wanda::sys::kernel_cache;
+    use wanda::sys::cache_dir;
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let Some(root) = kernel_cache::cache_root_from_env() else {
+        let Some(root) = cache_dir::cache_root_from_env(cache_dir::KERNELS) else {
             return;
         };
         if CubeClRuntimeConfig::storage().lock().is_some() {
@@ -101,7 +101,7 @@ fn use_kernel_cache(index: usize) {
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
         if config.compilation.cache.is_none() {
             let folder = wanda::memory::device::cuda_architecture(index).and_then(|device| {
-                kernel_cache::prepare(&root, &kernel_cache::build_id(), &device)
+                cache_dir::prepare(&root, &cache_dir::build_id(), &device)
                     .map_err(|e| e.to_string())
             });
             match folder {
@@ -110,7 +110,7 @@ fn use_kernel_cache(index: usize) {
                     "warning: kernel cache {}: {why}; compiling every kernel this run (set {} to \
                      a writable folder, or to `off`)",
                     root.display(),
-                    kernel_cache::KERNEL_CACHE_VAR
+                    cache_dir::KERNELS.var
                 ),
             }
         }

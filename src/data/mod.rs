@@ -1,5 +1,6 @@
 //! Calibration and evaluation text: files read and tokenised, data sets by name from the hub
-//! (Parquet and JSON lines, as text or as whole records), and seeded sampling of token windows.
+//! (Parquet and JSON lines, as text or as whole records), seeded sampling of token windows, and
+//! the ids of long texts kept between runs.
 
 pub mod calibration;
 pub mod hash;
@@ -10,5 +11,6 @@ pub mod records;
 pub mod rows;
 pub mod sets;
 pub mod text;
+pub mod token_cache;
 
 pub use text::{read_tokenized, TextEncoder, TextError};

@@ -713,12 +713,10 @@ fn joined_text(
 
 /// Token ids of `text` under `tokenizer`.
 fn encode<T: TextEncoder>(tokenizer: &T, text: &str, what: &str) -> Result<Vec<u32>, DataError> {
-    tokenizer
-        .encode_text(text)
-        .map_err(|e| DataError::Tokenize {
-            what: what.to_owned(),
-            source: Box::new(e),
-        })
+    super::text::encode_cached(tokenizer, text).map_err(|e| DataError::Tokenize {
+        what: what.to_owned(),
+        source: Box::new(e),
+    })
 }
 
 /// The evaluation token ids of a hub `source` (`seqlen` bounds C4's 256 windows). `hub` says

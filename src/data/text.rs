@@ -10,6 +10,25 @@ pub trait TextEncoder {
     type Error: std::error::Error + Send + Sync + 'static;
     /// The token ids of the whole `text`, with the tokenizer's own special-token setting.
     fn encode_text(&self, text: &str) -> Result<Vec<u32>, Self::Error>;
+
+    /// A hash of everything that decides the ids (equal hashes: equal ids for every text),
+    /// which lets long texts' ids be reused between runs ([`super::token_cache`]); `None`: never
+    /// reused.
+    fn identity(&self) -> Option<[u8; 32]> {
+        None
+    }
+}
+
+/// `tokenizer`'s ids of `text`, from this process's token cache where it holds them
+/// ([`super::token_cache`]: long texts, a tokenizer with an identity), else tokenised (and
+/// kept there).
+pub fn encode_cached<T: TextEncoder>(tokenizer: &T, text: &str) -> Result<Vec<u32>, T::Error> {
+    super::token_cache::encode_through(
+        super::token_cache::TokenCache::from_env(),
+        text,
+        || tokenizer.identity(),
+        |t| tokenizer.encode_text(t),
+    )
 }
 
 /// Why a text could not be read and tokenised.
@@ -41,12 +60,10 @@ pub fn read_tokenized<T: TextEncoder>(path: &Path, tokenizer: &T) -> Result<Vec<
         path: path.to_path_buf(),
         source,
     })?;
-    tokenizer
-        .encode_text(&text)
-        .map_err(|e| TextError::Tokenize {
-            path: path.to_path_buf(),
-            source: Box::new(e),
-        })
+    encode_cached(tokenizer, &text).map_err(|e| TextError::Tokenize {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
 }
 
 #[cfg(test)]

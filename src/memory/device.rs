@@ -329,7 +329,7 @@ fn probe_cuda() -> Result<usize, String> {
 }
 
 /// CUDA device `index`'s architecture and the driver's version, as `sm_90-12080`: what decides
-/// whether a compiled kernel loads on it ([`crate::sys::kernel_cache`]).
+/// whether a compiled kernel loads on it ([`crate::sys::cache_dir`]).
 #[cfg(feature = "cuda")]
 pub fn cuda_architecture(index: usize) -> Result<String, String> {
     use cudarc::driver::{result, sys};

@@ -62,6 +62,8 @@ fn check_upstream_panics(json: &str) -> Result<(), String> {
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     source_name: String,
+    /// The SHA-256 of its serialised definition, made on first use ([`Self::identity`]).
+    identity: std::sync::OnceLock<Option<[u8; 32]>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -152,7 +154,7 @@ impl Tokenizer {
                 inner.with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
             }
         }
-        Ok(Self { inner, source_name })
+        Ok(Self::new(inner, source_name))
     }
 
     /// Loads a tokenizer from the JSON text of a `tokenizer.json`.
@@ -165,9 +167,25 @@ impl Tokenizer {
         let inner: tokenizers::Tokenizer = json
             .parse()
             .map_err(|e: tokenizers::Error| load_error(e.to_string()))?;
-        Ok(Self {
+        Ok(Self::new(inner, source_name.to_string()))
+    }
+
+    fn new(inner: tokenizers::Tokenizer, source_name: String) -> Self {
+        Self {
             inner,
-            source_name: source_name.to_string(),
+            source_name,
+            identity: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The SHA-256 of the whole definition as `tokenizers` serialises it (vocabulary, merges,
+    /// normalizer, pre-tokenizer, post-processor, added tokens): equal for tokenizers that
+    /// encode alike however they were loaded; `None` where it cannot be serialised. Made once.
+    pub fn identity(&self) -> Option<[u8; 32]> {
+        *self.identity.get_or_init(|| {
+            use sha2::Digest;
+            let json = self.inner.to_string(false).ok()?;
+            Some(sha2::Sha256::digest(json.as_bytes()).into())
         })
     }
 
@@ -310,6 +328,10 @@ impl crate::data::TextEncoder for Tokenizer {
     fn encode_text(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         self.encode(text)
     }
+
+    fn identity(&self) -> Option<[u8; 32]> {
+        Tokenizer::identity(self)
+    }
 }
 
 #[cfg(test)]
@@ -323,6 +345,27 @@ mod tests {
 
     fn with_normalizer(normalizer: &str) -> String {
         WORD_LEVEL.replace("NORMALIZER", normalizer)
+    }
+
+    #[test]
+    fn identity_is_the_same_for_the_same_definition_and_differs_for_another() {
+        let a = Tokenizer::from_json(&with_normalizer("null"), "a.json").unwrap();
+        let b = Tokenizer::from_json(&with_normalizer("null"), "b.json").unwrap();
+        let lower = Tokenizer::from_json(&with_normalizer(r#"{"type":"Lowercase"}"#), "c.json");
+        let lower = lower.unwrap();
+        assert!(a.identity().is_some());
+        assert_eq!(
+            a.identity(),
+            b.identity(),
+            "where it was read from does not matter"
+        );
+        assert_ne!(
+            a.identity(),
+            lower.identity(),
+            "a normalizer changes the ids"
+        );
+        assert_eq!(lower.encode("CAT").unwrap(), vec![1]);
+        assert_eq!(a.encode("CAT").unwrap(), vec![0]);
     }
 
     #[test]

@@ -224,3 +224,68 @@ fn zero_windows_and_zero_workers_are_refused_by_flag() {
     );
     assert_zero_refused(&["run", "p.yaml", "--workers", "0"], "--workers");
 }
+
+/// A long text's ids are kept between runs (`WANDA_TOKEN_CACHE`): the first run writes one
+/// entry; a later run reads it (an entry forged with other ids changes the perplexity); an
+/// altered entry is a miss, tokenised again, and the first run's perplexity comes back.
+#[test]
+fn a_long_texts_ids_are_kept_between_runs_and_a_damaged_entry_is_tokenised_again() {
+    use wanda::data::token_cache::{key, TokenCache, MIN_CACHED_BYTES};
+    let (dir, folder, text_path) = tiny_setup(9, 20_000);
+    let text = std::fs::read_to_string(&text_path).unwrap();
+    assert!(text.len() >= MIN_CACHED_BYTES, "{} bytes", text.len());
+    let cache = dir.path().join("tokens");
+    let run = || -> serde_json::Value {
+        let out = output_ok(
+            Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .env("WANDA_TOKEN_CACHE", &cache)
+                .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
+                .args(["--windows", "4", "--model"])
+                .arg(&folder)
+                .arg("--text")
+                .arg(&text_path),
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let entries = || -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let mut pending = vec![cache.clone()];
+        while let Some(d) = pending.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    pending.push(p);
+                } else if p.extension().is_some_and(|x| x == "ids") {
+                    found.push(p);
+                }
+            }
+        }
+        found
+    };
+    let first = run();
+    let written = entries();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(run()["perplexity"], first["perplexity"]);
+
+    // An entry under the same key with every id moved to its neighbour in the vocabulary.
+    let loaded = model::load::<B>(&ModelRef::Folder(folder.clone()), &Default::default()).unwrap();
+    let ids = loaded.tokenizer.encode(&text).unwrap();
+    let identity = loaded.tokenizer.identity().unwrap();
+    let forged: Vec<u32> = ids.iter().map(|&id| (id + 1) % 21).collect();
+    let at = TokenCache::at(written[0].parent().unwrap()).unwrap();
+    at.put(&key(&identity, &text), &forged).unwrap();
+    assert_eq!(entries(), written, "the forged entry replaced the first");
+    let from_forged = run();
+    assert_eq!(from_forged["text_tokens"], first["text_tokens"]);
+    assert_ne!(
+        from_forged["perplexity"], first["perplexity"],
+        "the entry was read"
+    );
+
+    let mut bytes = std::fs::read(&written[0]).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&written[0], &bytes).unwrap();
+    assert_eq!(run()["perplexity"], first["perplexity"]);
+    assert_eq!(run()["perplexity"], first["perplexity"]);
+}

@@ -1,23 +1,45 @@
-//! Where the CUDA backend keeps the kernels it compiles, between runs.
+//! The folders where a run keeps what later runs can reuse: the kernels the CUDA backend
+//! compiles and the token ids of long texts ([`crate::data::token_cache`]).
 //!
 //! CubeCL compiles every kernel a process launches (CUDA C++ to PTX, by NVRTC) the first time
 //! the process launches it, and by default forgets it at exit, so every run, and every cell of
 //! a sweep, compiles its kernels again. With a folder for them, a later run loads the PTX
 //! instead (and the driver's own cache skips the PTX-to-machine-code step).
 //!
-//! `WANDA_KERNEL_CACHE` picks the folder: unset, `$XDG_CACHE_HOME/wanda/kernels`, else
-//! `~/.cache/wanda/kernels`; `off` (or `0`, or empty) keeps none; anything else is the folder.
+//! Each kind of cache has its environment variable ([`KERNELS`]: `WANDA_KERNEL_CACHE`,
+//! [`TOKENS`]: `WANDA_TOKEN_CACHE`): unset, `$XDG_CACHE_HOME/wanda/<kind>`, else
+//! `~/.cache/wanda/<kind>`; `off` (or `0`, or empty) keeps none; anything else is the folder.
 //! Under it, one folder per build of wanda (its version and the executable's size and time, as
-//! kernels of the same name may differ between builds) and per GPU (architecture and driver:
-//! PTX for one need not load on another), so machines sharing a home folder never mix them. A
-//! build's folder untouched for [`STALE_DAYS`] days is removed by the next run.
+//! kernels of the same name, or a tokenizer library's output, may differ between builds) and,
+//! for kernels, per GPU (architecture and driver: PTX for one need not load on another), so
+//! machines sharing a home folder never mix them. A build's folder untouched for
+//! [`STALE_DAYS`] days is removed by the next run.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-/// The environment variable that moves or switches off the cache.
-pub const KERNEL_CACHE_VAR: &str = "WANDA_KERNEL_CACHE";
+/// A kind of cache: the environment variable that moves or switches it off, and its folder's
+/// name under the default root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheKind {
+    /// The environment variable: a folder, or `off`.
+    pub var: &'static str,
+    /// The folder's name under `~/.cache/wanda`.
+    pub leaf: &'static str,
+}
+
+/// The CUDA backend's compiled kernels.
+pub const KERNELS: CacheKind = CacheKind {
+    var: "WANDA_KERNEL_CACHE",
+    leaf: "kernels",
+};
+
+/// Token ids of long texts ([`crate::data::token_cache`]).
+pub const TOKENS: CacheKind = CacheKind {
+    var: "WANDA_TOKEN_CACHE",
+    leaf: "tokens",
+};
 
 /// Days after which another build's unused folder is removed.
 pub const STALE_DAYS: u64 = 30;
@@ -25,9 +47,10 @@ pub const STALE_DAYS: u64 = 30;
 /// The file whose time says when a build's folder was last used.
 const LAST_USED: &str = "last-used";
 
-/// The cache's root folder from the values of [`KERNEL_CACHE_VAR`], `XDG_CACHE_HOME` and
+/// The root folder of a cache of `kind` from the values of its variable, `XDG_CACHE_HOME` and
 /// `HOME`; `None` when switched off or when no folder can be named.
 pub fn cache_root(
+    kind: CacheKind,
     setting: Option<OsString>,
     xdg_cache_home: Option<OsString>,
     home: Option<OsString>,
@@ -40,15 +63,16 @@ pub fn cache_root(
                 Some(xdg) => PathBuf::from(xdg),
                 None => PathBuf::from(home.filter(|v| !v.is_empty())?).join(".cache"),
             };
-            Some(base.join("wanda").join("kernels"))
+            Some(base.join("wanda").join(kind.leaf))
         }
     }
 }
 
 /// [`cache_root`] of this process's environment.
-pub fn cache_root_from_env() -> Option<PathBuf> {
+pub fn cache_root_from_env(kind: CacheKind) -> Option<PathBuf> {
     cache_root(
-        std::env::var_os(KERNEL_CACHE_VAR),
+        kind,
+        std::env::var_os(kind.var),
         std::env::var_os("XDG_CACHE_HOME"),
         std::env::var_os("HOME"),
     )
@@ -69,11 +93,11 @@ pub fn build_id() -> String {
     format!("{}-{len:x}-{secs:x}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Makes `root/build/device` (creating it, marking `build` as used now, and removing other
+/// Makes `root/build/sub` (creating it, marking `build` as used now, and removing other
 /// builds' folders unused for [`STALE_DAYS`]) and returns it; an error says why the folder
 /// cannot be used, and then the run keeps no cache.
-pub fn prepare(root: &Path, build: &str, device: &str) -> std::io::Result<PathBuf> {
-    let dir = root.join(build).join(device);
+pub fn prepare(root: &Path, build: &str, sub: &str) -> std::io::Result<PathBuf> {
+    let dir = root.join(build).join(sub);
     std::fs::create_dir_all(&dir)?;
     std::fs::write(root.join(build).join(LAST_USED), b"")?;
     remove_stale(root, build, SystemTime::now());
@@ -113,22 +137,26 @@ mod tests {
 
     #[test]
     fn root_follows_the_setting_then_xdg_then_home() {
-        assert_eq!(cache_root(os("off"), os("/x"), os("/h")), None);
-        assert_eq!(cache_root(os("0"), None, os("/h")), None);
-        assert_eq!(cache_root(os(""), None, os("/h")), None);
+        assert_eq!(cache_root(KERNELS, os("off"), os("/x"), os("/h")), None);
+        assert_eq!(cache_root(KERNELS, os("0"), None, os("/h")), None);
+        assert_eq!(cache_root(KERNELS, os(""), None, os("/h")), None);
         assert_eq!(
-            cache_root(os("/scratch/k"), os("/x"), os("/h")),
+            cache_root(KERNELS, os("/scratch/k"), os("/x"), os("/h")),
             Some(PathBuf::from("/scratch/k"))
         );
         assert_eq!(
-            cache_root(None, os("/x"), os("/h")),
+            cache_root(KERNELS, None, os("/x"), os("/h")),
             Some(PathBuf::from("/x/wanda/kernels"))
         );
         assert_eq!(
-            cache_root(None, os(""), os("/h")),
+            cache_root(KERNELS, None, os(""), os("/h")),
             Some(PathBuf::from("/h/.cache/wanda/kernels"))
         );
-        assert_eq!(cache_root(None, None, None), None);
+        assert_eq!(cache_root(KERNELS, None, None, None), None);
+        assert_eq!(
+            cache_root(TOKENS, None, None, os("/h")),
+            Some(PathBuf::from("/h/.cache/wanda/tokens"))
+        );
     }
 
     #[test]
