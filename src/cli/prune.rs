@@ -135,6 +135,8 @@ pub struct PruneOutput {
     sparsity: ModelSparsity,
     perplexity: Option<PerplexityReport>,
     load_seconds: f64,
+    /// Tokenising the calibration text and drawing its windows (none for magnitude).
+    calibrate_seconds: Option<f64>,
     /// The calibration passes and the pruning, layer by layer.
     prune_seconds: f64,
     /// Tokenising the evaluation text and the perplexity.
@@ -331,6 +333,7 @@ impl OnBackend for Job {
             sparsity,
             perplexity: executor.perplexity().cloned(),
             load_seconds: stage_seconds("load").unwrap_or(0.0),
+            calibrate_seconds: stage_seconds("calibrate"),
             prune_seconds: stage_seconds("prune").unwrap_or(0.0),
             eval_seconds: stage_seconds("eval"),
             peak_rss_bytes: record.memory.peak_rss_bytes,
@@ -418,8 +421,10 @@ pub fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!(
-            "time        load {:.1} s, prune {:.1} s{}",
+            "time        load {:.1} s, {}prune {:.1} s{}",
             out.load_seconds,
+            out.calibrate_seconds
+                .map_or(String::new(), |s| format!("calibrate {s:.1} s, ")),
             out.prune_seconds,
             out.eval_seconds
                 .map_or(String::new(), |s| format!(", eval {s:.1} s"))

@@ -477,6 +477,13 @@ fn selecting_on_the_device_saves_what_the_host_selection_saves() {
                 .arg(&saved),
         );
         let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // Tokenising the calibration text is a stage of its own, reported apart from the
+        // pruning (magnitude reads no calibration text).
+        assert_eq!(
+            printed["calibrate_seconds"].is_f64(),
+            method == "wanda",
+            "{printed}"
+        );
         let weights = std::fs::read(saved.join("model.safetensors")).unwrap();
         // The phase timer names where each linear was selected.
         let phases = String::from_utf8_lossy(&out.stderr);
