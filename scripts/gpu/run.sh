@@ -11,8 +11,8 @@
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
 #    interleaved: wanda on empty kernel and token caches (`wanda-cold`: the run compiles its
 #    kernels and tokenises both texts), then again on the same (`wanda`: it loads them); with a
-#    second build in
-#    gpu-carry/wanda-autotune(.gz), that one too;
+#    second build in gpu-carry/wanda-autotune(.gz), that one too; then the table of every cell
+#    (cell_table.py);
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
 #    (one 7B-shaped layer pruned) selecting on the device and on the host;
@@ -198,6 +198,7 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
     done
   done
 done
+want speed && python3 "$here/cell_table.py" "$out/results.jsonl"
 want sums && [[ -x /tmp/wanda-base ]] && echo "== 5. sums (135M shape, wanda 50 %, calibration 32 × 512)"
 want sums && [[ -x /tmp/wanda-base ]] && for d in cuda cuda-f16; do
   for w in wanda wanda-base; do
