@@ -9,7 +9,8 @@
 //! is one per build ([`crate::sys::cache_dir`], `WANDA_TOKEN_CACHE`, `off` keeps none), so
 //! another version of the tokenizer library never reads ids it did not make. An entry is
 //! written atomically and carries its own checksum: a truncated or altered file is a miss, and
-//! the text is tokenised again. A cache that cannot be written is silently not used.
+//! the text is tokenised again. A folder that cannot be made is a one-line warning and a run
+//! that tokenises as before; an entry that cannot be written is skipped.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -42,14 +43,24 @@ impl TokenCache {
     }
 
     /// This process's cache: this build's folder under [`TOKENS`]' root, prepared once; `None`
-    /// where it is switched off or cannot be made.
+    /// where it is switched off or cannot be made (a one-line warning says why).
     pub fn from_env() -> Option<&'static Self> {
         static CACHE: OnceLock<Option<TokenCache>> = OnceLock::new();
         CACHE
             .get_or_init(|| {
                 let root = cache_dir::cache_root_from_env(TOKENS)?;
-                let dir = cache_dir::prepare(&root, &cache_dir::build_id(), "ids").ok()?;
-                Some(Self { dir })
+                match cache_dir::prepare(&root, &cache_dir::build_id(), "ids") {
+                    Ok(dir) => Some(Self { dir }),
+                    Err(why) => {
+                        eprintln!(
+                            "warning: token cache {}: {why}; tokenising every text this run (set \
+                             {} to a writable folder, or to `off`)",
+                            root.display(),
+                            TOKENS.var
+                        );
+                        None
+                    }
+                }
             })
             .as_ref()
     }

@@ -289,3 +289,35 @@ fn a_long_texts_ids_are_kept_between_runs_and_a_damaged_entry_is_tokenised_again
     assert_eq!(run()["perplexity"], first["perplexity"]);
     assert_eq!(run()["perplexity"], first["perplexity"]);
 }
+
+/// A token cache that cannot be made (`WANDA_TOKEN_CACHE` names a file) is a one-line warning
+/// naming the variable, and the run tokenises as before, with the same perplexity.
+#[test]
+fn an_unusable_token_cache_is_a_warning_and_the_run_goes_on() {
+    let (dir, folder, text_path) = tiny_setup(9, 20_000);
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, b"").unwrap();
+    let run = |cache: &Path| {
+        output_ok(
+            Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .env("WANDA_TOKEN_CACHE", cache)
+                .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
+                .args(["--windows", "4", "--model"])
+                .arg(&folder)
+                .arg("--text")
+                .arg(&text_path),
+        )
+    };
+    let blocked = run(&blocker);
+    let stderr = String::from_utf8_lossy(&blocked.stderr);
+    assert!(
+        stderr.contains("warning: token cache") && stderr.contains("WANDA_TOKEN_CACHE"),
+        "{stderr}"
+    );
+    let usable = run(&dir.path().join("tokens"));
+    let ppl = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["perplexity"].clone()
+    };
+    assert_eq!(ppl(&blocked), ppl(&usable));
+    assert!(!String::from_utf8_lossy(&usable.stderr).contains("token cache"));
+}
