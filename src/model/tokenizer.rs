@@ -179,8 +179,9 @@ impl Tokenizer {
     }
 
     /// The SHA-256 of the whole definition as `tokenizers` serialises it (vocabulary, merges,
-    /// normalizer, pre-tokenizer, post-processor, added tokens): equal for tokenizers that
-    /// encode alike however they were loaded; `None` where it cannot be serialised. Made once.
+    /// normalizer, pre-tokenizer, post-processor, added tokens): the same definition gives
+    /// the same hash however it was loaded, and equal hashes encode alike; `None` where it
+    /// cannot be serialised. Made once.
     pub fn identity(&self) -> Option<[u8; 32]> {
         *self.identity.get_or_init(|| {
             use sha2::Digest;
