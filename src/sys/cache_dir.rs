@@ -1,5 +1,5 @@
 //! The folders where a run keeps what later runs can reuse: the kernels the CUDA backend
-//! compiles and the token ids of long texts ([`crate::data::token_cache`]).
+//! compiles and the token ids of long texts (the data module's token cache).
 //!
 //! CubeCL compiles every kernel a process launches (CUDA C++ to PTX, by NVRTC) the first time
 //! the process launches it, and by default forgets it at exit, so every run, and every cell of
@@ -35,7 +35,7 @@ pub const KERNELS: CacheKind = CacheKind {
     leaf: "kernels",
 };
 
-/// Token ids of long texts ([`crate::data::token_cache`]).
+/// Token ids of long texts (the data module's token cache).
 pub const TOKENS: CacheKind = CacheKind {
     var: "WANDA_TOKEN_CACHE",
     leaf: "tokens",
