@@ -120,6 +120,23 @@ pub(crate) fn dots_2x8(a0: &[f64], a1: &[f64], b: &[f64]) -> [[f64; LANES]; 2] {
     dots_2x8_with(a0, a1, b, pair_sums_2x8)
 }
 
+/// [`dots_1x8`] of `a0`, and of `a1` where there is one, against the same packed `b`
+/// ([`dots_2x8`] for both): a loop over rows in pairs takes its last, unpaired row the same way.
+#[inline]
+pub(crate) fn dots_1or2x8(
+    a0: &[f64],
+    a1: Option<&[f64]>,
+    b: &[f64],
+) -> ([f64; LANES], Option<[f64; LANES]>) {
+    match a1 {
+        Some(a1) => {
+            let [acc0, acc1] = dots_2x8(a0, a1, b);
+            (acc0, Some(acc1))
+        }
+        None => (dots_1x8(a0, b), None),
+    }
+}
+
 /// [`dots_2x8`] with the pair sums of `sums` (one build of [`pair_sums_2x8`]).
 #[inline(always)]
 fn dots_2x8_with(
@@ -310,21 +327,17 @@ pub fn cholesky_lower(a: &mut [f64], n: usize) -> Result<(), NotPositiveDefinite
                 let r = 2 * pair;
                 let (first, second) = rows.split_at_mut(n);
                 let l0 = first[k0..k1].to_vec();
-                if second.is_empty() {
-                    for g in 0..=r / LANES {
-                        update(first, r, g, dots_1x8(&l0, group(g)));
-                    }
-                    return;
-                }
-                let l1 = second[k0..k1].to_vec();
+                let l1 = (!second.is_empty()).then(|| second[k0..k1].to_vec());
                 for g in 0..=r / LANES {
-                    let [acc0, acc1] = dots_2x8(&l0, &l1, group(g));
+                    let (acc0, acc1) = dots_1or2x8(&l0, l1.as_deref(), group(g));
                     update(first, r, g, acc0);
-                    update(second, r + 1, g, acc1);
+                    if let Some(acc1) = acc1 {
+                        update(second, r + 1, g, acc1);
+                    }
                 }
-                if (r + 1) / LANES > r / LANES {
-                    let g = (r + 1) / LANES;
-                    update(second, r + 1, g, dots_1x8(&l1, group(g)));
+                let last = (r + 1) / LANES;
+                if let Some(l1) = l1.filter(|_| last > r / LANES) {
+                    update(second, r + 1, last, dots_1x8(&l1, group(last)));
                 }
             });
     }
@@ -477,7 +490,6 @@ mod tests {
         }
     }
 
-    /// `A Bᵀ` for row-major `[n, n]` matrices.
     /// Two rows at once give each row [`dots_1x8`]'s bits, in every build this CPU runs.
     #[test]
     fn two_rows_at_once_equal_each_row_alone_to_the_bit() {
@@ -567,6 +579,7 @@ mod tests {
         }
     }
 
+    /// `A Bᵀ` for row-major `[n, n]` matrices.
     fn mul_t(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {
         let mut c = vec![0.0; n * n];
         for i in 0..n {

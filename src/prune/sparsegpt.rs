@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 use super::linalg::{
-    dots_1x8, dots_2x8, pack_by_eight, upper_cholesky_of_inverse, NotPositiveDefinite, LANES,
+    dots_1or2x8, pack_by_eight, upper_cholesky_of_inverse, NotPositiveDefinite, LANES,
 };
 use super::mask::prune_count;
 use super::{check_finite, check_shape, PruneError, Sparsity};
@@ -81,19 +81,18 @@ impl Hessian {
             }
         };
         // Channels in pairs (an even one and the next, so both start at the same group), each
-        // group's values loaded once for both ([`dots_2x8`]).
+        // group's values loaded once for both ([`dots_1or2x8`]).
         self.xtx
             .par_chunks_mut(2 * n.max(1))
             .enumerate()
             .for_each(|(pair, rows)| {
                 let i = 2 * pair;
                 let (first, second) = rows.split_at_mut(n.min(rows.len()));
+                let next = (!second.is_empty()).then(|| channel(i + 1));
                 for g in i / LANES..n.div_ceil(LANES) {
-                    if second.is_empty() {
-                        add(first, i, g, dots_1x8(channel(i), group(g)));
-                    } else {
-                        let [acc0, acc1] = dots_2x8(channel(i), channel(i + 1), group(g));
-                        add(first, i, g, acc0);
+                    let (acc0, acc1) = dots_1or2x8(channel(i), next, group(g));
+                    add(first, i, g, acc0);
+                    if let Some(acc1) = acc1 {
                         add(second, i + 1, g, acc1);
                     }
                 }
@@ -345,7 +344,7 @@ pub fn prune_sparsegpt(
                 coef.extend((i1..i2).map(|r| u[r * n + j]));
             }
             pack_by_eight_columns(&err, count, out, &mut packed_err);
-            // Rows in pairs, each group of errors loaded once for both ([`dots_2x8`]).
+            // Rows in pairs, each group of errors loaded once for both ([`dots_1or2x8`]).
             let group = |g: usize| &packed_err[g * count * LANES..(g + 1) * count * LANES];
             let subtract = |chunk: &mut [f64], acc: [f64; LANES]| {
                 for (wv, a) in chunk.iter_mut().zip(acc) {
@@ -358,17 +357,14 @@ pub fn prune_sparsegpt(
                 .for_each(|(rows, cs)| {
                     let (first, second) = rows.split_at_mut(out);
                     let (c0, c1) = cs.split_at(count);
-                    if second.is_empty() {
-                        for (g, chunk) in first.chunks_mut(LANES).enumerate() {
-                            subtract(chunk, dots_1x8(c0, group(g)));
-                        }
-                        return;
-                    }
-                    let chunks = first.chunks_mut(LANES).zip(second.chunks_mut(LANES));
-                    for (g, (chunk0, chunk1)) in chunks.enumerate() {
-                        let [acc0, acc1] = dots_2x8(c0, c1, group(g));
+                    let c1 = (!second.is_empty()).then_some(c1);
+                    let mut second = second.chunks_mut(LANES);
+                    for (g, chunk0) in first.chunks_mut(LANES).enumerate() {
+                        let (acc0, acc1) = dots_1or2x8(c0, c1, group(g));
                         subtract(chunk0, acc0);
-                        subtract(chunk1, acc1);
+                        if let (Some(acc1), Some(chunk1)) = (acc1, second.next()) {
+                            subtract(chunk1, acc1);
+                        }
                     }
                 });
         }
