@@ -338,6 +338,21 @@ impl Stored<'_> {
         }
     }
 
+    /// The values as f32 (f32, f16 or bf16 stored; widening is exact) mapped by `map`, a
+    /// `matrix` transposed in the same pass ([`decode`]); `None` for any other stored type.
+    fn widened<T: Copy + Default + Send>(
+        &self,
+        matrix: Option<[usize; 2]>,
+        map: impl Fn(f32) -> T + Sync,
+    ) -> Option<Vec<T>> {
+        Some(match self.dtype {
+            Dtype::F32 => decode(self.bytes, matrix, |b| map(f32::from_le_bytes(b))),
+            Dtype::F16 => decode(self.bytes, matrix, |b| map(f16::from_le_bytes(b).to_f32())),
+            Dtype::BF16 => decode(self.bytes, matrix, |b| map(bf16::from_le_bytes(b).to_f32())),
+            _ => return None,
+        })
+    }
+
     /// The values in the 16-bit type `T` (stored as `own`, read by `read`), a matrix
     /// transposed: stored as `own` they are copied, stored as f32, f16 or bf16 they are
     /// narrowed from f32 by `narrow`; `None` for any other stored type.
@@ -350,24 +365,17 @@ impl Stored<'_> {
         let matrix = self.matrix(true);
         let values = match self.dtype {
             d if d == own => decode(self.bytes, matrix, read),
-            Dtype::F32 => decode(self.bytes, matrix, |b| narrow(f32::from_le_bytes(b))),
-            Dtype::F16 => decode(self.bytes, matrix, |b| {
-                narrow(f16::from_le_bytes(b).to_f32())
-            }),
-            Dtype::BF16 => decode(self.bytes, matrix, |b| {
-                narrow(bf16::from_le_bytes(b).to_f32())
-            }),
-            _ => return None,
+            _ => self.widened(matrix, narrow)?,
         };
         Some(TensorData::new(values, transposed_shape(self.shape)))
     }
 
     /// The error for a tensor of a type no model here computes in.
-    fn unsupported(&self, dtype: Dtype) -> WeightError {
+    fn unsupported(&self) -> WeightError {
         WeightError::Dtype {
             name: self.name.clone(),
             path: self.path.display().to_string(),
-            dtype: format!("{dtype:?}"),
+            dtype: format!("{:?}", self.dtype),
         }
     }
 }
@@ -396,13 +404,9 @@ impl SafetensorsSource {
         let Some(stored) = self.stored(name) else {
             return Ok(None);
         };
-        let matrix = stored.matrix(transposed);
-        let data = match stored.dtype {
-            Dtype::F32 => decode(stored.bytes, matrix, f32::from_le_bytes),
-            Dtype::F16 => decode(stored.bytes, matrix, |b| f16::from_le_bytes(b).to_f32()),
-            Dtype::BF16 => decode(stored.bytes, matrix, |b| bf16::from_le_bytes(b).to_f32()),
-            other => return Err(stored.unsupported(other)),
-        };
+        let data = stored
+            .widened(stored.matrix(transposed), |v| v)
+            .ok_or_else(|| stored.unsupported())?;
         Ok(Some(HostTensor {
             shape: stored.shape.to_vec(),
             data,
