@@ -2,7 +2,7 @@
 //! opened for streaming until the gate decides), and its hash.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use burn::prelude::Backend;
 use rayon::prelude::*;
@@ -29,7 +29,7 @@ pub(super) fn run<B: Backend>(
 ) -> Result<(), StageFailure> {
     exec.artifacts.verify_layers = options.verify == LoadVerify::Full;
     let origin = model_ref(settings, &exec.ctx.base_dir)?;
-    let files = ModelFiles::of(settings, &exec.ctx.base_dir)?;
+    let files = ModelFiles::of(&origin)?;
     let known = &exec.hashes.files;
     let ctx = &exec.ctx;
     // The checkpoint is hashed on a thread of its own while it loads: both read the same
@@ -69,16 +69,16 @@ pub(super) struct ModelFiles {
 }
 
 impl ModelFiles {
-    /// The files of the model `settings` name; None for a hub model (its revision pins it).
-    pub(super) fn of(settings: &Settings, base_dir: &Path) -> Result<Option<Self>, StageFailure> {
-        Ok(match model_ref(settings, base_dir)? {
+    /// The files of the model `origin`; None for a hub model (its revision pins it).
+    pub(super) fn of(origin: &ModelRef) -> Result<Option<Self>, StageError> {
+        Ok(match origin {
             ModelRef::Gguf(path) => Some(Self {
-                files: vec![path],
+                files: vec![path.clone()],
                 folder: false,
             }),
             ModelRef::Folder(dir) => {
-                let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-                    .map_err(|e| StageError::read(&dir, e))?
+                let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+                    .map_err(|e| StageError::read(dir, e))?
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .filter(|p| {
                         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();

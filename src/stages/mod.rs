@@ -307,7 +307,8 @@ impl<B: Backend> PipelineExecutor<B> {
     /// The hash of the model `settings` name, as run records keep it ([`load::ModelFiles`]);
     /// None for a hub model (its revision pins it).
     fn model_hash(&mut self, settings: &Settings) -> Result<Option<String>, StageFailure> {
-        let Some(files) = load::ModelFiles::of(settings, &self.ctx.base_dir)? else {
+        let origin = load::model_ref(settings, &self.ctx.base_dir)?;
+        let Some(files) = load::ModelFiles::of(&origin)? else {
             return Ok(None);
         };
         let digests = files.missing_digests(&self.hashes.files)?;
