@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::common::files_below;
+
 /// The floor of each top-level module: a module may use modules on a higher number only.
 const FLOORS: &[(&str, u8)] = &[
     ("cli", 0),
@@ -26,17 +28,6 @@ const MAX_LINES: usize = 1_500;
 
 fn floor(module: &str) -> Option<u8> {
     FLOORS.iter().find(|(m, _)| *m == module).map(|&(_, f)| f)
-}
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The top-level modules `text` names through `crate::…`, also inside `use crate::{a, b::c}`.
@@ -78,9 +69,10 @@ fn crate_modules(text: &str) -> Vec<String> {
 #[test]
 fn arrows_between_modules_point_down_and_files_stay_small() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    files.sort();
+    let files: Vec<PathBuf> = files_below(&src)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
     let mut upward = Vec::new();
     let mut large = Vec::new();
     for path in &files {

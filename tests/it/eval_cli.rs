@@ -6,7 +6,9 @@ use std::process::Command;
 use wanda::eval::perplexity::perplexity;
 use wanda::model::{self, ModelRef};
 
-use crate::common::{assert_zero_refused, output_ok, save_tiny_hf_folder, tiny_text, B};
+use crate::common::{
+    assert_zero_refused, files_below, output_ok, save_tiny_hf_folder, tiny_text, B,
+};
 
 /// A tiny model folder (weights from `seed`) and a text of `words` words in a temp folder.
 fn tiny_setup(seed: u64, words: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -248,19 +250,10 @@ fn a_long_texts_ids_are_kept_between_runs_and_a_damaged_entry_is_tokenised_again
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let entries = || -> Vec<PathBuf> {
-        let mut found = Vec::new();
-        let mut pending = vec![cache.clone()];
-        while let Some(d) = pending.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    pending.push(p);
-                } else if p.extension().is_some_and(|x| x == "ids") {
-                    found.push(p);
-                }
-            }
-        }
-        found
+        files_below(&cache)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "ids"))
+            .collect()
     };
     let first = run();
     let written = entries();

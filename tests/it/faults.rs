@@ -8,6 +8,7 @@ use std::time::Duration;
 use wanda::pipeline::attempt::{Attempt, AttemptState};
 use wanda::pipeline::RunRecord;
 
+use crate::common::files_below;
 use crate::run_cli::sweep_fixture;
 
 fn wanda(pipeline: &Path, results: &Path) -> Command {
@@ -54,20 +55,10 @@ fn comparable(path: &Path) -> serde_json::Value {
 
 /// Every file below `dir`, relative, sorted.
 fn files(dir: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else {
-                out.push(path.strip_prefix(root).unwrap().to_path_buf());
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
+    files_below(dir)
+        .into_iter()
+        .map(|p| p.strip_prefix(dir).unwrap().to_path_buf())
+        .collect()
 }
 
 #[test]

@@ -11,6 +11,24 @@ use wanda::model::config::{HfLlamaConfig, LlamaConfig};
 use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::llama::Llama;
 
+/// Every file below `dir` (in its subfolders too), sorted.
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort();
+    out
+}
+
 /// The CPU backend used by every test.
 pub type B = NdArray<f32>;
 
