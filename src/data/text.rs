@@ -24,7 +24,7 @@ pub trait TextEncoder {
 /// kept there).
 pub fn encode_cached<T: TextEncoder>(tokenizer: &T, text: &str) -> Result<Vec<u32>, T::Error> {
     super::token_cache::encode_through(
-        super::token_cache::TokenCache::from_env(),
+        super::token_cache::TokenCache::from_env,
         text,
         || tokenizer.identity(),
         |t| tokenizer.encode_text(t),

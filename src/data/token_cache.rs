@@ -90,18 +90,18 @@ pub fn key(tokenizer: &[u8; 32], text: &str) -> [u8; 32] {
     hasher.finalize().into()
 }
 
-/// `encode(text)` through `cache` where the text is long enough and the tokenizer has an
-/// identity (`identity()`, asked only then): ids found are returned, ids made are stored.
-pub fn encode_through<E>(
-    cache: Option<&TokenCache>,
+/// `encode(text)` through the cache `cache()` gives where the text is long enough and the
+/// tokenizer has an identity (`cache()` and `identity()` are asked only then, so a process that
+/// tokenises only short texts never makes the cache's folder): ids found are returned, ids made
+/// are stored.
+pub fn encode_through<'c, E>(
+    cache: impl FnOnce() -> Option<&'c TokenCache>,
     text: &str,
     identity: impl FnOnce() -> Option<[u8; 32]>,
     encode: impl FnOnce(&str) -> Result<Vec<u32>, E>,
 ) -> Result<Vec<u32>, E> {
-    let key = match cache {
-        Some(_) if text.len() >= MIN_CACHED_BYTES => identity().map(|id| key(&id, text)),
-        _ => None,
-    };
+    let cache = (text.len() >= MIN_CACHED_BYTES).then(cache).flatten();
+    let key = cache.and_then(|_| identity()).map(|id| key(&id, text));
     let (Some(cache), Some(key)) = (cache, key) else {
         return encode(text);
     };
@@ -170,7 +170,7 @@ mod tests {
         let encoded = std::cell::Cell::new(0);
         let run = |cache: &TokenCache| {
             encode_through(
-                Some(cache),
+                || Some(cache),
                 &text,
                 || Some([7; 32]),
                 |t| -> Result<Vec<u32>, ()> {
@@ -206,10 +206,16 @@ mod tests {
             asked.set(true);
             Some([1; 32])
         };
-        encode_through(Some(&cache), "short", identity, ids).unwrap();
+        let opened = std::cell::Cell::new(false);
+        let open = || {
+            opened.set(true);
+            Some(&cache)
+        };
+        encode_through(open, "short", identity, ids).unwrap();
         assert!(!asked.get(), "no identity is computed for a short text");
-        encode_through(Some(&cache), &long_text(), || None, ids).unwrap();
-        encode_through(None, &long_text(), || Some([1; 32]), ids).unwrap();
+        assert!(!opened.get(), "nor is the cache opened");
+        encode_through(|| Some(&cache), &long_text(), || None, ids).unwrap();
+        encode_through(|| None, &long_text(), || Some([1; 32]), ids).unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
@@ -217,7 +223,12 @@ mod tests {
     fn an_encoding_error_is_returned_and_nothing_stored() {
         let dir = tempfile::tempdir().unwrap();
         let cache = TokenCache::at(dir.path()).unwrap();
-        let failed = encode_through(Some(&cache), &long_text(), || Some([1; 32]), |_| Err("no"));
+        let failed = encode_through(
+            || Some(&cache),
+            &long_text(),
+            || Some([1; 32]),
+            |_| Err("no"),
+        );
         assert_eq!(failed, Err("no"));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
