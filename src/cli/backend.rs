@@ -42,6 +42,7 @@ pub fn dispatch<W: OnBackend>(device: DeviceSpec, work: W) -> anyhow::Result<W::
             count.saturating_sub(1)
         );
         wanda::model::kernels::flash_tiling().map_err(|e| anyhow::anyhow!(e))?;
+        wanda::model::kernels::cuda_attention().map_err(|e| anyhow::anyhow!(e))?;
         #[cfg(feature = "cuda")]
         use_kernel_cache(choice.index as usize);
     }

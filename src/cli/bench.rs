@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
+use wanda::model::kernels;
 use wanda::model::llama::Llama;
 use wanda::model::synth::SynthShape;
 use wanda::model::{self, ModelRef};
@@ -139,7 +140,8 @@ pub enum BenchKind {
     },
     /// B10: causal attention `softmax(q·kᵀ/√head_dim)·v` of one layer, GFLOP/s (the causal
     /// half of `4·batch·heads·seq²·head_dim`), random q, k and v: the backend's own kernel where
-    /// it has one (CUDA in fp16: CubeCL's flash kernel, tiled by `WANDA_FLASH_TILING`), else the
+    /// it has one (CUDA: CubeCL's flash kernel in fp16, tiled by `WANDA_FLASH_TILING`, or with
+    /// `WANDA_CUDA_ATTENTION=cublas` cuBLAS and a softmax kernel in every type), else the
     /// decoder's blocked path (the default CPU backend's fused decoder attends in its own
     /// kernel, not measured here); the name gives the largest difference to the blocked path.
     Attention {
@@ -380,8 +382,7 @@ fn attention_figure<B: Backend>(
     let (q, k, v) = (random(), random(), random());
     let blocked =
         || wanda::model::llama::blocked_attention(q.clone(), k.clone(), v.clone(), None, None);
-    let kernels = wanda::model::kernels::kernels::<B>();
-    let fast = kernels.causal_attention(&q, &k, &v);
+    let fast = kernels::kernels::<B>().causal_attention(&q, &k, &v);
     let (path, gap) = match &fast {
         Some(out) => {
             let gap = (out.clone().cast(burn::tensor::FloatDType::F32)
@@ -390,13 +391,16 @@ fn attention_figure<B: Backend>(
             .max()
             .into_scalar()
             .elem::<f64>();
-            (
-                format!(
-                    "flash, tiling {}",
-                    wanda::model::kernels::flash_tiling().unwrap_or_default()
-                ),
-                format!(", max |Δ| {gap:.2e} to the blocked path"),
-            )
+            let path = match kernels::cuda_attention().unwrap_or_default() {
+                kernels::CudaAttention::Flash => {
+                    format!(
+                        "flash, tiling {}",
+                        kernels::flash_tiling().unwrap_or_default()
+                    )
+                }
+                kernels::CudaAttention::Cublas => "cuBLAS and softmax kernel".to_string(),
+            };
+            (path, format!(", max |Δ| {gap:.2e} to the blocked path"))
         }
         None => ("blocked".to_string(), String::new()),
     };
@@ -404,7 +408,7 @@ fn attention_figure<B: Backend>(
     let runs = measure(repeats, flops / 1e9, || {
         let out = fast
             .as_ref()
-            .and_then(|_| kernels.causal_attention(&q, &k, &v))
+            .and_then(|_| kernels::kernels::<B>().causal_attention(&q, &k, &v))
             .unwrap_or_else(blocked);
         // Reading one value waits for the kernels on every backend.
         let _ = out.slice([0..1, 0..1, 0..1, 0..1]).into_scalar();

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use super::config::{Activation, LlamaConfig};
 use super::kernels::{
     kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, ModelWeights,
-    NormWeights,
+    NormWeights, ATTENTION_BLOCK_BYTES,
 };
 use super::rope;
 
@@ -264,10 +264,6 @@ pub fn blocked_attention<B: Backend>(
     let rows = attention_block_rows(batch, heads, k.dims()[2]);
     causal_attention(f32(q), f32(k), f32(v), window, scale, rows).cast(dtype)
 }
-
-/// Bytes of f32 scores one block of query rows may hold on the generic path (the backend's
-/// attention materialises scores and their softmax, each this size at most).
-pub const ATTENTION_BLOCK_BYTES: u64 = 256 << 20;
 
 /// Query rows per block of [`causal_attention`] on the generic path: as many as keep one
 /// `[batch, heads, rows, keys]` f32 score tensor within [`ATTENTION_BLOCK_BYTES`], at least 16.

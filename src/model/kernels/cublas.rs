@@ -82,7 +82,7 @@ pub fn linears<B: Backend>(
         .into_iter()
         .map(|out| {
             let outputs = out.meta.shape()[1];
-            Some(tensor::<B>(out)?.reshape([batch, seq, outputs]))
+            Some(tensor::<B, 2>(out)?.reshape([batch, seq, outputs]))
         })
         .collect()
 }
@@ -102,7 +102,9 @@ pub fn matmul<B: Backend>(a: &Tensor<B, 2>, b: &Tensor<B, 2>) -> Option<Tensor<B
 }
 
 /// The tensor of `B` (the CUDA backend) over CubeCL's `t`.
-fn tensor<B: Backend>(t: CubeTensor<CudaRuntime>) -> Option<Tensor<B, 2>> {
+pub(super) fn tensor<B: Backend, const D: usize>(
+    t: CubeTensor<CudaRuntime>,
+) -> Option<Tensor<B, D>> {
     let t: Box<dyn Any> = Box::new(t);
     let t = t.downcast::<B::FloatTensorPrimitive>().ok()?;
     Some(Tensor::from_primitive(TensorPrimitive::Float(*t)))
@@ -117,7 +119,9 @@ pub fn gram<B: Backend>(x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
 }
 
 /// The CubeCL tensor under `t` when `B` is the CUDA backend.
-fn cube<B: Backend>(t: &Tensor<B, 2>) -> Option<CubeTensor<CudaRuntime>> {
+pub(super) fn cube<B: Backend, const D: usize>(
+    t: &Tensor<B, D>,
+) -> Option<CubeTensor<CudaRuntime>> {
     let primitive: Box<dyn Any> = Box::new(t.clone().into_primitive().tensor());
     primitive
         .downcast::<CubeTensor<CudaRuntime>>()
@@ -162,12 +166,7 @@ fn gemms(
     let client = pairs.first()?.0.client.clone();
     let mut products = Vec::with_capacity(pairs.len());
     for (a, b) in pairs {
-        let kind = match a.dtype {
-            DType::F32 => blas_sys::cudaDataType::CUDA_R_32F,
-            DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
-            DType::BF16 => blas_sys::cudaDataType::CUDA_R_16BF,
-            _ => return None,
-        };
+        let kind = data_type(a.dtype)?;
         if b.dtype != a.dtype || a.device != device || b.device != device {
             return None;
         }
@@ -204,11 +203,7 @@ fn gemms(
     }
     // CubeCL's queued kernels (those that write the operands) finish before cuBLAS reads them.
     block_on(client.sync()).ok()?;
-    let done = HANDLE.with(|cell| {
-        let handle = cell.get_or_init(|| Handle::new(device.index)).as_ref()?;
-        if handle.device != device.index {
-            return None;
-        }
+    let done = with_handle(device.index, |blas| {
         let (one, zero) = (1.0f32, 0.0f32);
         let mut launched = Some(());
         for (_, [a_res, b_res, out_res], kind, [m, k, n], [op_a, op_b], [ld_a, ld_b]) in &products {
@@ -221,7 +216,7 @@ fn gemms(
             #[allow(unsafe_code)]
             let status = unsafe {
                 blas::gemm_ex(
-                    handle.blas,
+                    blas,
                     *op_b,
                     *op_a,
                     *n as i32,
@@ -249,12 +244,45 @@ fn gemms(
                 break;
             }
         }
-        // SAFETY: waits for the legacy default stream, where the products ran.
-        #[allow(unsafe_code)]
-        let finished = unsafe { driver::stream::synchronize(driver::stream::null()).ok() };
-        launched.and(finished)
+        launched.and(synchronize())
     });
     done.map(|()| products.into_iter().map(|(out, ..)| out).collect())
+}
+
+/// Runs `work` with this thread's cuBLAS handle for device `device`, made (and its context
+/// made current on this thread) on first use; `None` where cuBLAS is absent, turned off or the
+/// handle is another device's.
+pub(super) fn with_handle<R>(
+    device: usize,
+    work: impl FnOnce(blas_sys::cublasHandle_t) -> Option<R>,
+) -> Option<R> {
+    HANDLE.with(|cell| {
+        let handle = cell.get_or_init(|| Handle::new(device)).as_ref()?;
+        if handle.device != device {
+            return None;
+        }
+        work(handle.blas)
+    })
+}
+
+/// Waits for the legacy default stream, where cuBLAS's products (and the kernels queued with
+/// them) run; `None` where a launched operation failed.
+pub(super) fn synchronize() -> Option<()> {
+    // SAFETY: a stream synchronisation on the current context, which `with_handle` set.
+    #[allow(unsafe_code)]
+    unsafe {
+        driver::stream::synchronize(driver::stream::null()).ok()
+    }
+}
+
+/// cuBLAS's name for the float type `dtype`; `None` for other types.
+pub(super) fn data_type(dtype: DType) -> Option<blas_sys::cudaDataType> {
+    match dtype {
+        DType::F32 => Some(blas_sys::cudaDataType::CUDA_R_32F),
+        DType::F16 => Some(blas_sys::cudaDataType::CUDA_R_16F),
+        DType::BF16 => Some(blas_sys::cudaDataType::CUDA_R_16BF),
+        _ => None,
+    }
 }
 
 impl Handle {

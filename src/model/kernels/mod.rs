@@ -14,8 +14,12 @@
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
 //! the decoder: the arrow points from the decoder down to this module.
 
+#[cfg(any(feature = "cuda", test))]
+mod attention_plan;
 #[cfg(feature = "cuda")]
 mod cublas;
+#[cfg(feature = "cuda")]
+mod cublas_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fused;
@@ -32,6 +36,52 @@ use burn::tensor::ops::FloatTensor;
 use super::config::Activation;
 
 pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
+
+/// Bytes of f32 scores that one block of query rows may hold where attention materialises
+/// them: the generic path's blocks (which also hold their softmax, each this size at most) and
+/// CUDA's cuBLAS attention's chunk of heads ([`CudaAttention::Cublas`]).
+pub const ATTENTION_BLOCK_BYTES: u64 = 256 << 20;
+
+/// The environment variable that picks CUDA's attention path ([`CudaAttention`]): `flash`
+/// (the default) or `cublas`.
+pub const CUDA_ATTENTION_VAR: &str = "WANDA_CUDA_ATTENTION";
+
+/// How the CUDA backend computes causal attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CudaAttention {
+    /// CubeCL's flash kernel in fp16, the generic blocked path in f32 and bf16.
+    #[default]
+    Flash,
+    /// In every float type, per chunk of heads: the f32 scores by a cuBLAS batched product,
+    /// a causal softmax kernel of our own written over them in the tensors' type, and their
+    /// weighted sum of the values by a second batched product, accumulated in f32.
+    Cublas,
+}
+
+impl std::str::FromStr for CudaAttention {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "flash" => Ok(Self::Flash),
+            "cublas" => Ok(Self::Cublas),
+            _ => Err(format!(
+                "{CUDA_ATTENTION_VAR}=`{s}`: use `flash` (the default) or `cublas`"
+            )),
+        }
+    }
+}
+
+/// CUDA's attention path from [`CUDA_ATTENTION_VAR`], read once per process; an error names
+/// the variable, its value and the values it takes.
+pub fn cuda_attention() -> Result<CudaAttention, String> {
+    static PATH: std::sync::OnceLock<Result<CudaAttention, String>> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| match std::env::var(CUDA_ATTENTION_VAR) {
+        Ok(value) => value.parse(),
+        Err(_) => Ok(CudaAttention::default()),
+    })
+    .clone()
+}
 
 /// The environment variable that sets the tiling of CUDA's flash attention kernel,
 /// `planes:seq_q:seq_kv` ([`FlashTiling`]); unset, `4:2:1`. For measuring other tilings with
@@ -490,7 +540,10 @@ impl<B: Backend> Kernels<B> for Portable {
         k: &Tensor<B, 4>,
         v: &Tensor<B, 4>,
     ) -> Option<Tensor<B, 4>> {
-        cuda::flash_attention(q, k, v)
+        match cuda_attention().unwrap_or_default() {
+            CudaAttention::Flash => cuda::flash_attention(q, k, v),
+            CudaAttention::Cublas => cublas_attention::causal_attention(q, k, v),
+        }
     }
 }
 
@@ -573,6 +626,20 @@ mod tests {
             let alone: Vec<f32> = project(l, x.clone()).into_data().to_vec().unwrap();
             let y: Vec<f32> = y.into_data().to_vec().unwrap();
             assert_eq!(y, alone);
+        }
+    }
+
+    #[test]
+    fn cuda_attention_paths_parse_and_others_name_the_variable() {
+        assert_eq!("flash".parse(), Ok(CudaAttention::Flash));
+        assert_eq!(" cublas".parse(), Ok(CudaAttention::Cublas));
+        assert_eq!(CudaAttention::default(), CudaAttention::Flash);
+        for bad in ["", "Flash", "cuBLAS", "sdpa"] {
+            let err = bad.parse::<CudaAttention>().unwrap_err();
+            assert!(
+                err.contains(CUDA_ATTENTION_VAR) && err.contains("`cublas`"),
+                "{err}"
+            );
         }
     }
 

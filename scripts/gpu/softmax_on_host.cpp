@@ -1,0 +1,121 @@
+// Runs src/model/kernels/causal_softmax.cu on the host, a warp as 32 threads (shuffles and
+// __syncwarp as barriers), against the causal softmax computed in double, for each output type,
+// several row lengths and rows that straddle heads; exits 1 on a difference.
+//   g++ -std=c++20 -O1 -pthread scripts/gpu/softmax_on_host.cpp -o /tmp/softmax && /tmp/softmax
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+struct Dim { unsigned x; };
+thread_local Dim threadIdx, blockIdx;
+Dim blockDim{256};
+std::barrier<>* warp_barrier;
+float shuffle_slots[32];
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+static unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
+static float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
+static void __syncwarp() { warp_barrier->arrive_and_wait(); }
+static float __shfl_xor_sync(unsigned, float v, int offset) {
+    unsigned lane = threadIdx.x & 31;
+    warp_barrier->arrive_and_wait();
+    shuffle_slots[lane] = v;
+    warp_barrier->arrive_and_wait();
+    float other = shuffle_slots[lane ^ offset];
+    warp_barrier->arrive_and_wait();
+    return other;
+}
+// fp16 round to nearest even (PTX cvt.rn.f16.f32), for normal results and subnormals.
+static unsigned short host_f16(float x) {
+    unsigned u = __float_as_uint(x), sign = (u >> 16) & 0x8000u;
+    float a = std::fabs(x);
+    if (a >= 65520.0f) return sign | 0x7c00u;
+    if (a < 6.103515625e-05f) return sign | (unsigned short)std::nearbyint(a * 16777216.0f);
+    int e; float m = std::frexp(a, &e);           // a = m·2^e, m in [0.5, 1)
+    unsigned mant = (unsigned)std::nearbyint(m * 2048.0f); // 11 bits with the leading one
+    if (mant == 2048) { mant = 1024; e += 1; }
+    return sign | (unsigned short)(((e + 14) << 10) | (mant - 1024));
+}
+#define asm(...) (h = host_f16(x))
+#include "../../src/model/kernels/causal_softmax.cu"
+#undef asm
+
+static double f16_value(unsigned short h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e ? std::ldexp(1024 + m, e - 25) : std::ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+static double bf16_value(unsigned short h) {
+    unsigned u = (unsigned)h << 16; float x; std::memcpy(&x, &u, 4); return x;
+}
+
+using Kernel = void (*)(float*, long long, int);
+
+// Launches `kernel` over `rows` rows as the CUDA path does, a warp at a time.
+static void launch(Kernel kernel, float* scores, long long rows, int seq) {
+    long long blocks = (rows + 7) / 8;
+    std::barrier<> barrier(32);
+    warp_barrier = &barrier;
+    for (long long b = 0; b < blocks; ++b)
+        for (unsigned w = 0; w < 8; ++w) {
+            std::vector<std::thread> lanes;
+            for (unsigned lane = 0; lane < 32; ++lane)
+                lanes.emplace_back([=] {
+                    blockIdx.x = (unsigned)b;
+                    threadIdx.x = w * 32 + lane;
+                    kernel(scores, rows, seq);
+                });
+            for (auto& t : lanes) t.join();
+        }
+}
+
+int main() {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+    int failures = 0;
+    for (int seq : {1, 5, 31, 32, 33, 64, 100}) {
+        long long rows = 3LL * seq; // three heads
+        std::vector<float> input(rows * seq);
+        for (auto& v : input) v = dist(rng);
+        for (int type = 0; type < 3; ++type) {
+            std::vector<float> scores = input;
+            Kernel k[] = {causal_softmax_f32, causal_softmax_f16, causal_softmax_bf16};
+            launch(k[type], scores.data(), rows, seq);
+            double worst = 0;
+            for (long long r = 0; r < rows; ++r) {
+                const float* x = &input[r * seq];
+                int visible = (int)(r % seq) + 1;
+                double max = -INFINITY, sum = 0;
+                for (int j = 0; j < visible; ++j) max = std::fmax(max, x[j]);
+                for (int j = 0; j < visible; ++j) sum += std::exp(x[j] - max);
+                for (int j = 0; j < seq; ++j) {
+                    double want = j < visible ? std::exp(x[j] - max) / sum : 0.0, got;
+                    if (type == 0) got = scores[r * seq + j];
+                    else {
+                        unsigned short h;
+                        std::memcpy(&h, (char*)&scores[r * seq] + 2 * j, 2);
+                        got = type == 1 ? f16_value(h) : bf16_value(h);
+                    }
+                    double tol = type == 0 ? 1e-6 : type == 1 ? 1e-3 * want + 1e-7 : 8e-3 * want + 1e-30;
+                    if (j >= visible && got != 0.0) tol = 0; // masked keys are exactly 0
+                    double err = std::fabs(got - want);
+                    if (err > tol) {
+                        if (failures++ < 10)
+                            std::printf("seq %d type %d row %lld key %d: %g, want %g\n", seq, type, r, j, got, want);
+                    }
+                    if (want > 1e-4) worst = std::fmax(worst, err / want);
+                }
+            }
+            std::printf("seq %3d %s: largest relative error %.2e (probabilities above 1e-4)\n", seq,
+                        type == 0 ? "f32 " : type == 1 ? "f16 " : "bf16", worst);
+        }
+    }
+    std::printf(failures ? "FAILED (%d)\n" : "all rows match\n", failures);
+    return failures != 0;
+}
