@@ -3,16 +3,17 @@
 #   bash scripts/gpu/run.sh gpu-carry        (gpu-carry/ made here by scripts/gpu/pack.sh)
 # 0. models: SmolLM2-135M-shaped (random, f32, by transformers: make_model.py), Llama-3.2-1B-shaped
 #    and Llama-2-7B-shaped with 8 layers (`wanda synth`, bf16);
-# 1. precision: dense perplexity of the 135M shape, 64 × 512, PyTorch and wanda in f32/bf16/f16;
+# 1. precision: dense perplexity of the 135M shape, 64 × 512, PyTorch and wanda in f32/bf16/f16
+#    (wanda with each CUDA attention path), the logits compared (cmp.py);
 # 2. memory: `wanda run cell.yaml` for each shape in memory (f32 and f16) and lean (f16 under a
 #    budget that makes the gate lower the batch, keep the activations on the host and stream):
 #    the gate's estimate beside the NVML device peak;
 # 3. speed: a wanda cell (calibration $NSAMPLES × 2048, eval 16 × 2048) at each of $SPEED_SHAPES
 #    (default "l1b") against torch_cell.py (the reference code's way), f32 then f16,
 #    interleaved: wanda on empty kernel and token caches (`wanda-cold`: the run compiles its
-#    kernels and tokenises both texts), then again on the same (`wanda`: it loads them); with a
-#    second build in gpu-carry/wanda-autotune(.gz), that one too; then the table of every cell
-#    (cell_table.py);
+#    kernels and tokenises both texts), then again on the same (`wanda`: it loads them), then
+#    with WANDA_CUDA_ATTENTION=cublas (`wanda-cublas-attention`); with a second build in
+#    gpu-carry/wanda-autotune(.gz), that one too; then the table of every cell (cell_table.py);
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
 #    (one 7B-shaped layer pruned) selecting on the device and on the host;
@@ -22,10 +23,11 @@
 # 7. profile: one 1B-shaped fp16 cell ($PROFILE_SAMPLES × 2048, eval 2 × 2048) under CubeCL's
 #    per-kernel profiler, summed by kernel (kernel_profile.py; cuBLAS's products are not in it),
 #    and under nsys where the machine has it;
-# 8. attention: B10, one layer's causal attention in fp16 at the 1B (4 × 32 heads × 2048 × 64) and
-#    7B (head width 128) shapes, against PyTorch's scaled_dot_product_attention, for each flash
-#    tiling in $TILINGS (planes:seq_q:seq_kv, default "4:1:1 2:1:1 8:1:1 4:1:2 4:2:1 4:2:2 8:1:2
-#    4:1:4"): the rate and the largest difference to the blocked path.
+# 8. attention: B10, one layer's causal attention at the 1B (4 × 32 heads × 2048 × 64) and 7B
+#    (head width 128) shapes, against PyTorch's scaled_dot_product_attention: in fp16 for each
+#    flash tiling in $TILINGS (planes:seq_q:seq_kv, default "4:2:1 4:1:1"), then by cuBLAS and the
+#    softmax kernel (WANDA_CUDA_ATTENTION=cublas) in fp16 and f32: the rate and the largest
+#    difference to the blocked path.
 # 9. load: at each of $LOAD_SHAPES (default "l1b l7b"), f32 then f16, gpu-carry/wanda-base and
 #    gpu-carry/wanda one after the other: magnitude 50 % and 4 eval windows of 2048 (the flash
 #    tiling pinned to 4:1:1, so the perplexities compare to the bit), load seconds and wall time.
@@ -139,6 +141,8 @@ want precision && for dt in float32 bfloat16 float16; do
 done
 want precision && for d in cuda cuda-bf16 cuda-f16; do
   record "wanda-ppl-$d" 90 "$W" eval --model /tmp/m --text wikitext2-raw-test.txt --seqlen 512 --windows 64 --device "$d" --json --dump-logits "/tmp/w-$d.bin"
+  WANDA_CUDA_ATTENTION=cublas record "wanda-ppl-cublas-attention-$d" 90 "$W" eval --model /tmp/m --text wikitext2-raw-test.txt \
+    --seqlen 512 --windows 64 --device "$d" --json --dump-logits "/tmp/w-$d-cublas-attention.bin"
 done
 want precision && step 30 python3 "$here/cmp.py" /tmp/t-float32.bin /tmp/t-bfloat16.bin /tmp/t-float16.bin /tmp/w-cuda*.bin
 
@@ -185,13 +189,15 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
     [[ " $BASELINE " == *" $shape "* ]] && base=base
     export WANDA_KERNEL_CACHE=/tmp/kernels-$shape-$2 WANDA_TOKEN_CACHE=/tmp/tokens-$shape-$2
     rm -rf "$WANDA_KERNEL_CACHE" "$WANDA_TOKEN_CACHE"
-    for w in wanda-cold wanda wanda-autotune wanda-autotune-again $base; do
+    for w in wanda-cold wanda wanda-cublas-attention wanda-autotune wanda-autotune-again $base; do
       b=/tmp/${w%-again}
       b=${b%-cold}
+      b=${b%-cublas-attention}
       [[ $w == base && -x /tmp/wanda-base ]] && b=/tmp/wanda-base
       [[ $w == base && ! -x /tmp/wanda-base ]] && b=/tmp/wanda
       [[ -x $b ]] || continue
       ( [[ $w == base && $b == /tmp/wanda ]] && export "${BASELINE_ENV:-WANDA_DEVICE_SELECT=off}"
+        [[ $w == wanda-cublas-attention ]] && export WANDA_CUDA_ATTENTION=cublas
         record "$w-cell-$shape-$2" 200 "$b" prune --model "/tmp/$shape" --method wanda --sparsity 0.5 --device "$2" \
         --calib-text wikitext2-v1-valid.txt --nsamples "$nsamples" --seqlen 2048 \
         --eval-text wikitext2-raw-test.txt --eval-seqlen 2048 --windows 16 --json )
@@ -212,12 +218,18 @@ want select && echo "== 6. select (B7, one Llama-2-7B-shaped layer)"
 want select && for d in cuda cuda-f16; do
   b7 "$d"
 done
-want attention && echo "== 8. attention (fp16, causal, batch 4, 2048 positions)"
+want attention && echo "== 8. attention (causal, batch 4, 2048 positions)"
 want attention && for d in 64 128; do
   record "torch-attention-$d" 60 python3 "$here/torch_attention.py" 4 32 2048 "$d" float16
-  for t in ${TILINGS:-4:1:1 2:1:1 8:1:1 4:1:2 4:2:1 4:2:2 8:1:2 4:1:4}; do
+  for t in ${TILINGS:-4:2:1 4:1:1}; do
     WANDA_FLASH_TILING=$t record "wanda-attention-$d-$t" 60 "$W" bench attention --batch 4 --heads 32 \
       --seq 2048 --head-dim "$d" --device cuda-f16 --repeats 5 --json
+  done
+  for d_type in "cuda-f16 float16" "cuda float32"; do
+    set -- $d_type
+    [[ $2 == float32 ]] && record "torch-attention-$d-f32" 60 python3 "$here/torch_attention.py" 4 32 2048 "$d" float32
+    WANDA_CUDA_ATTENTION=cublas record "wanda-attention-$d-cublas-$1" 60 "$W" bench attention --batch 4 \
+      --heads 32 --seq 2048 --head-dim "$d" --device "$1" --repeats 5 --json
   done
 done
 want profile && echo "== 7. profile (1B shape, fp16, calibration ${PROFILE_SAMPLES:-4} × 2048, eval 2 × 2048)"

@@ -30,8 +30,9 @@ thread_local! {
     static SOFTMAX: OnceCell<Option<[driver_sys::CUfunction; 3]>> = const { OnceCell::new() };
 }
 
-/// Causal `softmax(q·kᵀ/√head_dim)·v` when `B` is the CUDA backend, cuBLAS and NVRTC load and
-/// the shapes fit cuBLAS's integers; `None` otherwise (the caller's other paths run).
+/// Causal `softmax(q·kᵀ/√head_dim)·v` when `B` is the CUDA backend, cuBLAS and NVRTC load, one
+/// head's scores fit [`super::ATTENTION_BLOCK_BYTES`] and the shapes cuBLAS's integers; `None`
+/// otherwise (the caller's other paths run).
 ///
 /// # Shapes
 /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]` → `[batch, heads, seq, head_dim]`
@@ -59,7 +60,10 @@ pub fn causal_attention<B: Backend>(
     }
     let budget = super::ATTENTION_BLOCK_BYTES as usize;
     let plan = AttentionPlan::new(batch * heads, seq, head_dim, dtype.size(), budget);
-    if batch * heads * seq * head_dim == 0 || !plan.fits_cublas() {
+    // A head whose scores alone exceed the budget (beyond 8,192 positions) is left to the
+    // paths that hold blocks of query rows, as the estimate counts.
+    let empty = batch * heads * seq * head_dim == 0;
+    if empty || plan.workspace_bytes > budget || !plan.fits_cublas() {
         return None;
     }
     let (client, device) = (q.client.clone(), q.device.clone());
