@@ -1,7 +1,7 @@
 //! CUDA's causal attention by cuBLAS, picked by `WANDA_CUDA_ATTENTION=cublas`
 //! ([`super::CudaAttention`]): for a chunk of heads at a time, the f32 scores by one batched
 //! product, their causal softmax by a kernel of our own (`causal_softmax.cu`, compiled by NVRTC
-//! once per thread) written over them in the tensors' type, and the weighted sum of the values
+//! once per build and kept in the kernel cache) written over them in the tensors' type, and the weighted sum of the values
 //! by a second batched product accumulated in f32 (the layout is in `attention_plan.rs`). Every
 //! call of every chunk queues on the stream cuBLAS uses, between one wait for CubeCL's queue and
 //! one for that stream, as the linears' products do. Any float type; the scores of one chunk
@@ -23,6 +23,8 @@ use super::attention_plan::{
     AttentionPlan, StridedGemm, SOFTMAX_KERNELS, SOFTMAX_SOURCE, SOFTMAX_THREADS,
 };
 use super::cublas::{cube, data_type, is_cuda, synchronize, tensor, with_handle};
+use crate::sys::atomic::write_atomic;
+use crate::sys::cache_dir;
 
 thread_local! {
     /// This thread's softmax kernels (f32, fp16, bf16 outputs), compiled on first use in the
@@ -210,18 +212,38 @@ fn launch_softmax(
     }
 }
 
-/// The softmax kernels of [`SOFTMAX_SOURCE`], compiled by NVRTC and loaded into the current
-/// context; `None` (a line on stderr) where either fails.
+/// The softmax kernels of [`SOFTMAX_SOURCE`] loaded into the current context: from the PTX an
+/// earlier run of this build left in the kernel cache, else compiled by NVRTC (about 0.1 s) and
+/// kept there; `None` (a line on stderr) where NVRTC or the module load fails.
 fn compile_softmax() -> Option<[driver_sys::CUfunction; 3]> {
+    let cached = cache_dir::cache_root_from_env(cache_dir::KERNELS)
+        .and_then(|root| cache_dir::prepare(&root, &cache_dir::build_id(), "ptx").ok())
+        .map(|folder| folder.join("causal_softmax.ptx"));
+    // PTX another driver cannot load (or a damaged file) is compiled again.
+    let kept = cached.as_ref().and_then(|path| std::fs::read(path).ok());
+    if let Some(kernels) = kept.and_then(|ptx| load_softmax(CString::new(ptx).ok()?)) {
+        return Some(kernels);
+    }
     let ptx = match cudarc::nvrtc::compile_ptx(SOFTMAX_SOURCE) {
-        Ok(ptx) => ptx,
+        Ok(ptx) => CString::new(ptx.to_src()).ok()?,
         Err(e) => {
-            eprintln!("warning: the attention softmax kernel did not compile ({e}); attention runs the flash or generic path");
+            eprintln!(
+                "warning: the attention softmax kernel did not compile ({e}); attention runs \
+                 the flash or generic path"
+            );
             return None;
         }
     };
-    let image = CString::new(ptx.to_src()).ok()?;
-    // SAFETY: `image` is NVRTC's NUL-terminated PTX; the module stays loaded for the process
+    if let Some(path) = &cached {
+        // Best effort: a cache that cannot be written only means compiling again next run.
+        let _ = write_atomic(path, ptx.as_bytes());
+    }
+    load_softmax(ptx)
+}
+
+/// The three softmax functions of the PTX `image`, loaded into the current context.
+fn load_softmax(image: CString) -> Option<[driver_sys::CUfunction; 3]> {
+    // SAFETY: `image` is NUL-terminated PTX text; the module stays loaded for the process
     // (its functions are kept in a thread-local for every later call).
     #[allow(unsafe_code)]
     unsafe {
