@@ -1,12 +1,12 @@
 //! CUDA's causal attention by cuBLAS, picked by `WANDA_CUDA_ATTENTION=cublas`
 //! ([`super::CudaAttention`]): for a chunk of heads at a time, the f32 scores by one batched
 //! product, their causal softmax by a kernel of our own (`causal_softmax.cu`, compiled by NVRTC
-//! once per build and kept in the kernel cache) written over them in the tensors' type, and the weighted sum of the values
-//! by a second batched product accumulated in f32 (the layout is in `attention_plan.rs`). Every
-//! call of every chunk queues on the stream cuBLAS uses, between one wait for CubeCL's queue and
-//! one for that stream, as the linears' products do. Any float type; the scores of one chunk
-//! stay within [`super::ATTENTION_BLOCK_BYTES`], the bound the estimator counts for the
-//! generic path's blocks.
+//! once per build and kept in the kernel cache) written over them in the tensors' type, and the
+//! weighted sum of the values by a second batched product accumulated in f32 (the layout is in
+//! `attention_plan.rs`). Every call of every chunk queues on the stream cuBLAS uses, between one
+//! wait for CubeCL's queue and one for that stream, as the linears' products do. Any float
+//! type; the scores of one chunk stay within [`super::ATTENTION_BLOCK_BYTES`], the bound the
+//! estimator counts for the generic path's blocks.
 
 use std::cell::OnceCell;
 use std::ffi::{c_void, CString};
@@ -43,21 +43,22 @@ pub fn causal_attention<B: Backend>(
     k: &Tensor<B, 4>,
     v: &Tensor<B, 4>,
 ) -> Option<Tensor<B, 4>> {
-    if !is_cuda::<B>() || k.dims() != q.dims() || v.dims() != q.dims() {
+    let dtype = q.dtype();
+    let same = |t: &Tensor<B, 4>| t.dims() == q.dims() && t.dtype() == dtype;
+    if !is_cuda::<B>() || !same(k) || !same(v) {
         return None;
     }
-    let [batch, heads, seq, head_dim] = q.dims();
-    // The plan reads each head as a contiguous `[seq, head_dim]` block.
-    let contiguous = |t: &Tensor<B, 4>| cube(t).map(into_contiguous);
-    let (q, k, v) = (contiguous(q)?, contiguous(k)?, contiguous(v)?);
-    let dtype = q.dtype;
     let kind = data_type(dtype)?;
     let kernel = match dtype {
         DType::F32 => 0,
         DType::F16 => 1,
         _ => 2,
     };
-    if k.dtype != dtype || v.dtype != dtype || k.device != q.device || v.device != q.device {
+    let [batch, heads, seq, head_dim] = q.dims();
+    // The plan reads each head as a contiguous `[seq, head_dim]` block.
+    let contiguous = |t: &Tensor<B, 4>| cube(t).map(into_contiguous);
+    let (q, k, v) = (contiguous(q)?, contiguous(k)?, contiguous(v)?);
+    if k.device != q.device || v.device != q.device {
         return None;
     }
     let budget = super::ATTENTION_BLOCK_BYTES as usize;
