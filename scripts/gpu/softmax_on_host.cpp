@@ -1,34 +1,50 @@
-// Runs src/model/kernels/causal_softmax.cu on the host, a warp as 32 threads (shuffles and
-// __syncwarp as barriers), against the causal softmax computed in double, for each output type,
-// several row lengths and rows that straddle heads; exits 1 on a difference.
-//   g++ -std=c++20 -O1 -pthread scripts/gpu/softmax_on_host.cpp -o /tmp/softmax && /tmp/softmax
-#include <barrier>
+// Runs src/model/kernels/causal_softmax.cu on the host, a warp as 32 lanes on one thread
+// (shuffles and __syncwarp hand over from lane to lane), against the causal softmax computed in
+// double, for each output type, several row lengths and rows that straddle heads; exits 1 on a
+// difference.
+//   c++ -std=c++17 -O1 scripts/gpu/softmax_on_host.cpp -o /tmp/softmax && /tmp/softmax
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 
+// A warp is emulated on one thread: each lane runs on its own stack (ucontext), and at every
+// shuffle or __syncwarp a lane hands over to the next, lane 31 back to lane 0, so a lane resumes
+// only when all 32 have reached the same point. Deterministic, and a busy machine only slows it
+// down in proportion.
 struct Dim { unsigned x; };
-thread_local Dim threadIdx, blockIdx;
+Dim threadIdx, blockIdx;
 Dim blockDim{256};
-std::barrier<>* warp_barrier;
+ucontext_t lane_context[32], launcher;
+unsigned current_lane;
 float shuffle_slots[32];
+
+// Lanes take turns upwards from lane 0 or, to expose a lane that writes what another has not
+// read yet, downwards from lane 31.
+bool downwards;
+static unsigned after(unsigned lane) { return downwards ? (lane + 31) % 32 : (lane + 1) % 32; }
+
+static void next_lane() {
+    unsigned from = current_lane, to = after(from);
+    current_lane = to;
+    threadIdx.x = (threadIdx.x & ~31u) | to;
+    swapcontext(&lane_context[from], &lane_context[to]);
+}
 
 #define __device__
 #define __forceinline__ inline
 #define __global__
 static unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
 static float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
-static void __syncwarp() { warp_barrier->arrive_and_wait(); }
+static void __syncwarp() { next_lane(); }
 static float __shfl_xor_sync(unsigned, float v, int offset) {
-    unsigned lane = threadIdx.x & 31;
-    warp_barrier->arrive_and_wait();
+    unsigned lane = current_lane;
     shuffle_slots[lane] = v;
-    warp_barrier->arrive_and_wait();
+    next_lane(); // every lane has written its value
     float other = shuffle_slots[lane ^ offset];
-    warp_barrier->arrive_and_wait();
+    next_lane(); // every lane has read before the next shuffle writes
     return other;
 }
 // fp16 round to nearest even (PTX cvt.rn.f16.f32), for normal results and subnormals.
@@ -57,21 +73,39 @@ static double bf16_value(unsigned short h) {
 
 using Kernel = void (*)(float*, long long, int);
 
-// Launches `kernel` over `rows` rows as the CUDA path does, a warp at a time.
+// Launches `kernel` over `rows` rows as the CUDA path does, warp by warp: lane i starts (or
+// resumes) when lane i - 1 hands over or returns; the last lane's return ends the warp.
+static Kernel running_kernel;
+static float* running_scores;
+static long long running_rows;
+static int running_seq;
+static void lane_entry() {
+    running_kernel(running_scores, running_rows, running_seq);
+    // The next lane starts, or resumes after the warp's last hand-over; the last lane ends it.
+    unsigned next = after(current_lane);
+    if (next == after(downwards ? 0 : 31)) setcontext(&launcher);
+    current_lane = next;
+    threadIdx.x = (threadIdx.x & ~31u) | next;
+    setcontext(&lane_context[next]);
+}
+
 static void launch(Kernel kernel, float* scores, long long rows, int seq) {
+    running_kernel = kernel, running_scores = scores, running_rows = rows, running_seq = seq;
+    static std::vector<char> stacks(32 * 65536);
     long long blocks = (rows + 7) / 8;
-    std::barrier<> barrier(32);
-    warp_barrier = &barrier;
     for (long long b = 0; b < blocks; ++b)
         for (unsigned w = 0; w < 8; ++w) {
-            std::vector<std::thread> lanes;
-            for (unsigned lane = 0; lane < 32; ++lane)
-                lanes.emplace_back([=] {
-                    blockIdx.x = (unsigned)b;
-                    threadIdx.x = w * 32 + lane;
-                    kernel(scores, rows, seq);
-                });
-            for (auto& t : lanes) t.join();
+            for (unsigned lane = 0; lane < 32; ++lane) {
+                getcontext(&lane_context[lane]);
+                lane_context[lane].uc_stack.ss_sp = &stacks[lane * 65536];
+                lane_context[lane].uc_stack.ss_size = 65536;
+                lane_context[lane].uc_link = &launcher;
+                makecontext(&lane_context[lane], lane_entry, 0);
+            }
+            blockIdx.x = (unsigned)b;
+            current_lane = downwards ? 31 : 0;
+            threadIdx.x = w * 32 + current_lane;
+            swapcontext(&launcher, &lane_context[current_lane]);
         }
 }
 
@@ -79,7 +113,9 @@ int main() {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
     int failures = 0;
+    for (int order = 0; order < 2; ++order)
     for (int seq : {1, 5, 31, 32, 33, 64, 100}) {
+        downwards = order == 1;
         long long rows = 3LL * seq; // three heads
         std::vector<float> input(rows * seq);
         for (auto& v : input) v = dist(rng);
@@ -112,7 +148,8 @@ int main() {
                     if (want > 1e-4) worst = std::fmax(worst, err / want);
                 }
             }
-            std::printf("seq %3d %s: largest relative error %.2e (probabilities above 1e-4)\n", seq,
+            std::printf("lanes %s, seq %3d %s: largest relative error %.2e (probabilities above "
+                        "1e-4)\n", downwards ? "down" : "up", seq,
                         type == 0 ? "f32 " : type == 1 ? "f16 " : "bf16", worst);
         }
     }

@@ -2,6 +2,7 @@
 
 mod architecture;
 mod common;
+mod cuda_softmax;
 mod datasets;
 mod estimate_cli;
 mod eval_cli;
