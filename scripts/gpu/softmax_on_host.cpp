@@ -1,8 +1,9 @@
 // Runs src/model/kernels/causal_softmax.cu on the host, a warp as 32 lanes on one thread
 // (shuffles and __syncwarp hand over from lane to lane), against the causal softmax computed in
-// double, for each output type, several row lengths and rows that straddle heads; exits 1 on a
-// difference.
+// double, for each output type, several row lengths, parts of rows and rows that straddle heads,
+// and that nothing past a part's last key is written; exits 1 on a difference.
 //   c++ -std=c++17 -O1 scripts/gpu/softmax_on_host.cpp -o /tmp/softmax && /tmp/softmax
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -71,16 +72,16 @@ static double bf16_value(unsigned short h) {
     unsigned u = (unsigned)h << 16; float x; std::memcpy(&x, &u, 4); return x;
 }
 
-using Kernel = void (*)(float*, long long, int);
+using Kernel = void (*)(float*, long long, int, int);
 
 // Launches `kernel` over `rows` rows as the CUDA path does, warp by warp: lane i starts (or
 // resumes) when lane i - 1 hands over or returns; the last lane's return ends the warp.
 static Kernel running_kernel;
 static float* running_scores;
 static long long running_rows;
-static int running_seq;
+static int running_seq, running_part_rows;
 static void lane_entry() {
-    running_kernel(running_scores, running_rows, running_seq);
+    running_kernel(running_scores, running_rows, running_seq, running_part_rows);
     // The next lane starts, or resumes after the warp's last hand-over; the last lane ends it.
     unsigned next = after(current_lane);
     if (next == after(downwards ? 0 : 31)) setcontext(&launcher);
@@ -89,8 +90,9 @@ static void lane_entry() {
     setcontext(&lane_context[next]);
 }
 
-static void launch(Kernel kernel, float* scores, long long rows, int seq) {
+static void launch(Kernel kernel, float* scores, long long rows, int seq, int part_rows) {
     running_kernel = kernel, running_scores = scores, running_rows = rows, running_seq = seq;
+    running_part_rows = part_rows;
     static std::vector<char> stacks(32 * 65536);
     long long blocks = (rows + 7) / 8;
     for (long long b = 0; b < blocks; ++b)
@@ -113,8 +115,14 @@ int main() {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
     int failures = 0;
+    auto fail = [&](const char* what, int seq, int type, long long r, int j, double got, double want) {
+        if (failures++ < 10)
+            std::printf("%s: seq %d type %d row %lld key %d: %g, want %g\n", what, seq, type, r, j,
+                        got, want);
+    };
     for (int order = 0; order < 2; ++order)
-    for (int seq : {1, 5, 31, 32, 33, 64, 100}) {
+    for (int seq : {1, 5, 31, 32, 33, 64, 100})
+    for (int part_rows : {(seq + 3) / 4, seq}) {
         downwards = order == 1;
         long long rows = 3LL * seq; // three heads
         std::vector<float> input(rows * seq);
@@ -122,15 +130,17 @@ int main() {
         for (int type = 0; type < 3; ++type) {
             std::vector<float> scores = input;
             Kernel k[] = {causal_softmax_f32, causal_softmax_f16, causal_softmax_bf16};
-            launch(k[type], scores.data(), rows, seq);
+            launch(k[type], scores.data(), rows, seq, part_rows);
+            int size = type == 0 ? 4 : 2;
             double worst = 0;
             for (long long r = 0; r < rows; ++r) {
                 const float* x = &input[r * seq];
-                int visible = (int)(r % seq) + 1;
+                int query = (int)(r % seq), visible = query + 1;
+                int end = std::min(seq, (query / part_rows + 1) * part_rows);
                 double max = -INFINITY, sum = 0;
                 for (int j = 0; j < visible; ++j) max = std::fmax(max, x[j]);
                 for (int j = 0; j < visible; ++j) sum += std::exp(x[j] - max);
-                for (int j = 0; j < seq; ++j) {
+                for (int j = 0; j < end; ++j) {
                     double want = j < visible ? std::exp(x[j] - max) / sum : 0.0, got;
                     if (type == 0) got = scores[r * seq + j];
                     else {
@@ -141,15 +151,17 @@ int main() {
                     double tol = type == 0 ? 1e-6 : type == 1 ? 1e-3 * want + 1e-7 : 8e-3 * want + 1e-30;
                     if (j >= visible && got != 0.0) tol = 0; // masked keys are exactly 0
                     double err = std::fabs(got - want);
-                    if (err > tol) {
-                        if (failures++ < 10)
-                            std::printf("seq %d type %d row %lld key %d: %g, want %g\n", seq, type, r, j, got, want);
-                    }
+                    if (err > tol) fail("value", seq, type, r, j, got, want);
                     if (want > 1e-4) worst = std::fmax(worst, err / want);
                 }
+                // Past the part's last key the row is as the scores left it.
+                const char* was = (const char*)&input[r * seq];
+                const char* is = (const char*)&scores[r * seq];
+                for (int byte = end * size; byte < seq * 4; ++byte)
+                    if (was[byte] != is[byte]) fail("written past the part", seq, type, r, byte / size, 0, 0);
             }
-            std::printf("lanes %s, seq %3d %s: largest relative error %.2e (probabilities above "
-                        "1e-4)\n", downwards ? "down" : "up", seq,
+            std::printf("lanes %s, seq %3d, parts of %3d, %s: largest relative error %.2e "
+                        "(probabilities above 1e-4)\n", downwards ? "down" : "up", seq, part_rows,
                         type == 0 ? "f32 " : type == 1 ? "f16 " : "bf16", worst);
         }
     }

@@ -36,6 +36,9 @@ fn the_cuda_softmax_kernel_source_computes_the_causal_softmax_on_the_host() {
         run.status.success() && report.contains("all rows match"),
         "{report}"
     );
-    // Both hand-over orders × 7 row lengths × 3 output types were checked.
-    assert_eq!(report.matches("largest relative error").count(), 2 * 7 * 3);
+    // Both hand-over orders × 7 row lengths × 2 part sizes × 3 output types were checked.
+    assert_eq!(
+        report.matches("largest relative error").count(),
+        2 * 7 * 2 * 3
+    );
 }

@@ -3,10 +3,13 @@
 //!
 //! For `units` heads (batch × heads) of `seq` positions and width `head_dim`, stored row-major
 //! and contiguous (`[units, seq, head_dim]`), a chunk of heads at a time:
-//! 1. `scores = q·kᵀ/√head_dim` in f32, `[chunk, seq, seq]`, into a workspace;
+//! 1. `scores = q·kᵀ/√head_dim` in f32 into a `[chunk, seq, seq]` workspace, in [`PARTS`]
+//!    parts of query rows, each against the keys up to its last row only (causal attention
+//!    needs no more, so the products do 5/8 of the square's work);
 //! 2. each score row's causal softmax in f32 ([`SOFTMAX_SOURCE`]), written back over its own row
-//!    in the tensors' type (a 2-byte type fills the first half of each row);
-//! 3. `out = p·v`, accumulated in f32, in the tensors' type.
+//!    in the tensors' type (a 2-byte type fills the first half of each row), up to its part's
+//!    last key;
+//! 3. `out = p·v`, accumulated in f32, in the tensors' type, part by part over the same keys.
 //!
 //! cuBLAS is column-major: a row-major `[r, c]` matrix is its column-major `[c, r]` transpose,
 //! so row-major `q·kᵀ` is the column-major `k·qᵀ` of the stored operands, and row-major `p·v`
@@ -25,6 +28,9 @@ pub const SOFTMAX_KERNELS: [&str; 3] = [
 
 /// Threads per block of the softmax kernel: a warp (32 threads) per score row.
 pub const SOFTMAX_THREADS: usize = 256;
+
+/// Parts of query rows whose scores and weighted sums are separate products.
+pub const PARTS: usize = 4;
 
 /// One `cublasGemmStridedBatchedEx` call in cuBLAS's column-major terms:
 /// `C_i = α·op(A_i)·op(B_i)` for `i < batch`, `op(A_i)` being `[m, k]` and `op(B_i)` `[k, n]`.
@@ -52,6 +58,12 @@ pub struct StridedGemm {
     pub stride_b: usize,
     /// Elements from one `C_i` to the next.
     pub stride_c: usize,
+    /// Elements from the operand's start to `A_0`.
+    pub offset_a: usize,
+    /// Elements from the operand's start to `B_0`.
+    pub offset_b: usize,
+    /// Elements from the operand's start to `C_0`.
+    pub offset_c: usize,
     /// Products in the call.
     pub batch: usize,
 }
@@ -73,6 +85,8 @@ pub struct AttentionPlan {
     /// Elements of the tensors' type from one probability row to the next (the score rows'
     /// width in that type: `seq` in f32, `2·seq` in a 2-byte type).
     pub probability_row: usize,
+    /// Query rows per part (the last part may hold fewer).
+    pub part_rows: usize,
 }
 
 impl AttentionPlan {
@@ -94,7 +108,15 @@ impl AttentionPlan {
             chunk_units,
             workspace_bytes: chunk_units.saturating_mul(head_scores),
             probability_row: seq * 4 / element_bytes,
+            part_rows: seq.div_ceil(PARTS).max(1),
         }
+    }
+
+    /// The parts as `(first query row, rows)`; a part's rows see keys up to its last row.
+    pub fn parts(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.seq)
+            .step_by(self.part_rows)
+            .map(|first| (first, self.part_rows.min(self.seq - first)))
     }
 
     /// The chunks as `(first head, heads)`.
@@ -104,15 +126,16 @@ impl AttentionPlan {
             .map(|first| (first, self.chunk_units.min(self.units - first)))
     }
 
-    /// `scores_i = k_i·q_iᵀ` column-major (row-major `q_i·k_iᵀ`) for `heads` heads, with `A`
-    /// the keys, `B` the queries and `C` the f32 workspace.
-    pub fn scores(&self, heads: usize) -> StridedGemm {
+    /// `scores_i = k_i·q_iᵀ` column-major (row-major `q_i·k_iᵀ`) of one part's query rows
+    /// against the keys they see, for `heads` heads, with `A` the keys, `B` the queries and `C`
+    /// the f32 workspace.
+    pub fn scores(&self, heads: usize, (first, rows): (usize, usize)) -> StridedGemm {
         let (s, d) = (self.seq, self.head_dim);
         StridedGemm {
             transpose_a: true,
             transpose_b: false,
-            m: s,
-            n: s,
+            m: first + rows,
+            n: rows,
             k: d,
             lda: d,
             ldb: d,
@@ -120,26 +143,33 @@ impl AttentionPlan {
             stride_a: s * d,
             stride_b: s * d,
             stride_c: s * s,
+            offset_a: 0,
+            offset_b: first * d,
+            offset_c: first * s,
             batch: heads,
         }
     }
 
-    /// `out_iᵀ = v_iᵀ·p_iᵀ` column-major (row-major `p_i·v_i`) for `heads` heads, with `A` the
-    /// values, `B` the probabilities in the workspace and `C` the output.
-    pub fn weighted(&self, heads: usize) -> StridedGemm {
+    /// `out_iᵀ = v_iᵀ·p_iᵀ` column-major (row-major `p_i·v_i`) of one part's query rows over
+    /// the keys they see, for `heads` heads, with `A` the values, `B` the probabilities in the
+    /// workspace and `C` the output.
+    pub fn weighted(&self, heads: usize, (first, rows): (usize, usize)) -> StridedGemm {
         let (s, d) = (self.seq, self.head_dim);
         StridedGemm {
             transpose_a: false,
             transpose_b: false,
             m: d,
-            n: s,
-            k: s,
+            n: rows,
+            k: first + rows,
             lda: d,
             ldb: self.probability_row,
             ldc: d,
             stride_a: s * d,
             stride_b: s * self.probability_row,
             stride_c: s * d,
+            offset_a: 0,
+            offset_b: first * self.probability_row,
+            offset_c: first * d,
             batch: heads,
         }
     }
@@ -153,9 +183,10 @@ impl AttentionPlan {
     /// stride its `long long`.
     pub fn fits_cublas(&self) -> bool {
         let int = i32::MAX as usize;
+        let whole = (0, self.seq);
         [
-            self.scores(self.chunk_units),
-            self.weighted(self.chunk_units),
+            self.scores(self.chunk_units, whole),
+            self.weighted(self.chunk_units, whole),
         ]
         .iter()
         .all(|g| {
@@ -183,26 +214,28 @@ mod tests {
                     let sum: f64 = (0..g.k)
                         .map(|l| {
                             let a = if g.transpose_a {
-                                a[p * g.stride_a + l + i * g.lda]
+                                a[g.offset_a + p * g.stride_a + l + i * g.lda]
                             } else {
-                                a[p * g.stride_a + i + l * g.lda]
+                                a[g.offset_a + p * g.stride_a + i + l * g.lda]
                             };
                             let b = if g.transpose_b {
-                                b[p * g.stride_b + j + l * g.ldb]
+                                b[g.offset_b + p * g.stride_b + j + l * g.ldb]
                             } else {
-                                b[p * g.stride_b + l + j * g.ldb]
+                                b[g.offset_b + p * g.stride_b + l + j * g.ldb]
                             };
                             a * b
                         })
                         .sum();
-                    c[p * g.stride_c + i + j * g.ldc] = alpha * sum;
+                    c[g.offset_c + p * g.stride_c + i + j * g.ldc] = alpha * sum;
                 }
             }
         }
     }
 
     /// What the softmax kernel writes: each f32 score row's causal softmax (row `r` of a head
-    /// sees keys `0..=r % seq`, the rest are 0), at `probability_row` elements a row.
+    /// sees keys `0..=r % seq`; 0 for the others up to its part's last row), at
+    /// `probability_row` elements a row. What it leaves stays NaN, as do the scores the
+    /// products did not write, so that reading either shows.
     fn causal_softmax(plan: &AttentionPlan, heads: usize, scores: &[f64]) -> Vec<f64> {
         let (s, row) = (plan.seq, plan.probability_row);
         let mut p = vec![f64::NAN; heads * s * row];
@@ -211,7 +244,8 @@ mod tests {
             let x = &scores[r * s..r * s + visible];
             let max = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let sum: f64 = x.iter().map(|v| (v - max).exp()).sum();
-            for j in 0..s {
+            let part_end = ((r % s) / plan.part_rows + 1) * plan.part_rows;
+            for j in 0..part_end.min(s) {
                 p[r * row + j] = if j < visible {
                     (x[j] - max).exp() / sum
                 } else {
@@ -252,16 +286,28 @@ mod tests {
         for (first, heads) in plan.chunks() {
             let at = first * s * d;
             let mut scores = vec![f64::NAN; plan.chunk_units * s * s];
-            strided_gemm(&plan.scores(heads), alpha, &k[at..], &q[at..], &mut scores);
+            for part in plan.parts() {
+                let g = plan.scores(heads, part);
+                strided_gemm(&g, alpha, &k[at..], &q[at..], &mut scores);
+            }
             let p = causal_softmax(plan, heads, &scores);
-            strided_gemm(&plan.weighted(heads), 1.0, &v[at..], &p, &mut out[at..]);
+            for part in plan.parts() {
+                let g = plan.weighted(heads, part);
+                strided_gemm(&g, 1.0, &v[at..], &p, &mut out[at..]);
+            }
         }
         out
     }
 
     #[test]
     fn the_plan_run_on_the_host_is_causal_attention_in_f32_and_in_two_byte_types() {
-        let (units, s, d) = (5, 7, 3);
+        // Parts of 2, 2, 2 and 1 rows; of 3, 3, 3 and 1; one row (and no other part).
+        for s in [7, 10, 1] {
+            the_plan_run_on_the_host_is_causal_attention_at(5, s, 3);
+        }
+    }
+
+    fn the_plan_run_on_the_host_is_causal_attention_at(units: usize, s: usize, d: usize) {
         let values = |seed: usize| -> Vec<f64> {
             (0..units * s * d)
                 .map(|i| ((i * 7919 + seed * 104_729) % 997) as f64 / 499.0 - 1.0)
@@ -292,6 +338,14 @@ mod tests {
         assert_eq!(plan.workspace_bytes, 256 << 20);
         assert_eq!(plan.probability_row, 4096);
         assert_eq!(plan.softmax_blocks(16), 16 * 2048 / 8);
+        assert_eq!(plan.part_rows, 512);
+        let parts: Vec<_> = plan.parts().collect();
+        assert_eq!(parts, [(0, 512), (512, 512), (1024, 512), (1536, 512)]);
+        let short = AttentionPlan::new(1, 7, 4, 4, 1 << 20);
+        assert_eq!(
+            short.parts().collect::<Vec<_>>(),
+            [(0, 2), (2, 2), (4, 2), (6, 1)]
+        );
         let chunks: Vec<_> = plan.chunks().collect();
         assert_eq!(chunks.len(), 8);
         assert!(chunks.iter().all(|&(_, n)| n == 16));

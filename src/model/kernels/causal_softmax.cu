@@ -2,13 +2,14 @@
 // (attention_plan.rs, cublas_attention.rs); compiled by NVRTC, so no headers.
 //
 // `scores` holds `rows` rows of `seq` f32 scores (already scaled by 1/sqrt(head_dim)); row `r`
-// is query `r % seq` of its head, which sees keys 0..=r % seq. A warp takes a row: the maximum
-// and the sum of exponentials in f32 in one pass (each lane keeps its own running maximum and
-// rescales its sum when the maximum grows; the lanes are then combined), then the
-// probabilities, masked keys 0, written over the row in the output type T, so that a 2-byte T
-// fills the first half of the row. Each step of the writing pass reads its 32 scores before
-// any lane writes: a write at element j lands on f32 element j / 2 (2-byte T) or j (f32), both
-// already read.
+// is query `r % seq` of its head, which sees keys 0..=r % seq. Queries come in parts of
+// `part_rows` rows, and a part's products read the probabilities of keys up to its last row
+// only. A warp takes a row: the maximum and the sum of exponentials in f32 in one pass (each
+// lane keeps its own running maximum and rescales its sum when the maximum grows; the lanes
+// are then combined), then the probabilities up to the part's last key, masked keys 0, written
+// over the row in the output type T, so that a 2-byte T fills the first half of the row. Each
+// step of the writing pass reads its 32 scores before any lane writes: a write at element j
+// lands on f32 element j / 2 (2-byte T) or j (f32), both already read.
 
 __device__ __forceinline__ float prob_f32(float x) { return x; }
 
@@ -32,13 +33,16 @@ __device__ __forceinline__ unsigned short prob_bf16(float x) {
 #define FULL_WARP 0xffffffffu
 
 #define CAUSAL_SOFTMAX(NAME, T, CONVERT)                                                        \
-    extern "C" __global__ void NAME(float* scores, long long rows, int seq) {                   \
+    extern "C" __global__ void NAME(float* scores, long long rows, int seq, int part_rows) {    \
         long long row = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);         \
         if (row >= rows) {                                                                      \
             return;                                                                             \
         }                                                                                       \
         int lane = threadIdx.x & 31;                                                            \
-        int visible = (int)(row % seq) + 1;                                                     \
+        int query = (int)(row % seq);                                                           \
+        int visible = query + 1;                                                                \
+        long long part_end = ((long long)(query / part_rows) + 1) * part_rows;                  \
+        int end = part_end < seq ? (int)part_end : seq;                                         \
         float* s = scores + row * (long long)seq;                                               \
         float neg_inf = __int_as_float(0xff800000);                                             \
         float max = neg_inf;                                                                    \
@@ -60,11 +64,11 @@ __device__ __forceinline__ unsigned short prob_bf16(float x) {
         }                                                                                       \
         float inverse = 1.0f / sum;                                                             \
         T* p = (T*)s;                                                                           \
-        for (int base = 0; base < seq; base += 32) {                                            \
+        for (int base = 0; base < end; base += 32) {                                            \
             int j = base + lane;                                                                \
             float x = j < visible ? s[j] : 0.0f;                                                \
             __syncwarp();                                                                       \
-            if (j < seq) {                                                                      \
+            if (j < end) {                                                                      \
                 p[j] = CONVERT(j < visible ? expf(x - max) * inverse : 0.0f);                   \
             }                                                                                   \
             __syncwarp();                                                                       \

@@ -96,26 +96,35 @@ pub fn causal_attention<B: Backend>(
         // returns, and the caller's other path computes the whole attention again.
         let launched = plan.chunks().try_for_each(|(first, heads)| {
             let at = first as u64 * head_bytes;
-            let scores = (work_ptr, f32_type);
-            strided_gemm(
-                blas,
-                &plan.scores(heads),
-                scale,
-                (k_ptr + at, kind),
+            let (q, k, v, out) = (
                 (q_ptr + at, kind),
-                scores,
-            )?;
-            let rows = (heads * seq) as i64;
-            launch_softmax(softmax, plan.softmax_blocks(heads), work_ptr, rows, seq)?;
-            let probabilities = (work_ptr, kind);
-            strided_gemm(
-                blas,
-                &plan.weighted(heads),
-                1.0,
+                (k_ptr + at, kind),
                 (v_ptr + at, kind),
-                probabilities,
                 (out_ptr + at, kind),
-            )
+            );
+            for part in plan.parts() {
+                strided_gemm(
+                    blas,
+                    &plan.scores(heads, part),
+                    scale,
+                    k,
+                    q,
+                    (work_ptr, f32_type),
+                )?;
+            }
+            let rows = (heads * seq) as i64;
+            let blocks = plan.softmax_blocks(heads);
+            launch_softmax(softmax, blocks, work_ptr, rows, [seq, plan.part_rows])?;
+            plan.parts().try_for_each(|part| {
+                strided_gemm(
+                    blas,
+                    &plan.weighted(heads, part),
+                    1.0,
+                    v,
+                    (work_ptr, kind),
+                    out,
+                )
+            })
         });
         launched.and(synchronize())
     })?;
@@ -123,7 +132,8 @@ pub fn causal_attention<B: Backend>(
 }
 
 /// One batched product `c = α·op(a)·op(b)` of `gemm`, each operand a device address and its
-/// type, accumulated in f32; `None` where cuBLAS refuses it.
+/// type (the gemm's offsets counted from there), accumulated in f32; `None` where cuBLAS
+/// refuses it.
 fn strided_gemm(
     blas: blas_sys::cublasHandle_t,
     gemm: &StridedGemm,
@@ -140,12 +150,19 @@ fn strided_gemm(
         }
     };
     let zero = 0.0f32;
+    let at = |address: u64, offset: usize, kind| {
+        let bytes = match kind {
+            blas_sys::cudaDataType::CUDA_R_32F => 4,
+            _ => 2,
+        };
+        (address + (offset * bytes) as u64) as *const c_void
+    };
     // `AttentionPlan::fits_cublas` checked every value against `int` and `long long`.
     let int = |v: usize| v as i32;
     let long = |v: usize| v as i64;
     // SAFETY: `a`, `b` and `c` are addresses inside live allocations of CubeCL's pool (the
     // caller holds their resources until after the stream's synchronisation) that the plan's
-    // dimensions, leading dimensions and strides keep within; α and β are host f32 values, as
+    // offsets, dimensions, leading dimensions and strides keep within; α and β are host f32 values, as
     // cuBLAS's default pointer mode reads them for a 32F compute type.
     #[allow(unsafe_code)]
     let status = unsafe {
@@ -157,16 +174,16 @@ fn strided_gemm(
             int(gemm.n),
             int(gemm.k),
             (&alpha as *const f32).cast::<c_void>(),
-            a as *const c_void,
+            at(a, gemm.offset_a, a_type),
             a_type,
             int(gemm.lda),
             long(gemm.stride_a),
-            b as *const c_void,
+            at(b, gemm.offset_b, b_type),
             b_type,
             int(gemm.ldb),
             long(gemm.stride_b),
             (&zero as *const f32).cast::<c_void>(),
-            c as *mut c_void,
+            at(c, gemm.offset_c, c_type).cast_mut(),
             c_type,
             int(gemm.ldc),
             long(gemm.stride_c),
@@ -178,25 +195,27 @@ fn strided_gemm(
     status.ok()
 }
 
-/// Queues the softmax over `rows` score rows of `seq` keys at `scores`, on the legacy default
-/// stream (cuBLAS's).
+/// Queues the softmax over `rows` score rows of `seq` keys at `scores`, in parts of
+/// `part_rows` query rows, on the legacy default stream (cuBLAS's).
 fn launch_softmax(
     kernel: driver_sys::CUfunction,
     blocks: usize,
     scores: u64,
     rows: i64,
-    seq: usize,
+    [seq, part_rows]: [usize; 2],
 ) -> Option<()> {
     let mut scores = scores;
     let mut rows = rows;
-    let mut seq = seq as i32;
+    let mut seq = i32::try_from(seq).ok()?;
+    let mut part_rows = i32::try_from(part_rows).ok()?;
     let mut params = [
         (&mut scores as *mut u64).cast::<c_void>(),
         (&mut rows as *mut i64).cast::<c_void>(),
         (&mut seq as *mut i32).cast::<c_void>(),
+        (&mut part_rows as *mut i32).cast::<c_void>(),
     ];
     // SAFETY: `kernel` is a function of a module this thread loaded in the current context;
-    // its parameters (`float*`, `long long`, `int`) match `params`, which live through the
+    // its parameters (`float*`, `long long`, `int`, `int`) match `params`, which live through the
     // call (the driver copies them at launch); `scores` addresses `rows × seq` f32 values in a
     // live allocation that the caller holds until after the stream's synchronisation.
     #[allow(unsafe_code)]
