@@ -7,8 +7,9 @@
 //! `fused.rs` (gemm products on borrowed f32 slices, with the vectorised element-wise kernels of
 //! `vecmath.rs`) for burn-ndarray in f32, the default CPU backend; for every other backend Burn's
 //! generic ops, except on CUDA (found by the type of the tensors' primitives): attention by
-//! CubeCL's flash kernel (`cuda.rs`), the linears' and other products by cuBLAS (`cublas.rs`).
-//! Those are the crate's only backend checks.
+//! CubeCL's flash kernel (`cuda.rs`) or, with [`CUDA_ATTENTION_VAR`]`=cublas`, by cuBLAS and a
+//! softmax kernel of our own (`cublas_attention.rs`, `attention_plan.rs`), the linears' and
+//! other products by cuBLAS (`cublas.rs`). Those are the crate's only backend checks.
 //!
 //! The kernels see a model through borrowed views ([`LayerWeights`], [`HeadWeights`],
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
