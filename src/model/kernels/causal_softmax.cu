@@ -5,8 +5,8 @@
 // is query `r % seq` of its head, which sees keys 0..=r % seq. Queries come in parts of
 // `part_rows` rows, and a part's products read the probabilities of keys up to its last row
 // only. A warp takes a row: the maximum and the sum of exponentials in f32 in one pass (each
-// lane keeps its own running maximum and rescales its sum when the maximum grows; the lanes
-// are then combined), then the probabilities up to the part's last key, masked keys 0, written
+// lane keeps its own running maximum and rescales its sum only when the maximum grows, so
+// about one exponential per score; the lanes are then combined), then the probabilities up to the part's last key, masked keys 0, written
 // over the row in the output type T, so that a 2-byte T fills the first half of the row. Each
 // step of the writing pass reads its 32 scores before any lane writes: a write at element j
 // lands on f32 element j / 2 (2-byte T) or j (f32), both already read.
@@ -49,9 +49,11 @@ __device__ __forceinline__ unsigned short prob_bf16(float x) {
         float sum = 0.0f;                                                                       \
         for (int j = lane; j < visible; j += 32) {                                              \
             float x = s[j];                                                                     \
-            float grown = fmaxf(max, x);                                                        \
-            sum = sum * expf(max - grown) + expf(x - grown);                                    \
-            max = grown;                                                                        \
+            if (x > max) {                                                                      \
+                sum *= expf(max - x);                                                           \
+                max = x;                                                                        \
+            }                                                                                   \
+            sum += expf(x - max);                                                               \
         }                                                                                       \
         for (int offset = 16; offset > 0; offset >>= 1) {                                       \
             float other_max = __shfl_xor_sync(FULL_WARP, max, offset);                          \
