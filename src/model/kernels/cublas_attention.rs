@@ -244,13 +244,22 @@ fn compile_softmax() -> Option<[driver_sys::CUfunction; 3]> {
     if let Some(kernels) = kept.and_then(|ptx| load_softmax(CString::new(ptx).ok()?)) {
         return Some(kernels);
     }
+    let warn = |why: String| {
+        eprintln!(
+            "warning: the attention softmax kernel did not compile ({why}); attention runs the \
+             flash or generic path"
+        );
+    };
+    // SAFETY: only tries to open the library (cudarc's loader panics where it is absent).
+    #[allow(unsafe_code)]
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        warn("no NVRTC library found".to_string());
+        return None;
+    }
     let ptx = match cudarc::nvrtc::compile_ptx(SOFTMAX_SOURCE) {
         Ok(ptx) => CString::new(ptx.to_src()).ok()?,
         Err(e) => {
-            eprintln!(
-                "warning: the attention softmax kernel did not compile ({e}); attention runs \
-                 the flash or generic path"
-            );
+            warn(e.to_string());
             return None;
         }
     };
