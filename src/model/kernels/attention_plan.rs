@@ -33,7 +33,8 @@ pub const SOFTMAX_THREADS: usize = 256;
 pub const PARTS: usize = 4;
 
 /// One `cublasGemmStridedBatchedEx` call in cuBLAS's column-major terms:
-/// `C_i = α·op(A_i)·op(B_i)` for `i < batch`, `op(A_i)` being `[m, k]` and `op(B_i)` `[k, n]`.
+/// `C_i = α·op(A_i)·op(B_i)` for `i < batch`, `op(A_i)` being `[m, k]` and `op(B_i)` `[k, n]`;
+/// `A_0` is at its operand's start (a head's first key or value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StridedGemm {
     /// `op(A)` is `A` transposed (`A` is stored `[k, m]`, leading dimension `lda`).
@@ -58,8 +59,6 @@ pub struct StridedGemm {
     pub stride_b: usize,
     /// Elements from one `C_i` to the next.
     pub stride_c: usize,
-    /// Elements from the operand's start to `A_0`.
-    pub offset_a: usize,
     /// Elements from the operand's start to `B_0`.
     pub offset_b: usize,
     /// Elements from the operand's start to `C_0`.
@@ -68,8 +67,8 @@ pub struct StridedGemm {
     pub batch: usize,
 }
 
-/// The calls of one attention: chunks of at most `chunk_units` heads, each a score product,
-/// a softmax over `chunk × seq` rows and a weighted sum.
+/// The calls of one attention: chunks of at most `chunk_units` heads, each a score product per
+/// part of query rows, a softmax over `chunk × seq` rows and a weighted sum per part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionPlan {
     /// Heads in all (batch × heads).
@@ -113,17 +112,13 @@ impl AttentionPlan {
     }
 
     /// The parts as `(first query row, rows)`; a part's rows see keys up to its last row.
-    pub fn parts(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (0..self.seq)
-            .step_by(self.part_rows)
-            .map(|first| (first, self.part_rows.min(self.seq - first)))
+    pub fn parts(&self) -> impl Iterator<Item = (usize, usize)> {
+        spans(self.seq, self.part_rows)
     }
 
     /// The chunks as `(first head, heads)`.
-    pub fn chunks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (0..self.units)
-            .step_by(self.chunk_units)
-            .map(|first| (first, self.chunk_units.min(self.units - first)))
+    pub fn chunks(&self) -> impl Iterator<Item = (usize, usize)> {
+        spans(self.units, self.chunk_units)
     }
 
     /// `scores_i = k_i·q_iᵀ` column-major (row-major `q_i·k_iᵀ`) of one part's query rows
@@ -143,7 +138,6 @@ impl AttentionPlan {
             stride_a: s * d,
             stride_b: s * d,
             stride_c: s * s,
-            offset_a: 0,
             offset_b: first * d,
             offset_c: first * s,
             batch: heads,
@@ -167,7 +161,6 @@ impl AttentionPlan {
             stride_a: s * d,
             stride_b: s * self.probability_row,
             stride_c: s * d,
-            offset_a: 0,
             offset_b: first * self.probability_row,
             offset_c: first * d,
             batch: heads,
@@ -202,6 +195,13 @@ impl AttentionPlan {
     }
 }
 
+/// `0..total` in spans of `step` (the last may be shorter), as `(first, length)`.
+fn spans(total: usize, step: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..total)
+        .step_by(step)
+        .map(move |first| (first, step.min(total - first)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,9 +214,9 @@ mod tests {
                     let sum: f64 = (0..g.k)
                         .map(|l| {
                             let a = if g.transpose_a {
-                                a[g.offset_a + p * g.stride_a + l + i * g.lda]
+                                a[p * g.stride_a + l + i * g.lda]
                             } else {
-                                a[g.offset_a + p * g.stride_a + i + l * g.lda]
+                                a[p * g.stride_a + i + l * g.lda]
                             };
                             let b = if g.transpose_b {
                                 b[g.offset_b + p * g.stride_b + j + l * g.ldb]

@@ -132,8 +132,8 @@ pub fn causal_attention<B: Backend>(
 }
 
 /// One batched product `c = α·op(a)·op(b)` of `gemm`, each operand a device address and its
-/// type (the gemm's offsets counted from there), accumulated in f32; `None` where cuBLAS
-/// refuses it.
+/// type (the gemm's offsets of `b` and `c` counted from there), accumulated in f32; `None`
+/// where cuBLAS refuses it.
 fn strided_gemm(
     blas: blas_sys::cublasHandle_t,
     gemm: &StridedGemm,
@@ -174,7 +174,7 @@ fn strided_gemm(
             int(gemm.n),
             int(gemm.k),
             (&alpha as *const f32).cast::<c_void>(),
-            at(a, gemm.offset_a, a_type),
+            a as *const c_void,
             a_type,
             int(gemm.lda),
             long(gemm.stride_a),
