@@ -140,9 +140,12 @@ want precision && for dt in float32 bfloat16 float16; do
   record "torch-ppl-$dt" 60 python3 "$here/torch_ppl.py" /tmp/m wikitext2-raw-test.txt 512 64 "/tmp/t-$dt.bin" "$dt"
 done
 want precision && for d in cuda cuda-bf16 cuda-f16; do
-  record "wanda-ppl-$d" 90 "$W" eval --model /tmp/m --text wikitext2-raw-test.txt --seqlen 512 --windows 64 --device "$d" --json --dump-logits "/tmp/w-$d.bin"
-  WANDA_CUDA_ATTENTION=cublas record "wanda-ppl-cublas-attention-$d" 90 "$W" eval --model /tmp/m --text wikitext2-raw-test.txt \
-    --seqlen 512 --windows 64 --device "$d" --json --dump-logits "/tmp/w-$d-cublas-attention.bin"
+  for a in flash cublas; do
+    s=
+    [[ $a == cublas ]] && s=-cublas-attention
+    WANDA_CUDA_ATTENTION=$a record "wanda-ppl$s-$d" 90 "$W" eval --model /tmp/m --text wikitext2-raw-test.txt \
+      --seqlen 512 --windows 64 --device "$d" --json --dump-logits "/tmp/w-$d$s.bin"
+  done
 done
 want precision && step 30 python3 "$here/cmp.py" /tmp/t-float32.bin /tmp/t-bfloat16.bin /tmp/t-float16.bin /tmp/w-cuda*.bin
 

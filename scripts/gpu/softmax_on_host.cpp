@@ -83,8 +83,8 @@ static int running_seq, running_part_rows;
 static void lane_entry() {
     running_kernel(running_scores, running_rows, running_seq, running_part_rows);
     // The next lane starts, or resumes after the warp's last hand-over; the last lane ends it.
+    if (current_lane == (downwards ? 0u : 31u)) setcontext(&launcher);
     unsigned next = after(current_lane);
-    if (next == after(downwards ? 0 : 31)) setcontext(&launcher);
     current_lane = next;
     threadIdx.x = (threadIdx.x & ~31u) | next;
     setcontext(&lane_context[next]);
