@@ -16,7 +16,8 @@
 #    gpu-carry/wanda-autotune(.gz), that one too; then the table of every cell (cell_table.py);
 # 4. kernels (run before 3): GEMM GFLOP/s of a [4096 × 2048]·[2048 × 8192] product (a 1B layer's MLP on two
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
-#    (one 7B-shaped layer pruned) selecting on the device and on the host;
+#    (one 7B-shaped layer pruned) selecting on the device (by the selection kernel, then by
+#    bisection in Burn's ops) and on the host;
 # 5. sums: the zeros of the 135M shape pruned (wanda 50 %, f32 and fp16) by gpu-carry/wanda and by
 #    gpu-carry/wanda-base, compared weight by weight (masks.py);
 # 6. select: B7 of section 4 alone;
@@ -103,9 +104,9 @@ print(json.dumps({"tag": tag, "result": {"estimated_peak_bytes": m.get("estimate
 PY
 }
 # b7 DEVICE: B7, one Llama-2-7B-shaped layer pruned (16 calibration tokens: the selection and the
-# weights' round trip dominate), selecting on the device and on the host.
+# weights' round trip dominate), selecting on the device (kernel, bisection) and on the host.
 b7() {
-  for sel in on off; do
+  for sel in on bisection off; do
     WANDA_DEVICE_SELECT=$sel record "select-$sel-layer7b-$1" 90 "$W" bench prune-layer --shape llama2-7b --device "$1" --repeats 3 --json
   done
 }

@@ -24,7 +24,7 @@ use super::device_select::{
 };
 use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
 use super::magnitude::{magnitude_scores, prune_magnitude};
-use super::mask::apply_mask;
+use super::mask::{apply_mask, prune_count};
 use super::profile::{outlier_ratio, owl_sparsities};
 use super::report::MatrixSparsity;
 use super::ria::prune_ria;
@@ -472,12 +472,12 @@ pub fn prune_model<B: Backend>(
 }
 
 /// Magnitude pruning of every layer at its sparsity in `per_layer`: no calibration, each
-/// layer read, pruned (selected on the device when `on_device`) and put back in turn.
+/// layer read, pruned (selected where `on_device` says) and put back in turn.
 fn prune_by_magnitude<B: Backend>(
     model: &mut impl Layers<B>,
     options: &MethodOptions,
     per_layer: &[Sparsity],
-    on_device: bool,
+    on_device: SelectOn,
     clock: &mut PhaseClock<impl Fn()>,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ModelSparsity, PruneError> {
@@ -630,26 +630,42 @@ enum PrunedWeight<B: Backend> {
 /// A selection rule [`device_select`] runs on the weights' device.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum DeviceRule {
-    /// Wanda's per-output-channel rule at this ratio.
-    PerOutput(f64),
+    /// Wanda's per-output-channel rule at `ratio`, by the backend's selection kernel where
+    /// `kernel` and it has one ([`lowest_per_column`](crate::model::kernels::Kernels::lowest_per_column)), else by bisection.
+    PerOutput { ratio: f64, kernel: bool },
     /// Magnitude's per-matrix threshold at this ratio.
     MatrixThreshold(f64),
 }
 
 /// The environment variable that says where the selection runs: `auto` (the default: on the
-/// device on a GPU), `on` (on the device on any backend), `off` (on the host).
+/// device on a GPU), `on` (on the device on any backend), `off` (on the host), `bisection` (on
+/// the device, by Burn's operations only: to compare with the backend's kernel).
 const DEVICE_SELECT_VAR: &str = "WANDA_DEVICE_SELECT";
 
-/// Whether the device selects ([`DEVICE_SELECT_VAR`]; by default where the backend's kernels
-/// say so), read once per run, before any work.
-fn device_selects<B: Backend>() -> Result<bool, PruneError> {
+/// Where the selection runs ([`DEVICE_SELECT_VAR`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SelectOn {
+    /// On the host, on a copy of each weight.
+    Host,
+    /// On the weights' device: Wanda's rule by the backend's selection kernel where it has one.
+    Device,
+    /// On the weights' device, by bisection in Burn's operations only.
+    DeviceBisection,
+}
+
+/// Where the selection runs ([`DEVICE_SELECT_VAR`]; by default on the device where the
+/// backend's kernels say so), read once per run, before any work.
+fn device_selects<B: Backend>() -> Result<SelectOn, PruneError> {
+    let device = |on: bool| if on { SelectOn::Device } else { SelectOn::Host };
     match std::env::var(DEVICE_SELECT_VAR).as_deref() {
-        Err(_) | Ok("auto") => Ok(kernels::<B>().selects_on_device()),
-        Ok("on") => Ok(true),
-        Ok("off") => Ok(false),
+        Err(_) | Ok("auto") => Ok(device(kernels::<B>().selects_on_device())),
+        Ok("on") => Ok(SelectOn::Device),
+        Ok("off") => Ok(SelectOn::Host),
+        Ok("bisection") => Ok(SelectOn::DeviceBisection),
         Ok(other) => Err(PruneError::InvalidOptions {
             reason: format!(
-                "environment variable {DEVICE_SELECT_VAR}=`{other}`: use auto, on or off"
+                "environment variable {DEVICE_SELECT_VAR}=`{other}`: use auto, on, off or \
+                 bisection"
             ),
         }),
     }
@@ -660,7 +676,7 @@ fn device_selects<B: Backend>() -> Result<bool, PruneError> {
 /// rule: Wanda's per-output and magnitude's per-matrix unstructured selection, without the
 /// variant.
 fn device_rule(
-    on: bool,
+    on: SelectOn,
     method: Method,
     options: &MethodOptions,
     sparsity: Sparsity,
@@ -669,8 +685,11 @@ fn device_rule(
         return None;
     };
     match method {
-        _ if !on || options.dsnot.is_some() => None,
-        Method::Wanda if !options.use_variant => Some(DeviceRule::PerOutput(ratio)),
+        _ if on == SelectOn::Host || options.dsnot.is_some() => None,
+        Method::Wanda if !options.use_variant => Some(DeviceRule::PerOutput {
+            ratio,
+            kernel: on == SelectOn::Device,
+        }),
         Method::Magnitude => Some(DeviceRule::MatrixThreshold(ratio)),
         _ => None,
     }
@@ -678,9 +697,10 @@ fn device_rule(
 
 /// The zeros `rule` selects on the weights' device in each of `asked` (a layer's linears with
 /// the input each reads), Wanda's from the input statistics `host`; `None` for a linear the host
-/// is to select (no rule, or see [`device_select`]). Wanda's consecutive linears with the same
-/// input rows (q, k, v and o) are selected together while they hold at most a [`PIECE`] of
-/// weights ([`per_output_zeros_together`]).
+/// is to select (no rule, or see [`device_select`]). Wanda's rule runs the backend's selection
+/// kernel where the rule says so and there is one (on CUDA: one launch a weight); otherwise
+/// its consecutive linears with the same input rows (q, k, v and o) are selected together
+/// while they hold at most a [`PIECE`] of weights ([`per_output_zeros_together`]).
 ///
 /// # Shapes
 /// - each weight `[in, out]` → its zeros `[in, out]`
@@ -695,24 +715,33 @@ fn select_on_device<B: Backend>(
             .iter()
             .map(|(w, _)| matrix_threshold_zeros(w, ratio, magnitude_score))
             .collect(),
-        Some(DeviceRule::PerOutput(ratio)) => {
-            let scorer = |(w, input): &(Tensor<B, 2>, LinearInput)| {
+        Some(DeviceRule::PerOutput { ratio, kernel }) => {
+            let norms = |(w, input): &(Tensor<B, 2>, LinearInput)| {
                 let dims = w.dims();
                 let stat = host?.get(input)?;
-                let norms = checked_norms(&stat.norms(dims[0]).ok()?, dims).ok()?;
-                let column = norms_column::<B>(&norms, &w.device());
-                Some(move |w: Tensor<B, 2>| wanda_score(w, &column))
+                checked_norms(&stat.norms(dims[0]).ok()?, dims).ok()
             };
             let mut zeros = Vec::with_capacity(asked.len());
             // Consecutive weights of the same rows, and their scorers, not yet selected.
             let mut group = Vec::new();
             for entry in asked {
-                let Some(score) = scorer(entry) else {
+                let Some(norms) = norms(entry) else {
                     select_group(&mut group, ratio, &mut zeros);
                     zeros.push(None);
                     continue;
                 };
                 let [rows, cols] = entry.0.dims();
+                let k = prune_count(rows, ratio).min(rows);
+                let selected = kernel
+                    .then(|| kernels::<B>().lowest_per_column(&entry.0, &norms, k))
+                    .flatten();
+                if let Some(mask) = selected {
+                    select_group(&mut group, ratio, &mut zeros);
+                    zeros.push(Some(mask));
+                    continue;
+                }
+                let column = norms_column::<B>(&norms, &entry.0.device());
+                let score = move |w: Tensor<B, 2>| wanda_score(w, &column);
                 let held: usize = group.iter().map(|(w, _)| w.dims()[1]).sum::<usize>() * rows;
                 let fits = group
                     .first()

@@ -2,7 +2,7 @@
 
 mod architecture;
 mod common;
-mod cuda_softmax;
+mod cuda_on_host;
 mod datasets;
 mod estimate_cli;
 mod eval_cli;

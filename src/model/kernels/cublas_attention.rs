@@ -9,7 +9,7 @@
 //! estimator counts for the generic path's blocks.
 
 use std::cell::OnceCell;
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 
 use burn::prelude::*;
 use burn::tensor::DType;
@@ -23,8 +23,7 @@ use super::attention_plan::{
     AttentionPlan, StridedGemm, SOFTMAX_KERNELS, SOFTMAX_SOURCE, SOFTMAX_THREADS,
 };
 use super::cublas::{cube, data_type, is_cuda, synchronize, tensor, with_handle};
-use crate::sys::atomic::write_atomic;
-use crate::sys::cache_dir;
+use super::nvrtc::load_functions;
 
 thread_local! {
     /// This thread's softmax kernels (f32, fp16, bf16 outputs), compiled on first use in the
@@ -232,55 +231,14 @@ fn launch_softmax(
     }
 }
 
-/// The softmax kernels of [`SOFTMAX_SOURCE`] loaded into the current context: from the PTX an
-/// earlier run of this build left in the kernel cache, else compiled by NVRTC (about 0.1 s) and
-/// kept there; `None` (a line on stderr) where NVRTC or the module load fails.
+/// The softmax kernels of [`SOFTMAX_SOURCE`] loaded into the current context (NVRTC's PTX
+/// kept in the kernel cache); `None` (a line on stderr) where NVRTC or the module load fails.
 fn compile_softmax() -> Option<[driver_sys::CUfunction; 3]> {
-    let cached = cache_dir::cache_root_from_env(cache_dir::KERNELS)
-        .and_then(|root| cache_dir::prepare(&root, &cache_dir::build_id(), "ptx").ok())
-        .map(|folder| folder.join("causal_softmax.ptx"));
-    // PTX another driver cannot load (or a damaged file) is compiled again.
-    let kept = cached.as_ref().and_then(|path| std::fs::read(path).ok());
-    if let Some(kernels) = kept.and_then(|ptx| load_softmax(CString::new(ptx).ok()?)) {
-        return Some(kernels);
-    }
-    let warn = |why: String| {
-        eprintln!(
-            "warning: the attention softmax kernel did not compile ({why}); attention runs the \
-             flash or generic path"
-        );
-    };
-    // SAFETY: only tries to open the library (cudarc's loader panics where it is absent).
-    #[allow(unsafe_code)]
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        warn("no NVRTC library found".to_string());
-        return None;
-    }
-    let ptx = match cudarc::nvrtc::compile_ptx(SOFTMAX_SOURCE) {
-        Ok(ptx) => CString::new(ptx.to_src()).ok()?,
-        Err(e) => {
-            warn(e.to_string());
-            return None;
-        }
-    };
-    if let Some(path) = &cached {
-        // Best effort: a cache that cannot be written only means compiling again next run.
-        let _ = write_atomic(path, ptx.as_bytes());
-    }
-    load_softmax(ptx)
-}
-
-/// The three softmax functions of the PTX `image`, loaded into the current context.
-fn load_softmax(image: CString) -> Option<[driver_sys::CUfunction; 3]> {
-    // SAFETY: `image` is NUL-terminated PTX text; the module stays loaded for the process
-    // (its functions are kept in a thread-local for every later call).
-    #[allow(unsafe_code)]
-    unsafe {
-        let module = driver::module::load_data(image.as_ptr().cast()).ok()?;
-        let mut kernels = [std::ptr::null_mut(); 3];
-        for (slot, name) in kernels.iter_mut().zip(SOFTMAX_KERNELS) {
-            *slot = driver::module::get_function(module, CString::new(name).ok()?).ok()?;
-        }
-        Some(kernels)
-    }
+    load_functions(
+        SOFTMAX_SOURCE,
+        "causal_softmax.ptx",
+        SOFTMAX_KERNELS,
+        "the attention softmax kernel",
+        "attention runs the flash or generic path",
+    )
 }

@@ -9,7 +9,9 @@
 //! generic ops, except on CUDA (found by the type of the tensors' primitives): attention by
 //! CubeCL's flash kernel (`cuda.rs`) or, with [`CUDA_ATTENTION_VAR`]`=cublas`, by cuBLAS and a
 //! softmax kernel of our own (`cublas_attention.rs`, `attention_plan.rs`), the linears' and
-//! other products by cuBLAS (`cublas.rs`). Those are the crate's only backend checks.
+//! other products by cuBLAS (`cublas.rs`), Wanda's pruning selection by a kernel of our own
+//! (`column_select.rs`; our kernels are CUDA C compiled by NVRTC, `nvrtc.rs`). Those are the
+//! crate's only backend checks.
 //!
 //! The kernels see a model through borrowed views ([`LayerWeights`], [`HeadWeights`],
 //! [`ModelWeights`]) that the decoder builds from its own layers, so the kernels never import
@@ -18,12 +20,16 @@
 #[cfg(any(feature = "cuda", test))]
 mod attention_plan;
 #[cfg(feature = "cuda")]
+mod column_select;
+#[cfg(feature = "cuda")]
 mod cublas;
 #[cfg(feature = "cuda")]
 mod cublas_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fused;
+#[cfg(feature = "cuda")]
+mod nvrtc;
 mod vecmath;
 
 use std::any::Any;
@@ -438,6 +444,22 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// Per column of `weight`, the `k` weights of lowest Wanda score `|w|·norms[row]` in f32,
+    /// ties by the lower row, as a mask (`true`: zero it): the host's selection to the bit, in
+    /// one pass of the backend's own; `None` where the backend has none, or a score is not
+    /// finite (the caller's other path runs, and the host's names the weight).
+    ///
+    /// # Shapes
+    /// - `weight`: `[rows, cols]`, `norms`: `rows` → `[rows, cols]`
+    fn lowest_per_column(
+        &self,
+        _weight: &Tensor<B, 2>,
+        _norms: &[f32],
+        _k: usize,
+    ) -> Option<Tensor<B, 2, Bool>> {
+        None
+    }
+
     /// Whether pruning should select on the device, leaving the weights there, rather than
     /// copy them to the host and back: on a GPU, where the copies are the cost.
     fn selects_on_device(&self) -> bool {
@@ -527,6 +549,16 @@ impl<B: Backend> Kernels<B> for Portable {
     #[cfg(feature = "cuda")]
     fn gram(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         cublas::gram(x)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn lowest_per_column(
+        &self,
+        weight: &Tensor<B, 2>,
+        norms: &[f32],
+        k: usize,
+    ) -> Option<Tensor<B, 2, Bool>> {
+        column_select::lowest_per_column(weight, norms, k)
     }
 
     #[cfg(feature = "cuda")]

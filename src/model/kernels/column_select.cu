@@ -1,0 +1,124 @@
+// Wanda's per-output selection on CUDA, in one launch per weight (column_select.rs); compiled
+// by NVRTC, so no headers.
+//
+// `weight` is `[rows, cols]`, row-major, in the type T: input channels by output channels, as
+// the linears hold it. The score of weight (r, c) is |w| · norms[r] in f32, as the host's
+// `wanda_scores` computes it. In each column, the `k` lowest scores (0 ≤ k ≤ rows), ties by the
+// lower row, get 1 in `mask` (one byte per weight, the same layout), the others 0: the host's
+// stable sort's first k.
+//
+// A block takes 32 neighbouring columns (threadIdx.x, so that a warp reads 32 neighbouring
+// values of a row) and splits the rows into SELECT_WARPS ranges of consecutive rows
+// (threadIdx.y), in order. The k-th smallest score of a column is found exactly by a radix
+// select on the scores' bits (non-negative floats order as their bits do): four passes, each
+// counting by their next 8 bits the scores that share the digits found so far, then picking
+// the digit where the count reaches the rank still wanted. A fifth pass counts each range's
+// scores equal to that threshold, and the last pass writes: 1 below the threshold, and 1 for
+// the first (k - below) equal ones in row order (ranges before it first).
+//
+// A score that is not finite, or negative (bits at or above 0x7f800000 as unsigned), sets
+// `*failed`, as does a launch with other than 32 × SELECT_WARPS threads a block: the mask is
+// then meaningless, and the caller selects otherwise (the host names a weight whose score is
+// not finite).
+
+#define SELECT_WARPS 8
+#define SELECT_THREADS (32 * SELECT_WARPS)
+#define SELECT_BINS 256
+
+__device__ __forceinline__ float widen_f32(float v) { return v; }
+
+__device__ __forceinline__ float widen_f16(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float widen_bf16(unsigned short h) {
+    return __uint_as_float((unsigned)h << 16);
+}
+
+#define LOWEST_PER_COLUMN(NAME, T, WIDEN)                                                        \
+    extern "C" __global__ void NAME(const T* weight, const float* norms, unsigned char* mask,  \
+                                    int rows, int cols, int k, int* failed) {                  \
+        __shared__ unsigned counts[SELECT_BINS][32];                                            \
+        __shared__ unsigned found[32];                                                          \
+        __shared__ unsigned wanted[32];                                                         \
+        __shared__ unsigned equal_in[SELECT_WARPS][32];                                         \
+        if (blockDim.x != 32 || blockDim.y != SELECT_WARPS) {                                   \
+            *failed = 1;                                                                        \
+            return;                                                                             \
+        }                                                                                       \
+        int lane = threadIdx.x;                                                                 \
+        int range = threadIdx.y;                                                                \
+        int thread = range * 32 + lane;                                                         \
+        int col = blockIdx.x * 32 + lane;                                                       \
+        bool active = col < cols;                                                               \
+        int per_range = (rows + SELECT_WARPS - 1) / SELECT_WARPS;                               \
+        int first = range * per_range < rows ? range * per_range : rows;                        \
+        int end = first + per_range < rows ? first + per_range : rows;                          \
+        const T* w = weight + (active ? col : 0);                                               \
+        if (thread < 32) {                                                                      \
+            found[thread] = 0u;                                                                 \
+            wanted[thread] = (unsigned)k;                                                       \
+        }                                                                                       \
+        bool bad = false;                                                                       \
+        for (int shift = 24; shift >= 0; shift -= 8) {                                          \
+            for (int i = thread; i < SELECT_BINS * 32; i += SELECT_THREADS) {                   \
+                counts[i / 32][i % 32] = 0u;                                                    \
+            }                                                                                   \
+            __syncthreads();                                                                    \
+            unsigned prefix = found[lane];                                                      \
+            for (int r = active ? first : end; r < end; ++r) {                                  \
+                unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)r * cols])) * norms[r]); \
+                bad = bad || key >= 0x7f800000u;                                                \
+                if (shift == 24 || (key >> (shift + 8)) == prefix) {                            \
+                    atomicAdd(&counts[(key >> shift) & 255u][lane], 1u);                        \
+                }                                                                               \
+            }                                                                                   \
+            __syncthreads();                                                                    \
+            if (range == 0) {                                                                   \
+                unsigned want = wanted[lane];                                                   \
+                unsigned below = 0u;                                                            \
+                unsigned digit = 0u;                                                            \
+                for (; digit < SELECT_BINS - 1; ++digit) {                                      \
+                    unsigned n = counts[digit][lane];                                           \
+                    if (below + n >= want) {                                                    \
+                        break;                                                                  \
+                    }                                                                           \
+                    below += n;                                                                 \
+                }                                                                               \
+                found[lane] = (prefix << 8) | digit;                                            \
+                wanted[lane] = want - below;                                                    \
+            }                                                                                   \
+            __syncthreads();                                                                    \
+        }                                                                                       \
+        if (bad) {                                                                              \
+            *failed = 1;                                                                        \
+        }                                                                                       \
+        unsigned threshold = found[lane];                                                       \
+        unsigned equal = 0u;                                                                    \
+        for (int r = active ? first : end; r < end; ++r) {                                      \
+            unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)r * cols])) * norms[r]);    \
+            equal += key == threshold ? 1u : 0u;                                                \
+        }                                                                                       \
+        equal_in[range][lane] = equal;                                                          \
+        __syncthreads();                                                                        \
+        unsigned rank = 0u;                                                                     \
+        for (int before = 0; before < range; ++before) {                                        \
+            rank += equal_in[before][lane];                                                     \
+        }                                                                                       \
+        unsigned ties = wanted[lane];                                                           \
+        for (int r = active ? first : end; r < end; ++r) {                                      \
+            unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)r * cols])) * norms[r]);    \
+            unsigned char zero = key < threshold ? 1 : 0;                                       \
+            if (key == threshold) {                                                             \
+                zero = rank < ties ? 1 : 0;                                                     \
+                ++rank;                                                                         \
+            }                                                                                   \
+            mask[(long long)r * cols + col] = zero;                                             \
+        }                                                                                       \
+    }
+
+LOWEST_PER_COLUMN(lowest_per_column_f32, float, widen_f32)
+LOWEST_PER_COLUMN(lowest_per_column_f16, unsigned short, widen_f16)
+LOWEST_PER_COLUMN(lowest_per_column_bf16, unsigned short, widen_bf16)
