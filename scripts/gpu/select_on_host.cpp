@@ -92,10 +92,30 @@ static void launch(Kernel<T> kernel, const std::vector<T>& w, const std::vector<
     }
 }
 
-// Exact for the values below (0, or ±m·2^e with m < 2^11, in fp16's normal range).
+// Exact for the values below (0, ±∞, or ±m·2^e with m < 2^11, in fp16's normal range).
+// The N:M kernel has no barrier: its threads run one after the other.
+template <typename T>
+using GroupKernel = void (*)(const T*, const float*, unsigned char*, int, int, int, int, int*);
+
+template <typename T>
+static void launch_groups(GroupKernel<T> kernel, const std::vector<T>& w,
+                          const std::vector<float>& norms, std::vector<unsigned char>& mask,
+                          int rows, int cols, int n, int m, int* failed) {
+    Dim block = blockDim;
+    blockDim = {256, 1};
+    long long groups = (long long)(rows / m) * cols;
+    for (long long b = 0; b < (groups + 255) / 256; ++b)
+        for (unsigned t = 0; t < 256; ++t) {
+            blockIdx.x = (unsigned)b, threadIdx.x = t, threadIdx.y = 0;
+            kernel(w.data(), norms.data(), mask.data(), rows, cols, n, m, failed);
+        }
+    blockDim = block;
+}
+
 static unsigned short to_f16(float x) {
     unsigned short sign = x < 0 ? 0x8000 : 0;
     if (x == 0) return sign;
+    if (std::isinf(x)) return sign | 0x7c00;
     int e;
     float m = std::frexp(std::fabs(x), &e); // |x| = m·2^e, m in [0.5, 1)
     return sign | (unsigned short)(((e + 14) << 10) | ((unsigned)(m * 2048.0f) - 1024));
@@ -108,43 +128,50 @@ static void fail(const char* what, int type, int rows, int cols, int k, int r, i
         std::printf("%s: type %d, %d × %d, k %d, row %d col %d\n", what, type, rows, cols, k, r, c);
 }
 
-// Runs the kernel of `type` on `values` (as f32, all exact in the type) and compares.
+// Runs the kernel of `type` on `values` (as f32, all exact in the type) and compares: the `k`
+// lowest of each column where `m` is 0, else the `k` lowest of every `m` rows of each column.
 static void check(int type, const std::vector<float>& values, const std::vector<float>& norms,
-                  int rows, int cols, int k, bool finite) {
+                  int rows, int cols, int k, int m, bool finite) {
     std::vector<unsigned char> mask(values.size(), 7);
     int failed = 0;
     if (type == 0) {
-        launch<float>(lowest_per_column_f32, values, norms, mask, rows, cols, k, &failed);
+        if (m == 0) launch<float>(lowest_per_column_f32, values, norms, mask, rows, cols, k, &failed);
+        else launch_groups<float>(lowest_per_group_f32, values, norms, mask, rows, cols, k, m, &failed);
     } else {
         std::vector<unsigned short> half(values.size());
-        for (size_t i = 0; i < values.size(); ++i)
-        {
+        for (size_t i = 0; i < values.size(); ++i) {
             half[i] = type == 1 ? to_f16(values[i]) : to_bf16(values[i]);
             float back = type == 1 ? f16_value(half[i]) : __uint_as_float((unsigned)half[i] << 16);
             if (back != values[i] && !std::isnan(values[i])) fail("inexact test value", type, rows, cols, k, -1, -1);
         }
-        launch<unsigned short>(type == 1 ? lowest_per_column_f16 : lowest_per_column_bf16, half,
-                               norms, mask, rows, cols, k, &failed);
+        if (m == 0)
+            launch<unsigned short>(type == 1 ? lowest_per_column_f16 : lowest_per_column_bf16,
+                                   half, norms, mask, rows, cols, k, &failed);
+        else
+            launch_groups<unsigned short>(type == 1 ? lowest_per_group_f16 : lowest_per_group_bf16,
+                                          half, norms, mask, rows, cols, k, m, &failed);
     }
     if (failed != (finite ? 0 : 1)) fail(finite ? "flagged" : "not flagged", type, rows, cols, k, -1, -1);
     if (!finite) return;
-    for (int c = 0; c < cols; ++c) {
-        std::vector<int> order(rows);
-        std::iota(order.begin(), order.end(), 0);
-        auto score = [&](int r) { return std::fabs(values[(size_t)r * cols + c]) * norms[r]; };
-        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score(a) < score(b); });
-        std::vector<unsigned char> want(rows, 0);
-        for (int i = 0; i < k; ++i) want[order[i]] = 1;
-        for (int r = 0; r < rows; ++r)
-            if (mask[(size_t)r * cols + c] != want[r]) fail("mask", type, rows, cols, k, r, c);
-    }
+    int group = m == 0 ? rows : m;
+    for (int c = 0; c < cols; ++c)
+        for (int first = 0; first < rows; first += group) {
+            std::vector<int> order(group);
+            std::iota(order.begin(), order.end(), first);
+            auto score = [&](int r) { return std::fabs(values[(size_t)r * cols + c]) * norms[r]; };
+            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score(a) < score(b); });
+            std::vector<unsigned char> want(rows, 0);
+            for (int i = 0; i < k; ++i) want[order[i]] = 1;
+            for (int r = first; r < first + group; ++r)
+                if (mask[(size_t)r * cols + c] != want[r]) fail("mask", type, rows, cols, k, r, c);
+        }
 }
 
 int main() {
     std::mt19937 rng(11);
-    int launches = 0;
+    int launches = 0, group_launches = 0;
     for (int order = 0; order < 2; ++order)
-    for (int rows : {1, 9, 64, 333})
+    for (int rows : {1, 9, 64, 336})
     for (int cols : {1, 33, 70}) {
         downwards = order == 1;
         // Values exact in fp16 and bf16: few distinct magnitudes (many ties), both signs,
@@ -158,18 +185,30 @@ int main() {
         for (int type = 0; type < 3; ++type)
             for (int k : {0, 1, rows / 2, rows - 1, rows}) {
                 if (k < 0) continue;
-                check(type, values, norms, rows, cols, k, true);
+                check(type, values, norms, rows, cols, k, 0, true);
                 ++launches;
             }
+        // N:M where the rows divide into groups.
+        for (auto [n, m] : {std::pair{1, 2}, {2, 4}, {3, 4}, {4, 8}})
+            for (int type = 0; type < 3; ++type)
+                if (rows % m == 0) {
+                    check(type, values, norms, rows, cols, n, m, true);
+                    ++group_launches;
+                }
         // A weight or a norm that is not finite sets the flag.
         std::vector<float> bad = values;
         bad[bad.size() / 2] = INFINITY;
-        check(0, bad, norms, rows, cols, rows / 2, false);
+        check(0, bad, norms, rows, cols, rows / 2, 0, false);
         std::vector<float> bad_norms = norms;
         bad_norms[rows - 1] = NAN;
-        check(2, values, bad_norms, rows, cols, rows / 2, false);
+        check(2, values, bad_norms, rows, cols, rows / 2, 0, false);
         launches += 2;
+        if (rows % 4 == 0) {
+            check(1, bad, norms, rows, cols, 2, 4, false);
+            ++group_launches;
+        }
     }
-    std::printf("%d launches: %s\n", launches, failures ? "FAILED" : "all masks match");
+    std::printf("%d per column and %d N:M launches: %s\n", launches, group_launches,
+                failures ? "FAILED" : "all masks match");
     return failures != 0;
 }

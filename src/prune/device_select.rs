@@ -23,7 +23,7 @@
 //! reduces a column with one thread looping over all its rows, so each step's count ran on a
 //! thousand threads. Counts and maxima now take two stages ([`column_blocks`]); not yet
 //! measured on a GPU. On CUDA, Wanda's rule now runs a selection kernel of our own instead
-//! (`Kernels::lowest_per_column`, one launch a weight), and this bisection where that kernel
+//! (`Kernels::lowest_scores`, one launch a weight), and this bisection where that kernel
 //! cannot run, for magnitude's rule, and under `WANDA_DEVICE_SELECT=bisection`.
 
 use burn::prelude::*;

@@ -33,7 +33,7 @@ use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
 use super::wanda::{checked_norms, prune_wanda, wanda_scores, InputNorms};
 use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::host::{take_param, to_host_f32, weight_tensor};
-use crate::model::kernels::kernels;
+use crate::model::kernels::{kernels, Lowest};
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 use crate::model::stream::Layers;
 use crate::sys::phases::PhaseClock;
@@ -630,11 +630,16 @@ enum PrunedWeight<B: Backend> {
 /// A selection rule [`device_select`] runs on the weights' device.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum DeviceRule {
-    /// Wanda's per-output-channel rule at `ratio`, by the backend's selection kernel where
-    /// `kernel` and it has one ([`lowest_per_column`](crate::model::kernels::Kernels::lowest_per_column)), else by bisection.
+    /// Wanda's per-output-channel rule at `ratio`: by the backend's selection kernel where
+    /// `kernel` is set and the backend has one
+    /// ([`Kernels::lowest_scores`](crate::model::kernels::Kernels::lowest_scores)), else by
+    /// bisection.
     PerOutput { ratio: f64, kernel: bool },
     /// Magnitude's per-matrix threshold at this ratio.
     MatrixThreshold(f64),
+    /// The `n` lowest of every `m` input rows of each output, of Wanda's scores (`wanda`) or
+    /// magnitude's: by the backend's selection kernel only.
+    Groups { n: usize, m: usize, wanda: bool },
 }
 
 /// The environment variable that says where the selection runs: `auto` (the default: on the
@@ -673,34 +678,57 @@ fn device_selects<B: Backend>() -> Result<SelectOn, PruneError> {
 
 /// The rule the device runs for `method` (refined by DSnoT when `options` say so) at
 /// `sparsity`, where the device selects (`on`, see [`device_selects`]) and has the method's
-/// rule: Wanda's per-output and magnitude's per-matrix unstructured selection, without the
-/// variant.
+/// rule: Wanda's per-output (without the variant) and magnitude's per-matrix unstructured
+/// selection, and with the backend's selection kernel ([`SelectOn::Device`]) the N:M rule of
+/// both (Wanda's variant leaves N:M as it is).
 fn device_rule(
     on: SelectOn,
     method: Method,
     options: &MethodOptions,
     sparsity: Sparsity,
 ) -> Option<DeviceRule> {
-    let Sparsity::Unstructured { ratio } = sparsity else {
+    if on == SelectOn::Host || options.dsnot.is_some() {
         return None;
-    };
-    match method {
-        _ if on == SelectOn::Host || options.dsnot.is_some() => None,
-        Method::Wanda if !options.use_variant => Some(DeviceRule::PerOutput {
-            ratio,
-            kernel: on == SelectOn::Device,
-        }),
-        Method::Magnitude => Some(DeviceRule::MatrixThreshold(ratio)),
+    }
+    match (sparsity, method) {
+        (Sparsity::Unstructured { ratio }, Method::Wanda) if !options.use_variant => {
+            Some(DeviceRule::PerOutput {
+                ratio,
+                kernel: on == SelectOn::Device,
+            })
+        }
+        (Sparsity::Unstructured { ratio }, Method::Magnitude) => {
+            Some(DeviceRule::MatrixThreshold(ratio))
+        }
+        (Sparsity::NM { n, m }, Method::Wanda | Method::Magnitude) if on == SelectOn::Device => {
+            Some(DeviceRule::Groups {
+                n,
+                m,
+                wanda: method == Method::Wanda,
+            })
+        }
         _ => None,
     }
 }
 
+/// The Wanda norms (f32) of the input `entry`'s weight reads, from the input statistics `host`;
+/// `None` where there are none.
+fn wanda_norms<B: Backend>(
+    (w, input): &(Tensor<B, 2>, LinearInput),
+    host: Option<&BTreeMap<LinearInput, HostStats>>,
+) -> Option<Vec<f32>> {
+    let dims = w.dims();
+    let stat = host?.get(input)?;
+    checked_norms(&stat.norms(dims[0]).ok()?, dims).ok()
+}
+
 /// The zeros `rule` selects on the weights' device in each of `asked` (a layer's linears with
 /// the input each reads), Wanda's from the input statistics `host`; `None` for a linear the host
-/// is to select (no rule, or see [`device_select`]). Wanda's rule runs the backend's selection
-/// kernel where the rule says so and there is one (on CUDA: one launch a weight); otherwise
-/// its consecutive linears with the same input rows (q, k, v and o) are selected together
-/// while they hold at most a [`PIECE`] of weights ([`per_output_zeros_together`]).
+/// is to select (no rule, or see [`device_select`]). Wanda's per-output rule runs the backend's
+/// selection kernel where the rule says so and there is one (on CUDA: one launch a weight);
+/// otherwise its consecutive linears with the same input rows (q, k, v and o) are selected
+/// together while they hold at most a [`PIECE`] of weights ([`per_output_zeros_together`]).
+/// The N:M rule runs only the backend's kernel.
 ///
 /// # Shapes
 /// - each weight `[in, out]` → its zeros `[in, out]`
@@ -715,17 +743,24 @@ fn select_on_device<B: Backend>(
             .iter()
             .map(|(w, _)| matrix_threshold_zeros(w, ratio, magnitude_score))
             .collect(),
+        Some(DeviceRule::Groups { n, m, wanda }) => asked
+            .iter()
+            .map(|entry| {
+                // Norms of 1 make the kernel's scores magnitude's, `|w|`, exactly.
+                let norms = if wanda {
+                    wanda_norms(entry, host)?
+                } else {
+                    vec![1.0; entry.0.dims()[0]]
+                };
+                kernels::<B>().lowest_scores(&entry.0, &norms, Lowest::PerGroup { n, m })
+            })
+            .collect(),
         Some(DeviceRule::PerOutput { ratio, kernel }) => {
-            let norms = |(w, input): &(Tensor<B, 2>, LinearInput)| {
-                let dims = w.dims();
-                let stat = host?.get(input)?;
-                checked_norms(&stat.norms(dims[0]).ok()?, dims).ok()
-            };
             let mut zeros = Vec::with_capacity(asked.len());
             // Consecutive weights of the same rows, and their scorers, not yet selected.
             let mut group = Vec::new();
             for entry in asked {
-                let Some(norms) = norms(entry) else {
+                let Some(norms) = wanda_norms(entry, host) else {
                     select_group(&mut group, ratio, &mut zeros);
                     zeros.push(None);
                     continue;
@@ -733,7 +768,7 @@ fn select_on_device<B: Backend>(
                 let [rows, cols] = entry.0.dims();
                 let k = prune_count(rows, ratio).min(rows);
                 let selected = kernel
-                    .then(|| kernels::<B>().lowest_per_column(&entry.0, &norms, k))
+                    .then(|| kernels::<B>().lowest_scores(&entry.0, &norms, Lowest::PerColumn(k)))
                     .flatten();
                 if let Some(mask) = selected {
                     select_group(&mut group, ratio, &mut zeros);

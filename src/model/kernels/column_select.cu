@@ -1,5 +1,6 @@
-// Wanda's per-output selection on CUDA, in one launch per weight (column_select.rs); compiled
-// by NVRTC, so no headers.
+// Pruning's selection on CUDA, in one launch per weight (column_select.rs): Wanda's per-output
+// rule, and the N:M rule of Wanda's and magnitude's scores (norms of 1). Compiled by NVRTC, so
+// no headers.
 //
 // `weight` is `[rows, cols]`, row-major, in the type T: input channels by output channels, as
 // the linears hold it. The score of weight (r, c) is |w| · norms[r] in f32, as the host's
@@ -119,6 +120,43 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
         }                                                                                       \
     }
 
+// N:M: in each column, of every group of `m` consecutive rows (rows % m == 0), the `n` lowest
+// scores, ties by the lower row, get 1 in `mask`, as the host's `nm_mask`. A thread takes one
+// group of one column (neighbouring threads, neighbouring columns) and ranks each score of the
+// group against the others: m² comparisons, for the small m of N:M patterns. A score that is
+// not finite or negative sets `*failed`.
+#define LOWEST_PER_GROUP(NAME, T, WIDEN)                                                         \
+    extern "C" __global__ void NAME(const T* weight, const float* norms, unsigned char* mask,  \
+                                    int rows, int cols, int n, int m, int* failed) {           \
+        long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;                        \
+        long long groups = (long long)(rows / m) * cols;                                        \
+        if (at >= groups) {                                                                     \
+            return;                                                                             \
+        }                                                                                       \
+        long long col = at % cols;                                                              \
+        long long first = (at / cols) * m;                                                      \
+        const T* w = weight + first * cols + col;                                               \
+        const float* norm = norms + first;                                                      \
+        bool bad = false;                                                                       \
+        for (int j = 0; j < m; ++j) {                                                           \
+            unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)j * cols])) * norm[j]);     \
+            bad = bad || key >= 0x7f800000u;                                                    \
+            int rank = 0;                                                                       \
+            for (int i = 0; i < m; ++i) {                                                       \
+                unsigned other =                                                                \
+                    __float_as_uint(fabsf(WIDEN(w[(long long)i * cols])) * norm[i]);            \
+                rank += other < key || (other == key && i < j) ? 1 : 0;                         \
+            }                                                                                   \
+            mask[(first + j) * cols + col] = rank < n ? 1 : 0;                                  \
+        }                                                                                       \
+        if (bad) {                                                                              \
+            *failed = 1;                                                                        \
+        }                                                                                       \
+    }
+
 LOWEST_PER_COLUMN(lowest_per_column_f32, float, widen_f32)
 LOWEST_PER_COLUMN(lowest_per_column_f16, unsigned short, widen_f16)
 LOWEST_PER_COLUMN(lowest_per_column_bf16, unsigned short, widen_bf16)
+LOWEST_PER_GROUP(lowest_per_group_f32, float, widen_f32)
+LOWEST_PER_GROUP(lowest_per_group_f16, unsigned short, widen_f16)
+LOWEST_PER_GROUP(lowest_per_group_bf16, unsigned short, widen_bf16)

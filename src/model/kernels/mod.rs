@@ -49,6 +49,20 @@ pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
 /// CUDA's cuBLAS attention's chunk of heads ([`CudaAttention::Cublas`]).
 pub const ATTENTION_BLOCK_BYTES: u64 = 256 << 20;
 
+/// Which weights [`Kernels::lowest_scores`] marks in each column of a weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lowest {
+    /// The `k` lowest scores of the column (Wanda's per-output rule).
+    PerColumn(usize),
+    /// The `n` lowest of every `m` consecutive rows (the N:M rule).
+    PerGroup {
+        /// Weights marked per group.
+        n: usize,
+        /// Rows per group.
+        m: usize,
+    },
+}
+
 /// The environment variable that picks CUDA's attention path ([`CudaAttention`]): `flash`
 /// (the default) or `cublas`.
 pub const CUDA_ATTENTION_VAR: &str = "WANDA_CUDA_ATTENTION";
@@ -444,18 +458,19 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
-    /// Per column of `weight`, the `k` weights of lowest Wanda score `|w|·norms[row]` in f32,
-    /// ties by the lower row, as a mask (`true`: zero it): the host's selection to the bit, in
-    /// one pass of the backend's own; `None` where the backend has none, or a score is not
-    /// finite (the caller's other path runs, and the host's names the weight).
+    /// The weights of `weight` with the lowest scores `|w|·norms[row]` in f32 (Wanda's; norms
+    /// of 1 give magnitude's) that `which` says, ties by the lower row, as a mask (`true`: zero
+    /// it): the host's selection to the bit, in one pass of the backend's own; `None` where the
+    /// backend has none, or a score is not finite (the caller's other path runs, and the
+    /// host's names the weight).
     ///
     /// # Shapes
     /// - `weight`: `[rows, cols]`, `norms`: `rows` → `[rows, cols]`
-    fn lowest_per_column(
+    fn lowest_scores(
         &self,
         _weight: &Tensor<B, 2>,
         _norms: &[f32],
-        _k: usize,
+        _which: Lowest,
     ) -> Option<Tensor<B, 2, Bool>> {
         None
     }
@@ -552,13 +567,13 @@ impl<B: Backend> Kernels<B> for Portable {
     }
 
     #[cfg(feature = "cuda")]
-    fn lowest_per_column(
+    fn lowest_scores(
         &self,
         weight: &Tensor<B, 2>,
         norms: &[f32],
-        k: usize,
+        which: Lowest,
     ) -> Option<Tensor<B, 2, Bool>> {
-        column_select::lowest_per_column(weight, norms, k)
+        column_select::lowest_scores(weight, norms, which)
     }
 
     #[cfg(feature = "cuda")]
