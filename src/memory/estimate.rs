@@ -431,9 +431,10 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     } else {
         (method_bytes, method_formula)
     };
-    // On a GPU, Wanda's and magnitude's unstructured selection runs on the device
-    // (prune::device_select): one piece's f32 scores, counts and comparison at a time, and the
-    // layer's masks until its linears are stored back.
+    // On a GPU, Wanda's and magnitude's selection runs on the device (prune::device_select's
+    // bisection): one piece's f32 scores, counts and comparison at a time, and the layer's masks
+    // until its linears are stored back. CUDA's selection kernel needs only the masks, so this
+    // is its bound too (and N:M's, which only that kernel selects on the device).
     if run.device == DeviceKind::Cuda
         && matches!(method, Method::Wanda | Method::Magnitude)
         && !run.dsnot
