@@ -49,13 +49,18 @@ fn the_cuda_softmax_kernel_source_computes_the_causal_softmax_on_the_host() {
     );
 }
 
-/// Wanda's per-output selection (`src/model/kernels/column_select.cu`): a block's 256 threads,
-/// against the host's rule (a stable sort of each column's scores and its first `k`), for f32,
-/// fp16 and bf16 weights.
+/// Pruning's selection kernels (`src/model/kernels/column_select.cu`), against the host's rules
+/// (a stable sort of each column's scores, or of each group of `m` rows, and its first `k`),
+/// for f32, fp16 and bf16 weights: Wanda's per-output rule as a block's 256 threads, N:M.
 #[test]
 fn the_cuda_selection_kernel_source_selects_the_hosts_zeros_on_the_host() {
     let report = run_emulator("select_on_host");
-    // Both hand-over orders × 4 row counts × 3 column counts × (3 types × 5 values of k, and
-    // 2 launches with a score that is not finite).
-    assert!(report.contains("408 launches: all masks match"), "{report}");
+    // Per column: both hand-over orders × 4 row counts × 3 column counts × (3 types × 5 values
+    // of k, and 2 launches with a score that is not finite). N:M: 1:2, 2:4, 3:4 and 4:8 in 3
+    // types where the rows divide into groups, and one launch with a score that is not finite
+    // where they divide by 4.
+    assert!(
+        report.contains("408 per column and 156 N:M launches: all masks match"),
+        "{report}"
+    );
 }
