@@ -1,14 +1,16 @@
-// Runs src/model/kernels/column_select.cu on the host, a block's 256 threads on one thread
-// (each __syncthreads hands over to the next thread), against the host's rule: per column, a
-// stable sort of the scores |w|·norm and its first k. Weights in f32, fp16 and bf16 with many
-// ties (whole columns of one value included), shapes whose rows and columns do not fill the
-// block's ranges and warps, every k from 0 to all rows, and scores that are not finite, which
-// must set the failure flag; exits 1 on a difference.
+// Runs src/model/kernels/column_select.cu on the host, each block's threads on one thread (each
+// __syncthreads hands over to the next thread), against the host's rules: per column, a stable
+// sort of the scores |w|·norm and its first k (Wanda's); the same per group of m rows (N:M);
+// every score at or below the matrix's k-th smallest (magnitude's). Weights in f32, fp16 and
+// bf16 with many ties (whole columns of one value included), shapes whose rows and columns do
+// not fill the blocks, every k from 0 to all, and scores that are not finite, which must set
+// the failure flag; exits 1 on a difference.
 //   c++ -std=c++17 -O1 scripts/gpu/select_on_host.cpp -o /tmp/select && /tmp/select
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <ucontext.h>
@@ -18,14 +20,15 @@
 // at every __syncthreads a thread hands over to the next, the last back to the first, so a
 // thread resumes only when all have reached the same barrier. Threads take turns upwards from
 // thread 0 or, to expose a thread that reads what another has not written yet, downwards.
+// Blocks run one after the other.
 struct Dim { unsigned x, y; };
-Dim threadIdx, blockIdx, blockDim{32, 8};
-constexpr unsigned THREADS = 256;
-ucontext_t thread_context[THREADS], launcher;
-unsigned current_thread;
+Dim threadIdx, blockIdx, blockDim, gridDim;
+constexpr unsigned MAX_THREADS = 256;
+ucontext_t thread_context[MAX_THREADS], launcher;
+unsigned current_thread, threads;
 bool downwards;
-static unsigned after(unsigned t) { return downwards ? (t + THREADS - 1) % THREADS : (t + 1) % THREADS; }
-static void enter(unsigned t) { current_thread = t; threadIdx.x = t % 32; threadIdx.y = t / 32; }
+static unsigned after(unsigned t) { return downwards ? (t + threads - 1) % threads : (t + 1) % threads; }
+static void enter(unsigned t) { current_thread = t; threadIdx.x = t % blockDim.x; threadIdx.y = t / blockDim.x; }
 
 static void __syncthreads() {
     unsigned from = current_thread, to = after(from);
@@ -50,36 +53,24 @@ static float f16_value(unsigned short h) {
 #include "../../src/model/kernels/column_select.cu"
 #undef asm
 
-template <typename T>
-using Kernel = void (*)(const T*, const float*, unsigned char*, int, int, int, int*);
-
-// One launch as the CUDA path makes it: a block per 32 columns, of 32 × SELECT_WARPS threads.
-static void (*running)();
+static std::function<void()> running;
 static void thread_entry() {
     running();
     // The next thread starts, or resumes after the block's last barrier; the last one ends it.
-    if (current_thread == (downwards ? 0u : THREADS - 1)) setcontext(&launcher);
+    if (current_thread == (downwards ? 0u : threads - 1)) setcontext(&launcher);
     unsigned next = after(current_thread);
     enter(next);
     setcontext(&thread_context[next]);
 }
 
-template <typename T>
-static void launch(Kernel<T> kernel, const std::vector<T>& w, const std::vector<float>& norms,
-                   std::vector<unsigned char>& mask, int rows, int cols, int k, int* failed) {
-    static_assert(SELECT_THREADS == THREADS, "the emulator runs the kernel's block size");
-    static Kernel<T> the_kernel;
-    static const T* the_w;
-    static const float* the_norms;
-    static unsigned char* the_mask;
-    static int the_rows, the_cols, the_k;
-    static int* the_failed;
-    the_kernel = kernel, the_w = w.data(), the_norms = norms.data(), the_mask = mask.data();
-    the_rows = rows, the_cols = cols, the_k = k, the_failed = failed;
-    running = [] { the_kernel(the_w, the_norms, the_mask, the_rows, the_cols, the_k, the_failed); };
-    static std::vector<char> stacks(THREADS * 65536);
-    for (int b = 0; b < (cols + 31) / 32; ++b) {
-        for (unsigned t = 0; t < THREADS; ++t) {
+// Runs `kernel` (a call of one kernel with its arguments) as a launch of `blocks` blocks of
+// `block` threads.
+static void launch(long long blocks, Dim block, std::function<void()> kernel) {
+    blockDim = block, gridDim = {(unsigned)blocks, 1}, threads = block.x * block.y;
+    running = std::move(kernel);
+    static std::vector<char> stacks(MAX_THREADS * 65536);
+    for (long long b = 0; b < blocks; ++b) {
+        for (unsigned t = 0; t < threads; ++t) {
             getcontext(&thread_context[t]);
             thread_context[t].uc_stack.ss_sp = &stacks[t * 65536];
             thread_context[t].uc_stack.ss_size = 65536;
@@ -87,31 +78,57 @@ static void launch(Kernel<T> kernel, const std::vector<T>& w, const std::vector<
             makecontext(&thread_context[t], thread_entry, 0);
         }
         blockIdx.x = (unsigned)b;
-        enter(downwards ? THREADS - 1 : 0);
+        enter(downwards ? threads - 1 : 0);
         swapcontext(&launcher, &thread_context[current_thread]);
     }
 }
 
-// Exact for the values below (0, ±∞, or ±m·2^e with m < 2^11, in fp16's normal range).
-// The N:M kernel has no barrier: its threads run one after the other.
-template <typename T>
-using GroupKernel = void (*)(const T*, const float*, unsigned char*, int, int, int, int, int*);
+// The kernels of each weight type: per column, per group, the matrix's histogram and mask.
+template <typename T> struct Kernels {
+    void (*column)(const T*, const float*, unsigned char*, int, int, int, int*);
+    void (*group)(const T*, const float*, unsigned char*, int, int, int, int, int*);
+    void (*histogram)(const T*, const float*, long long, int, int, const unsigned*, unsigned*, int*);
+    void (*mask)(const T*, const float*, long long, int, const unsigned*, unsigned char*);
+};
+const Kernels<float> F32{lowest_per_column_f32, lowest_per_group_f32, matrix_histogram_f32, matrix_mask_f32};
+const Kernels<unsigned short> F16{lowest_per_column_f16, lowest_per_group_f16, matrix_histogram_f16, matrix_mask_f16};
+const Kernels<unsigned short> BF16{lowest_per_column_bf16, lowest_per_group_bf16, matrix_histogram_bf16, matrix_mask_bf16};
 
+// The rules, with `k` (and `m`) as column_select.rs launches them.
+enum Rule { COLUMN, GROUP, MATRIX };
+
+// Launches the kernels of `rule` as column_select.rs does: a block per 32 columns of
+// 32 × SELECT_WARPS threads; a thread per group; the matrix's chain on a grid of 3 blocks
+// (the grid-stride loops wrap).
 template <typename T>
-static void launch_groups(GroupKernel<T> kernel, const std::vector<T>& w,
-                          const std::vector<float>& norms, std::vector<unsigned char>& mask,
-                          int rows, int cols, int n, int m, int* failed) {
-    Dim block = blockDim;
-    blockDim = {256, 1};
-    long long groups = (long long)(rows / m) * cols;
-    for (long long b = 0; b < (groups + 255) / 256; ++b)
-        for (unsigned t = 0; t < 256; ++t) {
-            blockIdx.x = (unsigned)b, threadIdx.x = t, threadIdx.y = 0;
-            kernel(w.data(), norms.data(), mask.data(), rows, cols, n, m, failed);
+static void run(const Kernels<T>& kernels, Rule rule, const std::vector<T>& w,
+                const std::vector<float>& norms, std::vector<unsigned char>& mask, int rows,
+                int cols, int k, int m, int* failed) {
+    if (rule == COLUMN) {
+        launch((cols + 31) / 32, {32, SELECT_WARPS}, [&] {
+            kernels.column(w.data(), norms.data(), mask.data(), rows, cols, k, failed);
+        });
+    } else if (rule == GROUP) {
+        long long groups = (long long)(rows / m) * cols;
+        launch((groups + 255) / 256, {256, 1}, [&] {
+            kernels.group(w.data(), norms.data(), mask.data(), rows, cols, k, m, failed);
+        });
+    } else {
+        long long len = (long long)rows * cols;
+        unsigned state[2] = {0, (unsigned)k}, counts[SELECT_BINS] = {};
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            launch(3, {MATRIX_THREADS, 1}, [&] {
+                kernels.histogram(w.data(), norms.data(), len, cols, shift, state, counts, failed);
+            });
+            launch(1, {1, 1}, [&] { matrix_pick(state, counts); });
         }
-    blockDim = block;
+        launch(3, {MATRIX_THREADS, 1}, [&] {
+            kernels.mask(w.data(), norms.data(), len, cols, state, mask.data());
+        });
+    }
 }
 
+// Exact for the values below (0, ±∞, or ±m·2^e with m < 2^11, in fp16's normal range).
 static unsigned short to_f16(float x) {
     unsigned short sign = x < 0 ? 0x8000 : 0;
     if (x == 0) return sign;
@@ -123,53 +140,54 @@ static unsigned short to_f16(float x) {
 static unsigned short to_bf16(float x) { return (unsigned short)(__float_as_uint(x) >> 16); }
 
 int failures = 0;
-static void fail(const char* what, int type, int rows, int cols, int k, int r, int c) {
+static void fail(const char* what, int type, int rule, int rows, int cols, int k, long long at) {
     if (failures++ < 10)
-        std::printf("%s: type %d, %d × %d, k %d, row %d col %d\n", what, type, rows, cols, k, r, c);
+        std::printf("%s: type %d, rule %d, %d × %d, k %d, at %lld\n", what, type, rule, rows, cols, k, at);
 }
 
-// Runs the kernel of `type` on `values` (as f32, all exact in the type) and compares: the `k`
-// lowest of each column where `m` is 0, else the `k` lowest of every `m` rows of each column.
-static void check(int type, const std::vector<float>& values, const std::vector<float>& norms,
-                  int rows, int cols, int k, int m, bool finite) {
+// Runs the kernels of `type` and `rule` on `values` (as f32, all exact in the type) and
+// compares with the host's rule.
+static void check(int type, Rule rule, const std::vector<float>& values,
+                  const std::vector<float>& norms, int rows, int cols, int k, int m, bool finite) {
     std::vector<unsigned char> mask(values.size(), 7);
     int failed = 0;
     if (type == 0) {
-        if (m == 0) launch<float>(lowest_per_column_f32, values, norms, mask, rows, cols, k, &failed);
-        else launch_groups<float>(lowest_per_group_f32, values, norms, mask, rows, cols, k, m, &failed);
+        run(F32, rule, values, norms, mask, rows, cols, k, m, &failed);
     } else {
         std::vector<unsigned short> half(values.size());
         for (size_t i = 0; i < values.size(); ++i) {
             half[i] = type == 1 ? to_f16(values[i]) : to_bf16(values[i]);
             float back = type == 1 ? f16_value(half[i]) : __uint_as_float((unsigned)half[i] << 16);
-            if (back != values[i] && !std::isnan(values[i])) fail("inexact test value", type, rows, cols, k, -1, -1);
+            if (back != values[i] && !std::isnan(values[i])) fail("inexact test value", type, rule, rows, cols, k, i);
         }
-        if (m == 0)
-            launch<unsigned short>(type == 1 ? lowest_per_column_f16 : lowest_per_column_bf16,
-                                   half, norms, mask, rows, cols, k, &failed);
-        else
-            launch_groups<unsigned short>(type == 1 ? lowest_per_group_f16 : lowest_per_group_bf16,
-                                          half, norms, mask, rows, cols, k, m, &failed);
+        run(type == 1 ? F16 : BF16, rule, half, norms, mask, rows, cols, k, m, &failed);
     }
-    if (failed != (finite ? 0 : 1)) fail(finite ? "flagged" : "not flagged", type, rows, cols, k, -1, -1);
+    if (failed != (finite ? 0 : 1)) fail(finite ? "flagged" : "not flagged", type, rule, rows, cols, k, -1);
     if (!finite) return;
-    int group = m == 0 ? rows : m;
-    for (int c = 0; c < cols; ++c)
-        for (int first = 0; first < rows; first += group) {
-            std::vector<int> order(group);
-            std::iota(order.begin(), order.end(), first);
-            auto score = [&](int r) { return std::fabs(values[(size_t)r * cols + c]) * norms[r]; };
-            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score(a) < score(b); });
-            std::vector<unsigned char> want(rows, 0);
-            for (int i = 0; i < k; ++i) want[order[i]] = 1;
-            for (int r = first; r < first + group; ++r)
-                if (mask[(size_t)r * cols + c] != want[r]) fail("mask", type, rows, cols, k, r, c);
-        }
+    auto score = [&](long long i) { return std::fabs(values[i]) * norms[i / cols]; };
+    std::vector<unsigned char> want(values.size(), 0);
+    if (rule == MATRIX) {
+        std::vector<float> sorted(values.size());
+        for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = score(i);
+        std::sort(sorted.begin(), sorted.end());
+        for (size_t i = 0; i < sorted.size(); ++i) want[i] = score(i) <= sorted[k - 1];
+    } else {
+        int group = rule == COLUMN ? rows : m;
+        for (int c = 0; c < cols; ++c)
+            for (int first = 0; first < rows; first += group) {
+                std::vector<long long> order(group);
+                for (int r = 0; r < group; ++r) order[r] = (long long)(first + r) * cols + c;
+                std::stable_sort(order.begin(), order.end(), [&](long long a, long long b) { return score(a) < score(b); });
+                for (int i = 0; i < k; ++i) want[order[i]] = 1;
+            }
+    }
+    for (size_t i = 0; i < mask.size(); ++i)
+        if (mask[i] != want[i]) fail("mask", type, rule, rows, cols, k, i);
 }
 
 int main() {
     std::mt19937 rng(11);
-    int launches = 0, group_launches = 0;
+    int launches[3] = {};
     for (int order = 0; order < 2; ++order)
     for (int rows : {1, 9, 64, 336})
     for (int cols : {1, 33, 70}) {
@@ -177,38 +195,47 @@ int main() {
         // Values exact in fp16 and bf16: few distinct magnitudes (many ties), both signs,
         // zeros, and whole columns of one value; norms with ties and a subnormal one.
         std::uniform_int_distribution<int> level(-6, 6);
-        std::vector<float> values((size_t)rows * cols), norms(rows);
+        std::vector<float> values((size_t)rows * cols), norms(rows), ones(rows, 1.0f);
         for (int r = 0; r < rows; ++r)
             for (int c = 0; c < cols; ++c)
                 values[(size_t)r * cols + c] = c % 7 == 3 ? 0.5f : level(rng) * 0.25f;
         for (int r = 0; r < rows; ++r) norms[r] = r % 5 == 4 ? 1e-40f : 1.0f + (r % 3) * 0.5f;
-        for (int type = 0; type < 3; ++type)
+        int len = rows * cols;
+        for (int type = 0; type < 3; ++type) {
             for (int k : {0, 1, rows / 2, rows - 1, rows}) {
-                if (k < 0) continue;
-                check(type, values, norms, rows, cols, k, 0, true);
-                ++launches;
+                check(type, COLUMN, values, norms, rows, cols, k, 0, true);
+                ++launches[COLUMN];
             }
-        // N:M where the rows divide into groups.
-        for (auto [n, m] : {std::pair{1, 2}, {2, 4}, {3, 4}, {4, 8}})
-            for (int type = 0; type < 3; ++type)
+            // N:M where the rows divide into groups.
+            for (auto [n, m] : {std::pair{1, 2}, {2, 4}, {3, 4}, {4, 8}})
                 if (rows % m == 0) {
-                    check(type, values, norms, rows, cols, n, m, true);
-                    ++group_launches;
+                    check(type, GROUP, values, norms, rows, cols, n, m, true);
+                    ++launches[GROUP];
                 }
+            // The matrix's threshold (k ≥ 1: a ratio of 0 launches nothing), of magnitude's
+            // scores and of scaled ones.
+            for (int k : {1, len / 3, len})
+                for (const auto* scale : {&ones, &norms}) {
+                    check(type, MATRIX, values, *scale, rows, cols, std::max(k, 1), 0, true);
+                    ++launches[MATRIX];
+                }
+        }
         // A weight or a norm that is not finite sets the flag.
         std::vector<float> bad = values;
         bad[bad.size() / 2] = INFINITY;
-        check(0, bad, norms, rows, cols, rows / 2, 0, false);
         std::vector<float> bad_norms = norms;
         bad_norms[rows - 1] = NAN;
-        check(2, values, bad_norms, rows, cols, rows / 2, 0, false);
-        launches += 2;
+        check(0, COLUMN, bad, norms, rows, cols, rows / 2, 0, false);
+        check(2, COLUMN, values, bad_norms, rows, cols, rows / 2, 0, false);
+        check(1, MATRIX, bad, ones, rows, cols, len / 2 + 1, 0, false);
+        check(0, MATRIX, values, bad_norms, rows, cols, 1, 0, false);
+        launches[COLUMN] += 2, launches[MATRIX] += 2;
         if (rows % 4 == 0) {
-            check(1, bad, norms, rows, cols, 2, 4, false);
-            ++group_launches;
+            check(1, GROUP, bad, norms, rows, cols, 2, 4, false);
+            ++launches[GROUP];
         }
     }
-    std::printf("%d per column and %d N:M launches: %s\n", launches, group_launches,
-                failures ? "FAILED" : "all masks match");
+    std::printf("%d per column, %d N:M and %d per matrix launches: %s\n", launches[COLUMN],
+                launches[GROUP], launches[MATRIX], failures ? "FAILED" : "all masks match");
     return failures != 0;
 }

@@ -22,9 +22,9 @@
 //! 1B cell and 3.4 s of a 7B × 8 one here, 24–33 ms a piece: CubeCL (without autotuning)
 //! reduces a column with one thread looping over all its rows, so each step's count ran on a
 //! thousand threads. Counts and maxima now take two stages ([`column_blocks`]); not yet
-//! measured on a GPU. On CUDA, Wanda's rule now runs a selection kernel of our own instead
-//! (`Kernels::lowest_scores`, one launch a weight), and this bisection where that kernel
-//! cannot run, for magnitude's rule, and under `WANDA_DEVICE_SELECT=bisection`.
+//! measured on a GPU. On CUDA, both rules now run selection kernels of our own instead
+//! (`Kernels::lowest_scores`: a radix select on the scores' bits), and this bisection where
+//! those cannot run (no NVRTC) and under `WANDA_DEVICE_SELECT=bisection`.
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};

@@ -635,8 +635,9 @@ enum DeviceRule {
     /// ([`Kernels::lowest_scores`](crate::model::kernels::Kernels::lowest_scores)), else by
     /// bisection.
     PerOutput { ratio: f64, kernel: bool },
-    /// Magnitude's per-matrix threshold at this ratio.
-    MatrixThreshold(f64),
+    /// Magnitude's per-matrix threshold at `ratio`: by the backend's selection kernel where
+    /// `kernel` is set and the backend has one, else by bisection.
+    MatrixThreshold { ratio: f64, kernel: bool },
     /// The `n` lowest of every `m` input rows of each output, of Wanda's scores (`wanda`) or
     /// magnitude's: by the backend's selection kernel only.
     Groups { n: usize, m: usize, wanda: bool },
@@ -644,7 +645,7 @@ enum DeviceRule {
 
 /// The environment variable that says where the selection runs: `auto` (the default: on the
 /// device on a GPU), `on` (on the device on any backend), `off` (on the host), `bisection` (on
-/// the device, by Burn's operations only: to compare with the backend's kernel).
+/// the device, by Burn's operations only: to compare with the backend's kernels).
 const DEVICE_SELECT_VAR: &str = "WANDA_DEVICE_SELECT";
 
 /// Where the selection runs ([`DEVICE_SELECT_VAR`]).
@@ -652,7 +653,7 @@ const DEVICE_SELECT_VAR: &str = "WANDA_DEVICE_SELECT";
 enum SelectOn {
     /// On the host, on a copy of each weight.
     Host,
-    /// On the weights' device: Wanda's rule by the backend's selection kernel where it has one.
+    /// On the weights' device, by the backend's selection kernels where it has them.
     Device,
     /// On the weights' device, by bisection in Burn's operations only.
     DeviceBisection,
@@ -698,7 +699,10 @@ fn device_rule(
             })
         }
         (Sparsity::Unstructured { ratio }, Method::Magnitude) => {
-            Some(DeviceRule::MatrixThreshold(ratio))
+            Some(DeviceRule::MatrixThreshold {
+                ratio,
+                kernel: on == SelectOn::Device,
+            })
         }
         (Sparsity::NM { n, m }, Method::Wanda | Method::Magnitude) if on == SelectOn::Device => {
             Some(DeviceRule::Groups {
@@ -724,11 +728,11 @@ fn wanda_norms<B: Backend>(
 
 /// The zeros `rule` selects on the weights' device in each of `asked` (a layer's linears with
 /// the input each reads), Wanda's from the input statistics `host`; `None` for a linear the host
-/// is to select (no rule, or see [`device_select`]). Wanda's per-output rule runs the backend's
-/// selection kernel where the rule says so and there is one (on CUDA: one launch a weight);
-/// otherwise its consecutive linears with the same input rows (q, k, v and o) are selected
-/// together while they hold at most a [`PIECE`] of weights ([`per_output_zeros_together`]).
-/// The N:M rule runs only the backend's kernel.
+/// is to select (no rule, or see [`device_select`]). Each rule runs the backend's selection
+/// kernels where the rule says so and there are some (on CUDA); otherwise magnitude's bisects,
+/// and Wanda's per-output rule selects consecutive linears with the same input rows (q, k, v
+/// and o) together while they hold at most a [`PIECE`] of weights
+/// ([`per_output_zeros_together`]). The N:M rule runs only the backend's kernel.
 ///
 /// # Shapes
 /// - each weight `[in, out]` → its zeros `[in, out]`
@@ -739,9 +743,21 @@ fn select_on_device<B: Backend>(
 ) -> Vec<Option<Tensor<B, 2, Bool>>> {
     match rule {
         None => vec![None; asked.len()],
-        Some(DeviceRule::MatrixThreshold(ratio)) => asked
+        Some(DeviceRule::MatrixThreshold { ratio, kernel }) => asked
             .iter()
-            .map(|(w, _)| matrix_threshold_zeros(w, ratio, magnitude_score))
+            .map(|(w, _)| {
+                let [rows, cols] = w.dims();
+                let len = rows * cols;
+                let by_kernel = (kernel && ratio > 0.0 && len > 0).then(|| {
+                    // The 1-based rank of the host's threshold (`matrix_threshold_mask`).
+                    let k = prune_count(len, ratio).min(len - 1) + 1;
+                    let ones = vec![1.0; rows];
+                    kernels::<B>().lowest_scores(w, &ones, Lowest::MatrixThreshold(k))
+                });
+                by_kernel
+                    .flatten()
+                    .or_else(|| matrix_threshold_zeros(w, ratio, magnitude_score))
+            })
             .collect(),
         Some(DeviceRule::Groups { n, m, wanda }) => asked
             .iter()

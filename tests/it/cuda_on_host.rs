@@ -50,17 +50,19 @@ fn the_cuda_softmax_kernel_source_computes_the_causal_softmax_on_the_host() {
 }
 
 /// Pruning's selection kernels (`src/model/kernels/column_select.cu`), against the host's rules
-/// (a stable sort of each column's scores, or of each group of `m` rows, and its first `k`),
-/// for f32, fp16 and bf16 weights: Wanda's per-output rule as a block's 256 threads, N:M.
+/// for f32, fp16 and bf16 weights: Wanda's per-output rule as blocks of 256 threads (a stable
+/// sort of each column's scores and its first `k`), N:M (the same per group of `m` rows),
+/// magnitude's per-matrix threshold as a chain of launches over a grid of several blocks.
 #[test]
 fn the_cuda_selection_kernel_source_selects_the_hosts_zeros_on_the_host() {
     let report = run_emulator("select_on_host");
-    // Per column: both hand-over orders × 4 row counts × 3 column counts × (3 types × 5 values
-    // of k, and 2 launches with a score that is not finite). N:M: 1:2, 2:4, 3:4 and 4:8 in 3
-    // types where the rows divide into groups, and one launch with a score that is not finite
-    // where they divide by 4.
+    // Over both hand-over orders × 4 row counts × 3 column counts: per column, 3 types × 5
+    // values of k and 2 launches with a score that is not finite; N:M, 1:2, 2:4, 3:4 and 4:8 in
+    // 3 types where the rows divide into groups, and one launch with a score that is not
+    // finite where they divide by 4; per matrix, 3 types × 3 values of k × 2 sets of norms,
+    // and 2 launches with a score that is not finite.
     assert!(
-        report.contains("408 per column and 156 N:M launches: all masks match"),
+        report.contains("408 per column, 156 N:M and 480 per matrix launches: all masks match"),
         "{report}"
     );
 }

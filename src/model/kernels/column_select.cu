@@ -1,6 +1,6 @@
-// Pruning's selection on CUDA, in one launch per weight (column_select.rs): Wanda's per-output
-// rule, and the N:M rule of Wanda's and magnitude's scores (norms of 1). Compiled by NVRTC, so
-// no headers.
+// Pruning's selection on CUDA (column_select.rs): Wanda's per-output rule and the N:M rule, in
+// one launch per weight, and magnitude's per-matrix threshold in a chain of nine; magnitude's
+// scores are Wanda's with norms of 1. Compiled by NVRTC, so no headers.
 //
 // `weight` is `[rows, cols]`, row-major, in the type T: input channels by output channels, as
 // the linears hold it. The score of weight (r, c) is |w| · norms[r] in f32, as the host's
@@ -154,9 +154,85 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
         }                                                                                       \
     }
 
+// Magnitude's per-matrix rule: every score at or below the matrix's `k`-th smallest (ties at it
+// included), by the same radix select over the whole matrix, as a chain of launches on one
+// stream with no wait between them: per 8-bit digit, `matrix_histogram` counts the scores
+// that share the digits found so far (a block's counts in shared memory, then added to the
+// grid's `counts`), and `matrix_pick` (one thread) picks the digit where the count reaches the
+// rank still wanted, in `state` (digits found, rank wanted: initially 0 and k), and clears
+// `counts`; then `matrix_mask` writes 1 where a score's bits are at most the threshold's. A
+// score that is not finite or negative sets `*failed`.
+#define MATRIX_THREADS 256
+
+#define MATRIX_HISTOGRAM(NAME, T, WIDEN)                                                         \
+    extern "C" __global__ void NAME(const T* weight, const float* norms, long long len,        \
+                                    int cols, int shift, const unsigned* state,                \
+                                    unsigned* counts, int* failed) {                           \
+        __shared__ unsigned block_counts[SELECT_BINS];                                          \
+        for (int i = threadIdx.x; i < SELECT_BINS; i += blockDim.x) {                           \
+            block_counts[i] = 0u;                                                               \
+        }                                                                                       \
+        __syncthreads();                                                                        \
+        unsigned prefix = state[0];                                                             \
+        bool bad = false;                                                                       \
+        long long stride = (long long)gridDim.x * blockDim.x;                                   \
+        for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < len;           \
+             i += stride) {                                                                     \
+            unsigned key = __float_as_uint(fabsf(WIDEN(weight[i])) * norms[i / cols]);          \
+            bad = bad || key >= 0x7f800000u;                                                    \
+            if (shift == 24 || (key >> (shift + 8)) == prefix) {                                \
+                atomicAdd(&block_counts[(key >> shift) & 255u], 1u);                            \
+            }                                                                                   \
+        }                                                                                       \
+        if (bad) {                                                                              \
+            *failed = 1;                                                                        \
+        }                                                                                       \
+        __syncthreads();                                                                        \
+        for (int i = threadIdx.x; i < SELECT_BINS; i += blockDim.x) {                           \
+            if (block_counts[i] != 0u) {                                                        \
+                atomicAdd(&counts[i], block_counts[i]);                                         \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+extern "C" __global__ void matrix_pick(unsigned* state, unsigned* counts) {
+    unsigned want = state[1];
+    unsigned below = 0u;
+    unsigned digit = 0u;
+    for (; digit < SELECT_BINS - 1; ++digit) {
+        if (below + counts[digit] >= want) {
+            break;
+        }
+        below += counts[digit];
+    }
+    state[0] = (state[0] << 8) | digit;
+    state[1] = want - below;
+    for (int i = 0; i < SELECT_BINS; ++i) {
+        counts[i] = 0u;
+    }
+}
+
+#define MATRIX_MASK(NAME, T, WIDEN)                                                              \
+    extern "C" __global__ void NAME(const T* weight, const float* norms, long long len,        \
+                                    int cols, const unsigned* state, unsigned char* mask) {    \
+        unsigned threshold = state[0];                                                          \
+        long long stride = (long long)gridDim.x * blockDim.x;                                   \
+        for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < len;           \
+             i += stride) {                                                                     \
+            unsigned key = __float_as_uint(fabsf(WIDEN(weight[i])) * norms[i / cols]);          \
+            mask[i] = key <= threshold ? 1 : 0;                                                 \
+        }                                                                                       \
+    }
+
 LOWEST_PER_COLUMN(lowest_per_column_f32, float, widen_f32)
 LOWEST_PER_COLUMN(lowest_per_column_f16, unsigned short, widen_f16)
 LOWEST_PER_COLUMN(lowest_per_column_bf16, unsigned short, widen_bf16)
 LOWEST_PER_GROUP(lowest_per_group_f32, float, widen_f32)
 LOWEST_PER_GROUP(lowest_per_group_f16, unsigned short, widen_f16)
 LOWEST_PER_GROUP(lowest_per_group_bf16, unsigned short, widen_bf16)
+MATRIX_HISTOGRAM(matrix_histogram_f32, float, widen_f32)
+MATRIX_HISTOGRAM(matrix_histogram_f16, unsigned short, widen_f16)
+MATRIX_HISTOGRAM(matrix_histogram_bf16, unsigned short, widen_bf16)
+MATRIX_MASK(matrix_mask_f32, float, widen_f32)
+MATRIX_MASK(matrix_mask_f16, unsigned short, widen_f16)
+MATRIX_MASK(matrix_mask_bf16, unsigned short, widen_bf16)

@@ -1,11 +1,12 @@
 //! Pruning's selection on CUDA by kernels of our own (`column_select.cu`, compiled by NVRTC
-//! once per build and kept in the kernel cache), one launch per weight that reads it in its own
-//! type and writes the mask: per column, the `k` lowest scores `|w|·norm` found exactly by a
-//! radix select on the scores' bits (Wanda's per-output rule), or the `n` lowest of every `m`
-//! rows (N:M); ties by the lower row, as the host's rules. Burn's ops bisect Wanda's rule with
-//! some 290 small operations a weight (`prune::device_select`, 14–29 ms a weight on an H200),
-//! and have no N:M rule. The launch queues on the stream cuBLAS uses, between one wait for
-//! CubeCL's queue and one for that stream, as the linears' products do.
+//! once per build and kept in the kernel cache), which read a weight in its own type and write
+//! its mask: per column, the `k` lowest scores `|w|·norm` found exactly by a radix select on
+//! the scores' bits (Wanda's per-output rule), or the `n` lowest of every `m` rows (N:M), ties
+//! by the lower row, in one launch; every score at or below the matrix's `k`-th smallest
+//! (magnitude's rule) in a chain of nine. Burn's ops bisect with some 290 small operations a
+//! weight (`prune::device_select`, 14–29 ms a weight on an H200), and have no N:M rule. The
+//! launches queue on the stream cuBLAS uses, between one wait for CubeCL's queue and one for
+//! that stream, as the linears' products do.
 
 use std::any::Any;
 use std::cell::OnceCell;
@@ -23,18 +24,38 @@ use super::cublas::{cube, is_cuda, synchronize, with_handle};
 use super::nvrtc::load_functions;
 use super::Lowest;
 
-/// The CUDA C source of the selection kernels, one per rule and weight type ([`KERNELS`]).
+/// The CUDA C source of the selection kernels ([`KERNELS`]).
 const SOURCE: &str = include_str!("column_select.cu");
 
-/// The kernels of [`SOURCE`]: per column, then N:M, each for f32, fp16 and bf16 weights.
-const KERNELS: [&str; 6] = [
+/// The kernels of [`SOURCE`]: per column, N:M, the matrix's histogram and its mask, each for
+/// f32, fp16 and bf16 weights (at [`PER_COLUMN`], [`PER_GROUP`], [`HISTOGRAM`] and [`MASK`]
+/// plus 0, 1 or 2), then the matrix's digit pick.
+const KERNELS: [&str; 13] = [
     "lowest_per_column_f32",
     "lowest_per_column_f16",
     "lowest_per_column_bf16",
     "lowest_per_group_f32",
     "lowest_per_group_f16",
     "lowest_per_group_bf16",
+    "matrix_histogram_f32",
+    "matrix_histogram_f16",
+    "matrix_histogram_bf16",
+    "matrix_mask_f32",
+    "matrix_mask_f16",
+    "matrix_mask_bf16",
+    "matrix_pick",
 ];
+
+/// Where each kernel's f32 version is in [`KERNELS`].
+const PER_COLUMN: usize = 0;
+/// See [`PER_COLUMN`].
+const PER_GROUP: usize = 3;
+/// See [`PER_COLUMN`].
+const HISTOGRAM: usize = 6;
+/// See [`PER_COLUMN`].
+const MASK: usize = 9;
+/// Where `matrix_pick` is in [`KERNELS`].
+const PICK: usize = 12;
 
 /// Warps per block of the per-column kernel, each over a range of rows: `SELECT_WARPS` of
 /// [`SOURCE`] (a block of another shape only sets the kernel's failure flag).
@@ -43,24 +64,32 @@ const WARPS: u32 = 8;
 /// Columns per block of the per-column kernel: a warp's lanes.
 const COLUMNS: usize = 32;
 
-/// Threads per block of the N:M kernel, a group of one column each.
-const GROUP_THREADS: u32 = 256;
+/// Threads per block of the N:M kernel (a group of one column each) and of the matrix's
+/// histogram and mask (`MATRIX_THREADS` of [`SOURCE`]).
+const THREADS: u32 = 256;
+
+/// The most blocks of the matrix's histogram and mask, whose threads stride over the weights.
+const MATRIX_BLOCKS: usize = 2048;
 
 /// The largest group the N:M kernel takes: it compares each score with the group's others, `m²`
 /// reads per group (larger groups are selected on the host).
 const MAX_GROUP: usize = 64;
 
+/// Bytes of the scratch buffer each selection allocates: the failure flag (`int`), the
+/// matrix's state (digits found, rank wanted) and its 256 counts (`unsigned`s).
+const SCRATCH_BYTES: usize = 4 + 2 * 4 + 256 * 4;
+
 thread_local! {
     /// This thread's selection kernels, compiled on first use in the context the cuBLAS handle
     /// made current; `None` where NVRTC or the module load failed.
-    static SELECT: OnceCell<Option<[driver_sys::CUfunction; 6]>> = const { OnceCell::new() };
+    static SELECT: OnceCell<Option<[driver_sys::CUfunction; 13]>> = const { OnceCell::new() };
 }
 
 /// The weights of `weight` with the lowest scores `|w|·norms[row]` in f32 that `which` says,
-/// ties by the lower row, as a mask (`true`: zero it) when `B` is the CUDA backend; `None`
-/// where it is not, where NVRTC, cuBLAS's context or a launch fails, where a score is not
-/// finite, or the shapes do not fit the kernels (`int`s, an N:M group that does not divide the
-/// rows or exceeds [`MAX_GROUP`]).
+/// as a mask (`true`: zero it) when `B` is the CUDA backend; `None` where it is not, where
+/// NVRTC, cuBLAS's context or a launch fails, where a score is not finite, or the shapes do not
+/// fit the kernels (`int`s and `unsigned` counts, an N:M group that does not divide the rows or
+/// exceeds [`MAX_GROUP`]).
 ///
 /// # Shapes
 /// - `weight`: `[rows, cols]`, `norms`: `rows` → `[rows, cols]`
@@ -73,30 +102,24 @@ pub fn lowest_scores<B: Backend>(
         return None;
     }
     let [rows, cols] = weight.dims();
-    let int = |v: usize| i32::try_from(v).ok();
+    let len = rows.checked_mul(cols)?;
     let fits = match which {
         Lowest::PerColumn(k) => k <= rows,
         Lowest::PerGroup { n, m } => n <= m && m > 0 && m <= MAX_GROUP && rows % m == 0,
+        Lowest::MatrixThreshold(k) => k >= 1 && k <= len && u32::try_from(len).is_ok(),
     };
-    if !fits || norms.len() != rows || rows == 0 || cols == 0 {
+    if !fits || norms.len() != rows || len == 0 {
         return None;
     }
-    let ints = match which {
-        Lowest::PerColumn(k) => [int(rows)?, int(cols)?, int(k)?, 0],
-        Lowest::PerGroup { n, m } => [int(rows)?, int(cols)?, int(n)?, int(m)?],
-    };
     let w = into_contiguous(cube(weight)?);
-    let kernel = match w.dtype {
+    let kind = match w.dtype {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
         _ => return None,
-    } + match which {
-        Lowest::PerColumn(_) => 0,
-        Lowest::PerGroup { .. } => 3,
     };
     let mask = bool_cube(Tensor::<B, 2, Bool>::empty([rows, cols], &weight.device()))?;
-    // One byte per weight, 0 or 1, as the kernel writes it.
+    // One byte per weight, 0 or 1, as the kernels write it.
     if mask.dtype.size() != 1
         || !mask.is_contiguous()
         || !mask.is_contiguous_buffer()
@@ -107,24 +130,106 @@ pub fn lowest_scores<B: Backend>(
     let client = w.client.clone();
     let norm_bytes: Vec<u8> = norms.iter().flat_map(|n| n.to_le_bytes()).collect();
     let norms = client.create_from_slice(&norm_bytes);
-    let failed = client.create_from_slice(&0i32.to_le_bytes());
+    let mut scratch = vec![0u8; SCRATCH_BYTES];
+    if let Lowest::MatrixThreshold(k) = which {
+        // The rank the matrix's pick first wants.
+        scratch[8..12].copy_from_slice(&u32::try_from(k).ok()?.to_le_bytes());
+    }
+    let scratch = client.create_from_slice(&scratch);
     // The resources hold their allocations until this function returns, after the wait for
     // the stream.
     let resource = |handle| client.get_resource(handle).ok();
     let (w_res, norms_res) = (resource(w.handle.clone())?, resource(norms)?);
-    let (mask_res, failed_res) = (resource(mask.handle.clone())?, resource(failed.clone())?);
-    let pointers = [&w_res, &norms_res, &mask_res, &failed_res].map(|r| r.resource().ptr);
-    // CubeCL's queued kernels (those that wrote the weight, and the two uploads) finish first.
+    let (mask_res, scratch_res) = (resource(mask.handle.clone())?, resource(scratch.clone())?);
+    let [weight, norms, mask_at, failed] =
+        [&w_res, &norms_res, &mask_res, &scratch_res].map(|r| r.resource().ptr);
+    let (state, counts) = (failed + 4, failed + 12);
+    let int = |v: usize| Some(Arg::Int(i32::try_from(v).ok()?));
+    let (rows_arg, cols_arg) = (int(rows)?, int(cols)?);
+    // CubeCL's queued kernels (those that wrote the weight, and the uploads) finish first.
     block_on(client.sync()).ok()?;
     with_handle(w.device.index, |_| {
-        let function = SELECT.with(|cell| *cell.get_or_init(compile))?[kernel];
-        let launched = launch(function, which, pointers, ints);
+        let functions = SELECT.with(|cell| *cell.get_or_init(compile))?;
+        let (ptr, long) = (Arg::Pointer, Arg::Long);
+        let launched = match which {
+            Lowest::PerColumn(k) => launch(
+                functions[PER_COLUMN + kind],
+                cols.div_ceil(COLUMNS),
+                (COLUMNS as u32, WARPS, 1),
+                &mut [
+                    ptr(weight),
+                    ptr(norms),
+                    ptr(mask_at),
+                    rows_arg,
+                    cols_arg,
+                    int(k)?,
+                    ptr(failed),
+                ],
+            ),
+            Lowest::PerGroup { n, m } => launch(
+                functions[PER_GROUP + kind],
+                (rows / m * cols).div_ceil(THREADS as usize),
+                (THREADS, 1, 1),
+                &mut [
+                    ptr(weight),
+                    ptr(norms),
+                    ptr(mask_at),
+                    rows_arg,
+                    cols_arg,
+                    int(n)?,
+                    int(m)?,
+                    ptr(failed),
+                ],
+            ),
+            Lowest::MatrixThreshold(_) => {
+                let blocks = len.div_ceil(THREADS as usize).min(MATRIX_BLOCKS);
+                let len = long(i64::try_from(len).ok()?);
+                let per_pass = [24, 16, 8, 0].into_iter().try_for_each(|shift| {
+                    launch(
+                        functions[HISTOGRAM + kind],
+                        blocks,
+                        (THREADS, 1, 1),
+                        &mut [
+                            ptr(weight),
+                            ptr(norms),
+                            len,
+                            cols_arg,
+                            Arg::Int(shift),
+                            ptr(state),
+                            ptr(counts),
+                            ptr(failed),
+                        ],
+                    )?;
+                    launch(
+                        functions[PICK],
+                        1,
+                        (1, 1, 1),
+                        &mut [ptr(state), ptr(counts)],
+                    )
+                });
+                per_pass.and_then(|()| {
+                    launch(
+                        functions[MASK + kind],
+                        blocks,
+                        (THREADS, 1, 1),
+                        &mut [
+                            ptr(weight),
+                            ptr(norms),
+                            len,
+                            cols_arg,
+                            ptr(state),
+                            ptr(mask_at),
+                        ],
+                    )
+                })
+            }
+        };
         // After a failed launch too, the stream finishes before the resources go.
         let finished = synchronize();
         launched.and(finished)
     })?;
-    let flag = client.read_one(failed).ok()?;
-    if flag.iter().any(|&byte| byte != 0) {
+    let scratch = client.read_one(scratch).ok()?;
+    if scratch.get(..4)?.iter().any(|&byte| byte != 0) {
         return None;
     }
     let mask: Box<dyn Any> = Box::new(mask);
@@ -141,49 +246,46 @@ fn bool_cube<B: Backend>(t: Tensor<B, 2, Bool>) -> Option<CubeTensor<CudaRuntime
         .map(|t| *t)
 }
 
-/// Queues `function`, the kernel of rule `which`, on the legacy default stream (cuBLAS's),
-/// with its pointers (weight, norms, mask, failure flag) and integers (rows, columns, then `k`,
-/// or `n` and `m`).
+/// An argument of a kernel: a device address, an `int` or a `long long`.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    /// A device address (any pointer parameter).
+    Pointer(u64),
+    /// An `int`.
+    Int(i32),
+    /// A `long long`.
+    Long(i64),
+}
+
+/// Queues `function` over `blocks` blocks of `block` threads on the legacy default stream
+/// (cuBLAS's), with `args` in the order of its parameters.
 fn launch(
     function: driver_sys::CUfunction,
-    which: Lowest,
-    [weight, norms, mask, failed]: [u64; 4],
-    [rows, cols, first, second]: [i32; 4],
+    blocks: usize,
+    block: (u32, u32, u32),
+    args: &mut [Arg],
 ) -> Option<()> {
-    let (mut weight, mut norms, mut mask, mut failed) = (weight, norms, mask, failed);
-    let (mut rows, mut cols, mut first, mut second) = (rows, cols, first, second);
-    let mut params = vec![
-        (&mut weight as *mut u64).cast::<c_void>(),
-        (&mut norms as *mut u64).cast::<c_void>(),
-        (&mut mask as *mut u64).cast::<c_void>(),
-        (&mut rows as *mut i32).cast::<c_void>(),
-        (&mut cols as *mut i32).cast::<c_void>(),
-        (&mut first as *mut i32).cast::<c_void>(),
-    ];
-    let (grid, block) = match which {
-        Lowest::PerColumn(_) => {
-            let blocks = (cols as usize).div_ceil(COLUMNS);
-            (u32::try_from(blocks).ok()?, (COLUMNS as u32, WARPS, 1))
-        }
-        Lowest::PerGroup { .. } => {
-            params.push((&mut second as *mut i32).cast::<c_void>());
-            let groups = (rows / second) as usize * cols as usize;
-            let blocks = groups.div_ceil(GROUP_THREADS as usize);
-            (u32::try_from(blocks).ok()?, (GROUP_THREADS, 1, 1))
-        }
-    };
-    params.push((&mut failed as *mut u64).cast::<c_void>());
-    // SAFETY: `function` is a function of a module this thread loaded in the current context;
-    // its parameters (three pointers, three `int`s, or four for N:M, a pointer) match
-    // `params`, which live through the call (the driver copies them at launch). The pointers
-    // address live allocations of CubeCL's pool that the caller holds until after the
-    // stream's synchronisation: `rows × cols` weights and mask bytes, `rows` norms and one
-    // `int`.
+    let blocks = u32::try_from(blocks).ok()?;
+    let mut params: Vec<*mut c_void> = args
+        .iter_mut()
+        .map(|arg| match arg {
+            Arg::Pointer(v) => (v as *mut u64).cast::<c_void>(),
+            Arg::Int(v) => (v as *mut i32).cast::<c_void>(),
+            Arg::Long(v) => (v as *mut i64).cast::<c_void>(),
+        })
+        .collect();
+    // SAFETY: `function` is a function of a module this thread loaded in the current context,
+    // and the callers pass `args` in the order and types of its parameters (`Pointer` for a
+    // pointer, `Int` for an `int`, `Long` for a `long long`), which live through the call (the
+    // driver copies them at launch). The addresses are of live allocations of CubeCL's pool
+    // that the caller holds until after the stream's synchronisation, of the sizes the
+    // kernels' integer arguments address: the weight and the mask (`rows × cols`), the norms
+    // (`rows`) and the scratch buffer ([`SCRATCH_BYTES`]).
     #[allow(unsafe_code)]
     unsafe {
         driver::launch_kernel(
             function,
-            (grid, 1, 1),
+            (blocks, 1, 1),
             block,
             0,
             driver::stream::null(),
@@ -195,7 +297,7 @@ fn launch(
 
 /// The selection kernels of [`SOURCE`] loaded into the current context (NVRTC's PTX kept in
 /// the kernel cache); `None` (a line on stderr) where NVRTC or the module load fails.
-fn compile() -> Option<[driver_sys::CUfunction; 6]> {
+fn compile() -> Option<[driver_sys::CUfunction; 13]> {
     load_functions(
         SOURCE,
         "column_select.ptx",

@@ -49,7 +49,7 @@ pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
 /// CUDA's cuBLAS attention's chunk of heads ([`CudaAttention::Cublas`]).
 pub const ATTENTION_BLOCK_BYTES: u64 = 256 << 20;
 
-/// Which weights [`Kernels::lowest_scores`] marks in each column of a weight.
+/// Which weights [`Kernels::lowest_scores`] marks: in each column of a weight, or in the whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lowest {
     /// The `k` lowest scores of the column (Wanda's per-output rule).
@@ -61,6 +61,9 @@ pub enum Lowest {
         /// Rows per group.
         m: usize,
     },
+    /// Every score at or below the whole weight's `k`-th smallest (`k ≥ 1`), ties at it
+    /// included (magnitude's per-matrix threshold).
+    MatrixThreshold(usize),
 }
 
 /// The environment variable that picks CUDA's attention path ([`CudaAttention`]): `flash`
@@ -459,10 +462,10 @@ pub trait Kernels<B: Backend>: Sync {
     }
 
     /// The weights of `weight` with the lowest scores `|w|·norms[row]` in f32 (Wanda's; norms
-    /// of 1 give magnitude's) that `which` says, ties by the lower row, as a mask (`true`: zero
-    /// it): the host's selection to the bit, in one pass of the backend's own; `None` where the
-    /// backend has none, or a score is not finite (the caller's other path runs, and the
-    /// host's names the weight).
+    /// of 1 give magnitude's) that `which` says, as a mask (`true`: zero it): the host's
+    /// selection to the bit, by the backend's own kernels; `None` where the backend has none,
+    /// or a score is not finite (the caller's other path runs, and the host's names the
+    /// weight).
     ///
     /// # Shapes
     /// - `weight`: `[rows, cols]`, `norms`: `rows` → `[rows, cols]`
