@@ -18,8 +18,8 @@
 #    windows), `wanda bench gemm` (cuBLAS, then Burn's matmul) against PyTorch, f32 and f16; B7
 #    (one 7B-shaped layer pruned) selecting on the device (by the selection kernel, then by
 #    bisection in Burn's ops) and on the host;
-# 5. sums: the zeros of the 135M shape pruned (wanda 50 % and 2:4, f32 and fp16) by
-#    gpu-carry/wanda and by gpu-carry/wanda-base, compared weight by weight (masks.py);
+# 5. sums: the zeros of the 135M shape pruned (wanda 50 % and 2:4, magnitude 50 %; f32 and
+#    fp16) by gpu-carry/wanda and by gpu-carry/wanda-base, compared weight by weight (masks.py);
 # 6. select: B7 of section 4 alone;
 # 7. profile: one 1B-shaped fp16 cell ($PROFILE_SAMPLES × 2048, eval 2 × 2048) under CubeCL's
 #    per-kernel profiler, summed by kernel (kernel_profile.py; cuBLAS's products are not in it),
@@ -209,13 +209,13 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   done
 done
 want speed && python3 "$here/cell_table.py" "$out/results.jsonl"
-want sums && [[ -x /tmp/wanda-base ]] && echo "== 5. sums (135M shape, wanda 50 % and 2:4, calibration 32 × 512)"
+want sums && [[ -x /tmp/wanda-base ]] && echo "== 5. sums (135M shape, wanda 50 % and 2:4, magnitude 50 %, calibration 32 × 512)"
 want sums && [[ -x /tmp/wanda-base ]] && for d in cuda cuda-f16; do
-  for p in "--sparsity 0.5" "--pattern 2:4"; do
-    tag=$d-${p##* }
+  for p in "wanda --sparsity 0.5" "wanda --pattern 2:4" "magnitude --sparsity 0.5"; do
+    tag=$d-${p%% *}-${p##* }
     for w in wanda wanda-base; do
-      # shellcheck disable=SC2086 # $p is a flag and its value
-      step 60 "/tmp/$w" prune --model /tmp/m --method wanda $p --device "$d" \
+      # shellcheck disable=SC2086 # $p is a method, a flag and its value
+      step 60 "/tmp/$w" prune --model /tmp/m --method $p --device "$d" \
         --calib-text wikitext2-v1-valid.txt --nsamples 32 --seqlen 512 \
         --eval-text wikitext2-raw-test.txt --eval-seqlen 512 --windows 8 --save "/tmp/s-$w-$tag" --json | tail -1
     done
