@@ -303,6 +303,6 @@ fn compile() -> Option<[driver_sys::CUfunction; 13]> {
         "column_select.ptx",
         KERNELS,
         "the pruning selection kernel",
-        "the selection runs as Burn's operations",
+        "pruning selects by Burn's operations on the device, or on the host",
     )
 }
