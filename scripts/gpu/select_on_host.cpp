@@ -3,8 +3,8 @@
 // sort of the scores |w|·norm and its first k (Wanda's); the same per group of m rows (N:M);
 // every score at or below the matrix's k-th smallest (magnitude's). Weights in f32, fp16 and
 // bf16 with many ties (whole columns of one value included), shapes whose rows and columns do
-// not fill the blocks, every k from 0 to all, and scores that are not finite, which must set
-// the failure flag; exits 1 on a difference.
+// not fill the blocks, rows padded as CUDA's allocator pads them, every k from 0 to all, and
+// scores that are not finite, which must set the failure flag; exits 1 on a difference.
 //   c++ -std=c++17 -O1 scripts/gpu/select_on_host.cpp -o /tmp/select && /tmp/select
 #include <algorithm>
 #include <cmath>
@@ -85,10 +85,10 @@ static void launch(long long blocks, Dim block, std::function<void()> kernel) {
 
 // The kernels of each weight type: per column, per group, the matrix's histogram and mask.
 template <typename T> struct Kernels {
-    void (*column)(const T*, const float*, unsigned char*, int, int, int, int*);
-    void (*group)(const T*, const float*, unsigned char*, int, int, int, int, int*);
-    void (*histogram)(const T*, const float*, long long, int, int, const unsigned*, unsigned*, int*);
-    void (*mask)(const T*, const float*, long long, int, const unsigned*, unsigned char*);
+    void (*column)(const T*, int, const float*, unsigned char*, int, int, int, int, int*);
+    void (*group)(const T*, int, const float*, unsigned char*, int, int, int, int, int, int*);
+    void (*histogram)(const T*, int, const float*, long long, int, int, const unsigned*, unsigned*, int*);
+    void (*mask)(const T*, int, const float*, long long, int, const unsigned*, unsigned char*, int);
 };
 const Kernels<float> F32{lowest_per_column_f32, lowest_per_group_f32, matrix_histogram_f32, matrix_mask_f32};
 const Kernels<unsigned short> F16{lowest_per_column_f16, lowest_per_group_f16, matrix_histogram_f16, matrix_mask_f16};
@@ -99,31 +99,31 @@ enum Rule { COLUMN, GROUP, MATRIX };
 
 // Launches the kernels of `rule` as column_select.rs does: a block per 32 columns of
 // 32 × SELECT_WARPS threads; a thread per group; the matrix's chain on a grid of 3 blocks
-// (the grid-stride loops wrap).
+// (the grid-stride loops wrap). Rows of `w` are `ws` elements apart, rows of `mask` `ms`.
 template <typename T>
-static void run(const Kernels<T>& kernels, Rule rule, const std::vector<T>& w,
-                const std::vector<float>& norms, std::vector<unsigned char>& mask, int rows,
-                int cols, int k, int m, int* failed) {
+static void run(const Kernels<T>& kernels, Rule rule, const std::vector<T>& w, int ws,
+                const std::vector<float>& norms, std::vector<unsigned char>& mask, int ms,
+                int rows, int cols, int k, int m, int* failed) {
     if (rule == COLUMN) {
         launch((cols + 31) / 32, {32, SELECT_WARPS}, [&] {
-            kernels.column(w.data(), norms.data(), mask.data(), rows, cols, k, failed);
+            kernels.column(w.data(), ws, norms.data(), mask.data(), ms, rows, cols, k, failed);
         });
     } else if (rule == GROUP) {
         long long groups = (long long)(rows / m) * cols;
         launch((groups + 255) / 256, {256, 1}, [&] {
-            kernels.group(w.data(), norms.data(), mask.data(), rows, cols, k, m, failed);
+            kernels.group(w.data(), ws, norms.data(), mask.data(), ms, rows, cols, k, m, failed);
         });
     } else {
         long long len = (long long)rows * cols;
         unsigned state[2] = {0, (unsigned)k}, counts[SELECT_BINS] = {};
         for (int shift = 24; shift >= 0; shift -= 8) {
             launch(3, {MATRIX_THREADS, 1}, [&] {
-                kernels.histogram(w.data(), norms.data(), len, cols, shift, state, counts, failed);
+                kernels.histogram(w.data(), ws, norms.data(), len, cols, shift, state, counts, failed);
             });
             launch(1, {1, 1}, [&] { matrix_pick(state, counts); });
         }
         launch(3, {MATRIX_THREADS, 1}, [&] {
-            kernels.mask(w.data(), norms.data(), len, cols, state, mask.data());
+            kernels.mask(w.data(), ws, norms.data(), len, cols, state, mask.data(), ms);
         });
     }
 }
@@ -145,22 +145,37 @@ static void fail(const char* what, int type, int rule, int rows, int cols, int k
         std::printf("%s: type %d, rule %d, %d × %d, k %d, at %lld\n", what, type, rule, rows, cols, k, at);
 }
 
+// Rows padded as CUDA's allocator pads them: weights by `pad` elements, masks by `pad + 5`
+// bytes (0 for contiguous rows); padded weights are infinite, so a kernel that reads them
+// raises its flag, and padded mask bytes must keep their 7.
+int pad = 0;
+
 // Runs the kernels of `type` and `rule` on `values` (as f32, all exact in the type) and
 // compares with the host's rule.
 static void check(int type, Rule rule, const std::vector<float>& values,
                   const std::vector<float>& norms, int rows, int cols, int k, int m, bool finite) {
-    std::vector<unsigned char> mask(values.size(), 7);
+    int ws = cols + pad, ms = cols + (pad ? pad + 5 : 0);
+    std::vector<float> padded((size_t)rows * ws, INFINITY);
+    for (int r = 0; r < rows; ++r)
+        std::copy_n(&values[(size_t)r * cols], cols, &padded[(size_t)r * ws]);
+    std::vector<unsigned char> stored((size_t)rows * ms, 7);
     int failed = 0;
     if (type == 0) {
-        run(F32, rule, values, norms, mask, rows, cols, k, m, &failed);
+        run(F32, rule, padded, ws, norms, stored, ms, rows, cols, k, m, &failed);
     } else {
-        std::vector<unsigned short> half(values.size());
-        for (size_t i = 0; i < values.size(); ++i) {
-            half[i] = type == 1 ? to_f16(values[i]) : to_bf16(values[i]);
+        std::vector<unsigned short> half(padded.size());
+        for (size_t i = 0; i < padded.size(); ++i) {
+            half[i] = type == 1 ? to_f16(padded[i]) : to_bf16(padded[i]);
             float back = type == 1 ? f16_value(half[i]) : __uint_as_float((unsigned)half[i] << 16);
-            if (back != values[i] && !std::isnan(values[i])) fail("inexact test value", type, rule, rows, cols, k, i);
+            if (back != padded[i] && !std::isnan(padded[i])) fail("inexact test value", type, rule, rows, cols, k, i);
         }
-        run(type == 1 ? F16 : BF16, rule, half, norms, mask, rows, cols, k, m, &failed);
+        run(type == 1 ? F16 : BF16, rule, half, ws, norms, stored, ms, rows, cols, k, m, &failed);
+    }
+    std::vector<unsigned char> mask(values.size());
+    for (int r = 0; r < rows; ++r) {
+        std::copy_n(&stored[(size_t)r * ms], cols, &mask[(size_t)r * cols]);
+        for (int c = cols; c < ms; ++c)
+            if (stored[(size_t)r * ms + c] != 7) fail("padding written", type, rule, rows, cols, k, r);
     }
     if (failed != (finite ? 0 : 1)) fail(finite ? "flagged" : "not flagged", type, rule, rows, cols, k, -1);
     if (!finite) return;
@@ -192,6 +207,7 @@ int main() {
     for (int rows : {1, 9, 64, 336})
     for (int cols : {1, 33, 70}) {
         downwards = order == 1;
+        pad = cols == 33 ? 3 : 0;
         // Values exact in fp16 and bf16: few distinct magnitudes (many ties), both signs,
         // zeros, and whole columns of one value; norms with ties and a subnormal one.
         std::uniform_int_distribution<int> level(-6, 6);

@@ -2,11 +2,13 @@
 // one launch per weight, and magnitude's per-matrix threshold in a chain of nine; magnitude's
 // scores are Wanda's with norms of 1. Compiled by NVRTC, so no headers.
 //
-// `weight` is `[rows, cols]`, row-major, in the type T: input channels by output channels, as
-// the linears hold it. The score of weight (r, c) is |w| · norms[r] in f32, as the host's
-// `wanda_scores` computes it. In each column, the `k` lowest scores (0 ≤ k ≤ rows), ties by the
-// lower row, get 1 in `mask` (one byte per weight, the same layout), the others 0: the host's
-// stable sort's first k.
+// `weight` is `[rows, cols]`, row-major with rows `weight_stride` elements apart (CUDA's
+// allocator pads rows to its pitch), in the type T: input channels by output channels, as the
+// linears hold it. The score of weight (r, c) is |w| · norms[r] in f32, as the host's
+// `wanda_scores` computes it. `mask` (one byte per weight, rows `mask_stride` bytes apart) gets
+// 1 where a weight is selected, 0 elsewhere; the padding is left alone. In each column, the `k`
+// lowest scores (0 ≤ k ≤ rows), ties by the lower row, are selected: the host's stable sort's
+// first k.
 //
 // A block takes 32 neighbouring columns (threadIdx.x, so that a warp reads 32 neighbouring
 // values of a row) and splits the rows into SELECT_WARPS ranges of consecutive rows
@@ -38,9 +40,13 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
     return __uint_as_float((unsigned)h << 16);
 }
 
-#define LOWEST_PER_COLUMN(NAME, T, WIDEN)                                                        \
-    extern "C" __global__ void NAME(const T* weight, const float* norms, unsigned char* mask,  \
-                                    int rows, int cols, int k, int* failed) {                  \
+// The bits of the score |value| · norm in f32 (one rounding, as the host's product).
+#define SCORE_BITS(WIDEN, value, norm) __float_as_uint(fabsf(WIDEN(value)) * (norm))
+
+#define LOWEST_PER_COLUMN(NAME, T, WIDEN)                                                       \
+    extern "C" __global__ void NAME(const T* weight, int weight_stride, const float* norms,     \
+                                    unsigned char* mask, int mask_stride, int rows, int cols,   \
+                                    int k, int* failed) {                                       \
         __shared__ unsigned counts[SELECT_BINS][32];                                            \
         __shared__ unsigned found[32];                                                          \
         __shared__ unsigned wanted[32];                                                         \
@@ -70,7 +76,7 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
             __syncthreads();                                                                    \
             unsigned prefix = found[lane];                                                      \
             for (int r = active ? first : end; r < end; ++r) {                                  \
-                unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)r * cols])) * norms[r]); \
+                unsigned key = SCORE_BITS(WIDEN, w[(long long)r * weight_stride], norms[r]);    \
                 bad = bad || key >= 0x7f800000u;                                                \
                 if (shift == 24 || (key >> (shift + 8)) == prefix) {                            \
                     atomicAdd(&counts[(key >> shift) & 255u][lane], 1u);                        \
@@ -99,7 +105,7 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
         unsigned threshold = found[lane];                                                       \
         unsigned equal = 0u;                                                                    \
         for (int r = active ? first : end; r < end; ++r) {                                      \
-            unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)r * cols])) * norms[r]);    \
+            unsigned key = SCORE_BITS(WIDEN, w[(long long)r * weight_stride], norms[r]);        \
             equal += key == threshold ? 1u : 0u;                                                \
         }                                                                                       \
         equal_in[range][lane] = equal;                                                          \
@@ -110,13 +116,13 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
         }                                                                                       \
         unsigned ties = wanted[lane];                                                           \
         for (int r = active ? first : end; r < end; ++r) {                                      \
-            unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)r * cols])) * norms[r]);    \
+            unsigned key = SCORE_BITS(WIDEN, w[(long long)r * weight_stride], norms[r]);        \
             unsigned char zero = key < threshold ? 1 : 0;                                       \
             if (key == threshold) {                                                             \
                 zero = rank < ties ? 1 : 0;                                                     \
                 ++rank;                                                                         \
             }                                                                                   \
-            mask[(long long)r * cols + col] = zero;                                             \
+            mask[(long long)r * mask_stride + col] = zero;                                      \
         }                                                                                       \
     }
 
@@ -125,9 +131,10 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
 // group of one column (neighbouring threads, neighbouring columns) and ranks each score of the
 // group against the others: m² comparisons, for the small m of N:M patterns. A score that is
 // not finite or negative sets `*failed`.
-#define LOWEST_PER_GROUP(NAME, T, WIDEN)                                                         \
-    extern "C" __global__ void NAME(const T* weight, const float* norms, unsigned char* mask,  \
-                                    int rows, int cols, int n, int m, int* failed) {           \
+#define LOWEST_PER_GROUP(NAME, T, WIDEN)                                                        \
+    extern "C" __global__ void NAME(const T* weight, int weight_stride, const float* norms,     \
+                                    unsigned char* mask, int mask_stride, int rows, int cols,   \
+                                    int n, int m, int* failed) {                                \
         long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;                        \
         long long groups = (long long)(rows / m) * cols;                                        \
         if (at >= groups) {                                                                     \
@@ -135,19 +142,19 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
         }                                                                                       \
         long long col = at % cols;                                                              \
         long long first = (at / cols) * m;                                                      \
-        const T* w = weight + first * cols + col;                                               \
+        const T* w = weight + first * weight_stride + col;                                      \
         const float* norm = norms + first;                                                      \
         bool bad = false;                                                                       \
         for (int j = 0; j < m; ++j) {                                                           \
-            unsigned key = __float_as_uint(fabsf(WIDEN(w[(long long)j * cols])) * norm[j]);     \
+            unsigned key = SCORE_BITS(WIDEN, w[(long long)j * weight_stride], norm[j]);         \
             bad = bad || key >= 0x7f800000u;                                                    \
             int rank = 0;                                                                       \
             for (int i = 0; i < m; ++i) {                                                       \
                 unsigned other =                                                                \
-                    __float_as_uint(fabsf(WIDEN(w[(long long)i * cols])) * norm[i]);            \
+                    SCORE_BITS(WIDEN, w[(long long)i * weight_stride], norm[i]);                \
                 rank += other < key || (other == key && i < j) ? 1 : 0;                         \
             }                                                                                   \
-            mask[(first + j) * cols + col] = rank < n ? 1 : 0;                                  \
+            mask[(first + j) * mask_stride + col] = rank < n ? 1 : 0;                           \
         }                                                                                       \
         if (bad) {                                                                              \
             *failed = 1;                                                                        \
@@ -164,10 +171,10 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
 // score that is not finite or negative sets `*failed`.
 #define MATRIX_THREADS 256
 
-#define MATRIX_HISTOGRAM(NAME, T, WIDEN)                                                         \
-    extern "C" __global__ void NAME(const T* weight, const float* norms, long long len,        \
-                                    int cols, int shift, const unsigned* state,                \
-                                    unsigned* counts, int* failed) {                           \
+#define MATRIX_HISTOGRAM(NAME, T, WIDEN)                                                        \
+    extern "C" __global__ void NAME(const T* weight, int weight_stride, const float* norms,     \
+                                    long long len, int cols, int shift, const unsigned* state,  \
+                                    unsigned* counts, int* failed) {                            \
         __shared__ unsigned block_counts[SELECT_BINS];                                          \
         for (int i = threadIdx.x; i < SELECT_BINS; i += blockDim.x) {                           \
             block_counts[i] = 0u;                                                               \
@@ -178,7 +185,9 @@ __device__ __forceinline__ float widen_bf16(unsigned short h) {
         long long stride = (long long)gridDim.x * blockDim.x;                                   \
         for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < len;           \
              i += stride) {                                                                     \
-            unsigned key = __float_as_uint(fabsf(WIDEN(weight[i])) * norms[i / cols]);          \
+            long long r = i / cols;                                                             \
+            T w = weight[r * weight_stride + i % cols];                                         \
+            unsigned key = SCORE_BITS(WIDEN, w, norms[r]);                                      \
             bad = bad || key >= 0x7f800000u;                                                    \
             if (shift == 24 || (key >> (shift + 8)) == prefix) {                                \
                 atomicAdd(&block_counts[(key >> shift) & 255u], 1u);                            \
@@ -212,15 +221,18 @@ extern "C" __global__ void matrix_pick(unsigned* state, unsigned* counts) {
     }
 }
 
-#define MATRIX_MASK(NAME, T, WIDEN)                                                              \
-    extern "C" __global__ void NAME(const T* weight, const float* norms, long long len,        \
-                                    int cols, const unsigned* state, unsigned char* mask) {    \
+#define MATRIX_MASK(NAME, T, WIDEN)                                                             \
+    extern "C" __global__ void NAME(const T* weight, int weight_stride, const float* norms,     \
+                                    long long len, int cols, const unsigned* state,             \
+                                    unsigned char* mask, int mask_stride) {                     \
         unsigned threshold = state[0];                                                          \
         long long stride = (long long)gridDim.x * blockDim.x;                                   \
         for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < len;           \
              i += stride) {                                                                     \
-            unsigned key = __float_as_uint(fabsf(WIDEN(weight[i])) * norms[i / cols]);          \
-            mask[i] = key <= threshold ? 1 : 0;                                                 \
+            long long r = i / cols;                                                             \
+            long long c = i % cols;                                                             \
+            unsigned key = SCORE_BITS(WIDEN, weight[r * weight_stride + c], norms[r]);          \
+            mask[r * mask_stride + c] = key <= threshold ? 1 : 0;                               \
         }                                                                                       \
     }
 

@@ -111,7 +111,14 @@ pub fn lowest_scores<B: Backend>(
     if !fits || norms.len() != rows || len == 0 {
         return None;
     }
-    let w = into_contiguous(cube(weight)?);
+    // Rows may lie a pitch apart (CUDA's allocator pads them); a view of another layout is
+    // copied first.
+    let w = cube(weight)?;
+    let w = match rows_apart(&w) {
+        Some(_) => w,
+        None => into_contiguous(w),
+    };
+    let weight_stride = rows_apart(&w)?;
     let kind = match w.dtype {
         DType::F32 => 0,
         DType::F16 => 1,
@@ -120,11 +127,8 @@ pub fn lowest_scores<B: Backend>(
     };
     let mask = bool_cube(Tensor::<B, 2, Bool>::empty([rows, cols], &weight.device()))?;
     // One byte per weight, 0 or 1, as the kernels write it.
-    if mask.dtype.size() != 1
-        || !mask.is_contiguous()
-        || !mask.is_contiguous_buffer()
-        || mask.device != w.device
-    {
+    let mask_stride = rows_apart(&mask)?;
+    if mask.dtype.size() != 1 || mask.device != w.device {
         return None;
     }
     let client = w.client.clone();
@@ -146,6 +150,7 @@ pub fn lowest_scores<B: Backend>(
     let (state, counts) = (failed + 4, failed + 12);
     let int = |v: usize| Some(Arg::Int(i32::try_from(v).ok()?));
     let (rows_arg, cols_arg) = (int(rows)?, int(cols)?);
+    let (ws, ms) = (int(weight_stride)?, int(mask_stride)?);
     // CubeCL's queued kernels (those that wrote the weight, and the uploads) finish first.
     block_on(client.sync()).ok()?;
     with_handle(w.device.index, |_| {
@@ -158,8 +163,10 @@ pub fn lowest_scores<B: Backend>(
                 (COLUMNS as u32, WARPS, 1),
                 &mut [
                     ptr(weight),
+                    ws,
                     ptr(norms),
                     ptr(mask_at),
+                    ms,
                     rows_arg,
                     cols_arg,
                     int(k)?,
@@ -172,8 +179,10 @@ pub fn lowest_scores<B: Backend>(
                 (THREADS, 1, 1),
                 &mut [
                     ptr(weight),
+                    ws,
                     ptr(norms),
                     ptr(mask_at),
+                    ms,
                     rows_arg,
                     cols_arg,
                     int(n)?,
@@ -191,6 +200,7 @@ pub fn lowest_scores<B: Backend>(
                         (THREADS, 1, 1),
                         &mut [
                             ptr(weight),
+                            ws,
                             ptr(norms),
                             len,
                             cols_arg,
@@ -214,11 +224,13 @@ pub fn lowest_scores<B: Backend>(
                         (THREADS, 1, 1),
                         &mut [
                             ptr(weight),
+                            ws,
                             ptr(norms),
                             len,
                             cols_arg,
                             ptr(state),
                             ptr(mask_at),
+                            ms,
                         ],
                     )
                 })
@@ -235,6 +247,22 @@ pub fn lowest_scores<B: Backend>(
     let mask: Box<dyn Any> = Box::new(mask);
     let mask = mask.downcast::<B::BoolTensorPrimitive>().ok()?;
     Some(Tensor::from_primitive(*mask))
+}
+
+/// How many elements apart the rows of the 2-D tensor `t` lie, where its columns are adjacent
+/// and its buffer holds every row (a contiguous tensor, or one whose rows CUDA's allocator
+/// padded to its pitch); `None` for another layout.
+fn rows_apart(t: &CubeTensor<CudaRuntime>) -> Option<usize> {
+    let (shape, strides) = (t.meta.shape(), t.meta.strides());
+    if shape.len() != 2 || strides.len() != 2 {
+        return None;
+    }
+    let (rows, cols, step) = (shape[0], shape[1], strides[1]);
+    // A single row's stride says nothing; it is read as if rows were `cols` apart.
+    let stride = if rows <= 1 { cols } else { strides[0] };
+    let needed = (rows.checked_sub(1)?.checked_mul(stride)?).checked_add(cols)?;
+    let fits = needed.checked_mul(t.dtype.size())? as u64 <= t.handle.size_in_used();
+    (step == 1 && stride >= cols && fits).then_some(stride)
 }
 
 /// The CubeCL tensor under the bool tensor `t` when `B` is the CUDA backend.
@@ -279,8 +307,9 @@ fn launch(
     // pointer, `Int` for an `int`, `Long` for a `long long`), which live through the call (the
     // driver copies them at launch). The addresses are of live allocations of CubeCL's pool
     // that the caller holds until after the stream's synchronisation, of the sizes the
-    // kernels' integer arguments address: the weight and the mask (`rows × cols`), the norms
-    // (`rows`) and the scratch buffer ([`SCRATCH_BYTES`]).
+    // kernels' integer arguments address: the weight and the mask (`rows` rows of `cols`, at
+    // their row strides, checked by [`rows_apart`]), the norms (`rows`) and the scratch
+    // buffer ([`SCRATCH_BYTES`]).
     #[allow(unsafe_code)]
     unsafe {
         driver::launch_kernel(
