@@ -10,7 +10,6 @@
 
 use std::any::Any;
 use std::cell::OnceCell;
-use std::ffi::c_void;
 
 use burn::prelude::*;
 use burn::tensor::DType;
@@ -18,10 +17,10 @@ use burn_cubecl::cubecl::cuda::CudaRuntime;
 use burn_cubecl::cubecl::future::block_on;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
-use cudarc::driver::{result as driver, sys as driver_sys};
+use cudarc::driver::sys as driver_sys;
 
 use super::cublas::{cube, is_cuda, synchronize, with_handle};
-use super::nvrtc::load_functions;
+use super::nvrtc::{launch, load_functions, Arg};
 use super::Lowest;
 
 /// The CUDA C source of the selection kernels ([`KERNELS`]).
@@ -147,95 +146,17 @@ pub fn lowest_scores<B: Backend>(
     let (mask_res, scratch_res) = (resource(mask.handle.clone())?, resource(scratch.clone())?);
     let [weight, norms, mask_at, failed] =
         [&w_res, &norms_res, &mask_res, &scratch_res].map(|r| r.resource().ptr);
-    let (state, counts) = (failed + 4, failed + 12);
-    let int = |v: usize| Some(Arg::Int(i32::try_from(v).ok()?));
-    let (rows_arg, cols_arg) = (int(rows)?, int(cols)?);
-    let (ws, ms) = (int(weight_stride)?, int(mask_stride)?);
     // CubeCL's queued kernels (those that wrote the weight, and the uploads) finish first.
     block_on(client.sync()).ok()?;
     with_handle(w.device.index, |_| {
         let functions = SELECT.with(|cell| *cell.get_or_init(compile))?;
-        let (ptr, long) = (Arg::Pointer, Arg::Long);
-        let launched = match which {
-            Lowest::PerColumn(k) => launch(
-                functions[PER_COLUMN + kind],
-                cols.div_ceil(COLUMNS),
-                (COLUMNS as u32, WARPS, 1),
-                &mut [
-                    ptr(weight),
-                    ws,
-                    ptr(norms),
-                    ptr(mask_at),
-                    ms,
-                    rows_arg,
-                    cols_arg,
-                    int(k)?,
-                    ptr(failed),
-                ],
-            ),
-            Lowest::PerGroup { n, m } => launch(
-                functions[PER_GROUP + kind],
-                (rows / m * cols).div_ceil(THREADS as usize),
-                (THREADS, 1, 1),
-                &mut [
-                    ptr(weight),
-                    ws,
-                    ptr(norms),
-                    ptr(mask_at),
-                    ms,
-                    rows_arg,
-                    cols_arg,
-                    int(n)?,
-                    int(m)?,
-                    ptr(failed),
-                ],
-            ),
-            Lowest::MatrixThreshold(_) => {
-                let blocks = len.div_ceil(THREADS as usize).min(MATRIX_BLOCKS);
-                let len = long(i64::try_from(len).ok()?);
-                let per_pass = [24, 16, 8, 0].into_iter().try_for_each(|shift| {
-                    launch(
-                        functions[HISTOGRAM + kind],
-                        blocks,
-                        (THREADS, 1, 1),
-                        &mut [
-                            ptr(weight),
-                            ws,
-                            ptr(norms),
-                            len,
-                            cols_arg,
-                            Arg::Int(shift),
-                            ptr(state),
-                            ptr(counts),
-                            ptr(failed),
-                        ],
-                    )?;
-                    launch(
-                        functions[PICK],
-                        1,
-                        (1, 1, 1),
-                        &mut [ptr(state), ptr(counts)],
-                    )
-                });
-                per_pass.and_then(|()| {
-                    launch(
-                        functions[MASK + kind],
-                        blocks,
-                        (THREADS, 1, 1),
-                        &mut [
-                            ptr(weight),
-                            ws,
-                            ptr(norms),
-                            len,
-                            cols_arg,
-                            ptr(state),
-                            ptr(mask_at),
-                            ms,
-                        ],
-                    )
-                })
-            }
-        };
+        let launched = queue(
+            &functions,
+            kind,
+            which,
+            [weight, norms, mask_at, failed],
+            [rows, cols, weight_stride, mask_stride],
+        );
         // After a failed launch too, the stream finishes before the resources go.
         let finished = synchronize();
         launched.and(finished)
@@ -247,6 +168,105 @@ pub fn lowest_scores<B: Backend>(
     let mask: Box<dyn Any> = Box::new(mask);
     let mask = mask.downcast::<B::BoolTensorPrimitive>().ok()?;
     Some(Tensor::from_primitive(*mask))
+}
+
+/// Queues the launches of rule `which` for weights of type `kind` (0 f32, 1 fp16, 2 bf16) at
+/// the device addresses of the weight, the norms, the mask and the scratch buffer (the failure
+/// flag, then the matrix's state and counts), for `[rows, cols]` weights and the two tensors'
+/// row strides; `None` where a launch fails or an integer exceeds the kernels' own.
+fn queue(
+    functions: &[driver_sys::CUfunction; 13],
+    kind: usize,
+    which: Lowest,
+    [weight, norms, mask, failed]: [u64; 4],
+    [rows, cols, weight_stride, mask_stride]: [usize; 4],
+) -> Option<()> {
+    let (state, counts) = (failed + 4, failed + 12);
+    let int = |v: usize| Some(Arg::Int(i32::try_from(v).ok()?));
+    let (rows_arg, cols_arg) = (int(rows)?, int(cols)?);
+    let (ws, ms) = (int(weight_stride)?, int(mask_stride)?);
+    let (ptr, long) = (Arg::Pointer, Arg::Long);
+    let len = rows * cols;
+    match which {
+        Lowest::PerColumn(k) => launch(
+            functions[PER_COLUMN + kind],
+            cols.div_ceil(COLUMNS),
+            (COLUMNS as u32, WARPS, 1),
+            &mut [
+                ptr(weight),
+                ws,
+                ptr(norms),
+                ptr(mask),
+                ms,
+                rows_arg,
+                cols_arg,
+                int(k)?,
+                ptr(failed),
+            ],
+        ),
+        Lowest::PerGroup { n, m } => launch(
+            functions[PER_GROUP + kind],
+            (rows / m * cols).div_ceil(THREADS as usize),
+            (THREADS, 1, 1),
+            &mut [
+                ptr(weight),
+                ws,
+                ptr(norms),
+                ptr(mask),
+                ms,
+                rows_arg,
+                cols_arg,
+                int(n)?,
+                int(m)?,
+                ptr(failed),
+            ],
+        ),
+        Lowest::MatrixThreshold(_) => {
+            let blocks = len.div_ceil(THREADS as usize).min(MATRIX_BLOCKS);
+            let len = long(i64::try_from(len).ok()?);
+            let per_pass = [24, 16, 8, 0].into_iter().try_for_each(|shift| {
+                launch(
+                    functions[HISTOGRAM + kind],
+                    blocks,
+                    (THREADS, 1, 1),
+                    &mut [
+                        ptr(weight),
+                        ws,
+                        ptr(norms),
+                        len,
+                        cols_arg,
+                        Arg::Int(shift),
+                        ptr(state),
+                        ptr(counts),
+                        ptr(failed),
+                    ],
+                )?;
+                launch(
+                    functions[PICK],
+                    1,
+                    (1, 1, 1),
+                    &mut [ptr(state), ptr(counts)],
+                )
+            });
+            per_pass.and_then(|()| {
+                launch(
+                    functions[MASK + kind],
+                    blocks,
+                    (THREADS, 1, 1),
+                    &mut [
+                        ptr(weight),
+                        ws,
+                        ptr(norms),
+                        len,
+                        cols_arg,
+                        ptr(state),
+                        ptr(mask),
+                        ms,
+                    ],
+                )
+            })
+        }
+    }
 }
 
 /// How many elements apart the rows of the 2-D tensor `t` lie, where its columns are adjacent
@@ -272,56 +292,6 @@ fn bool_cube<B: Backend>(t: Tensor<B, 2, Bool>) -> Option<CubeTensor<CudaRuntime
         .downcast::<CubeTensor<CudaRuntime>>()
         .ok()
         .map(|t| *t)
-}
-
-/// An argument of a kernel: a device address, an `int` or a `long long`.
-#[derive(Debug, Clone, Copy)]
-enum Arg {
-    /// A device address (any pointer parameter).
-    Pointer(u64),
-    /// An `int`.
-    Int(i32),
-    /// A `long long`.
-    Long(i64),
-}
-
-/// Queues `function` over `blocks` blocks of `block` threads on the legacy default stream
-/// (cuBLAS's), with `args` in the order of its parameters.
-fn launch(
-    function: driver_sys::CUfunction,
-    blocks: usize,
-    block: (u32, u32, u32),
-    args: &mut [Arg],
-) -> Option<()> {
-    let blocks = u32::try_from(blocks).ok()?;
-    let mut params: Vec<*mut c_void> = args
-        .iter_mut()
-        .map(|arg| match arg {
-            Arg::Pointer(v) => (v as *mut u64).cast::<c_void>(),
-            Arg::Int(v) => (v as *mut i32).cast::<c_void>(),
-            Arg::Long(v) => (v as *mut i64).cast::<c_void>(),
-        })
-        .collect();
-    // SAFETY: `function` is a function of a module this thread loaded in the current context,
-    // and the callers pass `args` in the order and types of its parameters (`Pointer` for a
-    // pointer, `Int` for an `int`, `Long` for a `long long`), which live through the call (the
-    // driver copies them at launch). The addresses are of live allocations of CubeCL's pool
-    // that the caller holds until after the stream's synchronisation, of the sizes the
-    // kernels' integer arguments address: the weight and the mask (`rows` rows of `cols`, at
-    // their row strides, checked by [`rows_apart`]), the norms (`rows`) and the scratch
-    // buffer ([`SCRATCH_BYTES`]).
-    #[allow(unsafe_code)]
-    unsafe {
-        driver::launch_kernel(
-            function,
-            (blocks, 1, 1),
-            block,
-            0,
-            driver::stream::null(),
-            &mut params,
-        )
-        .ok()
-    }
 }
 
 /// The selection kernels of [`SOURCE`] loaded into the current context (NVRTC's PTX kept in

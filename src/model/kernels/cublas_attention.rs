@@ -17,13 +17,13 @@ use burn_cubecl::cubecl::future::block_on;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cudarc::cublas::{result as blas, sys as blas_sys};
-use cudarc::driver::{result as driver, sys as driver_sys};
+use cudarc::driver::sys as driver_sys;
 
 use super::attention_plan::{
     AttentionPlan, StridedGemm, SOFTMAX_KERNELS, SOFTMAX_SOURCE, SOFTMAX_THREADS,
 };
 use super::cublas::{cube, data_type, is_cuda, synchronize, tensor, with_handle};
-use super::nvrtc::load_functions;
+use super::nvrtc::{launch, load_functions, Arg};
 
 thread_local! {
     /// This thread's softmax kernels (f32, fp16, bf16 outputs), compiled on first use in the
@@ -203,32 +203,16 @@ fn launch_softmax(
     rows: i64,
     [seq, part_rows]: [usize; 2],
 ) -> Option<()> {
-    let mut scores = scores;
-    let mut rows = rows;
-    let mut seq = i32::try_from(seq).ok()?;
-    let mut part_rows = i32::try_from(part_rows).ok()?;
-    let mut params = [
-        (&mut scores as *mut u64).cast::<c_void>(),
-        (&mut rows as *mut i64).cast::<c_void>(),
-        (&mut seq as *mut i32).cast::<c_void>(),
-        (&mut part_rows as *mut i32).cast::<c_void>(),
+    // The kernel's parameters: `float*`, `long long`, `int`, `int`; `scores` addresses `rows ×
+    // seq` f32 values in a live allocation that the caller holds until after the stream's
+    // synchronisation.
+    let args = &mut [
+        Arg::Pointer(scores),
+        Arg::Long(rows),
+        Arg::Int(i32::try_from(seq).ok()?),
+        Arg::Int(i32::try_from(part_rows).ok()?),
     ];
-    // SAFETY: `kernel` is a function of a module this thread loaded in the current context;
-    // its parameters (`float*`, `long long`, `int`, `int`) match `params`, which live through the
-    // call (the driver copies them at launch); `scores` addresses `rows × seq` f32 values in a
-    // live allocation that the caller holds until after the stream's synchronisation.
-    #[allow(unsafe_code)]
-    unsafe {
-        driver::launch_kernel(
-            kernel,
-            (u32::try_from(blocks).ok()?, 1, 1),
-            (SOFTMAX_THREADS as u32, 1, 1),
-            0,
-            driver::stream::null(),
-            &mut params,
-        )
-        .ok()
-    }
+    launch(kernel, blocks, (SOFTMAX_THREADS as u32, 1, 1), args)
 }
 
 /// The softmax kernels of [`SOFTMAX_SOURCE`] loaded into the current context (NVRTC's PTX

@@ -1,8 +1,8 @@
 //! Kernels of our own in CUDA C (the `.cu` files beside this one), compiled by NVRTC once per
 //! build and kept as PTX in the kernel cache (`<cache>/<build>/ptx/`), so a run after the
-//! first only loads them.
+//! first only loads them; and their launches.
 
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
 
 use cudarc::driver::{result as driver, sys as driver_sys};
 
@@ -63,5 +63,53 @@ fn load<const N: usize>(image: CString, names: [&str; N]) -> Option<[driver_sys:
             *slot = driver::module::get_function(module, CString::new(name).ok()?).ok()?;
         }
         Some(functions)
+    }
+}
+
+/// An argument of a kernel: a device address, an `int` or a `long long`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Arg {
+    /// A device address (any pointer parameter).
+    Pointer(u64),
+    /// An `int`.
+    Int(i32),
+    /// A `long long`.
+    Long(i64),
+}
+
+/// Queues `function` over `blocks` blocks of `block` threads on the legacy default stream
+/// (cuBLAS's), with `args` in the order of its parameters; `None` where the launch fails.
+pub(super) fn launch(
+    function: driver_sys::CUfunction,
+    blocks: usize,
+    block: (u32, u32, u32),
+    args: &mut [Arg],
+) -> Option<()> {
+    let blocks = u32::try_from(blocks).ok()?;
+    let mut params: Vec<*mut c_void> = args
+        .iter_mut()
+        .map(|arg| match arg {
+            Arg::Pointer(v) => (v as *mut u64).cast::<c_void>(),
+            Arg::Int(v) => (v as *mut i32).cast::<c_void>(),
+            Arg::Long(v) => (v as *mut i64).cast::<c_void>(),
+        })
+        .collect();
+    // SAFETY: `function` is a function of a module this thread loaded in the current context,
+    // and the callers pass `args` in the order and types of its parameters (`Pointer` for a
+    // pointer, `Int` for an `int`, `Long` for a `long long`), which live through the call (the
+    // driver copies them at launch). The callers' addresses are of live allocations of
+    // CubeCL's pool that they hold until after the stream's synchronisation, of at least the
+    // sizes the kernel's integer arguments address.
+    #[allow(unsafe_code)]
+    unsafe {
+        driver::launch_kernel(
+            function,
+            (blocks, 1, 1),
+            block,
+            0,
+            driver::stream::null(),
+            &mut params,
+        )
+        .ok()
     }
 }
