@@ -29,7 +29,7 @@
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
 
-use super::mask::prune_count;
+use super::mask::{per_output_count, threshold_position};
 use super::report::MatrixSparsity;
 
 /// Bisection steps between two checks of whether every group's interval has closed (each check
@@ -122,7 +122,7 @@ fn per_output_zeros_in<B: Backend>(
     score: impl Fn(Tensor<B, 2>) -> Tensor<B, 2>,
 ) -> Option<Tensor<B, 2, Bool>> {
     let [rows, cols] = weight.dims();
-    let k = prune_count(rows, ratio).min(rows);
+    let k = per_output_count(rows, ratio);
     let step = (piece / rows.max(1)).max(1);
     let mut pieces = Vec::with_capacity(cols.div_ceil(step));
     for c0 in (0..cols).step_by(step) {
@@ -246,7 +246,7 @@ fn matrix_threshold_zeros_in<B: Backend>(
     if ratio == 0.0 || len == 0 {
         return Some(weight.zeros_like().bool());
     }
-    let k = prune_count(len, ratio).min(len - 1) + 1;
+    let k = threshold_position(len, ratio) + 1;
     let count = |t: &Tensor<B, 2>| {
         pieces()
             .map(|s| {

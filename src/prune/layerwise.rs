@@ -24,7 +24,7 @@ use super::device_select::{
 };
 use super::dsnot::{dsnot_mask, DsnotInputs, InputMoments};
 use super::magnitude::{magnitude_scores, prune_magnitude};
-use super::mask::{apply_mask, prune_count};
+use super::mask::{apply_mask, per_output_count, threshold_position};
 use super::profile::{outlier_ratio, owl_sparsities};
 use super::report::MatrixSparsity;
 use super::ria::prune_ria;
@@ -749,8 +749,8 @@ fn select_on_device<B: Backend>(
                 let [rows, cols] = w.dims();
                 let len = rows * cols;
                 let by_kernel = (kernel && ratio > 0.0 && len > 0).then(|| {
-                    // The 1-based rank of the host's threshold (`matrix_threshold_mask`).
-                    let k = prune_count(len, ratio).min(len - 1) + 1;
+                    // The 1-based rank of the host's threshold.
+                    let k = threshold_position(len, ratio) + 1;
                     let ones = vec![1.0; rows];
                     kernels::<B>().lowest_scores(w, &ones, Lowest::MatrixThreshold(k))
                 });
@@ -782,7 +782,7 @@ fn select_on_device<B: Backend>(
                     continue;
                 };
                 let [rows, cols] = entry.0.dims();
-                let k = prune_count(rows, ratio).min(rows);
+                let k = per_output_count(rows, ratio);
                 let selected = kernel
                     .then(|| kernels::<B>().lowest_scores(&entry.0, &norms, Lowest::PerColumn(k)))
                     .flatten();

@@ -22,6 +22,20 @@ pub fn prune_count(len: usize, ratio: f64) -> usize {
     (len as f64 * ratio) as usize
 }
 
+/// Weights each output channel of `in_features` inputs loses under the per-output rule at
+/// `ratio`: [`prune_count`], at most all of them. The host's and the device's selections both
+/// count with it, so their masks agree.
+pub fn per_output_count(in_features: usize, ratio: f64) -> usize {
+    prune_count(in_features, ratio).min(in_features)
+}
+
+/// The 0-based sorted position of the per-matrix threshold among `len ≥ 1` scores at `ratio`:
+/// the reference's `int(len × ratio)`, at most the last. The host's and the device's selections
+/// both take it, so their masks agree.
+pub fn threshold_position(len: usize, ratio: f64) -> usize {
+    prune_count(len, ratio).min(len - 1)
+}
+
 /// Orders finite scores ascending (`-0.0 == 0.0`, as in PyTorch), ties by the lower index.
 fn by_score_then_index(scores: &[f32]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
     move |&a, &b| {
@@ -49,7 +63,7 @@ pub fn per_output_mask(
     Sparsity::unstructured(ratio)?;
     check_shape("the score matrix", scores.len(), dims)?;
     let [in_features, out_features] = dims;
-    let k = prune_count(in_features, ratio).min(in_features);
+    let k = per_output_count(in_features, ratio);
     if k == 0 || out_features == 0 {
         check_finite("the score matrix", scores)?;
         return Ok(vec![false; scores.len()]);
@@ -125,7 +139,7 @@ pub fn prune_per_output(
     Sparsity::unstructured(ratio)?;
     check_shape("the weight", weight.len(), dims)?;
     let [in_features, out_features] = dims;
-    let k = prune_count(in_features, ratio).min(in_features);
+    let k = per_output_count(in_features, ratio);
     if k == 0 || out_features == 0 {
         return Ok(0);
     }
@@ -207,7 +221,7 @@ pub fn matrix_threshold_mask(
     if ratio == 0.0 || scores.is_empty() {
         return Ok(vec![false; scores.len()]);
     }
-    let k = prune_count(scores.len(), ratio).min(scores.len() - 1);
+    let k = threshold_position(scores.len(), ratio);
     let thresh = kth_smallest_key(scores, k, |s| s);
     Ok(scores.par_iter().map(|&s| order_key(s) <= thresh).collect())
 }
@@ -233,7 +247,7 @@ pub fn prune_below_threshold(
     if ratio == 0.0 || weight.is_empty() {
         return Ok(0);
     }
-    let k = prune_count(weight.len(), ratio).min(weight.len() - 1);
+    let k = threshold_position(weight.len(), ratio);
     let thresh = kth_smallest_key(weight, k, &score);
     Ok(weight
         .par_chunks_mut(1 << 16)

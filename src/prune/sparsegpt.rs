@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::linalg::{
     dots_1or2x8, pack_by_eight, upper_cholesky_of_inverse, NotPositiveDefinite, LANES,
 };
-use super::mask::prune_count;
+use super::mask::threshold_position;
 use super::{check_finite, check_shape, PruneError, Sparsity};
 
 /// The accumulated Hessian of a linear layer's reconstruction loss, `H = 2/n Σ_tokens x xᵀ`.
@@ -494,7 +494,7 @@ fn block_threshold_mask(
             row.iter().map(move |w| w * w / d2)
         })
         .collect();
-    let k = prune_count(scores.len(), ratio).min(scores.len() - 1);
+    let k = threshold_position(scores.len(), ratio);
     let mut sorted = scores.clone();
     let (_, &mut thresh, _) = sorted.select_nth_unstable_by(k, f64::total_cmp);
     for (m, s) in mask.iter_mut().zip(&scores) {

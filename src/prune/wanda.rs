@@ -10,7 +10,7 @@
 
 use rayon::prelude::*;
 
-use super::mask::{apply_mask, per_output_or_nm_mask, prune_count, prune_per_output};
+use super::mask::{apply_mask, per_output_count, per_output_or_nm_mask, prune_per_output};
 use super::{check_finite, check_shape, PruneError, Sparsity};
 
 /// Running per-input-channel sum of squares of a linear layer's inputs over calibration tokens.
@@ -361,7 +361,7 @@ pub(crate) fn checked_norms(norms: &InputNorms, dims: [usize; 2]) -> Result<Vec<
 
 /// Weights each output channel keeps under the plain (non-variant) unstructured rule.
 pub fn kept_per_output(in_features: usize, ratio: f64) -> usize {
-    in_features - prune_count(in_features, ratio).min(in_features)
+    in_features - per_output_count(in_features, ratio)
 }
 
 #[cfg(test)]
