@@ -465,9 +465,12 @@ fn activations_on_the_host_and_any_batch_prune_to_the_same_weights() {
 fn selecting_on_the_device_saves_what_the_host_selection_saves() {
     let dir = tempfile::tempdir().unwrap();
     let (tiny, calib) = tiny_with_calibration(dir.path(), 9);
-    let flag = |sparsity: &str| match sparsity.contains(':') {
-        true => "--pattern",
-        false => "--sparsity",
+    let flag = |sparsity: &str| {
+        if sparsity.contains(':') {
+            "--pattern"
+        } else {
+            "--sparsity"
+        }
     };
     let run = |select: &str, device: &str, method: &str, sparsity: &str| {
         let saved = dir

@@ -9,7 +9,7 @@
 //! generic ops, except on CUDA (found by the type of the tensors' primitives): attention by
 //! CubeCL's flash kernel (`cuda.rs`) or, with [`CUDA_ATTENTION_VAR`]`=cublas`, by cuBLAS and a
 //! softmax kernel of our own (`cublas_attention.rs`, `attention_plan.rs`), the linears' and
-//! other products by cuBLAS (`cublas.rs`), Wanda's pruning selection by a kernel of our own
+//! other products by cuBLAS (`cublas.rs`), pruning's selection by kernels of our own
 //! (`column_select.rs`; our kernels are CUDA C compiled by NVRTC, `nvrtc.rs`). Those are the
 //! crate's only backend checks.
 //!
@@ -48,23 +48,6 @@ pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
 /// them: the generic path's blocks (which also hold their softmax, each this size at most) and
 /// CUDA's cuBLAS attention's chunk of heads ([`CudaAttention::Cublas`]).
 pub const ATTENTION_BLOCK_BYTES: u64 = 256 << 20;
-
-/// Which weights [`Kernels::lowest_scores`] marks: in each column of a weight, or in the whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lowest {
-    /// The `k` lowest scores of the column (Wanda's per-output rule).
-    PerColumn(usize),
-    /// The `n` lowest of every `m` consecutive rows (the N:M rule).
-    PerGroup {
-        /// Weights marked per group.
-        n: usize,
-        /// Rows per group.
-        m: usize,
-    },
-    /// Every score at or below the whole weight's `k`-th smallest (`k ≥ 1`), ties at it
-    /// included (magnitude's per-matrix threshold).
-    MatrixThreshold(usize),
-}
 
 /// The environment variable that picks CUDA's attention path ([`CudaAttention`]): `flash`
 /// (the default) or `cublas`.
@@ -272,6 +255,23 @@ pub struct ModelWeights<'a, B: Backend> {
     pub head: HeadWeights<'a, B>,
     /// Rotary inverse frequencies, `head_dim / 2` values.
     pub inv_freq: &'a [f32],
+}
+
+/// Which weights [`Kernels::lowest_scores`] marks: in each column of a weight, or in the whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lowest {
+    /// The `k` lowest scores of the column (Wanda's per-output rule).
+    PerColumn(usize),
+    /// The `n` lowest of every `m` consecutive rows (the N:M rule).
+    PerGroup {
+        /// Weights marked per group.
+        n: usize,
+        /// Rows per group.
+        m: usize,
+    },
+    /// Every score at or below the whole weight's `k`-th smallest (`k ≥ 1`), ties at it
+    /// included (magnitude's per-matrix threshold).
+    MatrixThreshold(usize),
 }
 
 /// Operations a backend may run faster than Burn's generic ops. Every method returns `None`
