@@ -1,8 +1,9 @@
 //! Calibration and evaluation text: files read and tokenised, data sets by name from the hub
 //! (Parquet and JSON lines, as text or as whole records), seeded sampling of token windows, and
-//! the ids of long texts kept between runs.
+//! the ids of long texts and the digests of large files kept between runs.
 
 pub mod calibration;
+pub mod digest_cache;
 pub mod hash;
 pub mod hub;
 pub mod parquet;

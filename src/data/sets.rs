@@ -638,7 +638,7 @@ fn digest(file: &Fetched, trust_blob_names: bool) -> Result<FileDigest, DataErro
     {
         blob_name
     } else {
-        super::hash::sha256_file(&blob).map_err(read)?
+        super::digest_cache::sha256_file_remembered(&blob).map_err(read)?
     };
     Ok(FileDigest {
         name: file.name.clone(),

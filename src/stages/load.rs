@@ -96,7 +96,8 @@ impl ModelFiles {
     }
 
     /// The SHA-256 of each file `known` lacks. A large checkpoint's shards are hashed in
-    /// parallel (one core hashes SHA-256 slower than the disk reads).
+    /// parallel (one core hashes SHA-256 slower than the disk reads), and an unchanged file's
+    /// digest is remembered between runs ([`crate::data::digest_cache`]).
     pub(super) fn missing_digests(
         &self,
         known: &HashMap<PathBuf, String>,
@@ -104,10 +105,12 @@ impl ModelFiles {
         self.files
             .par_iter()
             .filter(|f| !known.contains_key(*f))
-            .map(|f| match crate::data::hash::sha256_file(f) {
-                Ok(hash) => Ok((f.clone(), hash)),
-                Err(e) => Err(StageError::read(f, e)),
-            })
+            .map(
+                |f| match crate::data::digest_cache::sha256_file_remembered(f) {
+                    Ok(hash) => Ok((f.clone(), hash)),
+                    Err(e) => Err(StageError::read(f, e)),
+                },
+            )
             .collect()
     }
 

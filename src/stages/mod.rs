@@ -294,12 +294,14 @@ impl<B: Backend> PipelineExecutor<B> {
         self.ctx.base_dir.join(p)
     }
 
-    /// SHA-256 of an input file, hashed once per run.
+    /// SHA-256 of an input file, hashed once per run (and a large one's remembered between
+    /// runs, [`crate::data::digest_cache`]).
     fn hash_of(&mut self, path: &Path) -> Result<String, StageError> {
         if let Some(hash) = self.hashes.files.get(path) {
             return Ok(hash.clone());
         }
-        let hash = crate::data::hash::sha256_file(path).map_err(|e| StageError::read(path, e))?;
+        let hash = crate::data::digest_cache::sha256_file_remembered(path)
+            .map_err(|e| StageError::read(path, e))?;
         self.hashes.files.insert(path.to_path_buf(), hash.clone());
         Ok(hash)
     }

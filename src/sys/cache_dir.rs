@@ -1,5 +1,6 @@
 //! The folders where a run keeps what later runs can reuse: the kernels the CUDA backend
-//! compiles and the token ids of long texts (the data module's token cache).
+//! compiles, the token ids of long texts and the digests of large files (the data module's
+//! token and digest caches).
 //!
 //! CubeCL compiles every kernel a process launches (CUDA C++ to PTX, by NVRTC) the first time
 //! the process launches it, and by default forgets it at exit, so every run, and every cell of
@@ -7,13 +8,14 @@
 //! instead (and the driver's own cache skips the PTX-to-machine-code step).
 //!
 //! Each kind of cache has its environment variable ([`KERNELS`]: `WANDA_KERNEL_CACHE`,
-//! [`TOKENS`]: `WANDA_TOKEN_CACHE`): unset, `$XDG_CACHE_HOME/wanda/<kind>`, else
-//! `~/.cache/wanda/<kind>`; `off` (or `0`, or empty) keeps none; anything else is the folder.
-//! Under it, one folder per build of wanda (its version and the executable's size and time, as
-//! kernels of the same name, or a tokenizer library's output, may differ between builds) and,
-//! for kernels, per GPU (architecture and driver: PTX for one need not load on another), so
-//! machines sharing a home folder never mix them. A build's folder untouched for
-//! [`STALE_DAYS`] days is removed by the next run.
+//! [`TOKENS`]: `WANDA_TOKEN_CACHE`, [`DIGESTS`]: `WANDA_DIGEST_CACHE`): unset,
+//! `$XDG_CACHE_HOME/wanda/<kind>`, else `~/.cache/wanda/<kind>`; `off` (or `0`, or empty)
+//! keeps none; anything else is the folder. Under it, kernels and token ids have one folder per
+//! build of wanda (its version and the executable's size and time, as kernels of the same name,
+//! or a tokenizer library's output, may differ between builds) and, for kernels, per GPU
+//! (architecture and driver: PTX for one need not load on another), so machines sharing a home
+//! folder never mix them; digests (SHA-256 is SHA-256 in every build) have one folder. A
+//! build's folder untouched for [`STALE_DAYS`] days is removed by the next run.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,12 @@ pub const KERNELS: CacheKind = CacheKind {
 pub const TOKENS: CacheKind = CacheKind {
     var: "WANDA_TOKEN_CACHE",
     leaf: "tokens",
+};
+
+/// SHA-256 digests of large input files (the data module's digest cache).
+pub const DIGESTS: CacheKind = CacheKind {
+    var: "WANDA_DIGEST_CACHE",
+    leaf: "digests",
 };
 
 /// Days after which another build's unused folder is removed.

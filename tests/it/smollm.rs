@@ -1,6 +1,7 @@
 //! Checks against the real SmolLM2-135M in `../shared`: the GGUF tokenizer and config against
 //! the files transformers converted from the same GGUF, and the dense perplexity against the
-//! PyTorch stack; a pruned model saved by a pipeline against its reloaded copy.
+//! PyTorch stack; a pruned model saved by a pipeline against its reloaded copy; the checkpoint's
+//! digest remembered between runs.
 
 use wanda::eval::perplexity::perplexity;
 use wanda::model::config::HfLlamaConfig;
@@ -256,4 +257,64 @@ fn selecting_on_the_device_in_fp16_gives_the_hosts_perplexity() {
     let ppl = |v: &serde_json::Value| v["perplexity"]["perplexity"].as_f64().unwrap();
     assert!(ppl(&host) > 10.0 && ppl(&host) < 1000.0, "{host}");
     assert_eq!(ppl(&device).to_bits(), ppl(&host).to_bits());
+}
+
+/// The checkpoint's digest is remembered between runs (`WANDA_DIGEST_CACHE`): the first run
+/// hashes the GGUF and records its SHA-256, the second records what the entry says without
+/// hashing (an entry planted with another digest shows which answered), and with the cache
+/// off the file is hashed again.
+#[test]
+fn the_load_stage_remembers_the_checkpoints_digest_between_runs() {
+    let (Some(gguf), Some(test)) = (shared(GGUF), shared(RAW_TEST)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = dir.path().join("eval.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "name: digest\nseed: 0\ndevice: cpu\nmodel: {{ gguf: {} }}\n\
+             evaluation: {{ text: {}, seqlen: 32, windows: 1 }}\n\
+             stages:\n  load: {{}}\n  eval: {{}}\n",
+            gguf.display(),
+            test.display()
+        ),
+    )
+    .unwrap();
+    let cache = dir.path().join("digests");
+    let recorded = |results: &str, cache: &std::ffi::OsStr| {
+        let results = dir.path().join(results);
+        output_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .arg("run")
+                .arg(&pipeline)
+                .arg("--results")
+                .arg(&results)
+                .env("WANDA_DIGEST_CACHE", cache),
+        );
+        let cell = std::fs::read_dir(results.join("digest"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.join("run.json").exists())
+            .expect("a finished cell");
+        RunRecord::read(&cell.join("run.json"))
+            .unwrap()
+            .hashes
+            .model
+            .unwrap()
+    };
+    let digest = wanda::data::hash::sha256_file(&gguf).unwrap();
+    assert_eq!(recorded("first", cache.as_os_str()), digest);
+    let entries: Vec<_> = std::fs::read_dir(cache.join("sha256/files"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = std::fs::read_to_string(&entries[0]).unwrap();
+    assert!(entry.contains(&digest), "{entry}");
+
+    let planted = "0".repeat(64);
+    std::fs::write(&entries[0], entry.replace(&digest, &planted)).unwrap();
+    assert_eq!(recorded("second", cache.as_os_str()), planted);
+    assert_eq!(recorded("third", "off".as_ref()), digest);
 }
