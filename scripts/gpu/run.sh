@@ -185,14 +185,16 @@ want speed && for shape in ${SPEED_SHAPES:-l1b}; do
   for p in "float32 cuda" "float16 cuda-f16"; do
     set -- $p
     record "torch-cell-$shape-$1" 150 python3 "$here/torch_cell.py" "/tmp/$shape" wikitext2-v1-valid.txt wikitext2-raw-test.txt "$nsamples" 2048 16 "$1"
-    # wanda twice on one new kernel cache: `wanda-cold` compiles every kernel (and fills the
-    # cache), `wanda` loads them, as every run after a machine's first does. The autotuned build
+    # wanda twice on new caches: `wanda-cold` compiles every kernel, tokenises the texts and
+    # hashes the checkpoint (and fills the caches), `wanda` reads them back, as every run after
+    # a machine's first does. The autotuned build
     # twice: its first run includes the tuning (cached on disk after). Shapes in $BASELINE: the
     # same build under $BASELINE_ENV too.
     base=
     [[ " $BASELINE " == *" $shape "* ]] && base=base
-    export WANDA_KERNEL_CACHE=/tmp/kernels-$shape-$2 WANDA_TOKEN_CACHE=/tmp/tokens-$shape-$2
-    rm -rf "$WANDA_KERNEL_CACHE" "$WANDA_TOKEN_CACHE"
+    export WANDA_KERNEL_CACHE=/tmp/kernels-$shape-$2 WANDA_TOKEN_CACHE=/tmp/tokens-$shape-$2 \
+      WANDA_DIGEST_CACHE=/tmp/digests-$shape-$2
+    rm -rf "$WANDA_KERNEL_CACHE" "$WANDA_TOKEN_CACHE" "$WANDA_DIGEST_CACHE"
     for w in wanda-cold wanda wanda-cublas-attention wanda-autotune wanda-autotune-again $base; do
       b=/tmp/${w%-again}
       b=${b%-cold}
