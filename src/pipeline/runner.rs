@@ -48,6 +48,11 @@ pub trait Executor {
     /// Called before the first stage of each cell that runs, to fill shared facts (hashes,
     /// effective values) into its record.
     fn begin_cell(&mut self, cell: &Cell, record: &mut RunRecord);
+    /// Called after the last stage of each cell, before its record is written, to fill what
+    /// was still being worked out while the stages ran (the model's hash).
+    fn end_cell(&mut self, _cell: &Cell, _record: &mut RunRecord) -> Result<(), StageFailure> {
+        Ok(())
+    }
     /// For a finished cell: what among its inputs (model, texts) differs from what its
     /// record says it used, or None when nothing does (or nothing can be checked).
     fn changed_inputs(&mut self, _cell: &Cell, _record: &RunRecord) -> Option<String> {
@@ -134,6 +139,15 @@ pub enum RunError {
         stage: String,
         /// The cell label, for per-cell stages.
         cell: Option<String>,
+        /// What went wrong.
+        #[source]
+        source: StageFailure,
+    },
+    /// What a cell's record needs after its stages (the model's hash) could not be had.
+    #[error("cell `{cell}` ran, but its record could not be completed")]
+    EndCell {
+        /// The cell label.
+        cell: String,
         /// What went wrong.
         #[source]
         source: StageFailure,
@@ -305,6 +319,18 @@ pub fn run(
                 summary.memory_summary = log.summary();
                 return Ok(summary);
             }
+        }
+        if let Err(source) = executor.end_cell(cell, &mut record) {
+            let error = RunError::EndCell {
+                cell: cell.label.clone(),
+                source,
+            };
+            mark(
+                &attempt.clone().failed(error_chain(&error)),
+                &options.results_dir,
+                cell,
+            );
+            return Err(error);
         }
         record.timings.total_s = started.elapsed().as_secs_f64()
             + shared_times.iter().map(|(_, c)| c.seconds).sum::<f64>();

@@ -29,35 +29,48 @@ pub(super) fn run<B: Backend>(
 ) -> Result<(), StageFailure> {
     exec.artifacts.verify_layers = options.verify == LoadVerify::Full;
     let origin = model_ref(settings, &exec.ctx.base_dir)?;
-    let files = ModelFiles::of(&origin)?;
-    let known = &exec.hashes.files;
+    // An earlier load stage's hash, if one is still being taken, is settled first.
+    exec.settle_model_hash()?;
+    // The checkpoint is hashed on a thread of its own, which the run record waits for only when
+    // the cell ends: both read the same pages, and neither the load nor the pruning waits for
+    // one core's SHA-256 (1.4 GB/s: a 2 GB shard takes longer than a 1B model's whole load).
+    exec.hashes.recorded.model = None;
+    exec.hashes.pending_model =
+        ModelFiles::of(&origin)?.map(|files| PendingHash::start(files, exec.hashes.files.clone()));
     let ctx = &exec.ctx;
-    // The checkpoint is hashed on a thread of its own while it loads: both read the same
-    // pages, and the hash (one core per file) no longer waits before the load begins.
-    let (digests, base) = std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| match &files {
-            Some(files) => files.missing_digests(known),
-            None => Ok(Vec::new()),
-        });
-        // With a gate ahead, the layers stay in the checkpoint until it decides whether the
-        // run streams them (reading them now would already take the memory it may not have).
-        let base = if ctx.gated {
-            model::load_streamed::<B>(&origin, &ctx.device, &ctx.results_dir)
-                .map(|loaded| loaded.map_model(Decoder::Streamed))
-        } else {
-            model::load::<B>(&origin, &ctx.device).map(|loaded| loaded.map_model(Decoder::Resident))
-        };
-        let digests = hashing
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (digests, base)
-    });
-    exec.hashes.recorded.model = match files {
-        Some(files) => Some(exec.model_hash_from(&files, digests?)),
-        None => None,
+    // With a gate ahead, the layers stay in the checkpoint until it decides whether the run
+    // streams them (reading them now would already take the memory it may not have).
+    let base = if ctx.gated {
+        model::load_streamed::<B>(&origin, &ctx.device, &ctx.results_dir)
+            .map(|loaded| loaded.map_model(Decoder::Streamed))
+    } else {
+        model::load::<B>(&origin, &ctx.device).map(|loaded| loaded.map_model(Decoder::Resident))
     };
     exec.artifacts.base = Some(base?);
     Ok(())
+}
+
+/// A model's files and the digests a thread took of those not known before.
+type Hashed = (ModelFiles, Vec<(PathBuf, String)>);
+
+/// A model's files being hashed on a thread of their own ([`ModelFiles::missing_digests`]).
+pub(super) struct PendingHash(std::thread::JoinHandle<Result<Hashed, StageError>>);
+
+impl PendingHash {
+    /// Starts hashing the files of `files` that `known` has no digest for.
+    fn start(files: ModelFiles, known: HashMap<PathBuf, String>) -> Self {
+        Self(std::thread::spawn(move || {
+            let digests = files.missing_digests(&known)?;
+            Ok((files, digests))
+        }))
+    }
+
+    /// The files and the digests taken, once the thread has finished.
+    pub(super) fn wait(self) -> Result<Hashed, StageError> {
+        self.0
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
 }
 
 /// The files a model's hash covers: a GGUF file, or a folder's `config.json` and safetensors

@@ -152,6 +152,10 @@ struct InputHashes {
     data: DataRecord,
     /// SHA-256 of every input file hashed so far, so resuming and loading hash each once.
     files: std::collections::HashMap<PathBuf, String>,
+    /// The model's files being hashed on a thread of their own since the load began: the run
+    /// record needs their hash only when a cell ends, so calibration and pruning go on
+    /// meanwhile ([`PipelineExecutor::settle_model_hash`]).
+    pending_model: Option<load::PendingHash>,
 }
 
 /// A pruned copy of the model and its measured sparsity.
@@ -205,6 +209,7 @@ impl<B: Backend> PipelineExecutor<B> {
                 recorded,
                 data: DataRecord::default(),
                 files: std::collections::HashMap::new(),
+                pending_model: None,
             },
         }
     }
@@ -315,6 +320,16 @@ impl<B: Backend> PipelineExecutor<B> {
         };
         let digests = files.missing_digests(&self.hashes.files)?;
         Ok(Some(self.model_hash_from(&files, digests)))
+    }
+
+    /// Waits for the model's hash the load stage began, if one is still being taken, and keeps
+    /// it for the run records.
+    fn settle_model_hash(&mut self) -> Result<(), StageError> {
+        if let Some(pending) = self.hashes.pending_model.take() {
+            let (files, digests) = pending.wait()?;
+            self.hashes.recorded.model = Some(self.model_hash_from(&files, digests));
+        }
+        Ok(())
     }
 
     /// The model's hash once `digests` has every file's digest not hashed before.
@@ -465,6 +480,12 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
             }
         }
         (!changed.is_empty()).then(|| changed.join(", "))
+    }
+
+    fn end_cell(&mut self, _cell: &Cell, record: &mut RunRecord) -> Result<(), StageFailure> {
+        self.settle_model_hash()?;
+        record.hashes.model = self.hashes.recorded.model.clone();
+        Ok(())
     }
 
     fn begin_cell(&mut self, _cell: &Cell, record: &mut RunRecord) {
