@@ -29,128 +29,17 @@ use crate::model::rope;
 
 mod head;
 mod host;
+mod product;
 
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
+use product::{matmul, View};
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;
 
 /// Query rows per attention block: each block attends to the keys up to its last row.
 pub const ATTENTION_ROWS: usize = 64;
-
-/// Rows per core below which a product is left to gemm's own threading.
-const BAND_ROWS: usize = 64;
-
-/// A row-major matrix view with explicit strides (in elements).
-#[derive(Clone, Copy)]
-struct View<'a> {
-    data: &'a [f32],
-    rows: usize,
-    cols: usize,
-    row_stride: usize,
-    col_stride: usize,
-}
-
-impl<'a> View<'a> {
-    /// A contiguous `[rows, cols]` matrix.
-    fn dense(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            row_stride: cols,
-            col_stride: 1,
-        }
-    }
-
-    /// The transpose of a contiguous `[cols, rows]` matrix, without a copy.
-    fn transposed(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            row_stride: 1,
-            col_stride: rows,
-        }
-    }
-
-    /// Whether every element lies inside `data`.
-    fn in_bounds(&self) -> bool {
-        self.rows == 0
-            || self.cols == 0
-            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride
-                < self.data.len()
-    }
-}
-
-/// `dst = (accumulate ? dst : 0) + a · b`, with `dst` row-major `[a.rows, b.cols]` at row stride
-/// `dst_stride`.
-fn matmul(dst: &mut [f32], dst_stride: usize, accumulate: bool, a: View, b: View, parallel: bool) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert_eq!(k, b.rows, "inner dimensions differ");
-    assert!(a.in_bounds() && b.in_bounds(), "operand view out of bounds");
-    assert!(
-        m == 0 || n == 0 || (m - 1) * dst_stride + n <= dst.len(),
-        "destination too small"
-    );
-    if m == 0 || n == 0 {
-        return;
-    }
-    let threads = rayon::current_num_threads();
-    if parallel && m >= BAND_ROWS * threads {
-        // Each core multiplies its own band of rows with gemm's one-thread kernel: the same
-        // arithmetic per element as one call (gemm's k blocking depends on k alone), without
-        // gemm's thread hand-offs inside every call (measured 1–10 % faster per forward).
-        let band = m.div_ceil(threads);
-        dst.par_chunks_mut(band * dst_stride)
-            .enumerate()
-            .for_each(|(i, dst)| {
-                let start = i * band;
-                if start < m {
-                    let rows = band.min(m - start);
-                    let a = View {
-                        data: &a.data[start * a.row_stride..],
-                        rows,
-                        ..a
-                    };
-                    matmul(dst, dst_stride, accumulate, a, b, false);
-                }
-            });
-        return;
-    }
-    let parallelism = if parallel {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: the asserts above keep every index gemm touches inside the three slices, and `dst`
-    // is borrowed mutably, so it overlaps neither operand.
-    #[allow(unsafe_code)]
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            dst_stride as isize,
-            accumulate,
-            a.data.as_ptr(),
-            a.col_stride as isize,
-            a.row_stride as isize,
-            b.data.as_ptr(),
-            b.col_stride as isize,
-            b.row_stride as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
-}
 
 /// One linear's borrowed weight `[in, out]` and optional bias `[out]`.
 struct LinearRef<'a> {
@@ -1464,23 +1353,5 @@ mod tests {
         assert_eq!(banded, whole);
         let reference: Vec<f32> = at.matmul(bt).into_data().to_vec().unwrap();
         close(&banded, &reference);
-    }
-
-    #[test]
-    fn matmul_reads_a_transposed_view_and_accumulates() {
-        // a = [[1, 2], [3, 4]] (2×2); b = transpose of [[1, 0, 2], [0, 1, 3]] stored as 3×2 …
-        let a = [1.0, 2.0, 3.0, 4.0];
-        let b_stored = [1.0, 0.0, 0.0, 1.0, 2.0, 3.0]; // [[1,0],[0,1],[2,3]] = bᵀ (3×2)
-        let mut dst = vec![1.0f32; 6];
-        matmul(
-            &mut dst,
-            3,
-            true,
-            View::dense(&a, 2, 2),
-            View::transposed(&b_stored, 2, 3),
-            false,
-        );
-        // a · [[1,0,2],[0,1,3]] = [[1,2,8],[3,4,18]], plus the ones already in dst.
-        assert_eq!(dst, vec![2.0, 3.0, 9.0, 4.0, 5.0, 19.0]);
     }
 }

@@ -1,0 +1,221 @@
+//! Matrix products of the fused kernels: `gemm` calls over strided views of f32 slices, one band
+//! of rows per core, whose bits do not depend on the CPU they run on ([`depth_blocks`]).
+
+use rayon::prelude::*;
+
+/// Rows per core below which a product is left to gemm's own threading.
+const BAND_ROWS: usize = 64;
+
+/// A row-major matrix view with explicit strides (in elements).
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    pub(super) data: &'a [f32],
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    pub(super) row_stride: usize,
+    pub(super) col_stride: usize,
+}
+
+impl<'a> View<'a> {
+    /// A contiguous `[rows, cols]` matrix.
+    pub(super) fn dense(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose of a contiguous `[cols, rows]` matrix, without a copy.
+    pub(super) fn transposed(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: 1,
+            col_stride: rows,
+        }
+    }
+
+    /// Whether every element lies inside `data`.
+    fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride
+                < self.data.len()
+    }
+}
+
+/// `dst = (accumulate ? dst : 0) + a · b`, with `dst` row-major `[a.rows, b.cols]` at row stride
+/// `dst_stride`.
+pub(super) fn matmul(dst: &mut [f32], dst_stride: usize, accumulate: bool, a: View, b: View, parallel: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(k, b.rows, "inner dimensions differ");
+    assert!(a.in_bounds() && b.in_bounds(), "operand view out of bounds");
+    assert!(
+        m == 0 || n == 0 || (m - 1) * dst_stride + n <= dst.len(),
+        "destination too small"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    if parallel && m >= BAND_ROWS * threads {
+        // Each core multiplies its own band of rows with gemm's one-thread kernel: the same
+        // arithmetic per element as one call ([`depth_blocks`] depend on k alone), without
+        // gemm's thread hand-offs inside every call (measured 1–10 % faster per forward).
+        let band = m.div_ceil(threads);
+        dst.par_chunks_mut(band * dst_stride)
+            .enumerate()
+            .for_each(|(i, dst)| {
+                let start = i * band;
+                if start < m {
+                    let rows = band.min(m - start);
+                    let a = View {
+                        data: &a.data[start * a.row_stride..],
+                        rows,
+                        ..a
+                    };
+                    matmul(dst, dst_stride, accumulate, a, b, false);
+                }
+            });
+        return;
+    }
+    let parallelism = if parallel {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // One gemm call per block of the inner dimension, each added to what the blocks before it
+    // left in `dst`: gemm then never blocks k itself.
+    for (i, depth) in depth_blocks(k).enumerate() {
+        // SAFETY: the asserts above keep every index gemm touches inside the three slices (a
+        // block's operands start `depth.start` columns of `a` and rows of `b` in, and are
+        // `depth.len()` long), and `dst` is borrowed mutably, so it overlaps neither operand.
+        #[allow(unsafe_code)]
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                depth.len(),
+                dst.as_mut_ptr(),
+                1,
+                dst_stride as isize,
+                accumulate || i > 0,
+                a.data.as_ptr().add(depth.start * a.col_stride),
+                a.col_stride as isize,
+                a.row_stride as isize,
+                b.data.as_ptr().add(depth.start * b.row_stride),
+                b.col_stride as isize,
+                b.row_stride as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    }
+}
+
+/// The most products one gemm call sums per element: the smallest k block gemm-common ever
+/// chooses (`kernel_params`: `auto_kc.max(512)`).
+const DEPTH_BLOCK: usize = 512;
+
+/// The blocks of the inner dimension `k` that [`matmul`] sums one gemm call at a time: as few
+/// as hold at most [`DEPTH_BLOCK`] each, of equal length but the last (gemm's own rule).
+///
+/// gemm-common blocks k by a size it derives from the CPU's L1 cache (512 on a 32 KiB 8-way
+/// L1, as AMD's Zen 3 and Zen 4 have; 1024 on a 48 KiB 12-way one, as Intel's recent Xeons and
+/// AMD's Zen 5 have), and each block's sums are rounded into `dst` before the next: left to
+/// itself, the same product rounded differently on different CPUs, and so did every
+/// perplexity (SmolLM2's `hidden_size` is 576). Blocks of at most 512 are never blocked again,
+/// so every x86 CPU with AVX2 (the kernels gemm is built with) computes the same bits, those
+/// Zen 3 and Zen 4 computed before.
+fn depth_blocks(k: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let blocks = k.div_ceil(DEPTH_BLOCK).max(1);
+    let size = k.div_ceil(blocks);
+    (0..k).step_by(size.max(1)).map(move |start| start..(start + size).min(k))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_blocks_are_gemms_own_for_a_512_block() {
+        let blocks = |k| depth_blocks(k).collect::<Vec<_>>();
+        assert_eq!(blocks(0), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(blocks(37), vec![0..37]);
+        assert_eq!(blocks(512), vec![0..512]);
+        assert_eq!(blocks(576), vec![0..288, 288..576]);
+        assert_eq!(blocks(1536), vec![0..512, 512..1024, 1024..1536]);
+        assert_eq!(blocks(1537), vec![0..385, 385..770, 770..1155, 1155..1537]);
+    }
+
+    /// `dst[i][j]` as [`matmul`] promises it on any CPU: each depth block's products summed in
+    /// order by fused multiply-adds from zero, then added to what `dst` held.
+    fn blocked_reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut dst = vec![0.0f32; m * n];
+        for depth in depth_blocks(k) {
+            for i in 0..m {
+                for j in 0..n {
+                    let sum = depth
+                        .clone()
+                        .fold(0.0f32, |acc, p| a[i * k + p].mul_add(b[p * n + j], acc));
+                    dst[i * n + j] += sum;
+                }
+            }
+        }
+        dst
+    }
+
+    /// The products of one call equal, to the bit, the blocked sums above: nothing of gemm's
+    /// own cache-sized blocking is left in them (on a CPU whose L1 made gemm block k by 1024,
+    /// the 1000-deep product would otherwise be summed in one block).
+    #[test]
+    fn products_are_summed_in_depth_blocks_whatever_the_cpu() {
+        for (m, k, n) in [(3, 7, 5), (9, 576, 17), (8, 1000, 33), (5, 1536, 24), (130, 1000, 70)] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+                .collect();
+            let b: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 104_729) % 991) as f32 / 89.0 - 5.5)
+                .collect();
+            let mut dst = vec![0.0f32; m * n];
+            matmul(
+                &mut dst,
+                n,
+                false,
+                View::dense(&a, m, k),
+                View::dense(&b, k, n),
+                false,
+            );
+            let reference = blocked_reference(&a, &b, m, k, n);
+            let differing = dst.iter().zip(&reference).filter(|(x, y)| x != y).count();
+            assert_eq!(differing, 0, "[{m} × {k}] · [{k} × {n}]");
+        }
+    }
+
+    #[test]
+    fn matmul_reads_a_transposed_view_and_accumulates() {
+        // a = [[1, 2], [3, 4]] (2×2); b = transpose of [[1, 0, 2], [0, 1, 3]] stored as 3×2 …
+        let a = [1.0, 2.0, 3.0, 4.0];
+        let b_stored = [1.0, 0.0, 0.0, 1.0, 2.0, 3.0]; // [[1,0],[0,1],[2,3]] = bᵀ (3×2)
+        let mut dst = vec![1.0f32; 6];
+        matmul(
+            &mut dst,
+            3,
+            true,
+            View::dense(&a, 2, 2),
+            View::transposed(&b_stored, 2, 3),
+            false,
+        );
+        // a · [[1,0,2],[0,1,3]] = [[1,2,8],[3,4,18]], plus the ones already in dst.
+        assert_eq!(dst, vec![2.0, 3.0, 9.0, 4.0, 5.0, 19.0]);
+    }
+}
