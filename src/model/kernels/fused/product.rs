@@ -50,7 +50,14 @@ impl<'a> View<'a> {
 
 /// `dst = (accumulate ? dst : 0) + a · b`, with `dst` row-major `[a.rows, b.cols]` at row stride
 /// `dst_stride`.
-pub(super) fn matmul(dst: &mut [f32], dst_stride: usize, accumulate: bool, a: View, b: View, parallel: bool) {
+pub(super) fn matmul(
+    dst: &mut [f32],
+    dst_stride: usize,
+    accumulate: bool,
+    a: View,
+    b: View,
+    parallel: bool,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(k, b.rows, "inner dimensions differ");
     assert!(a.in_bounds() && b.in_bounds(), "operand view out of bounds");
@@ -138,9 +145,10 @@ const DEPTH_BLOCK: usize = 512;
 fn depth_blocks(k: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     let blocks = k.div_ceil(DEPTH_BLOCK).max(1);
     let size = k.div_ceil(blocks);
-    (0..k).step_by(size.max(1)).map(move |start| start..(start + size).min(k))
+    (0..k)
+        .step_by(size.max(1))
+        .map(move |start| start..(start + size).min(k))
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -179,7 +187,13 @@ mod tests {
     /// the 1000-deep product would otherwise be summed in one block).
     #[test]
     fn products_are_summed_in_depth_blocks_whatever_the_cpu() {
-        for (m, k, n) in [(3, 7, 5), (9, 576, 17), (8, 1000, 33), (5, 1536, 24), (130, 1000, 70)] {
+        for (m, k, n) in [
+            (3, 7, 5),
+            (9, 576, 17),
+            (8, 1000, 33),
+            (5, 1536, 24),
+            (130, 1000, 70),
+        ] {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
                 .collect();
