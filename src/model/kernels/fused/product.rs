@@ -133,7 +133,8 @@ pub(super) fn matmul(
 const DEPTH_BLOCK: usize = 512;
 
 /// The blocks of the inner dimension `k` that [`matmul`] sums one gemm call at a time: as few
-/// as hold at most [`DEPTH_BLOCK`] each, of equal length but the last (gemm's own rule).
+/// as hold at most [`DEPTH_BLOCK`] each, of equal length but the last (gemm's own rule); one
+/// empty block for `k = 0`, so that gemm still writes `dst` (zeros, or `dst` itself).
 ///
 /// gemm-common blocks k by a size it derives from the CPU's L1 cache (512 on a 32 KiB 8-way
 /// L1, as AMD's Zen 3 and Zen 4 have; 1024 on a 48 KiB 12-way one, as Intel's recent Xeons and
@@ -145,7 +146,7 @@ const DEPTH_BLOCK: usize = 512;
 fn depth_blocks(k: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     let blocks = k.div_ceil(DEPTH_BLOCK).max(1);
     let size = k.div_ceil(blocks);
-    (0..k)
+    (0..k.max(1))
         .step_by(size.max(1))
         .map(move |start| start..(start + size).min(k))
 }
@@ -157,7 +158,7 @@ mod tests {
     #[test]
     fn depth_blocks_are_gemms_own_for_a_512_block() {
         let blocks = |k| depth_blocks(k).collect::<Vec<_>>();
-        assert_eq!(blocks(0), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(blocks(0), vec![0..0]);
         assert_eq!(blocks(37), vec![0..37]);
         assert_eq!(blocks(512), vec![0..512]);
         assert_eq!(blocks(576), vec![0..288, 288..576]);
@@ -213,6 +214,29 @@ mod tests {
             let differing = dst.iter().zip(&reference).filter(|(x, y)| x != y).count();
             assert_eq!(differing, 0, "[{m} × {k}] · [{k} × {n}]");
         }
+    }
+
+    #[test]
+    fn an_empty_inner_dimension_writes_zeros_or_keeps_dst() {
+        let mut dst = vec![7.0f32; 6];
+        matmul(
+            &mut dst,
+            3,
+            true,
+            View::dense(&[], 2, 0),
+            View::dense(&[], 0, 3),
+            false,
+        );
+        assert_eq!(dst, vec![7.0; 6]);
+        matmul(
+            &mut dst,
+            3,
+            false,
+            View::dense(&[], 2, 0),
+            View::dense(&[], 0, 3),
+            false,
+        );
+        assert_eq!(dst, vec![0.0; 6]);
     }
 
     #[test]
