@@ -187,39 +187,34 @@ fn queue(
     let (ws, ms) = (int(weight_stride)?, int(mask_stride)?);
     let (ptr, long) = (Arg::Pointer, Arg::Long);
     let len = rows * cols;
+    // The per-column and N:M kernels take the same parameters around their rule's own.
+    let around = |rule: &[Arg]| -> Vec<Arg> {
+        [
+            ptr(weight),
+            ws,
+            ptr(norms),
+            ptr(mask),
+            ms,
+            rows_arg,
+            cols_arg,
+        ]
+        .into_iter()
+        .chain(rule.iter().copied())
+        .chain([ptr(failed)])
+        .collect()
+    };
     match which {
         Lowest::PerColumn(k) => launch(
             functions[PER_COLUMN + kind],
             cols.div_ceil(COLUMNS),
             (COLUMNS as u32, WARPS, 1),
-            &mut [
-                ptr(weight),
-                ws,
-                ptr(norms),
-                ptr(mask),
-                ms,
-                rows_arg,
-                cols_arg,
-                int(k)?,
-                ptr(failed),
-            ],
+            &mut around(&[int(k)?]),
         ),
         Lowest::PerGroup { n, m } => launch(
             functions[PER_GROUP + kind],
             (rows / m * cols).div_ceil(THREADS as usize),
             (THREADS, 1, 1),
-            &mut [
-                ptr(weight),
-                ws,
-                ptr(norms),
-                ptr(mask),
-                ms,
-                rows_arg,
-                cols_arg,
-                int(n)?,
-                int(m)?,
-                ptr(failed),
-            ],
+            &mut around(&[int(n)?, int(m)?]),
         ),
         Lowest::MatrixThreshold(_) => {
             let blocks = len.div_ceil(THREADS as usize).min(MATRIX_BLOCKS);
