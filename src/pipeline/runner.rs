@@ -285,6 +285,15 @@ pub fn run(
                 path: attempt_path.display().to_string(),
                 source,
             })?;
+        // A failure of this cell marks its attempt as failed, with the error's chain.
+        let failed = |error: RunError| {
+            mark(
+                &attempt.clone().failed(error_chain(&error)),
+                &options.results_dir,
+                cell,
+            );
+            error
+        };
         let started = Instant::now();
         for (stage, cost) in &shared_times {
             record_stage(&mut record, stage, *cost);
@@ -297,17 +306,9 @@ pub fn run(
                 cell: Some(cell),
                 record_cell: Some(cell),
             };
-            let (outcome, cost) = match step.run(executor, &mut log, &mut record, &mut on_event) {
-                Ok(outcome) => outcome,
-                Err(error) => {
-                    mark(
-                        &attempt.clone().failed(error_chain(&error)),
-                        &options.results_dir,
-                        cell,
-                    );
-                    return Err(error);
-                }
-            };
+            let (outcome, cost) = step
+                .run(executor, &mut log, &mut record, &mut on_event)
+                .map_err(failed)?;
             record_stage(&mut record, &node.stage, cost);
             if let StageOutcome::Halt { reason } = outcome {
                 mark(
@@ -320,18 +321,12 @@ pub fn run(
                 return Ok(summary);
             }
         }
-        if let Err(source) = executor.end_cell(cell, &mut record) {
-            let error = RunError::EndCell {
+        executor.end_cell(cell, &mut record).map_err(|source| {
+            failed(RunError::EndCell {
                 cell: cell.label.clone(),
                 source,
-            };
-            mark(
-                &attempt.clone().failed(error_chain(&error)),
-                &options.results_dir,
-                cell,
-            );
-            return Err(error);
-        }
+            })
+        })?;
         record.timings.total_s = started.elapsed().as_secs_f64()
             + shared_times.iter().map(|(_, c)| c.seconds).sum::<f64>();
         record.memory.peak_rss_bytes = log.peak_rss();
