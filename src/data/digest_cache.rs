@@ -165,9 +165,12 @@ impl DigestCache {
 }
 
 /// The hex SHA-256 of `path`'s contents, through this process's [`DigestCache`] where there is
-/// one (the digest of an unchanged large file is not computed again).
+/// one (the digest of an unchanged large file is not computed again). The cache is opened only
+/// for a file of [`MIN_CACHED_BYTES`] or more, so a run that hashes only small files makes no
+/// cache folder and scans none.
 pub fn sha256_file_remembered(path: &Path) -> std::io::Result<String> {
-    match DigestCache::from_env() {
+    let large = std::fs::metadata(path)?.len() >= MIN_CACHED_BYTES;
+    match large.then(DigestCache::from_env).flatten() {
         Some(cache) => cache.sha256(path),
         None => super::hash::sha256_file(path),
     }

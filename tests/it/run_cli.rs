@@ -458,3 +458,22 @@ fn rerun_matches(results: &Path, original: &RunRecord) {
     assert_eq!(again.metrics.perplexity, original.metrics.perplexity);
     assert_eq!(again.sparsity, original.sparsity);
 }
+
+/// A run whose inputs are all small (a tiny model, short texts) hashes them directly and makes
+/// no digest cache folder (`WANDA_DIGEST_CACHE`), while its record still has every hash.
+#[test]
+fn small_inputs_open_no_digest_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = sweep_fixture(dir.path());
+    let results = dir.path().join("results");
+    let cache = dir.path().join("digests");
+    output_ok(
+        wanda(&pipeline, &results)
+            .args(["--only", "wanda-0.4-unstructured"])
+            .env("WANDA_DIGEST_CACHE", &cache),
+    );
+    let recs = records(&results);
+    assert_eq!(recs.len(), 1);
+    assert!(recs[0].hashes.model.is_some() && recs[0].hashes.evaluation.is_some());
+    assert!(!cache.exists(), "a digest cache was made for small files");
+}
