@@ -190,14 +190,16 @@ fn selected<'a>(plan: &'a Plan, options: &RunOptions) -> Result<Vec<&'a Cell>, R
     }
 }
 
-/// Runs the plan with `executor`.
-pub fn run(
-    plan: &Plan,
+/// The selected cells that must run: those without a finished record, those whose inputs
+/// changed since (as `options.on_changed` says), or all with `options.force`. The others are
+/// skipped into `summary`.
+fn cells_to_run<'p>(
+    plan: &'p Plan,
     executor: &mut dyn Executor,
     options: &RunOptions,
-    mut on_event: impl FnMut(RunEvent<'_>),
-) -> Result<RunSummary, RunError> {
-    let mut summary = RunSummary::default();
+    summary: &mut RunSummary,
+    on_event: &mut impl FnMut(RunEvent<'p>),
+) -> Result<Vec<&'p Cell>, RunError> {
     let mut todo = Vec::new();
     for cell in selected(plan, options)? {
         let finished = RunRecord::read(&RunRecord::path(&options.results_dir, &cell.id))
@@ -224,6 +226,18 @@ pub fn run(
             _ => todo.push(cell),
         }
     }
+    Ok(todo)
+}
+
+/// Runs the plan with `executor`.
+pub fn run(
+    plan: &Plan,
+    executor: &mut dyn Executor,
+    options: &RunOptions,
+    mut on_event: impl FnMut(RunEvent<'_>),
+) -> Result<RunSummary, RunError> {
+    let mut summary = RunSummary::default();
+    let todo = cells_to_run(plan, executor, options, &mut summary, &mut on_event)?;
     let mut shared_log = MemoryLog::with_gpu(options.gpu_index);
     let Some(first) = todo.first() else {
         return Ok(summary);
