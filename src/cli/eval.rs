@@ -11,6 +11,7 @@ use burn::prelude::Backend;
 use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
+use super::progress::Counter;
 use wanda::data::hub::HubRequest;
 use wanda::data::read_tokenized;
 use wanda::data::sets::{evaluation_ids, DataSource, DatasetName};
@@ -145,14 +146,14 @@ impl OnBackend for EvalArgs {
         let report = if text.is_empty() {
             None
         } else {
-            let bar = super::counter_bar("perplexity", "windows");
+            let bar = Counter::new("perplexity", "windows");
             let report = perplexity(
                 &loaded.model,
                 &ids,
                 self.seqlen,
                 self.windows,
                 loaded.config.context_limit(),
-                |done, total| super::advance(&bar, done, total),
+                |done, total| bar.advance(done, total),
             )?;
             bar.finish_and_clear();
             Some(report)
@@ -190,7 +191,8 @@ impl EvalArgs {
             Some(dir) => TaskSource::Local(dir),
             None => TaskSource::Hub(&hub),
         };
-        let bar = super::counter_bar("zero-shot", "requests");
+        let bar = Counter::new("zero-shot", "requests");
+        let mut current = String::new();
         let run = zeroshot::evaluate(
             &loaded.model,
             &loaded.tokenizer,
@@ -199,8 +201,11 @@ impl EvalArgs {
             source,
             self.limit,
             |task, done, total| {
-                bar.set_prefix(task.to_owned());
-                super::advance(&bar, done, total);
+                if task != current {
+                    bar.start(task);
+                    current = task.to_owned();
+                }
+                bar.advance(done, total);
             },
         )?;
         bar.finish_and_clear();

@@ -10,6 +10,7 @@ mod generate;
 mod graph;
 mod plan;
 mod plot;
+mod progress;
 mod prune;
 mod rerun;
 mod run;
@@ -24,7 +25,6 @@ mod validate;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// Declarative LLM-pruning experiments: Wanda, SparseGPT and magnitude pruning of Llama-family
 /// models, WikiText-2 perplexity by the paper's protocol, on CPU or CUDA.
@@ -123,13 +123,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A progress bar for `done / total` callbacks: `label [bar] pos/len unit elapsed (eta)`, drawn
-/// on stderr only when it is a terminal.
-fn counter_bar(label: &str, unit: &str) -> ProgressBar {
-    let template = format!("{label} {{bar:30}} {{pos}}/{{len}} {unit} {{elapsed}} (eta {{eta}})");
-    ProgressBar::new(0).with_style(ProgressStyle::with_template(&template).expect("valid template"))
-}
-
 /// Every readable run record below `dir`; unreadable ones are named on stderr and skipped, and
 /// a folder with none is an error.
 fn results_records(dir: &std::path::Path) -> anyhow::Result<Vec<wanda::pipeline::RunRecord>> {
@@ -152,20 +145,4 @@ fn results_records(dir: &std::path::Path) -> anyhow::Result<Vec<wanda::pipeline:
         );
     }
     Ok(records.into_iter().map(|(_, r)| r).collect())
-}
-
-/// Prints `text` above `bar`, or on stdout when the bar is hidden (output is not a terminal),
-/// so logs and pipes keep the line.
-fn say(bar: &ProgressBar, text: &str) {
-    if bar.is_hidden() {
-        println!("{text}");
-    } else {
-        bar.println(text);
-    }
-}
-
-/// Moves `bar` to `done` of `total`.
-fn advance(bar: &ProgressBar, done: usize, total: usize) {
-    bar.set_length(total as u64);
-    bar.set_position(done as u64);
 }

@@ -10,6 +10,7 @@ use burn::prelude::Backend;
 use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
+use super::progress::Counter;
 use wanda::data::calibration::CalibrationSet;
 use wanda::data::sets::DatasetName;
 use wanda::eval::perplexity::PerplexityReport;
@@ -292,10 +293,10 @@ impl OnBackend for Job {
             results,
         } = self;
         let results_dir = results.join(plan.name());
-        let bar = super::counter_bar("prune", "steps");
+        let bar = Counter::new("prune", "steps");
         let progress = bar.clone();
         let mut executor = PipelineExecutor::<B>::new(&plan, &results_dir, device, choice)
-            .with_progress(move |_stage, done, total| super::advance(&progress, done, total));
+            .with_progress(move |_stage, done, total| progress.advance(done, total));
         let options = RunOptions {
             results_dir: results_dir.clone(),
             only: None,
@@ -306,8 +307,7 @@ impl OnBackend for Job {
         };
         let summary = runner::run(&plan, &mut executor, &options, |event| {
             if let runner::RunEvent::StageStarted { node, .. } = event {
-                bar.set_message(node.stage.clone());
-                bar.reset();
+                bar.start(&node.stage);
             }
         })?;
         bar.finish_and_clear();

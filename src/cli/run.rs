@@ -8,6 +8,7 @@ use burn::prelude::Backend;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::backend::{dispatch, OnBackend};
+use super::progress::{say, Counter};
 use wanda::memory::device::DeviceChoice;
 use wanda::pipeline::runner::{self, OnChanged, RunEvent, RunOptions, RunSummary};
 use wanda::pipeline::spec::Budget;
@@ -120,15 +121,13 @@ impl OnBackend for Job {
             ),
         );
         bar.set_prefix("run");
-        let stage_bar = bars.add(super::counter_bar("    stage", "steps"));
+        let stage_bar = Counter::within(&bars, "    stage", "steps");
         let stage_progress = stage_bar.clone();
         let report_bar = bar.clone();
         let mut executor =
             PipelineExecutor::<B>::new(&self.plan, &self.options.results_dir, device, choice)
-                .with_progress(move |_stage, done, total| {
-                    super::advance(&stage_progress, done, total)
-                })
-                .with_report(move |text| super::say(&report_bar, text.trim_end()))
+                .with_progress(move |_stage, done, total| stage_progress.advance(done, total))
+                .with_report(move |text| say(&report_bar, text.trim_end()))
                 .with_budget(self.budget);
         let summary = runner::run(
             &self.plan,
@@ -137,11 +136,12 @@ impl OnBackend for Job {
             |event| match event {
                 RunEvent::StageStarted { node, cell } => {
                     let who = cell.map_or("shared".to_string(), |c| c.label.clone());
-                    bar.set_message(format!("{} ({who})", node.stage));
-                    stage_bar.reset();
+                    let step = format!("{} ({who})", node.stage);
+                    stage_bar.start(&step);
+                    bar.set_message(step);
                 }
                 RunEvent::CellSkipped(_) => bar.inc(1),
-                RunEvent::CellInputsChanged(cell, what) => super::say(
+                RunEvent::CellInputsChanged(cell, what) => say(
                     &bar,
                     &format!(
                         "redo     {:<32} finished before, but {what} changed since",
@@ -150,7 +150,7 @@ impl OnBackend for Job {
                 ),
                 RunEvent::CellFinished(cell, record, path) => {
                     bar.inc(1);
-                    super::say(
+                    say(
                         &bar,
                         &format!(
                             "finished {:<32} ppl {:>10} sparsity {:>6}  {}",

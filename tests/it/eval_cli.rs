@@ -314,3 +314,34 @@ fn an_unusable_token_cache_is_a_warning_and_the_run_goes_on() {
     assert_eq!(ppl(&blocked), ppl(&usable));
     assert!(!String::from_utf8_lossy(&usable.stderr).contains("token cache"));
 }
+
+/// Where stderr is not a terminal (a log, a pipe), progress is written as lines: every step
+/// with `WANDA_PROGRESS_SECONDS=0`, none with `off`.
+#[test]
+fn progress_is_written_as_lines_where_stderr_is_a_log() {
+    let (_dir, folder, text_path) = tiny_setup(9, 100);
+    let stderr_with = |seconds: &str| {
+        let out = output_ok(
+            Command::new(env!("CARGO_BIN_EXE_wanda"))
+                .env("WANDA_PROGRESS_SECONDS", seconds)
+                .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
+                .args(["--windows", "4", "--model"])
+                .arg(&folder)
+                .arg("--text")
+                .arg(&text_path),
+        );
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let every = stderr_with("0");
+    let lines: Vec<&str> = every
+        .lines()
+        .filter(|l| l.starts_with("perplexity: "))
+        .collect();
+    assert!(!lines.is_empty(), "no progress lines in {every:?}");
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("perplexity: 4/4 windows, ") && last.ends_with(" elapsed"),
+        "{last:?}"
+    );
+    assert!(!stderr_with("off").contains("perplexity: "));
+}
