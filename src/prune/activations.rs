@@ -5,7 +5,7 @@
 
 use burn::prelude::*;
 
-use crate::model::llama::DecoderLayer;
+use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
 
 /// How calibration samples pass through the layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,9 +69,29 @@ impl<B: Backend> Activations<B> {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// Each batch's `[batch, seq, hidden]`, in order, wherever it lives.
+    pub fn dims(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
+        self.batches.iter().map(|stored| match stored {
+            Stored::Device(t) => t.dims(),
+            Stored::Host(data) => [data.shape[0], data.shape[1], data.shape[2]],
+        })
+    }
+
     /// The outputs of `layer` for every batch, kept where the inputs were; each input is
     /// dropped once its output exists.
     pub fn forward(self, layer: &DecoderLayer<B>, cos: &Tensor<B, 2>, sin: &Tensor<B, 2>) -> Self {
+        self.forward_observed(layer, cos, sin, &mut |_, _| {})
+    }
+
+    /// [`Activations::forward`] that shows `observe` the input of every linear of each batch,
+    /// as [`DecoderLayer::forward_observed`] does: statistics and outputs in one pass.
+    pub fn forward_observed(
+        self,
+        layer: &DecoderLayer<B>,
+        cos: &Tensor<B, 2>,
+        sin: &Tensor<B, 2>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Self {
         let Self { batches, device } = self;
         let batches = batches
             .into_iter()
@@ -80,8 +100,12 @@ impl<B: Backend> Activations<B> {
                     Stored::Device(t) => (t, false),
                     Stored::Host(data) => (Tensor::from_data(data, &device), true),
                 };
-                let out = layer.forward_each(vec![x], cos, sin).remove(0);
-                store(out, host)
+                let ctx = LayerContext {
+                    cos,
+                    sin,
+                    cache: None,
+                };
+                store(layer.forward_observed(x, ctx, observe), host)
             })
             .collect();
         Self { batches, device }

@@ -169,10 +169,8 @@ impl<B: Backend> LayerStats<B> {
         sin: &Tensor<B, 2>,
     ) -> Result<(), PruneError> {
         let mut failure = None;
+        self.count(inputs);
         for x in inputs.iter() {
-            let [b, s, _] = x.dims();
-            self.samples += b;
-            self.tokens += b * s;
             let ctx = LayerContext {
                 cos,
                 sin,
@@ -186,6 +184,34 @@ impl<B: Backend> LayerStats<B> {
             });
         }
         failure.map_or(Ok(()), Err)
+    }
+
+    /// [`LayerStats::observe`] and the layer's outputs in one pass, one forward per batch where
+    /// the two take two: for a layer the statistics will not change (OWL's dense pass). The
+    /// outputs are [`Activations::forward`]'s, the statistics `observe`'s.
+    fn observe_forward(
+        &mut self,
+        layer: &DecoderLayer<B>,
+        inputs: Activations<B>,
+        cos: &Tensor<B, 2>,
+        sin: &Tensor<B, 2>,
+    ) -> Result<Activations<B>, PruneError> {
+        let mut failure = None;
+        self.count(&inputs);
+        let outputs = inputs.forward_observed(layer, cos, sin, &mut |input, t| {
+            if let Err(e) = self.add(input, t) {
+                failure.get_or_insert(e);
+            }
+        });
+        failure.map_or(Ok(outputs), Err)
+    }
+
+    /// Counts the samples and tokens of `inputs`.
+    fn count(&mut self, inputs: &Activations<B>) {
+        for [b, s, _] in inputs.dims() {
+            self.samples += b;
+            self.tokens += b * s;
+        }
     }
 
     /// # Shapes
@@ -409,6 +435,7 @@ pub fn prune_model<B: Backend>(
     let mut outlier_ratios = Vec::new();
     if let Some(owl) = options.profile.owl() {
         outlier_ratios = owl_outlier_ratios(model, embed(), &cos, &sin, owl.m)?;
+        clock.lap("owl's dense pass");
         per_layer = owl_sparsities(&outlier_ratios, target, owl.lambda)
             .into_iter()
             .enumerate()
@@ -422,6 +449,12 @@ pub fn prune_model<B: Backend>(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+    }
+    if !method.needs_calibration() && options.dsnot.is_none() {
+        // Magnitude under OWL: the calibration samples were for the ratios alone.
+        let measured =
+            prune_by_magnitude(model, options, &per_layer, on_device, &mut clock, progress)?;
+        return Ok(report(measured, options, &per_layer, outlier_ratios));
     }
     let mut inputs = embed();
     clock.lap("embed");
@@ -520,8 +553,9 @@ fn report(
     report
 }
 
-/// OWL's first pass: the calibration samples run through the dense layers (nothing is
-/// pruned or stored), and each layer's outlier ratio is taken from the Wanda scores of all its
+/// OWL's first pass: the calibration samples run once through each dense layer (nothing is
+/// pruned or stored; the reference runs each layer twice, for the statistics and for the
+/// outputs, which are the same), and each layer's outlier ratio is taken from the Wanda scores of all its
 /// linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them.
 fn owl_outlier_ratios<B: Backend>(
     model: &impl Layers<B>,
@@ -534,7 +568,7 @@ fn owl_outlier_ratios<B: Backend>(
     for i in 0..model.layer_count() {
         let layer = model.layer(i)?;
         let mut stats = LayerStats::<B>::new(false, false);
-        stats.observe(&layer, &inputs, cos, sin)?;
+        inputs = stats.observe_forward(&layer, inputs, cos, sin)?;
         let host = stats.host();
         let mut pooled = Vec::new();
         for (_, input, linear) in layer.linears() {
@@ -547,7 +581,6 @@ fn owl_outlier_ratios<B: Backend>(
             pooled.extend(wanda_scores(&w, dims, &root)?);
         }
         ratios.push(outlier_ratio(&pooled, m));
-        inputs = inputs.forward(&layer, cos, sin);
     }
     Ok(ratios)
 }
@@ -996,6 +1029,67 @@ mod tests {
         for (g, f) in generic.iter().zip(&fused) {
             assert!(((g - f) / f).abs() < 2e-6, "{g} vs {f}");
         }
+    }
+
+    /// OWL's one pass over a dense layer gives what observing it and then running it give:
+    /// the same statistics and the same outputs, to the bit, with the fused kernels (NdArray)
+    /// and with Burn's ops (Flex).
+    fn one_pass_equals_two<B: Backend>() {
+        let device = Default::default();
+        let config = crate::model::config::HfLlamaConfig::from_json(
+            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":24,
+            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,
+            "vocab_size":32,"rms_norm_eps":1e-5}"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let model = crate::model::llama::Llama::<B>::init_random(&config, 3, &device);
+        let layer = &model.layers[0];
+        let (seq, hidden) = (12, 16);
+        let inputs = || {
+            let batches = [(2usize, 0.5f32), (1, -0.25)].map(|(batch, phase)| {
+                let values: Vec<f32> = (0..batch * seq * hidden)
+                    .map(|i| (i as f32 * 0.37 + phase).sin())
+                    .collect();
+                Tensor::<B, 3>::from_data(TensorData::new(values, [batch, seq, hidden]), &device)
+            });
+            Activations::new(batches, false, &device)
+        };
+        let (cos, sin) = model.rope_tables(0, seq);
+        let sums = |stats: LayerStats<B>| -> Vec<(LinearInput, Vec<f64>, usize, usize)> {
+            stats
+                .host()
+                .into_iter()
+                .map(|(input, stat)| match stat.sums {
+                    HostSums::SumSq(sums) => (input, sums, stat.samples, stat.tokens),
+                    HostSums::Gram(_) => panic!("sums of squares were asked for"),
+                })
+                .collect()
+        };
+        let outputs = |a: &Activations<B>| -> Vec<Vec<f32>> {
+            a.iter()
+                .map(|t| t.into_data().to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let mut two = LayerStats::<B>::new(false, false);
+        two.observe(layer, &inputs(), &cos, &sin).unwrap();
+        let forwarded = inputs().forward(layer, &cos, &sin);
+        let mut one = LayerStats::<B>::new(false, false);
+        let passed = one.observe_forward(layer, inputs(), &cos, &sin).unwrap();
+        let (two, one) = (sums(two), sums(one));
+        assert_eq!(one.len(), 4, "every shared input is observed");
+        assert!(one
+            .iter()
+            .all(|(_, _, samples, tokens)| (*samples, *tokens) == (3, 36)));
+        assert_eq!(one, two);
+        assert_eq!(outputs(&passed), outputs(&forwarded));
+    }
+
+    #[test]
+    fn owls_one_pass_equals_observing_then_forwarding() {
+        one_pass_equals_two::<NdArray<f32>>();
+        one_pass_equals_two::<burn::backend::Flex>();
     }
 
     /// The backend-generic sums (used where the fused kernel is not) after a massive first row:

@@ -106,6 +106,24 @@ fn owl_spreads_the_target_over_layers_and_an_explicit_profile_reproduces_it() {
     assert_eq!(all_weights(&flat), all_weights(&uniform));
 }
 
+/// Magnitude under OWL takes its layer ratios from the calibration pass and then prunes as
+/// plain magnitude would at those ratios (no calibration pass of its own after OWL's).
+#[test]
+fn magnitude_under_owl_is_magnitude_at_owls_ratios() {
+    let half = Sparsity::unstructured(0.5).unwrap();
+    let owl = with_profile(Profile::Owl(OwlOptions {
+        m: 2.0,
+        lambda: 0.08,
+    }));
+    let (model, report) = pruned_with(Method::Magnitude, &owl, half);
+    assert_eq!(report.outlier_ratios.len(), 2);
+    let t = &report.layer_targets;
+    assert!((t[0] - t[1]).abs() > 0.1, "{t:?}");
+    let explicit = with_profile(Profile::Layers(t.clone()));
+    let (again, _) = pruned_with(Method::Magnitude, &explicit, half);
+    assert_eq!(all_weights(&again), all_weights(&model));
+}
+
 #[test]
 fn explicit_ranges_set_each_layer_and_bad_profiles_are_refused() {
     let ranges: Profile = serde_json::from_str(r#"{"0": 0.25, "1": 0.75}"#).unwrap();
