@@ -355,10 +355,11 @@ fn column_sum_sq<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
 /// `calibration` holds the token windows (each the same length); it is required unless
 /// [`MethodOptions::needs_calibration`] says otherwise. `batching` says how many samples run
 /// through a layer at once and where their activations wait between layers (a batch size
-/// alone: on the device). `progress(layer, layers)` is called after each layer. Layers are
-/// taken one at a time and put back pruned, so a streamed model ([`crate::model::stream`])
-/// holds one layer in memory. Under OWL a first pass runs the calibration samples through the dense model for the
-/// outlier ratios, and then the pruning pass runs as usual.
+/// alone: on the device). `progress(step, steps)` is called after each layer of each pass.
+/// Layers are taken one at a time and put back pruned, so a streamed model
+/// ([`crate::model::stream`]) holds one layer in memory. Under OWL a first pass runs the
+/// calibration samples through the dense model for the outlier ratios (the first half of the
+/// steps), and then the pruning pass runs as usual.
 pub fn prune_model<B: Backend>(
     model: &mut impl Layers<B>,
     method: Method,
@@ -433,8 +434,16 @@ pub fn prune_model<B: Backend>(
     };
     let (cos, sin) = shell.rope_tables(0, seqlen);
     let mut outlier_ratios = Vec::new();
+    // Under OWL its dense pass is the first `layers` steps of the progress.
+    let done_before = if options.profile.owl().is_some() {
+        layers
+    } else {
+        0
+    };
+    let steps = done_before + layers;
     if let Some(owl) = options.profile.owl() {
-        outlier_ratios = owl_outlier_ratios(model, embed(), &cos, &sin, owl.m)?;
+        let mut dense_done = |i| progress(i, steps);
+        outlier_ratios = owl_outlier_ratios(model, embed(), &cos, &sin, owl.m, &mut dense_done)?;
         clock.lap("owl's dense pass");
         per_layer = owl_sparsities(&outlier_ratios, target, owl.lambda)
             .into_iter()
@@ -452,8 +461,9 @@ pub fn prune_model<B: Backend>(
     }
     if !method.needs_calibration() && options.dsnot.is_none() {
         // Magnitude under OWL: the calibration samples were for the ratios alone.
+        let after_owl = |done, _| progress(done_before + done, steps);
         let measured =
-            prune_by_magnitude(model, options, &per_layer, on_device, &mut clock, progress)?;
+            prune_by_magnitude(model, options, &per_layer, on_device, &mut clock, after_owl)?;
         return Ok(report(measured, options, &per_layer, outlier_ratios));
     }
     let mut inputs = embed();
@@ -491,7 +501,7 @@ pub fn prune_model<B: Backend>(
         clock.lap("forward");
         model.set_layer(i, layer)?;
         clock.lap("write layer");
-        progress(i + 1, layers);
+        progress(done_before + i + 1, steps);
     }
     // The calibration activations and work buffers are gone; the heap need not keep them.
     drop(inputs);
@@ -556,13 +566,15 @@ fn report(
 /// OWL's first pass: the calibration samples run once through each dense layer (nothing is
 /// pruned or stored; the reference runs each layer twice, for the statistics and for the
 /// outputs, which are the same), and each layer's outlier ratio is taken from the Wanda scores of all its
-/// linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them.
+/// linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them. `progress(i)` after
+/// `i` layers.
 fn owl_outlier_ratios<B: Backend>(
     model: &impl Layers<B>,
     mut inputs: Activations<B>,
     cos: &Tensor<B, 2>,
     sin: &Tensor<B, 2>,
     m: f64,
+    progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<f64>, PruneError> {
     let mut ratios = Vec::with_capacity(model.layer_count());
     for i in 0..model.layer_count() {
@@ -581,6 +593,7 @@ fn owl_outlier_ratios<B: Backend>(
             pooled.extend(wanda_scores(&w, dims, &root)?);
         }
         ratios.push(outlier_ratio(&pooled, m));
+        progress(i + 1);
     }
     Ok(ratios)
 }

@@ -124,6 +124,31 @@ fn magnitude_under_owl_is_magnitude_at_owls_ratios() {
     assert_eq!(all_weights(&again), all_weights(&model));
 }
 
+/// Progress counts OWL's dense pass as the first half of the steps, for every method under it,
+/// and a layer per step without it.
+#[test]
+fn progress_counts_owls_pass_then_the_pruning_pass() {
+    let half = Sparsity::unstructured(0.5).unwrap();
+    let owl = with_profile(Profile::Owl(OwlOptions::default()));
+    let steps = |method, options: &MethodOptions| {
+        let mut model = tiny_model(&tiny_config("LlamaForCausalLM", true), 7);
+        let mut seen = Vec::new();
+        prune_model(&mut model, method, options, half, &windows(), 2, |d, t| {
+            seen.push((d, t))
+        })
+        .unwrap();
+        seen
+    };
+    for method in [Method::Wanda, Method::Magnitude, Method::Sparsegpt] {
+        assert_eq!(
+            steps(method, &owl),
+            [(1, 4), (2, 4), (3, 4), (4, 4)],
+            "{method}"
+        );
+        assert_eq!(steps(method, &MethodOptions::default()), [(1, 2), (2, 2)]);
+    }
+}
+
 #[test]
 fn explicit_ranges_set_each_layer_and_bad_profiles_are_refused() {
     let ranges: Profile = serde_json::from_str(r#"{"0": 0.25, "1": 0.75}"#).unwrap();
