@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{FormattedDuration, MultiProgress, ProgressBar, ProgressStyle};
 
 /// The variable that sets how often a log line is written: seconds, or `off`.
-pub const PROGRESS_SECONDS: &str = "WANDA_PROGRESS_SECONDS";
+const PROGRESS_SECONDS: &str = "WANDA_PROGRESS_SECONDS";
 
 /// Seconds between log lines when [`PROGRESS_SECONDS`] is unset.
 const DEFAULT_SECONDS: u64 = 30;

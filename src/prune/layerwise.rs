@@ -434,30 +434,15 @@ pub fn prune_model<B: Backend>(
     };
     let (cos, sin) = shell.rope_tables(0, seqlen);
     let mut outlier_ratios = Vec::new();
+    let owl = options.profile.owl();
     // Under OWL its dense pass is the first `layers` steps of the progress.
-    let done_before = if options.profile.owl().is_some() {
-        layers
-    } else {
-        0
-    };
+    let done_before = if owl.is_some() { layers } else { 0 };
     let steps = done_before + layers;
-    if let Some(owl) = options.profile.owl() {
+    if let Some(owl) = owl {
         let mut dense_done = |i| progress(i, steps);
         outlier_ratios = owl_outlier_ratios(model, embed(), &cos, &sin, owl.m, &mut dense_done)?;
         clock.lap("owl's dense pass");
-        per_layer = owl_sparsities(&outlier_ratios, target, owl.lambda)
-            .into_iter()
-            .enumerate()
-            .map(|(i, ratio)| {
-                Sparsity::unstructured(ratio).map_err(|_| PruneError::InvalidProfile {
-                    reason: format!(
-                        "owl puts decoder layer {i} at sparsity {ratio:.4}, outside [0, 1); \
-                         lower `lambda` (now {}) or the target",
-                        owl.lambda
-                    ),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        per_layer = owl_layer_sparsities(&outlier_ratios, target, owl.lambda)?;
     }
     if !method.needs_calibration() && options.dsnot.is_none() {
         // Magnitude under OWL: the calibration samples were for the ratios alone.
@@ -563,11 +548,32 @@ fn report(
     report
 }
 
+/// Each layer's sparsity from OWL's outlier ratios ([`owl_sparsities`]); a ratio outside
+/// [0, 1) is an error that says how to avoid it.
+fn owl_layer_sparsities(
+    outlier_ratios: &[f64],
+    target: f64,
+    lambda: f64,
+) -> Result<Vec<Sparsity>, PruneError> {
+    owl_sparsities(outlier_ratios, target, lambda)
+        .into_iter()
+        .enumerate()
+        .map(|(i, ratio)| {
+            Sparsity::unstructured(ratio).map_err(|_| PruneError::InvalidProfile {
+                reason: format!(
+                    "owl puts decoder layer {i} at sparsity {ratio:.4}, outside [0, 1); \
+                     lower `lambda` (now {lambda}) or the target"
+                ),
+            })
+        })
+        .collect()
+}
+
 /// OWL's first pass: the calibration samples run once through each dense layer (nothing is
 /// pruned or stored; the reference runs each layer twice, for the statistics and for the
-/// outputs, which are the same), and each layer's outlier ratio is taken from the Wanda scores of all its
-/// linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them. `progress(i)` after
-/// `i` layers.
+/// outputs, which are the same), and each layer's outlier ratio is taken from the Wanda scores
+/// of all its linears pooled, `|W|·sqrt(scaler_row)` as the reference scores them.
+/// `progress(i)` after `i` layers.
 fn owl_outlier_ratios<B: Backend>(
     model: &impl Layers<B>,
     mut inputs: Activations<B>,
