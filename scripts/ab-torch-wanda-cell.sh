@@ -24,7 +24,7 @@ for r in $(seq 1 "$rounds"); do
     --json > "$out/w-$r.json"
   echo "$(now) - $t0" | bc > "$out/w-$r.wall"
   t0=$(now)
-  "$venv/bin/python" scripts/torch-wanda-cell.py --gguf "$model" --hf-dir "$hf_dir" --calib-text "$calib" \
+  "$venv/bin/python" scripts/torch-wanda-cell.py --gguf "$model" "${hf_args[@]}" --calib-text "$calib" \
     --eval-text "$text" --nsamples 32 --seqlen 512 --seed 0 --sparsity 0.5 --windows 64 \
     > "$out/t-$r.json" 2> "$out/t-$r.err" || { cat "$out/t-$r.err" >&2; exit 2; }
   echo "$(now) - $t0" | bc > "$out/t-$r.wall"

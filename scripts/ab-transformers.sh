@@ -19,7 +19,7 @@ for r in $(seq 1 "$rounds"); do
   "$wanda" bench forward --model "$model" --repeats 3 --device "$device" --json > "$out/w-b1-$r.json"
   "$wanda" eval --model "$model" --text "$text" --seqlen 512 --windows "$windows" --device "$device" \
     --json $([ "$r" = 1 ] && echo --dump-logits "$out/w-logits.f32") > "$out/w-b2-$r.json"
-  "$venv/bin/python" scripts/transformers-ppl.py --gguf "$model" --hf-dir "$hf_dir" --text "$text" \
+  "$venv/bin/python" scripts/transformers-ppl.py --gguf "$model" "${hf_args[@]}" --text "$text" \
     --seqlen 512 --windows "$windows" --bench-forward 3 \
     $([ "$r" = 1 ] && echo --dump-logits "$out/t-logits.f32") > "$out/t-$r.json" 2> "$out/t-$r.err" \
     || { cat "$out/t-$r.err" >&2; exit 2; }

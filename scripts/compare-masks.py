@@ -2,11 +2,13 @@
 """Compares the pruned linears of two models layer by layer: a `wanda prune --save DIR` folder
 (or any safetensors file/folder) against `scripts/torch-wanda-cell.py --save-pruned FILE`. For
 each linear it prints the share of weights whose keep/prune decision differs and the relative
-difference of the kept weights, so the first layer where the two implementations part shows
-itself. With `--scaler` (the file of `torch-wanda-cell.py --dump-scaler`) it also lists, for the
+difference of the kept weights (per layer also how many weights differ), so the first layer
+where the two implementations part shows itself. With `--scaler` (the file of `torch-wanda-cell.py --dump-scaler`) it also lists, for the
 first layer that differs, every row's swapped weights with their Wanda scores `|w|·sqrt(scaler)`
 and the pair's relative gap, to tell a near-tie from a different computation; such a pair can be
-handed back to the port as `--swap LINEAR:ROW:PRUNE:KEEP`. A diagnostic tool, not a test.
+handed back to the port as `--swap LINEAR:ROW:PRUNE:KEEP` (a near-tie of the initial mask) or, in
+a linear DSnoT refined, `--swap-order LINEAR:ROW:PRUNE:KEEP` (a near-tie of DSnoT's pruning
+order). A diagnostic tool, not a test.
 
     python scripts/compare-masks.py OURS_DIR_OR_FILE THEIRS_FILE [--all] [--scaler FILE]
 """
@@ -50,13 +52,14 @@ for n in names:
     kept = (x != 0) & (y != 0)
     rel = ((x - y)[kept].norm() / y[kept].norm().clamp_min(1e-30)).item()
     layer = layer_of(n)
-    acc = layer_rows.setdefault(layer, [0.0, 0.0, 0])
+    acc = layer_rows.setdefault(layer, [0.0, 0.0, 0, 0])
     acc[0] += differ; acc[1] = max(acc[1], rel); acc[2] += 1
+    acc[3] += int(((x == 0) != (y == 0)).sum())
     if a.all:
         print(f"{n:50} mask differs {differ:9.6f}  kept rel diff {rel:.3e}")
-print(f"{'layer':>5} {'mean mask differs':>18} {'max kept rel diff':>18}")
-for layer, (d, r, k) in sorted(layer_rows.items()):
-    print(f"{layer:5} {d / k:18.6f} {r:18.3e}")
+print(f"{'layer':>5} {'mean mask differs':>18} {'max kept rel diff':>18} {'weights differing':>18}")
+for layer, (d, r, k, count) in sorted(layer_rows.items()):
+    print(f"{layer:5} {d / k:18.6f} {r:18.3e} {count:18}")
 
 if a.scaler:
     scaler = load_file(a.scaler)
@@ -75,7 +78,8 @@ if a.scaler:
             pruned = [c for c in cols if x[row, c] == 0]
             kept = [c for c in cols if x[row, c] != 0]
             values = [score[c].item() for c in cols]
-            gap = (max(values) - min(values)) / max(values)
+            gap = (max(values) - min(values)) / max(values) if max(values) > 0 else 0.0
             print(f"{linear} row {row}: ours prunes {pruned} keeps {kept}, scores "
                   + ", ".join(f"{score[c].item():.9g}" for c in cols) + f", relative gap {gap:.2e}"
-                  + (f"  (--swap {linear}:{row}:{pruned[0]}:{kept[0]})" if len(cols) == 2 else ""))
+                  + (f"  (--swap or --swap-order {linear}:{row}:{pruned[0]}:{kept[0]})"
+                     if len(cols) == 2 else ""))

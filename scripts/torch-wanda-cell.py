@@ -89,12 +89,16 @@ p.add_argument("--perturb-scaler", type=int, metavar="SEED",
                     "from this seed: rounding-sized noise, to measure how far the reference's "
                     "own perplexity moves under it")
 p.add_argument("--dump-scaler", metavar="FILE",
-               help="write each wanda linear's scaler_row here (safetensors, `<linear>.scaler`), "
+               help="write each linear's scaler_row (wanda, or any method under --dsnot) here (safetensors, `<linear>.scaler`), "
                     "to look at the scores around a mask difference")
 p.add_argument("--swap", metavar="LINEAR:ROW:PRUNE:KEEP", action="append", default=[],
-               help="(repeatable) wanda: in this linear's row, prune column PRUNE and keep column "
+               help="(repeatable) wanda, or --dsnot's initial mask: in this linear's row, prune column PRUNE and keep column "
                     "KEEP whatever the scores say (e.g. model.layers.22.self_attn.q_proj:453:122:239), "
                     "to see what one near-tie decided the other way does to the cell")
+p.add_argument("--swap-order", metavar="LINEAR:ROW:A:B", action="append", default=[],
+               help="(repeatable) --dsnot, unstructured: exchange kept columns A and B in this "
+                    "linear's row's pruning order (a near-tie of their Wanda scores decided the "
+                    "other way)")
 p.add_argument("--windows", type=int, default=64)
 p.add_argument("--threads", type=int, default=os.cpu_count())
 p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
@@ -243,13 +247,18 @@ def wanda_prune(m, scaler, ratio, name=None):
         mask = torch.zeros_like(metric, dtype=torch.bool)
         order = torch.sort(metric, dim=-1, stable=True)[1]
         mask.scatter_(1, order[:, :int(metric.shape[1] * ratio)], True)
+    apply_swaps(mask, name)
+    m.weight.data[mask] = 0
+
+
+def apply_swaps(mask, name):
+    """Decides the `--swap` pairs of linear `name` wanda's way in a mask (True = pruned)."""
     for swap in (s for s in a.swap if s.split(":")[0] == name):
         row, prune, keep = map(int, swap.split(":")[1:])
         if not mask[row, keep] or mask[row, prune]:
             sys.exit(f"--swap {swap}: nothing to swap; the reference must prune column {keep} "
                      f"and keep column {prune} of row {row}, and does not")
         mask[row, prune], mask[row, keep] = True, False
-    m.weight.data[mask] = 0
 
 
 def ria_prune(m, scaler, exponent=0.5):
@@ -437,11 +446,11 @@ def take(order, ptr, side):
     return order.gather(1, at)
 
 
-def dsnot_prune(name, m, st):
+def dsnot_prune(name, m, st, full_name):
     """zyxxmu/DSnoT `prune_DSnoT` for one linear (its weights still dense, all statistics of the
     layer taken before any of its linears was pruned). All rows move together, the same number
     of cycles; a row whose `update` went False is frozen, but its pointers and mask writes go on
-    as in the reference."""
+    as in the reference. `--swap` pairs of `full_name` change the initial mask."""
     W = m.weight.data
     rows, cols = W.shape
     contrib = W * st.sum.reshape((1, -1))  # DSnoT_metric, signed
@@ -477,6 +486,7 @@ def dsnot_prune(name, m, st):
         k = int(cols * a.sparsity)
         order = torch.sort(init, dim=-1, stable=True)[1]
         mask.scatter_(1, order[:, :k], True)
+    apply_swaps(mask, full_name)
     if skip:
         W[mask] = 0
         return
@@ -522,6 +532,12 @@ def dsnot_prune(name, m, st):
         wm[mask] = float("inf")
         kept = torch.sort(wm, dim=1, stable=True)[1][:, :res]
         prune_order = kept.gather(1, reorder_indices(contrib.gather(1, kept)))
+        for swap in (s for s in a.swap_order if s.split(":")[0] == full_name):
+            row, x, y = map(int, swap.split(":")[1:])
+            at = [torch.nonzero(prune_order[row] == c).flatten() for c in (x, y)]
+            if any(len(i) != 1 for i in at):
+                sys.exit(f"--swap-order {swap}: columns {x} and {y} must both be kept in row {row}")
+            prune_order[row, at[0]], prune_order[row, at[1]] = y, x
         prune_ptr = pointers(rows, res - 1)
         cycle = 0
         while not (torch.all(~update) or cycle >= a.dsnot_cycles):
@@ -561,11 +577,11 @@ with torch.no_grad():
                  for n, m in subset.items()}
         forward_all(layer, inps, outs, stats)
         for n, m in subset.items():
+            if a.dump_scaler and stats[n].scaler is not None:
+                DUMPED[f"{PREFIX}.{i}.{n}.scaler"] = stats[n].scaler.float().clone()
             if a.dsnot:
-                dsnot_prune(n, m, stats[n])
+                dsnot_prune(n, m, stats[n], f"{PREFIX}.{i}.{n}")
             elif a.method == "wanda":
-                if a.dump_scaler:
-                    DUMPED[f"{PREFIX}.{i}.{n}.scaler"] = stats[n].scaler.float().clone()
                 wanda_prune(m, stats[n].scaler, ratio, f"{PREFIX}.{i}.{n}")
             elif a.method == "ria":
                 ria_prune(m, stats[n].scaler)
