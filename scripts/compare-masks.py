@@ -3,9 +3,9 @@
 (or any safetensors file/folder) against `scripts/torch-wanda-cell.py --save-pruned FILE`. For
 each linear it prints the share of weights whose keep/prune decision differs and the relative
 difference of the kept weights (per layer also how many weights differ), so the first layer
-where the two implementations part shows itself. With `--scaler` (the file of `torch-wanda-cell.py --dump-scaler`) it also lists, for the
-first layer that differs, every row's swapped weights with their Wanda scores `|w|·sqrt(scaler)`
-and the pair's relative gap, to tell a near-tie from a different computation; such a pair can be
+where the two implementations part shows itself. With `--scaler` (the file of
+`torch-wanda-cell.py --dump-scaler`) it also lists, for the first layer that differs, every
+row's swapped weights with their Wanda scores `|w|·sqrt(scaler)` and the pair's relative gap, to tell a near-tie from a different computation; such a pair can be
 handed back to the port as `--swap LINEAR:ROW:PRUNE:KEEP` (a near-tie of the initial mask) or, in
 a linear DSnoT refined, `--swap-order LINEAR:ROW:PRUNE:KEEP` (a near-tie of DSnoT's pruning
 order). A diagnostic tool, not a test.
@@ -48,13 +48,14 @@ for n in names:
     x, y = ours[n].float(), theirs[n].float()
     if x.shape != y.shape:
         sys.exit(f"{n}: shapes differ {tuple(x.shape)} vs {tuple(y.shape)}")
-    differ = ((x == 0) != (y == 0)).float().mean().item()
+    parts = (x == 0) != (y == 0)
+    differ = parts.float().mean().item()
     kept = (x != 0) & (y != 0)
     rel = ((x - y)[kept].norm() / y[kept].norm().clamp_min(1e-30)).item()
     layer = layer_of(n)
     acc = layer_rows.setdefault(layer, [0.0, 0.0, 0, 0])
     acc[0] += differ; acc[1] = max(acc[1], rel); acc[2] += 1
-    acc[3] += int(((x == 0) != (y == 0)).sum())
+    acc[3] += int(parts.sum())
     if a.all:
         print(f"{n:50} mask differs {differ:9.6f}  kept rel diff {rel:.3e}")
 print(f"{'layer':>5} {'mean mask differs':>18} {'max kept rel diff':>18} {'weights differing':>18}")

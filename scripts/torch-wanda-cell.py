@@ -89,12 +89,14 @@ p.add_argument("--perturb-scaler", type=int, metavar="SEED",
                     "from this seed: rounding-sized noise, to measure how far the reference's "
                     "own perplexity moves under it")
 p.add_argument("--dump-scaler", metavar="FILE",
-               help="write each linear's scaler_row (wanda, or any method under --dsnot) here (safetensors, `<linear>.scaler`), "
-                    "to look at the scores around a mask difference")
+               help="write each linear's scaler_row (wanda, or any method under --dsnot) here "
+                    "(safetensors, `<linear>.scaler`), to look at the scores around a mask "
+                    "difference")
 p.add_argument("--swap", metavar="LINEAR:ROW:PRUNE:KEEP", action="append", default=[],
-               help="(repeatable) wanda, or --dsnot's initial mask: in this linear's row, prune column PRUNE and keep column "
-                    "KEEP whatever the scores say (e.g. model.layers.22.self_attn.q_proj:453:122:239), "
-                    "to see what one near-tie decided the other way does to the cell")
+               help="(repeatable) wanda, or --dsnot's initial mask: in this linear's row, prune "
+                    "column PRUNE and keep column KEEP whatever the scores say (e.g. "
+                    "model.layers.22.self_attn.q_proj:453:122:239), to see what one near-tie "
+                    "decided the other way does to the cell")
 p.add_argument("--swap-order", metavar="LINEAR:ROW:A:B", action="append", default=[],
                help="(repeatable) --dsnot, unstructured: exchange kept columns A and B in this "
                     "linear's row's pruning order (a near-tie of their Wanda scores decided the "

@@ -34,6 +34,25 @@ fn wanda_ok(args: &[&str], folder: &Path, text: &Path) -> Vec<u8> {
     out.stdout
 }
 
+/// Runs `wanda eval` on the tiny setup (16-token windows, 4 of them, JSON) with the environment
+/// variable `var` set to `value`; fails the test with stderr when it does not succeed.
+fn tiny_eval_with(
+    var: &str,
+    value: impl AsRef<std::ffi::OsStr>,
+    folder: &Path,
+    text: &Path,
+) -> std::process::Output {
+    output_ok(
+        Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .env(var, value)
+            .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
+            .args(["--windows", "4", "--model"])
+            .arg(folder)
+            .arg("--text")
+            .arg(text),
+    )
+}
+
 #[test]
 fn eval_json_reports_the_protocol_numbers() {
     let (_dir, folder, text_path) = tiny_setup(9, 100);
@@ -238,15 +257,7 @@ fn a_long_texts_ids_are_kept_between_runs_and_a_damaged_entry_is_tokenised_again
     assert!(text.len() >= MIN_CACHED_BYTES, "{} bytes", text.len());
     let cache = dir.path().join("tokens");
     let run = || -> serde_json::Value {
-        let out = output_ok(
-            Command::new(env!("CARGO_BIN_EXE_wanda"))
-                .env("WANDA_TOKEN_CACHE", &cache)
-                .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
-                .args(["--windows", "4", "--model"])
-                .arg(&folder)
-                .arg("--text")
-                .arg(&text_path),
-        );
+        let out = tiny_eval_with("WANDA_TOKEN_CACHE", &cache, &folder, &text_path);
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let entries = || -> Vec<PathBuf> {
@@ -290,17 +301,7 @@ fn an_unusable_token_cache_is_a_warning_and_the_run_goes_on() {
     let (dir, folder, text_path) = tiny_setup(9, 20_000);
     let blocker = dir.path().join("a-file");
     std::fs::write(&blocker, b"").unwrap();
-    let run = |cache: &Path| {
-        output_ok(
-            Command::new(env!("CARGO_BIN_EXE_wanda"))
-                .env("WANDA_TOKEN_CACHE", cache)
-                .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
-                .args(["--windows", "4", "--model"])
-                .arg(&folder)
-                .arg("--text")
-                .arg(&text_path),
-        )
-    };
+    let run = |cache: &Path| tiny_eval_with("WANDA_TOKEN_CACHE", cache, &folder, &text_path);
     let blocked = run(&blocker);
     let stderr = String::from_utf8_lossy(&blocked.stderr);
     assert!(
@@ -321,15 +322,7 @@ fn an_unusable_token_cache_is_a_warning_and_the_run_goes_on() {
 fn progress_is_written_as_lines_where_stderr_is_a_log() {
     let (_dir, folder, text_path) = tiny_setup(9, 100);
     let stderr_with = |seconds: &str| {
-        let out = output_ok(
-            Command::new(env!("CARGO_BIN_EXE_wanda"))
-                .env("WANDA_PROGRESS_SECONDS", seconds)
-                .args(["eval", "--device", "cpu", "--json", "--seqlen", "16"])
-                .args(["--windows", "4", "--model"])
-                .arg(&folder)
-                .arg("--text")
-                .arg(&text_path),
-        );
+        let out = tiny_eval_with("WANDA_PROGRESS_SECONDS", seconds, &folder, &text_path);
         String::from_utf8(out.stderr).unwrap()
     };
     let every = stderr_with("0");

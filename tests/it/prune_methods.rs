@@ -66,15 +66,19 @@ fn with_profile(profile: Profile) -> MethodOptions {
     }
 }
 
+/// OWL at M = 2 (the tiny model's random weights have no scores past the paper's 5× the mean)
+/// and the paper's λ = 0.08.
+fn owl_at_m2() -> MethodOptions {
+    with_profile(Profile::Owl(OwlOptions {
+        m: 2.0,
+        lambda: 0.08,
+    }))
+}
+
 #[test]
 fn owl_spreads_the_target_over_layers_and_an_explicit_profile_reproduces_it() {
     let half = Sparsity::unstructured(0.5).unwrap();
-    // M = 2: the tiny model's random weights have no scores past the paper's 5× the mean.
-    let owl = with_profile(Profile::Owl(OwlOptions {
-        m: 2.0,
-        lambda: 0.08,
-    }));
-    let (model, report) = pruned_with(Method::Wanda, &owl, half);
+    let (model, report) = pruned_with(Method::Wanda, &owl_at_m2(), half);
     assert_eq!(report.outlier_ratios.len(), 2);
     assert_ne!(report.outlier_ratios[0], report.outlier_ratios[1]);
     // Two layers: min-max puts them at 0 and 2λ, so the sparsities are 0.5 ± 0.08, the layer
@@ -111,11 +115,7 @@ fn owl_spreads_the_target_over_layers_and_an_explicit_profile_reproduces_it() {
 #[test]
 fn magnitude_under_owl_is_magnitude_at_owls_ratios() {
     let half = Sparsity::unstructured(0.5).unwrap();
-    let owl = with_profile(Profile::Owl(OwlOptions {
-        m: 2.0,
-        lambda: 0.08,
-    }));
-    let (model, report) = pruned_with(Method::Magnitude, &owl, half);
+    let (model, report) = pruned_with(Method::Magnitude, &owl_at_m2(), half);
     assert_eq!(report.outlier_ratios.len(), 2);
     let t = &report.layer_targets;
     assert!((t[0] - t[1]).abs() > 0.1, "{t:?}");
