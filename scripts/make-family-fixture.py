@@ -2,7 +2,7 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral phi3 gemma3 opt; do
+    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -51,6 +51,15 @@ def config(family):
             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
             pad_token_id=0, **common)
+    if family == "gemma2":
+        # Gemma 2: Gemma 3's layer without q/k norms, soft-capped attention scores and logits
+        # (caps small enough to bend these random model's scores and logits, where the real
+        # models' 50 and 30 would barely touch them), sliding and full layers alternating, one
+        # RoPE base.
+        common.update(tie_word_embeddings=True, num_hidden_layers=3)
+        return transformers.Gemma2Config(
+            head_dim=32, query_pre_attn_scalar=24, sliding_window=6, attn_logit_softcapping=2.0,
+            final_logit_softcapping=10.0, pad_token_id=0, **common)
     if family == "opt":
         # OPT's layer (LayerNorms, biases, ReLU fc1/fc2, learned positions offset by 2) with
         # OPT's own key names; multi-head attention and tied embeddings as in every OPT.
@@ -87,6 +96,18 @@ def main():
         json.dump(tokenizer_json(), f)
     with torch.no_grad():
         logits = model(torch.tensor([IDS])).logits[0]
+        # Each cap must show in the logits, or the fixture could not catch it left out.
+        final_cap = getattr(model.config, "final_logit_softcapping", None)
+        if final_cap:
+            model.config.final_logit_softcapping = None
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            print("without the final soft-cap the logits move by", moved)
+            model.config.final_logit_softcapping = final_cap
+        if getattr(model.config, "attn_logit_softcapping", None):
+            for layer in model.model.layers:
+                layer.self_attn.attn_logit_softcapping = None
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            print("without the attention soft-cap the logits move by", moved)
     with open(f"{out}/logits.json", "w") as f:
         json.dump({"ids": IDS, "logits": [[round(v, 7) for v in row] for row in logits.tolist()],
                    "transformers": transformers.__version__, "torch": torch.__version__}, f)

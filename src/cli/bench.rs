@@ -380,8 +380,9 @@ fn attention_figure<B: Backend>(
     let dims = [batch, heads, seq, head_dim];
     let random = || Tensor::<B, 4>::random(dims, burn::tensor::Distribution::Default, device);
     let (q, k, v) = (random(), random(), random());
-    let blocked =
-        || wanda::model::llama::blocked_attention(q.clone(), k.clone(), v.clone(), None, None);
+    let blocked = || {
+        wanda::model::llama::blocked_attention(q.clone(), k.clone(), v.clone(), Default::default())
+    };
     let fast = kernels::kernels::<B>().causal_attention(&q, &k, &v);
     let (path, gap) = match &fast {
         Some(out) => {

@@ -180,12 +180,13 @@ pub struct HfLlamaConfig {
     /// Gemma 3 (older configs): every `n`-th layer attends in full, the others slide.
     #[serde(default, alias = "_sliding_window_pattern")]
     pub sliding_window_pattern: Option<usize>,
-    /// Gemma 2: soft-capping of the final logits (unsupported; must be absent or null).
-    #[serde(default)]
-    pub final_logit_softcapping: Option<f64>,
-    /// Gemma 2: soft-capping of the attention scores (unsupported; must be absent or null).
-    #[serde(default)]
-    pub attn_logit_softcapping: Option<f64>,
+    /// Gemma: soft-capping of the final logits, `cap · tanh(logit / cap)`: `None` when the
+    /// key is absent (the family's default), `Some(None)` when it is null (no capping).
+    #[serde(default, deserialize_with = "present")]
+    pub final_logit_softcapping: Option<Option<f64>>,
+    /// Gemma: soft-capping of the attention scores, as `final_logit_softcapping`.
+    #[serde(default, deserialize_with = "present")]
+    pub attn_logit_softcapping: Option<Option<f64>>,
     /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
     #[serde(default)]
     pub use_bidirectional_attention: Option<bool>,
@@ -253,14 +254,6 @@ impl HfLlamaConfig {
             }
         })?;
         let family = architecture.family();
-        for (key, cap) in [
-            ("final_logit_softcapping", self.final_logit_softcapping),
-            ("attn_logit_softcapping", self.attn_logit_softcapping),
-        ] {
-            if cap.is_some() {
-                return Err(invalid(key, "is set; soft-capping is not supported".into()));
-            }
-        }
         let num_heads = self.num_attention_heads;
         let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
         let intermediate_size = self
@@ -325,6 +318,33 @@ impl HfLlamaConfig {
         };
         let biases = family.attention_biases(self);
         let extras = family.extras(self)?;
+        for (key, cap, taken) in [
+            (
+                "final_logit_softcapping",
+                self.final_logit_softcapping,
+                extras.final_softcap,
+            ),
+            (
+                "attn_logit_softcapping",
+                self.attn_logit_softcapping,
+                extras.attn_softcap,
+            ),
+        ] {
+            if cap.flatten().is_some() && taken.is_none() {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "is set, and {} does not soft-cap (only Gemma does); remove it or set it to null",
+                        architecture.hf_class()
+                    ),
+                ));
+            }
+            if let Some(cap) = taken {
+                if !(cap.is_finite() && cap > 0.0) {
+                    return Err(invalid(key, format!("must be positive, got {cap}")));
+                }
+            }
+        }
         if let Some(local) = &extras.local_attention {
             if local.layers.len() != self.num_hidden_layers {
                 return Err(invalid(
@@ -371,6 +391,12 @@ impl HfLlamaConfig {
             .or(self.hidden_act.as_deref())
             .or(self.activation_function.as_deref())
     }
+}
+
+/// Deserialises a key that is present, null or not, as `Some` (absent keys take the field's
+/// default, `None`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>, D::Error> {
+    Option::<f64>::deserialize(d).map(Some)
 }
 
 fn first_id(v: &Option<serde_json::Value>) -> Option<u32> {
@@ -590,6 +616,13 @@ pub struct DecoderExtras {
     /// `position + 2` (OPT's offset), instead of RoPE.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub learned_positions: bool,
+    /// Attention scores `s` (after the query scale) become `cap · tanh(s / cap)` before the
+    /// mask and softmax (Gemma 2's `attn_logit_softcapping`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_softcap: Option<f64>,
+    /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2's `final_logit_softcapping`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_softcap: Option<f64>,
 }
 
 impl DecoderExtras {

@@ -159,6 +159,8 @@ pub(crate) struct Attention<B: Backend> {
     pub sliding_window: Option<usize>,
     /// The factor of `q·k` when it is not `head_dim^-0.5` (Gemma's `query_pre_attn_scalar`).
     pub scale: Option<f64>,
+    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
+    pub softcap: Option<f64>,
     /// This layer's own rotary inverse frequencies, when they are not the model's (Gemma 3's
     /// sliding layers): the layer then rotates with tables of its own.
     pub inv_freq: Option<Vec<f32>>,
@@ -228,19 +230,41 @@ impl<B: Backend> Attention<B> {
         let k = repeat_kv(k, groups);
         let v = repeat_kv(v, groups);
         // A backend's own attention kernel where there is one for this case (CUDA's flash
-        // kernel: no window, the default scale, no cache).
-        let fast = (self.sliding_window.is_none() && self.scale.is_none() && k.dims()[2] == seq)
+        // kernel: no window, the default scale, no soft-cap, no cache).
+        let plain = self.sliding_window.is_none() && self.scale.is_none() && self.softcap.is_none();
+        let fast = (plain && k.dims()[2] == seq)
             .then(|| kernels::<B>().causal_attention(&q, &k, &v))
             .flatten();
         let out = match fast {
             Some(out) => out,
-            None => blocked_attention(q, k, v, self.sliding_window, self.scale),
+            None => blocked_attention(
+                q,
+                k,
+                v,
+                Scores {
+                    window: self.sliding_window,
+                    scale: self.scale,
+                    softcap: self.softcap,
+                },
+            ),
         }
         .swap_dims(1, 2)
         .reshape([batch, seq, heads * head_dim]);
         observe(LinearInput::AttnOut, &out);
         project(&self.o_proj, out)
     }
+}
+
+/// How attention scores are formed beyond causality: a sliding window, a scale other than
+/// `head_dim^-0.5`, a soft-cap. The default is plain causal attention.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Scores {
+    /// Keys a query sees, itself included, when the attention slides.
+    pub window: Option<usize>,
+    /// The factor of `q·k` when it is not `head_dim^-0.5`.
+    pub scale: Option<f64>,
+    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
+    pub softcap: Option<f64>,
 }
 
 /// Causal attention on the generic path: scores, softmax and their weighted sum in f32
@@ -255,14 +279,13 @@ pub fn blocked_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    window: Option<usize>,
-    scale: Option<f64>,
+    scores: Scores,
 ) -> Tensor<B, 4> {
     let [batch, heads, _, _] = q.dims();
     let dtype = q.dtype();
     let f32 = |t: Tensor<B, 4>| t.cast(FloatDType::F32);
     let rows = attention_block_rows(batch, heads, k.dims()[2]);
-    causal_attention(f32(q), f32(k), f32(v), window, scale, rows).cast(dtype)
+    causal_attention(f32(q), f32(k), f32(v), scores, rows).cast(dtype)
 }
 
 /// Query rows per block of [`causal_attention`] on the generic path: as many as keep one
@@ -283,16 +306,16 @@ fn causal_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    window: Option<usize>,
-    scale: Option<f64>,
+    scores: Scores,
     rows: usize,
 ) -> Tensor<B, 4> {
     let [batch, heads, seq, _] = q.dims();
     let keys = k.dims()[2];
     let offset = keys - seq;
+    let window = scores.window;
     let options = AttentionModuleOptions {
-        scale,
-        softcap: None,
+        scale: scores.scale,
+        softcap: scores.softcap,
         is_causal: true,
     };
     let block = |q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>| {
@@ -488,6 +511,7 @@ impl<B: Backend> DecoderLayer<B> {
                 head_dim: d,
                 sliding_window: config.layer_window(i),
                 scale: config.query_scale(),
+                softcap: config.extras.attn_softcap,
                 inv_freq: config.layer_inv_freq(i),
                 rotary: !config.extras.learned_positions,
             },
@@ -634,6 +658,7 @@ impl<B: Backend> DecoderLayer<B> {
                 .map(|n| [n.attention.weights(), n.mlp.weights()]),
             activation: self.mlp.activation,
             scale: a.scale,
+            softcap: a.softcap,
             inv_freq: a.inv_freq.as_deref(),
             rotary: a.rotary,
             heads: a.num_heads,
@@ -719,6 +744,8 @@ pub struct Llama<B: Backend> {
     pub embed_scale: Option<f32>,
     /// Whether every norm holds `1 + w` for a checkpoint's `w` (Gemma), which saving undoes.
     pub norm_offset: bool,
+    /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2), when set.
+    pub final_softcap: Option<f64>,
 }
 
 impl<B: Backend> Llama<B> {
@@ -787,6 +814,7 @@ impl<B: Backend> Llama<B> {
             }),
             embed_scale: config.embed_scale(),
             norm_offset: config.extras.norm_offset,
+            final_softcap: config.extras.final_softcap,
         }
     }
 
@@ -826,9 +854,13 @@ impl<B: Backend> Llama<B> {
     /// - `hidden`: `[batch, seq, hidden]` → logits `[batch, seq, vocab]`
     pub fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         let x = self.norm.forward(hidden);
-        match &self.lm_head {
+        let logits = match &self.lm_head {
             Some(head) => project(head, x),
             None => linear_forward(x, self.embed_tokens.weight.val().transpose(), None),
+        };
+        match self.final_softcap {
+            Some(cap) => (logits / cap).tanh() * cap,
+            None => logits,
         }
     }
 
@@ -841,6 +873,7 @@ impl<B: Backend> Llama<B> {
             lm_head: self.lm_head.as_ref(),
             embed_scale: self.embed_scale,
             positions: self.embed_positions.as_ref(),
+            final_softcap: self.final_softcap,
         }
     }
 

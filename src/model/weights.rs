@@ -969,6 +969,7 @@ fn shell_with<B: Backend>(
         embed_positions,
         embed_scale: config.embed_scale(),
         norm_offset: config.extras.norm_offset,
+        final_softcap: config.extras.final_softcap,
     })
 }
 

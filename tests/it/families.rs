@@ -66,7 +66,7 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn every_family_gives_transformers_logits() {
     for family in [
-        "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "opt",
+        "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "opt",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -99,18 +99,18 @@ fn prune_alike(
     assert_eq!(x, y, "{method:?}");
 }
 
-/// Qwen3's q/k norms and Gemma 3's four `1 + w` norms, local layers and GeGLU go through the
-/// layer store and pruning exactly as the model in memory does.
+/// Qwen3's q/k norms, Gemma 3's four `1 + w` norms, local layers and GeGLU, and Gemma 2's
+/// soft-caps go through the layer store and pruning exactly as the model in memory does.
 #[test]
-fn qwen3_and_gemma3_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
-    for (family, norms) in [("qwen3", 4), ("gemma3", 6)] {
+fn qwen3_and_gemma_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
+    for (family, norms) in [("qwen3", 4), ("gemma2", 4), ("gemma3", 6)] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let source: Arc<dyn WeightSource> = Arc::new(SafetensorsSource::open(&folder).unwrap());
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
             .unwrap()
             .resolve()
             .unwrap();
-        assert!(config.qk_norm);
+        assert_eq!(config.qk_norm, family != "gemma2");
         let device = Default::default();
         let store = tempfile::tempdir().unwrap();
         let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
@@ -155,42 +155,56 @@ fn qwen3_and_gemma3_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
     }
 }
 
-/// Gemma 3 saved as a folder (pruned at 0 %, so nothing changes) holds for every norm a `w`
-/// whose `1 + w` (what transformers applies, in f32) is the checkpoint's to the bit, under
-/// Gemma's four names per layer, and the copy gives transformers' logits. (The model holds
-/// `1 + w`, so the last bits of an f32 `w` below 1 are rounded away; bf16 and f16 gains of
-/// 2^-16 and more come back exactly.)
+/// Gemma 2 and 3 saved as folders (pruned at 0 %, so nothing changes) hold for every norm a
+/// `w` whose `1 + w` (what transformers applies, in f32) is the checkpoint's to the bit, under
+/// Gemma's four names per layer, and each copy gives transformers' logits (Gemma 2's soft-caps
+/// included: without either, the logits move by 8.8 and more). (The model holds `1 + w`, so
+/// the last bits of an f32 `w` below 1 are rounded away; bf16 and f16 gains of 2^-16 and more
+/// come back exactly.)
 #[test]
-fn a_saved_gemma3_holds_the_checkpoints_norms_and_gives_transformers_logits() {
-    let folder = Path::new(FIXTURES).join("tiny-gemma3");
-    let dir = tempfile::tempdir().unwrap();
-    let saved = dir.path().join("copy");
-    prune_and_save(&folder, &["--sparsity", "0"], &saved);
-    let original = SafetensorsSource::open(&folder).unwrap();
-    let copy = SafetensorsSource::open(&saved).unwrap();
-    let layer_norms = [
+fn a_saved_gemma_holds_the_checkpoints_norms_and_gives_transformers_logits() {
+    let sandwich = [
         "input_layernorm",
         "post_attention_layernorm",
         "pre_feedforward_layernorm",
         "post_feedforward_layernorm",
-        "self_attn.q_norm",
-        "self_attn.k_norm",
     ];
-    let names = (0..3)
-        .flat_map(|i| layer_norms.map(|n| format!("model.layers.{i}.{n}.weight")))
-        .chain(["model.norm.weight".to_string()]);
-    for name in names {
-        let a = original.tensor(&name).unwrap().unwrap();
-        let b = copy
-            .tensor(&name)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{name}"));
-        let gains = |t: &[f32]| t.iter().map(|w| 1.0 + w).collect::<Vec<f32>>();
-        assert_eq!(gains(&a.data), gains(&b.data), "{name}");
+    for (family, qk_norms) in [("gemma2", false), ("gemma3", true)] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let dir = tempfile::tempdir().unwrap();
+        let saved = dir.path().join("copy");
+        prune_and_save(&folder, &["--sparsity", "0"], &saved);
+        let original = SafetensorsSource::open(&folder).unwrap();
+        let copy = SafetensorsSource::open(&saved).unwrap();
+        let layer_norms: Vec<&str> = sandwich
+            .into_iter()
+            .chain(
+                qk_norms
+                    .then_some(["self_attn.q_norm", "self_attn.k_norm"])
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        let names = (0..3)
+            .flat_map(|i| {
+                layer_norms
+                    .iter()
+                    .map(move |n| format!("model.layers.{i}.{n}.weight"))
+            })
+            .chain(["model.norm.weight".to_string()]);
+        for name in names {
+            let a = original.tensor(&name).unwrap().unwrap();
+            let b = copy
+                .tensor(&name)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{family} {name}"));
+            let gains = |t: &[f32]| t.iter().map(|w| 1.0 + w).collect::<Vec<f32>>();
+            assert_eq!(gains(&a.data), gains(&b.data), "{family} {name}");
+        }
+        let (ids, expected) = reference(&folder);
+        let diff = max_difference(&logits::<B>(&saved, &ids), &expected);
+        assert!(diff < TOLERANCE, "{family}: {diff}");
     }
-    let (ids, expected) = reference(&folder);
-    let diff = max_difference(&logits::<B>(&saved, &ids), &expected);
-    assert!(diff < TOLERANCE, "{diff}");
 }
 
 /// `wanda prune --method magnitude --device cpu` of `folder` with `args`, saved to `saved`;

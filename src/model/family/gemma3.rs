@@ -8,7 +8,8 @@
 //! - per-head q/k RMSNorm, queries scaled by `query_pre_attn_scalar^-0.5`;
 //! - sliding-window attention with its own RoPE base on five layers of six (`layer_types`, or
 //!   every `sliding_window_pattern`-th layer global), full attention on the others;
-//! - a tied head.
+//! - a tied head;
+//! - Gemma 2's soft-caps of the attention scores and the logits, where the config sets them.
 
 use std::collections::BTreeMap;
 
@@ -37,41 +38,17 @@ impl Family for Gemma3 {
         true
     }
 
+    fn ties_embeddings_by_default(&self) -> bool {
+        true
+    }
+
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        match hf.activation_name() {
-            None | Some("gelu_pytorch_tanh") | Some("gelu_tanh") => {}
-            Some(other) => {
-                return Err(invalid(
-                    "hidden_activation",
-                    format!("is `{other}`; Gemma 3 takes `gelu_pytorch_tanh`"),
-                ))
-            }
-        }
         if hf.use_bidirectional_attention == Some(true) {
             return Err(invalid(
                 "use_bidirectional_attention",
                 "is true (an encoder such as EmbeddingGemma); only the causal decoder runs".into(),
             ));
         }
-        let layers = match &hf.layer_types {
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "sliding_attention" => Ok(true),
-                    "full_attention" => Ok(false),
-                    other => Err(invalid(
-                        "layer_types",
-                        format!("has `{other}`; expected `sliding_attention` or `full_attention`"),
-                    )),
-                })
-                .collect::<Result<Vec<bool>, _>>()?,
-            None => {
-                let pattern = hf.sliding_window_pattern.unwrap_or(6).max(1);
-                (0..hf.num_hidden_layers)
-                    .map(|i| (i + 1) % pattern != 0)
-                    .collect()
-            }
-        };
         let local_theta = hf
             .rope_local_base_freq
             .or_else(|| {
@@ -81,54 +58,127 @@ impl Family for Gemma3 {
                     .and_then(|p| p.rope_theta)
             })
             .unwrap_or(10_000.0);
-        Ok(DecoderExtras {
-            activation: Activation::GeluTanh,
-            norm_offset: true,
-            sandwich_norms: true,
-            scale_embeddings: true,
-            query_pre_attn_scalar: Some(hf.query_pre_attn_scalar.unwrap_or(256.0)),
-            local_attention: Some(LocalAttention {
-                window: hf.sliding_window.unwrap_or(4096),
-                rope_theta: local_theta,
-                layers,
-            }),
-            ..DecoderExtras::default()
-        })
+        gemma_extras(
+            hf,
+            &Gemma {
+                name: "Gemma 3",
+                global_every: 6,
+                local_theta,
+                softcaps: [None, None],
+            },
+        )
     }
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        let extras = &config.extras;
-        let mut keys = BTreeMap::new();
-        keys.insert("hidden_activation", extras.activation.hf_name().into());
-        if let Some(scalar) = extras.query_pre_attn_scalar {
-            // transformers' config validation takes an integer here.
-            let value = if scalar.fract() == 0.0 && scalar.abs() < 1e15 {
-                (scalar as i64).into()
-            } else {
-                scalar.into()
-            };
-            keys.insert("query_pre_attn_scalar", value);
-        }
-        if let Some(local) = &extras.local_attention {
-            keys.insert("sliding_window", local.window.into());
+        let mut keys = gemma_hf_keys(config);
+        if let Some(local) = &config.extras.local_attention {
             keys.insert("rope_local_base_freq", local.rope_theta.into());
-            let types: Vec<&str> = local
-                .layers
-                .iter()
-                .map(|&s| {
-                    if s {
-                        "sliding_attention"
-                    } else {
-                        "full_attention"
-                    }
-                })
-                .collect();
-            keys.insert("layer_types", types.into());
         }
-        keys.insert("final_logit_softcapping", serde_json::Value::Null);
-        keys.insert("attn_logit_softcapping", serde_json::Value::Null);
         keys
     }
+}
+
+/// What one Gemma generation's configs leave to defaults.
+pub(super) struct Gemma {
+    /// The family's name in errors, e.g. `Gemma 3`.
+    pub name: &'static str,
+    /// Without `layer_types`, every `global_every`-th layer attends in full (unless the
+    /// config's `sliding_window_pattern` says otherwise).
+    pub global_every: usize,
+    /// The RoPE base of the sliding layers.
+    pub local_theta: f64,
+    /// The final and the attention soft-caps where the config has no such key.
+    pub softcaps: [Option<f64>; 2],
+}
+
+/// The decoder extras of a Gemma layer (Gemma 2 and 3): GeGLU, `1 + w` sandwich norms, scaled
+/// embeddings, `query_pre_attn_scalar`, interleaved local and global attention and the
+/// soft-caps.
+pub(super) fn gemma_extras(
+    hf: &HfLlamaConfig,
+    gemma: &Gemma,
+) -> Result<DecoderExtras, ConfigError> {
+    match hf.activation_name() {
+        None | Some("gelu_pytorch_tanh") | Some("gelu_tanh") => {}
+        Some(other) => {
+            return Err(invalid(
+                "hidden_activation",
+                format!("is `{other}`; {} takes `gelu_pytorch_tanh`", gemma.name),
+            ))
+        }
+    }
+    let layers = match &hf.layer_types {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                "sliding_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(invalid(
+                    "layer_types",
+                    format!("has `{other}`; expected `sliding_attention` or `full_attention`"),
+                )),
+            })
+            .collect::<Result<Vec<bool>, _>>()?,
+        None => {
+            let pattern = hf
+                .sliding_window_pattern
+                .unwrap_or(gemma.global_every)
+                .max(1);
+            (0..hf.num_hidden_layers)
+                .map(|i| (i + 1) % pattern != 0)
+                .collect()
+        }
+    };
+    let [final_default, attn_default] = gemma.softcaps;
+    Ok(DecoderExtras {
+        activation: Activation::GeluTanh,
+        norm_offset: true,
+        sandwich_norms: true,
+        scale_embeddings: true,
+        query_pre_attn_scalar: Some(hf.query_pre_attn_scalar.unwrap_or(256.0)),
+        local_attention: Some(LocalAttention {
+            window: hf.sliding_window.unwrap_or(4096),
+            rope_theta: gemma.local_theta,
+            layers,
+        }),
+        final_softcap: hf.final_logit_softcapping.unwrap_or(final_default),
+        attn_softcap: hf.attn_logit_softcapping.unwrap_or(attn_default),
+        ..DecoderExtras::default()
+    })
+}
+
+/// The `config.json` keys of a saved Gemma copy that both generations write.
+pub(super) fn gemma_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+    let extras = &config.extras;
+    let mut keys = BTreeMap::new();
+    keys.insert("hidden_activation", extras.activation.hf_name().into());
+    if let Some(scalar) = extras.query_pre_attn_scalar {
+        // transformers' config validation takes an integer here.
+        let value = if scalar.fract() == 0.0 && scalar.abs() < 1e15 {
+            (scalar as i64).into()
+        } else {
+            scalar.into()
+        };
+        keys.insert("query_pre_attn_scalar", value);
+    }
+    if let Some(local) = &extras.local_attention {
+        keys.insert("sliding_window", local.window.into());
+        let types: Vec<&str> = local
+            .layers
+            .iter()
+            .map(|&s| {
+                if s {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect();
+        keys.insert("layer_types", types.into());
+    }
+    keys.insert("final_logit_softcapping", extras.final_softcap.into());
+    keys.insert("attn_logit_softcapping", extras.attn_softcap.into());
+    keys
 }
 
 #[cfg(test)]
@@ -188,16 +238,21 @@ mod tests {
     }
 
     #[test]
-    fn soft_capping_and_other_activations_are_refused() {
+    fn soft_caps_are_read_and_other_activations_are_refused() {
+        let c = config(r#","final_logit_softcapping":30.0,"attn_logit_softcapping":null"#);
+        assert_eq!(c.extras.final_softcap, Some(30.0));
+        assert_eq!(c.extras.attn_softcap, None);
+        assert_eq!(c.to_hf_json()["final_logit_softcapping"], 30.0);
+        assert!(config("").extras.final_softcap.is_none());
         let e = HfLlamaConfig::from_json(
             r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":8,"intermediate_size":8,
             "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,
-            "final_logit_softcapping":30.0}"#,
+            "attn_logit_softcapping":-1.0}"#,
         )
         .unwrap()
         .resolve()
         .unwrap_err();
-        assert!(e.to_string().contains("final_logit_softcapping"), "{e}");
+        assert!(e.to_string().contains("attn_logit_softcapping"), "{e}");
         let e = HfLlamaConfig::from_json(
             r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":8,"intermediate_size":8,
             "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,

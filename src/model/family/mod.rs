@@ -5,6 +5,7 @@
 //! norms, the row order of GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
 //! in [`Architecture::family`].
 
+pub mod gemma2;
 pub mod gemma3;
 pub mod llama;
 pub mod mistral;
@@ -128,6 +129,9 @@ pub enum Architecture {
     Qwen3,
     /// `Phi3ForCausalLM` (stacked `qkv_proj` and `gate_up_proj`).
     Phi3,
+    /// `Gemma2ForCausalLM` (Gemma 3's layer without q/k norms, with soft-capped attention
+    /// scores and logits).
+    Gemma2,
     /// `Gemma3ForCausalLM` (Gemma 3's text decoder: four `1 + w` norms per layer, GELU,
     /// scaled embeddings, interleaved local and global attention).
     Gemma3,
@@ -138,12 +142,13 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 7] = [
+    pub const ALL: [Architecture; 8] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Phi3,
+        Architecture::Gemma2,
         Architecture::Gemma3,
         Architecture::Opt,
     ];
@@ -156,6 +161,7 @@ impl Architecture {
             Architecture::Qwen2 => &qwen2::Qwen2,
             Architecture::Qwen3 => &qwen3::Qwen3,
             Architecture::Phi3 => &phi3::Phi3,
+            Architecture::Gemma2 => &gemma2::Gemma2,
             Architecture::Gemma3 => &gemma3::Gemma3,
             Architecture::Opt => &opt::Opt,
         }

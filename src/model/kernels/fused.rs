@@ -112,6 +112,8 @@ struct Dims {
     eps: f64,
     /// The factor of `q·k`.
     scale: f32,
+    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
+    softcap: Option<f32>,
 }
 
 /// Borrowed weights of the whole model.
@@ -134,6 +136,8 @@ struct HeadRef<'a> {
     lm_head: Option<LinearRef<'a>>,
     /// Learned position embeddings, position `p` at row `p + 2` (OPT).
     positions: Option<&'a [f32]>,
+    /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
+    final_softcap: Option<f32>,
 }
 
 impl HeadRef<'_> {
@@ -242,7 +246,8 @@ fn attend_block(
     let hd = d.head_dim;
     let per_group = d.heads / d.kv_heads;
     let (q_stride, kv_stride, width) = (d.heads * hd, d.kv_heads * hd, per_group * hd);
-    let scale = d.scale;
+    // Soft-capped scores are scaled and capped before the softmax, which then scales by one.
+    let scale = if d.softcap.is_some() { 1.0 } else { d.scale };
     let keys = first + rows;
     let mut stacked = Vec::with_capacity(rows * width);
     for r in first..keys {
@@ -268,6 +273,9 @@ fn attend_block(
     let mut live = Vec::new();
     for (i, row) in scores.chunks_mut(keys).enumerate() {
         let visible = first + i / per_group + 1;
+        if let Some(cap) = d.softcap {
+            vecmath::soft_cap(&mut row[..visible], d.scale, cap);
+        }
         if let Mask::Packed(p) = mask {
             // The shared context and the row's own branch, side by side in their order: the
             // softmax of exactly the keys the unpacked sequence has.
@@ -746,6 +754,7 @@ fn dims_of(layer: &LayerWeights<Nd>, hidden: usize, eps: f64) -> Dims {
         scale: layer
             .scale
             .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
+        softcap: layer.softcap.map(|c| c as f32),
     }
 }
 
@@ -1085,6 +1094,7 @@ struct HeldHead {
     positions: Option<usize>,
     norm: HeldNorm,
     lm_head: Option<HeldLinear>,
+    final_softcap: Option<f32>,
     eps: f64,
     vocab: usize,
     hidden: usize,
@@ -1098,6 +1108,7 @@ fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
         positions: head.positions.map(|table| held.push(table.val())),
         norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
+        final_softcap: head.final_softcap.map(|c| c as f32),
         eps: head.norm.eps,
         vocab,
         hidden,
@@ -1120,6 +1131,7 @@ fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
             Some(table) => Some(held.slice(table)?),
             None => None,
         },
+        final_softcap: h.final_softcap,
     })
 }
 
@@ -1263,6 +1275,7 @@ mod tests {
             head_dim: 2,
             eps: 0.0,
             scale: 1.0 / 2f32.sqrt(),
+            softcap: None,
         };
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
@@ -1288,6 +1301,7 @@ mod tests {
             head_dim: 2,
             eps: 0.0,
             scale: 1.0 / 2f32.sqrt(),
+            softcap: None,
         };
         let single = Dims {
             hidden: 2,

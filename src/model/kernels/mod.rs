@@ -220,6 +220,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub activation: Activation,
     /// The factor of `q·k` when it is not `head_dim^-0.5`.
     pub scale: Option<f64>,
+    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
+    pub softcap: Option<f64>,
     /// The layer's own rotary inverse frequencies, when not the model's (Gemma 3's local
     /// layers).
     pub inv_freq: Option<&'a [f32]>,
@@ -245,6 +247,8 @@ pub struct HeadWeights<'a, B: Backend> {
     pub embed_scale: Option<f32>,
     /// Learned position embeddings added to the token embeddings (OPT).
     pub positions: Option<&'a Param<Tensor<B, 2>>>,
+    /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
+    pub final_softcap: Option<f64>,
 }
 
 /// The borrowed weights of a whole decoder.

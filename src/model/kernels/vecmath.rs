@@ -127,6 +127,14 @@ fn softmax_row_portable(row: &mut [f32], visible: usize, scale: f32) {
     live.iter_mut().for_each(|s| *s /= sum);
 }
 
+/// Soft-capping in place: `s = cap · tanh(s · scale / cap)`, in transformers' order of f32
+/// operations (Gemma 2's attention scores and logits).
+pub fn soft_cap(row: &mut [f32], scale: f32, cap: f32) {
+    for s in row.iter_mut() {
+        *s = (*s * scale / cap).tanh() * cap;
+    }
+}
+
 /// The sum of `values`, in lanes.
 #[inline(always)]
 fn sum_of(values: &[f32]) -> f32 {
@@ -359,6 +367,17 @@ mod tests {
         let mut row = [1.0, 2.0, 3.0, 42.0];
         softmax_row(&mut row, 3, ln2);
         let expected = [2.0 / 14.0, 4.0 / 14.0, 8.0 / 14.0, 0.0];
+        for (a, e) in row.iter().zip(expected) {
+            assert!((a - e).abs() < 1e-6, "{row:?} vs {expected:?}");
+        }
+    }
+
+    #[test]
+    fn soft_cap_by_hand() {
+        // cap 2, scale 0.5: 2 · tanh(s / 4); tanh(ln 3 / 2) = 1/2, so s = 2 ln 3 gives 1.
+        let mut row = [0.0, 2.0 * 3f32.ln(), -2.0 * 3f32.ln(), 1e6];
+        soft_cap(&mut row, 0.5, 2.0);
+        let expected = [0.0, 1.0, -1.0, 2.0];
         for (a, e) in row.iter().zip(expected) {
             assert!((a - e).abs() < 1e-6, "{row:?} vs {expected:?}");
         }

@@ -152,6 +152,7 @@ fn causal_gqa_attention_by_hand() {
         head_dim: 2,
         sliding_window: None,
         scale: None,
+        softcap: None,
         inv_freq: None,
         rotary: true,
     };
@@ -193,25 +194,30 @@ fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
         let n = shape.iter().product();
         t((0..n).map(|_| rng.random_range(-2.0..2.0)).collect(), shape)
     };
-    for (seq, keys, window) in [
-        (10, 10, None),
-        (10, 13, None),
-        (10, 13, Some(4)),
-        (9, 9, Some(3)),
+    for (seq, keys, window, softcap) in [
+        (10, 10, None, None),
+        (10, 13, None, None),
+        (10, 13, Some(4), None),
+        (9, 9, Some(3), None),
+        (10, 13, Some(4), Some(1.5)),
     ] {
         let q = random([2, 3, seq, 4]);
         let k = random([2, 3, keys, 4]);
         let v = random([2, 3, keys, 4]);
-        let whole: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), window, None, 64)
+        let scores = Scores {
+            window,
+            scale: None,
+            softcap,
+        };
+        let whole: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), scores, 64)
             .into_data()
             .to_vec()
             .unwrap();
         for rows in [1, 3, 4] {
-            let blocks: Vec<f32> =
-                causal_attention(q.clone(), k.clone(), v.clone(), window, None, rows)
-                    .into_data()
-                    .to_vec()
-                    .unwrap();
+            let blocks: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), scores, rows)
+                .into_data()
+                .to_vec()
+                .unwrap();
             let worst = whole
                 .iter()
                 .zip(&blocks)

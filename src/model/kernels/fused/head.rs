@@ -31,8 +31,9 @@ impl HeadRef<'_> {
         normed
     }
 
-    /// The logits of the vocabulary entries `entries` from normed rows: each element is the
-    /// same as in the whole row's (gemm's blocking of the inner dimension depends on it alone).
+    /// The logits of the vocabulary entries `entries` from normed rows, soft-capped where the
+    /// model caps them: each element is the same as in the whole row's (gemm's blocking of the
+    /// inner dimension depends on it alone).
     ///
     /// # Shapes
     /// - `normed`: `[seq, hidden]`, `out`: `[seq, entries.len()]`
@@ -65,6 +66,10 @@ impl HeadRef<'_> {
                 );
                 matmul(out, width, false, a, b, true);
             }
+        }
+        if let Some(cap) = self.final_softcap {
+            out.par_chunks_mut(width.max(1))
+                .for_each(|row| vecmath::soft_cap(row, 1.0, cap));
         }
     }
 }

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# OPT fidelity table: `wanda prune` against the reference's OPT pruning (locuslab/wanda
-# `main_opt.py` / `lib/prune_opt.py`, done by scripts/torch-wanda-cell.py --hf-model: layers under
-# `model.decoder`, the six linears q/k/v/out_proj, fc1, fc2) on the tiny random OPT of
-# tests/fixtures/models/tiny-opt, with the same calibration draw (8 × 64 of a seeded word text,
-# seed 0) and evaluation (16 × 64). Prints one markdown row per cell: both perplexities, their
-# relative difference, and the largest share of weights whose keep/prune decision differs in any
-# layer (scripts/compare-masks.py). A measuring tool, not a test: CI never runs it.
+# Fidelity table of a Hugging Face folder: `wanda prune` against the reference's pruning
+# (locuslab/wanda, done by scripts/torch-wanda-cell.py --hf-model; for OPT its `main_opt.py` /
+# `lib/prune_opt.py`: layers under `model.decoder`, the six linears q/k/v/out_proj, fc1, fc2) on
+# the folder $MODEL (default the tiny random OPT of tests/fixtures/models/tiny-opt; any
+# tests/fixtures/models/tiny-<family> has the word vocabulary w1 … w95 the texts below use), with
+# the same calibration draw (8 × 64 of a seeded word text, seed 0) and evaluation (16 × 64).
+# Prints one markdown row per cell: both perplexities, their relative difference, and the largest
+# share of weights whose keep/prune decision differs in any layer (scripts/compare-masks.py). A
+# measuring tool, not a test: CI never runs it.
 #
-#   scripts/opt-fidelity.sh [CELL...]   # CELL as in scripts/fidelity.sh: wanda:0.7, sparsegpt:2:4,
-#                                       # wanda:0.5+owl, ria:0.5
+#   [MODEL=DIR] scripts/folder-fidelity.sh [CELL...]   # CELL as in scripts/fidelity.sh: wanda:0.7,
+#                                                      # sparsegpt:2:4, wanda:0.5+owl, ria:0.5
 #
 # $WANDA_BIN runs a binary built earlier; otherwise the tree is built in release. The Python venv is
 # $AB_VENV (default ~/.cache/wanda-ab-venv, with torch and transformers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${AB_VENV:-$HOME/.cache/wanda-ab-venv}"
-model=tests/fixtures/models/tiny-opt
+model="${MODEL:-tests/fixtures/models/tiny-opt}"
 source scripts/ab-wanda.sh
 # Seeded text over the fixture's word vocabulary (w1 … w95), with a little structure.
 python3 - "$out" <<'PY'
