@@ -295,10 +295,7 @@ impl HfLlamaConfig {
             .rope_parameters
             .as_ref()
             .and_then(HfRopeParameters::global);
-        let rope_theta = self
-            .rope_theta
-            .or(parameters.and_then(|p| p.rope_theta))
-            .unwrap_or(10_000.0);
+        let rope_theta = self.rope_base();
         if !(rope_theta.is_finite() && rope_theta > 0.0) {
             return Err(invalid(
                 "rope_theta",
@@ -381,6 +378,19 @@ impl HfLlamaConfig {
             eos_token_id: first_id(&self.eos_token_id),
             extras,
         })
+    }
+
+    /// The model's RoPE base: `rope_theta`, else that of `rope_parameters` (its full-attention
+    /// layers' where it is given per layer type), else 10,000. Not yet checked.
+    pub fn rope_base(&self) -> f64 {
+        self.rope_theta
+            .or_else(|| {
+                self.rope_parameters
+                    .as_ref()
+                    .and_then(HfRopeParameters::global)
+                    .and_then(|p| p.rope_theta)
+            })
+            .unwrap_or(10_000.0)
     }
 
     /// The MLP activation the config names (`hidden_activation`, else `hidden_act`, else

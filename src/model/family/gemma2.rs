@@ -30,23 +30,16 @@ impl Family for Gemma2 {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        // One rotary embedding for every layer: the sliding layers rotate with the model's base.
-        let theta = hf
-            .rope_theta
-            .or_else(|| {
-                hf.rope_parameters
-                    .as_ref()
-                    .and_then(|p| p.global())
-                    .and_then(|p| p.rope_theta)
-            })
-            .unwrap_or(10_000.0);
         gemma_extras(
             hf,
             &Gemma {
                 name: "Gemma 2",
                 global_every: 2,
-                local_theta: theta,
-                softcaps: [Some(30.0), Some(50.0)],
+                // One rotary embedding for every layer: the sliding layers rotate with the
+                // model's base.
+                local_theta: hf.rope_base(),
+                final_softcap: Some(30.0),
+                attn_softcap: Some(50.0),
             },
         )
     }

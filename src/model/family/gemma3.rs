@@ -64,7 +64,8 @@ impl Family for Gemma3 {
                 name: "Gemma 3",
                 global_every: 6,
                 local_theta,
-                softcaps: [None, None],
+                final_softcap: None,
+                attn_softcap: None,
             },
         )
     }
@@ -87,8 +88,10 @@ pub(super) struct Gemma {
     pub global_every: usize,
     /// The RoPE base of the sliding layers.
     pub local_theta: f64,
-    /// The final and the attention soft-caps where the config has no such key.
-    pub softcaps: [Option<f64>; 2],
+    /// The final logits' soft-cap where the config has no `final_logit_softcapping`.
+    pub final_softcap: Option<f64>,
+    /// The attention scores' soft-cap where the config has no `attn_logit_softcapping`.
+    pub attn_softcap: Option<f64>,
 }
 
 /// The decoder extras of a Gemma layer (Gemma 2 and 3): GeGLU, `1 + w` sandwich norms, scaled
@@ -129,7 +132,6 @@ pub(super) fn gemma_extras(
                 .collect()
         }
     };
-    let [final_default, attn_default] = gemma.softcaps;
     Ok(DecoderExtras {
         activation: Activation::GeluTanh,
         norm_offset: true,
@@ -141,8 +143,8 @@ pub(super) fn gemma_extras(
             rope_theta: gemma.local_theta,
             layers,
         }),
-        final_softcap: hf.final_logit_softcapping.unwrap_or(final_default),
-        attn_softcap: hf.attn_logit_softcapping.unwrap_or(attn_default),
+        final_softcap: hf.final_logit_softcapping.unwrap_or(gemma.final_softcap),
+        attn_softcap: hf.attn_logit_softcapping.unwrap_or(gemma.attn_softcap),
         ..DecoderExtras::default()
     })
 }
