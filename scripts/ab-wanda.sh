@@ -1,8 +1,8 @@
 # What the A/B and fidelity scripts share about wanda itself (sourced, from the repository root):
 # the binary — $WANDA_BIN, a binary built earlier (e.g. a copy kept while the tree changes), or
 # else the tree built in release — as `$wanda`, a scratch folder `$out` removed on exit, and
-# `cell_flags CELL`, which turns a cell (METHOD:SPARSITY or METHOD:N:M, with +owl and/or +dsnot,
-# e.g. wanda:0.7+owl or sparsegpt:2:4) into `$method` and the flag arrays `ours` (wanda prune)
+# `cell_flags CELL`, which turns a cell (METHOD:SPARSITY or METHOD:N:M, with +owl and/or +dsnot, or
+# a weight update +seq or +iter, e.g. wanda:0.7+owl, sparsegpt:2:4 or magnitude:0.5+iter) into `$method` and the flag arrays `ours` (wanda prune)
 # and `theirs` (scripts/torch-wanda-cell.py).
 if [ -n "${WANDA_BIN:-}" ]; then
   wanda="$WANDA_BIN"
@@ -24,5 +24,7 @@ cell_flags() {
   fi
   [[ "$1" == *+owl* ]] && { ours+=(--profile owl); theirs+=(--owl); }
   [[ "$1" == *+dsnot* ]] && { ours+=(--dsnot); theirs+=(--dsnot); }
+  [[ "$1" == *+seq* ]] && { ours+=(--weight-update sequential); theirs+=(--weight-update sequential); }
+  [[ "$1" == *+iter* ]] && { ours+=(--weight-update iterative); theirs+=(--weight-update iterative); }
   return 0
 }

@@ -120,7 +120,12 @@ p.add_argument("--dsnot-var-power", type=float, default=1.0,
                help="DSnoT --pow_of_var_regrowing (0: no division by the variance)")
 p.add_argument("--dsnot-layers", choices=["attention", "all"], default="attention",
                help="linears DSnoT refines: attention (the reference's --skip_layer mlp) or all")
+p.add_argument("--weight-update", choices=["sequential", "iterative"],
+               help="the Wanda paper's ablation (locuslab/wanda prune_ablate, lib/ablate.py): "
+                    "--method wanda or magnitude as ablate_{wanda,mag}_{seq,iter}")
 a = p.parse_args()
+if a.weight_update and (a.method not in ("wanda", "magnitude") or a.owl or a.dsnot):
+    p.error("--weight-update takes --method wanda or magnitude, without --owl or --dsnot")
 if a.owl and a.pattern != "unstructured":
     p.error("--owl is unstructured only (the reference's N:M ignores the OWL ratios)")
 if (a.owl or a.dsnot) and a.method == "ria":
@@ -345,6 +350,70 @@ def sparsegpt_prune(m, H, ratio, blocksize=128, percdamp=0.01):
     m.weight.data = W.reshape(m.weight.shape).to(m.weight.data.dtype)
 
 
+def ablate_prune(m, st, ratio, blocksize=128, percdamp=0.01):
+    """locuslab/wanda `prune_ablate` with `AblateGPT` (lib/ablate.py): the mask of
+    `get_wanda_mask` / `get_mag_mask` on the dense weights (sequential) or the metric recomputed
+    per block from the updated weights (iterative), inside SparseGPT's `fasterprune`."""
+    wanda = a.method == "wanda"
+    W0 = m.weight.data
+    mask = None
+    if a.weight_update == "sequential":
+        metric = torch.abs(W0) * torch.sqrt(st.scaler.reshape((1, -1))) if wanda else torch.abs(W0)
+        if prune_n:
+            mask = nm_mask(metric)
+        elif wanda:
+            mask = torch.zeros_like(metric, dtype=torch.bool)
+            order = torch.sort(metric, dim=-1, stable=True)[1]
+            mask.scatter_(1, order[:, :int(metric.shape[1] * ratio)], True)
+        else:
+            mask = metric <= torch.sort(metric.flatten())[0][int(W0.numel() * ratio)]
+    W = W0.clone().to(STAT_DT)
+    rows, cols = W.shape
+    H = st.H.clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1
+    W[:, dead] = 0
+    damp = percdamp * torch.mean(torch.diag(H))
+    diag = torch.arange(cols)
+    H[diag, diag] += damp
+    H = torch.linalg.cholesky(H)
+    H = torch.cholesky_inverse(H)
+    Hinv = torch.linalg.cholesky(H, upper=True)
+    root = torch.sqrt(st.scaler)
+    for i1 in range(0, cols, blocksize):
+        i2 = min(i1 + blocksize, cols)
+        W1 = W[:, i1:i2].clone()
+        Q1 = torch.zeros_like(W1)
+        Err1 = torch.zeros_like(W1)
+        Hinv1 = Hinv[i1:i2, i1:i2]
+        if prune_n == 0 or mask is not None:
+            if mask is not None:
+                mask1 = mask[:, i1:i2]
+            else:
+                tmp = torch.abs(W1) * root[i1:i2].reshape((1, -1)) if wanda else torch.abs(W1)
+                thresh = torch.sort(tmp.flatten())[0][int(tmp.numel() * ratio)]
+                mask1 = tmp <= thresh
+        else:
+            mask1 = torch.zeros_like(W1) == 1
+        for i in range(i2 - i1):
+            w = W1[:, i]
+            d = Hinv1[i, i]
+            if prune_n != 0 and i % prune_m == 0 and mask is None:
+                tmp = torch.abs(W1[:, i:i + prune_m])
+                if wanda:
+                    tmp = tmp * root[i + i1:i + i1 + prune_m].reshape((1, -1))
+                mask1.scatter_(1, i + torch.topk(tmp, prune_n, dim=1, largest=False)[1], True)
+            q = w.clone()
+            q[mask1[:, i]] = 0
+            Q1[:, i] = q
+            err1 = (w - q) / d
+            W1[:, i:] -= err1.unsqueeze(1).matmul(Hinv1[i, i:].unsqueeze(0))
+            Err1[:, i] = err1
+        W[:, i1:i2] = Q1
+        W[:, i2:] -= Err1.matmul(Hinv[i1:i2, i2:])
+    m.weight.data = W.reshape(m.weight.shape).to(m.weight.data.dtype)
+
+
 class Stats:
     """One linear's input statistics, updated per calibration sample as the references'
     `add_batch` do: `scaler` = mean over samples of ‖x_j‖² (every method but magnitude), `H` = the
@@ -352,8 +421,10 @@ class Stats:
     `sum` = mean over samples of the per-sample token sum of x_j, `var` = token-weighted running
     average of the per-sample population variances of x_j (not the pooled variance)."""
 
-    def __init__(self, cols, scaler=False, gram=False, dsnot=False):
+    def __init__(self, cols, scaler=False, gram=False, dsnot=False, ablate=False):
         self.n = self.tokens = 0
+        # locuslab/wanda `AblateGPT.add_batch` adds the norms of the sqrt(2/n)-scaled inputs.
+        self.ablate = ablate
         self.scaler = torch.zeros(cols, dtype=STAT_DT) if scaler else None
         self.H = torch.zeros(cols, cols, dtype=STAT_DT) if gram else None
         self.sum = torch.zeros(cols, dtype=STAT_DT) if dsnot else None
@@ -372,7 +443,8 @@ class Stats:
                 s *= keep
         self.n += 1
         if self.scaler is not None:
-            self.scaler += torch.norm(x, p=2, dim=1) ** 2 / self.n
+            xs = math.sqrt(2 / self.n) * x if self.ablate else x
+            self.scaler += torch.norm(xs, p=2, dim=1) ** 2 / self.n
         if self.sum is not None:
             self.sum += torch.sum(x, dim=1) / self.n
         if self.H is not None:
@@ -568,20 +640,24 @@ with torch.no_grad():
     for i, layer in enumerate(layers):
         ratio = layer_sparsities[i] if a.owl else a.sparsity
         subset = {n: layer.get_submodule(n) for n in LINEARS}
-        if a.method == "magnitude" and not a.dsnot:
+        if a.method == "magnitude" and not a.dsnot and not a.weight_update:
             for m in subset.values():
                 magnitude_prune(m, ratio)
             forward_all(layer, inps, outs)
             inps, outs = outs, inps
             continue
-        stats = {n: Stats(m.weight.shape[1], scaler=a.dsnot or a.method in ("wanda", "ria"),
-                          gram=a.method == "sparsegpt", dsnot=a.dsnot)
+        stats = {n: Stats(m.weight.shape[1],
+                          scaler=a.dsnot or a.method in ("wanda", "ria") or bool(a.weight_update),
+                          gram=a.method == "sparsegpt" or bool(a.weight_update), dsnot=a.dsnot,
+                          ablate=bool(a.weight_update))
                  for n, m in subset.items()}
         forward_all(layer, inps, outs, stats)
         for n, m in subset.items():
             if a.dump_scaler and stats[n].scaler is not None:
                 DUMPED[f"{PREFIX}.{i}.{n}.scaler"] = stats[n].scaler.float().clone()
-            if a.dsnot:
+            if a.weight_update:
+                ablate_prune(m, stats[n], ratio)
+            elif a.dsnot:
                 dsnot_prune(n, m, stats[n], f"{PREFIX}.{i}.{n}")
             elif a.method == "wanda":
                 wanda_prune(m, stats[n].scaler, ratio, f"{PREFIX}.{i}.{n}")
@@ -631,6 +707,8 @@ result = {
     "wall_seconds": time.time() - T_START,
     "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
 }
+if a.weight_update:
+    result["weight_update"] = a.weight_update
 if a.owl:
     result["owl"] = {"m": a.owl_m, "lambda": a.owl_lambda}
     result["owl_outlier_ratios"] = owl_ratios

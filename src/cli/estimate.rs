@@ -22,6 +22,7 @@ use wanda::memory::estimate::{estimate_prune, render, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
 use wanda::model::shape::{gib, Breakdown, ModelShape, Place};
 use wanda::model::{self, ModelRef};
+use wanda::prune::weight_update::WeightUpdate;
 use wanda::prune::Method;
 use wanda::stages::probe::probe_prune;
 
@@ -98,6 +99,10 @@ pub struct EstimateArgs {
     /// DSnoT refines the masks.
     #[arg(long)]
     pub dsnot: bool,
+    /// The weights magnitude or Wanda keeps are updated (`sequential` or `iterative`): a
+    /// Hessian per input, as SparseGPT.
+    #[arg(long, value_enum)]
+    pub weight_update: Option<WeightUpdate>,
     /// `eval` also scores zero-shot tasks (one batch of padded requests).
     #[arg(long)]
     pub zeroshot: bool,
@@ -207,6 +212,7 @@ impl EstimateArgs {
             }),
             owl: self.owl,
             dsnot: self.dsnot,
+            weight_update: self.weight_update,
             zeroshot: self.zeroshot,
             eval_group: self.eval_group,
         };

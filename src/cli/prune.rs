@@ -23,6 +23,7 @@ use wanda::pipeline::runner::{self, RunOptions};
 use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::ModelSparsity;
 use wanda::prune::profile::{OwlOptions, Profile};
+use wanda::prune::weight_update::WeightUpdate;
 use wanda::prune::{Method, MethodOptions, Pattern, Sparsity};
 use wanda::stages::PipelineExecutor;
 
@@ -77,6 +78,10 @@ pub struct PruneArgs {
     /// Which linears DSnoT refines: `attention` (the reference's default) or `all`.
     #[arg(long, value_enum, default_value_t = DsnotLayers::Attention)]
     pub dsnot_layers: DsnotLayers,
+    /// Update the weights magnitude or Wanda keeps with SparseGPT's step, the Wanda paper's
+    /// ablation: `sequential` (mask first) or `iterative` (metric recomputed per block).
+    #[arg(long, value_enum)]
+    pub weight_update: Option<WeightUpdate>,
     /// Calibration text (windows are drawn from it at seeded random offsets).
     #[arg(long, conflicts_with = "calib_dataset")]
     pub calib_text: Option<PathBuf>,
@@ -186,6 +191,7 @@ impl PruneArgs {
         let needs_calibration = MethodOptions {
             profile: profile.clone(),
             dsnot,
+            weight_update: self.weight_update,
             ..MethodOptions::default()
         }
         .needs_calibration(self.method);
@@ -196,7 +202,7 @@ impl PruneArgs {
                 if self.method.needs_calibration() {
                     ""
                 } else {
-                    " with OWL or DSnoT"
+                    " with OWL, DSnoT or a weight update"
                 }
             );
         }
@@ -226,6 +232,9 @@ impl PruneArgs {
         }
         if let Some(dsnot) = dsnot {
             prune["dsnot"] = serde_json::to_value(dsnot)?;
+        }
+        if let Some(update) = self.weight_update {
+            prune["weight_update"] = update.name().into();
         }
         let mut pipeline = serde_json::json!({
             "name": PIPELINE_NAME,

@@ -69,6 +69,7 @@ use crate::model::shape::{gib, Breakdown, ModelShape, Place};
 use crate::prune::device_select;
 use crate::prune::dsnot::DsnotOptions;
 use crate::prune::profile::{OwlOptions, Profile};
+use crate::prune::weight_update::WeightUpdate;
 use crate::prune::{Method, MethodOptions};
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
@@ -145,6 +146,9 @@ pub struct PruneRun {
     /// DSnoT refines the masks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dsnot: bool,
+    /// The weights magnitude or Wanda keeps are updated (a Hessian per input, as SparseGPT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight_update: Option<WeightUpdate>,
     /// `eval` scores zero-shot tasks.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub zeroshot: bool,
@@ -165,6 +169,7 @@ impl PruneRun {
                 Profile::Uniform
             },
             dsnot: self.dsnot.then(DsnotOptions::default),
+            weight_update: self.weight_update,
             ..MethodOptions::default()
         }
     }
@@ -354,26 +359,32 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
         );
     }
     forward(prune, run, m, b, s);
-    match method {
-        Method::Wanda | Method::Ria | Method::Magnitude => prune.push_allocations(
-            "statistics",
+    // Wanda's norms beside a weight update's Hessians are summed from squared inputs too.
+    let hessians = uses_hessians(run, method);
+    if !hessians || method == Method::Wanda {
+        prune.push_allocations(
+            if hessians {
+                "norms' statistics"
+            } else {
+                "statistics"
+            },
             1,
             b * s * m.i * F32,
             Place::Device,
             format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
-        ),
-        Method::Sparsegpt => {
-            let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
-            prune.push(
-                "statistics",
-                squares * (F32 + 8),
-                Place::Device,
-                format!(
-                    "(2·{}² + {}² + {}²) × (4 + 8) B (Hessians, f32 sums + f64 host)",
-                    m.h, m.q, m.i
-                ),
-            )
-        }
+        );
+    }
+    if hessians {
+        let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
+        prune.push(
+            "statistics",
+            squares * (F32 + 8),
+            Place::Device,
+            format!(
+                "(2·{}² + {}² + {}²) × (4 + 8) B (Hessians, f32 sums + f64 host)",
+                m.h, m.q, m.i
+            ),
+        )
     }
     if run.owl {
         // The dense pass holds what the pruning pass holds, plus the pooled scores.
@@ -400,25 +411,35 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
     }
 }
 
+/// Whether the run's pruning solves with a Hessian per input: SparseGPT, or a weight update.
+fn uses_hessians(run: &PruneRun, method: Method) -> bool {
+    method == Method::Sparsegpt || run.weight_update.is_some()
+}
+
 /// The prune stage's work buffers on the host: the layer's pruned weights and the method's
 /// scores, masks or Hessian factors for its widest linear.
 fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, method: Method) {
     let widest = m.widest_linear();
-    let (method_bytes, method_formula) = match method {
-        Method::Sparsegpt => {
-            let cols = m.h.max(m.i).max(m.q);
-            (
-                cols * cols * 8 * 3,
-                format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)"),
-            )
+    let (method_bytes, method_formula) = if uses_hessians(run, method) {
+        let cols = m.h.max(m.i).max(m.q);
+        let hessian = cols * cols * 8 * 3;
+        let formula = format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)");
+        match method {
+            // The update's mask and its f32 scores beside the update.
+            Method::Wanda | Method::Magnitude => (
+                hessian + widest * 5,
+                format!("{formula} + {widest} × 5 B (scores and mask)"),
+            ),
+            _ => (hessian, formula),
         }
-        Method::Wanda | Method::Ria | Method::Magnitude => (
+    } else {
+        (
             widest * 12,
             format!(
                 "{widest} × 12 B (the widest linear's host copy, its device copy while the \
                  mask is applied, scores or sort keys)"
             ),
-        ),
+        )
     };
     let (method_bytes, method_formula) = if run.dsnot {
         (
@@ -438,6 +459,7 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     if run.device == DeviceKind::Cuda
         && matches!(method, Method::Wanda | Method::Magnitude)
         && !run.dsnot
+        && run.weight_update.is_none()
     {
         // Wanda selects the linears that read hidden-width inputs (all but the MLP's down
         // projection) together while they fit a piece.
@@ -461,7 +483,7 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     }
     // A zeroing method sends each linear back as the mask of its zeros (1 B a weight);
     // SparseGPT's update sends the weights (4 B).
-    let (held, what) = if method.only_zeroes(run.dsnot) {
+    let (held, what) = if run.method_options().only_zeroes(method) {
         (1, "masks")
     } else {
         (F32, "pruned weights")
@@ -841,6 +863,7 @@ mod tests {
             gpu_memory: None,
             owl: false,
             dsnot: false,
+            weight_update: None,
             zeroshot: false,
             eval_group: STREAMED_WINDOW_GROUP,
         }
@@ -925,6 +948,21 @@ mod tests {
             120 + (6 * 6 * 8 * 3).max(24 * DSNOT_BYTES_PER_WEIGHT)
         );
         assert_eq!(buffers(Method::Magnitude, false), 120 + 288);
+        // A weight update holds SparseGPT's factors and updated weights, plus a mask and its
+        // scores, and collects SparseGPT's Hessians beside Wanda's squared inputs.
+        let mut r = run(Method::Wanda);
+        r.weight_update = Some(WeightUpdate::Sequential);
+        let e = estimate_prune(&tiny(), &r);
+        assert_eq!(
+            item(&e, "prune", "pruning buffers"),
+            480 + 6 * 6 * 8 * 3 + 24 * 5
+        );
+        let sparsegpt = estimate_prune(&tiny(), &run(Method::Sparsegpt));
+        assert_eq!(
+            item(&e, "prune", "statistics"),
+            item(&sparsegpt, "prune", "statistics")
+        );
+        assert!(item(&e, "prune", "norms' statistics") > 0);
     }
 
     #[test]

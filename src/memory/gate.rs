@@ -379,6 +379,7 @@ mod tests {
             gpu_memory: None,
             owl: false,
             dsnot: false,
+            weight_update: None,
             zeroshot: false,
             eval_group: 8,
         }

@@ -31,6 +31,7 @@ pub use crate::model::export::SaveDtype;
 use crate::model::ModelRef;
 pub use crate::prune::dsnot::DsnotOptions;
 pub use crate::prune::profile::Profile;
+pub use crate::prune::weight_update::WeightUpdate;
 pub use crate::prune::{Method, MethodOptions, Pattern};
 
 /// Top-level keys that are not settings.
@@ -572,6 +573,11 @@ pub struct PruneOptions {
     /// reference's settings, or any of `cycles`, `update_threshold`, `var_power`, `layers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dsnot: Option<DsnotOptions>,
+    /// Update the weights magnitude or Wanda keeps with SparseGPT's optimal-brain-surgeon
+    /// step, the Wanda paper's ablation: `sequential` (the mask chosen once, then the update)
+    /// or `iterative` (the metric recomputed from the updated weights, block by block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_update: Option<WeightUpdate>,
 }
 
 impl PruneOptions {
@@ -588,6 +594,7 @@ impl PruneOptions {
             skip: self.skip.clone(),
             profile: self.profile.clone(),
             dsnot: self.dsnot,
+            weight_update: self.weight_update,
             ..MethodOptions::default()
         }
     }
@@ -1432,7 +1439,8 @@ mod tests {
                 "profile",
                 "skip",
                 "sparsity",
-                "use_variant"
+                "use_variant",
+                "weight_update"
             ]
         );
         assert_eq!(StageKind::Load.option_names(), ["verify"]);

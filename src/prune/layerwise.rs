@@ -9,7 +9,7 @@
 //! linear is pruned or the whole call fails: the model is never left partly pruned with a
 //! success result.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -31,6 +31,7 @@ use super::ria::prune_ria;
 use super::skip::{check_skip, glob_matches, linear_path};
 use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
 use super::wanda::{checked_norms, prune_wanda, wanda_scores, InputNorms};
+use super::weight_update::{ablation_sample_weight, prune_with_update, UpdateMetric, WeightUpdate};
 use super::{Method, MethodOptions, PruneError, Sparsity};
 use crate::model::host::{take_param, to_host_f32, weight_tensor};
 use crate::model::kernels::{kernels, Lowest};
@@ -98,12 +99,75 @@ fn host_weight<B: Backend>(w: Tensor<B, 2>) -> (Vec<f32>, [usize; 2]) {
     (to_host_f32(w), dims)
 }
 
+/// Which statistics a layer's pruning reads.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Needs {
+    /// Σ x x ᵀ (sparsegpt, a weight update); its diagonal gives the norms when `sum_sq` is off.
+    gram: bool,
+    /// Σ x² per channel beside the Gram matrix (always without one).
+    sum_sq: bool,
+    /// Each sample's Σ x² weighted as the reference's weight-update ablation weighs it
+    /// ([`ablation_sample_weight`]) instead of equally.
+    ablation_weights: bool,
+    /// DSnoT's moments.
+    moments: bool,
+}
+
+impl Needs {
+    /// What `method` with `options` reads.
+    fn of(method: Method, options: &MethodOptions) -> Self {
+        let gram = method == Method::Sparsegpt || options.weight_update.is_some();
+        // Wanda's norms under a weight update come from weighted sums; otherwise the Gram
+        // matrix's diagonal holds them.
+        let ablation_weights = options.weight_update.is_some() && method == Method::Wanda;
+        Self {
+            gram,
+            sum_sq: !gram || ablation_weights,
+            ablation_weights,
+            moments: options.dsnot.is_some(),
+        }
+    }
+
+    /// Σ x² alone: the norms of Wanda, RIA and OWL's outlier pass.
+    fn sums_of_squares() -> Self {
+        Self {
+            sum_sq: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// One shared input's Σ x² per channel, summed sample by sample.
+#[derive(Debug, Clone, Default)]
+struct SumSq {
+    sums: Vec<f64>,
+    samples: usize,
+}
+
+impl SumSq {
+    /// Adds one sample's sums: with weight 1, or [`ablation_sample_weight`] of its position.
+    fn add(&mut self, sums: impl ExactSizeIterator<Item = f64>, ablation_weights: bool) {
+        if self.sums.is_empty() {
+            self.sums = vec![0.0; sums.len()];
+        }
+        self.samples += 1;
+        let weight = match ablation_weights {
+            true => ablation_sample_weight(self.samples),
+            false => 1.0,
+        };
+        for (a, s) in self.sums.iter_mut().zip(sums) {
+            *a += weight * s;
+        }
+    }
+}
+
 /// Per-input statistics of one decoder layer: Σ x² per channel on the host in f64 (summed per
 /// sample, so the result does not depend on how many samples share a forward pass), the Gram
 /// matrix on the device, DSnoT's moments on the host.
 struct LayerStats<B: Backend> {
+    needs: Needs,
     /// Σ x² per channel (wanda, magnitude under OWL, RIA), per shared input.
-    sum_sq: BTreeMap<LinearInput, Vec<f64>>,
+    sum_sq: BTreeMap<LinearInput, SumSq>,
     /// Per shared input, each sample's Σ x² as `[1, channels]` f32 on the device, waiting to
     /// be added to `sum_sq` in sample order at [`Self::host`]: one download per input and layer
     /// instead of one per sample (where the fused kernels do not run).
@@ -116,17 +180,12 @@ struct LayerStats<B: Backend> {
     tokens: usize,
 }
 
-/// One shared input's accumulated sums on the host.
-enum HostSums {
-    /// Σ x² per channel.
-    SumSq(Vec<f64>),
-    /// The Gram matrix `[in, in]`.
-    Gram(Vec<f32>),
-}
-
 /// One shared input's statistics on the host.
 struct HostStats {
-    sums: HostSums,
+    /// Σ x² per channel, where [`Needs::sum_sq`] asked for them.
+    sum_sq: Option<Vec<f64>>,
+    /// The Gram matrix `[in, in]`, where [`Needs::gram`] asked for it.
+    gram: Option<Vec<f32>>,
     moments: Option<InputMoments>,
     samples: usize,
     tokens: usize,
@@ -137,24 +196,36 @@ impl HostStats {
     /// matrix's diagonal.
     fn norms(&self, in_features: usize) -> Result<InputNorms, PruneError> {
         let mut norms = InputNorms::new(in_features);
-        let sum_sq: Vec<f64> = match &self.sums {
-            HostSums::Gram(gram) => (0..in_features)
+        let sum_sq: Vec<f64> = match (&self.sum_sq, &self.gram) {
+            (Some(sums), _) => sums.clone(),
+            (None, Some(gram)) => (0..in_features)
                 .map(|c| f64::from(gram[c * in_features + c]))
                 .collect(),
-            HostSums::SumSq(sums) => sums.clone(),
+            (None, None) => vec![0.0; in_features],
         };
         norms.add_sum_sq(&sum_sq, self.samples, self.tokens)?;
         Ok(norms)
     }
+
+    /// The Hessian of a linear with `in_features` inputs, from the Gram matrix.
+    fn hessian(&self, in_features: usize) -> Result<Hessian, PruneError> {
+        let gram = self.gram.as_ref().ok_or(PruneError::NoSamples {
+            what: "hessian accumulator",
+        })?;
+        let mut h = Hessian::new(in_features);
+        h.add_gram(gram, self.samples, self.tokens)?;
+        Ok(h)
+    }
 }
 
 impl<B: Backend> LayerStats<B> {
-    fn new(gram: bool, moments: bool) -> Self {
+    fn new(needs: Needs) -> Self {
         Self {
+            needs,
             sum_sq: BTreeMap::new(),
             pending: BTreeMap::new(),
-            gram: gram.then(BTreeMap::new),
-            moments: moments.then(BTreeMap::new),
+            gram: needs.gram.then(BTreeMap::new),
+            moments: needs.moments.then(BTreeMap::new),
             samples: 0,
             tokens: 0,
         }
@@ -253,7 +324,9 @@ impl<B: Backend> LayerStats<B> {
                 };
                 grams.insert(input, entry);
             }
-            return Ok(());
+            if !self.needs.sum_sq {
+                return Ok(());
+            }
         }
         // Each sample's sums on their own, added in f64 in sample order: the same sums whatever
         // the batch. The fused CPU kernels read the activations' own buffer (a contiguous copy
@@ -275,8 +348,9 @@ impl<B: Backend> LayerStats<B> {
                 .push(column_sum_sq(samples()));
             return Ok(());
         };
+        let sum_sq = self.sum_sq.entry(input).or_default();
         for sums in per_sample {
-            add_f64(self.sum_sq.entry(input), sums.into_iter());
+            sum_sq.add(sums.into_iter(), self.needs.ablation_weights);
         }
         Ok(())
     }
@@ -288,26 +362,29 @@ impl<B: Backend> LayerStats<B> {
                 continue;
             };
             let host = to_host_f32(Tensor::cat(sums, 0));
+            let sum_sq = self.sum_sq.entry(input).or_default();
             for sample in host.chunks_exact(channels.max(1)) {
-                add_f64(self.sum_sq.entry(input), sample.iter().map(|&v| v.into()));
+                sum_sq.add(
+                    sample.iter().map(|&v| v.into()),
+                    self.needs.ablation_weights,
+                );
             }
         }
         let mut moments = self.moments.unwrap_or_default();
-        let sums: Vec<(LinearInput, HostSums)> = match self.gram {
-            Some(grams) => grams
-                .into_iter()
-                .map(|(k, t)| (k, HostSums::Gram(to_host_f32(t))))
-                .collect(),
-            None => self
-                .sum_sq
-                .into_iter()
-                .map(|(k, v)| (k, HostSums::SumSq(v)))
-                .collect(),
-        };
-        sums.into_iter()
-            .map(|(k, sums)| {
+        let mut grams: BTreeMap<LinearInput, Vec<f32>> = self
+            .gram
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, t)| (k, to_host_f32(t)))
+            .collect();
+        let mut sum_sq = self.sum_sq;
+        let inputs: BTreeSet<LinearInput> = grams.keys().chain(sum_sq.keys()).copied().collect();
+        inputs
+            .into_iter()
+            .map(|k| {
                 let stats = HostStats {
-                    sums,
+                    sum_sq: sum_sq.remove(&k).map(|s| s.sums),
+                    gram: grams.remove(&k),
                     moments: moments.remove(&k),
                     samples: self.samples,
                     tokens: self.tokens,
@@ -315,17 +392,6 @@ impl<B: Backend> LayerStats<B> {
                 (k, stats)
             })
             .collect()
-    }
-}
-
-/// Adds `sums` to the running f64 sums of `entry` (zeros when it is new).
-fn add_f64(
-    entry: std::collections::btree_map::Entry<'_, LinearInput, Vec<f64>>,
-    sums: impl ExactSizeIterator<Item = f64>,
-) {
-    let acc = entry.or_insert_with(|| vec![0.0; sums.len()]);
-    for (a, s) in acc.iter_mut().zip(sums) {
-        *a += s;
     }
 }
 
@@ -373,6 +439,9 @@ pub fn prune_model<B: Backend>(
     sparsity.validate()?;
     options.profile.validate()?;
     let on_device = device_selects::<B>()?;
+    if let Some(update) = options.weight_update {
+        check_weight_update(update, method, options)?;
+    }
     if let Some(d) = &options.dsnot {
         d.validate()?;
         if method == Method::Ria {
@@ -444,7 +513,7 @@ pub fn prune_model<B: Backend>(
         clock.lap("owl's dense pass");
         per_layer = owl_layer_sparsities(&outlier_ratios, target, owl.lambda)?;
     }
-    if !method.needs_calibration() && options.dsnot.is_none() {
+    if !method.needs_calibration() && options.dsnot.is_none() && options.weight_update.is_none() {
         // Magnitude under OWL: the calibration samples were for the ratios alone.
         let after_owl = |done, _| progress(done_before + done, steps);
         let measured =
@@ -453,15 +522,15 @@ pub fn prune_model<B: Backend>(
     }
     let mut inputs = embed();
     clock.lap("embed");
-    let gram = method == Method::Sparsegpt;
-    let zeroes_only = zeros_go_back_as_masks::<B>(method.only_zeroes(options.dsnot.is_some()));
+    let needs = Needs::of(method, options);
+    let zeroes_only = zeros_go_back_as_masks::<B>(options.only_zeroes(method));
     for (i, &layer_sparsity) in per_layer.iter().enumerate() {
         let mut layer = model.layer(i)?.into_owned();
         if i == 0 {
             check_skip_against(&options.skip, layers, &layer)?;
         }
         clock.lap("read layer");
-        let mut stats = LayerStats::<B>::new(gram, options.dsnot.is_some());
+        let mut stats = LayerStats::<B>::new(needs);
         stats.observe(&layer, &inputs, &cos, &sin)?;
         clock.lap("observe");
         let host = stats.host();
@@ -497,6 +566,33 @@ pub fn prune_model<B: Backend>(
         &per_layer,
         outlier_ratios,
     ))
+}
+
+/// Refuses a weight update where the reference has none: a method other than magnitude or Wanda,
+/// Wanda's variant, DSnoT, or a per-layer profile.
+fn check_weight_update(
+    update: WeightUpdate,
+    method: Method,
+    options: &MethodOptions,
+) -> Result<(), PruneError> {
+    let other = if !matches!(method, Method::Magnitude | Method::Wanda) {
+        format!("method `{method}`")
+    } else if options.use_variant {
+        "`use_variant`".into()
+    } else if options.dsnot.is_some() {
+        "`dsnot`".into()
+    } else if !options.profile.is_uniform() {
+        format!("profile `{}`", options.profile.label())
+    } else {
+        return Ok(());
+    };
+    Err(PruneError::InvalidOptions {
+        reason: format!(
+            "`weight_update: {}` updates what magnitude or wanda keeps (uniform profile, no \
+             variant, no dsnot), and this run has {other}",
+            update.name()
+        ),
+    })
 }
 
 /// Magnitude pruning of every layer at its sparsity in `per_layer`: no calibration, each
@@ -585,7 +681,7 @@ fn owl_outlier_ratios<B: Backend>(
     let mut ratios = Vec::with_capacity(model.layer_count());
     for i in 0..model.layer_count() {
         let layer = model.layer(i)?;
-        let mut stats = LayerStats::<B>::new(false, false);
+        let mut stats = LayerStats::<B>::new(Needs::sums_of_squares());
         inputs = stats.observe_forward(&layer, inputs, cos, sin)?;
         let host = stats.host();
         let mut pooled = Vec::new();
@@ -615,14 +711,17 @@ fn prune_linear(
     sparsity: Sparsity,
 ) -> Result<(), PruneError> {
     let norms = || stat.norms(dims[0]);
-    let hessian = || -> Result<Hessian, PruneError> {
-        let HostSums::Gram(gram) = &stat.sums else {
-            unreachable!("SparseGPT's statistics are collected as a Gram matrix")
+    let hessian = || stat.hessian(dims[0]);
+    if let Some(update) = options.weight_update {
+        let norms = match method {
+            Method::Wanda => Some(norms()?),
+            _ => None,
         };
-        let mut h = Hessian::new(dims[0]);
-        h.add_gram(gram, stat.samples, stat.tokens)?;
-        Ok(h)
-    };
+        let h = hessian()?;
+        let metric = UpdateMetric::of(method, norms.as_ref())?;
+        return prune_with_update(w, dims, &h, metric, sparsity, update, &options.sparsegpt)
+            .map(|_| ());
+    }
     if let (Some(dsnot), Some(moments)) = (&options.dsnot, &stat.moments) {
         let norms = norms()?;
         let wanda = wanda_scores(w, dims, &norms.norms())?;
@@ -740,7 +839,7 @@ fn device_rule(
     options: &MethodOptions,
     sparsity: Sparsity,
 ) -> Option<DeviceRule> {
-    if on == SelectOn::Host || options.dsnot.is_some() {
+    if on == SelectOn::Host || options.dsnot.is_some() || options.weight_update.is_some() {
         return None;
     }
     match (sparsity, method) {
@@ -1011,20 +1110,20 @@ mod tests {
         };
         let sums = |stats: LayerStats<B>| match stats.host().remove(&LinearInput::MlpIn) {
             Some(HostStats {
-                sums: HostSums::SumSq(sums),
+                sum_sq: Some(sums),
                 samples: 4,
                 tokens: 256,
                 ..
             }) => sums,
             _ => panic!("expected the sums of squares of 4 samples"),
         };
-        let mut whole = LayerStats::new(false, false);
+        let mut whole = LayerStats::new(Needs::sums_of_squares());
         whole.samples = samples;
         whole.tokens = samples * seq;
         whole
             .add(LinearInput::MlpIn, &tensor(&values, samples))
             .unwrap();
-        let mut single = LayerStats::new(false, false);
+        let mut single = LayerStats::new(Needs::sums_of_squares());
         single.samples = samples;
         single.tokens = samples * seq;
         for sample in values.chunks_exact(seq * width) {
@@ -1080,9 +1179,9 @@ mod tests {
             stats
                 .host()
                 .into_iter()
-                .map(|(input, stat)| match stat.sums {
-                    HostSums::SumSq(sums) => (input, sums, stat.samples, stat.tokens),
-                    HostSums::Gram(_) => panic!("sums of squares were asked for"),
+                .map(|(input, stat)| {
+                    let sums = stat.sum_sq.expect("sums of squares were asked for");
+                    (input, sums, stat.samples, stat.tokens)
                 })
                 .collect()
         };
@@ -1091,10 +1190,10 @@ mod tests {
                 .map(|t| t.into_data().to_vec::<f32>().unwrap())
                 .collect()
         };
-        let mut two = LayerStats::<B>::new(false, false);
+        let mut two = LayerStats::<B>::new(Needs::sums_of_squares());
         two.observe(layer, &inputs(), &cos, &sin).unwrap();
         let forwarded = inputs().forward(layer, &cos, &sin);
-        let mut one = LayerStats::<B>::new(false, false);
+        let mut one = LayerStats::<B>::new(Needs::sums_of_squares());
         let passed = one.observe_forward(layer, inputs(), &cos, &sin).unwrap();
         let (two, one) = (sums(two), sums(one));
         assert_eq!(one.len(), 4, "every shared input is observed");

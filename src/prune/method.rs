@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::dsnot::DsnotOptions;
 use super::profile::Profile;
 use super::sparsegpt::SparseGptOptions;
+use super::weight_update::WeightUpdate;
 
 /// A pruning method.
 #[derive(
@@ -50,13 +51,6 @@ impl Method {
     pub fn needs_calibration(self) -> bool {
         !matches!(self, Method::Magnitude)
     }
-
-    /// Whether pruning with this method (refined by DSnoT when `dsnot`) only zeroes weights:
-    /// SparseGPT updates the weights it keeps, unless DSnoT uses its saliency only to order a
-    /// mask. A zeroing method's pruned linears go back as the masks of their zeros.
-    pub fn only_zeroes(self, dsnot: bool) -> bool {
-        self != Method::Sparsegpt || dsnot
-    }
 }
 
 impl fmt::Display for Method {
@@ -94,6 +88,9 @@ pub struct MethodOptions {
     pub profile: Profile,
     /// Refine the method's mask with DSnoT (see [`super::dsnot`]).
     pub dsnot: Option<DsnotOptions>,
+    /// Update the weights magnitude or Wanda keeps, the Wanda paper's ablation (see
+    /// [`super::weight_update`]).
+    pub weight_update: Option<WeightUpdate>,
 }
 
 impl MethodOptions {
@@ -101,7 +98,17 @@ impl MethodOptions {
     /// magnitude, and magnitude too under OWL (its outlier ratios come from Wanda scores) or
     /// DSnoT (which reads the inputs' moments).
     pub fn needs_calibration(&self, method: Method) -> bool {
-        method.needs_calibration() || self.profile.owl().is_some() || self.dsnot.is_some()
+        method.needs_calibration()
+            || self.profile.owl().is_some()
+            || self.dsnot.is_some()
+            || self.weight_update.is_some()
+    }
+
+    /// Whether pruning with `method` and these options only zeroes weights: SparseGPT and a
+    /// weight update change the weights they keep, unless DSnoT uses SparseGPT's saliency only
+    /// to order a mask. A zeroing method's pruned linears go back as the masks of their zeros.
+    pub fn only_zeroes(&self, method: Method) -> bool {
+        self.weight_update.is_none() && (method != Method::Sparsegpt || self.dsnot.is_some())
     }
 }
 
@@ -123,5 +130,23 @@ mod tests {
         assert!(!Method::Magnitude.needs_calibration());
         assert!(Method::Wanda.needs_calibration() && Method::Sparsegpt.needs_calibration());
         assert!(Method::Ria.needs_calibration());
+    }
+
+    #[test]
+    fn a_weight_update_calibrates_and_changes_kept_weights() {
+        let update = MethodOptions {
+            weight_update: Some(WeightUpdate::Sequential),
+            ..MethodOptions::default()
+        };
+        assert!(update.needs_calibration(Method::Magnitude));
+        assert!(!update.only_zeroes(Method::Magnitude) && !update.only_zeroes(Method::Wanda));
+        let plain = MethodOptions::default();
+        assert!(!plain.needs_calibration(Method::Magnitude));
+        assert!(plain.only_zeroes(Method::Wanda) && !plain.only_zeroes(Method::Sparsegpt));
+        let dsnot = MethodOptions {
+            dsnot: Some(DsnotOptions::default()),
+            ..MethodOptions::default()
+        };
+        assert!(dsnot.only_zeroes(Method::Sparsegpt));
     }
 }

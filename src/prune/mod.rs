@@ -1,7 +1,7 @@
 //! Pruning kernels: sparsity patterns, masks (per-output top-k, N:M, per-matrix threshold) and the
 //! magnitude, Wanda (arXiv 2306.11695), SparseGPT (arXiv 2301.00774) and RIA (ICLR 2024) methods,
-//! DSnoT's mask refinement (arXiv 2310.08915) and per-layer sparsity profiles with OWL
-//! (arXiv 2310.05175), all as pure host-side functions on `f32` matrices, except
+//! DSnoT's mask refinement (arXiv 2310.08915), the Wanda paper's weight-update ablation and
+//! per-layer sparsity profiles with OWL (arXiv 2310.05175), all as pure host-side functions on `f32` matrices, except
 //! [`device_select`]: Wanda's and magnitude's unstructured selection in Burn's ops, on a GPU.
 //!
 //! Every weight here is in Burn's `Linear` layout `[in, out]`, row-major (`W[i * out + o]`, `i` an
@@ -42,6 +42,7 @@ pub mod ria;
 pub mod skip;
 pub mod sparsegpt;
 pub mod wanda;
+pub mod weight_update;
 
 pub use method::{Method, MethodOptions};
 pub use pattern::{Pattern, Sparsity};

@@ -230,6 +230,38 @@ pub fn prune_sparsegpt(
     sparsity: Sparsity,
     options: &SparseGptOptions,
 ) -> Result<SparseGptOutcome, PruneError> {
+    prune_with_obs(weight, dims, hessian, sparsity, options, ObsMask::Saliency)
+}
+
+/// Which weights the optimal-brain-surgeon loop of [`prune_with_obs`] prunes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ObsMask<'a> {
+    /// SparseGPT's saliency `w² / U_ii²`, chosen per block (unstructured) or per group (N:M)
+    /// from the weights as updated so far.
+    Saliency,
+    /// `|w| · scale_i` (`scale`: `[in]`, one factor per input channel), chosen the same way
+    /// from the updated weights: the Wanda paper's iterative weight-update ablation (Wanda's
+    /// `sqrt(scaler_row)`, or ones for magnitude).
+    Metric(&'a [f64]),
+    /// A mask chosen before any update (`[in, out]`, `true`: prune): the sequential ablation.
+    Fixed(&'a [bool]),
+}
+
+/// [`prune_sparsegpt`] with the pruned weights chosen by `mask` ([`ObsMask`]): the same
+/// dead-channel handling, dampening, blocks and updates. `Metric` scores are compared like the
+/// saliency (one threshold per block at sorted position `int(numel × ratio)`, ties pruned;
+/// N:M per group), a `Fixed` mask is applied as it is, whatever the pattern.
+///
+/// # Shapes
+/// - `weight`: `[in, out]`, `dims = [in, out]`, `hessian.in_features() == in`
+pub fn prune_with_obs(
+    weight: &mut [f32],
+    dims: [usize; 2],
+    hessian: &Hessian,
+    sparsity: Sparsity,
+    options: &SparseGptOptions,
+    mask_rule: ObsMask<'_>,
+) -> Result<SparseGptOutcome, PruneError> {
     let [in_features, out_features] = dims;
     sparsity.validate()?;
     check_shape("the weight", weight.len(), dims)?;
@@ -255,7 +287,18 @@ pub fn prune_sparsegpt(
             reason: format!("`percdamp` must be a finite non-negative number, got `{percdamp}`"),
         });
     }
-    if let Sparsity::NM { n, m } = sparsity {
+    match mask_rule {
+        ObsMask::Saliency => {}
+        ObsMask::Metric(scale) => {
+            check_shape("the metric's channel scale", scale.len(), [in_features, 1])?
+        }
+        ObsMask::Fixed(mask) => check_shape("the mask", mask.len(), dims)?,
+    }
+    let fixed = match mask_rule {
+        ObsMask::Fixed(mask) => Some(mask),
+        _ => None,
+    };
+    if let (Sparsity::NM { n, m }, None) = (sparsity, fixed) {
         if in_features % m != 0 {
             return Err(PruneError::IndivisibleGroups { in_features, n, m });
         }
@@ -284,6 +327,12 @@ pub fn prune_sparsegpt(
         dead_channels += 1;
     }
 
+    // The score the mask is chosen by, of weight `w` of input channel `i`.
+    let diag_sq: Vec<f64> = (0..n).map(|i| u[i * n + i].powi(2)).collect();
+    let score = |i: usize, w: f64| match mask_rule {
+        ObsMask::Metric(scale) => w.abs() * scale[i],
+        _ => w * w / diag_sq[i],
+    };
     let mut loss = 0.0f64;
     let mut err = Vec::new();
     let mut mask = Vec::new();
@@ -293,24 +342,25 @@ pub fn prune_sparsegpt(
         let i2 = (i1 + blocksize).min(n);
         let count = i2 - i1;
         mask.clear();
-        mask.resize(count * out, false);
-        if let Sparsity::Unstructured { ratio } = sparsity {
-            block_threshold_mask(&w[i1 * out..i2 * out], &u, n, i1, out, ratio, &mut mask);
+        match fixed {
+            Some(fixed) => mask.extend_from_slice(&fixed[i1 * out..i2 * out]),
+            None => mask.resize(count * out, false),
+        }
+        if let (Sparsity::Unstructured { ratio }, None) = (sparsity, fixed) {
+            block_threshold_mask(&w[i1 * out..i2 * out], i1, out, ratio, &score, &mut mask);
         }
         err.clear();
         err.resize(count * out, 0.0);
         for k in 0..count {
             let i = i1 + k;
-            if let Sparsity::NM { n: prune_n, m } = sparsity {
+            if let (Sparsity::NM { n: prune_n, m }, None) = (sparsity, fixed) {
                 if k % m == 0 {
                     group_mask(
                         &w[i * out..(i + m) * out],
-                        &u,
-                        n,
                         i,
                         out,
                         prune_n,
-                        m,
+                        &score,
                         &mut mask[k * out..(k + m) * out],
                     );
                 }
@@ -471,15 +521,14 @@ fn pack_by_eight_columns(err: &[f64], count: usize, out: usize, packed: &mut Vec
     }
 }
 
-/// Unstructured mask of one block: `w² / U_ii² ≤ t`, `t` the score at sorted position
-/// `int(numel × ratio)` over the whole block.
+/// Unstructured mask of one block (input channels from `i1`): `score(i, w) ≤ t`, `t` the score
+/// at sorted position `int(numel × ratio)` over the whole block.
 fn block_threshold_mask(
     block: &[f64],
-    u: &[f64],
-    n: usize,
     i1: usize,
     out: usize,
     ratio: f64,
+    score: &impl Fn(usize, f64) -> f64,
     mask: &mut [bool],
 ) {
     if ratio == 0.0 || block.is_empty() {
@@ -488,11 +537,7 @@ fn block_threshold_mask(
     let scores: Vec<f64> = block
         .chunks_exact(out)
         .enumerate()
-        .flat_map(|(k, row)| {
-            let d = u[(i1 + k) * n + i1 + k];
-            let d2 = d * d;
-            row.iter().map(move |w| w * w / d2)
-        })
+        .flat_map(|(k, row)| row.iter().map(move |&w| score(i1 + k, w)))
         .collect();
     let k = threshold_position(scores.len(), ratio);
     let mut sorted = scores.clone();
@@ -502,26 +547,22 @@ fn block_threshold_mask(
     }
 }
 
-/// N:M mask of the group of `m` input channels starting at `i`: per output channel, the
-/// `prune_n` lowest `w² / U_ii²`, ties by the lower channel.
-#[allow(clippy::too_many_arguments)]
+/// N:M mask of the group of input channels starting at `i` (`group`: `[m, out]`): per output
+/// channel, the `prune_n` lowest `score(channel, w)`, ties by the lower channel.
 fn group_mask(
     group: &[f64],
-    u: &[f64],
-    n: usize,
     i: usize,
     out: usize,
     prune_n: usize,
-    m: usize,
+    score: &impl Fn(usize, f64) -> f64,
     mask: &mut [bool],
 ) {
-    let d2: Vec<f64> = (0..m).map(|t| u[(i + t) * n + i + t].powi(2)).collect();
+    let m = group.len() / out.max(1);
     let mut scores = vec![0.0f64; m];
     let mut idx: Vec<usize> = Vec::with_capacity(m);
     for o in 0..out {
-        for t in 0..m {
-            let wv = group[t * out + o];
-            scores[t] = wv * wv / d2[t];
+        for (t, s) in scores.iter_mut().enumerate() {
+            *s = score(i + t, group[t * out + o]);
         }
         idx.clear();
         idx.extend(0..m);

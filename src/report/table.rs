@@ -374,8 +374,9 @@ fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), S
     })
 }
 
-/// A prune stage's method as tables name it: `wanda`, and with a per-layer profile or DSnoT
-/// `wanda+owl`, `wanda+profile`, `wanda+dsnot`, `wanda+owl+dsnot`.
+/// A prune stage's method as tables name it: `wanda`, and with a per-layer profile, DSnoT or a
+/// weight update `wanda+owl`, `wanda+profile`, `wanda+dsnot`, `wanda+owl+dsnot`,
+/// `wanda+seq-update`, `wanda+iter-update`.
 fn method_label(prune: &serde_json::Value) -> String {
     let mut label = match &prune["method"] {
         serde_json::Value::String(s) => s.clone(),
@@ -390,6 +391,11 @@ fn method_label(prune: &serde_json::Value) -> String {
     }
     if !prune["dsnot"].is_null() {
         label.push_str("+dsnot");
+    }
+    match &prune["weight_update"] {
+        serde_json::Value::String(s) if s == "sequential" => label.push_str("+seq-update"),
+        serde_json::Value::String(s) if s == "iterative" => label.push_str("+iter-update"),
+        _ => {}
     }
     label
 }
@@ -568,5 +574,38 @@ fn footnotes(out: &mut String, table: &Table, marks: &[&str], prefix: &str) {
         if prefix.is_empty() {
             out.push('\n');
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_labels_name_the_profile_dsnot_and_weight_update() {
+        let label = |v: serde_json::Value| method_label(&v);
+        assert_eq!(label(serde_json::json!({"method": "wanda"})), "wanda");
+        assert_eq!(
+            label(serde_json::json!({"method": "wanda", "profile": "uniform"})),
+            "wanda"
+        );
+        assert_eq!(
+            label(
+                serde_json::json!({"method": "wanda", "profile": {"owl": {"m": 5}}, "dsnot": {}})
+            ),
+            "wanda+owl+dsnot"
+        );
+        assert_eq!(
+            label(serde_json::json!({"method": "magnitude", "profile": [0.4, 0.6]})),
+            "magnitude+profile"
+        );
+        assert_eq!(
+            label(serde_json::json!({"method": "wanda", "weight_update": "sequential"})),
+            "wanda+seq-update"
+        );
+        assert_eq!(
+            label(serde_json::json!({"method": "magnitude", "weight_update": "iterative"})),
+            "magnitude+iter-update"
+        );
     }
 }

@@ -136,6 +136,7 @@ pub fn requested_run(
         gpu_memory: device.gpu_total_memory(),
         owl: prune.is_some_and(|p| p.profile.owl().is_some()),
         dsnot: prune.is_some_and(|p| p.dsnot.is_some()),
+        weight_update: prune.and_then(|p| p.weight_update),
         zeroshot: spec.stages.iter().any(|s| {
             matches!(
                 &s.options,

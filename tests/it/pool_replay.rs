@@ -92,6 +92,7 @@ fn the_pool_model_reserves_what_cubecls_manager_reserves() {
             gpu_memory: Some(memory),
             owl: false,
             dsnot: false,
+            weight_update: None,
             zeroshot: false,
             eval_group: 8,
         };

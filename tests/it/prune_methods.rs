@@ -1,11 +1,13 @@
-//! Per-layer sparsity (OWL and explicit profiles) and DSnoT on a tiny model, through the
-//! layer-wise driver: OWL's ratios reach the layers, an explicit profile reproduces them, λ = 0
-//! is uniform, DSnoT without cycles is its initial method and refines only what it should.
+//! Per-layer sparsity (OWL and explicit profiles), DSnoT and the weight-update ablation on a tiny
+//! model, through the layer-wise driver: OWL's ratios reach the layers, an explicit profile
+//! reproduces them, λ = 0 is uniform, DSnoT without cycles is its initial method and refines only
+//! what it should, a sequential update keeps its method's mask and moves the kept weights.
 
 use wanda::model::llama::Llama;
 use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::{prune_model, ModelSparsity};
 use wanda::prune::profile::{OwlOptions, Profile};
+use wanda::prune::weight_update::WeightUpdate;
 use wanda::prune::{Method, MethodOptions, PruneError, Sparsity};
 
 use crate::common::{tiny_config, tiny_model, B};
@@ -281,5 +283,145 @@ fn dsnot_starts_from_its_method_and_refines_the_attention_linears() {
             .zip(all_weights(&wanda).iter())
             .any(|((name, a), (_, b))| name.contains(".mlp.") && a != b);
         assert!(mlp_changed, "{sparsity}: `layers: all` refines the MLP too");
+    }
+}
+
+fn with_update(update: WeightUpdate) -> MethodOptions {
+    MethodOptions {
+        weight_update: Some(update),
+        ..MethodOptions::default()
+    }
+}
+
+fn zeros(weights: &[(String, Vec<f32>)]) -> Vec<(String, Vec<bool>)> {
+    weights
+        .iter()
+        .map(|(name, w)| (name.clone(), w.iter().map(|v| *v == 0.0).collect()))
+        .collect()
+}
+
+/// Magnitude's mask depends on the weights alone, so its sequential update prunes exactly
+/// magnitude's weights in every layer, and changes the weights it keeps.
+#[test]
+fn a_sequential_update_of_magnitude_keeps_its_mask_and_moves_the_kept_weights() {
+    let dense = all_weights(&tiny_model(&tiny_config("LlamaForCausalLM", true), 7));
+    for sparsity in [
+        Sparsity::unstructured(0.5).unwrap(),
+        Sparsity::nm(2, 4).unwrap(),
+    ] {
+        let (plain, plain_report) =
+            pruned_with(Method::Magnitude, &MethodOptions::default(), sparsity);
+        let update = with_update(WeightUpdate::Sequential);
+        let (updated, report) = pruned_with(Method::Magnitude, &update, sparsity);
+        assert_eq!(zeros(&all_weights(&updated)), zeros(&all_weights(&plain)));
+        assert_eq!(report.total, plain_report.total, "{sparsity}");
+        for ((name, u), (_, d)) in all_weights(&updated).iter().zip(&dense) {
+            let moved = u
+                .iter()
+                .zip(d)
+                .filter(|(u, d)| **u != 0.0 && u != d)
+                .count();
+            // A linear's first input block has no earlier pruned channel to correct it; every
+            // linear here is one block, and its later channels move.
+            assert!(
+                moved > 0,
+                "{sparsity}: {name} kept its weights as they were"
+            );
+        }
+    }
+}
+
+/// One calibration sample makes the reference's weighted statistic Wanda's own (×2), so layer
+/// 0 starts from Wanda's mask; the iterative update reaches the target in every linear.
+#[test]
+fn a_wanda_update_starts_from_wandas_mask_and_iterative_reaches_the_target() {
+    let one = &windows()[..1];
+    let run = |options: &MethodOptions, sparsity| {
+        let mut model = tiny_model(&tiny_config("LlamaForCausalLM", true), 7);
+        let report = prune_model(
+            &mut model,
+            Method::Wanda,
+            options,
+            sparsity,
+            one,
+            1,
+            |_, _| {},
+        )
+        .unwrap();
+        (all_weights(&model), report)
+    };
+    let half = Sparsity::unstructured(0.5).unwrap();
+    let (plain, _) = run(&MethodOptions::default(), half);
+    let (seq, _) = run(&with_update(WeightUpdate::Sequential), half);
+    let layer0 = |w: &[(String, Vec<f32>)]| -> Vec<(String, Vec<bool>)> {
+        zeros(w)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("0."))
+            .collect()
+    };
+    assert_eq!(layer0(&seq), layer0(&plain));
+    assert_ne!(seq, plain);
+    for sparsity in [half, Sparsity::nm(2, 4).unwrap()] {
+        let (iter, report) = run(&with_update(WeightUpdate::Iterative), sparsity);
+        assert_ne!(
+            zeros(&iter),
+            zeros(&plain),
+            "{sparsity}: the metric reads updated weights"
+        );
+        for (path, r) in &report.per_linear {
+            // One block per linear: at least half of it (ties at the threshold go too).
+            assert!(r.fraction >= 0.5, "{sparsity}: {path} at {}", r.fraction);
+            if let Sparsity::NM { m, n } = sparsity {
+                let per_row = input_width(path) / m * (m - n);
+                assert!(r.max_kept <= per_row, "{sparsity}: {path}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_weight_update_is_refused_where_the_reference_has_none() {
+    let mut model = tiny_model(&tiny_config("LlamaForCausalLM", true), 7);
+    let half = Sparsity::unstructured(0.5).unwrap();
+    let update = Some(WeightUpdate::Iterative);
+    let cases = [
+        (
+            Method::Sparsegpt,
+            MethodOptions::default(),
+            "method `sparsegpt`",
+        ),
+        (Method::Ria, MethodOptions::default(), "method `ria`"),
+        (
+            Method::Wanda,
+            MethodOptions {
+                use_variant: true,
+                ..MethodOptions::default()
+            },
+            "`use_variant`",
+        ),
+        (
+            Method::Wanda,
+            MethodOptions {
+                dsnot: Some(DsnotOptions::default()),
+                ..MethodOptions::default()
+            },
+            "`dsnot`",
+        ),
+        (Method::Magnitude, owl_at_m2(), "profile `owl`"),
+    ];
+    for (method, options, names) in cases {
+        let options = MethodOptions {
+            weight_update: update,
+            ..options
+        };
+        let err =
+            prune_model(&mut model, method, &options, half, &windows(), 2, |_, _| {}).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, PruneError::InvalidOptions { .. })
+                && text.contains("`weight_update: iterative`")
+                && text.contains(names),
+            "{text}"
+        );
     }
 }

@@ -395,6 +395,20 @@ pub(super) fn check_stage_options(
                         fix: "remove `dsnot`, or use `method: wanda` without `use_variant`".into(),
                     },
                 });
+            } else if let Some((update, reason)) = p.weight_update.zip(weight_update_conflict(p)) {
+                problems.push(Diagnostic {
+                    origin: at("weight_update"),
+                    problem: Problem::IncompatibleOption {
+                        key: format!("{id}.weight_update"),
+                        reason: format!(
+                            "`weight_update: {}` updates what magnitude or wanda keeps, and {reason}",
+                            update.name()
+                        ),
+                        fix: "remove `weight_update`, or use `method: wanda` or `magnitude` \
+                              without `use_variant`, `dsnot` or `profile`"
+                            .into(),
+                    },
+                });
             } else if !p.profile.is_uniform() && p.pattern != Pattern::Unstructured {
                 problems.push(Diagnostic {
                     origin: at("profile"),
@@ -441,6 +455,22 @@ pub(super) fn check_stage_options(
             }
         }
         _ => {}
+    }
+}
+
+/// Why a prune stage's `weight_update` cannot run (the reference updates magnitude's and
+/// Wanda's plain masks only), or None.
+fn weight_update_conflict(p: &spec::PruneOptions) -> Option<String> {
+    if !matches!(p.method, spec::Method::Magnitude | spec::Method::Wanda) {
+        Some(format!("this stage prunes by `{}`", p.method.name()))
+    } else if p.use_variant {
+        Some("this stage uses Wanda's variant".into())
+    } else if p.dsnot.is_some() {
+        Some("this stage refines its mask with `dsnot`".into())
+    } else if !p.profile.is_uniform() {
+        Some("this stage sets a sparsity per layer with `profile`".into())
+    } else {
+        None
     }
 }
 
