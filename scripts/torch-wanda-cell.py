@@ -307,8 +307,16 @@ def magnitude_prune(m, ratio):
     W[mask] = 0
 
 
-def sparsegpt_prune(m, H, ratio, blocksize=128, percdamp=0.01):
-    """SparseGPT's `fasterprune` (IST-DASLab/sparsegpt f5c2500, as locuslab/wanda vendors it)."""
+def saliency(w, d, _channel):
+    """SparseGPT's score of columns `w` with inverse-Hessian diagonal `d`: w² / d²."""
+    return w ** 2 / (d.reshape((1, -1))) ** 2
+
+
+def sparsegpt_prune(m, H, ratio, score=saliency, mask=None, blocksize=128, percdamp=0.01):
+    """SparseGPT's `fasterprune` (IST-DASLab/sparsegpt f5c2500, as locuslab/wanda vendors it).
+    `score(columns, diag(Hinv) of them, first channel)` chooses the block's (or N:M group's) mask
+    from the weights as updated so far; a fixed `mask` replaces that choice, as locuslab/wanda's
+    `AblateGPT.fasterprune` (lib/ablate.py) does for its sequential ablation."""
     W = m.weight.data.clone().to(STAT_DT)
     rows, cols = W.shape
     H = H.clone()
@@ -327,8 +335,10 @@ def sparsegpt_prune(m, H, ratio, blocksize=128, percdamp=0.01):
         Q1 = torch.zeros_like(W1)
         Err1 = torch.zeros_like(W1)
         Hinv1 = Hinv[i1:i2, i1:i2]
-        if prune_n == 0:
-            tmp = W1 ** 2 / (torch.diag(Hinv1).reshape((1, -1))) ** 2
+        if mask is not None:
+            mask1 = mask[:, i1:i2]
+        elif prune_n == 0:
+            tmp = score(W1, torch.diag(Hinv1), i1)
             thresh = torch.sort(tmp.flatten())[0][int(tmp.numel() * ratio)]
             mask1 = tmp <= thresh
         else:
@@ -336,72 +346,8 @@ def sparsegpt_prune(m, H, ratio, blocksize=128, percdamp=0.01):
         for i in range(i2 - i1):
             w = W1[:, i]
             d = Hinv1[i, i]
-            if prune_n != 0 and i % prune_m == 0:
-                tmp = W1[:, i:i + prune_m] ** 2 / (torch.diag(Hinv1)[i:i + prune_m].reshape((1, -1))) ** 2
-                mask1.scatter_(1, i + torch.topk(tmp, prune_n, dim=1, largest=False)[1], True)
-            q = w.clone()
-            q[mask1[:, i]] = 0
-            Q1[:, i] = q
-            err1 = (w - q) / d
-            W1[:, i:] -= err1.unsqueeze(1).matmul(Hinv1[i, i:].unsqueeze(0))
-            Err1[:, i] = err1
-        W[:, i1:i2] = Q1
-        W[:, i2:] -= Err1.matmul(Hinv[i1:i2, i2:])
-    m.weight.data = W.reshape(m.weight.shape).to(m.weight.data.dtype)
-
-
-def ablate_prune(m, st, ratio, blocksize=128, percdamp=0.01):
-    """locuslab/wanda `prune_ablate` with `AblateGPT` (lib/ablate.py): the mask of
-    `get_wanda_mask` / `get_mag_mask` on the dense weights (sequential) or the metric recomputed
-    per block from the updated weights (iterative), inside SparseGPT's `fasterprune`."""
-    wanda = a.method == "wanda"
-    W0 = m.weight.data
-    mask = None
-    if a.weight_update == "sequential":
-        metric = torch.abs(W0) * torch.sqrt(st.scaler.reshape((1, -1))) if wanda else torch.abs(W0)
-        if prune_n:
-            mask = nm_mask(metric)
-        elif wanda:
-            mask = torch.zeros_like(metric, dtype=torch.bool)
-            order = torch.sort(metric, dim=-1, stable=True)[1]
-            mask.scatter_(1, order[:, :int(metric.shape[1] * ratio)], True)
-        else:
-            mask = metric <= torch.sort(metric.flatten())[0][int(W0.numel() * ratio)]
-    W = W0.clone().to(STAT_DT)
-    rows, cols = W.shape
-    H = st.H.clone()
-    dead = torch.diag(H) == 0
-    H[dead, dead] = 1
-    W[:, dead] = 0
-    damp = percdamp * torch.mean(torch.diag(H))
-    diag = torch.arange(cols)
-    H[diag, diag] += damp
-    H = torch.linalg.cholesky(H)
-    H = torch.cholesky_inverse(H)
-    Hinv = torch.linalg.cholesky(H, upper=True)
-    root = torch.sqrt(st.scaler)
-    for i1 in range(0, cols, blocksize):
-        i2 = min(i1 + blocksize, cols)
-        W1 = W[:, i1:i2].clone()
-        Q1 = torch.zeros_like(W1)
-        Err1 = torch.zeros_like(W1)
-        Hinv1 = Hinv[i1:i2, i1:i2]
-        if prune_n == 0 or mask is not None:
-            if mask is not None:
-                mask1 = mask[:, i1:i2]
-            else:
-                tmp = torch.abs(W1) * root[i1:i2].reshape((1, -1)) if wanda else torch.abs(W1)
-                thresh = torch.sort(tmp.flatten())[0][int(tmp.numel() * ratio)]
-                mask1 = tmp <= thresh
-        else:
-            mask1 = torch.zeros_like(W1) == 1
-        for i in range(i2 - i1):
-            w = W1[:, i]
-            d = Hinv1[i, i]
             if prune_n != 0 and i % prune_m == 0 and mask is None:
-                tmp = torch.abs(W1[:, i:i + prune_m])
-                if wanda:
-                    tmp = tmp * root[i + i1:i + i1 + prune_m].reshape((1, -1))
+                tmp = score(W1[:, i:i + prune_m], torch.diag(Hinv1)[i:i + prune_m], i1 + i)
                 mask1.scatter_(1, i + torch.topk(tmp, prune_n, dim=1, largest=False)[1], True)
             q = w.clone()
             q[mask1[:, i]] = 0
@@ -412,6 +358,32 @@ def ablate_prune(m, st, ratio, blocksize=128, percdamp=0.01):
         W[:, i1:i2] = Q1
         W[:, i2:] -= Err1.matmul(Hinv[i1:i2, i2:])
     m.weight.data = W.reshape(m.weight.shape).to(m.weight.data.dtype)
+
+
+def ablate_prune(m, st, ratio):
+    """locuslab/wanda `prune_ablate` with `AblateGPT` (lib/ablate.py): SparseGPT's loop with the
+    mask of `get_wanda_mask` / `get_mag_mask` on the dense weights (sequential), or with their
+    metric recomputed per block from the updated weights (iterative)."""
+    wanda = a.method == "wanda"
+    root = torch.sqrt(st.scaler)
+
+    def metric(w, _d, channel):
+        return torch.abs(w) * root[channel:channel + w.shape[1]].reshape((1, -1)) if wanda \
+            else torch.abs(w)
+
+    if a.weight_update == "iterative":
+        return sparsegpt_prune(m, st.H, ratio, score=metric)
+    W0 = m.weight.data
+    scores = metric(W0, None, 0)
+    if prune_n:
+        mask = nm_mask(scores)
+    elif wanda:
+        mask = torch.zeros_like(scores, dtype=torch.bool)
+        order = torch.sort(scores, dim=-1, stable=True)[1]
+        mask.scatter_(1, order[:, :int(scores.shape[1] * ratio)], True)
+    else:
+        mask = scores <= torch.sort(scores.flatten())[0][int(W0.numel() * ratio)]
+    sparsegpt_prune(m, st.H, ratio, mask=mask)
 
 
 class Stats:
