@@ -201,7 +201,11 @@ impl HostStats {
             (None, Some(gram)) => (0..in_features)
                 .map(|c| f64::from(gram[c * in_features + c]))
                 .collect(),
-            (None, None) => vec![0.0; in_features],
+            (None, None) => {
+                return Err(PruneError::NoSamples {
+                    what: "layer input statistics",
+                })
+            }
         };
         norms.add_sum_sq(&sum_sq, self.samples, self.tokens)?;
         Ok(norms)

@@ -229,37 +229,17 @@ mod tests {
             blocksize: 128,
             percdamp: 0.0,
         };
-        let mut it = w;
+        // Iterative: channel 0, output 0 pruned: err = 0.5/√(2/3); W[1, 0] −= U_01 · err =
+        // +0.25, but W[1, 0] is pruned too. Output 1 keeps 3 (channel 0) and loses 0.4 (channel
+        // 1). Sequential: magnitude's per-matrix threshold on the dense weights, int(4·0.5) = 2 →
+        // t = 2, the same three weights; the update of W[1, 0] is again zeroed.
         let sparsity = Sparsity::Unstructured { ratio: 0.5 };
-        let update = WeightUpdate::Iterative;
-        prune_with_update(
-            &mut it,
-            [2, 2],
-            &h,
-            UpdateMetric::Magnitude,
-            sparsity,
-            update,
-            &opts,
-        )
-        .unwrap();
-        // Channel 0, output 0 pruned: err = 0.5/√(2/3); W[1, 0] −= U_01 · err = +0.25, but
-        // W[1, 0] is pruned too. Output 1 keeps 3 (channel 0) and loses 0.4 (channel 1).
-        assert_eq!(it, [0.0, 3.0, 0.0, 0.0]);
-        // Sequential: magnitude's per-matrix threshold on the dense weights, int(4·0.5) = 2 → t =
-        // 2, the same three weights; the update of W[1, 0] is again zeroed.
-        let mut seq = w;
-        let update = WeightUpdate::Sequential;
-        prune_with_update(
-            &mut seq,
-            [2, 2],
-            &h,
-            UpdateMetric::Magnitude,
-            sparsity,
-            update,
-            &opts,
-        )
-        .unwrap();
-        assert_eq!(seq, it);
+        for update in [WeightUpdate::Iterative, WeightUpdate::Sequential] {
+            let mut pruned = w;
+            let metric = UpdateMetric::Magnitude;
+            prune_with_update(&mut pruned, [2, 2], &h, metric, sparsity, update, &opts).unwrap();
+            assert_eq!(pruned, [0.0, 3.0, 0.0, 0.0], "{update:?}");
+        }
     }
 
     /// A kept weight after a pruned one in the same output channel moves by the OBS update:
