@@ -2,7 +2,7 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt; do
+    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -67,6 +67,19 @@ def config(family):
             vocab_size=VOCAB, hidden_size=64, ffn_dim=112, num_hidden_layers=2,
             num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=64,
             init_std=0.25, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if family.startswith("gpt_neox"):
+        # GPT-NeoX (Pythia): q/k/v stacked head by head in query_key_value, a quarter of each
+        # head's 16 dimensions rotating (Pythia's rotary_pct), LayerNorms, biased linears, the
+        # exact-GELU MLP without a gate, an untied embed_out. `gpt_neox` has Pythia's parallel
+        # residual; `gpt_neox-sequential` the sequential layer, half of each head rotating and
+        # GPT-NeoX-20B's tanh GELU (`gelu_fast`).
+        parallel = family == "gpt_neox"
+        return transformers.GPTNeoXConfig(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=128,
+            rotary_pct=0.25 if parallel else 0.5, rotary_emb_base=10_000,
+            use_parallel_residual=parallel, hidden_act="gelu" if parallel else "gelu_fast",
+            tie_word_embeddings=False, initializer_range=0.25, bos_token_id=1, eos_token_id=2)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -83,13 +96,13 @@ def main():
     family, out = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config(family)).eval()
-    # Non-unit norm gains, so a norm left out or misplaced shows in the logits; for OPT, which
-    # initialises every bias to zero, non-zero biases too.
+    # Non-unit norm gains, so a norm left out or misplaced shows in the logits; for OPT and
+    # GPT-NeoX, which initialise every bias to zero, non-zero biases too.
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
-            elif family == "opt" and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

@@ -158,6 +158,9 @@ model = model.eval().to(DT)
 model.config.use_cache = False
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"
+# GPT-NeoX (Pythia): layers under gpt_neox, four linears, q/k/v one `query_key_value` matrix as
+# the reference's find_layers sees it.
+NEOX = model.config.model_type == "gpt_neox"
 load_s = time.time() - t0
 
 # Calibrate and prune.
@@ -167,7 +170,8 @@ random.seed(a.seed)
 offsets = [random.randint(0, calib_ids.shape[1] - a.seqlen - 1) for _ in range(a.nsamples)]
 samples = [calib_ids[:, i:i + a.seqlen] for i in offsets]
 
-layers = model.model.decoder.layers if OPT else model.model.layers
+layers = (model.model.decoder.layers if OPT else model.gpt_neox.layers if NEOX
+          else model.model.layers)
 hidden = model.config.hidden_size
 inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=DT)
 layer_kwargs = {}
@@ -224,9 +228,11 @@ def run_layer(layer, x):
 
 LINEARS = (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
             "fc1", "fc2"] if OPT else
+           ["attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h",
+            "mlp.dense_4h_to_h"] if NEOX else
            ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
-PREFIX = "model.decoder.layers" if OPT else "model.layers"
+PREFIX = "model.decoder.layers" if OPT else "gpt_neox.layers" if NEOX else "model.layers"
 
 
 def nm_mask(metric):

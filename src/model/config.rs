@@ -75,6 +75,9 @@ pub struct HfRopeScaling {
     /// Llama-3: context length the model was pre-trained with.
     #[serde(default)]
     pub original_max_position_embeddings: Option<usize>,
+    /// The share of each head's dimensions that rotate (`rope_parameters` only; GPT-NeoX).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
 }
 
 /// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.
@@ -111,6 +114,19 @@ pub struct HfLlamaConfig {
     /// RoPE base.
     #[serde(default)]
     pub rope_theta: Option<f64>,
+    /// GPT-NeoX's name for the RoPE base (`rope_theta` wins where both are given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_emb_base: Option<f64>,
+    /// GPT-NeoX: the share of each head's dimensions that rotate (the rest pass through).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_pct: Option<f64>,
+    /// GPT-NeoX: attention and MLP both read the layer's input and add to it together
+    /// (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_parallel_residual: Option<bool>,
+    /// GPT-NeoX's LayerNorm epsilon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_norm_eps: Option<f64>,
     /// RoPE scaling.
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
@@ -342,6 +358,17 @@ impl HfLlamaConfig {
                 }
             }
         }
+        if let Some(rotary) = extras.rotary_dim {
+            if rotary == 0 || rotary % 2 != 0 || rotary > head_dim {
+                return Err(invalid(
+                    "rotary_pct",
+                    format!(
+                        "rotates {rotary} of the {head_dim} dimensions of a head; it must \
+                         rotate an even number, at least 2"
+                    ),
+                ));
+            }
+        }
         if let Some(local) = &extras.local_attention {
             if local.layers.len() != self.num_hidden_layers {
                 return Err(invalid(
@@ -380,10 +407,12 @@ impl HfLlamaConfig {
         })
     }
 
-    /// The model's RoPE base: `rope_theta`, else that of `rope_parameters` (its full-attention
-    /// layers' where it is given per layer type), else 10,000. Not yet checked.
+    /// The model's RoPE base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), else that of
+    /// `rope_parameters` (its full-attention layers' where it is given per layer type), else
+    /// 10,000. Not yet checked.
     pub fn rope_base(&self) -> f64 {
         self.rope_theta
+            .or(self.rotary_emb_base)
             .or_else(|| {
                 self.rope_parameters
                     .as_ref()
@@ -565,6 +594,8 @@ pub enum Activation {
     GeluTanh,
     /// `relu(x)` (OPT, whose MLP has no gate).
     Relu,
+    /// `gelu(x) = x/2 · (1 + erf(x/√2))`, exact (GPT-NeoX, whose MLP has no gate).
+    Gelu,
 }
 
 impl Activation {
@@ -574,6 +605,7 @@ impl Activation {
             Activation::Silu => "silu",
             Activation::GeluTanh => "gelu_pytorch_tanh",
             Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
         }
     }
 }
@@ -633,6 +665,14 @@ pub struct DecoderExtras {
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2's `final_logit_softcapping`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_softcap: Option<f64>,
+    /// Attention and MLP both read the layer's input, through their own norms, and the layer
+    /// returns `x + attn + mlp` (GPT-NeoX's `use_parallel_residual`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parallel_residual: bool,
+    /// Only the first `rotary_dim` dimensions of each head rotate, the rest pass through
+    /// (GPT-NeoX's `rotary_pct`); `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_dim: Option<usize>,
 }
 
 impl DecoderExtras {
@@ -754,6 +794,11 @@ impl LlamaConfig {
                 ..self.clone()
             })
         })
+    }
+
+    /// The dimensions of each head that rotate: the first `rotary_dim`, all by default.
+    pub fn rotary_dim(&self) -> usize {
+        self.extras.rotary_dim.unwrap_or(self.head_dim)
     }
 
     /// The factor of the attention scores `q·k` where the family sets one

@@ -275,6 +275,7 @@ fn layer_tensors<B: Backend>(
     for (name, norm) in layer.norms() {
         norm_tensors(&mut out, &format!("{p}.{name}"), norm, norm_offset);
     }
+    let heads = layer.self_attn.num_heads;
     for f in fused {
         for kind in ["weight", "bias"] {
             stack(
@@ -282,6 +283,7 @@ fn layer_tensors<B: Backend>(
                 &format!("{p}.{}.{kind}", f.fused),
                 |part| format!("{p}.{part}.{kind}"),
                 f.parts,
+                if f.per_head { heads } else { 1 },
             );
         }
     }
@@ -289,12 +291,14 @@ fn layer_tensors<B: Backend>(
 }
 
 /// Replaces the tensors `name_of(part)` of `parts` in `tensors` by one tensor `stacked` holding
-/// their rows in order, where the first part was; nothing when a part is missing.
+/// their rows in order, where the first part was; nothing when a part is missing. With `heads`
+/// above one the rows go head by head: head 0's rows of every part, then head 1's, …
 fn stack(
     tensors: &mut Vec<(String, HostTensor)>,
     stacked: &str,
     name_of: impl Fn(&str) -> String,
     parts: &[&str],
+    heads: usize,
 ) {
     let names: Vec<String> = parts.iter().map(|p| name_of(p)).collect();
     let Some(first) = tensors.iter().position(|(n, _)| *n == names[0]) else {
@@ -306,20 +310,23 @@ fn stack(
     {
         return;
     }
-    let mut data = Vec::new();
-    let mut shape = Vec::new();
+    let mut taken = Vec::with_capacity(names.len());
     for name in &names {
         let at = tensors
             .iter()
             .position(|(n, _)| n == name)
             .expect("checked above");
-        let (_, t) = tensors.remove(at);
-        if shape.is_empty() {
-            shape = t.shape.clone();
-        } else {
-            shape[0] += t.shape[0];
+        taken.push(tensors.remove(at).1);
+    }
+    let mut shape = taken[0].shape.clone();
+    shape[0] = taken.iter().map(|t| t.shape[0]).sum();
+    let cols: usize = shape[1..].iter().product();
+    let mut data = Vec::with_capacity(shape[0] * cols);
+    for h in 0..heads {
+        for t in &taken {
+            let rows = t.shape[0] / heads;
+            data.extend_from_slice(&t.data[h * rows * cols..(h + 1) * rows * cols]);
         }
-        data.extend(t.data);
     }
     tensors.insert(first, (stacked.to_string(), HostTensor { shape, data }));
 }

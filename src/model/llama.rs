@@ -8,7 +8,7 @@
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
-use burn::tensor::activation::{relu, silu};
+use burn::tensor::activation::{gelu, relu, silu};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::FloatDType;
@@ -428,6 +428,7 @@ impl<B: Backend> Mlp<B> {
             Activation::Silu => silu(t),
             Activation::GeluTanh => gelu_tanh(t),
             Activation::Relu => relu(t),
+            Activation::Gelu => gelu_exact(t),
         };
         match &self.gate_proj {
             Some(gate) => {
@@ -450,6 +451,15 @@ fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let inner =
         (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
     (x * 0.5 * (inner.tanh() + 1.0)).cast(dtype)
+}
+
+/// GELU, `x/2 · (1 + erf(x/√2))` (PyTorch's `gelu`), computed in f32.
+///
+/// # Shapes
+/// - `x`: any → same
+fn gelu_exact<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    gelu(x.cast(FloatDType::F32)).cast(dtype)
 }
 
 /// The norms a layer applies to its attention and MLP outputs before each residual add
@@ -476,6 +486,10 @@ pub struct DecoderLayer<B: Backend> {
     pub post_attention_layernorm: Norm<B>,
     /// Norms of the attention and MLP outputs, where the family has them (Gemma).
     pub output_norms: Option<OutputNorms<B>>,
+    /// Attention and MLP both read the layer's input and are added to it together
+    /// (GPT-NeoX): `x + attn(norm(x)) + mlp(post_norm(x))`.
+    #[module(skip)]
+    pub parallel_residual: bool,
 }
 
 impl<B: Backend> DecoderLayer<B> {
@@ -539,6 +553,7 @@ impl<B: Backend> DecoderLayer<B> {
             } else {
                 None
             },
+            parallel_residual: config.extras.parallel_residual,
         })
     }
 
@@ -562,6 +577,15 @@ impl<B: Backend> DecoderLayer<B> {
             {
                 return out;
             }
+        }
+        if self.parallel_residual {
+            let attn_in = self.input_layernorm.forward(x.clone());
+            observe(LinearInput::AttnIn, &attn_in);
+            let attn = self.self_attn.forward_observed(attn_in, ctx, observe);
+            let mlp_in = self.post_attention_layernorm.forward(x.clone());
+            observe(LinearInput::MlpIn, &mlp_in);
+            // In transformers' order: `mlp_output + attn_output + hidden_states`.
+            return self.mlp.forward_observed(mlp_in, observe) + attn + x;
         }
         let h = self.attention_residual(x, ctx, observe);
         let mlp_in = self.post_attention_layernorm.forward(h.clone());
@@ -630,8 +654,15 @@ impl<B: Backend> DecoderLayer<B> {
         {
             return;
         }
-        let h = self.attention_residual(x, ctx, observe);
-        let mlp_in = self.post_attention_layernorm.forward(h);
+        let mlp_in = if self.parallel_residual {
+            let attn_in = self.input_layernorm.forward(x.clone());
+            observe(LinearInput::AttnIn, &attn_in);
+            self.self_attn.forward_observed(attn_in, ctx, observe);
+            self.post_attention_layernorm.forward(x)
+        } else {
+            let h = self.attention_residual(x, ctx, observe);
+            self.post_attention_layernorm.forward(h)
+        };
         observe(LinearInput::MlpIn, &mlp_in);
         observe(LinearInput::MlpHidden, &self.mlp.hidden(mlp_in));
     }
@@ -657,6 +688,7 @@ impl<B: Backend> DecoderLayer<B> {
                 .as_ref()
                 .map(|n| [n.attention.weights(), n.mlp.weights()]),
             activation: self.mlp.activation,
+            parallel_residual: self.parallel_residual,
             scale: a.scale,
             softcap: a.softcap,
             inv_freq: a.inv_freq.as_deref(),
@@ -735,7 +767,7 @@ pub struct Llama<B: Backend> {
     pub norm: Norm<B>,
     /// Untied LM head `[hidden, vocab]`; `None` when tied to the embeddings.
     pub lm_head: Option<Linear<B>>,
-    /// Rotary inverse frequencies, `head_dim / 2` values.
+    /// Rotary inverse frequencies, `rotary_dim / 2` values (`head_dim / 2` but in GPT-NeoX).
     pub inv_freq: Vec<f32>,
     /// Learned position embeddings, `[positions + 2, hidden]`, position `p` at row `p + 2`
     /// (OPT), where the model has them instead of RoPE.

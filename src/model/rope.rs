@@ -5,12 +5,13 @@ use burn::prelude::*;
 
 use super::config::{LlamaConfig, RopeScaling};
 
-/// Inverse frequencies `1 / theta^(2i/d)` for `i in 0..d/2`, after the config's scaling.
+/// Inverse frequencies `1 / theta^(2i/d)` for `i in 0..d/2`, after the config's scaling, `d`
+/// the dimensions of a head that rotate ([`LlamaConfig::rotary_dim`]).
 ///
 /// Computed in f64 and rounded once to f32, which matches PyTorch's f32 computation to the
 /// last bit for the bases in use and keeps every backend on the same values.
 pub fn inv_freq(config: &LlamaConfig) -> Vec<f32> {
-    let dim = config.head_dim;
+    let dim = config.rotary_dim();
     let base: Vec<f64> = (0..dim / 2)
         .map(|i| 1.0 / config.rope_theta.powf((2 * i) as f64 / dim as f64))
         .collect();
@@ -93,14 +94,22 @@ pub fn angles(inv_freq: &[f32], positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
     (cos, sin)
 }
 
-/// Applies the rotation: `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`.
+/// Applies the rotation: `x * cos + rotate_half(x) * sin`, `rotate_half(x) = [-x2, x1]`, to
+/// the first `rotary` dimensions of each head (the tables' width), the rest passing through
+/// (GPT-NeoX's partial rotary).
 ///
 /// # Shapes
 /// - `x`: `[batch, heads, seq, head_dim]`
-/// - `cos`, `sin`: `[seq, head_dim]`
+/// - `cos`, `sin`: `[seq, rotary]`, `rotary ≤ head_dim`
 /// - returns `[batch, heads, seq, head_dim]`
 pub fn apply<B: Backend>(x: Tensor<B, 4>, cos: &Tensor<B, 2>, sin: &Tensor<B, 2>) -> Tensor<B, 4> {
-    let [_batch, _heads, _seq, head_dim] = x.dims();
+    let head_dim = x.dims()[3];
+    let rotary = cos.dims()[1];
+    if rotary < head_dim {
+        let pass = x.clone().narrow(3, rotary, head_dim - rotary);
+        let rotated = apply(x.narrow(3, 0, rotary), cos, sin);
+        return Tensor::cat(vec![rotated, pass], 3);
+    }
     let half = head_dim / 2;
     let x1 = x.clone().narrow(3, 0, half);
     let x2 = x.clone().narrow(3, half, half);
@@ -198,5 +207,27 @@ mod tests {
         for (o, e) in out.iter().zip(expected) {
             assert!((f64::from(*o) - e).abs() < 1e-5, "{out:?} vs {expected:?}");
         }
+    }
+
+    #[test]
+    fn partial_rotation_turns_the_first_dimensions_and_passes_the_rest() {
+        // GPT-NeoX's partial rotary: head_dim 6, rotary 2 (inv_freq [1]), position 3: the
+        // pair (x0, x1) turns by 3 radians, x2..x5 pass through.
+        let device = Default::default();
+        let (cos, sin) = tables::<B>(&[1.0], 3, 1, &device);
+        let x = Tensor::<B, 4>::from_data(
+            TensorData::new(vec![1.0f32, 2., 3., 4., 5., 6.], [1, 1, 1, 6]),
+            &device,
+        );
+        let out: Vec<f32> = apply(x, &cos, &sin).into_data().to_vec().unwrap();
+        let (c, s) = (3f64.cos(), 3f64.sin());
+        let expected = [c - 2.0 * s, 2.0 * c + s, 3.0, 4.0, 5.0, 6.0];
+        for (o, e) in out.iter().zip(expected) {
+            assert!((f64::from(*o) - e).abs() < 1e-6, "{out:?} vs {expected:?}");
+        }
+        // The frequencies come from the rotated width, not the head's.
+        let mut c = config(8, 10_000.0, RopeScaling::None);
+        c.extras.rotary_dim = Some(4);
+        assert_eq!(inv_freq(&c), vec![1.0, 0.01]);
     }
 }

@@ -254,22 +254,35 @@ impl SplitSource {
         Ok(Some(t))
     }
 
-    /// Where part `name` lives: the stacked tensor's name and the part's rows in it.
-    fn locate(&self, name: &str) -> Option<(String, std::ops::Range<usize>)> {
+    /// Where part `name` lives: the stacked tensor's name and the part's rows in it, one range
+    /// (stacked part by part) or one per attention head (stacked head by head).
+    fn locate(&self, name: &str) -> Option<(String, Vec<std::ops::Range<usize>>)> {
         let rest = name.strip_prefix("model.layers.")?;
         let (layer, rest) = rest.split_once('.')?;
         let (module, kind) = rest.rsplit_once('.')?;
         let fused = self.fused.iter().find(|f| f.parts.contains(&module))?;
-        let mut start = 0;
+        let stacked = format!("model.layers.{layer}.{}.{kind}", fused.fused);
+        let heads = if fused.per_head {
+            self.config.num_attention_heads
+        } else {
+            1
+        };
+        // Each part's rows in one head's block (the whole part when stacked part by part).
+        let mut widths = Vec::with_capacity(fused.parts.len());
         for part in fused.parts {
             let rows = self.config.linear_outputs(part)?;
-            if *part == module {
-                let stacked = format!("model.layers.{layer}.{}.{kind}", fused.fused);
-                return Some((stacked, start..start + rows));
+            if !rows.is_multiple_of(heads) {
+                return None;
             }
-            start += rows;
+            widths.push(rows / heads);
         }
-        None
+        let block: usize = widths.iter().sum();
+        let index = fused.parts.iter().position(|p| *p == module)?;
+        let offset: usize = widths[..index].iter().sum();
+        let ranges = (0..heads)
+            .map(|h| h * block + offset..h * block + offset + widths[index])
+            .collect();
+        Some((stacked, ranges))
     }
 }
 
@@ -282,7 +295,7 @@ impl WeightSource for SplitSource {
         if let Some(t) = self.inner.tensor(name)? {
             return Ok(Some(t));
         }
-        let Some((stacked, rows)) = self.locate(name) else {
+        let Some((stacked, ranges)) = self.locate(name) else {
             return Ok(None);
         };
         let Some(t) = self.stacked(&stacked)? else {
@@ -290,25 +303,26 @@ impl WeightSource for SplitSource {
         };
         let cols: usize = t.shape[1..].iter().product();
         let total = t.shape.first().copied().unwrap_or(0);
-        if rows.end > total {
+        let end = ranges.iter().map(|r| r.end).max().unwrap_or(0);
+        if end > total {
             return Err(WeightError::Shape {
                 name: stacked,
                 source_name: self.inner.name(),
-                expected: vec![rows.end],
+                expected: vec![end],
                 found: t.shape.clone(),
             });
         }
         let mut shape = t.shape.clone();
-        shape[0] = rows.len();
-        let part = HostTensor {
-            data: t.data[rows.start * cols..rows.end * cols].to_vec(),
-            shape,
-        };
-        if rows.end == total {
+        shape[0] = ranges.iter().map(|r| r.len()).sum();
+        let mut data = Vec::with_capacity(shape[0] * cols);
+        for rows in &ranges {
+            data.extend_from_slice(&t.data[rows.start * cols..rows.end * cols]);
+        }
+        if end == total {
             // The stack's last part: nothing more will be asked of it.
             *self.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
-        Ok(Some(part))
+        Ok(Some(HostTensor { data, shape }))
     }
 
     fn parameter_count(&self) -> u64 {

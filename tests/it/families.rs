@@ -66,7 +66,16 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn every_family_gives_transformers_logits() {
     for family in [
-        "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "opt",
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "phi3",
+        "gemma2",
+        "gemma3",
+        "opt",
+        "gpt_neox",
+        "gpt_neox-sequential",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -403,6 +412,97 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
         assert_eq!(names(&saved), names(&folder), "{method:?}");
         let reloaded = model::load::<B>(&ModelRef::Folder(saved), &device).unwrap();
         assert_eq!(pruned, crate::common::logits(&reloaded.model, &ids));
+    }
+}
+
+/// GPT-NeoX (Pythia's parallel residual and partial rotary, and the sequential layer with half
+/// of each head rotating): streamed through the layer store and pruned by every method exactly
+/// as in memory, six linears a layer, q/k/v split out of `query_key_value` head by head; saved
+/// under GPT-NeoX's names with `query_key_value` stacked head by head again (unpruned, the
+/// very tensors of the checkpoint), and the pruned copy gives the pruned model's logits back.
+#[test]
+fn a_gpt_neox_checkpoint_streams_prunes_and_saves_head_by_head() {
+    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::weights::SplitSource;
+
+    for family in ["gpt_neox", "gpt_neox-sequential"] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let config = HfLlamaConfig::from_file(&folder.join("config.json"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(config.extras.parallel_residual, family == "gpt_neox");
+        let source =
+            SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
+        let device = Default::default();
+        let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
+        let names = |folder: &Path| -> std::collections::BTreeSet<String> {
+            let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+            meta.tensors().keys().cloned().collect()
+        };
+        let store = tempfile::tempdir().unwrap();
+
+        // Unpruned, the saved tensors are the checkpoint's, bit for bit.
+        let dense = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+        let copy = store.path().join("dense");
+        save_hf_folder(
+            &dense,
+            &config,
+            &tokenizer,
+            &copy,
+            &SaveSpec::new(SaveDtype::F32),
+        )
+        .unwrap();
+        assert_eq!(names(&copy), names(&folder), "{family}");
+        let (original, saved) = (
+            SafetensorsSource::open(&folder).unwrap(),
+            SafetensorsSource::open(&copy).unwrap(),
+        );
+        for name in names(&folder) {
+            assert_eq!(
+                original.tensor(&name).unwrap().unwrap().data,
+                saved.tensor(&name).unwrap().unwrap().data,
+                "{family} {name}"
+            );
+        }
+
+        let calibration: Vec<Vec<u32>> = (0..4)
+            .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
+            .collect();
+        let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+        let dense_logits = crate::common::logits(&dense, &ids);
+        for method in [Method::Magnitude, Method::Wanda, Method::Sparsegpt] {
+            let layers = tempfile::tempdir().unwrap();
+            let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
+            let mut streamed =
+                StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
+            prune_alike(&mut resident, &mut streamed, method, &calibration);
+            assert_eq!(resident.layers[0].linears().len(), 6);
+            let streamed = streamed.into_resident().unwrap();
+            let pruned = crate::common::logits(&resident, &ids);
+            assert_eq!(
+                pruned,
+                crate::common::logits(&streamed, &ids),
+                "{family} {method:?}"
+            );
+            assert_ne!(pruned, dense_logits, "{family} {method:?} pruned nothing");
+            let saved = layers.path().join("copy");
+            save_hf_folder(
+                &resident,
+                &config,
+                &tokenizer,
+                &saved,
+                &SaveSpec::new(SaveDtype::F32),
+            )
+            .unwrap();
+            let reloaded = model::load::<B>(&ModelRef::Folder(saved), &device).unwrap();
+            assert_eq!(
+                pruned,
+                crate::common::logits(&reloaded.model, &ids),
+                "{family} {method:?}"
+            );
+        }
     }
 }
 

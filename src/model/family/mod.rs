@@ -7,6 +7,7 @@
 
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_neox;
 pub mod llama;
 pub mod mistral;
 pub mod opt;
@@ -37,6 +38,9 @@ pub struct FusedLinear {
     pub fused: &'static str,
     /// The linears it holds, in row order.
     pub parts: &'static [&'static str],
+    /// Whether the rows go head by head (each attention head's rows of every part, parts in
+    /// order, then the next head's: GPT-NeoX's `query_key_value`) instead of part by part.
+    pub per_head: bool,
 }
 
 /// What one decoder family adds to the shared decoder.
@@ -138,11 +142,14 @@ pub enum Architecture {
     /// `OPTForCausalLM` (LayerNorms, biases everywhere, a ReLU MLP without a gate, learned
     /// positions).
     Opt,
+    /// `GPTNeoXForCausalLM` (Pythia, GPT-NeoX-20B: parallel residual, partial rotary, a
+    /// GELU MLP without a gate, q/k/v stacked head by head).
+    GptNeox,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 8] = [
+    pub const ALL: [Architecture; 9] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -151,6 +158,7 @@ impl Architecture {
         Architecture::Gemma2,
         Architecture::Gemma3,
         Architecture::Opt,
+        Architecture::GptNeox,
     ];
 
     /// The family's adapter.
@@ -164,6 +172,7 @@ impl Architecture {
             Architecture::Gemma2 => &gemma2::Gemma2,
             Architecture::Gemma3 => &gemma3::Gemma3,
             Architecture::Opt => &opt::Opt,
+            Architecture::GptNeox => &gpt_neox::GptNeox,
         }
     }
 

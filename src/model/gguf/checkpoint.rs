@@ -141,6 +141,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             low_freq_factor: None,
             high_freq_factor: None,
             original_max_position_embeddings: None,
+            partial_rotary_factor: None,
         }),
         _ => None,
     };
@@ -161,6 +162,10 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .map(|v| v as usize),
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
         rope_theta: file.get_f64(&key("rope.freq_base")),
+        rotary_emb_base: None,
+        rotary_pct: None,
+        use_parallel_residual: None,
+        layer_norm_eps: None,
         rope_scaling,
         rope_parameters: None,
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),

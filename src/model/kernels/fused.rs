@@ -101,6 +101,8 @@ struct LayerRef<'a> {
     inv_freq: Option<&'a [f32]>,
     /// Whether queries and keys are rotated (not where positions are learned, OPT).
     rotary: bool,
+    /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
+    parallel_residual: bool,
 }
 
 /// Shapes shared by every layer.
@@ -185,26 +187,28 @@ fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
     });
 }
 
-/// Rotary tables of one call: the first `head_dim / 2` entries of every `stride`-long row are
-/// the cosines (sines) of position `row`; the rows of the activations are consecutive
-/// sequences of `seq` positions each.
+/// Rotary tables of one call: the first `half` entries of every `stride`-long row are the
+/// cosines (sines) of position `row`, one per pair of rotated dimensions (`half` is
+/// `head_dim / 2`, fewer where only part of a head rotates, GPT-NeoX); the rows of the
+/// activations are consecutive sequences of `seq` positions each.
 #[derive(Clone, Copy)]
 struct RopeTables<'a> {
     cos: &'a [f32],
     sin: &'a [f32],
     stride: usize,
+    half: usize,
     seq: usize,
     /// Which rows each row sees: `None` for causal attention over its sequence.
     packing: Option<Packing<'a>>,
 }
 
-/// Rotates every head of `x` in place (HF "rotate half" layout); rows are positions
-/// `0..seq` of consecutive sequences.
+/// Rotates the first `2 · t.half` dimensions of every head of `x` in place (HF "rotate half"
+/// layout), the rest passing through; rows are positions `0..seq` of consecutive sequences.
 ///
 /// # Shapes
 /// - `x`: `[sequences * seq, heads * head_dim]`
 fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
-    let half = head_dim / 2;
+    let half = t.half;
     for (row_index, row) in x.chunks_mut(heads * head_dim).enumerate() {
         let pos = row_index % t.seq;
         let (c, s) = (
@@ -212,7 +216,7 @@ fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
             &t.sin[pos * t.stride..][..half],
         );
         for head in row.chunks_mut(head_dim) {
-            let (x1, x2) = head.split_at_mut(half);
+            let (x1, x2) = head[..2 * half].split_at_mut(half);
             for i in 0..half {
                 let (a, b) = (x1[i], x2[i]);
                 x1[i] = a * c[i] - b * s[i];
@@ -348,6 +352,8 @@ struct Scratch {
     v: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// The attention block's output, held while the MLP runs beside it (parallel residual).
+    attn_out: Vec<f32>,
 }
 
 /// `buffer` resized to `len` values.
@@ -359,7 +365,8 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// One decoder layer over `x` (consecutive sequences of `seq` tokens), updated in place;
 /// `observe(input, rows, width)` sees the input of every linear once per shared input. With
 /// `output` false the layer stops once `down_proj`'s input is observed: `x` then holds the
-/// residual stream after attention, not the layer's output.
+/// residual stream after attention (the layer's input with a parallel residual), not the
+/// layer's output.
 ///
 /// # Shapes
 /// - `x`: `[sequences * seq, hidden]`
@@ -434,14 +441,23 @@ fn layer_forward(
         }
     }
     observe(LinearInput::AttnOut, attn, q_width);
-    residual_add(
-        &layer.o,
-        attn,
-        x,
-        normed,
-        layer.output_norms.map(|[a, _]| a),
-        d.eps,
-    );
+    // With a parallel residual the MLP reads the layer's input too: the attention's output
+    // waits beside it, added with the MLP's at the end.
+    let attn_out = if layer.parallel_residual {
+        let attn_out = sized(&mut scratch.attn_out, rows * hidden);
+        layer.o.apply(attn, rows, attn_out, false);
+        Some(attn_out)
+    } else {
+        residual_add(
+            &layer.o,
+            attn,
+            x,
+            normed,
+            layer.output_norms.map(|[a, _]| a),
+            d.eps,
+        );
+        None
+    };
     norm_rows(x, layer.post_norm, d.eps, normed);
     observe(LinearInput::MlpIn, normed, hidden);
     match &layer.gate {
@@ -453,20 +469,35 @@ fn layer_forward(
                 Activation::Silu => vecmath::silu_mul,
                 Activation::GeluTanh => vecmath::gelu_tanh_mul,
                 Activation::Relu => vecmath::relu_mul,
+                Activation::Gelu => vecmath::gelu_mul,
             };
             gate.par_chunks_mut(intermediate)
                 .zip(up.par_chunks(intermediate))
                 .for_each(|(g, u)| activation(g, u));
         }
-        // Without a gate (only ReLU: `hold_layer` declines the others) the activation acts
-        // on `up(x)` itself, held in the gate's buffer.
+        // Without a gate the activation acts on `up(x)` itself, held in the gate's buffer.
         None => {
             layer.up.apply(normed, rows, gate, false);
-            gate.par_chunks_mut(intermediate).for_each(vecmath::relu);
+            let activation = match layer.activation {
+                Activation::Gelu => vecmath::gelu,
+                Activation::GeluTanh => vecmath::gelu_tanh,
+                Activation::Relu => vecmath::relu,
+                Activation::Silu => vecmath::silu,
+            };
+            gate.par_chunks_mut(intermediate).for_each(activation);
         }
     }
     observe(LinearInput::MlpHidden, gate, intermediate);
-    if output {
+    if let (true, Some(attn_out)) = (output, attn_out) {
+        // `normed` is free: it takes the MLP's output. Summed in transformers' order,
+        // `mlp_output + attn_output + hidden_states`.
+        layer.down.apply(gate, rows, normed, false);
+        x.par_iter_mut()
+            .zip(normed.par_iter())
+            .zip(attn_out.par_iter())
+            // `(m + a) + x`, addition commuting exactly.
+            .for_each(|((x, m), a)| *x += m + a);
+    } else if output {
         residual_add(
             &layer.down,
             gate,
@@ -555,6 +586,7 @@ fn run_layers(
             cos,
             sin,
             stride,
+            half: stride,
             seq,
             packing,
         };
@@ -673,12 +705,13 @@ struct HeldLayer<'m> {
     activation: Activation,
     inv_freq: Option<&'m [f32]>,
     rotary: bool,
+    parallel_residual: bool,
 }
 
-/// `None` for a layer these kernels do not run: an MLP without a gate whose activation is not
-/// ReLU, or per-head and output norms that are not RMSNorms.
+/// `None` for a layer these kernels do not run: per-head and output norms that are not
+/// RMSNorms, or output norms with a parallel residual.
 fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldLayer<'m>> {
-    if layer.gate_proj.is_none() && layer.activation != Activation::Relu {
+    if layer.parallel_residual && layer.output_norms.is_some() {
         return None;
     }
     let output_norms = match &layer.output_norms {
@@ -708,6 +741,7 @@ fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldL
         activation: layer.activation,
         inv_freq: layer.inv_freq,
         rotary: layer.rotary,
+        parallel_residual: layer.parallel_residual,
     })
 }
 
@@ -741,6 +775,7 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
         activation: l.activation,
         inv_freq: l.inv_freq,
         rotary: l.rotary,
+        parallel_residual: l.parallel_residual,
     })
 }
 
@@ -960,7 +995,9 @@ fn fused_layer(
 ) -> Option<Vec<f32>> {
     let [batch, seq, hidden] = x.dims();
     let head_dim = layer.head_dim;
-    if cos.dims() != [seq, head_dim] || sin.dims() != [seq, head_dim] {
+    // The tables' width: the dimensions of a head that rotate.
+    let rotary = cos.dims()[1];
+    if cos.dims() != [seq, rotary] || sin.dims() != [seq, rotary] || rotary > head_dim {
         return None;
     }
     let mut held = Held {
@@ -975,20 +1012,22 @@ fn fused_layer(
     // generic path calls without a cache only).
     let own = layer.inv_freq.map(|f| {
         let positions: Vec<usize> = (0..seq).collect();
-        rope::angles(f, &positions)
+        (rope::angles(f, &positions), f.len())
     });
     let tables = match &own {
-        Some((cos, sin)) => RopeTables {
+        Some(((cos, sin), half)) => RopeTables {
             cos,
             sin,
-            stride: head_dim / 2,
+            stride: *half,
+            half: *half,
             seq,
             packing: None,
         },
         None => RopeTables {
             cos: held.slice(cos_index)?,
             sin: held.slice(sin_index)?,
-            stride: head_dim,
+            stride: rotary,
+            half: rotary / 2,
             seq,
             packing: None,
         },

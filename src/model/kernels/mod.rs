@@ -218,6 +218,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub output_norms: Option<[NormWeights<'a, B>; 2]>,
     /// The MLP gate's activation.
     pub activation: Activation,
+    /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
+    pub parallel_residual: bool,
     /// The factor of `q·k` when it is not `head_dim^-0.5`.
     pub scale: Option<f64>,
     /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
@@ -257,7 +259,7 @@ pub struct ModelWeights<'a, B: Backend> {
     pub layers: Vec<LayerWeights<'a, B>>,
     /// Embeddings, final norm and LM head.
     pub head: HeadWeights<'a, B>,
-    /// Rotary inverse frequencies, `head_dim / 2` values.
+    /// Rotary inverse frequencies, `rotary_dim / 2` values (`head_dim / 2` but in GPT-NeoX).
     pub inv_freq: &'a [f32],
 }
 
@@ -287,7 +289,8 @@ pub trait Kernels<B: Backend>: Sync {
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-    /// - `cos`, `sin`: `[seq, head_dim]` as made by [`super::rope::tables`]
+    /// - `cos`, `sin`: `[seq, rotary]` as made by [`super::rope::tables`] (`rotary`: the
+    ///   dimensions of a head that rotate, `head_dim` but in GPT-NeoX)
     fn layer_forward(
         &self,
         _layer: &LayerWeights<'_, B>,

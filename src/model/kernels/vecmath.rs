@@ -195,6 +195,11 @@ fn silu_mul_portable(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// SiLU in place (an MLP without a gate), `x / (1 + e^−x)`, as [`silu_mul`] computes it.
+pub fn silu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = *v / (1.0 + exp(-*v)));
+}
+
 /// LayerNorm of one row: `out = (x − mean) / sqrt(var + eps) · weight + bias`, the variance
 /// the mean square of `x − mean` (PyTorch's `nn.LayerNorm`), in f32.
 pub fn layer_norm_row(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
@@ -222,6 +227,38 @@ pub fn relu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// GELU in place, exact: `x/2 · (1 + erf(x/√2))` (PyTorch's `gelu`; GPT-NeoX's MLP), `erf`
+/// by musl's `erff` (within 1 ulp).
+pub fn gelu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = gelu_one(*v));
+}
+
+/// GeGLU in place with the exact GELU: `gate = gelu(gate) · up`.
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = gelu_one(*g) * u;
+    }
+}
+
+#[inline(always)]
+fn gelu_one(x: f32) -> f32 {
+    x * 0.5 * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// GELU's tanh approximation in place (an MLP without a gate: GPT-NeoX-20B's `gelu_fast`), as
+/// [`gelu_tanh_mul`] computes it.
+pub fn gelu_tanh(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = gelu_tanh_one(*v));
+}
+
+#[inline(always)]
+fn gelu_tanh_one(x: f32) -> f32 {
+    /// √(2/π).
+    const K: f32 = 0.797_884_6;
+    let y = K * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp(-2.0 * y))
+}
+
 dispatch! {
     /// GeGLU in place: `gate = gelu_tanh(gate) · up`, with GELU's tanh approximation
     /// `g/2 · (1 + tanh(y)) = g / (1 + e^(−2y))`, `y = √(2/π) · (g + 0.044715 g³)`.
@@ -230,12 +267,8 @@ dispatch! {
 
 #[inline(always)]
 fn gelu_tanh_mul_portable(gate: &mut [f32], up: &[f32]) {
-    /// √(2/π).
-    const K: f32 = 0.797_884_6;
     for (g, u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let y = K * (x + 0.044_715 * x * x * x);
-        *g = x / (1.0 + exp(-2.0 * y)) * u;
+        *g = gelu_tanh_one(*g) * u;
     }
 }
 
@@ -326,6 +359,33 @@ mod tests {
 
     /// A row taken in blocks gives `token_nll`'s value to 1e-12 (relative, or absolute below 1)
     /// whichever block holds the maximum (first, middle, last), with blocks of unequal length.
+    #[test]
+    fn exact_gelu_is_within_a_few_ulps_of_the_f64_formula() {
+        let mut worst = 0;
+        for i in -4000..=4000 {
+            let x = i as f32 * 0.002_5;
+            let mut v = [x];
+            gelu(&mut v);
+            let exact = f64::from(x) * 0.5 * (1.0 + libm::erf(f64::from(x) / 2f64.sqrt()));
+            // For negative x, `1 + erf` cancels in f32, as in PyTorch's own f32 formula: the
+            // error is then a few ulp of 1, scaled by |x|.
+            if x >= -0.5 {
+                worst = worst.max(ulps(v[0], exact));
+            }
+            let bound = 4.0 * f64::from(f32::EPSILON) * f64::from(x.abs()).max(1e-3);
+            assert!(
+                (f64::from(v[0]) - exact).abs() <= bound,
+                "{x}: {} vs {exact}",
+                v[0]
+            );
+        }
+        assert!(worst <= 4, "{worst} ulp");
+        let (mut gate, up) = ([1.0f32, -2.0], [3.0f32, 0.5]);
+        gelu_mul(&mut gate, &up);
+        assert!((gate[0] - 0.841_344_7 * 3.0).abs() < 1e-6, "{gate:?}");
+        assert!((gate[1] + 0.045_500_26 * 0.5).abs() < 1e-6, "{gate:?}");
+    }
+
     #[test]
     fn blocked_softmax_sums_give_the_whole_rows_nll() {
         let row: Vec<f32> = (0..5000)
