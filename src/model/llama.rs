@@ -16,6 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::config::{Activation, LlamaConfig};
+use super::family::FusedLinear;
 use super::kernels::{
     kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, ModelWeights,
     NormWeights, ATTENTION_BLOCK_BYTES,
@@ -490,6 +491,11 @@ pub struct DecoderLayer<B: Backend> {
     /// (GPT-NeoX): `x + attn(norm(x)) + mlp(post_norm(x))`.
     #[module(skip)]
     pub parallel_residual: bool,
+    /// The linears the checkpoint stores as one matrix (Phi-3's `qkv_proj` and `gate_up_proj`,
+    /// GPT-NeoX's `query_key_value`): pruning selects over each such matrix as a whole, as the
+    /// reference code, which sees the checkpoint's modules, does.
+    #[module(skip)]
+    pub stacked: &'static [FusedLinear],
 }
 
 impl<B: Backend> DecoderLayer<B> {
@@ -554,6 +560,7 @@ impl<B: Backend> DecoderLayer<B> {
                 None
             },
             parallel_residual: config.extras.parallel_residual,
+            stacked: config.architecture.family().fused_linears(),
         })
     }
 

@@ -33,6 +33,7 @@ use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
 use super::wanda::{checked_norms, prune_wanda, wanda_scores, InputNorms};
 use super::weight_update::{ablation_sample_weight, prune_with_update, UpdateMetric, WeightUpdate};
 use super::{Method, MethodOptions, PruneError, Sparsity};
+use crate::model::family::FusedLinear;
 use crate::model::host::{take_param, to_host_f32, weight_tensor};
 use crate::model::kernels::{kernels, Lowest};
 use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
@@ -540,11 +541,15 @@ pub fn prune_model<B: Backend>(
         let host = stats.host();
         clock.lap("statistics to host");
         let rule = device_rule(on_device, method, options, layer_sparsity);
+        let plan = LayerPlan {
+            index: i,
+            skip: &options.skip,
+            zeroes_only,
+            rows_apart: rows_apart(rule),
+        };
         let measured = prune_layer(
             &mut layer,
-            i,
-            &options.skip,
-            zeroes_only,
+            plan,
             &mut clock,
             |asked| select_on_device(rule, asked, Some(&host)),
             |w, dims, name, input| {
@@ -617,11 +622,15 @@ fn prune_by_magnitude<B: Backend>(
             check_skip_against(&options.skip, layers, &layer)?;
         }
         let rule = device_rule(on_device, Method::Magnitude, options, layer_sparsity);
+        let plan = LayerPlan {
+            index: i,
+            skip: &options.skip,
+            zeroes_only: zeros_go_back_as_masks::<B>(true),
+            rows_apart: rows_apart(rule),
+        };
         let measured = prune_layer(
             &mut layer,
-            i,
-            &options.skip,
-            zeros_go_back_as_masks::<B>(true),
+            plan,
             clock,
             |asked| select_on_device(rule, asked, None),
             |w, dims, _, _| prune_magnitude(w, dims, layer_sparsity).map(|_| ()),
@@ -986,6 +995,119 @@ fn select_group<B: Backend>(
     }
 }
 
+/// What [`prune_layer`] is to do with one layer.
+struct LayerPlan<'a> {
+    /// The layer's index in the model.
+    index: usize,
+    /// Glob patterns of linears left as they are.
+    skip: &'a [String],
+    /// Whether pruning only zeroes weights, which then go back as masks of their zeros.
+    zeroes_only: bool,
+    /// Whether the selection treats every output apart ([`rows_apart`]).
+    rows_apart: bool,
+}
+
+/// Whether the device's rule selects each output of a weight apart from the others (Wanda's
+/// per-output rule, the N:M rule), so a stacked matrix's parts may be selected one by one with
+/// the same result as the whole.
+fn rows_apart(rule: Option<DeviceRule>) -> bool {
+    matches!(
+        rule,
+        Some(DeviceRule::PerOutput { .. } | DeviceRule::Groups { .. })
+    )
+}
+
+/// The linears of a layer pruned as the one matrix the checkpoint stacks them in
+/// ([`DecoderLayer::stacked`]): for each stack, the indices in `linears` of its parts that are
+/// not skipped, where two or more read the same input and have as many inputs.
+fn joint_groups(
+    stacked: &[FusedLinear],
+    linears: &[(&str, LinearInput, bool, [usize; 2])],
+) -> Vec<Vec<usize>> {
+    stacked
+        .iter()
+        .filter_map(|f| {
+            let members: Vec<usize> = f
+                .parts
+                .iter()
+                .filter_map(|part| {
+                    linears
+                        .iter()
+                        .position(|(name, _, skipped, _)| name == part && !skipped)
+                })
+                .collect();
+            let first = &linears[*members.first()?];
+            let alike = members.iter().all(|&i| {
+                let (_, input, _, dims) = &linears[i];
+                *input == first.1 && dims[0] == first.3[0]
+            });
+            (members.len() > 1 && alike).then_some(members)
+        })
+        .collect()
+}
+
+/// Prunes the linears `names` of `layer` (one stack's parts, reading `input`) as one matrix:
+/// their weights side by side, `[in, Σ out]`, pruned by `prune` under the first part's name,
+/// then apart again. Returns each part's name, measured sparsity, and how it goes back.
+fn prune_jointly<B: Backend>(
+    layer: &DecoderLayer<B>,
+    names: &[&'static str],
+    input: LinearInput,
+    zeroes_only: bool,
+    prune: &mut impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
+) -> Result<Vec<PrunedPart<B>>, PruneError> {
+    let all = layer.linears();
+    let parts: Vec<(Vec<f32>, [usize; 2])> = names
+        .iter()
+        .map(|name| {
+            let (_, _, linear) = all
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .expect("names come from DecoderLayer::linears");
+            let weight = linear.weight.val();
+            let dims = weight.dims();
+            (to_host_f32(weight), dims)
+        })
+        .collect();
+    let rows = parts[0].1[0];
+    let width: usize = parts.iter().map(|(_, [_, cols])| cols).sum();
+    let mut joint = Vec::with_capacity(rows * width);
+    for r in 0..rows {
+        for (w, [_, cols]) in &parts {
+            joint.extend_from_slice(&w[r * cols..(r + 1) * cols]);
+        }
+    }
+    drop(parts);
+    prune(&mut joint, [rows, width], names[0], input)?;
+    let mut out = Vec::with_capacity(names.len());
+    let mut offset = 0;
+    for name in names {
+        let cols = all
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, l)| l.weight.dims()[1])
+            .expect("names come from DecoderLayer::linears");
+        let w: Vec<f32> = joint
+            .chunks(width)
+            .flat_map(|row| &row[offset..offset + cols])
+            .copied()
+            .collect();
+        offset += cols;
+        let dims = [rows, cols];
+        let measured = MatrixSparsity::measure(&w, dims)?;
+        let back = if zeroes_only {
+            PrunedWeight::Zeroed(w.par_iter().map(|v| v.to_bits() == 0).collect())
+        } else {
+            PrunedWeight::Updated(w)
+        };
+        out.push((*name, measured, back, dims));
+    }
+    Ok(out)
+}
+
+/// One pruned linear: its name, measured sparsity, how it goes back, its dims.
+type PrunedPart<B> = (&'static str, MatrixSparsity, PrunedWeight<B>, [usize; 2]);
+
 /// Whether pruned weights go back to the device as masks of their zeros (`zeroes_only` of
 /// [`prune_layer`]): when pruning only zeroes, and the device is not the host's memory, where
 /// the host copy itself goes back by moving its buffer (1.1 s less per Llama-2-7B layer than
@@ -994,8 +1116,8 @@ fn zeros_go_back_as_masks<B: Backend>(only_zeroes: bool) -> bool {
     only_zeroes && !kernels::<B>().host_resident()
 }
 
-/// Prunes the linears of layer `index` with `prune(weight, [in, out], name, input)`, except those a
-/// `skip` pattern names; all weights are pruned on the host first and stored back only when
+/// Prunes the linears of layer `plan.index` with `prune(weight, [in, out], name, input)`, except those a
+/// `plan.skip` pattern names; all weights are pruned on the host first and stored back only when
 /// every one succeeded. Returns the sparsity of every linear, measured on the host copies. After
 /// an error the layer may lack weights: its callers drop it.
 ///
@@ -1006,39 +1128,69 @@ fn zeros_go_back_as_masks<B: Backend>(only_zeroes: bool) -> bool {
 /// Otherwise a weight goes back whole, so it is taken out of the layer before going to the
 /// host: a buffer the layer holds alone (a streamed layer's) then moves instead of being copied.
 ///
-/// `on_device` is asked first, once, with every linear that is not skipped (its weight and the
-/// input it reads): for each, the zeros selected on the weight's device, or `None` to prune it
-/// on the host.
+/// The parts of a matrix the checkpoint stacks ([`DecoderLayer::stacked`]) are pruned as that
+/// one matrix on the host ([`prune_jointly`]), unless `rows_apart` says the selection treats
+/// every output apart (then each part alone gives the same zeros).
+///
+/// `on_device` is asked first, once, with every other linear that is not skipped (its weight
+/// and the input it reads): for each, the zeros selected on the weight's device, or `None` to
+/// prune it on the host.
 fn prune_layer<B: Backend>(
     layer: &mut DecoderLayer<B>,
-    index: usize,
-    skip: &[String],
-    zeroes_only: bool,
+    plan: LayerPlan,
     clock: &mut PhaseClock<impl Fn()>,
     on_device: impl Fn(&[(Tensor<B, 2>, LinearInput)]) -> Vec<Option<Tensor<B, 2, Bool>>>,
     mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
 ) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
+    let LayerPlan {
+        index,
+        skip,
+        zeroes_only,
+        rows_apart,
+    } = plan;
     let mut pruned = Vec::with_capacity(7);
     let mut measured = Vec::with_capacity(7);
-    let linears: Vec<(&'static str, LinearInput, bool)> = layer
+    let described: Vec<(&'static str, LinearInput, bool, [usize; 2])> = layer
         .linears()
         .into_iter()
-        .map(|(name, input, _)| {
+        .map(|(name, input, linear)| {
             let path = linear_path(index, name);
-            (name, input, skip.iter().any(|p| glob_matches(p, &path)))
+            let skipped = skip.iter().any(|p| glob_matches(p, &path));
+            (name, input, skipped, linear.weight.dims())
         })
         .collect();
+    let groups = if rows_apart {
+        Vec::new()
+    } else {
+        joint_groups(layer.stacked, &described)
+    };
+    let grouped = |i: usize| groups.iter().any(|g| g.contains(&i));
     let asked: Vec<(Tensor<B, 2>, LinearInput)> = layer
         .linears()
         .into_iter()
-        .zip(&linears)
-        .filter(|(_, (.., skipped))| !skipped)
-        .map(|((_, input, linear), _)| (linear.weight.val(), input))
+        .zip(&described)
+        .enumerate()
+        .filter(|(i, (_, (_, _, skipped, _)))| !skipped && !grouped(*i))
+        .map(|(_, ((_, input, linear), _))| (linear.weight.val(), input))
         .collect();
     let selections = on_device(&asked);
     drop(asked);
     let mut selected = selections.into_iter();
-    for (name, input, skipped) in linears {
+    for (i, (name, input, skipped, _)) in described.into_iter().enumerate() {
+        if let Some(group) = groups.iter().find(|g| g.contains(&i)) {
+            if group[0] == i {
+                let names: Vec<&'static str> =
+                    group.iter().map(|&j| layer.linears()[j].0).collect();
+                for (name, sparsity, back, dims) in
+                    prune_jointly(layer, &names, input, zeroes_only, &mut prune)?
+                {
+                    measured.push((name, sparsity));
+                    pruned.push((name, back, dims));
+                }
+                clock.lap("prune on host");
+            }
+            continue;
+        }
         let linear = layer
             .linear_mut(name)
             .expect("names come from DecoderLayer::linears");

@@ -101,7 +101,23 @@ fn prune_alike(
     method: Method,
     calibration: &[Vec<u32>],
 ) {
-    let sparsity = Sparsity::unstructured(0.5).unwrap();
+    prune_alike_at(
+        a,
+        b,
+        method,
+        Sparsity::unstructured(0.5).unwrap(),
+        calibration,
+    );
+}
+
+/// [`prune_alike`] at `sparsity`.
+fn prune_alike_at(
+    a: &mut impl Layers<B>,
+    b: &mut impl Layers<B>,
+    method: Method,
+    sparsity: Sparsity,
+    calibration: &[Vec<u32>],
+) {
     let options = MethodOptions::default();
     let x = prune_model(a, method, &options, sparsity, calibration, 2, |_, _| {}).unwrap();
     let y = prune_model(b, method, &options, sparsity, calibration, 2, |_, _| {}).unwrap();
@@ -273,8 +289,15 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
     let calibration: Vec<Vec<u32>> = (0..4)
         .map(|w| (0..12).map(|t| ((w * 13 + t * 7) % 96) as u32).collect())
         .collect();
-    for method in [Method::Wanda, Method::Sparsegpt] {
-        prune_alike(&mut stacked, &mut split, method, &calibration);
+    // Wanda's per-output rule and SparseGPT's 2:4 select each output apart, so the stack
+    // prunes as its parts would; unstructured magnitude and SparseGPT select over the whole
+    // stack (`stacked_linears_are_pruned_as_the_one_matrix_the_checkpoint_holds`).
+    let two_four = Sparsity::NM { n: 2, m: 4 };
+    for (method, sparsity) in [
+        (Method::Wanda, Sparsity::unstructured(0.5).unwrap()),
+        (Method::Sparsegpt, two_four),
+    ] {
+        prune_alike_at(&mut stacked, &mut split, method, sparsity, &calibration);
     }
     for (x, y) in stacked.layers.iter().zip(&split.layers) {
         for ((name, _, l), (_, _, m)) in x.linears().into_iter().zip(y.linears()) {
@@ -311,6 +334,85 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
         crate::common::logits(&stacked, &ids),
         crate::common::logits(&reloaded.model, &ids)
     );
+}
+
+/// Magnitude's per-matrix threshold and SparseGPT's per-block one run over the matrix the
+/// checkpoint stores (Phi-3's `qkv_proj` and `gate_up_proj`, GPT-NeoX's `query_key_value`), as
+/// the reference code, which sees the checkpoint's modules, runs them: one magnitude threshold
+/// for q, k and v together (every pruned weight at most every kept one, pooled), while the
+/// parts' own sparsities differ from 50 %; Wanda's per-output rule gives the same either way.
+#[test]
+fn stacked_linears_are_pruned_as_the_one_matrix_the_checkpoint_holds() {
+    for (family, stacks) in [
+        (
+            "phi3",
+            vec![
+                vec!["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+                vec!["mlp.gate_proj", "mlp.up_proj"],
+            ],
+        ),
+        (
+            "gpt_neox",
+            vec![vec![
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+            ]],
+        ),
+    ] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let device = Default::default();
+        let load = || {
+            model::load::<B>(&ModelRef::Folder(folder.clone()), &device)
+                .unwrap()
+                .model
+        };
+        let (dense, mut pruned) = (load(), load());
+        let sparsity = Sparsity::unstructured(0.5).unwrap();
+        let report = prune_model(
+            &mut pruned,
+            Method::Magnitude,
+            &MethodOptions::default(),
+            sparsity,
+            &[],
+            1,
+            |_, _| {},
+        )
+        .unwrap();
+        let mut parts_off_half = 0;
+        for (i, (d, p)) in dense.layers.iter().zip(&pruned.layers).enumerate() {
+            let weights = |layer: &wanda::model::llama::DecoderLayer<B>, name: &str| {
+                let (_, _, l) = layer
+                    .linears()
+                    .into_iter()
+                    .find(|(n, _, _)| *n == name)
+                    .unwrap();
+                to_host_f32(l.weight.val())
+            };
+            for stack in &stacks {
+                let (mut largest_pruned, mut smallest_kept) = (0f32, f32::INFINITY);
+                for name in stack {
+                    for (w, after) in weights(d, name).into_iter().zip(weights(p, name)) {
+                        if after == 0.0 {
+                            largest_pruned = largest_pruned.max(w.abs());
+                        } else {
+                            smallest_kept = smallest_kept.min(w.abs());
+                        }
+                    }
+                    let fraction = report.per_linear[&format!("model.layers.{i}.{name}")].fraction;
+                    parts_off_half += usize::from((fraction - 0.5).abs() > 1e-3);
+                }
+                assert!(
+                    largest_pruned <= smallest_kept,
+                    "{family} layer {i} {stack:?}: pruned {largest_pruned} > kept {smallest_kept}"
+                );
+            }
+        }
+        assert!(
+            parts_off_half > 0,
+            "{family}: every part at 50 % on its own"
+        );
+    }
 }
 
 /// A saved copy keeps every key of the checkpoint's own config.json (transformers needs keys
