@@ -158,8 +158,7 @@ model = model.eval().to(DT)
 model.config.use_cache = False
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"
-# GPT-NeoX (Pythia): layers under gpt_neox, four linears, q/k/v one `query_key_value` matrix as
-# the reference's find_layers sees it.
+# GPT-NeoX (Pythia): layers under gpt_neox.
 NEOX = model.config.model_type == "gpt_neox"
 load_s = time.time() - t0
 
@@ -226,12 +225,10 @@ def run_layer(layer, x):
     return (out[0] if isinstance(out, tuple) else out)[0]
 
 
-LINEARS = (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
-            "fc1", "fc2"] if OPT else
-           ["attention.query_key_value", "attention.dense", "mlp.dense_h_to_4h",
-            "mlp.dense_4h_to_h"] if NEOX else
-           ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
+# The layer's linears as the reference's find_layers sees them: every nn.Linear module, so a
+# checkpoint's stacked matrix (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's query_key_value)
+# is one linear.
+LINEARS = [n for n, m in layers[0].named_modules() if isinstance(m, torch.nn.Linear)]
 PREFIX = "model.decoder.layers" if OPT else "gpt_neox.layers" if NEOX else "model.layers"
 
 

@@ -739,13 +739,11 @@ impl LlamaConfig {
         v
     }
 
-    /// Longest window the model attends over in full: `max_position_embeddings`, or Mistral's
-    /// sliding window when that is shorter.
+    /// Longest window the model runs: `max_position_embeddings` (what the gate clamps to). A
+    /// sliding window limits what each position sees, not the window: Phi-3-mini's 2047 must
+    /// not refuse the paper's 2048-token windows, and transformers runs them.
     pub fn context_limit(&self) -> usize {
-        self.sliding_window
-            .map_or(self.max_position_embeddings, |w| {
-                w.min(self.max_position_embeddings)
-            })
+        self.max_position_embeddings
     }
 
     /// The output width of the decoder linear `name` (relative to the layer, e.g.
@@ -898,12 +896,12 @@ mod tests {
     }
 
     #[test]
-    fn mistral_sliding_window_limits_the_context() {
+    fn a_sliding_window_does_not_limit_the_context() {
         let json = r#"{"architectures":["MistralForCausalLM"],"hidden_size":8,"intermediate_size":16,
             "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10,
             "max_position_embeddings":32768,"sliding_window":4096}"#;
         let c = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
-        assert_eq!(c.context_limit(), 4096);
+        assert_eq!(c.context_limit(), 32768);
         let c = HfLlamaConfig::from_json(smollm_json())
             .unwrap()
             .resolve()

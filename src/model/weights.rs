@@ -615,10 +615,18 @@ impl WeightSource for SafetensorsSource {
         self.read(name, false)
     }
 
+    /// Elements of the floating-point tensors: integer and boolean ones are buffers, not
+    /// parameters (old GPT-NeoX checkpoints keep a `[1, 1, 2048, 2048]` causal mask per layer).
     fn parameter_count(&self) -> u64 {
         self.shards
             .iter()
             .flat_map(|s| s.metadata.tensors())
+            .filter(|(_, info)| {
+                matches!(
+                    info.dtype,
+                    Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
+                )
+            })
             .map(|(_, info)| info.shape.iter().product::<usize>() as u64)
             .sum()
     }

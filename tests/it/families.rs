@@ -608,6 +608,54 @@ fn a_gpt_neox_checkpoint_streams_prunes_and_saves_head_by_head() {
     }
 }
 
+/// Pythia's older hub checkpoints keep buffers beside the parameters: a boolean causal mask
+/// per layer (`attention.bias`, `[1, 1, 2048, 2048]`) and a scalar `attention.masked_bias`.
+/// Such a folder loads to the same logits, and the mask is not counted as parameters (the
+/// estimator would otherwise count 4.2 M weights a layer that are not there).
+#[test]
+fn a_gpt_neox_checkpoint_with_its_mask_buffers_loads_the_same() {
+    let folder = Path::new(FIXTURES).join("tiny-gpt_neox");
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(folder.join(file), dir.path().join(file)).unwrap();
+    }
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mask = vec![1u8; 128 * 128];
+    let masked_bias = (-1e9f32).to_le_bytes();
+    let mut tensors = original.tensors();
+    for i in 0..2 {
+        tensors.push((
+            format!("gpt_neox.layers.{i}.attention.bias"),
+            safetensors::tensor::TensorView::new(
+                safetensors::Dtype::BOOL,
+                vec![1, 1, 128, 128],
+                &mask,
+            )
+            .unwrap(),
+        ));
+        tensors.push((
+            format!("gpt_neox.layers.{i}.attention.masked_bias"),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![], &masked_bias)
+                .unwrap(),
+        ));
+    }
+    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
+    let counted = |path: &Path| SafetensorsSource::open(path).unwrap().parameter_count();
+    assert_eq!(
+        counted(dir.path()),
+        counted(&folder) + 2,
+        "the scalars only"
+    );
+    let device = Default::default();
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    let load = |path: &Path| {
+        let loaded = model::load::<B>(&ModelRef::Folder(path.to_path_buf()), &device).unwrap();
+        crate::common::logits(&loaded.model, &ids)
+    };
+    assert_eq!(load(dir.path()), load(&folder));
+}
+
 /// The hub's OPT checkpoints were saved from the headless `OPTModel`: their tensors have no
 /// `model.` prefix (`decoder.layers.0.fc1.weight`) and no `lm_head`. Such a folder loads as
 /// the prefixed one does, to the same logits.
