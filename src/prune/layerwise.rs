@@ -791,6 +791,18 @@ enum PrunedWeight<B: Backend> {
     ZeroedOnDevice(Tensor<B, 2, Bool>),
 }
 
+impl<B: Backend> PrunedWeight<B> {
+    /// A host copy `w` pruned: the mask of its zeros where pruning only zeroed
+    /// (`zeroes_only`), else the whole weight.
+    fn from_host(w: Vec<f32>, zeroes_only: bool) -> Self {
+        if zeroes_only {
+            PrunedWeight::Zeroed(w.par_iter().map(|v| v.to_bits() == 0).collect())
+        } else {
+            PrunedWeight::Updated(w)
+        }
+    }
+}
+
 /// A selection rule [`device_select`] runs on the weights' device.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum DeviceRule {
@@ -1046,61 +1058,55 @@ fn joint_groups(
         .collect()
 }
 
-/// Prunes the linears `names` of `layer` (one stack's parts, reading `input`) as one matrix:
-/// their weights side by side, `[in, Σ out]`, pruned by `prune` under the first part's name,
-/// then apart again. Returns each part's name, measured sparsity, and how it goes back.
+/// Prunes the linears `parts` of `layer` (one stack's parts with their `[in, out]`, reading
+/// `input`) as one matrix: their weights side by side, `[in, Σ out]`, pruned by `prune` under
+/// the first part's name, then apart again. Returns each part's name, measured sparsity, and
+/// how it goes back.
 fn prune_jointly<B: Backend>(
     layer: &DecoderLayer<B>,
-    names: &[&'static str],
+    parts: &[(&'static str, [usize; 2])],
     input: LinearInput,
     zeroes_only: bool,
     prune: &mut impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
 ) -> Result<Vec<PrunedPart<B>>, PruneError> {
     let all = layer.linears();
-    let parts: Vec<(Vec<f32>, [usize; 2])> = names
+    let weights: Vec<Vec<f32>> = parts
         .iter()
-        .map(|name| {
+        .map(|(name, _)| {
             let (_, _, linear) = all
                 .iter()
                 .find(|(n, _, _)| n == name)
                 .expect("names come from DecoderLayer::linears");
-            let weight = linear.weight.val();
-            let dims = weight.dims();
-            (to_host_f32(weight), dims)
+            to_host_f32(linear.weight.val())
         })
         .collect();
     let rows = parts[0].1[0];
     let width: usize = parts.iter().map(|(_, [_, cols])| cols).sum();
     let mut joint = Vec::with_capacity(rows * width);
     for r in 0..rows {
-        for (w, [_, cols]) in &parts {
+        for (w, (_, [_, cols])) in weights.iter().zip(parts) {
             joint.extend_from_slice(&w[r * cols..(r + 1) * cols]);
         }
     }
-    drop(parts);
-    prune(&mut joint, [rows, width], names[0], input)?;
-    let mut out = Vec::with_capacity(names.len());
+    drop(weights);
+    prune(&mut joint, [rows, width], parts[0].0, input)?;
+    let mut out = Vec::with_capacity(parts.len());
     let mut offset = 0;
-    for name in names {
-        let cols = all
-            .iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, _, l)| l.weight.dims()[1])
-            .expect("names come from DecoderLayer::linears");
+    for &(name, dims) in parts {
+        let cols = dims[1];
         let w: Vec<f32> = joint
             .chunks(width)
             .flat_map(|row| &row[offset..offset + cols])
             .copied()
             .collect();
         offset += cols;
-        let dims = [rows, cols];
         let measured = MatrixSparsity::measure(&w, dims)?;
-        let back = if zeroes_only {
-            PrunedWeight::Zeroed(w.par_iter().map(|v| v.to_bits() == 0).collect())
-        } else {
-            PrunedWeight::Updated(w)
-        };
-        out.push((*name, measured, back, dims));
+        out.push((
+            name,
+            measured,
+            PrunedWeight::from_host(w, zeroes_only),
+            dims,
+        ));
     }
     Ok(out)
 }
@@ -1176,13 +1182,15 @@ fn prune_layer<B: Backend>(
     let selections = on_device(&asked);
     drop(asked);
     let mut selected = selections.into_iter();
-    for (i, (name, input, skipped, _)) in described.into_iter().enumerate() {
+    for (i, &(name, input, skipped, _)) in described.iter().enumerate() {
         if let Some(group) = groups.iter().find(|g| g.contains(&i)) {
             if group[0] == i {
-                let names: Vec<&'static str> =
-                    group.iter().map(|&j| layer.linears()[j].0).collect();
+                let parts: Vec<(&'static str, [usize; 2])> = group
+                    .iter()
+                    .map(|&j| (described[j].0, described[j].3))
+                    .collect();
                 for (name, sparsity, back, dims) in
-                    prune_jointly(layer, &names, input, zeroes_only, &mut prune)?
+                    prune_jointly(layer, &parts, input, zeroes_only, &mut prune)?
                 {
                     measured.push((name, sparsity));
                     pruned.push((name, back, dims));
@@ -1214,12 +1222,7 @@ fn prune_layer<B: Backend>(
         }
         measured.push((name, MatrixSparsity::measure(&w, dims)?));
         if !skipped {
-            let back = if zeroes_only {
-                PrunedWeight::Zeroed(w.par_iter().map(|v| v.to_bits() == 0).collect())
-            } else {
-                PrunedWeight::Updated(w)
-            };
-            pruned.push((name, back, dims));
+            pruned.push((name, PrunedWeight::from_host(w, zeroes_only), dims));
         }
         clock.lap("prune on host");
     }

@@ -63,6 +63,31 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// The names of the tensors in `folder/model.safetensors`.
+fn tensor_names(folder: &Path) -> std::collections::BTreeSet<String> {
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    meta.tensors().keys().cloned().collect()
+}
+
+/// A temporary folder holding `folder`'s `config.json` and `tokenizer.json`, for a test to
+/// write weights of its own beside them.
+fn config_and_tokenizer_of(folder: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(folder.join(file), dir.path().join(file)).unwrap();
+    }
+    dir
+}
+
+/// Logits of fixed ids from the folder at `path` loaded on the default backend.
+fn folder_logits(path: &Path) -> Vec<f32> {
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    let loaded =
+        model::load::<B>(&ModelRef::Folder(path.to_path_buf()), &Default::default()).unwrap();
+    crate::common::logits(&loaded.model, &ids)
+}
+
 #[test]
 fn every_family_gives_transformers_logits() {
     for family in [
@@ -274,12 +299,7 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
         &SaveSpec::new(SaveDtype::F32),
     )
     .unwrap();
-    let names = |folder: &Path| -> Vec<String> {
-        let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-        meta.tensors().keys().cloned().collect()
-    };
-    assert!(names(&twin_folder)
+    assert!(tensor_names(&twin_folder)
         .iter()
         .any(|n| n.ends_with("self_attn.k_proj.weight")));
     let mut split = model::load::<B>(&ModelRef::Folder(twin_folder), &device)
@@ -319,7 +339,7 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
         &SaveSpec::new(SaveDtype::F32),
     )
     .unwrap();
-    let saved_names = names(&saved);
+    let saved_names = tensor_names(&saved);
     assert!(saved_names
         .iter()
         .any(|n| n == "model.layers.1.self_attn.qkv_proj.weight"));
@@ -506,12 +526,7 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
             &SaveSpec::new(SaveDtype::F32),
         )
         .unwrap();
-        let names = |folder: &Path| -> std::collections::BTreeSet<String> {
-            let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-            meta.tensors().keys().cloned().collect()
-        };
-        assert_eq!(names(&saved), names(&folder), "{method:?}");
+        assert_eq!(tensor_names(&saved), tensor_names(&folder), "{method:?}");
         let reloaded = model::load::<B>(&ModelRef::Folder(saved), &device).unwrap();
         assert_eq!(pruned, crate::common::logits(&reloaded.model, &ids));
     }
@@ -538,11 +553,6 @@ fn a_gpt_neox_checkpoint_streams_prunes_and_saves_head_by_head() {
             SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
         let device = Default::default();
         let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
-        let names = |folder: &Path| -> std::collections::BTreeSet<String> {
-            let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-            meta.tensors().keys().cloned().collect()
-        };
         let store = tempfile::tempdir().unwrap();
 
         // Unpruned, the saved tensors are the checkpoint's, bit for bit.
@@ -556,12 +566,12 @@ fn a_gpt_neox_checkpoint_streams_prunes_and_saves_head_by_head() {
             &SaveSpec::new(SaveDtype::F32),
         )
         .unwrap();
-        assert_eq!(names(&copy), names(&folder), "{family}");
+        assert_eq!(tensor_names(&copy), tensor_names(&folder), "{family}");
         let (original, saved) = (
             SafetensorsSource::open(&folder).unwrap(),
             SafetensorsSource::open(&copy).unwrap(),
         );
-        for name in names(&folder) {
+        for name in tensor_names(&folder) {
             assert_eq!(
                 original.tensor(&name).unwrap().unwrap().data,
                 saved.tensor(&name).unwrap().unwrap().data,
@@ -615,10 +625,7 @@ fn a_gpt_neox_checkpoint_streams_prunes_and_saves_head_by_head() {
 #[test]
 fn a_gpt_neox_checkpoint_with_its_mask_buffers_loads_the_same() {
     let folder = Path::new(FIXTURES).join("tiny-gpt_neox");
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["config.json", "tokenizer.json"] {
-        std::fs::copy(folder.join(file), dir.path().join(file)).unwrap();
-    }
+    let dir = config_and_tokenizer_of(&folder);
     let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
     let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mask = vec![1u8; 128 * 128];
@@ -647,13 +654,7 @@ fn a_gpt_neox_checkpoint_with_its_mask_buffers_loads_the_same() {
         counted(&folder) + 2,
         "the scalars only"
     );
-    let device = Default::default();
-    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
-    let load = |path: &Path| {
-        let loaded = model::load::<B>(&ModelRef::Folder(path.to_path_buf()), &device).unwrap();
-        crate::common::logits(&loaded.model, &ids)
-    };
-    assert_eq!(load(dir.path()), load(&folder));
+    assert_eq!(folder_logits(dir.path()), folder_logits(&folder));
 }
 
 /// The hub's OPT checkpoints were saved from the headless `OPTModel`: their tensors have no
@@ -662,10 +663,7 @@ fn a_gpt_neox_checkpoint_with_its_mask_buffers_loads_the_same() {
 #[test]
 fn an_opt_checkpoint_saved_without_the_model_prefix_loads_the_same() {
     let folder = Path::new(FIXTURES).join("tiny-opt");
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["config.json", "tokenizer.json"] {
-        std::fs::copy(folder.join(file), dir.path().join(file)).unwrap();
-    }
+    let dir = config_and_tokenizer_of(&folder);
     let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
     let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let headless: Vec<(String, safetensors::tensor::TensorView<'_>)> = original
@@ -677,13 +675,7 @@ fn an_opt_checkpoint_saved_without_the_model_prefix_loads_the_same() {
         .iter()
         .any(|(n, _)| n == "decoder.layers.0.fc1.weight"));
     safetensors::serialize_to_file(headless, None, &dir.path().join("model.safetensors")).unwrap();
-    let device = Default::default();
-    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
-    let load = |path: &Path| {
-        let loaded = model::load::<B>(&ModelRef::Folder(path.to_path_buf()), &device).unwrap();
-        crate::common::logits(&loaded.model, &ids)
-    };
-    assert_eq!(load(dir.path()), load(&folder));
+    assert_eq!(folder_logits(dir.path()), folder_logits(&folder));
 }
 
 /// Learned positions end where OPT's table ends: a window longer than

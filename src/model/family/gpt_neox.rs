@@ -8,8 +8,9 @@
 //! - LayerNorms (epsilon `layer_norm_eps`), biases on every linear, an MLP without a gate,
 //!   `dense_4h_to_h(gelu(dense_h_to_4h(x)))` with the exact (erf) GELU;
 //! - q, k and v stacked in one `attention.query_key_value`, **head by head** (head 0's query,
-//!   key and value rows, then head 1's, …): the decoder holds them apart, so they are calibrated
-//!   and pruned as the separate matrices they are, and saving stacks them back in that order;
+//!   key and value rows, then head 1's, …): the decoder holds them apart, pruning selects over
+//!   the stack as the one matrix the reference code sees, and saving stacks them back in that
+//!   order;
 //! - every tensor under `gpt_neox.` with its own names, and an untied head, `embed_out`.
 
 use std::collections::BTreeMap;

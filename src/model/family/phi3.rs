@@ -1,8 +1,9 @@
 //! Phi-3: Llama's layer, stored with the query, key and value projections stacked in one
 //! `self_attn.qkv_proj` and the MLP's gate and up projections in one `mlp.gate_up_proj` (rows
 //! in that order), with a sliding window. The decoder holds them as the separate matrices they
-//! are, so they are calibrated and pruned exactly like a split checkpoint; loading splits them
-//! ([`crate::model::weights::SplitSource`]) and saving stacks them again.
+//! are; loading splits them ([`crate::model::weights::SplitSource`]), pruning selects over each
+//! stack as the one matrix the reference code sees ([`crate::model::llama::DecoderLayer::stacked`]),
+//! and saving stacks them again.
 
 use super::{Family, FusedLinear};
 use crate::model::config::HfLlamaConfig;
