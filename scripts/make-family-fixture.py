@@ -2,7 +2,7 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential; do
+    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -80,6 +80,14 @@ def config(family):
             rotary_pct=0.25 if parallel else 0.5, rotary_emb_base=10_000,
             use_parallel_residual=parallel, hidden_act="gelu" if parallel else "gelu_fast",
             tie_word_embeddings=False, initializer_range=0.25, bos_token_id=1, eos_token_id=2)
+    if family == "bloom":
+        # BLOOM: ALiBi instead of positions (5 heads, so the slopes take the branch for a head
+        # count that is not a power of two), a LayerNorm of the embeddings, q/k/v stacked head
+        # by head in query_key_value, biased linears, the tanh-GELU MLP 4 × hidden wide, and
+        # the head tied to the embeddings as in every BLOOM.
+        return transformers.BloomConfig(
+            vocab_size=VOCAB, hidden_size=80, n_layer=2, n_head=5, layer_norm_epsilon=1e-5,
+            initializer_range=0.25, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -97,12 +105,12 @@ def main():
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config(family)).eval()
     # Non-unit norm gains, so a norm left out or misplaced shows in the logits; for OPT and
-    # GPT-NeoX, which initialise every bias to zero, non-zero biases too.
+    # GPT-NeoX and BLOOM, which initialise every bias to zero, non-zero biases too.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith(("norm.weight", "ln_f.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

@@ -90,7 +90,8 @@ pub struct HfLlamaConfig {
     /// e.g. `llama`.
     #[serde(default)]
     pub model_type: Option<String>,
-    /// Width of the residual stream.
+    /// Width of the residual stream (BLOOM's older configs: `n_embed`).
+    #[serde(alias = "n_embed")]
     pub hidden_size: usize,
     /// Width of the MLP.
     #[serde(default)]
@@ -98,9 +99,11 @@ pub struct HfLlamaConfig {
     /// OPT's name for the width of the MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ffn_dim: Option<usize>,
-    /// Number of decoder layers.
+    /// Number of decoder layers (BLOOM: `n_layer`).
+    #[serde(alias = "n_layer")]
     pub num_hidden_layers: usize,
-    /// Number of query heads.
+    /// Number of query heads (BLOOM: `n_head`).
+    #[serde(alias = "n_head")]
     pub num_attention_heads: usize,
     /// Number of key/value heads (GQA); defaults to the query heads.
     #[serde(default)]
@@ -124,9 +127,16 @@ pub struct HfLlamaConfig {
     /// (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_parallel_residual: Option<bool>,
-    /// GPT-NeoX's LayerNorm epsilon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// GPT-NeoX's LayerNorm epsilon (BLOOM: `layer_norm_epsilon`).
+    #[serde(
+        default,
+        alias = "layer_norm_epsilon",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub layer_norm_eps: Option<f64>,
+    /// BLOOM: the residual is the normed input instead of the input (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_residual_connection_post_layernorm: Option<bool>,
     /// RoPE scaling.
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
@@ -272,9 +282,8 @@ impl HfLlamaConfig {
         let family = architecture.family();
         let num_heads = self.num_attention_heads;
         let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
-        let intermediate_size = self
-            .intermediate_size
-            .or(self.ffn_dim)
+        let intermediate_size = family
+            .intermediate_size(self)
             .ok_or_else(|| invalid("intermediate_size", "is missing".to_string()))?;
         positive("hidden_size", self.hidden_size)?;
         positive("intermediate_size", intermediate_size)?;
@@ -673,6 +682,14 @@ pub struct DecoderExtras {
     /// (GPT-NeoX's `rotary_pct`); `None`: all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotary_dim: Option<usize>,
+    /// Positions enter as ALiBi's bias of the attention scores, `slope_h · key position` per
+    /// head ([`crate::model::alibi`]), instead of RoPE (BLOOM).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub alibi: bool,
+    /// The token embeddings pass through a norm before the first layer (BLOOM's
+    /// `word_embeddings_layernorm`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub embed_norm: bool,
 }
 
 impl DecoderExtras {
@@ -805,6 +822,19 @@ impl LlamaConfig {
         self.extras
             .query_pre_attn_scalar
             .map(|scalar| 1.0 / scalar.sqrt())
+    }
+
+    /// Whether queries and keys are rotated: not where positions are learned (OPT) or
+    /// enter as ALiBi's bias (BLOOM).
+    pub fn rotary(&self) -> bool {
+        !(self.extras.learned_positions || self.extras.alibi)
+    }
+
+    /// ALiBi's slope of every query head where positions enter as its bias (BLOOM).
+    pub fn alibi_slopes(&self) -> Option<Vec<f32>> {
+        self.extras
+            .alibi
+            .then(|| super::alibi::slopes(self.num_attention_heads))
     }
 
     /// The factor of the token embeddings, `√hidden` in f32 (Gemma), when there is one.

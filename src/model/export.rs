@@ -216,12 +216,18 @@ fn embed_tensor<B: Backend>(model: &Llama<B>) -> (String, HostTensor) {
 /// The Llama name of the learned position table.
 const POSITIONS_NAME: &str = "model.embed_positions.weight";
 
-/// The learned position table (when the model has one), the LM head (when not tied) and the
-/// final norm.
+/// The Llama-style name of the embeddings' norm (BLOOM's `word_embeddings_layernorm`).
+const EMBED_NORM_NAME: &str = "model.embed_norm";
+
+/// The learned position table and the embeddings' norm (when the model has them), the LM head
+/// (when not tied) and the final norm.
 fn head_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     let mut out = Vec::new();
     if let Some(table) = &model.embed_positions {
         out.push((POSITIONS_NAME.to_string(), host(table.val())));
+    }
+    if let Some(norm) = &model.embed_norm {
+        norm_tensors(&mut out, EMBED_NORM_NAME, norm, model.norm_offset);
     }
     if let Some(head) = &model.lm_head {
         linear_tensors(&mut out, "lm_head".to_string(), head);
@@ -566,6 +572,13 @@ fn plan<B: Backend>(
     // As `head_tensors` orders them; linear weights in PyTorch's `[out, in]`.
     if let Some(table) = &shell.embed_positions {
         out.push(planned(POSITIONS_NAME, table.dims().to_vec()));
+    }
+    if let Some(norm) = &shell.embed_norm {
+        let width = norm.weight.dims().to_vec();
+        out.push(planned(&format!("{EMBED_NORM_NAME}.weight"), width.clone()));
+        if norm.bias.is_some() {
+            out.push(planned(&format!("{EMBED_NORM_NAME}.bias"), width));
+        }
     }
     if let Some(head) = &shell.lm_head {
         let [d_in, d_out] = head.weight.dims();

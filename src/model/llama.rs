@@ -21,7 +21,7 @@ use super::kernels::{
     kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, ModelWeights,
     NormWeights, ATTENTION_BLOCK_BYTES,
 };
-use super::rope;
+use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
 
@@ -165,8 +165,12 @@ pub(crate) struct Attention<B: Backend> {
     /// This layer's own rotary inverse frequencies, when they are not the model's (Gemma 3's
     /// sliding layers): the layer then rotates with tables of its own.
     pub inv_freq: Option<Vec<f32>>,
-    /// Whether queries and keys are rotated (false where positions are learned, OPT).
+    /// Whether queries and keys are rotated (false where positions are learned, OPT, or
+    /// enter as ALiBi's bias, BLOOM).
     pub rotary: bool,
+    /// ALiBi's slope of each query head, where positions enter as its bias of the scores
+    /// (BLOOM).
+    pub alibi: Option<Vec<f32>>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -231,8 +235,11 @@ impl<B: Backend> Attention<B> {
         let k = repeat_kv(k, groups);
         let v = repeat_kv(v, groups);
         // A backend's own attention kernel where there is one for this case (CUDA's flash
-        // kernel: no window, the default scale, no soft-cap, no cache).
-        let plain = self.sliding_window.is_none() && self.scale.is_none() && self.softcap.is_none();
+        // kernel: no window, the default scale, no soft-cap, no ALiBi, no cache).
+        let plain = self.sliding_window.is_none()
+            && self.scale.is_none()
+            && self.softcap.is_none()
+            && self.alibi.is_none();
         let fast = (plain && k.dims()[2] == seq)
             .then(|| kernels::<B>().causal_attention(&q, &k, &v))
             .flatten();
@@ -246,6 +253,7 @@ impl<B: Backend> Attention<B> {
                     window: self.sliding_window,
                     scale: self.scale,
                     softcap: self.softcap,
+                    alibi: self.alibi.as_deref(),
                 },
             ),
         }
@@ -257,15 +265,18 @@ impl<B: Backend> Attention<B> {
 }
 
 /// How attention scores are formed beyond causality: a sliding window, a scale other than
-/// `head_dim^-0.5`, a soft-cap. The default is plain causal attention.
+/// `head_dim^-0.5`, a soft-cap, ALiBi's bias. The default is plain causal attention.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Scores {
+pub struct Scores<'a> {
     /// Keys a query sees, itself included, when the attention slides.
     pub window: Option<usize>,
     /// The factor of `q·k` when it is not `head_dim^-0.5`.
     pub scale: Option<f64>,
     /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
     pub softcap: Option<f64>,
+    /// ALiBi's slope of each head: `slope · key position` is added to the scaled scores
+    /// (BLOOM).
+    pub alibi: Option<&'a [f32]>,
 }
 
 /// Causal attention on the generic path: scores, softmax and their weighted sum in f32
@@ -280,7 +291,7 @@ pub fn blocked_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    scores: Scores,
+    scores: Scores<'_>,
 ) -> Tensor<B, 4> {
     let [batch, heads, _, _] = q.dims();
     let dtype = q.dtype();
@@ -307,7 +318,7 @@ fn causal_attention<B: Backend>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    scores: Scores,
+    scores: Scores<'_>,
     rows: usize,
 ) -> Tensor<B, 4> {
     let [batch, heads, seq, _] = q.dims();
@@ -319,14 +330,19 @@ fn causal_attention<B: Backend>(
         softcap: scores.softcap,
         is_causal: true,
     };
-    let block = |q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>| {
+    // A block's queries against the keys from position `first_key`.
+    let block = |q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>, first_key: usize| {
         let [_, _, seq, _] = q.dims();
         let keys = k.dims()[2];
-        let mask = window.and_then(|w| window_mask::<B>(batch, heads, seq, keys, w, &k.device()));
-        attention(q, k, v, mask, None, options)
+        let device = k.device();
+        let mask = window.and_then(|w| window_mask::<B>(batch, heads, seq, keys, w, &device));
+        let bias = scores.alibi.map(|slopes| {
+            alibi::bias::<B>(slopes, first_key..first_key + keys, batch, seq, &device)
+        });
+        attention(q, k, v, mask, bias, options)
     };
     if seq <= rows {
-        return block(q, k, v);
+        return block(q, k, v, 0);
     }
     let blocks = (0..seq)
         .step_by(rows.max(1))
@@ -340,6 +356,7 @@ fn causal_attention<B: Backend>(
                 q.clone().slice(s![.., .., start..end, ..]),
                 k.clone().slice(s![.., .., first_key..last_key, ..]),
                 v.clone().slice(s![.., .., first_key..last_key, ..]),
+                first_key,
             )
         })
         .collect();
@@ -533,7 +550,8 @@ impl<B: Backend> DecoderLayer<B> {
                 scale: config.query_scale(),
                 softcap: config.extras.attn_softcap,
                 inv_freq: config.layer_inv_freq(i),
-                rotary: !config.extras.learned_positions,
+                rotary: config.rotary(),
+                alibi: config.alibi_slopes(),
             },
             mlp: Mlp {
                 gate_proj: if config.extras.ungated_mlp {
@@ -700,6 +718,7 @@ impl<B: Backend> DecoderLayer<B> {
             softcap: a.softcap,
             inv_freq: a.inv_freq.as_deref(),
             rotary: a.rotary,
+            alibi: a.alibi.as_deref(),
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,
             head_dim: a.head_dim,
@@ -781,6 +800,9 @@ pub struct Llama<B: Backend> {
     pub embed_positions: Option<Param<Tensor<B, 2>>>,
     /// The factor of the token embeddings (Gemma's `√hidden`), when there is one.
     pub embed_scale: Option<f32>,
+    /// The norm of the token embeddings before the first layer (BLOOM's
+    /// `word_embeddings_layernorm`), when there is one.
+    pub embed_norm: Option<Norm<B>>,
     /// Whether every norm holds `1 + w` for a checkpoint's `w` (Gemma), which saving undoes.
     pub norm_offset: bool,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2), when set.
@@ -852,13 +874,14 @@ impl<B: Backend> Llama<B> {
                 Param::from_tensor(Tensor::from_data(uniform(vec![rows, h], -1.0, 1.0), device))
             }),
             embed_scale: config.embed_scale(),
+            embed_norm: config.extras.embed_norm.then(|| norm(h)),
             norm_offset: config.extras.norm_offset,
             final_softcap: config.extras.final_softcap,
         }
     }
 
     /// Token embeddings of `tokens` at positions from 0, with their learned positions where
-    /// the model has them.
+    /// the model has them, through the embeddings' norm where it has one.
     ///
     /// # Shapes
     /// - `tokens`: `[batch, seq]` → `[batch, seq, hidden]`
@@ -877,12 +900,16 @@ impl<B: Backend> Llama<B> {
             Some(scale) => x * scale,
             None => x,
         };
-        match &self.embed_positions {
+        let x = match &self.embed_positions {
             Some(table) => {
                 let start = offset + POSITION_OFFSET;
                 let rows = table.val().slice(s![start..start + seq, ..]);
                 x + rows.unsqueeze::<3>()
             }
+            None => x,
+        };
+        match &self.embed_norm {
+            Some(norm) => norm.forward(x),
             None => x,
         }
     }
@@ -912,6 +939,7 @@ impl<B: Backend> Llama<B> {
             lm_head: self.lm_head.as_ref(),
             embed_scale: self.embed_scale,
             positions: self.embed_positions.as_ref(),
+            embed_norm: self.embed_norm.as_ref().map(Norm::weights),
             final_softcap: self.final_softcap,
         }
     }

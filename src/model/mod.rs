@@ -2,12 +2,13 @@
 //! - **loaders**: GGUF files ([`gguf`]), safetensors folders ([`weights`]), the Hugging Face
 //!   hub ([`hub`]), the tokenizer ([`tokenizer`]), and the way back out ([`export`]);
 //! - **the decoder**: its resolved configuration ([`config`]), layers ([`llama`]), rotary
-//!   embeddings ([`rope`]), layer-by-layer streaming ([`stream`]), and the shape memory
+//!   embeddings ([`rope`]), ALiBi's score bias ([`alibi`]), layer-by-layer streaming ([`stream`]), and the shape memory
 //!   formulas read ([`shape`]);
 //! - **kernels**: the decoder's fast CPU path behind one seam ([`kernels`]);
 //! - **families**: what each model family adds to the shared decoder, one file each
 //!   ([`family`]).
 
+pub mod alibi;
 pub mod config;
 pub mod export;
 pub mod family;

@@ -78,7 +78,8 @@ impl ModelShape {
             * config.num_hidden_layers as u64
             + shape.embedding_and_head_parameters()
             + positions
-            + per_norm as u64;
+            // The final norm, and BLOOM's norm of the embeddings.
+            + per_norm as u64 * if e.embed_norm { 2 } else { 1 };
         shape
     }
 

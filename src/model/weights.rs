@@ -469,14 +469,15 @@ impl SafetensorsSource {
     }
 
     /// The name `name` has in this checkpoint and its shard. A checkpoint saved from the
-    /// headless base model (`OPTModel`: the hub's OPT checkpoints name `decoder.layers.0.fc1`)
-    /// has its tensors without the `model.` prefix, which transformers' `base_model_prefix`
-    /// adds back on loading; so does this.
+    /// headless base model has its tensors without the base model's prefix (the hub's OPT
+    /// checkpoints, from `OPTModel`, name `decoder.layers.0.fc1`; BLOOM's, from `BloomModel`,
+    /// `h.0.mlp.dense_h_to_4h`), which transformers' `base_model_prefix` adds back on
+    /// loading; so does this, dropping the name's first part where the whole name is missing.
     fn locate<'n>(&self, name: &'n str) -> Option<(&'n str, usize)> {
         if let Some(&i) = self.index.get(name) {
             return Some((name, i));
         }
-        let headless = name.strip_prefix("model.")?;
+        let (_, headless) = name.split_once('.')?;
         self.index.get(headless).map(|&i| (headless, i))
     }
 
@@ -990,6 +991,11 @@ fn shell_with<B: Backend>(
         inv_freq: rope::inv_freq(config),
         embed_positions,
         embed_scale: config.embed_scale(),
+        embed_norm: config
+            .extras
+            .embed_norm
+            .then(|| b.norm("model.embed_norm", h, config))
+            .transpose()?,
         norm_offset: config.extras.norm_offset,
         final_softcap: config.extras.final_softcap,
     })

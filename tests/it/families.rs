@@ -101,6 +101,7 @@ fn every_family_gives_transformers_logits() {
         "opt",
         "gpt_neox",
         "gpt_neox-sequential",
+        "bloom",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -379,6 +380,14 @@ fn stacked_linears_are_pruned_as_the_one_matrix_the_checkpoint_holds() {
                 "self_attn.v_proj",
             ]],
         ),
+        (
+            "bloom",
+            vec![vec![
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+            ]],
+        ),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let device = Default::default();
@@ -533,16 +542,17 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 }
 
 /// GPT-NeoX (Pythia's parallel residual and partial rotary, and the sequential layer with half
-/// of each head rotating): streamed through the layer store and pruned by every method exactly
-/// as in memory, six linears a layer, q/k/v split out of `query_key_value` head by head; saved
-/// under GPT-NeoX's names with `query_key_value` stacked head by head again (unpruned, the
-/// very tensors of the checkpoint), and the pruned copy gives the pruned model's logits back.
+/// of each head rotating), and BLOOM (ALiBi, the embeddings' norm): streamed through the layer
+/// store and pruned by every method exactly as in memory, six linears a layer, q/k/v split out
+/// of `query_key_value` head by head; saved under the family's names with `query_key_value`
+/// stacked head by head again (unpruned, the very tensors of the checkpoint), and the pruned
+/// copy gives the pruned model's logits back.
 #[test]
-fn a_gpt_neox_checkpoint_streams_prunes_and_saves_head_by_head() {
+fn head_by_head_stacked_checkpoints_stream_prune_and_save_head_by_head() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::weights::SplitSource;
 
-    for family in ["gpt_neox", "gpt_neox-sequential"] {
+    for family in ["gpt_neox", "gpt_neox-sequential", "bloom"] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
             .unwrap()
@@ -657,25 +667,34 @@ fn a_gpt_neox_checkpoint_with_its_mask_buffers_loads_the_same() {
     assert_eq!(folder_logits(dir.path()), folder_logits(&folder));
 }
 
-/// The hub's OPT checkpoints were saved from the headless `OPTModel`: their tensors have no
-/// `model.` prefix (`decoder.layers.0.fc1.weight`) and no `lm_head`. Such a folder loads as
-/// the prefixed one does, to the same logits.
+/// The hub's OPT and BLOOM checkpoints were saved from the headless base model (`OPTModel`,
+/// `BloomModel`): their tensors have no `model.` or `transformer.` prefix
+/// (`decoder.layers.0.fc1.weight`, `h.0.mlp.dense_h_to_4h.weight`) and no `lm_head`. Such a
+/// folder loads as the prefixed one does, to the same logits.
 #[test]
-fn an_opt_checkpoint_saved_without_the_model_prefix_loads_the_same() {
-    let folder = Path::new(FIXTURES).join("tiny-opt");
-    let dir = config_and_tokenizer_of(&folder);
-    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-    let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let headless: Vec<(String, safetensors::tensor::TensorView<'_>)> = original
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| (name.strip_prefix("model.").unwrap().to_string(), view))
-        .collect();
-    assert!(headless
-        .iter()
-        .any(|(n, _)| n == "decoder.layers.0.fc1.weight"));
-    safetensors::serialize_to_file(headless, None, &dir.path().join("model.safetensors")).unwrap();
-    assert_eq!(folder_logits(dir.path()), folder_logits(&folder));
+fn checkpoints_saved_without_the_base_model_prefix_load_the_same() {
+    for (family, prefix, example) in [
+        ("opt", "model.", "decoder.layers.0.fc1.weight"),
+        ("bloom", "transformer.", "h.0.mlp.dense_h_to_4h.weight"),
+    ] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let dir = config_and_tokenizer_of(&folder);
+        let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+        let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let headless: Vec<(String, safetensors::tensor::TensorView<'_>)> = original
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| (name.strip_prefix(prefix).unwrap().to_string(), view))
+            .collect();
+        assert!(headless.iter().any(|(n, _)| n == example), "{family}");
+        safetensors::serialize_to_file(headless, None, &dir.path().join("model.safetensors"))
+            .unwrap();
+        assert_eq!(
+            folder_logits(dir.path()),
+            folder_logits(&folder),
+            "{family}"
+        );
+    }
 }
 
 /// Learned positions end where OPT's table ends: a window longer than

@@ -5,6 +5,7 @@
 //! norms, the row order of GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
 //! in [`Architecture::family`].
 
+pub mod bloom;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_neox;
@@ -73,6 +74,11 @@ pub trait Family: Sync {
     /// The epsilon of the norms: `rms_norm_eps` unless the family fixes it.
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-6)
+    }
+
+    /// The MLP's width: `intermediate_size` (OPT: `ffn_dim`) unless the family fixes it.
+    fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        hf.intermediate_size.or(hf.ffn_dim)
     }
 
     /// Whether the LM head reuses the token embeddings when `tie_word_embeddings` is absent.
@@ -145,11 +151,14 @@ pub enum Architecture {
     /// `GPTNeoXForCausalLM` (Pythia, GPT-NeoX-20B: parallel residual, partial rotary, a
     /// GELU MLP without a gate, q/k/v stacked head by head).
     GptNeox,
+    /// `BloomForCausalLM` (ALiBi instead of positions, a LayerNorm of the embeddings,
+    /// LayerNorms, biases everywhere, a GELU MLP without a gate, q/k/v stacked head by head).
+    Bloom,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 9] = [
+    pub const ALL: [Architecture; 10] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -159,6 +168,7 @@ impl Architecture {
         Architecture::Gemma3,
         Architecture::Opt,
         Architecture::GptNeox,
+        Architecture::Bloom,
     ];
 
     /// The family's adapter.
@@ -173,6 +183,7 @@ impl Architecture {
             Architecture::Gemma3 => &gemma3::Gemma3,
             Architecture::Opt => &opt::Opt,
             Architecture::GptNeox => &gpt_neox::GptNeox,
+            Architecture::Bloom => &bloom::Bloom,
         }
     }
 

@@ -166,6 +166,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         rotary_pct: None,
         use_parallel_residual: None,
         layer_norm_eps: None,
+        apply_residual_connection_post_layernorm: None,
         rope_scaling,
         rope_parameters: None,
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),

@@ -106,7 +106,8 @@ struct LayerRef<'a> {
 }
 
 /// Shapes shared by every layer.
-struct Dims {
+#[derive(Clone, Copy)]
+struct Dims<'a> {
     hidden: usize,
     heads: usize,
     kv_heads: usize,
@@ -116,6 +117,9 @@ struct Dims {
     scale: f32,
     /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
     softcap: Option<f32>,
+    /// ALiBi's slope of each query head: `slope · key position` is added to the scaled
+    /// scores (BLOOM).
+    alibi: Option<&'a [f32]>,
 }
 
 /// Borrowed weights of the whole model.
@@ -123,7 +127,7 @@ struct DecoderRef<'a> {
     layers: Vec<LayerRef<'a>>,
     head: HeadRef<'a>,
     inv_freq: &'a [f32],
-    dims: Dims,
+    dims: Dims<'a>,
 }
 
 /// Borrowed embeddings, final norm and LM head (the tied embeddings when `lm_head` is None).
@@ -138,6 +142,8 @@ struct HeadRef<'a> {
     lm_head: Option<LinearRef<'a>>,
     /// Learned position embeddings, position `p` at row `p + 2` (OPT).
     positions: Option<&'a [f32]>,
+    /// The norm of the embeddings before the first layer (BLOOM).
+    embed_norm: Option<NormRef<'a>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
     final_softcap: Option<f32>,
 }
@@ -228,7 +234,9 @@ fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
 
 /// Causal grouped-query attention of the query heads that share kv head `group`, for the
 /// query rows `first..first + rows` (`rows` below), which see the keys `0..first + rows`, or
-/// only the last `window` of them up to their own position when the attention slides.
+/// only the last `window` of them up to their own position when the attention slides. With
+/// ALiBi each head's scaled scores get its slope times the key's position added, the
+/// position in the unpacked sequence where continuations are packed.
 ///
 /// The group's queries are stacked position-major (row `r · per_group + h` is head `h` at
 /// position `first + r`), so one product per block serves every head of the group, and the
@@ -243,15 +251,17 @@ fn attend_block(
     v: &[f32],
     group: usize,
     rows: std::ops::Range<usize>,
-    d: &Dims,
+    d: &Dims<'_>,
     mask: Mask,
 ) -> Vec<f32> {
     let (first, rows) = (rows.start, rows.len());
     let hd = d.head_dim;
     let per_group = d.heads / d.kv_heads;
     let (q_stride, kv_stride, width) = (d.heads * hd, d.kv_heads * hd, per_group * hd);
-    // Soft-capped scores are scaled and capped before the softmax, which then scales by one.
-    let scale = if d.softcap.is_some() { 1.0 } else { d.scale };
+    // Soft-capped scores and those ALiBi biases are scaled first; the softmax then scales by
+    // one.
+    let prescaled = d.softcap.is_some() || d.alibi.is_some();
+    let scale = if prescaled { 1.0 } else { d.scale };
     let keys = first + rows;
     let mut stacked = Vec::with_capacity(rows * width);
     for r in first..keys {
@@ -279,6 +289,22 @@ fn attend_block(
         let visible = first + i / per_group + 1;
         if let Some(cap) = d.softcap {
             vecmath::soft_cap(&mut row[..visible], d.scale, cap);
+        }
+        if let Some(slopes) = d.alibi {
+            let slope = slopes[group * per_group + i % per_group];
+            // Packed, the row's own branch follows the shared context in its sequence.
+            let (own, shared) = match mask {
+                Mask::Packed(p) => {
+                    let own = p.own_start[visible - 1];
+                    (own, p.prefix.min(own))
+                }
+                Mask::Causal { .. } => (0, 0),
+            };
+            let prescale = if d.softcap.is_some() { 1.0 } else { d.scale };
+            for (j, s) in row[..visible].iter_mut().enumerate() {
+                let position = if j < own { j } else { j - own + shared };
+                *s = *s * prescale + slope * position as f32;
+            }
         }
         if let Mask::Packed(p) = mask {
             // The shared context and the row's own branch, side by side in their order: the
@@ -372,7 +398,7 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// - `x`: `[sequences * seq, hidden]`
 fn layer_forward(
     layer: &LayerRef,
-    d: &Dims,
+    d: &Dims<'_>,
     x: &mut [f32],
     tables: RopeTables,
     output: bool,
@@ -568,6 +594,10 @@ fn run_layers(
                 .zip(&table[at..at + hidden])
                 .for_each(|(v, t)| *v += t);
         }
+    }
+    if let Some(norm) = model.head.embed_norm {
+        let embedded = std::mem::replace(&mut x, vec![0.0; seq * hidden]);
+        norm_rows(&embedded, norm, model.head.eps, &mut x);
     }
     let (cos, sin) = rope::angles(model.inv_freq, positions);
     // Gemma 3's local layers share one set of frequencies of their own.
@@ -779,7 +809,7 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
     })
 }
 
-fn dims_of(layer: &LayerWeights<Nd>, hidden: usize, eps: f64) -> Dims {
+fn dims_of<'a>(layer: &LayerWeights<'a, Nd>, hidden: usize, eps: f64) -> Dims<'a> {
     Dims {
         hidden,
         heads: layer.heads,
@@ -790,6 +820,7 @@ fn dims_of(layer: &LayerWeights<Nd>, hidden: usize, eps: f64) -> Dims {
             .scale
             .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
         softcap: layer.softcap.map(|c| c as f32),
+        alibi: layer.alibi,
     }
 }
 
@@ -1131,6 +1162,7 @@ struct HeldHead {
     embed: usize,
     embed_scale: Option<f32>,
     positions: Option<usize>,
+    embed_norm: Option<HeldNorm>,
     norm: HeldNorm,
     lm_head: Option<HeldLinear>,
     final_softcap: Option<f32>,
@@ -1145,6 +1177,7 @@ fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
         embed: held.push(head.embed.val()),
         embed_scale: head.embed_scale,
         positions: head.positions.map(|table| held.push(table.val())),
+        embed_norm: head.embed_norm.as_ref().map(|n| hold_norm(held, n)),
         norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         final_softcap: head.final_softcap.map(|c| c as f32),
@@ -1168,6 +1201,10 @@ fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
         },
         positions: match h.positions {
             Some(table) => Some(held.slice(table)?),
+            None => None,
+        },
+        embed_norm: match h.embed_norm {
+            Some(n) => Some(norm_ref(held, n)?),
             None => None,
         },
         final_softcap: h.final_softcap,
@@ -1315,6 +1352,7 @@ mod tests {
             eps: 0.0,
             scale: 1.0 / 2f32.sqrt(),
             softcap: None,
+            alibi: None,
         };
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
@@ -1341,6 +1379,7 @@ mod tests {
             eps: 0.0,
             scale: 1.0 / 2f32.sqrt(),
             softcap: None,
+            alibi: None,
         };
         let single = Dims {
             hidden: 2,

@@ -227,8 +227,11 @@ pub struct LayerWeights<'a, B: Backend> {
     /// The layer's own rotary inverse frequencies, when not the model's (Gemma 3's local
     /// layers).
     pub inv_freq: Option<&'a [f32]>,
-    /// Whether queries and keys are rotated (false where positions are learned, OPT).
+    /// Whether queries and keys are rotated (false where positions are learned, OPT, or enter
+    /// as ALiBi's bias, BLOOM).
     pub rotary: bool,
+    /// ALiBi's slope of each query head (BLOOM).
+    pub alibi: Option<&'a [f32]>,
     /// Query heads.
     pub heads: usize,
     /// Key/value heads.
@@ -249,6 +252,8 @@ pub struct HeadWeights<'a, B: Backend> {
     pub embed_scale: Option<f32>,
     /// Learned position embeddings added to the token embeddings (OPT).
     pub positions: Option<&'a Param<Tensor<B, 2>>>,
+    /// The norm of the embeddings before the first layer (BLOOM).
+    pub embed_norm: Option<NormWeights<'a, B>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
     pub final_softcap: Option<f64>,
 }

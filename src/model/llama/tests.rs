@@ -155,6 +155,7 @@ fn causal_gqa_attention_by_hand() {
         softcap: None,
         inv_freq: None,
         rotary: true,
+        alibi: None,
     };
     let cos = t(vec![1.0; 4], [2, 2]);
     let sin = t(vec![0.0; 4], [2, 2]);
@@ -185,8 +186,28 @@ fn causal_gqa_attention_by_hand() {
     close(&out, &[2.0, 0.0, h0a + h1a, h0b + h1b], 1e-5);
 }
 
+/// ALiBi by hand: one head of width 1, zero scores, slope 1 — the second query weighs its two
+/// keys by `softmax(0, 1)`, the first sees only itself.
+#[test]
+fn alibi_adds_the_slope_times_the_key_position() {
+    let q = t(vec![0.0, 0.0], [1, 1, 2, 1]);
+    let k = t(vec![1.0, 1.0], [1, 1, 2, 1]);
+    let v = t(vec![2.0, 0.0], [1, 1, 2, 1]);
+    let scores = Scores {
+        alibi: Some(&[1.0]),
+        ..Scores::default()
+    };
+    let out: Vec<f32> = blocked_attention(q, k, v, scores)
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let e = 1f64.exp();
+    close(&out, &[2.0, 2.0 / (1.0 + e)], 1e-6);
+}
+
 /// Attention a few query rows at a time equals attention in one piece: causal, with a
-/// sliding window, and with queries that are the last of a longer key sequence (a cache).
+/// sliding window, with ALiBi, and with queries that are the last of a longer key sequence (a
+/// cache).
 #[test]
 fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
     let mut rng = StdRng::seed_from_u64(7);
@@ -194,12 +215,15 @@ fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
         let n = shape.iter().product();
         t((0..n).map(|_| rng.random_range(-2.0..2.0)).collect(), shape)
     };
-    for (seq, keys, window, softcap) in [
-        (10, 10, None, None),
-        (10, 13, None, None),
-        (10, 13, Some(4), None),
-        (9, 9, Some(3), None),
-        (10, 13, Some(4), Some(1.5)),
+    let slopes = [0.5, 0.25, 0.125];
+    for (seq, keys, window, softcap, alibi) in [
+        (10, 10, None, None, None),
+        (10, 13, None, None, None),
+        (10, 13, Some(4), None, None),
+        (9, 9, Some(3), None, None),
+        (10, 13, Some(4), Some(1.5), None),
+        (10, 13, None, None, Some(&slopes[..])),
+        (10, 13, Some(4), None, Some(&slopes[..])),
     ] {
         let q = random([2, 3, seq, 4]);
         let k = random([2, 3, keys, 4]);
@@ -208,6 +232,7 @@ fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
             window,
             scale: None,
             softcap,
+            alibi,
         };
         let whole: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), scores, 64)
             .into_data()
@@ -250,12 +275,31 @@ fn tiny_config() -> LlamaConfig {
     .unwrap()
 }
 
+/// A tiny BLOOM: ALiBi over 3 heads (not a power of two), a norm of the embeddings, biases,
+/// the ungated tanh-GELU MLP.
+const BLOOM_JSON: &str = r#"{"architectures":["BloomForCausalLM"],"hidden_size":24,"n_layer":2,
+    "n_head":3,"vocab_size":50}"#;
+
+fn tiny_bloom_config() -> LlamaConfig {
+    HfLlamaConfig::from_json(BLOOM_JSON)
+        .unwrap()
+        .resolve()
+        .unwrap()
+}
+
 /// Each branch of a packed sequence equals its unpacked `context + branch` row for row
-/// (an empty branch included), and the context rows equal the context alone.
+/// (an empty branch included), and the context rows equal the context alone: with RoPE, and
+/// with ALiBi, whose key positions in a branch follow the context's.
 #[test]
 fn packed_branches_equal_their_unpacked_sequences() {
+    for config in [tiny_config(), tiny_bloom_config()] {
+        packed_branches_equal_unpacked(&config);
+    }
+}
+
+fn packed_branches_equal_unpacked(config: &LlamaConfig) {
     let device = Default::default();
-    let model = Llama::<B>::init_random(&tiny_config(), 7, &device);
+    let model = Llama::<B>::init_random(config, 7, &device);
     let context = [3u32, 9, 14, 1, 27];
     let branches: [&[u32]; 3] = [&[5, 6, 7], &[], &[30, 2]];
     let mut tokens = context.to_vec();
@@ -267,7 +311,7 @@ fn packed_branches_equal_their_unpacked_sequences() {
         .packed_hidden(&tokens, context.len(), &lens)
         .expect("burn-ndarray f32 packs");
     let packed: Vec<f32> = packed.into_data().to_vec().unwrap();
-    let width = 16;
+    let width = config.hidden_size;
     let mut start = context.len();
     for branch in branches {
         let ids: Vec<i64> = context
@@ -358,7 +402,7 @@ fn cached_decoding_equals_full_forward() {
         .unwrap()
         .resolve()
         .unwrap();
-    for config in [tiny_config(), sliding, gemma, opt] {
+    for config in [tiny_config(), sliding, gemma, opt, tiny_bloom_config()] {
         cached_decoding_matches(&config);
     }
 }
@@ -470,7 +514,8 @@ mod fused_path {
     /// Fused logits against Burn's generic ops (the same seeded model on the Flex backend, which
     /// never takes the fused path) on a random model with GQA, a sequence longer than one
     /// attention block, (second case) q/k/v biases and an untied head, and (third) Qwen3's
-    /// per-head q/k norms with a head width of its own, and (fourth) OPT.
+    /// per-head q/k norms with a head width of its own, (fourth) OPT, and (fifth) BLOOM's ALiBi
+    /// over several blocks of query rows.
     #[test]
     fn fused_forward_equals_the_generic_path() {
         let tied = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
@@ -487,6 +532,7 @@ mod fused_path {
             (biased, 70),
             (qk_norm, 90),
             (OPT_JSON, 130),
+            (BLOOM_JSON, 140),
         ] {
             let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
             let fused: Vec<f32> = {
@@ -541,7 +587,7 @@ mod fused_path {
             );
             (out.into_data().to_vec().unwrap(), seen)
         }
-        for json in [json, OPT_JSON] {
+        for json in [json, OPT_JSON, BLOOM_JSON] {
             let (fused_out, fused_seen) = run::<B>(json);
             let (generic_out, generic_seen) = run::<Flex>(json);
             close(&fused_out, &generic_out);
