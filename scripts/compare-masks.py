@@ -34,9 +34,10 @@ def load(path):
 
 
 def layer_of(name):
-    """The decoder layer index in `model.layers.N.…` (or OPT's `model.decoder.layers.N.…`)."""
+    """The decoder layer index in `model.layers.N.…` (OPT's `model.decoder.layers.N.…`,
+    BLOOM's `transformer.h.N.…`)."""
     parts = name.split(".")
-    return int(parts[parts.index("layers") + 1])
+    return int(parts[parts.index("layers" if "layers" in parts else "h") + 1])
 
 
 ours, theirs = load(a.ours), load(a.theirs)

@@ -80,6 +80,14 @@ pub struct HfRopeScaling {
     pub partial_rotary_factor: Option<f64>,
 }
 
+/// Keys some families spell their own way (BLOOM), and the name they are read under.
+pub const KEY_ALIASES: [(&str, &str); 4] = [
+    ("n_embed", "hidden_size"),
+    ("n_layer", "num_hidden_layers"),
+    ("n_head", "num_attention_heads"),
+    ("layer_norm_epsilon", "layer_norm_eps"),
+];
+
 /// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.
 /// Unknown keys are ignored (real configs carry many that do not affect inference).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,8 +98,7 @@ pub struct HfLlamaConfig {
     /// e.g. `llama`.
     #[serde(default)]
     pub model_type: Option<String>,
-    /// Width of the residual stream (BLOOM's older configs: `n_embed`).
-    #[serde(alias = "n_embed")]
+    /// Width of the residual stream (BLOOM's older configs: `n_embed`, [`KEY_ALIASES`]).
     pub hidden_size: usize,
     /// Width of the MLP.
     #[serde(default)]
@@ -100,10 +107,8 @@ pub struct HfLlamaConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ffn_dim: Option<usize>,
     /// Number of decoder layers (BLOOM: `n_layer`).
-    #[serde(alias = "n_layer")]
     pub num_hidden_layers: usize,
     /// Number of query heads (BLOOM: `n_head`).
-    #[serde(alias = "n_head")]
     pub num_attention_heads: usize,
     /// Number of key/value heads (GQA); defaults to the query heads.
     #[serde(default)]
@@ -128,11 +133,7 @@ pub struct HfLlamaConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_parallel_residual: Option<bool>,
     /// GPT-NeoX's LayerNorm epsilon (BLOOM: `layer_norm_epsilon`).
-    #[serde(
-        default,
-        alias = "layer_norm_epsilon",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_norm_eps: Option<f64>,
     /// BLOOM: the residual is the normed input instead of the input (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,9 +261,38 @@ impl HfLlamaConfig {
         })
     }
 
-    /// Parses `config.json` text.
+    /// Parses `config.json` text; a key some family spells its own way ([`KEY_ALIASES`]) is
+    /// read under the usual name where that is absent (a copy saved by this tool keeps both).
     pub fn from_json(text: &str) -> Result<Self, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let Some(map) = value.as_object() else {
+            return serde_json::from_str(text).map_err(|e| e.to_string());
+        };
+        if !KEY_ALIASES
+            .iter()
+            .any(|(alias, _)| map.contains_key(*alias))
+        {
+            // Parsed from the text, errors keep their line and column.
+            return serde_json::from_str(text).map_err(|e| e.to_string());
+        }
+        let mut map = map.clone();
+        for (alias, key) in KEY_ALIASES {
+            let Some(theirs) = map.remove(alias) else {
+                continue;
+            };
+            match map.get(key) {
+                Some(ours) if *ours != theirs => {
+                    return Err(format!(
+                        "`{alias}` ({theirs}) and `{key}` ({ours}) disagree; keep one of them"
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    map.insert(key.to_string(), theirs);
+                }
+            }
+        }
+        serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| e.to_string())
     }
 
     /// Resolves defaults and checks every value, producing the config the model is built from.

@@ -473,6 +473,33 @@ fn a_saved_copy_keeps_the_checkpoints_config_keys() {
     assert_eq!(copy["architectures"][0], "Phi3ForCausalLM");
 }
 
+/// A BLOOM copy saved by `wanda prune` keeps BLOOM's own spellings of its keys (`n_layer`,
+/// `n_head`, `layer_norm_epsilon`) beside the usual ones it writes, and loads again: the two
+/// spellings agreeing are read as one (serde aliases would refuse them as duplicates).
+#[test]
+fn a_saved_bloom_keeps_both_spellings_of_its_keys_and_loads_again() {
+    let folder = Path::new(FIXTURES).join("tiny-bloom");
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("pruned");
+    prune_and_save(&folder, &["--sparsity", "0.5"], &saved);
+    let copy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(saved.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (&copy["n_layer"], &copy["num_hidden_layers"]),
+        (&2.into(), &2.into())
+    );
+    assert_eq!(
+        (&copy["n_head"], &copy["num_attention_heads"]),
+        (&5.into(), &5.into())
+    );
+    assert_eq!(copy["layer_norm_epsilon"], 1e-5);
+    assert_ne!(
+        folder_logits(&saved),
+        folder_logits(&folder),
+        "nothing pruned"
+    );
+}
+
 /// OPT (LayerNorms with biases, biased linears, the ungated ReLU MLP, learned positions, its
 /// own tensor names): streamed through the layer store and pruned by every method exactly as
 /// in memory, six linears a layer as `main_opt.py` prunes; saved under OPT's names with every

@@ -170,9 +170,21 @@ mod tests {
     }
 
     #[test]
-    fn the_older_n_embed_key_and_bad_keys() {
+    fn bloom_spellings_of_keys_and_bad_keys() {
         let c = resolve(&BLOOM_560M.replace(r#""hidden_size":1024"#, r#""n_embed":1024"#));
         assert_eq!(c.unwrap().hidden_size, 1024);
+        // A copy saved by this tool keeps the checkpoint's keys beside its own: read when they
+        // agree, refused by name when they do not.
+        let both = BLOOM_560M.replace(r#""n_layer":24"#, r#""n_layer":24,"num_hidden_layers":24"#);
+        assert_eq!(resolve(&both).unwrap().num_hidden_layers, 24);
+        let e = HfLlamaConfig::from_json(
+            &BLOOM_560M.replace(r#""n_layer":24"#, r#""n_layer":24,"num_hidden_layers":12"#),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("`n_layer` (24) and `num_hidden_layers` (12)"),
+            "{e}"
+        );
         let e = resolve(&BLOOM_560M.replace(
             r#""apply_residual_connection_post_layernorm":false"#,
             r#""apply_residual_connection_post_layernorm":true"#,

@@ -301,10 +301,14 @@ fn attend_block(
                 Mask::Causal { .. } => (0, 0),
             };
             let prescale = if d.softcap.is_some() { 1.0 } else { d.scale };
-            for (j, s) in row[..visible].iter_mut().enumerate() {
-                let position = if j < own { j } else { j - own + shared };
-                *s = *s * prescale + slope * position as f32;
-            }
+            let bias = |keys: &mut [f32], first: usize| {
+                for (j, s) in keys.iter_mut().enumerate() {
+                    *s = *s * prescale + slope * (first + j) as f32;
+                }
+            };
+            let (context, own_keys) = row[..visible].split_at_mut(own);
+            bias(context, 0);
+            bias(own_keys, shared);
         }
         if let Mask::Packed(p) = mask {
             // The shared context and the row's own branch, side by side in their order: the

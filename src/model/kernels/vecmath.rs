@@ -245,9 +245,14 @@ fn gelu_one(x: f32) -> f32 {
     x * 0.5 * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// GELU's tanh approximation in place (an MLP without a gate: GPT-NeoX-20B's `gelu_fast`), as
-/// [`gelu_tanh_mul`] computes it.
-pub fn gelu_tanh(x: &mut [f32]) {
+dispatch! {
+    /// GELU's tanh approximation in place (an MLP without a gate: BLOOM's, GPT-NeoX-20B's
+    /// `gelu_fast`), as [`gelu_tanh_mul`] computes it.
+    pub fn gelu_tanh(x: &mut [f32]) = gelu_tanh_portable;
+}
+
+#[inline(always)]
+fn gelu_tanh_portable(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = gelu_tanh_one(*v));
 }
 

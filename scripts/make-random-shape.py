@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""A checkpoint of a real model's shape with random weights (transformers' initialisation, small
+random biases), saved as f32 safetensors with a tokenizer.json copied beside it (its ids must stay
+below the vocabulary; SmolLM2's 49152 and the fixtures' word vocabulary do). Used to check a family
+at its real shape against scripts/torch-wanda-cell.py --hf-model, for speed and memory; its
+perplexity is meaningless.
+
+    ~/.cache/wanda-ab-venv/bin/python scripts/make-random-shape.py SHAPE OUT_DIR TOKENIZER_JSON
+
+SHAPE: opt-125m (768 wide, 12 layers, ffn 3072, vocabulary 50272), pythia-160m (768 wide, 12
+layers of 12 heads with 16 of 64 dimensions rotating, parallel residual, vocabulary 50304) or
+bloom-560m (1024 wide, 24 layers of 16 heads, ALiBi, vocabulary 250880).
+"""
+import shutil
+import sys
+
+import torch
+import transformers
+
+SHAPES = {
+    "opt-125m": lambda: transformers.OPTConfig(vocab_size=50272),
+    "pythia-160m": lambda: transformers.GPTNeoXConfig(
+        vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, rotary_pct=0.25, max_position_embeddings=2048,
+        use_parallel_residual=True, tie_word_embeddings=False),
+    "bloom-560m": lambda: transformers.BloomConfig(
+        vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16),
+}
+
+shape, out, tokenizer = sys.argv[1], sys.argv[2], sys.argv[3]
+torch.manual_seed(0)
+model = transformers.AutoModelForCausalLM.from_config(SHAPES[shape]())
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if name.endswith(".bias"):
+            p.uniform_(-0.02, 0.02)
+model.eval().save_pretrained(out, safe_serialization=True)
+shutil.copy(tokenizer, f"{out}/tokenizer.json")
+print(out, sum(p.numel() for p in model.parameters()), "parameters")
