@@ -288,50 +288,58 @@ fn layer_tensors<B: Backend>(
                 &mut out,
                 &format!("{p}.{}.{kind}", f.fused),
                 |part| format!("{p}.{part}.{kind}"),
-                f.parts,
-                if f.per_head { heads } else { 1 },
+                f,
+                heads,
             );
         }
     }
     out
 }
 
-/// Replaces the tensors `name_of(part)` of `parts` in `tensors` by one tensor `stacked` holding
-/// their rows in order, where the first part was; nothing when a part is missing. With `heads`
-/// above one the rows go head by head: head 0's rows of every part, then head 1's, …
+/// Replaces the tensors `name_of(part)` of `fused`'s parts in `tensors` by one tensor `stacked`
+/// holding their rows where [`FusedLinear::row_ranges`] puts them (part by part, or head by head
+/// over `heads`), where the first part was; nothing when a part is missing or its rows do not
+/// split over the heads.
 fn stack(
     tensors: &mut Vec<(String, HostTensor)>,
     stacked: &str,
     name_of: impl Fn(&str) -> String,
-    parts: &[&str],
+    fused: &FusedLinear,
     heads: usize,
 ) {
-    let names: Vec<String> = parts.iter().map(|p| name_of(p)).collect();
+    let names: Vec<String> = fused.parts.iter().map(|p| name_of(p)).collect();
     let Some(first) = tensors.iter().position(|(n, _)| *n == names[0]) else {
         return;
     };
-    if !names
+    let found: Option<Vec<usize>> = names
         .iter()
-        .all(|name| tensors.iter().any(|(n, _)| n == name))
-    {
+        .map(|name| tensors.iter().position(|(n, _)| n == name))
+        .collect();
+    let Some(found) = found else {
         return;
-    }
+    };
+    let part_rows: Vec<usize> = found.iter().map(|&at| tensors[at].1.shape[0]).collect();
+    let Some(ranges) = fused.row_ranges(&part_rows, heads) else {
+        return;
+    };
     let mut taken = Vec::with_capacity(names.len());
     for name in &names {
         let at = tensors
             .iter()
             .position(|(n, _)| n == name)
-            .expect("checked above");
+            .expect("found above");
         taken.push(tensors.remove(at).1);
     }
     let mut shape = taken[0].shape.clone();
-    shape[0] = taken.iter().map(|t| t.shape[0]).sum();
+    shape[0] = part_rows.iter().sum();
     let cols: usize = shape[1..].iter().product();
-    let mut data = Vec::with_capacity(shape[0] * cols);
-    for h in 0..heads {
-        for t in &taken {
-            let rows = t.shape[0] / heads;
-            data.extend_from_slice(&t.data[h * rows * cols..(h + 1) * rows * cols]);
+    let mut data = vec![0.0f32; shape[0] * cols];
+    for (part, ranges) in taken.iter().zip(&ranges) {
+        let mut from = 0;
+        for rows in ranges {
+            let len = rows.len() * cols;
+            data[rows.start * cols..][..len].copy_from_slice(&part.data[from..from + len]);
+            from += len;
         }
     }
     tensors.insert(first, (stacked.to_string(), HostTensor { shape, data }));

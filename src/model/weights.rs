@@ -262,27 +262,14 @@ impl SplitSource {
         let (module, kind) = rest.rsplit_once('.')?;
         let fused = self.fused.iter().find(|f| f.parts.contains(&module))?;
         let stacked = format!("model.layers.{layer}.{}.{kind}", fused.fused);
-        let heads = if fused.per_head {
-            self.config.num_attention_heads
-        } else {
-            1
-        };
-        // Each part's rows in one head's block (the whole part when stacked part by part).
-        let mut widths = Vec::with_capacity(fused.parts.len());
-        for part in fused.parts {
-            let rows = self.config.linear_outputs(part)?;
-            if !rows.is_multiple_of(heads) {
-                return None;
-            }
-            widths.push(rows / heads);
-        }
-        let block: usize = widths.iter().sum();
-        let index = fused.parts.iter().position(|p| *p == module)?;
-        let offset: usize = widths[..index].iter().sum();
-        let ranges = (0..heads)
-            .map(|h| h * block + offset..h * block + offset + widths[index])
+        let rows: Option<Vec<usize>> = fused
+            .parts
+            .iter()
+            .map(|part| self.config.linear_outputs(part))
             .collect();
-        Some((stacked, ranges))
+        let index = fused.parts.iter().position(|p| *p == module)?;
+        let mut ranges = fused.row_ranges(&rows?, self.config.num_attention_heads)?;
+        Some((stacked, ranges.swap_remove(index)))
     }
 }
 

@@ -70,16 +70,13 @@ impl Family for Bloom {
     }
 
     fn checkpoint_name(&self, name: &str) -> Option<String> {
-        let rest = name.strip_prefix("model.")?;
-        if let Some(layer) = rest.strip_prefix("layers.") {
-            let (index, rest) = layer.split_once('.')?;
-            let (module, kind) = rest.rsplit_once('.')?;
-            let (_, theirs) = LAYER_NAMES.iter().find(|(ours, _)| *ours == module)?;
-            return Some(format!("transformer.h.{index}.{theirs}.{kind}"));
-        }
-        let (module, kind) = rest.rsplit_once('.')?;
-        let (_, theirs) = MODEL_NAMES.iter().find(|(ours, _)| *ours == module)?;
-        Some(format!("transformer.{theirs}.{kind}"))
+        super::renamed(
+            name,
+            "transformer",
+            "transformer.h",
+            &LAYER_NAMES,
+            &MODEL_NAMES,
+        )
     }
 
     fn fused_linears(&self) -> &'static [FusedLinear] {

@@ -72,18 +72,13 @@ impl Family for GptNeox {
         if name == "lm_head.weight" {
             return Some("embed_out.weight".into());
         }
-        let rest = name.strip_prefix("model.")?;
-        if let Some(kind) = rest.strip_prefix("norm.") {
-            return Some(format!("gpt_neox.final_layer_norm.{kind}"));
-        }
-        if let Some(kind) = rest.strip_prefix("embed_tokens.") {
-            return Some(format!("gpt_neox.embed_in.{kind}"));
-        }
-        let layer = rest.strip_prefix("layers.")?;
-        let (index, rest) = layer.split_once('.')?;
-        let (module, kind) = rest.rsplit_once('.')?;
-        let (_, theirs) = LAYER_NAMES.iter().find(|(ours, _)| *ours == module)?;
-        Some(format!("gpt_neox.layers.{index}.{theirs}.{kind}"))
+        super::renamed(
+            name,
+            "gpt_neox",
+            "gpt_neox.layers",
+            &LAYER_NAMES,
+            &[("norm", "final_layer_norm"), ("embed_tokens", "embed_in")],
+        )
     }
 
     fn fused_linears(&self) -> &'static [FusedLinear] {

@@ -44,6 +44,73 @@ pub struct FusedLinear {
     pub per_head: bool,
 }
 
+impl FusedLinear {
+    /// Where each part's rows lie in the stack: per part, in `parts` order, one range of rows
+    /// (stacked part by part) or one per head (head by head, `heads` blocks of every part's
+    /// `rows / heads` rows in turn), given each part's rows; `None` where a part's rows do not
+    /// split evenly over the heads. Loading reads a part from its ranges
+    /// ([`crate::model::weights::SplitSource`]), saving writes each part into them.
+    pub fn row_ranges(
+        &self,
+        part_rows: &[usize],
+        heads: usize,
+    ) -> Option<Vec<Vec<std::ops::Range<usize>>>> {
+        let blocks = if self.per_head { heads.max(1) } else { 1 };
+        if part_rows.iter().any(|rows| !rows.is_multiple_of(blocks)) {
+            return None;
+        }
+        // Each part's rows in one block, and the rows of a whole block.
+        let widths: Vec<usize> = part_rows.iter().map(|rows| rows / blocks).collect();
+        let block: usize = widths.iter().sum();
+        let mut offset = 0;
+        Some(
+            widths
+                .iter()
+                .map(|&width| {
+                    let ranges = (0..blocks)
+                        .map(|b| b * block + offset..b * block + offset + width)
+                        .collect();
+                    offset += width;
+                    ranges
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The checkpoint's name of the decoder's tensor `name` in a family that keeps its tensors under
+/// a base model `base` with modules of its own: `model.layers.N.<module>.<kind>` is
+/// `<layers>.N.<theirs>.<kind>`, `<theirs>` the module's entry in `layer_modules` (ours, theirs);
+/// `model.<module>.<kind>` is `<base>.<theirs>.<kind>` by `model_modules`, or
+/// `<base>.<module>.<kind>` for a module not in it. `None` for any other name (the LM head) and a
+/// layer module not in the table.
+pub(crate) fn renamed(
+    name: &str,
+    base: &str,
+    layers: &str,
+    layer_modules: &[(&str, &str)],
+    model_modules: &[(&str, &str)],
+) -> Option<String> {
+    let theirs = |table: &[(&str, &str)], module: &str| {
+        table
+            .iter()
+            .find(|(ours, _)| *ours == module)
+            .map(|(_, theirs)| theirs.to_string())
+    };
+    let rest = name.strip_prefix("model.")?;
+    if let Some(layer) = rest.strip_prefix("layers.") {
+        let (index, rest) = layer.split_once('.')?;
+        let (module, kind) = rest.rsplit_once('.')?;
+        return Some(format!(
+            "{layers}.{index}.{}.{kind}",
+            theirs(layer_modules, module)?
+        ));
+    }
+    let (module, kind) = rest.rsplit_once('.')?;
+    let module = theirs(model_modules, module).unwrap_or_else(|| module.to_string());
+    Some(format!("{base}.{module}.{kind}"))
+}
+
 /// What one decoder family adds to the shared decoder.
 pub trait Family: Sync {
     /// The Hugging Face class name, as written in `config.json` `architectures`.
@@ -230,6 +297,27 @@ impl Architecture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// q of 4 rows, k and v of 2, over 2 heads: part by part, `[q q q q k k v v]`; head by
+    /// head, `[q q k v | q q k v]`.
+    #[test]
+    fn stacked_parts_lie_part_by_part_or_head_by_head() {
+        let mut qkv = FusedLinear {
+            fused: "self_attn.qkv_proj",
+            parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+            per_head: false,
+        };
+        assert_eq!(
+            qkv.row_ranges(&[4, 2, 2], 2),
+            Some(vec![vec![0..4], vec![4..6], vec![6..8]])
+        );
+        qkv.per_head = true;
+        assert_eq!(
+            qkv.row_ranges(&[4, 2, 2], 2),
+            Some(vec![vec![0..2, 4..6], vec![2..3, 6..7], vec![3..4, 7..8]])
+        );
+        assert_eq!(qkv.row_ranges(&[4, 3, 2], 2), None, "3 rows over 2 heads");
+    }
 
     #[test]
     fn every_family_is_found_by_each_of_its_names() {

@@ -58,17 +58,13 @@ impl Family for Opt {
     }
 
     fn checkpoint_name(&self, name: &str) -> Option<String> {
-        let rest = name.strip_prefix("model.")?;
-        if let Some(rest) = rest.strip_prefix("norm.") {
-            return Some(format!("model.decoder.final_layer_norm.{rest}"));
-        }
-        let Some(layer) = rest.strip_prefix("layers.") else {
-            return Some(format!("model.decoder.{rest}"));
-        };
-        let (index, rest) = layer.split_once('.')?;
-        let (module, kind) = rest.rsplit_once('.')?;
-        let (_, theirs) = LAYER_NAMES.iter().find(|(ours, _)| *ours == module)?;
-        Some(format!("model.decoder.layers.{index}.{theirs}.{kind}"))
+        super::renamed(
+            name,
+            "model.decoder",
+            "model.decoder.layers",
+            &LAYER_NAMES,
+            &[("norm", "final_layer_norm")],
+        )
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
