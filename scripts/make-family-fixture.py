@@ -2,7 +2,8 @@
 """Tiny random models of a decoder family, made and run by transformers, for the conformance
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
-    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom; do
+    for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
+             falcon falcon-new falcon-sequential; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -88,6 +89,20 @@ def config(family):
         return transformers.BloomConfig(
             vocab_size=VOCAB, hidden_size=80, n_layer=2, n_head=5, layer_norm_epsilon=1e-5,
             initializer_range=0.25, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if family.startswith("falcon"):
+        # Falcon: `falcon` is Falcon-7B's layer (one key/value head, attention and MLP side by
+        # side reading one input_layernorm, no biases); `falcon-new` the new decoder
+        # architecture of 40B/180B (2 kv heads for 4 query heads, ln_attn and ln_mlp), with
+        # biases so that their stacking by kv head shows; `falcon-sequential` the sequential
+        # layer with a key/value head per query head and biases. q/k/v stacked in
+        # query_key_value by kv head, the exact-GELU MLP 4 × hidden wide, the head tied.
+        new = family == "falcon-new"
+        sequential = family == "falcon-sequential"
+        return transformers.FalconConfig(
+            vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            new_decoder_architecture=new, num_kv_heads=2 if new else None,
+            multi_query=family == "falcon", parallel_attn=not sequential, bias=family != "falcon",
+            max_position_embeddings=128, initializer_range=0.25, bos_token_id=1, eos_token_id=2)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -108,9 +123,9 @@ def main():
     # GPT-NeoX and BLOOM, which initialise every bias to zero, non-zero biases too.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(("norm.weight", "ln_f.weight")):
+            if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

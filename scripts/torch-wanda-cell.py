@@ -160,9 +160,9 @@ model.config.use_cache = False
 OPT = model.config.model_type == "opt"
 # GPT-NeoX (Pythia): layers under gpt_neox.
 NEOX = model.config.model_type == "gpt_neox"
-# BLOOM (SparseGPT's bloom.py): layers under transformer.h, ALiBi passed to each layer as a
-# keyword argument, caught like the others.
-BLOOM = model.config.model_type == "bloom"
+# BLOOM (SparseGPT's bloom.py) and Falcon: layers under transformer.h; BLOOM's ALiBi is passed
+# to each layer as a keyword argument, caught like the others.
+TRANSFORMER_H = model.config.model_type in ("bloom", "falcon")
 load_s = time.time() - t0
 
 # Calibrate and prune.
@@ -173,7 +173,7 @@ offsets = [random.randint(0, calib_ids.shape[1] - a.seqlen - 1) for _ in range(a
 samples = [calib_ids[:, i:i + a.seqlen] for i in offsets]
 
 layers = (model.model.decoder.layers if OPT else model.gpt_neox.layers if NEOX
-          else model.transformer.h if BLOOM else model.model.layers)
+          else model.transformer.h if TRANSFORMER_H else model.model.layers)
 hidden = model.config.hidden_size
 inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=DT)
 layer_kwargs = {}
@@ -233,7 +233,7 @@ def run_layer(layer, x):
 # is one linear.
 LINEARS = [n for n, m in layers[0].named_modules() if isinstance(m, torch.nn.Linear)]
 PREFIX = ("model.decoder.layers" if OPT else "gpt_neox.layers" if NEOX
-          else "transformer.h" if BLOOM else "model.layers")
+          else "transformer.h" if TRANSFORMER_H else "model.layers")
 
 
 def nm_mask(metric):

@@ -80,6 +80,40 @@ pub struct HfRopeScaling {
     pub partial_rotary_factor: Option<f64>,
 }
 
+/// Falcon's `config.json` keys (`FalconConfig`); each absent key takes transformers' default in
+/// [`crate::model::family::falcon`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfFalconKeys {
+    /// The MLP activation (default `gelu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<String>,
+    /// The MLP's width (default 4 × hidden).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn_hidden_size: Option<usize>,
+    /// Whether every linear carries a bias (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bias: Option<bool>,
+    /// ALiBi instead of RoPE (default false; Falcon's ALiBi scales the bias with the scores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alibi: Option<bool>,
+    /// One key/value head for all query heads (default true; Falcon-7B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multi_query: Option<bool>,
+    /// Attention and MLP read the layer's input side by side (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_attn: Option<bool>,
+    /// Falcon-40B's and 180B's layer: grouped key/value heads and, by default, a norm each for
+    /// attention and MLP (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_decoder_architecture: Option<bool>,
+    /// Key/value heads of the new decoder architecture (default the query heads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_kv_heads: Option<usize>,
+    /// Norms a parallel layer of the new architecture has (default 2; 1: shared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_ln_in_parallel_attn: Option<usize>,
+}
+
 /// Keys some families spell their own way (BLOOM), and the name they are read under.
 pub const KEY_ALIASES: [(&str, &str); 4] = [
     ("n_embed", "hidden_size"),
@@ -138,6 +172,9 @@ pub struct HfLlamaConfig {
     /// BLOOM: the residual is the normed input instead of the input (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_residual_connection_post_layernorm: Option<bool>,
+    /// Falcon's fields: its own names of the MLP activation, width and biases, and its layouts.
+    #[serde(flatten)]
+    pub falcon: HfFalconKeys,
     /// RoPE scaling.
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
@@ -168,7 +205,7 @@ pub struct HfLlamaConfig {
     /// Activation of the MLP's gate (`silu`, or `gelu_pytorch_tanh` for Gemma).
     #[serde(default)]
     pub hidden_act: Option<String>,
-    /// OPT's name for the MLP activation (`relu`).
+    /// OPT's name for the MLP activation (`relu`); Falcon's is `activation`, read with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation_function: Option<String>,
     /// OPT: whether every linear carries a bias (default true).
@@ -311,7 +348,7 @@ impl HfLlamaConfig {
         })?;
         let family = architecture.family();
         let num_heads = self.num_attention_heads;
-        let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
+        let num_kv_heads = family.key_value_heads(self).unwrap_or(num_heads);
         let intermediate_size = family
             .intermediate_size(self)
             .ok_or_else(|| invalid("intermediate_size", "is missing".to_string()))?;
@@ -468,6 +505,7 @@ impl HfLlamaConfig {
             .as_deref()
             .or(self.hidden_act.as_deref())
             .or(self.activation_function.as_deref())
+            .or(self.falcon.activation.as_deref())
     }
 }
 
@@ -720,6 +758,11 @@ pub struct DecoderExtras {
     /// `word_embeddings_layernorm`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub embed_norm: bool,
+    /// Attention and MLP read the same normed input (Falcon-7B's one `input_layernorm` with a
+    /// parallel residual): the layer holds that norm twice, as its input and post-attention
+    /// norms, so every path runs unchanged, and a saved copy writes it once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_norm: bool,
 }
 
 impl DecoderExtras {

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
-use super::family::{Family, FusedLinear};
+use super::family::FusedLinear;
 use super::kernels::kernels;
 use super::llama::{DecoderLayer, Llama, Norm};
 use super::stream::Layers;
@@ -281,7 +281,7 @@ fn layer_tensors<B: Backend>(
     for (name, norm) in layer.norms() {
         norm_tensors(&mut out, &format!("{p}.{name}"), norm, norm_offset);
     }
-    let heads = layer.self_attn.num_heads;
+    let kv_heads = layer.self_attn.num_kv_heads;
     for f in fused {
         for kind in ["weight", "bias"] {
             stack(
@@ -289,7 +289,7 @@ fn layer_tensors<B: Backend>(
                 &format!("{p}.{}.{kind}", f.fused),
                 |part| format!("{p}.{part}.{kind}"),
                 f,
-                heads,
+                kv_heads,
             );
         }
     }
@@ -297,15 +297,15 @@ fn layer_tensors<B: Backend>(
 }
 
 /// Replaces the tensors `name_of(part)` of `fused`'s parts in `tensors` by one tensor `stacked`
-/// holding their rows where [`FusedLinear::row_ranges`] puts them (part by part, or head by head
-/// over `heads`), where the first part was; nothing when a part is missing or its rows do not
-/// split over the heads.
+/// holding their rows where [`FusedLinear::row_ranges`] puts them (part by part, or by kv head
+/// over `kv_heads`), where the first part was; nothing when a part is missing or its rows do
+/// not split over the kv heads.
 fn stack(
     tensors: &mut Vec<(String, HostTensor)>,
     stacked: &str,
     name_of: impl Fn(&str) -> String,
     fused: &FusedLinear,
-    heads: usize,
+    kv_heads: usize,
 ) {
     let names: Vec<String> = fused.parts.iter().map(|p| name_of(p)).collect();
     let Some(first) = tensors.iter().position(|(n, _)| *n == names[0]) else {
@@ -319,7 +319,7 @@ fn stack(
         return;
     };
     let part_rows: Vec<usize> = found.iter().map(|&at| tensors[at].1.shape[0]).collect();
-    let Some(ranges) = fused.row_ranges(&part_rows, heads) else {
+    let Some(ranges) = fused.row_ranges(&part_rows, kv_heads) else {
         return;
     };
     let mut taken = Vec::with_capacity(names.len());
@@ -455,12 +455,11 @@ fn write_folder<B: Backend>(
     for (name, text) in &spec.extra_files {
         write(name, text)?;
     }
-    let family = config.architecture.family();
-    let planned = plan(model, family)?;
+    let planned = plan(model, config)?;
     write_weights(
         staging,
         &planned,
-        &mut TensorSource::new(model, family),
+        &mut TensorSource::new(model, config),
         spec.dtype,
         spec.max_shard_bytes,
     )
@@ -553,9 +552,9 @@ pub(crate) trait TensorValues {
 /// layer is written. Shapes only: no values are copied here.
 fn plan<B: Backend>(
     model: &impl Layers<B>,
-    family: &dyn Family,
+    config: &LlamaConfig,
 ) -> Result<Vec<PlannedTensor>, ExportError> {
-    let fused = family.fused_linears();
+    let fused = config.architecture.family().fused_linears();
     let shell = model.shell();
     let planned = |name: &str, shape: Vec<usize>| PlannedTensor {
         name: name.to_string(),
@@ -603,8 +602,11 @@ fn plan<B: Backend>(
         out.push(planned("model.norm.bias", bias.dims().to_vec()));
     }
     for tensor in &mut out {
-        tensor.name = saved_name(family, &tensor.name);
+        tensor.name = saved_name(config, &tensor.name);
     }
+    // One checkpoint tensor the decoder holds twice (Falcon's shared norm) is written once.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|tensor| seen.insert(tensor.name.clone()));
     Ok(out)
 }
 
@@ -612,38 +614,40 @@ fn layer_error(e: super::stream::StreamError) -> ExportError {
     ExportError::Layers(e.to_string())
 }
 
-/// The name `family`'s checkpoints give the decoder's tensor `ours`.
-fn saved_name(family: &dyn Family, ours: &str) -> String {
-    family
-        .checkpoint_name(ours)
+/// The name the checkpoints of `config`'s family give the decoder's tensor `ours`.
+fn saved_name(config: &LlamaConfig, ours: &str) -> String {
+    config
+        .architecture
+        .family()
+        .checkpoint_name(config, ours)
         .unwrap_or_else(|| ours.to_string())
 }
 
-/// `tensors` under the names `family`'s checkpoints give them.
+/// `tensors` under the names the checkpoints of `config`'s family give them.
 fn saved_names(
-    family: &dyn Family,
+    config: &LlamaConfig,
     tensors: Vec<(String, HostTensor)>,
 ) -> Vec<(String, HostTensor)> {
     tensors
         .into_iter()
-        .map(|(name, t)| (saved_name(family, &name), t))
+        .map(|(name, t)| (saved_name(config, &name), t))
         .collect()
 }
 
-/// Hands out the values of planned tensors (named as `family`'s checkpoints name them),
-/// holding one decoder layer's at a time.
+/// Hands out the values of planned tensors (named as the checkpoints of `config`'s family name
+/// them), holding one decoder layer's at a time.
 struct TensorSource<'a, B: Backend, M: Layers<B>> {
     model: &'a M,
-    family: &'a dyn Family,
+    config: &'a LlamaConfig,
     layer: Option<(usize, Vec<(String, HostTensor)>)>,
     _backend: std::marker::PhantomData<B>,
 }
 
 impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
-    fn new(model: &'a M, family: &'a dyn Family) -> Self {
+    fn new(model: &'a M, config: &'a LlamaConfig) -> Self {
         Self {
             model,
-            family,
+            config,
             layer: None,
             _backend: std::marker::PhantomData,
         }
@@ -656,9 +660,9 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                 if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
                     let layer = self.model.layer(i).map_err(layer_error)?;
                     let offset = self.model.shell().norm_offset;
-                    let fused = self.family.fused_linears();
+                    let fused = self.config.architecture.family().fused_linears();
                     let tensors = layer_tensors(&layer, i, fused, offset);
-                    self.layer = Some((i, saved_names(self.family, tensors)));
+                    self.layer = Some((i, saved_names(self.config, tensors)));
                 }
                 let (_, tensors) = self.layer.as_mut().expect("set just above");
                 tensors
@@ -666,7 +670,7 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                     .find(|(n, _)| *n == tensor.name)
                     .map(|(_, t)| std::mem::take(t))
             }
-            None => saved_names(self.family, head_tensors(self.model.shell()))
+            None => saved_names(self.config, head_tensors(self.model.shell()))
                 .into_iter()
                 .find(|(n, _)| *n == tensor.name)
                 .map(|(_, t)| t),
@@ -687,7 +691,7 @@ impl<B: Backend, M: Layers<B>> TensorValues for TensorSource<'_, B, M> {
         tensor: &PlannedTensor,
         sink: &mut dyn FnMut(&[f32]) -> Result<(), ExportError>,
     ) -> Result<(), ExportError> {
-        if tensor.name == saved_name(self.family, EMBED_NAME) {
+        if tensor.name == saved_name(self.config, EMBED_NAME) {
             // The largest tensor, copied off the device a block of rows at a time.
             let embed = self.model.shell().embed_tokens.weight.val();
             let [rows, width] = embed.dims();

@@ -55,7 +55,14 @@ impl ModelShape {
         // Norm gains (and LayerNorm biases): two per layer (four with Gemma's output norms),
         // plus the per-head q/k norms.
         let per_norm = if e.layer_norm { 2 } else { 1 } * config.hidden_size;
-        let layer_norms = if e.sandwich_norms { 4 } else { 2 } * per_norm
+        let norms = if e.sandwich_norms {
+            4
+        } else if e.shared_norm {
+            1
+        } else {
+            2
+        };
+        let layer_norms = norms * per_norm
             + if config.qk_norm {
                 2 * config.head_dim
             } else {

@@ -157,12 +157,13 @@ fn transposed_shape(shape: &[usize]) -> Vec<usize> {
 /// OPT's `model.decoder.layers.N.fc1` is the decoder's `model.layers.N.mlp.up_proj`).
 struct RenamedSource {
     inner: Arc<dyn WeightSource>,
-    family: &'static dyn crate::model::family::Family,
+    config: LlamaConfig,
 }
 
 impl RenamedSource {
     fn checkpoint_name<'n>(&self, name: &'n str) -> std::borrow::Cow<'n, str> {
-        match self.family.checkpoint_name(name) {
+        let family = self.config.architecture.family();
+        match family.checkpoint_name(&self.config, name) {
             Some(theirs) => theirs.into(),
             None => name.into(),
         }
@@ -221,7 +222,10 @@ impl SplitSource {
         // The loaders share sources as `Arc<dyn WeightSource>` on one thread at a time; the
         // trait does not require Send or Sync, so neither do these wrappers.
         #[allow(clippy::arc_with_non_send_sync)]
-        let inner: Arc<dyn WeightSource> = Arc::new(RenamedSource { inner, family });
+        let inner: Arc<dyn WeightSource> = Arc::new(RenamedSource {
+            inner,
+            config: config.clone(),
+        });
         let fused = family.fused_linears();
         if fused.is_empty() {
             return inner;
@@ -255,7 +259,7 @@ impl SplitSource {
     }
 
     /// Where part `name` lives: the stacked tensor's name and the part's rows in it, one range
-    /// (stacked part by part) or one per attention head (stacked head by head).
+    /// (stacked part by part) or one per kv head (stacked by kv head).
     fn locate(&self, name: &str) -> Option<(String, Vec<std::ops::Range<usize>>)> {
         let rest = name.strip_prefix("model.layers.")?;
         let (layer, rest) = rest.split_once('.')?;
@@ -268,7 +272,7 @@ impl SplitSource {
             .map(|part| self.config.linear_outputs(part))
             .collect();
         let index = fused.parts.iter().position(|p| *p == module)?;
-        let mut ranges = fused.row_ranges(&rows?, self.config.num_attention_heads)?;
+        let mut ranges = fused.row_ranges(&rows?, self.config.num_key_value_heads)?;
         Some((stacked, ranges.swap_remove(index)))
     }
 }

@@ -102,6 +102,9 @@ fn every_family_gives_transformers_logits() {
         "gpt_neox",
         "gpt_neox-sequential",
         "bloom",
+        "falcon",
+        "falcon-new",
+        "falcon-sequential",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -388,6 +391,14 @@ fn stacked_linears_are_pruned_as_the_one_matrix_the_checkpoint_holds() {
                 "self_attn.v_proj",
             ]],
         ),
+        (
+            "falcon-new",
+            vec![vec![
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+            ]],
+        ),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let device = Default::default();
@@ -569,23 +580,31 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 }
 
 /// GPT-NeoX (Pythia's parallel residual and partial rotary, and the sequential layer with half
-/// of each head rotating), and BLOOM (ALiBi, the embeddings' norm): streamed through the layer
-/// store and pruned by every method exactly as in memory, six linears a layer, q/k/v split out
-/// of `query_key_value` head by head; saved under the family's names with `query_key_value`
-/// stacked head by head again (unpruned, the very tensors of the checkpoint), and the pruned
-/// copy gives the pruned model's logits back.
+/// of each head rotating), BLOOM (ALiBi, the embeddings' norm) and Falcon (one kv head and a
+/// shared norm; grouped kv heads and two norms; the sequential layer): streamed through the
+/// layer store and pruned by every method exactly as in memory, six linears a layer, q/k/v
+/// split out of `query_key_value` by kv head; saved under the family's names with
+/// `query_key_value` stacked by kv head again and a shared norm written once (unpruned, the
+/// very tensors of the checkpoint), and the pruned copy gives the pruned model's logits back.
 #[test]
-fn head_by_head_stacked_checkpoints_stream_prune_and_save_head_by_head() {
+fn stacked_by_kv_head_checkpoints_stream_prune_and_save_alike() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::weights::SplitSource;
 
-    for family in ["gpt_neox", "gpt_neox-sequential", "bloom"] {
+    for (family, parallel) in [
+        ("gpt_neox", true),
+        ("gpt_neox-sequential", false),
+        ("bloom", false),
+        ("falcon", true),
+        ("falcon-new", true),
+        ("falcon-sequential", false),
+    ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
             .unwrap()
             .resolve()
             .unwrap();
-        assert_eq!(config.extras.parallel_residual, family == "gpt_neox");
+        assert_eq!(config.extras.parallel_residual, parallel, "{family}");
         let source =
             SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
         let device = Default::default();

@@ -69,7 +69,7 @@ impl Family for Bloom {
         true
     }
 
-    fn checkpoint_name(&self, name: &str) -> Option<String> {
+    fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         super::renamed(
             name,
             "transformer",
@@ -83,7 +83,7 @@ impl Family for Bloom {
         &[FusedLinear {
             fused: "self_attn.qkv_proj",
             parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            per_head: true,
+            per_kv_head: true,
         }]
     }
 
@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn names_map_to_bloom_checkpoints() {
-        let f = Bloom;
+        let (f, c) = (Bloom, resolve(BLOOM_560M).unwrap());
         for (ours, theirs) in [
             (
                 "model.embed_tokens.weight",
@@ -224,8 +224,12 @@ mod tests {
                 "transformer.h.2.post_attention_layernorm.weight",
             ),
         ] {
-            assert_eq!(f.checkpoint_name(ours).as_deref(), Some(theirs), "{ours}");
+            assert_eq!(
+                f.checkpoint_name(&c, ours).as_deref(),
+                Some(theirs),
+                "{ours}"
+            );
         }
-        assert_eq!(f.checkpoint_name("lm_head.weight"), None);
+        assert_eq!(f.checkpoint_name(&c, "lm_head.weight"), None);
     }
 }

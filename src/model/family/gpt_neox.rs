@@ -68,7 +68,7 @@ impl Family for GptNeox {
         hf.layer_norm_eps.unwrap_or(1e-5)
     }
 
-    fn checkpoint_name(&self, name: &str) -> Option<String> {
+    fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         if name == "lm_head.weight" {
             return Some("embed_out.weight".into());
         }
@@ -85,7 +85,7 @@ impl Family for GptNeox {
         &[FusedLinear {
             fused: "self_attn.qkv_proj",
             parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            per_head: true,
+            per_kv_head: true,
         }]
     }
 
@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn names_map_to_gpt_neox_checkpoints() {
-        let f = GptNeox;
+        let (f, c) = (GptNeox, resolve(PYTHIA_160M).unwrap());
         for (ours, theirs) in [
             ("model.embed_tokens.weight", "gpt_neox.embed_in.weight"),
             ("model.norm.bias", "gpt_neox.final_layer_norm.bias"),
@@ -244,7 +244,11 @@ mod tests {
                 "gpt_neox.layers.2.post_attention_layernorm.weight",
             ),
         ] {
-            assert_eq!(f.checkpoint_name(ours).as_deref(), Some(theirs), "{ours}");
+            assert_eq!(
+                f.checkpoint_name(&c, ours).as_deref(),
+                Some(theirs),
+                "{ours}"
+            );
         }
     }
 }

@@ -6,6 +6,7 @@
 //! in [`Architecture::family`].
 
 pub mod bloom;
+pub mod falcon;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_neox;
@@ -39,23 +40,25 @@ pub struct FusedLinear {
     pub fused: &'static str,
     /// The linears it holds, in row order.
     pub parts: &'static [&'static str],
-    /// Whether the rows go head by head (each attention head's rows of every part, parts in
-    /// order, then the next head's: GPT-NeoX's `query_key_value`) instead of part by part.
-    pub per_head: bool,
+    /// Whether the rows go by key/value head instead of part by part: each kv head's block
+    /// holds its rows of every part in turn (its query heads', its key's, its value's), then
+    /// the next kv head's (GPT-NeoX's and BLOOM's `query_key_value`, head by head; Falcon's
+    /// grouped by kv head).
+    pub per_kv_head: bool,
 }
 
 impl FusedLinear {
     /// Where each part's rows lie in the stack: per part, in `parts` order, one range of rows
-    /// (stacked part by part) or one per head (head by head, `heads` blocks of every part's
-    /// `rows / heads` rows in turn), given each part's rows; `None` where a part's rows do not
-    /// split evenly over the heads. Loading reads a part from its ranges
+    /// (stacked part by part) or one per kv head (`kv_heads` blocks of every part's
+    /// `rows / kv_heads` rows in turn), given each part's rows; `None` where a part's rows do
+    /// not split evenly over the kv heads. Loading reads a part from its ranges
     /// ([`crate::model::weights::SplitSource`]), saving writes each part into them.
     pub fn row_ranges(
         &self,
         part_rows: &[usize],
-        heads: usize,
+        kv_heads: usize,
     ) -> Option<Vec<Vec<std::ops::Range<usize>>>> {
-        let blocks = if self.per_head { heads.max(1) } else { 1 };
+        let blocks = if self.per_kv_head { kv_heads.max(1) } else { 1 };
         if part_rows.iter().any(|rows| !rows.is_multiple_of(blocks)) {
             return None;
         }
@@ -143,6 +146,12 @@ pub trait Family: Sync {
         hf.rms_norm_eps.unwrap_or(1e-6)
     }
 
+    /// The key/value heads: `num_key_value_heads` unless the family names them its own way;
+    /// `None`: as many as query heads.
+    fn key_value_heads(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        hf.num_key_value_heads
+    }
+
     /// The MLP's width: `intermediate_size` (OPT: `ffn_dim`) unless the family fixes it.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
         hf.intermediate_size.or(hf.ffn_dim)
@@ -154,8 +163,9 @@ pub trait Family: Sync {
     }
 
     /// The checkpoint's name for the tensor the decoder calls `name` (Llama's names:
-    /// `model.layers.3.mlp.up_proj.weight`), `None` where the family uses the same name.
-    fn checkpoint_name(&self, _name: &str) -> Option<String> {
+    /// `model.layers.3.mlp.up_proj.weight`) in a model of `config`, `None` where the family uses
+    /// the same name.
+    fn checkpoint_name(&self, _config: &LlamaConfig, _name: &str) -> Option<String> {
         None
     }
 
@@ -221,11 +231,14 @@ pub enum Architecture {
     /// `BloomForCausalLM` (ALiBi instead of positions, a LayerNorm of the embeddings,
     /// LayerNorms, biases everywhere, a GELU MLP without a gate, q/k/v stacked head by head).
     Bloom,
+    /// `FalconForCausalLM` (Falcon-7B's multi-query parallel layer with one norm, the new
+    /// architecture's grouped heads and two norms, q/k/v stacked by kv head).
+    Falcon,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 10] = [
+    pub const ALL: [Architecture; 11] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -236,6 +249,7 @@ impl Architecture {
         Architecture::Opt,
         Architecture::GptNeox,
         Architecture::Bloom,
+        Architecture::Falcon,
     ];
 
     /// The family's adapter.
@@ -251,6 +265,7 @@ impl Architecture {
             Architecture::Opt => &opt::Opt,
             Architecture::GptNeox => &gpt_neox::GptNeox,
             Architecture::Bloom => &bloom::Bloom,
+            Architecture::Falcon => &falcon::Falcon,
         }
     }
 
@@ -298,20 +313,20 @@ impl Architecture {
 mod tests {
     use super::*;
 
-    /// q of 4 rows, k and v of 2, over 2 heads: part by part, `[q q q q k k v v]`; head by
+    /// q of 4 rows, k and v of 2, over 2 kv heads: part by part, `[q q q q k k v v]`; by kv
     /// head, `[q q k v | q q k v]`.
     #[test]
     fn stacked_parts_lie_part_by_part_or_head_by_head() {
         let mut qkv = FusedLinear {
             fused: "self_attn.qkv_proj",
             parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            per_head: false,
+            per_kv_head: false,
         };
         assert_eq!(
             qkv.row_ranges(&[4, 2, 2], 2),
             Some(vec![vec![0..4], vec![4..6], vec![6..8]])
         );
-        qkv.per_head = true;
+        qkv.per_kv_head = true;
         assert_eq!(
             qkv.row_ranges(&[4, 2, 2], 2),
             Some(vec![vec![0..2, 4..6], vec![2..3, 6..7], vec![3..4, 7..8]])

@@ -57,7 +57,7 @@ impl Family for Opt {
         true
     }
 
-    fn checkpoint_name(&self, name: &str) -> Option<String> {
+    fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         super::renamed(
             name,
             "model.decoder",
@@ -182,6 +182,10 @@ mod tests {
 
     #[test]
     fn every_tensor_is_found_under_its_opt_name() {
+        let c = HfLlamaConfig::from_json(OPT_125M)
+            .unwrap()
+            .resolve()
+            .unwrap();
         let names = [
             (
                 "model.embed_tokens.weight",
@@ -218,11 +222,15 @@ mod tests {
             ),
         ];
         for (ours, theirs) in names {
-            assert_eq!(Opt.checkpoint_name(ours).as_deref(), Some(theirs), "{ours}");
+            assert_eq!(
+                Opt.checkpoint_name(&c, ours).as_deref(),
+                Some(theirs),
+                "{ours}"
+            );
         }
-        assert_eq!(Opt.checkpoint_name("lm_head.weight"), None);
+        assert_eq!(Opt.checkpoint_name(&c, "lm_head.weight"), None);
         assert_eq!(
-            Opt.checkpoint_name("model.layers.0.mlp.gate_proj.weight"),
+            Opt.checkpoint_name(&c, "model.layers.0.mlp.gate_proj.weight"),
             None
         );
     }

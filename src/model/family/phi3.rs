@@ -29,12 +29,12 @@ impl Family for Phi3 {
             FusedLinear {
                 fused: "self_attn.qkv_proj",
                 parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-                per_head: false,
+                per_kv_head: false,
             },
             FusedLinear {
                 fused: "mlp.gate_up_proj",
                 parts: &["mlp.gate_proj", "mlp.up_proj"],
-                per_head: false,
+                per_kv_head: false,
             },
         ]
     }

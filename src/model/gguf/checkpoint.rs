@@ -167,6 +167,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         use_parallel_residual: None,
         layer_norm_eps: None,
         apply_residual_connection_post_layernorm: None,
+        falcon: Default::default(),
         rope_scaling,
         rope_parameters: None,
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
