@@ -813,7 +813,11 @@ impl LlamaConfig {
             "torch_dtype": "float32",
         });
         if let Some(map) = v.as_object_mut() {
-            for (key, value) in self.architecture.family().hf_keys(self) {
+            let family = self.architecture.family();
+            for key in family.hf_keys_refused() {
+                map.remove(*key);
+            }
+            for (key, value) in family.hf_keys(self) {
                 map.insert(key.into(), value);
             }
             if let Some(b) = self.bos_token_id {

@@ -182,6 +182,11 @@ impl Family for Falcon {
         })
     }
 
+    /// `FalconConfig.head_dim` is a property, which transformers cannot set from a file.
+    fn hf_keys_refused(&self) -> &'static [&'static str] {
+        &["head_dim"]
+    }
+
     /// The layout's keys: the new architecture where the layer has a norm each for attention
     /// and MLP, or grouped kv heads (neither one nor one per query head), else Falcon-7B's or
     /// the sequential layer's.
@@ -235,8 +240,10 @@ mod tests {
         HfLlamaConfig::from_json(json).unwrap().resolve()
     }
 
-    /// Written back and read again, a config is the same.
+    /// Written back and read again, a config is the same (and has no `head_dim`, which
+    /// transformers refuses for Falcon).
     fn round_trips(c: &LlamaConfig) {
+        assert!(c.to_hf_json().get("head_dim").is_none());
         let back = HfLlamaConfig::from_json(&c.to_hf_json().to_string())
             .unwrap()
             .resolve()

@@ -185,6 +185,12 @@ pub trait Family: Sync {
         &[]
     }
 
+    /// Keys of Llama's `config.json` that the family's config class refuses (Falcon's
+    /// `head_dim` is a read-only property), left out of a saved copy.
+    fn hf_keys_refused(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The `config.json` keys a saved copy needs beyond Llama's, from the resolved config.
     fn hf_keys(&self, _config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
         BTreeMap::new()
