@@ -8,8 +8,10 @@ perplexity is meaningless.
     ~/.cache/wanda-ab-venv/bin/python scripts/make-random-shape.py SHAPE OUT_DIR TOKENIZER_JSON
 
 SHAPE: opt-125m (768 wide, 12 layers, ffn 3072, vocabulary 50272), pythia-160m (768 wide, 12
-layers of 12 heads with 16 of 64 dimensions rotating, parallel residual, vocabulary 50304) or
-bloom-560m (1024 wide, 24 layers of 16 heads, ALiBi, vocabulary 250880).
+layers of 12 heads with 16 of 64 dimensions rotating, parallel residual, vocabulary 50304),
+bloom-560m (1024 wide, 24 layers of 16 heads, ALiBi, vocabulary 250880) or falcon-7b-4l
+(Falcon-7B's layer, 4544 wide with 71 query heads sharing one kv head, 18176 MLP, vocabulary
+65024, but 4 of its 32 layers, so that f32 fits a 24 GiB machine).
 """
 import shutil
 import sys
@@ -25,6 +27,9 @@ SHAPES = {
         use_parallel_residual=True, tie_word_embeddings=False),
     "bloom-560m": lambda: transformers.BloomConfig(
         vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16),
+    "falcon-7b-4l": lambda: transformers.FalconConfig(
+        vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
+        multi_query=True, parallel_attn=True, bias=False),
 }
 
 shape, out, tokenizer = sys.argv[1], sys.argv[2], sys.argv[3]
