@@ -19,13 +19,12 @@ pub fn slopes(heads: usize) -> Vec<f32> {
     let closest = 1usize << heads.ilog2();
     // transformers builds each base in f64 and stores it as an f32 tensor.
     let base = |count: usize| f64::from((2f64).powf(-8.0 / count as f64) as f32);
-    let powers = |base: f64, exponents: &mut dyn Iterator<Item = usize>| -> Vec<f32> {
-        exponents.map(|k| base.powi(k as i32) as f32).collect()
-    };
-    let mut out = powers(base(closest), &mut (1..=closest));
+    let power = |base: f64, k: usize| base.powi(k as i32) as f32;
+    let first = base(closest);
+    let mut out: Vec<f32> = (1..=closest).map(|k| power(first, k)).collect();
     if closest != heads {
-        let extra = (heads - closest).min(closest);
-        out.extend(powers(base(2 * closest), &mut (1..2 * extra).step_by(2)));
+        let (extra, odd) = ((heads - closest).min(closest), base(2 * closest));
+        out.extend((1..2 * extra).step_by(2).map(|k| power(odd, k)));
     }
     out
 }

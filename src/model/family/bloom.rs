@@ -80,11 +80,7 @@ impl Family for Bloom {
     }
 
     fn fused_linears(&self) -> &'static [FusedLinear] {
-        &[FusedLinear {
-            fused: "self_attn.qkv_proj",
-            parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            per_kv_head: true,
-        }]
+        &super::QUERY_KEY_VALUE_BY_KV_HEAD
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -94,15 +90,7 @@ impl Family for Bloom {
                 "is true (the residual taken after the norm), which is not supported".into(),
             ));
         }
-        if hf
-            .num_key_value_heads
-            .is_some_and(|kv| kv != hf.num_attention_heads)
-        {
-            return Err(invalid(
-                "num_key_value_heads",
-                "differs from n_head; BLOOM attends with every head".into(),
-            ));
-        }
+        super::refuse_grouped_heads(hf, "BLOOM")?;
         Ok(DecoderExtras {
             // `bloom_gelu_forward`, GELU's tanh approximation; BLOOM's configs name none.
             activation: Activation::GeluTanh,

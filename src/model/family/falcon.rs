@@ -123,11 +123,7 @@ impl Family for Falcon {
     }
 
     fn fused_linears(&self) -> &'static [FusedLinear] {
-        &[FusedLinear {
-            fused: "self_attn.qkv_proj",
-            parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            per_kv_head: true,
-        }]
+        &super::QUERY_KEY_VALUE_BY_KV_HEAD
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

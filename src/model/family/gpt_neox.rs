@@ -82,11 +82,7 @@ impl Family for GptNeox {
     }
 
     fn fused_linears(&self) -> &'static [FusedLinear] {
-        &[FusedLinear {
-            fused: "self_attn.qkv_proj",
-            parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-            per_kv_head: true,
-        }]
+        &super::QUERY_KEY_VALUE_BY_KV_HEAD
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -101,15 +97,7 @@ impl Family for GptNeox {
                 ))
             }
         };
-        if hf
-            .num_key_value_heads
-            .is_some_and(|kv| kv != hf.num_attention_heads)
-        {
-            return Err(invalid(
-                "num_key_value_heads",
-                "differs from num_attention_heads; GPT-NeoX attends with every head".into(),
-            ));
-        }
+        super::refuse_grouped_heads(hf, "GPT-NeoX")?;
         let pct = Self::rotary_pct(hf);
         if !(pct > 0.0 && pct <= 1.0) {
             return Err(invalid(

@@ -114,6 +114,29 @@ pub(crate) fn renamed(
     Some(format!("{base}.{module}.{kind}"))
 }
 
+/// `query_key_value` stacked by kv head (GPT-NeoX, BLOOM, Falcon): the one stacked linear
+/// of those families.
+pub(crate) static QUERY_KEY_VALUE_BY_KV_HEAD: [FusedLinear; 1] = [FusedLinear {
+    fused: "self_attn.qkv_proj",
+    parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+    per_kv_head: true,
+}];
+
+/// Refuses grouped key/value heads (`num_key_value_heads` other than the query heads) for a
+/// family whose attention has a key and value per query head.
+pub(crate) fn refuse_grouped_heads(hf: &HfLlamaConfig, family: &str) -> Result<(), ConfigError> {
+    match hf.num_key_value_heads {
+        Some(kv) if kv != hf.num_attention_heads => Err(invalid(
+            "num_key_value_heads",
+            format!(
+                "({kv}) differs from the query heads ({}); {family} attends with every head",
+                hf.num_attention_heads
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// What one decoder family adds to the shared decoder.
 pub trait Family: Sync {
     /// The Hugging Face class name, as written in `config.json` `architectures`.
