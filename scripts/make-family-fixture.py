@@ -3,7 +3,7 @@
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
-             falcon falcon-new falcon-sequential; do
+             falcon falcon-new falcon-sequential phi gemma; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -103,6 +103,21 @@ def config(family):
             new_decoder_architecture=new, num_kv_heads=2 if new else None,
             multi_query=family == "falcon", parallel_attn=not sequential, bias=family != "falcon",
             max_position_embeddings=128, initializer_range=0.25, bos_token_id=1, eos_token_id=2)
+    if family == "phi":
+        # Phi-2's layer: attention and MLP side by side on one LayerNorm, 0.4 of each head's
+        # 16 dimensions rotating (int(6.4) = 6), biases on every linear and on the untied LM
+        # head, the tanh-GELU fc1/fc2; grouped kv heads, which PhiConfig allows.
+        return transformers.PhiConfig(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, partial_rotary_factor=0.4,
+            max_position_embeddings=128, layer_norm_eps=1e-5, hidden_act="gelu_new",
+            tie_word_embeddings=False, initializer_range=0.25, bos_token_id=1, eos_token_id=2)
+    if family == "gemma":
+        # Gemma 1: `1 + w` RMSNorms, the legacy `hidden_act: "gelu"` that transformers reads as
+        # the tanh GELU, embeddings scaled by √hidden, head_dim 32 ≠ hidden / heads (Gemma 7B's
+        # 256 ≠ 192), a tied head.
+        common.update(tie_word_embeddings=True)
+        return transformers.GemmaConfig(head_dim=32, hidden_act="gelu", pad_token_id=0, **common)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -125,7 +140,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

@@ -162,6 +162,13 @@ pub struct HfLlamaConfig {
     /// GPT-NeoX: the share of each head's dimensions that rotate (the rest pass through).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotary_pct: Option<f64>,
+    /// Phi: the share of each head's dimensions that rotate, outside `rope_parameters`
+    /// (transformers 4's configs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
+    /// Phi: per-head LayerNorms of q and k (default false; true is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_layernorm: Option<bool>,
     /// GPT-NeoX: attention and MLP both read the layer's input and add to it together
     /// (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -763,6 +770,9 @@ pub struct DecoderExtras {
     /// norms, so every path runs unchanged, and a saved copy writes it once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_norm: bool,
+    /// The LM head carries a bias (Phi's `lm_head`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lm_head_bias: bool,
 }
 
 impl DecoderExtras {
@@ -891,6 +901,19 @@ impl LlamaConfig {
     /// The dimensions of each head that rotate: the first `rotary_dim`, all by default.
     pub fn rotary_dim(&self) -> usize {
         self.extras.rotary_dim.unwrap_or(self.head_dim)
+    }
+
+    /// The share of each head's dimensions that rotate, as a config writes it
+    /// (`rotary_pct`, `partial_rotary_factor`): the smallest `f` with
+    /// `int(head_dim · f) == rotary_dim`, as transformers reads it back (`rotary / head_dim`
+    /// alone can fall an ulp short, and truncate to one dimension fewer).
+    pub fn rotary_factor(&self) -> f64 {
+        let (rotary, head_dim) = (self.rotary_dim() as f64, self.head_dim as f64);
+        let mut factor = rotary / head_dim;
+        while head_dim * factor < rotary {
+            factor = f64::from_bits(factor.to_bits() + 1);
+        }
+        factor
     }
 
     /// The factor of the attention scores `q·k` where the family sets one
@@ -1027,5 +1050,20 @@ mod tests {
             .resolve()
             .unwrap();
         assert_eq!(c, back);
+    }
+
+    /// 30 of 44 dimensions: `30 / 44 · 44` is 29.999…, which `int()` truncates to 29.
+    #[test]
+    fn the_written_rotary_factor_reads_back_to_the_same_dimensions() {
+        let mut c = HfLlamaConfig::from_json(smollm_json())
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert!(44.0 * (30.0f64 / 44.0) < 30.0);
+        c.head_dim = 44;
+        for rotary in (2..=44).step_by(2) {
+            c.extras.rotary_dim = Some(rotary);
+            assert_eq!((44.0 * c.rotary_factor()) as usize, rotary);
+        }
     }
 }

@@ -867,7 +867,8 @@ impl<B: Backend> Llama<B> {
             embed_tokens,
             layers,
             norm: norm(h),
-            lm_head: (!config.tie_word_embeddings).then(|| lin(h, config.vocab_size, false)),
+            lm_head: (!config.tie_word_embeddings)
+                .then(|| lin(h, config.vocab_size, config.extras.lm_head_bias)),
             inv_freq: rope::inv_freq(config),
             embed_positions: config.extras.learned_positions.then(|| {
                 let rows = config.max_position_embeddings + POSITION_OFFSET;

@@ -86,7 +86,13 @@ impl ModelShape {
             + shape.embedding_and_head_parameters()
             + positions
             // The final norm, and BLOOM's norm of the embeddings.
-            + per_norm as u64 * if e.embed_norm { 2 } else { 1 };
+            + per_norm as u64 * if e.embed_norm { 2 } else { 1 }
+            // Phi's LM head bias.
+            + if e.lm_head_bias && !config.tie_word_embeddings {
+                config.vocab_size as u64
+            } else {
+                0
+            };
         shape
     }
 

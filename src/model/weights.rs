@@ -963,7 +963,7 @@ fn shell_with<B: Backend>(
     let lm_head = if config.tie_word_embeddings {
         None
     } else {
-        Some(b.linear("lm_head", h, config.vocab_size, false)?)
+        Some(b.linear("lm_head", h, config.vocab_size, config.extras.lm_head_bias)?)
     };
     let embed_positions = if config.extras.learned_positions {
         let rows = config.max_position_embeddings + POSITION_OFFSET;

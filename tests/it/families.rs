@@ -105,6 +105,8 @@ fn every_family_gives_transformers_logits() {
         "falcon",
         "falcon-new",
         "falcon-sequential",
+        "phi",
+        "gemma",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -153,18 +155,18 @@ fn prune_alike_at(
     assert_eq!(x, y, "{method:?}");
 }
 
-/// Qwen3's q/k norms, Gemma 3's four `1 + w` norms, local layers and GeGLU, and Gemma 2's
-/// soft-caps go through the layer store and pruning exactly as the model in memory does.
+/// Qwen3's q/k norms, Gemma's `1 + w` norms and GeGLU, Gemma 3's four norms and local layers,
+/// and Gemma 2's soft-caps go through the layer store and pruning exactly as the model in memory does.
 #[test]
 fn qwen3_and_gemma_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
-    for (family, norms) in [("qwen3", 4), ("gemma2", 4), ("gemma3", 6)] {
+    for (family, norms) in [("qwen3", 4), ("gemma", 2), ("gemma2", 4), ("gemma3", 6)] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let source: Arc<dyn WeightSource> = Arc::new(SafetensorsSource::open(&folder).unwrap());
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
             .unwrap()
             .resolve()
             .unwrap();
-        assert_eq!(config.qk_norm, family != "gemma2");
+        assert_eq!(config.qk_norm, matches!(family, "qwen3" | "gemma3"));
         let device = Default::default();
         let store = tempfile::tempdir().unwrap();
         let mut resident = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
@@ -209,10 +211,11 @@ fn qwen3_and_gemma_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
     }
 }
 
-/// Gemma 2 and 3 saved as folders (pruned at 0 %, so nothing changes) hold for every norm a
+/// Gemma 1, 2 and 3 saved as folders (pruned at 0 %, so nothing changes) hold for every norm a
 /// `w` whose `1 + w` (what transformers applies, in f32) is the checkpoint's to the bit, under
-/// Gemma's four names per layer, and each copy gives transformers' logits (Gemma 2's soft-caps
-/// included: without either, the logits move by 8.8 and more). (The model holds `1 + w`, so
+/// Gemma's names (two per layer in Gemma 1, four in Gemma 2 and 3), and each copy gives
+/// transformers' logits (Gemma 2's soft-caps included: without either, the logits move by 8.8
+/// and more). (The model holds `1 + w`, so
 /// the last bits of an f32 `w` below 1 are rounded away; bf16 and f16 gains of 2^-16 and more
 /// come back exactly.)
 #[test]
@@ -223,15 +226,20 @@ fn a_saved_gemma_holds_the_checkpoints_norms_and_gives_transformers_logits() {
         "pre_feedforward_layernorm",
         "post_feedforward_layernorm",
     ];
-    for (family, qk_norms) in [("gemma2", false), ("gemma3", true)] {
+    for (family, layers, norms, qk_norms) in [
+        ("gemma", 2, 2, false),
+        ("gemma2", 3, 4, false),
+        ("gemma3", 3, 4, true),
+    ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let dir = tempfile::tempdir().unwrap();
         let saved = dir.path().join("copy");
         prune_and_save(&folder, &["--sparsity", "0"], &saved);
         let original = SafetensorsSource::open(&folder).unwrap();
         let copy = SafetensorsSource::open(&saved).unwrap();
-        let layer_norms: Vec<&str> = sandwich
-            .into_iter()
+        let layer_norms: Vec<&str> = sandwich[..norms]
+            .iter()
+            .copied()
             .chain(
                 qk_norms
                     .then_some(["self_attn.q_norm", "self_attn.k_norm"])
@@ -239,7 +247,7 @@ fn a_saved_gemma_holds_the_checkpoints_norms_and_gives_transformers_logits() {
                     .flatten(),
             )
             .collect();
-        let names = (0..3)
+        let names = (0..layers)
             .flat_map(|i| {
                 layer_norms
                     .iter()
@@ -580,14 +588,16 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 }
 
 /// GPT-NeoX (Pythia's parallel residual and partial rotary, and the sequential layer with half
-/// of each head rotating), BLOOM (ALiBi, the embeddings' norm) and Falcon (one kv head and a
-/// shared norm; grouped kv heads and two norms; the sequential layer): streamed through the
-/// layer store and pruned by every method exactly as in memory, six linears a layer, q/k/v
-/// split out of `query_key_value` by kv head; saved under the family's names with
-/// `query_key_value` stacked by kv head again and a shared norm written once (unpruned, the
-/// very tensors of the checkpoint), and the pruned copy gives the pruned model's logits back.
+/// of each head rotating), BLOOM (ALiBi, the embeddings' norm), Falcon (one kv head and a
+/// shared norm; grouped kv heads and two norms; the sequential layer) and Phi (a shared
+/// LayerNorm, partial rotary, the LM head's bias): streamed through the layer store and pruned
+/// by every method exactly as in memory, six linears a layer, q/k/v split out of
+/// `query_key_value` by kv head where the checkpoint stacks them; saved under the family's
+/// names with `query_key_value` stacked by kv head again and a shared norm written once
+/// (unpruned, the very tensors of the checkpoint), and the pruned copy gives the pruned model's
+/// logits back.
 #[test]
-fn stacked_by_kv_head_checkpoints_stream_prune_and_save_alike() {
+fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::weights::SplitSource;
 
@@ -598,6 +608,7 @@ fn stacked_by_kv_head_checkpoints_stream_prune_and_save_alike() {
         ("falcon", true),
         ("falcon-new", true),
         ("falcon-sequential", false),
+        ("phi", true),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))

@@ -122,10 +122,7 @@ impl Family for GptNeox {
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
         BTreeMap::from([
             ("layer_norm_eps", config.rms_norm_eps.into()),
-            (
-                "rotary_pct",
-                (config.rotary_dim() as f64 / config.head_dim as f64).into(),
-            ),
+            ("rotary_pct", config.rotary_factor().into()),
             (
                 "use_parallel_residual",
                 config.extras.parallel_residual.into(),

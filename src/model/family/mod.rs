@@ -7,12 +7,14 @@
 
 pub mod bloom;
 pub mod falcon;
+pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_neox;
 pub mod llama;
 pub mod mistral;
 pub mod opt;
+pub mod phi;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
@@ -263,11 +265,17 @@ pub enum Architecture {
     /// `FalconForCausalLM` (Falcon-7B's multi-query parallel layer with one norm, the new
     /// architecture's grouped heads and two norms, q/k/v stacked by kv head).
     Falcon,
+    /// `GemmaForCausalLM` (Gemma 1: Llama's layer with `1 + w` norms, GeGLU, scaled
+    /// embeddings, a tied head).
+    Gemma,
+    /// `PhiForCausalLM` (phi-1, phi-1.5, Phi-2: a parallel layer on one LayerNorm, partial
+    /// rotary, biases everywhere, the LM head's too).
+    Phi,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 11] = [
+    pub const ALL: [Architecture; 13] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -279,6 +287,8 @@ impl Architecture {
         Architecture::GptNeox,
         Architecture::Bloom,
         Architecture::Falcon,
+        Architecture::Gemma,
+        Architecture::Phi,
     ];
 
     /// The family's adapter.
@@ -295,6 +305,8 @@ impl Architecture {
             Architecture::GptNeox => &gpt_neox::GptNeox,
             Architecture::Bloom => &bloom::Bloom,
             Architecture::Falcon => &falcon::Falcon,
+            Architecture::Gemma => &gemma::Gemma,
+            Architecture::Phi => &phi::Phi,
         }
     }
 
@@ -377,7 +389,7 @@ mod tests {
         assert_eq!(Architecture::from_gguf_arch("mistral"), None);
         assert_eq!(
             Architecture::supported_gguf_archs(),
-            "llama, qwen2, qwen3, gemma3"
+            "llama, qwen2, qwen3, gemma3, gemma"
         );
     }
 }

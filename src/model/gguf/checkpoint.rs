@@ -164,6 +164,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         rope_theta: file.get_f64(&key("rope.freq_base")),
         rotary_emb_base: None,
         rotary_pct: None,
+        partial_rotary_factor: None,
+        qk_layernorm: None,
         use_parallel_residual: None,
         layer_norm_eps: None,
         apply_residual_connection_post_layernorm: None,
