@@ -11,7 +11,10 @@ SHAPE: opt-125m (768 wide, 12 layers, ffn 3072, vocabulary 50272), pythia-160m (
 layers of 12 heads with 16 of 64 dimensions rotating, parallel residual, vocabulary 50304),
 bloom-560m (1024 wide, 24 layers of 16 heads, ALiBi, vocabulary 250880) or falcon-7b-4l
 (Falcon-7B's layer, 4544 wide with 71 query heads sharing one kv head, 18176 MLP, vocabulary
-65024, but 4 of its 32 layers, so that f32 fits a 24 GiB machine).
+65024, but 4 of its 32 layers, so that f32 fits a 24 GiB machine), phi-2-8l (Phi-2's layer, 2560
+wide, 32 heads with 32 of 80 dimensions rotating, 10240 MLP, a biased LM head over 51200 entries,
+8 of its 32 layers) or gemma-2b-6l (Gemma 2B's layer, 2048 wide, 8 query heads of 256 sharing one
+kv head, 16384 GeGLU, a tied 256000-entry vocabulary, 6 of its 18 layers).
 """
 import shutil
 import sys
@@ -27,6 +30,12 @@ SHAPES = {
         use_parallel_residual=True, tie_word_embeddings=False),
     "bloom-560m": lambda: transformers.BloomConfig(
         vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16),
+    "phi-2-8l": lambda: transformers.PhiConfig(
+        vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=8,
+        num_attention_heads=32, partial_rotary_factor=0.4, tie_word_embeddings=False),
+    "gemma-2b-6l": lambda: transformers.GemmaConfig(
+        vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=6,
+        num_attention_heads=8, num_key_value_heads=1, head_dim=256, hidden_act="gelu"),
     "falcon-7b-4l": lambda: transformers.FalconConfig(
         vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
         multi_query=True, parallel_attn=True, bias=False),

@@ -23,6 +23,9 @@ src.add_argument("--gguf")
 src.add_argument("--folder", help="a Hugging Face folder (config, weights, tokenizer)")
 p.add_argument("--hf-dir", help="a folder with config.json + tokenizer.json to use instead of the "
                "GGUF's (transformers 4.45 converts SmolLM2's GGUF with an untied, random LM head)")
+p.add_argument("--tokenizer-json", action="store_true",
+               help="with --folder: its tokenizer.json itself, as wanda reads it (AutoTokenizer picks "
+                    "the family's tokenizer class, which refuses a word-level fixture tokenizer)")
 p.add_argument("--text", required=True)
 p.add_argument("--seqlen", type=int, default=512)
 p.add_argument("--windows", type=int)
@@ -45,7 +48,9 @@ else:
     extra = {"config": AutoConfig.from_pretrained(a.hf_dir)} if a.hf_dir else {}
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **dtype, **extra).eval()
 load_s = time.time() - t0
-if a.folder:
+if a.folder and a.tokenizer_json:
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
+elif a.folder:
     tok = AutoTokenizer.from_pretrained(folder)
 elif a.hf_dir:
     tok = AutoTokenizer.from_pretrained(a.hf_dir)

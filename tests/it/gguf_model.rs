@@ -1,6 +1,6 @@
 //! A tiny random Llama written as GGUF (q/k rows permuted as llama.cpp's converter does) loads
-//! back with the logits of the original model; so does a Qwen3 (its own head width, per-head
-//! q/k norms, rows as they are).
+//! back with the logits of the original model; so do a Qwen3 (its own head width, per-head
+//! q/k norms, rows as they are) and a Gemma (`1 + w` norms).
 
 use std::path::Path;
 
@@ -50,9 +50,11 @@ pub(crate) enum Quant {
 }
 
 pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, quant: Quant) {
-    // llama.cpp writes Llama as `llama` with q/k rows permuted, Qwen3 as `qwen3` as it is.
+    // llama.cpp writes Llama as `llama` with q/k rows permuted, Qwen3 and Gemma under their
+    // own names as they are.
     let (arch, permuted) = match config.architecture {
         Architecture::Qwen3 => ("qwen3", false),
+        Architecture::Gemma => ("gemma", false),
         _ => ("llama", true),
     };
     let key = |k: &str| format!("{arch}.{k}");
@@ -91,7 +93,10 @@ pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, qu
         .metadata("tokenizer.ggml.eos_token_id", 0u32);
     for (name, t) in hf_tensors(model) {
         let gguf = gguf_name(&name, false).unwrap();
-        let data = if !permuted {
+        let data = if config.extras.norm_offset && gguf.ends_with("norm.weight") {
+            // llama.cpp's converter stores Gemma's norms as `1 + w`.
+            t.data.iter().map(|w| w + 1.0).collect()
+        } else if !permuted {
             t.data
         } else if gguf.contains("attn_q.weight") {
             permute(&t.data, config.num_attention_heads, t.shape[1])
@@ -130,6 +135,33 @@ fn qwen3_gguf_loads_with_identical_logits() {
     assert_eq!(loaded.config.architecture, Architecture::Qwen3);
     assert_eq!(loaded.config.head_dim, 16);
     assert!(loaded.config.qk_norm);
+    assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
+}
+
+/// Gemma 1's file (`gemma`: `1 + w` norms, `ffn_norm` before the MLP, head_dim 16 ≠ hidden /
+/// heads) loads as the Gemma family, with the model's logits to the bit.
+#[test]
+fn gemma_gguf_loads_with_identical_logits() {
+    let config = HfLlamaConfig::from_json(
+        r#"{"architectures":["GemmaForCausalLM"],"hidden_size":32,"intermediate_size":64,
+        "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":16,
+        "vocab_size":32,"rms_norm_eps":1e-6,"rope_theta":10000.0,"max_position_embeddings":64,
+        "hidden_act":"gelu","bos_token_id":1,"eos_token_id":0}"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let model = tiny_model(&config, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gemma.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    let loaded = model::load::<B>(&ModelRef::Gguf(path), &Default::default()).unwrap();
+    assert_eq!(loaded.config.architecture, Architecture::Gemma);
+    assert_eq!(loaded.config.extras, config.extras);
+    assert_eq!(
+        (loaded.config.head_dim, loaded.config.query_scale()),
+        (16, None)
+    );
     assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
 }
 
