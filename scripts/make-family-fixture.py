@@ -3,7 +3,7 @@
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
-             falcon falcon-new falcon-sequential phi gemma; do
+             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -118,6 +118,13 @@ def config(family):
         # 256 ≠ 192), a tied head.
         common.update(tie_word_embeddings=True)
         return transformers.GemmaConfig(head_dim=32, hidden_act="gelu", pad_token_id=0, **common)
+    if family.startswith("stablelm"):
+        # StableLM: Llama's names and SwiGLU with LayerNorms, a quarter of each head's 16
+        # dimensions rotating, q/k/v biases (StableLM 2's use_qkv_bias), an untied head;
+        # `stablelm-parallel` has StableLM 2 12B's parallel layer on one input_layernorm.
+        return transformers.StableLmConfig(
+            use_qkv_bias=True, partial_rotary_factor=0.25, layer_norm_eps=1e-5,
+            use_parallel_residual=family == "stablelm-parallel", **common)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -140,7 +147,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

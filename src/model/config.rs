@@ -162,11 +162,14 @@ pub struct HfLlamaConfig {
     /// GPT-NeoX: the share of each head's dimensions that rotate (the rest pass through).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotary_pct: Option<f64>,
-    /// Phi: the share of each head's dimensions that rotate, outside `rope_parameters`
-    /// (transformers 4's configs).
+    /// Phi, StableLM: the share of each head's dimensions that rotate, outside
+    /// `rope_parameters` (transformers 4's configs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial_rotary_factor: Option<f64>,
-    /// Phi: per-head LayerNorms of q and k (default false; true is refused).
+    /// StableLM: whether q, k and v carry biases (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_qkv_bias: Option<bool>,
+    /// Phi, StableLM: per-head LayerNorms of q and k (default false; true is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qk_layernorm: Option<bool>,
     /// GPT-NeoX: attention and MLP both read the layer's input and add to it together

@@ -107,6 +107,8 @@ fn every_family_gives_transformers_logits() {
         "falcon-sequential",
         "phi",
         "gemma",
+        "stablelm",
+        "stablelm-parallel",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -589,9 +591,10 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 
 /// GPT-NeoX (Pythia's parallel residual and partial rotary, and the sequential layer with half
 /// of each head rotating), BLOOM (ALiBi, the embeddings' norm), Falcon (one kv head and a
-/// shared norm; grouped kv heads and two norms; the sequential layer) and Phi (a shared
-/// LayerNorm, partial rotary, the LM head's bias): streamed through the layer store and pruned
-/// by every method exactly as in memory, six linears a layer, q/k/v split out of
+/// shared norm; grouped kv heads and two norms; the sequential layer), Phi (a shared
+/// LayerNorm, partial rotary, the LM head's bias) and StableLM (LayerNorms with SwiGLU, q/k/v
+/// biases, sequential and parallel): streamed through the layer store and pruned by every
+/// method exactly as in memory, six linears a layer (seven with a gate), q/k/v split out of
 /// `query_key_value` by kv head where the checkpoint stacks them; saved under the family's
 /// names with `query_key_value` stacked by kv head again and a shared norm written once
 /// (unpruned, the very tensors of the checkpoint), and the pruned copy gives the pruned model's
@@ -609,6 +612,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("falcon-new", true),
         ("falcon-sequential", false),
         ("phi", true),
+        ("stablelm", false),
+        ("stablelm-parallel", true),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -657,7 +662,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             let mut streamed =
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
-            assert_eq!(resident.layers[0].linears().len(), 6);
+            let gated = family.starts_with("stablelm");
+            assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);
             assert_eq!(

@@ -36,19 +36,6 @@ const LAYER_NAMES: [(&str, &str); 6] = [
 /// transformers' default share of rotated dimensions when a config names none.
 const DEFAULT_ROTARY_PCT: f64 = 0.25;
 
-impl GptNeox {
-    /// The share of each head's dimensions that rotate: `rope_parameters`'
-    /// `partial_rotary_factor` (transformers 5), else `rotary_pct`, else 0.25.
-    fn rotary_pct(hf: &HfLlamaConfig) -> f64 {
-        hf.rope_parameters
-            .as_ref()
-            .and_then(|p| p.global())
-            .and_then(|p| p.partial_rotary_factor)
-            .or(hf.rotary_pct)
-            .unwrap_or(DEFAULT_ROTARY_PCT)
-    }
-}
-
 impl Family for GptNeox {
     fn hf_class(&self) -> &'static str {
         "GPTNeoXForCausalLM"
@@ -98,23 +85,15 @@ impl Family for GptNeox {
             }
         };
         super::refuse_grouped_heads(hf, "GPT-NeoX")?;
-        let pct = Self::rotary_pct(hf);
-        if !(pct > 0.0 && pct <= 1.0) {
-            return Err(invalid(
-                "rotary_pct",
-                format!("must be in (0, 1], got {pct}"),
-            ));
-        }
-        let head_dim = hf.hidden_size / hf.num_attention_heads.max(1);
-        // As transformers: `int(head_size * rotary_pct)`.
-        let rotary = (head_dim as f64 * pct) as usize;
+        let rotary_dim =
+            super::partial_rotary(hf, hf.rotary_pct, "rotary_pct", DEFAULT_ROTARY_PCT)?;
         Ok(DecoderExtras {
             activation,
             layer_norm: true,
             ungated_mlp: true,
             mlp_bias: true,
             parallel_residual: hf.use_parallel_residual.unwrap_or(true),
-            rotary_dim: (rotary != head_dim).then_some(rotary),
+            rotary_dim,
             ..DecoderExtras::default()
         })
     }

@@ -18,6 +18,7 @@ pub mod phi;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod stablelm;
 
 use std::collections::BTreeMap;
 
@@ -137,6 +138,42 @@ pub(crate) fn refuse_grouped_heads(hf: &HfLlamaConfig, family: &str) -> Result<(
         )),
         _ => Ok(()),
     }
+}
+
+/// The dimensions of each head that rotate (`DecoderExtras::rotary_dim`, `None` where all of
+/// them do), from the share a config gives: `rope_parameters`' `partial_rotary_factor`
+/// (transformers 5), else `own` (the family's key, named `key` in errors), else `default`. As
+/// transformers takes it, `int(head_dim · share)`, which must be even and at least 2.
+pub(crate) fn partial_rotary(
+    hf: &HfLlamaConfig,
+    own: Option<f64>,
+    key: &str,
+    default: f64,
+) -> Result<Option<usize>, ConfigError> {
+    let share = hf
+        .rope_parameters
+        .as_ref()
+        .and_then(|p| p.global())
+        .and_then(|p| p.partial_rotary_factor)
+        .or(own)
+        .unwrap_or(default);
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(invalid(key, format!("must be in (0, 1], got {share}")));
+    }
+    let head_dim = hf
+        .head_dim
+        .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let rotary = (head_dim as f64 * share) as usize;
+    if rotary == 0 || rotary % 2 != 0 {
+        return Err(invalid(
+            key,
+            format!(
+                "rotates {rotary} of the {head_dim} dimensions of a head; it must rotate an \
+                 even number, at least 2"
+            ),
+        ));
+    }
+    Ok((rotary != head_dim).then_some(rotary))
 }
 
 /// What one decoder family adds to the shared decoder.
@@ -271,11 +308,14 @@ pub enum Architecture {
     /// `PhiForCausalLM` (phi-1, phi-1.5, Phi-2: a parallel layer on one LayerNorm, partial
     /// rotary, biases everywhere, the LM head's too).
     Phi,
+    /// `StableLmForCausalLM` (StableLM-3B-4E1T, StableLM 2: Llama's layer with LayerNorms,
+    /// partial rotary, q/k/v biases, optionally parallel on one norm).
+    StableLm,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 13] = [
+    pub const ALL: [Architecture; 14] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -289,6 +329,7 @@ impl Architecture {
         Architecture::Falcon,
         Architecture::Gemma,
         Architecture::Phi,
+        Architecture::StableLm,
     ];
 
     /// The family's adapter.
@@ -307,6 +348,7 @@ impl Architecture {
             Architecture::Falcon => &falcon::Falcon,
             Architecture::Gemma => &gemma::Gemma,
             Architecture::Phi => &phi::Phi,
+            Architecture::StableLm => &stablelm::StableLm,
         }
     }
 

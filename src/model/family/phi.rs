@@ -85,33 +85,12 @@ impl Family for Phi {
                     .into(),
             ));
         }
-        let factor = hf
-            .rope_parameters
-            .as_ref()
-            .and_then(|p| p.global())
-            .and_then(|p| p.partial_rotary_factor)
-            .or(hf.partial_rotary_factor)
-            .unwrap_or(DEFAULT_PARTIAL_ROTARY_FACTOR);
-        if !(factor > 0.0 && factor <= 1.0) {
-            return Err(invalid(
-                "partial_rotary_factor",
-                format!("must be in (0, 1], got {factor}"),
-            ));
-        }
-        let head_dim = hf
-            .head_dim
-            .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
-        // As transformers: `int(head_dim * partial_rotary_factor)`.
-        let rotary = (head_dim as f64 * factor) as usize;
-        if rotary == 0 || rotary % 2 != 0 {
-            return Err(invalid(
-                "partial_rotary_factor",
-                format!(
-                    "rotates {rotary} of the {head_dim} dimensions of a head; it must rotate \
-                     an even number, at least 2"
-                ),
-            ));
-        }
+        let rotary_dim = super::partial_rotary(
+            hf,
+            hf.partial_rotary_factor,
+            "partial_rotary_factor",
+            DEFAULT_PARTIAL_ROTARY_FACTOR,
+        )?;
         Ok(DecoderExtras {
             activation,
             layer_norm: true,
@@ -119,7 +98,7 @@ impl Family for Phi {
             mlp_bias: true,
             parallel_residual: true,
             shared_norm: true,
-            rotary_dim: (rotary != head_dim).then_some(rotary),
+            rotary_dim,
             lm_head_bias: true,
             ..DecoderExtras::default()
         })

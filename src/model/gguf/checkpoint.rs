@@ -166,6 +166,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         rotary_pct: None,
         partial_rotary_factor: None,
         qk_layernorm: None,
+        use_qkv_bias: None,
         use_parallel_residual: None,
         layer_norm_eps: None,
         apply_residual_connection_post_layernorm: None,
