@@ -1062,7 +1062,8 @@ mod tests {
             .unwrap()
             .resolve()
             .unwrap();
-        assert!(44.0 * (30.0f64 / 44.0) < 30.0);
+        let head_dim = std::hint::black_box(44.0f64);
+        assert!(head_dim * (30.0 / head_dim) < 30.0);
         c.head_dim = 44;
         for rotary in (2..=44).step_by(2) {
             c.extras.rotary_dim = Some(rotary);

@@ -164,7 +164,7 @@ pub(crate) fn partial_rotary(
         .head_dim
         .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
     let rotary = (head_dim as f64 * share) as usize;
-    if rotary == 0 || rotary % 2 != 0 {
+    if rotary == 0 || !rotary.is_multiple_of(2) {
         return Err(invalid(
             key,
             format!(
