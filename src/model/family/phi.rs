@@ -9,7 +9,8 @@
 //!   `fc2(gelu_new(fc1(x)))` (the tanh GELU);
 //! - a final LayerNorm named `final_layernorm` and an untied LM head **with a bias**.
 //!
-//! Per-head q/k LayerNorms (`qk_layernorm`, false in every released model) are refused.
+//! Per-head q/k LayerNorms (`qk_layernorm`, false in every released model) and a tied head
+//! (which would drop the head's bias) are refused.
 
 use std::collections::BTreeMap;
 
@@ -82,6 +83,14 @@ impl Family for Phi {
                 "qk_layernorm",
                 "is true (per-head q/k LayerNorms, in no released Phi model); only false is \
                  supported"
+                    .into(),
+            ));
+        }
+        if hf.tie_word_embeddings == Some(true) {
+            return Err(invalid(
+                "tie_word_embeddings",
+                "is true; Phi's LM head keeps a bias of its own, which a head tied to the \
+                 embeddings would drop (no released Phi model ties it)"
                     .into(),
             ));
         }
@@ -184,6 +193,11 @@ mod tests {
                 r#""qk_layernorm":false"#,
                 r#""qk_layernorm":true"#,
                 "qk_layernorm",
+            ),
+            (
+                r#""tie_word_embeddings":false"#,
+                r#""tie_word_embeddings":true"#,
+                "tie_word_embeddings",
             ),
             (
                 r#""partial_rotary_factor":0.4"#,
