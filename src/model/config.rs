@@ -444,17 +444,6 @@ impl HfLlamaConfig {
                 }
             }
         }
-        if let Some(rotary) = extras.rotary_dim {
-            if rotary == 0 || rotary % 2 != 0 || rotary > head_dim {
-                return Err(invalid(
-                    "rotary_pct",
-                    format!(
-                        "rotates {rotary} of the {head_dim} dimensions of a head; it must \
-                         rotate an even number, at least 2"
-                    ),
-                ));
-            }
-        }
         if let Some(local) = &extras.local_attention {
             if local.layers.len() != self.num_hidden_layers {
                 return Err(invalid(

@@ -140,6 +140,18 @@ pub(crate) fn refuse_grouped_heads(hf: &HfLlamaConfig, family: &str) -> Result<(
     }
 }
 
+/// Refuses per-head q/k LayerNorms (`qk_layernorm: true`: StableLM 2 12B's; no released Phi
+/// model has them), which the decoder does not run.
+pub(crate) fn refuse_qk_layernorm(hf: &HfLlamaConfig, family: &str) -> Result<(), ConfigError> {
+    match hf.qk_layernorm {
+        Some(true) => Err(invalid(
+            "qk_layernorm",
+            format!("is true (per-head q/k LayerNorms); {family} runs only without them"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The dimensions of each head that rotate (`DecoderExtras::rotary_dim`, `None` where all of
 /// them do), from the share a config gives: `rope_parameters`' `partial_rotary_factor`
 /// (transformers 5), else `own` (the family's key, named `key` in errors), else `default`. As

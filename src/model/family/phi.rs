@@ -78,14 +78,7 @@ impl Family for Phi {
                 ))
             }
         };
-        if hf.qk_layernorm == Some(true) {
-            return Err(invalid(
-                "qk_layernorm",
-                "is true (per-head q/k LayerNorms, in no released Phi model); only false is \
-                 supported"
-                    .into(),
-            ));
-        }
+        super::refuse_qk_layernorm(hf, "Phi")?;
         if hf.tie_word_embeddings == Some(true) {
             return Err(invalid(
                 "tie_word_embeddings",

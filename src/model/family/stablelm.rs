@@ -62,13 +62,7 @@ impl Family for StableLm {
                 ))
             }
         }
-        if hf.qk_layernorm == Some(true) {
-            return Err(invalid(
-                "qk_layernorm",
-                "is true (StableLM 2 12B's per-head q/k LayerNorms); only false is supported"
-                    .into(),
-            ));
-        }
+        super::refuse_qk_layernorm(hf, "StableLM")?;
         let rotary_dim = super::partial_rotary(
             hf,
             hf.partial_rotary_factor,
