@@ -3,7 +3,7 @@
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
-             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel; do
+             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -125,6 +125,10 @@ def config(family):
         return transformers.StableLmConfig(
             use_qkv_bias=True, partial_rotary_factor=0.25, layer_norm_eps=1e-5,
             use_parallel_residual=family == "stablelm-parallel", **common)
+    if family == "olmo2":
+        # OLMo 2: no pre-norms, RMSNorms on the attention and MLP outputs, q/k RMSNorms over
+        # all heads of a position (64- and 32-wide gains), grouped kv heads, an untied head.
+        return transformers.Olmo2Config(rope_theta=500_000.0, pad_token_id=0, **common)
     raise SystemExit(f"unknown family {family}")
 
 

@@ -765,6 +765,14 @@ pub struct DecoderExtras {
     /// The LM head carries a bias (Phi's `lm_head`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lm_head_bias: bool,
+    /// The layer has no norms before attention and the MLP, which read the residual stream
+    /// itself; its only norms are the output norms of `sandwich_norms` (OLMo 2).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub post_norms_only: bool,
+    /// The q/k norms span all heads of a position, `[heads · head_dim]` and
+    /// `[kv_heads · head_dim]` gains (OLMo 2), instead of one head's `[head_dim]` (Qwen3).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_across_heads: bool,
 }
 
 impl DecoderExtras {

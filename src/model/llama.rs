@@ -144,9 +144,10 @@ pub(crate) struct Attention<B: Backend> {
     pub v_proj: Linear<B>,
     /// `[heads * head_dim, hidden]`.
     pub o_proj: Linear<B>,
-    /// RMSNorm of each query head before RoPE, `[head_dim]` (Qwen3).
+    /// RMSNorm of the queries before RoPE: of each head, `[head_dim]` (Qwen3), or of all
+    /// heads of a position, `[heads * head_dim]` (OLMo 2).
     pub q_norm: Option<Norm<B>>,
-    /// RMSNorm of each key head before RoPE, `[head_dim]` (Qwen3).
+    /// RMSNorm of the keys before RoPE, `[head_dim]` or `[kv_heads * head_dim]`.
     pub k_norm: Option<Norm<B>>,
     /// Query heads.
     pub num_heads: usize,
@@ -199,12 +200,15 @@ impl<B: Backend> Attention<B> {
             Some((cos, sin)) => (cos, sin),
             None => (ctx.cos, ctx.sin),
         };
-        // Heads apart, each through its norm when the family has one.
+        // Heads apart, each through its norm when the family has one: over each head (Qwen3)
+        // or over all heads of a position (OLMo 2), as wide as the norm's gain.
         let split = |t: Tensor<B, 3>, n: usize, norm: &Option<Norm<B>>| {
             let t = match norm {
-                Some(norm) => norm
-                    .forward(t.reshape([batch, seq * n, head_dim]))
-                    .reshape([batch, seq, n * head_dim]),
+                Some(norm) => {
+                    let width = norm.weight.dims()[0];
+                    norm.forward(t.reshape([batch, seq * n * head_dim / width, width]))
+                        .reshape([batch, seq, n * head_dim])
+                }
                 None => t,
             };
             t.reshape([batch, seq, n, head_dim]).swap_dims(1, 2)
@@ -490,18 +494,31 @@ pub struct OutputNorms<B: Backend> {
     pub mlp: Norm<B>,
 }
 
-/// One pre-norm decoder layer.
+/// `norm(x)`, or `x` itself where the layer has no such norm (OLMo 2's attention and MLP read
+/// the residual stream).
+///
+/// # Shapes
+/// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+fn pre_norm<B: Backend>(norm: &Option<Norm<B>>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    match norm {
+        Some(norm) => norm.forward(x),
+        None => x,
+    }
+}
+
+/// One decoder layer: pre-norms (Llama), sandwich norms (Gemma) or output norms only (OLMo 2).
 #[derive(Module, Debug)]
 pub struct DecoderLayer<B: Backend> {
     /// Attention block.
     pub(crate) self_attn: Attention<B>,
     /// Feed-forward block.
     pub(crate) mlp: Mlp<B>,
-    /// Norm before attention.
-    pub input_layernorm: Norm<B>,
+    /// Norm before attention; `None` where attention reads the residual stream itself
+    /// (OLMo 2).
+    pub input_layernorm: Option<Norm<B>>,
     /// Norm before the MLP (Llama's `post_attention_layernorm`, Gemma's
-    /// `pre_feedforward_layernorm`).
-    pub post_attention_layernorm: Norm<B>,
+    /// `pre_feedforward_layernorm`); `None` where the MLP reads the residual stream (OLMo 2).
+    pub post_attention_layernorm: Option<Norm<B>>,
     /// Norms of the attention and MLP outputs, where the family has them (Gemma).
     pub output_norms: Option<OutputNorms<B>>,
     /// Attention and MLP both read the layer's input and are added to it together
@@ -532,8 +549,20 @@ impl<B: Backend> DecoderLayer<B> {
             config.head_dim,
             config.intermediate_size,
         );
-        let head_norm = |name: &str| config.qk_norm.then(|| norm(name, d)).transpose();
+        let head_norm = |name: &str, heads: usize| {
+            let width = if config.extras.qk_norm_across_heads {
+                heads * d
+            } else {
+                d
+            };
+            config.qk_norm.then(|| norm(name, width)).transpose()
+        };
         let sandwich = config.extras.sandwich_norms;
+        let pre_norm = |name: &str| {
+            (!config.extras.post_norms_only)
+                .then(|| norm(name, h))
+                .transpose()
+        };
         let mlp_bias = config.extras.mlp_bias;
         Ok(DecoderLayer {
             self_attn: Attention {
@@ -541,8 +570,8 @@ impl<B: Backend> DecoderLayer<B> {
                 k_proj: linear("self_attn.k_proj", h, kv * d, config.qkv_bias)?,
                 v_proj: linear("self_attn.v_proj", h, kv * d, config.qkv_bias)?,
                 o_proj: linear("self_attn.o_proj", heads * d, h, config.o_bias)?,
-                q_norm: head_norm("self_attn.q_norm")?,
-                k_norm: head_norm("self_attn.k_norm")?,
+                q_norm: head_norm("self_attn.q_norm", heads)?,
+                k_norm: head_norm("self_attn.k_norm", kv)?,
                 num_heads: heads,
                 num_kv_heads: kv,
                 head_dim: d,
@@ -563,11 +592,11 @@ impl<B: Backend> DecoderLayer<B> {
                 down_proj: linear("mlp.down_proj", inter, h, mlp_bias)?,
                 activation: config.extras.activation,
             },
-            input_layernorm: norm("input_layernorm", h)?,
+            input_layernorm: pre_norm("input_layernorm")?,
             post_attention_layernorm: if sandwich {
-                norm("pre_feedforward_layernorm", h)?
+                pre_norm("pre_feedforward_layernorm")?
             } else {
-                norm("post_attention_layernorm", h)?
+                pre_norm("post_attention_layernorm")?
             },
             output_norms: if sandwich {
                 Some(OutputNorms {
@@ -604,16 +633,16 @@ impl<B: Backend> DecoderLayer<B> {
             }
         }
         if self.parallel_residual {
-            let attn_in = self.input_layernorm.forward(x.clone());
+            let attn_in = pre_norm(&self.input_layernorm, x.clone());
             observe(LinearInput::AttnIn, &attn_in);
             let attn = self.self_attn.forward_observed(attn_in, ctx, observe);
-            let mlp_in = self.post_attention_layernorm.forward(x.clone());
+            let mlp_in = pre_norm(&self.post_attention_layernorm, x.clone());
             observe(LinearInput::MlpIn, &mlp_in);
             // In transformers' order: `mlp_output + attn_output + hidden_states`.
             return self.mlp.forward_observed(mlp_in, observe) + attn + x;
         }
         let h = self.attention_residual(x, ctx, observe);
-        let mlp_in = self.post_attention_layernorm.forward(h.clone());
+        let mlp_in = pre_norm(&self.post_attention_layernorm, h.clone());
         observe(LinearInput::MlpIn, &mlp_in);
         let out = self.mlp.forward_observed(mlp_in, observe);
         h + match &self.output_norms {
@@ -630,7 +659,7 @@ impl<B: Backend> DecoderLayer<B> {
         ctx: LayerContext<'_, B>,
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) -> Tensor<B, 3> {
-        let attn_in = self.input_layernorm.forward(x.clone());
+        let attn_in = pre_norm(&self.input_layernorm, x.clone());
         observe(LinearInput::AttnIn, &attn_in);
         let out = self.self_attn.forward_observed(attn_in, ctx, observe);
         x + match &self.output_norms {
@@ -680,13 +709,13 @@ impl<B: Backend> DecoderLayer<B> {
             return;
         }
         let mlp_in = if self.parallel_residual {
-            let attn_in = self.input_layernorm.forward(x.clone());
+            let attn_in = pre_norm(&self.input_layernorm, x.clone());
             observe(LinearInput::AttnIn, &attn_in);
             self.self_attn.forward_observed(attn_in, ctx, observe);
-            self.post_attention_layernorm.forward(x)
+            pre_norm(&self.post_attention_layernorm, x)
         } else {
             let h = self.attention_residual(x, ctx, observe);
-            self.post_attention_layernorm.forward(h)
+            pre_norm(&self.post_attention_layernorm, h)
         };
         observe(LinearInput::MlpIn, &mlp_in);
         observe(LinearInput::MlpHidden, &self.mlp.hidden(mlp_in));
@@ -703,8 +732,8 @@ impl<B: Backend> DecoderLayer<B> {
             gate_proj: m.gate_proj.as_ref(),
             up_proj: &m.up_proj,
             down_proj: &m.down_proj,
-            input_norm: self.input_layernorm.weights(),
-            post_norm: self.post_attention_layernorm.weights(),
+            input_norm: self.input_layernorm.as_ref().map(Norm::weights),
+            post_norm: self.post_attention_layernorm.as_ref().map(Norm::weights),
             q_norm: a.q_norm.as_ref().map(Norm::weights),
             k_norm: a.k_norm.as_ref().map(Norm::weights),
             sliding_window: a.sliding_window,
@@ -752,14 +781,19 @@ impl<B: Backend> DecoderLayer<B> {
     /// the family has them.
     pub fn norms(&self) -> Vec<(&'static str, &Norm<B>)> {
         let a = &self.self_attn;
-        let mut norms = vec![("input_layernorm", &self.input_layernorm)];
+        let mut norms: Vec<_> = self
+            .input_layernorm
+            .iter()
+            .map(|n| ("input_layernorm", n))
+            .collect();
+        let pre_mlp = self.post_attention_layernorm.as_ref();
         match &self.output_norms {
-            None => norms.push(("post_attention_layernorm", &self.post_attention_layernorm)),
-            Some(out) => norms.extend([
-                ("post_attention_layernorm", &out.attention),
-                ("pre_feedforward_layernorm", &self.post_attention_layernorm),
-                ("post_feedforward_layernorm", &out.mlp),
-            ]),
+            None => norms.extend(pre_mlp.map(|n| ("post_attention_layernorm", n))),
+            Some(out) => {
+                norms.push(("post_attention_layernorm", &out.attention));
+                norms.extend(pre_mlp.map(|n| ("pre_feedforward_layernorm", n)));
+                norms.push(("post_feedforward_layernorm", &out.mlp));
+            }
         }
         norms.extend(a.q_norm.as_ref().map(|n| ("self_attn.q_norm", n)));
         norms.extend(a.k_norm.as_ref().map(|n| ("self_attn.k_norm", n)));

@@ -52,22 +52,24 @@ impl ModelShape {
             gated_mlp: !config.extras.ungated_mlp,
         };
         let e = &config.extras;
-        // Norm gains (and LayerNorm biases): two per layer (four with Gemma's output norms),
-        // plus the per-head q/k norms.
+        // Norm gains (and LayerNorm biases): two per layer (four with Gemma's output norms,
+        // two with OLMo 2's output norms alone), plus the q/k norms.
         let per_norm = if e.layer_norm { 2 } else { 1 } * config.hidden_size;
-        let norms = if e.sandwich_norms {
+        let norms = if e.sandwich_norms && !e.post_norms_only {
             4
         } else if e.shared_norm {
             1
         } else {
             2
         };
-        let layer_norms = norms * per_norm
-            + if config.qk_norm {
-                2 * config.head_dim
-            } else {
-                0
-            };
+        let qk_norms = match (config.qk_norm, e.qk_norm_across_heads) {
+            (false, _) => 0,
+            (true, false) => 2 * config.head_dim,
+            (true, true) => {
+                (config.num_attention_heads + config.num_key_value_heads) * config.head_dim
+            }
+        };
+        let layer_norms = norms * per_norm + qk_norms;
         // MLP biases: `I` for each matrix into the MLP, `H` for down_proj's.
         let mlp_bias = if e.mlp_bias {
             (shape.mlp_matrices() - 1) * config.intermediate_size as u64 + config.hidden_size as u64

@@ -1,13 +1,13 @@
 //! A tiny random Llama written as GGUF (q/k rows permuted as llama.cpp's converter does) loads
 //! back with the logits of the original model; so do a Qwen3 (its own head width, per-head
-//! q/k norms, rows as they are) and a Gemma (`1 + w` norms).
+//! q/k norms, rows as they are), a Gemma (`1 + w` norms) and an OLMo 2 (output norms alone).
 
 use std::path::Path;
 
 use wanda::model::config::{HfLlamaConfig, LlamaConfig};
 use wanda::model::export::hf_tensors;
 use wanda::model::family::Architecture;
-use wanda::model::gguf::{gguf_name, GgufWriter};
+use wanda::model::gguf::{gguf_name, GgufValue, GgufWriter};
 use wanda::model::llama::Llama;
 use wanda::model::{self, ModelRef};
 
@@ -55,6 +55,7 @@ pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, qu
     let (arch, permuted) = match config.architecture {
         Architecture::Qwen3 => ("qwen3", false),
         Architecture::Gemma => ("gemma", false),
+        Architecture::Olmo2 => ("olmo2", false),
         _ => ("llama", true),
     };
     let key = |k: &str| format!("{arch}.{k}");
@@ -92,7 +93,7 @@ pub(crate) fn write_gguf(path: &Path, config: &LlamaConfig, model: &Llama<B>, qu
         .metadata("tokenizer.ggml.bos_token_id", 0u32)
         .metadata("tokenizer.ggml.eos_token_id", 0u32);
     for (name, t) in hf_tensors(model) {
-        let gguf = gguf_name(&name, false).unwrap();
+        let gguf = gguf_name(&name, config.extras.sandwich_norms).unwrap();
         let data = if config.extras.norm_offset && gguf.ends_with("norm.weight") {
             // llama.cpp's converter stores Gemma's norms as `1 + w`.
             t.data.iter().map(|w| w + 1.0).collect()
@@ -163,6 +164,57 @@ fn gemma_gguf_loads_with_identical_logits() {
         (16, None)
     );
     assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
+}
+
+/// OLMo 2's file (`olmo2`: `post_attention_norm` and `post_ffw_norm` alone, q/k norms across
+/// the heads, rows unpermuted) loads as the OLMo 2 family, with the model's logits to the bit;
+/// with a sliding window (OLMo 3, which llama.cpp writes as `olmo2` too) it is refused.
+#[test]
+fn olmo2_gguf_loads_with_identical_logits() {
+    let config = HfLlamaConfig::from_json(
+        r#"{"architectures":["Olmo2ForCausalLM"],"hidden_size":32,"intermediate_size":64,
+        "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+        "vocab_size":32,"rms_norm_eps":1e-6,"rope_theta":500000.0,"max_position_embeddings":64,
+        "bos_token_id":1,"eos_token_id":0}"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let model = tiny_model(&config, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("olmo2.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    let loaded = model::load::<B>(&ModelRef::Gguf(path.clone()), &Default::default()).unwrap();
+    assert_eq!(loaded.config.architecture, Architecture::Olmo2);
+    assert_eq!(loaded.config.extras, config.extras);
+    assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
+
+    // The metadata again with one key more (the config is refused before any tensor is read).
+    let with = |key: &str, value: GgufValue| {
+        let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
+        let mut w = GgufWriter::new();
+        for (k, v) in file.metadata() {
+            w.metadata(k.clone(), v.clone());
+        }
+        w.metadata(key, value);
+        let changed = dir.path().join("changed.gguf");
+        w.write(&changed).unwrap();
+        match model::load::<B>(&ModelRef::Gguf(changed), &Default::default()) {
+            Ok(_) => panic!("{key} must be refused"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let err = with("olmo2.attention.sliding_window", GgufValue::U32(4096));
+    assert!(
+        err.contains("sliding_window") && err.contains("OLMo 3"),
+        "{err}"
+    );
+    // OLMo 3's YaRN (any scaling but linear) is refused, not read as unscaled.
+    let err = with("olmo2.rope.scaling.type", GgufValue::String("yarn".into()));
+    assert!(
+        err.contains("`olmo2.rope.scaling.type`") && err.contains("yarn"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -134,7 +134,11 @@ fn layer_zero_statistics_are_the_normed_embeddings() {
     for w in windows() {
         let ids: Vec<i64> = w.iter().map(|&t| i64::from(t)).collect();
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, 8]), &device);
-        let x = dense.layers[0].input_layernorm.forward(dense.embed(tokens));
+        let x = dense.layers[0]
+            .input_layernorm
+            .as_ref()
+            .unwrap()
+            .forward(dense.embed(tokens));
         let flat: Vec<f32> = x.into_data().to_vec().unwrap();
         norms.add_batch(&flat, 8, config.hidden_size).unwrap();
     }

@@ -13,6 +13,7 @@ pub mod gemma3;
 pub mod gpt_neox;
 pub mod llama;
 pub mod mistral;
+pub mod olmo2;
 pub mod opt;
 pub mod phi;
 pub mod phi3;
@@ -323,11 +324,14 @@ pub enum Architecture {
     /// `StableLmForCausalLM` (StableLM-3B-4E1T, StableLM 2: Llama's layer with LayerNorms,
     /// partial rotary, q/k/v biases, optionally parallel on one norm).
     StableLm,
+    /// `Olmo2ForCausalLM` (OLMo 2: Llama's layer with output norms instead of pre-norms and
+    /// q/k norms across the heads).
+    Olmo2,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 14] = [
+    pub const ALL: [Architecture; 15] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -342,6 +346,7 @@ impl Architecture {
         Architecture::Gemma,
         Architecture::Phi,
         Architecture::StableLm,
+        Architecture::Olmo2,
     ];
 
     /// The family's adapter.
@@ -361,6 +366,7 @@ impl Architecture {
             Architecture::Gemma => &gemma::Gemma,
             Architecture::Phi => &phi::Phi,
             Architecture::StableLm => &stablelm::StableLm,
+            Architecture::Olmo2 => &olmo2::Olmo2,
         }
     }
 
@@ -443,7 +449,7 @@ mod tests {
         assert_eq!(Architecture::from_gguf_arch("mistral"), None);
         assert_eq!(
             Architecture::supported_gguf_archs(),
-            "llama, qwen2, qwen3, gemma3, gemma"
+            "llama, qwen2, qwen3, gemma3, gemma, olmo2"
         );
     }
 }

@@ -143,7 +143,14 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             original_max_position_embeddings: None,
             partial_rotary_factor: None,
         }),
-        _ => None,
+        None | Some("none") => None,
+        // YaRN, LongRoPE: read as unscaled they would give wrong logits without a word.
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: key("rope.scaling.type"),
+                problem: format!("is `{other}`; only `none` and `linear` RoPE scaling run"),
+            })
+        }
     };
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),

@@ -86,9 +86,11 @@ struct LayerRef<'a> {
     gate: Option<LinearRef<'a>>,
     up: LinearRef<'a>,
     down: LinearRef<'a>,
-    input_norm: NormRef<'a>,
-    post_norm: NormRef<'a>,
-    /// Per-head q and k norms, `[head_dim]` each (Qwen3).
+    /// `None` where attention reads the residual stream (OLMo 2).
+    input_norm: Option<NormRef<'a>>,
+    /// `None` where the MLP reads the residual stream (OLMo 2).
+    post_norm: Option<NormRef<'a>>,
+    /// q and k norms, per head `[head_dim]` (Qwen3) or over a position's heads (OLMo 2).
     q_norm: Option<&'a [f32]>,
     k_norm: Option<&'a [f32]>,
     /// Keys a query sees, itself included, when the attention slides.
@@ -176,6 +178,15 @@ fn norm_rows(x: &[f32], norm: NormRef, eps: f64, out: &mut [f32]) {
                 }
             }
         });
+}
+
+/// [`norm_rows`] where the layer has the norm, else a copy of `x` (OLMo 2's attention and MLP
+/// read the residual stream itself).
+fn pre_norm_rows(x: &[f32], norm: Option<NormRef>, eps: f64, out: &mut [f32]) {
+    match norm {
+        Some(norm) => norm_rows(x, norm, eps, out),
+        None => out.copy_from_slice(x),
+    }
 }
 
 /// [`norm_rows`] of an RMSNorm in place: every `weight.len()`-wide row of `x` normalised (the
@@ -417,7 +428,7 @@ fn layer_forward(
     let k = sized(&mut scratch.k, rows * d.kv_heads * hd);
     let v = sized(&mut scratch.v, rows * d.kv_heads * hd);
     let gate = sized(&mut scratch.gate, rows * intermediate);
-    norm_rows(x, layer.input_norm, d.eps, normed);
+    pre_norm_rows(x, layer.input_norm, d.eps, normed);
     observe(LinearInput::AttnIn, normed, hidden);
     layer.q.apply(normed, rows, q, false);
     layer.k.apply(normed, rows, k, false);
@@ -488,7 +499,7 @@ fn layer_forward(
         );
         None
     };
-    norm_rows(x, layer.post_norm, d.eps, normed);
+    pre_norm_rows(x, layer.post_norm, d.eps, normed);
     observe(LinearInput::MlpIn, normed, hidden);
     match &layer.gate {
         Some(gate_proj) => {
@@ -730,8 +741,8 @@ struct HeldLayer<'m> {
     gate: Option<HeldLinear>,
     up: HeldLinear,
     down: HeldLinear,
-    input_norm: HeldNorm,
-    post_norm: HeldNorm,
+    input_norm: Option<HeldNorm>,
+    post_norm: Option<HeldNorm>,
     q_norm: Option<usize>,
     k_norm: Option<usize>,
     output_norms: Option<[usize; 2]>,
@@ -760,8 +771,8 @@ fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldL
         gate: layer.gate_proj.map(|g| hold_linear(held, g)),
         up: hold_linear(held, layer.up_proj),
         down: hold_linear(held, layer.down_proj),
-        input_norm: hold_norm(held, &layer.input_norm),
-        post_norm: hold_norm(held, &layer.post_norm),
+        input_norm: layer.input_norm.as_ref().map(|n| hold_norm(held, n)),
+        post_norm: layer.post_norm.as_ref().map(|n| hold_norm(held, n)),
         q_norm: match &layer.q_norm {
             Some(n) => Some(hold_rms_norm(held, n)?),
             None => None,
@@ -791,8 +802,14 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
         },
         up: linear_ref(held, &l.up)?,
         down: linear_ref(held, &l.down)?,
-        input_norm: norm_ref(held, l.input_norm)?,
-        post_norm: norm_ref(held, l.post_norm)?,
+        input_norm: match l.input_norm {
+            Some(n) => Some(norm_ref(held, n)?),
+            None => None,
+        },
+        post_norm: match l.post_norm {
+            Some(n) => Some(norm_ref(held, n)?),
+            None => None,
+        },
         q_norm: match l.q_norm {
             Some(i) => Some(held.slice(i)?),
             None => None,
@@ -1067,7 +1084,7 @@ fn fused_layer(
             packing: None,
         },
     };
-    let d = dims_of(layer, hidden, layer.input_norm.eps);
+    let d = dims_of(layer, hidden, layer.norm_eps());
     let mut values = held.slice(x_index)?.to_vec();
     let mut failed = false;
     layer_forward(

@@ -203,13 +203,14 @@ pub struct LayerWeights<'a, B: Backend> {
     pub up_proj: &'a Linear<B>,
     /// `[intermediate, hidden]`.
     pub down_proj: &'a Linear<B>,
-    /// Norm before attention.
-    pub input_norm: NormWeights<'a, B>,
-    /// Norm before the MLP.
-    pub post_norm: NormWeights<'a, B>,
-    /// Per-head query norm, `[head_dim]` (Qwen3).
+    /// Norm before attention; `None` where attention reads the residual stream (OLMo 2).
+    pub input_norm: Option<NormWeights<'a, B>>,
+    /// Norm before the MLP; `None` where the MLP reads the residual stream (OLMo 2).
+    pub post_norm: Option<NormWeights<'a, B>>,
+    /// Query norm, per head `[head_dim]` (Qwen3) or over all heads of a position
+    /// `[heads * head_dim]` (OLMo 2).
     pub q_norm: Option<NormWeights<'a, B>>,
-    /// Per-head key norm, `[head_dim]` (Qwen3).
+    /// Key norm, `[head_dim]` or `[kv_heads * head_dim]`.
     pub k_norm: Option<NormWeights<'a, B>>,
     /// Keys a query sees, itself included, when the attention slides (Mistral, Gemma 3's
     /// local layers).
@@ -238,6 +239,19 @@ pub struct LayerWeights<'a, B: Backend> {
     pub kv_heads: usize,
     /// Per-head width.
     pub head_dim: usize,
+}
+
+impl<B: Backend> LayerWeights<'_, B> {
+    /// The epsilon of the layer's norms (one for all of them): its first norm's.
+    pub fn norm_eps(&self) -> f64 {
+        self.input_norm
+            .iter()
+            .chain(self.output_norms.iter().flatten())
+            .chain(&self.q_norm)
+            .map(|n| n.eps)
+            .next()
+            .unwrap_or(1e-6)
+    }
 }
 
 /// The borrowed embeddings, final norm and LM head of a model.
