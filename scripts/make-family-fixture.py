@@ -3,7 +3,7 @@
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
-             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2; do
+             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -129,6 +129,19 @@ def config(family):
         # OLMo 2: no pre-norms, RMSNorms on the attention and MLP outputs, q/k RMSNorms over
         # all heads of a position (64- and 32-wide gains), grouped kv heads, an untied head.
         return transformers.Olmo2Config(rope_theta=500_000.0, pad_token_id=0, **common)
+    if family == "olmo3":
+        # OLMo 3: OLMo 2's layer, a sliding layer, a full one and a sliding one (window 6 < 16
+        # ids); the full layers under YaRN (×4 over an original 128 positions, so the ramp
+        # spans dimensions 0 to 3 of 16 and the attention factor is 1.1386), the sliding ones
+        # plain at a base of their own.
+        common.update(num_hidden_layers=3, max_position_embeddings=512)
+        return transformers.Olmo3Config(
+            sliding_window=6, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10_000.0,
+                                   "original_max_position_embeddings": 128},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 500_000.0}},
+            pad_token_id=0, **common)
     raise SystemExit(f"unknown family {family}")
 
 

@@ -14,7 +14,9 @@ bloom-560m (1024 wide, 24 layers of 16 heads, ALiBi, vocabulary 250880) or falco
 65024, but 4 of its 32 layers, so that f32 fits a 24 GiB machine), phi-2-8l (Phi-2's layer, 2560
 wide, 32 heads with 32 of 80 dimensions rotating, 10240 MLP, a biased LM head over 51200 entries,
 8 of its 32 layers) or gemma-2b-6l (Gemma 2B's layer, 2048 wide, 8 query heads of 256 sharing one
-kv head, 16384 GeGLU, a tied 256000-entry vocabulary, 6 of its 18 layers).
+kv head, 16384 GeGLU, a tied 256000-entry vocabulary, 6 of its 18 layers) or olmo2-1b-8l
+(OLMo-2 1B's layer, 2048 wide, 16 heads with q/k norms across them, 8192 SwiGLU, output norms
+alone, an untied 100352-entry vocabulary, 8 of its 16 layers).
 """
 import shutil
 import sys
@@ -36,6 +38,10 @@ SHAPES = {
     "gemma-2b-6l": lambda: transformers.GemmaConfig(
         vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=6,
         num_attention_heads=8, num_key_value_heads=1, head_dim=256, hidden_act="gelu"),
+    "olmo2-1b-8l": lambda: transformers.Olmo2Config(
+        vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=8,
+        num_attention_heads=16, num_key_value_heads=16, rope_theta=500_000.0,
+        tie_word_embeddings=False),
     "falcon-7b-4l": lambda: transformers.FalconConfig(
         vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
         multi_query=True, parallel_attn=True, bias=False),

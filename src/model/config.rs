@@ -52,7 +52,7 @@ pub enum ConfigError {
 
 /// `rope_scaling` as it appears in `config.json`, or `rope_parameters` as transformers 5
 /// writes it (the same keys plus `rope_theta`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HfRopeScaling {
     /// RoPE base (`rope_parameters` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +78,24 @@ pub struct HfRopeScaling {
     /// The share of each head's dimensions that rotate (`rope_parameters` only; GPT-NeoX).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial_rotary_factor: Option<f64>,
+    /// YaRN: rotations above which dimensions extrapolate (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_fast: Option<f64>,
+    /// YaRN: rotations below which dimensions interpolate (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_slow: Option<f64>,
+    /// YaRN: the factor of the cosines and sines (default from `factor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_factor: Option<f64>,
+    /// YaRN: `mscale` of the default attention factor (with `mscale_all_dim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mscale: Option<f64>,
+    /// YaRN: `mscale_all_dim` of the default attention factor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mscale_all_dim: Option<f64>,
+    /// YaRN: whether the correction range is rounded out to whole dimensions (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate: Option<bool>,
 }
 
 /// Falcon's `config.json` keys (`FalconConfig`); each absent key takes transformers' default in
@@ -274,14 +292,14 @@ pub enum HfRopeParameters {
     /// One set per layer type.
     PerLayerType(std::collections::BTreeMap<String, HfRopeScaling>),
     /// One set for every layer.
-    Model(HfRopeScaling),
+    Model(Box<HfRopeScaling>),
 }
 
 impl HfRopeParameters {
     /// The parameters of the full-attention layers (or of every layer).
     pub fn global(&self) -> Option<&HfRopeScaling> {
         match self {
-            HfRopeParameters::Model(p) => Some(p),
+            HfRopeParameters::Model(p) => Some(p.as_ref()),
             HfRopeParameters::PerLayerType(map) => map.get("full_attention"),
         }
     }
@@ -579,9 +597,41 @@ pub(crate) fn resolve_rope_scaling(s: &HfRopeScaling) -> Result<RopeScaling, Con
                     .unwrap_or(8192),
             })
         }
+        "yarn" => {
+            let factor = factor()?;
+            let original = s.original_max_position_embeddings.ok_or_else(|| {
+                invalid(
+                    "rope_scaling.original_max_position_embeddings",
+                    "is missing; YaRN needs the pre-training context length".to_string(),
+                )
+            })?;
+            // transformers' `get_mscale`: 0.1 · ln(scale) · mscale + 1 above a scale of 1.
+            let mscale = |scale: f64, m: f64| {
+                if scale <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * scale.ln() + 1.0
+                }
+            };
+            let attention_factor = match (s.attention_factor, s.mscale, s.mscale_all_dim) {
+                (Some(a), _, _) => a,
+                (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                    mscale(factor, m) / mscale(factor, all)
+                }
+                _ => mscale(factor, 1.0),
+            };
+            Ok(RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: original,
+                beta_fast: s.beta_fast.filter(|b| *b != 0.0).unwrap_or(32.0),
+                beta_slow: s.beta_slow.filter(|b| *b != 0.0).unwrap_or(1.0),
+                attention_factor,
+                truncate: s.truncate.unwrap_or(true),
+            })
+        }
         other => Err(invalid(
             "rope_scaling.rope_type",
-            format!("`{other}` is not supported; supported: default, linear, llama3"),
+            format!("`{other}` is not supported; supported: default, linear, llama3, yarn"),
         )),
     }
 }
@@ -609,6 +659,24 @@ pub enum RopeScaling {
     },
     /// Per-frequency divisors (GGUF's `rope_freqs.weight`, one per rotated pair).
     Factors(Vec<f32>),
+    /// YaRN (Peng et al. 2023, as transformers computes it): the frequencies blend from kept
+    /// (fast, past `beta_fast` rotations over the original context) to divided by `factor`
+    /// (slow, under `beta_slow`) along a linear ramp, and the cosines and sines are multiplied
+    /// by `attention_factor`.
+    Yarn {
+        /// Divisor of the slow frequencies.
+        factor: f64,
+        /// Pre-training context length.
+        original_max_position_embeddings: usize,
+        /// Rotations above which a dimension keeps its frequency.
+        beta_fast: f64,
+        /// Rotations below which a dimension is fully divided.
+        beta_slow: f64,
+        /// The factor of the cosines and sines.
+        attention_factor: f64,
+        /// Whether the ramp's ends are rounded out to whole dimensions.
+        truncate: bool,
+    },
 }
 
 /// The resolved configuration of a Llama-family decoder: every default applied, every value checked.
@@ -783,9 +851,9 @@ impl DecoderExtras {
 }
 
 impl LlamaConfig {
-    /// Writes this config back as a Hugging Face `config.json` value.
-    pub fn to_hf_json(&self) -> serde_json::Value {
-        let rope_scaling = match &self.rope_scaling {
+    /// The scaling as `config.json`'s `rope_scaling` writes it (`null` without one).
+    pub fn rope_scaling_json(&self) -> serde_json::Value {
+        match &self.rope_scaling {
             RopeScaling::None | RopeScaling::Factors(_) => serde_json::Value::Null,
             RopeScaling::Linear { factor } => {
                 serde_json::json!({ "rope_type": "linear", "factor": factor })
@@ -802,7 +870,28 @@ impl LlamaConfig {
                 "high_freq_factor": high_freq_factor,
                 "original_max_position_embeddings": original_max_position_embeddings,
             }),
-        };
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                truncate,
+            } => serde_json::json!({
+                "rope_type": "yarn",
+                "factor": factor,
+                "original_max_position_embeddings": original_max_position_embeddings,
+                "beta_fast": beta_fast,
+                "beta_slow": beta_slow,
+                "attention_factor": attention_factor,
+                "truncate": truncate,
+            }),
+        }
+    }
+
+    /// Writes this config back as a Hugging Face `config.json` value.
+    pub fn to_hf_json(&self) -> serde_json::Value {
+        let rope_scaling = self.rope_scaling_json();
         let mut v = serde_json::json!({
             "architectures": [self.architecture.hf_class()],
             "model_type": self.architecture.model_type(),
@@ -896,6 +985,16 @@ impl LlamaConfig {
                 ..self.clone()
             })
         })
+    }
+
+    /// The factor of the model's rotary cosines and sines: YaRN's attention factor, else 1.
+    pub fn rope_attention_factor(&self) -> f32 {
+        match self.rope_scaling {
+            RopeScaling::Yarn {
+                attention_factor, ..
+            } => attention_factor as f32,
+            _ => 1.0,
+        }
     }
 
     /// The dimensions of each head that rotate: the first `rotary_dim`, all by default.

@@ -194,7 +194,7 @@ impl<B: Backend> Attention<B> {
                 .as_ref()
                 .and_then(|slot| slot.as_ref())
                 .map_or(0, |(k, _)| k.dims()[2]);
-            rope::tables::<B>(inv_freq, offset, seq, &x.device())
+            rope::tables::<B>(inv_freq, 1.0, offset, seq, &x.device())
         });
         let (cos, sin) = match &own_tables {
             Some((cos, sin)) => (cos, sin),
@@ -829,6 +829,8 @@ pub struct Llama<B: Backend> {
     pub lm_head: Option<Linear<B>>,
     /// Rotary inverse frequencies, `rotary_dim / 2` values (`head_dim / 2` but in GPT-NeoX).
     pub inv_freq: Vec<f32>,
+    /// The factor of the rotary cosines and sines (YaRN's attention factor; 1 otherwise).
+    pub rope_scale: f32,
     /// Learned position embeddings, `[positions + 2, hidden]`, position `p` at row `p + 2`
     /// (OPT), where the model has them instead of RoPE.
     pub embed_positions: Option<Param<Tensor<B, 2>>>,
@@ -904,6 +906,7 @@ impl<B: Backend> Llama<B> {
             lm_head: (!config.tie_word_embeddings)
                 .then(|| lin(h, config.vocab_size, config.extras.lm_head_bias)),
             inv_freq: rope::inv_freq(config),
+            rope_scale: config.rope_attention_factor(),
             embed_positions: config.extras.learned_positions.then(|| {
                 let rows = config.max_position_embeddings + POSITION_OFFSET;
                 Param::from_tensor(Tensor::from_data(uniform(vec![rows, h], -1.0, 1.0), device))
@@ -985,13 +988,14 @@ impl<B: Backend> Llama<B> {
             layers: self.layers.iter().map(DecoderLayer::weights).collect(),
             head: self.head_weights(),
             inv_freq: &self.inv_freq,
+            rope_scale: self.rope_scale,
         }
     }
 
     /// Rotary tables for positions `offset..offset + len`.
     pub fn rope_tables(&self, offset: usize, len: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let device = self.embed_tokens.weight.device();
-        rope::tables(&self.inv_freq, offset, len, &device)
+        rope::tables(&self.inv_freq, self.rope_scale, offset, len, &device)
     }
 
     /// Full causal forward pass.

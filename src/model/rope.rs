@@ -1,5 +1,5 @@
 //! Rotary position embeddings (RoPE, Su et al. 2021) in the Hugging Face "rotate half" layout,
-//! with linear, Llama-3 and per-frequency (GGUF `rope_freqs`) scaling.
+//! with linear, Llama-3, YaRN and per-frequency (GGUF `rope_freqs`) scaling.
 
 use burn::prelude::*;
 
@@ -47,16 +47,51 @@ pub fn inv_freq(config: &LlamaConfig) -> Vec<f32> {
                 })
                 .collect()
         }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            truncate,
+            ..
+        } => {
+            // transformers' `_compute_yarn_parameters`: the dimension whose frequency turns
+            // `rotations` times over the original context, …
+            let (d, theta) = (dim as f64, config.rope_theta);
+            let original = *original_max_position_embeddings as f64;
+            let correction = |rotations: f64| {
+                d * (original / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln())
+            };
+            let (mut low, mut high) = (correction(*beta_fast), correction(*beta_slow));
+            if *truncate {
+                (low, high) = (low.floor(), high.ceil());
+            }
+            let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+            if low == high {
+                high += 0.001;
+            }
+            // … and a linear ramp between them from kept to divided by `factor`.
+            base.iter()
+                .enumerate()
+                .map(|(i, &f)| {
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let kept = 1.0 - ramp;
+                    f / factor * (1.0 - kept) + f * kept
+                })
+                .collect()
+        }
     };
     scaled.into_iter().map(|f| f as f32).collect()
 }
 
-/// Cosine and sine tables for positions `offset..offset + len`.
+/// Cosine and sine tables for positions `offset..offset + len`, multiplied by `scale` (YaRN's
+/// attention factor, [`LlamaConfig::rope_attention_factor`]; 1 otherwise).
 ///
 /// # Shapes
 /// - returns `(cos, sin)`, each `[len, head_dim]`: the `d/2` angles repeated twice, as in HF.
 pub fn tables<B: Backend>(
     inv_freq: &[f32],
+    scale: f32,
     offset: usize,
     len: usize,
     device: &B::Device,
@@ -64,7 +99,7 @@ pub fn tables<B: Backend>(
     let half = inv_freq.len();
     let dim = 2 * half;
     let positions: Vec<usize> = (offset..offset + len).collect();
-    let (cos_half, sin_half) = angles(inv_freq, &positions);
+    let (cos_half, sin_half) = angles(inv_freq, scale, &positions);
     // The `d/2` angles of each position repeated twice, as HF lays them out.
     let doubled = |half_rows: Vec<f32>| -> Vec<f32> {
         half_rows
@@ -79,16 +114,17 @@ pub fn tables<B: Backend>(
 }
 
 /// Cosines and sines of `positions` at `inv_freq`, `[positions, inv_freq.len()]` row-major:
-/// each angle formed in f32 (as PyTorch does), its cos/sin taken in f64 and rounded once. The
+/// each angle formed in f32 (as PyTorch does), its cos/sin taken in f64 and rounded once, then
+/// multiplied by `scale` in f32 (as transformers multiplies by its `attention_scaling`). The
 /// generic path's [`tables`] and the fused kernels both read these.
-pub fn angles(inv_freq: &[f32], positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+pub fn angles(inv_freq: &[f32], scale: f32, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
     let n = positions.len() * inv_freq.len();
     let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for &pos in positions {
         for f in inv_freq {
             let angle = f64::from(pos as f32 * f);
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
+            cos.push(angle.cos() as f32 * scale);
+            sin.push(angle.sin() as f32 * scale);
         }
     }
     (cos, sin)
@@ -179,6 +215,68 @@ mod tests {
         assert!((f64::from(f[2]) - 10000f64.powf(-2.0 / 3.0) / 8.0).abs() < 1e-8);
     }
 
+    /// transformers' `_compute_yarn_parameters` (5.24, in f32 where ours rounds once from f64) on d = 16, theta = 10000, an
+    /// original context of 128: the ramp runs over dimensions 0 to 3 (truncated), so the first
+    /// frequency is kept, the next two blend and the rest are divided by the factor; with
+    /// `truncate: false` and betas of its own, the ramp's ends stay fractional.
+    #[test]
+    fn yarn_frequencies_are_transformers_within_4_ulp() {
+        let yarn = |factor, beta_fast, beta_slow, truncate| RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings: 128,
+            beta_fast,
+            beta_slow,
+            attention_factor: 1.0,
+            truncate,
+        };
+        for (scaling, theirs) in [
+            (
+                yarn(4.0, 32.0, 1.0, true),
+                [
+                    1.0f32,
+                    0.237_170_82,
+                    0.049_999_997,
+                    0.007_905_695,
+                    0.0025,
+                    0.000_790_569_47,
+                    0.000_25,
+                    7.905_695e-5,
+                ],
+            ),
+            (
+                yarn(8.0, 16.0, 2.0, false),
+                [
+                    1.0,
+                    0.195_175_5,
+                    0.013_275_13,
+                    0.003_952_847_3,
+                    0.001_25,
+                    0.000_395_284_73,
+                    0.000_125,
+                    3.952_847_3e-5,
+                ],
+            ),
+        ] {
+            let ours = inv_freq(&config(16, 10000.0, scaling));
+            for (a, b) in ours.iter().zip(theirs) {
+                assert!((a - b).abs() <= 4.0 * b * f32::EPSILON, "{ours:?}");
+            }
+        }
+    }
+
+    /// YaRN's attention factor multiplies every cosine and sine.
+    #[test]
+    fn the_tables_carry_the_attention_factor() {
+        let device = Default::default();
+        let (cos, sin) = tables::<B>(&[0.5], 1.25, 3, 1, &device);
+        let (cos, sin) = (
+            cos.into_data().to_vec::<f32>().unwrap(),
+            sin.into_data().to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(cos, vec![(1.5f64.cos() as f32) * 1.25; 2]);
+        assert_eq!(sin, vec![(1.5f64.sin() as f32) * 1.25; 2]);
+    }
+
     #[test]
     fn linear_scaling_divides_every_frequency() {
         let f = inv_freq(&config(4, 100.0, RopeScaling::Linear { factor: 2.0 }));
@@ -191,7 +289,7 @@ mod tests {
         // x = [1, 2, 3, 4]: x1 = [1, 2], x2 = [3, 4]; rotate_half = [-3, -4, 1, 2]
         // out = x * [cos2, cos.2, cos2, cos.2] + [-3, -4, 1, 2] * [sin2, sin.2, sin2, sin.2]
         let device = Default::default();
-        let (cos, sin) = tables::<B>(&[1.0, 0.1], 2, 1, &device);
+        let (cos, sin) = tables::<B>(&[1.0, 0.1], 1.0, 2, 1, &device);
         let x = Tensor::<B, 4>::from_data(
             TensorData::new(vec![1.0f32, 2., 3., 4.], [1, 1, 1, 4]),
             &device,
@@ -214,7 +312,7 @@ mod tests {
         // GPT-NeoX's partial rotary: head_dim 6, rotary 2 (inv_freq [1]), position 3: the
         // pair (x0, x1) turns by 3 radians, x2..x5 pass through.
         let device = Default::default();
-        let (cos, sin) = tables::<B>(&[1.0], 3, 1, &device);
+        let (cos, sin) = tables::<B>(&[1.0], 1.0, 3, 1, &device);
         let x = Tensor::<B, 4>::from_data(
             TensorData::new(vec![1.0f32, 2., 3., 4., 5., 6.], [1, 1, 1, 6]),
             &device,

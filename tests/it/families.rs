@@ -110,6 +110,7 @@ fn every_family_gives_transformers_logits() {
         "stablelm",
         "stablelm-parallel",
         "olmo2",
+        "olmo3",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -594,8 +595,8 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 /// of each head rotating), BLOOM (ALiBi, the embeddings' norm), Falcon (one kv head and a
 /// shared norm; grouped kv heads and two norms; the sequential layer), Phi (a shared
 /// LayerNorm, partial rotary, the LM head's bias) and StableLM (LayerNorms with SwiGLU, q/k/v
-/// biases, sequential and parallel) and OLMo 2 (output norms alone, q/k norms across the
-/// heads): streamed through the layer store and pruned by every
+/// biases, sequential and parallel) and OLMo 2 and 3 (output norms alone, q/k norms across
+/// the heads; OLMo 3's sliding layers and YaRN): streamed through the layer store and pruned by every
 /// method exactly as in memory, six linears a layer (seven with a gate), q/k/v split out of
 /// `query_key_value` by kv head where the checkpoint stacks them; saved under the family's
 /// names with `query_key_value` stacked by kv head again and a shared norm written once
@@ -617,6 +618,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("stablelm", false),
         ("stablelm-parallel", true),
         ("olmo2", false),
+        ("olmo3", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -665,7 +667,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             let mut streamed =
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
-            let gated = family.starts_with("stablelm") || family == "olmo2";
+            let gated = family.starts_with("stablelm") || family.starts_with("olmo");
             assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);

@@ -14,6 +14,7 @@ pub mod gpt_neox;
 pub mod llama;
 pub mod mistral;
 pub mod olmo2;
+pub mod olmo3;
 pub mod opt;
 pub mod phi;
 pub mod phi3;
@@ -327,11 +328,14 @@ pub enum Architecture {
     /// `Olmo2ForCausalLM` (OLMo 2: Llama's layer with output norms instead of pre-norms and
     /// q/k norms across the heads).
     Olmo2,
+    /// `Olmo3ForCausalLM` (OLMo 3: OLMo 2's layer with sliding-window attention on three
+    /// layers of four and RoPE per layer type).
+    Olmo3,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 15] = [
+    pub const ALL: [Architecture; 16] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -347,6 +351,7 @@ impl Architecture {
         Architecture::Phi,
         Architecture::StableLm,
         Architecture::Olmo2,
+        Architecture::Olmo3,
     ];
 
     /// The family's adapter.
@@ -367,6 +372,7 @@ impl Architecture {
             Architecture::Phi => &phi::Phi,
             Architecture::StableLm => &stablelm::StableLm,
             Architecture::Olmo2 => &olmo2::Olmo2,
+            Architecture::Olmo3 => &olmo3::Olmo3,
         }
     }
 

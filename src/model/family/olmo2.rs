@@ -36,13 +36,23 @@ impl Family for Olmo2 {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        olmo2_extras(hf, "OLMo 2")
+        // OLMo 3's sliding layers (llama.cpp writes OLMo 3 as `olmo2` with a window) would
+        // attend in full here.
+        if hf.sliding_window.is_some() {
+            return Err(invalid(
+                "sliding_window",
+                "is set; OLMo 2 attends in full (an OLMo 3 GGUF? its sliding layers need \
+                 OLMo 3's Hugging Face folder)"
+                    .into(),
+            ));
+        }
+        olmo2_layer(hf, "OLMo 2")
     }
 }
 
-/// The decoder extras of OLMo 2's layer (and OLMo 3's): output norms alone, q/k norms across
+/// The decoder extras of OLMo 2's layer (OLMo 3's too): output norms alone, q/k norms across
 /// the heads, SwiGLU.
-pub(super) fn olmo2_extras(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
+pub(super) fn olmo2_layer(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
     match hf.activation_name() {
         None | Some("silu") => {}
         Some(other) => {
@@ -51,14 +61,6 @@ pub(super) fn olmo2_extras(hf: &HfLlamaConfig, family: &str) -> Result<DecoderEx
                 format!("is `{other}`; {family} takes `silu`"),
             ))
         }
-    }
-    // OLMo 3's sliding layers (llama.cpp writes OLMo 3 as `olmo2` with a window) would
-    // attend in full here.
-    if hf.sliding_window.is_some() {
-        return Err(invalid(
-            "sliding_window",
-            format!("is set; {family} attends in full (OLMo 3's sliding layers do not run)"),
-        ));
     }
     Ok(DecoderExtras {
         sandwich_norms: true,

@@ -134,14 +134,9 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
     };
     let rope_scaling = match file.get_str(&key("rope.scaling.type")) {
         Some("linear") => Some(HfRopeScaling {
-            rope_theta: None,
             rope_type: Some("linear".into()),
-            kind: None,
             factor: file.get_f64(&key("rope.scaling.factor")),
-            low_freq_factor: None,
-            high_freq_factor: None,
-            original_max_position_embeddings: None,
-            partial_rotary_factor: None,
+            ..HfRopeScaling::default()
         }),
         None | Some("none") => None,
         // YaRN, LongRoPE: read as unscaled they would give wrong logits without a word.

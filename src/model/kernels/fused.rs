@@ -129,6 +129,8 @@ struct DecoderRef<'a> {
     layers: Vec<LayerRef<'a>>,
     head: HeadRef<'a>,
     inv_freq: &'a [f32],
+    /// The factor of the model's cosines and sines (YaRN's attention factor; 1).
+    rope_scale: f32,
     dims: Dims<'a>,
 }
 
@@ -614,13 +616,13 @@ fn run_layers(
         let embedded = std::mem::replace(&mut x, vec![0.0; seq * hidden]);
         norm_rows(&embedded, norm, model.head.eps, &mut x);
     }
-    let (cos, sin) = rope::angles(model.inv_freq, positions);
+    let (cos, sin) = rope::angles(model.inv_freq, model.rope_scale, positions);
     // Gemma 3's local layers share one set of frequencies of their own.
     let local = model
         .layers
         .iter()
         .find_map(|l| l.inv_freq)
-        .map(|f| (f, rope::angles(f, positions)));
+        .map(|f| (f, rope::angles(f, 1.0, positions)));
     let mut scratch = Scratch::default();
     for layer in &model.layers {
         let (cos, sin, stride) = match (layer.inv_freq, &local) {
@@ -1064,7 +1066,7 @@ fn fused_layer(
     // generic path calls without a cache only).
     let own = layer.inv_freq.map(|f| {
         let positions: Vec<usize> = (0..seq).collect();
-        (rope::angles(f, &positions), f.len())
+        (rope::angles(f, 1.0, &positions), f.len())
     });
     let tables = match &own {
         Some(((cos, sin), half)) => RopeTables {
@@ -1172,6 +1174,7 @@ fn with_decoder<R>(
             .collect::<Option<_>>()?,
         head: head_ref(&held, &head)?,
         inv_freq: model.inv_freq,
+        rope_scale: model.rope_scale,
         dims: dims_of(model.layers.first()?, head.hidden, model.head.norm.eps),
     };
     f(&refs)

@@ -280,6 +280,8 @@ pub struct ModelWeights<'a, B: Backend> {
     pub head: HeadWeights<'a, B>,
     /// Rotary inverse frequencies, `rotary_dim / 2` values (`head_dim / 2` but in GPT-NeoX).
     pub inv_freq: &'a [f32],
+    /// The factor of the model's rotary cosines and sines (YaRN's attention factor; 1).
+    pub rope_scale: f32,
 }
 
 /// Which weights [`Kernels::lowest_scores`] marks: in each column of a weight, or in the whole.
