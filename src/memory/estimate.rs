@@ -13,8 +13,9 @@
 //! - weights: `P × f` (checkpoints of any type are converted to the device's precision);
 //! - tokenisation, while a text is read: its bytes × [`TOKENIZE_BYTES_PER_TEXT_BYTE`];
 //! - checkpoint pages, while loading: the memory-mapped checkpoint's pages count in the
-//!   resident set while they are read; the shell's share of them (its parameters over all),
-//!   read first and resident while the layers are, and one layer's, dropped once it is read;
+//!   resident set while they are read, and each tensor's leave it once it is read; in memory,
+//!   the largest tensor's pages and host copies ([`tensor_being_read`]); streamed, the shell's
+//!   share of the pages (its parameters over all) and one layer's, as an upper bound;
 //! - pruned copy: `L × linears × f` when the dense model must stay for other cells (a
 //!   pipeline); `wanda prune` prunes in place;
 //! - calibration activations: `(n + b) × s × H × f` — every sample's input of the current
@@ -243,23 +244,23 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     let mut load = Breakdown::default();
     overhead(&mut load, run.device, host, &m);
     weights(&mut load, shape, run, &m, host, false);
-    // The shell's tensors are read from the mapped checkpoint first; their pages stay
-    // resident while the layers are read, at the shell's share of the parameters. Each
-    // layer's pages are dropped once it is read (streamed: once the layer in use is).
-    let shell = shape.embedding_and_head_parameters();
-    let pages = (u128::from(run.checkpoint_bytes) * u128::from(shell)
-        / u128::from(shape.parameters.max(1))) as u64;
-    load.push(
-        "checkpoint pages (the embeddings')",
-        pages,
-        host,
-        format!(
-            "{} B of checkpoint files × {shell} / {} params",
-            run.checkpoint_bytes, shape.parameters
-        ),
-    );
-    if !run.streaming {
-        layer_pages(&mut load, run, &m, host);
+    if run.streaming {
+        // Streamed, the shell's share of the checkpoint pages (an upper bound: they are
+        // released tensor by tensor), and one layer's in every stage (`weights`).
+        let shell = shape.embedding_and_head_parameters();
+        let pages = (u128::from(run.checkpoint_bytes) * u128::from(shell)
+            / u128::from(shape.parameters.max(1))) as u64;
+        load.push(
+            "checkpoint pages (the embeddings')",
+            pages,
+            host,
+            format!(
+                "{} B of checkpoint files × {shell} / {} params",
+                run.checkpoint_bytes, shape.parameters
+            ),
+        );
+    } else {
+        tensor_being_read(&mut load, shape, run, host);
     }
     stages.push(StageEstimate {
         stage: "load",
@@ -703,6 +704,34 @@ fn overhead(b: &mut Breakdown, device: DeviceKind, host: Place, m: &Dims) {
     }
 }
 
+/// In memory, each tensor's mapped pages leave the resident set once it is read. Beyond the
+/// weights (which count each tensor's device copy), the largest tensor holds, while it is
+/// read, its pages (`c` checkpoint bytes a parameter) and its host copy in f32 less the device
+/// copy not yet made, `c + 4 − f`; then its f32 copy beside the conversion to `f`, or the host
+/// copy beside the device copy, at most 4: `largest × max(c + 4 − f, 4)`. The largest is the
+/// embedding matrix or the head (`V·H`), a stacked `gate_up_proj` (`2·I·H`) or q/k/v stacked
+/// (`(nh + 2·kv)·d·H`).
+fn tensor_being_read(b: &mut Breakdown, shape: &ModelShape, run: &PruneRun, host: Place) {
+    let (h, i, v) = (
+        shape.hidden_size as u64,
+        shape.intermediate_size as u64,
+        shape.vocab_size as u64,
+    );
+    let qkv = ((shape.num_attention_heads + 2 * shape.num_key_value_heads) * shape.head_dim) as u64;
+    let largest = (v * h).max(2 * i * h).max(qkv * h);
+    // Bytes a parameter, to the nearest (a file's header and metadata are no bytes of it).
+    let params = shape.parameters.max(1);
+    let c = (run.checkpoint_bytes + params / 2) / params;
+    let f = run.precision.bytes();
+    let per = (c + 4).saturating_sub(f).max(4);
+    b.push(
+        "the tensor being read",
+        largest * per,
+        host,
+        format!("{largest} params × max({c} + 4 − {f}, 4) B"),
+    );
+}
+
 /// The mapped checkpoint pages of the layer being read: dropped from the resident set once
 /// it is read.
 fn layer_pages(b: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place) {
@@ -889,9 +918,12 @@ mod tests {
             ["load", "calibration text", "prune", "eval text", "eval"]
         );
         assert_eq!(item(&e, "load", "weights"), 340 * 4);
-        // The shell's share of the checkpoint, 1000 × (2 × 10 × 4) / 340, and one layer's.
-        assert_eq!(item(&e, "load", "checkpoint pages (the embeddings')"), 235);
-        assert_eq!(item(&e, "load", "checkpoint pages (one layer's)"), 500);
+        // The largest tensor, a stacked gate/up's 2 × 6 × 4 = 48 (the embeddings' 40, q/k/v's
+        // 32), its pages at 1000 / 340 ≈ 3 B a parameter and its f32 copy beyond the 4 B the
+        // weights count, or its host and device copies: 48 × max(3 + 4 − 4, 4).
+        assert_eq!(item(&e, "load", "the tensor being read"), 48 * 4);
+        let load = &e.stages[0].breakdown.items;
+        assert!(load.iter().all(|i| !i.name.starts_with("checkpoint pages")));
         assert_eq!(item(&e, "calibration text", "tokenisation"), 10 * 100);
         assert_eq!(item(&e, "eval text", "tokenisation"), 20 * 100);
         // Linears per layer: q 16 + k, v 2·8 + o 16 + MLP 3·24 = 120; two layers, f32.

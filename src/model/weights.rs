@@ -820,9 +820,12 @@ impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
         }
     }
 
-    /// The tensor `name` in f32, checked to have the shape `expected`.
+    /// The tensor `name` in f32, checked to have the shape `expected`. Its mapped checkpoint
+    /// pages leave the resident set once it is read ([`WeightSource::release_pages`]), so a
+    /// load holds the weights and one tensor's pages, never the whole shell's beside its copies.
     fn fetch(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, WeightError> {
         let found = self.source.tensor(name)?;
+        self.source.release_pages();
         self.clock.borrow_mut().lap("read checkpoint");
         Ok(self.checked(name, found, expected)?.data)
     }
@@ -888,6 +891,7 @@ impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
     ) -> Result<Linear<B>, WeightError> {
         let name = format!("{prefix}.weight");
         let found = self.source.tensor_transposed_in(&name, self.dtype)?;
+        self.source.release_pages();
         self.clock.borrow_mut().lap("read checkpoint");
         let w = self.checked(&name, found, &[d_out, d_in])?;
         let weight = self.to_device(w.data);
@@ -913,16 +917,14 @@ pub fn build_llama<B: Backend>(
 ) -> Result<Llama<B>, WeightError> {
     let clock = load_clock::<B>(device, true);
     // Layer by layer, not `with_capacity(num_hidden_layers)`: the count comes from the file,
-    // and each layer must find its tensors there before it takes memory.
-    // Each layer's mapped checkpoint pages leave the resident set once it is built, so the
-    // load holds the weights and one layer's pages, not the whole file twice.
+    // and each layer must find its tensors there before it takes memory. Each tensor's mapped
+    // checkpoint pages leave the resident set once it is read (`Builder`), so the load holds
+    // the weights and one tensor's pages, not the whole file twice.
     let mut layers = Vec::new();
     for i in 0..config.num_hidden_layers {
         layers.push(layer_with(config, source, i, device, &clock)?);
-        source.release_pages();
     }
     let shell = shell_with(config, source, device, &clock)?;
-    source.release_pages();
     Ok(Llama { layers, ..shell })
 }
 
