@@ -110,28 +110,8 @@ pub(super) fn gemma_extras(
             ))
         }
     }
-    let layers = match &hf.layer_types {
-        Some(types) => types
-            .iter()
-            .map(|t| match t.as_str() {
-                "sliding_attention" => Ok(true),
-                "full_attention" => Ok(false),
-                other => Err(invalid(
-                    "layer_types",
-                    format!("has `{other}`; expected `sliding_attention` or `full_attention`"),
-                )),
-            })
-            .collect::<Result<Vec<bool>, _>>()?,
-        None => {
-            let pattern = hf
-                .sliding_window_pattern
-                .unwrap_or(gemma.global_every)
-                .max(1);
-            (0..hf.num_hidden_layers)
-                .map(|i| (i + 1) % pattern != 0)
-                .collect()
-        }
-    };
+    let layers =
+        super::sliding_layers(hf, hf.sliding_window_pattern.unwrap_or(gemma.global_every))?;
     Ok(DecoderExtras {
         activation: Activation::GeluTanh,
         norm_offset: true,
@@ -165,18 +145,7 @@ pub(super) fn gemma_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serd
     }
     if let Some(local) = &extras.local_attention {
         keys.insert("sliding_window", local.window.into());
-        let types: Vec<&str> = local
-            .layers
-            .iter()
-            .map(|&s| {
-                if s {
-                    "sliding_attention"
-                } else {
-                    "full_attention"
-                }
-            })
-            .collect();
-        keys.insert("layer_types", types.into());
+        keys.insert("layer_types", super::layer_types_json(&local.layers));
     }
     keys.insert("final_logit_softcapping", extras.final_softcap.into());
     keys.insert("attn_logit_softcapping", extras.attn_softcap.into());

@@ -142,6 +142,61 @@ pub(crate) fn refuse_grouped_heads(hf: &HfLlamaConfig, family: &str) -> Result<(
     }
 }
 
+/// Refuses an MLP activation other than SiLU (`hidden_act`) for a family whose layer takes
+/// SwiGLU only; `family` names it in the error.
+pub(crate) fn refuse_all_but_silu(hf: &HfLlamaConfig, family: &str) -> Result<(), ConfigError> {
+    match hf.activation_name() {
+        None | Some("silu") => Ok(()),
+        Some(other) => Err(invalid(
+            "hidden_act",
+            format!("is `{other}`; {family} takes only `silu`"),
+        )),
+    }
+}
+
+/// Which layers slide (`true`) and which attend in full: `layer_types`
+/// (`sliding_attention`, `full_attention`) where the config gives them, else every
+/// `global_every`-th layer full (Gemma 2 and 3, OLMo 3).
+pub(crate) fn sliding_layers(
+    hf: &HfLlamaConfig,
+    global_every: usize,
+) -> Result<Vec<bool>, ConfigError> {
+    match &hf.layer_types {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                "sliding_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(invalid(
+                    "layer_types",
+                    format!("has `{other}`; expected `sliding_attention` or `full_attention`"),
+                )),
+            })
+            .collect(),
+        None => {
+            let every = global_every.max(1);
+            Ok((0..hf.num_hidden_layers)
+                .map(|i| (i + 1) % every != 0)
+                .collect())
+        }
+    }
+}
+
+/// `layer_types` as a saved copy writes it, from which layers slide.
+pub(crate) fn layer_types_json(sliding: &[bool]) -> serde_json::Value {
+    sliding
+        .iter()
+        .map(|&s| {
+            if s {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
+        .collect::<Vec<&str>>()
+        .into()
+}
+
 /// Refuses per-head q/k LayerNorms (`qk_layernorm: true`: StableLM 2 12B's; no released Phi
 /// model has them), which the decoder does not run.
 pub(crate) fn refuse_qk_layernorm(hf: &HfLlamaConfig, family: &str) -> Result<(), ConfigError> {
@@ -275,13 +330,8 @@ pub trait Family: Sync {
     /// What the family's layer adds to Llama's. Llama's layer takes SwiGLU only, so any other
     /// activation the config names is an error.
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        match hf.activation_name() {
-            None | Some("silu") => Ok(DecoderExtras::default()),
-            Some(other) => Err(invalid(
-                "hidden_act",
-                format!("is `{other}`; this family takes only `silu`"),
-            )),
-        }
+        refuse_all_but_silu(hf, "this family")?;
+        Ok(DecoderExtras::default())
     }
 }
 

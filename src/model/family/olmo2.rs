@@ -53,15 +53,7 @@ impl Family for Olmo2 {
 /// The decoder extras of OLMo 2's layer (OLMo 3's too): output norms alone, q/k norms across
 /// the heads, SwiGLU.
 pub(super) fn olmo2_layer(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
-    match hf.activation_name() {
-        None | Some("silu") => {}
-        Some(other) => {
-            return Err(invalid(
-                "hidden_act",
-                format!("is `{other}`; {family} takes `silu`"),
-            ))
-        }
-    }
+    super::refuse_all_but_silu(hf, family)?;
     Ok(DecoderExtras {
         sandwich_norms: true,
         post_norms_only: true,

@@ -20,6 +20,9 @@ pub struct Olmo3;
 /// `Olmo3Config.default_theta`: the sliding layers' base when `rope_parameters` names none.
 const DEFAULT_THETA: f64 = 500_000.0;
 
+/// Without `layer_types`, every fourth layer attends in full (`Olmo3Config`).
+const GLOBAL_EVERY: usize = 4;
+
 impl Family for Olmo3 {
     fn hf_class(&self) -> &'static str {
         "Olmo3ForCausalLM"
@@ -47,22 +50,7 @@ impl Family for Olmo3 {
                 ));
             }
         }
-        let layers = match &hf.layer_types {
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "sliding_attention" => Ok(true),
-                    "full_attention" => Ok(false),
-                    other => Err(invalid(
-                        "layer_types",
-                        format!("has `{other}`; expected `sliding_attention` or `full_attention`"),
-                    )),
-                })
-                .collect::<Result<Vec<bool>, _>>()?,
-            None => (0..hf.num_hidden_layers)
-                .map(|i| (i + 1) % 4 != 0)
-                .collect(),
-        };
+        let layers = super::sliding_layers(hf, GLOBAL_EVERY)?;
         Ok(DecoderExtras {
             local_attention: Some(LocalAttention {
                 window: hf.sliding_window.unwrap_or(4096),
@@ -80,18 +68,7 @@ impl Family for Olmo3 {
         let Some(local) = &config.extras.local_attention else {
             return keys;
         };
-        let types: Vec<&str> = local
-            .layers
-            .iter()
-            .map(|&s| {
-                if s {
-                    "sliding_attention"
-                } else {
-                    "full_attention"
-                }
-            })
-            .collect();
-        keys.insert("layer_types", types.into());
+        keys.insert("layer_types", super::layer_types_json(&local.layers));
         keys.insert("sliding_window", local.window.into());
         let mut full = match config.rope_scaling_json() {
             serde_json::Value::Object(scaling) => scaling,

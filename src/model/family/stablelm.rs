@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `StableLmForCausalLM`.
 pub struct StableLm;
@@ -53,15 +53,7 @@ impl Family for StableLm {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        match hf.activation_name() {
-            None | Some("silu") => {}
-            Some(other) => {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("is `{other}`; StableLM takes `silu`"),
-                ))
-            }
-        }
+        super::refuse_all_but_silu(hf, "StableLM")?;
         super::refuse_qk_layernorm(hf, "StableLM")?;
         let rotary_dim = super::partial_rotary(
             hf,
