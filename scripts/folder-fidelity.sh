@@ -4,7 +4,8 @@
 # `lib/prune_opt.py`: layers under `model.decoder`, the six linears q/k/v/out_proj, fc1, fc2) on
 # the folder $MODEL (default the tiny random OPT of tests/fixtures/models/tiny-opt; any
 # tests/fixtures/models/tiny-<family> has the word vocabulary w1 … w95 the texts below use), with
-# the same calibration draw (8 × 64 of a seeded word text, seed 0) and evaluation (16 × 64).
+# the same calibration draw (8 × 64 of a seeded word text, seed 0) and evaluation (16 × 64; $SEQLEN
+# other than 64 for both, e.g. to stay within a LongRoPE model's pre-training context).
 # Prints one markdown row per cell: both perplexities, their relative difference, and the largest
 # share of weights whose keep/prune decision differs in any layer (scripts/compare-masks.py). A
 # measuring tool, not a test: CI never runs it.
@@ -18,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${AB_VENV:-$HOME/.cache/wanda-ab-venv}"
 model="${MODEL:-tests/fixtures/models/tiny-opt}"
+seqlen="${SEQLEN:-64}"
 source scripts/ab-wanda.sh
 # Seeded text over the fixture's word vocabulary (w1 … w95), with a little structure.
 python3 - "$out" <<'PY'
@@ -41,11 +43,11 @@ for cell in "${cells[@]}"; do
   cell_flags "$cell"
   rm -rf "$out/ours"
   "$wanda" prune --model "$model" --method "$method" "${ours[@]}" --calib-text "$out/calib.txt" \
-    --nsamples 8 --seqlen 64 --seed 0 --eval-text "$out/eval.txt" --eval-seqlen 64 --windows 16 \
+    --nsamples 8 --seqlen "$seqlen" --seed 0 --eval-text "$out/eval.txt" --eval-seqlen "$seqlen" --windows 16 \
     --device cpu --save "$out/ours" --dtype f32 --json > "$out/w.json" 2> "$out/w.err" \
     || { cat "$out/w.err" >&2; exit 2; }
   "$venv/bin/python" scripts/torch-wanda-cell.py --hf-model "$model" \
-    --calib-text "$out/calib.txt" --eval-text "$out/eval.txt" --nsamples 8 --seqlen 64 \
+    --calib-text "$out/calib.txt" --eval-text "$out/eval.txt" --nsamples 8 --seqlen "$seqlen" \
     --seed 0 --method "$method" "${theirs[@]}" --windows 16 --threads 2 \
     --save-pruned "$out/theirs.safetensors" > "$out/t.json" 2> "$out/t.err" \
     || { cat "$out/t.err" >&2; exit 2; }

@@ -3,7 +3,8 @@
 tests in tests/it/families.rs: the Rust side loads the folder and must reproduce the logits.
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
-             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3; do
+             falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
+             phi3-longrope phi4-mini; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -38,6 +39,27 @@ def config(family):
     if family == "phi3":
         # Stacked qkv_proj and gate_up_proj, and a sliding window shorter than the ids.
         return transformers.Phi3Config(sliding_window=7, pad_token_id=0, **common)
+    if family == "phi3-longrope":
+        # Phi-3.5-mini's RoPE: LongRoPE over a pre-training context of 16 positions, the 16 ids
+        # within it (short factors), the attention factor from max_position_embeddings / 16 = 8:
+        # √(1 + ln 8 / ln 16) = 1.3229.
+        return transformers.Phi3Config(
+            original_max_position_embeddings=16, pad_token_id=0,
+            rope_scaling={"rope_type": "longrope",
+                          "short_factor": [1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0],
+                          "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0]},
+            **common)
+    if family == "phi4-mini":
+        # Phi-4-mini's layout: three quarters of each head rotating (12 of 16 dimensions, 6
+        # pairs), LongRoPE over a context of 8 that the 16 ids pass (long factors; attention
+        # factor √(1 + ln 16 / ln 8) = 1.5275), tied embeddings.
+        common.update(tie_word_embeddings=True)
+        return transformers.Phi3Config(
+            original_max_position_embeddings=8, partial_rotary_factor=0.75, pad_token_id=0,
+            rope_scaling={"rope_type": "longrope",
+                          "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                          "long_factor": [1.0, 3.0, 6.0, 12.0, 20.0, 40.0]},
+            **common)
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)

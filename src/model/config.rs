@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::family::Architecture;
+use super::family::{Architecture, Family};
 
 /// Errors while reading or resolving a model configuration.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +96,12 @@ pub struct HfRopeScaling {
     /// YaRN: whether the correction range is rounded out to whole dimensions (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncate: Option<bool>,
+    /// LongRoPE: the divisor of each rotated pair's frequency within the pre-training context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_factor: Option<Vec<f64>>,
+    /// LongRoPE: the divisor of each rotated pair's frequency past the pre-training context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_factor: Option<Vec<f64>>,
 }
 
 /// Falcon's `config.json` keys (`FalconConfig`); each absent key takes transformers' default in
@@ -213,6 +219,10 @@ pub struct HfLlamaConfig {
     /// Longest context the model supports.
     #[serde(default)]
     pub max_position_embeddings: Option<usize>,
+    /// Phi-3: the pre-training context length, outside `rope_scaling` (where both are given,
+    /// this one wins, as transformers reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_max_position_embeddings: Option<usize>,
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Whether the LM head reuses the token embeddings.
@@ -431,10 +441,29 @@ impl HfLlamaConfig {
         }
         let rope_scaling = match self.rope_scaling.as_ref().or(parameters) {
             None => RopeScaling::None,
-            Some(s) => resolve_rope_scaling(s)?,
+            Some(s) => resolve_rope_scaling(s, self, family)?,
         };
         let biases = family.attention_biases(self);
         let extras = family.extras(self)?;
+        if let RopeScaling::LongRope {
+            short_factor,
+            long_factor,
+            ..
+        } = &rope_scaling
+        {
+            let pairs = extras.rotary_dim.unwrap_or(head_dim) / 2;
+            for (key, factors) in [("short_factor", short_factor), ("long_factor", long_factor)] {
+                if factors.len() != pairs {
+                    return Err(invalid(
+                        &format!("rope_scaling.{key}"),
+                        format!(
+                            "has {} factors; the model rotates {pairs} pairs of dimensions a head",
+                            factors.len()
+                        ),
+                    ));
+                }
+            }
+        }
         for (key, cap, taken) in [
             (
                 "final_logit_softcapping",
@@ -559,13 +588,18 @@ fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
     }
 }
 
-/// The scaling `rope_scaling` (or `rope_parameters`) describes.
-pub(crate) fn resolve_rope_scaling(s: &HfRopeScaling) -> Result<RopeScaling, ConfigError> {
-    let kind = s
-        .rope_type
-        .as_deref()
-        .or(s.kind.as_deref())
-        .unwrap_or("default");
+/// The scaling `rope_scaling` (or `rope_parameters`) of `hf`, a config of `family`, describes.
+pub(crate) fn resolve_rope_scaling(
+    s: &HfRopeScaling,
+    hf: &HfLlamaConfig,
+    family: &dyn Family,
+) -> Result<RopeScaling, ConfigError> {
+    let kind = family.rope_type(
+        s.rope_type
+            .as_deref()
+            .or(s.kind.as_deref())
+            .unwrap_or("default"),
+    );
     let factor = || {
         s.factor
             .filter(|f| f.is_finite() && *f > 0.0)
@@ -629,11 +663,76 @@ pub(crate) fn resolve_rope_scaling(s: &HfRopeScaling) -> Result<RopeScaling, Con
                 truncate: s.truncate.unwrap_or(true),
             })
         }
+        "longrope" => resolve_long_rope(s, hf),
         other => Err(invalid(
             "rope_scaling.rope_type",
-            format!("`{other}` is not supported; supported: default, linear, llama3, yarn"),
+            format!(
+                "`{other}` is not supported; supported: default, linear, llama3, yarn, longrope"
+            ),
         )),
     }
+}
+
+/// LongRoPE's scaling as transformers' `_compute_longrope_parameters` reads it: the context
+/// length from the top-level `original_max_position_embeddings` (Phi-3's) first, then from
+/// `rope_scaling`; `factor` given or `max_position_embeddings / original`; the attention factor
+/// given or `√(1 + ln factor / ln original)` (1 at a factor of at most 1); one short and one
+/// long factor per rotated pair.
+fn resolve_long_rope(s: &HfRopeScaling, hf: &HfLlamaConfig) -> Result<RopeScaling, ConfigError> {
+    let original = hf
+        .original_max_position_embeddings
+        .or(s.original_max_position_embeddings)
+        .filter(|&o| o > 1)
+        .ok_or_else(|| {
+            invalid(
+                "original_max_position_embeddings",
+                "is missing (or under 2); LongRoPE needs the pre-training context length"
+                    .to_string(),
+            )
+        })?;
+    let factor = match s.factor {
+        Some(f) if f.is_finite() && f > 0.0 => f,
+        Some(f) => {
+            return Err(invalid(
+                "rope_scaling.factor",
+                format!("must be a positive number, got {f}"),
+            ))
+        }
+        None => hf.max_position_embeddings.unwrap_or(2048) as f64 / original as f64,
+    };
+    let attention_factor = match s.attention_factor {
+        Some(a) if a.is_finite() && a > 0.0 => a,
+        Some(a) => {
+            return Err(invalid(
+                "rope_scaling.attention_factor",
+                format!("must be positive, got {a}"),
+            ))
+        }
+        None if factor <= 1.0 => 1.0,
+        None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+    };
+    let factors = |key: &str, given: &Option<Vec<f64>>| {
+        let given = given.as_ref().ok_or_else(|| {
+            invalid(
+                &format!("rope_scaling.{key}"),
+                "is missing; LongRoPE needs one factor per rotated pair".to_string(),
+            )
+        })?;
+        if let Some(bad) = given.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+            return Err(invalid(
+                &format!("rope_scaling.{key}"),
+                format!("holds {bad}; every factor must be positive"),
+            ));
+        }
+        Ok(given.clone())
+    };
+    Ok(RopeScaling::LongRope {
+        short_factor: factors("short_factor", &s.short_factor)?,
+        long_factor: factors("long_factor", &s.long_factor)?,
+        factor,
+        original_max_position_embeddings: original,
+        attention_factor,
+    })
 }
 
 /// How rotary frequencies are rescaled for long contexts.
@@ -676,6 +775,23 @@ pub enum RopeScaling {
         attention_factor: f64,
         /// Whether the ramp's ends are rounded out to whole dimensions.
         truncate: bool,
+    },
+    /// LongRoPE (Phi-3's 128k models, Phi-3.5, Phi-4-mini; as transformers computes it): each
+    /// rotated pair's frequency divided by a factor of its own, from `short_factor` while a run's
+    /// last position is within `original_max_position_embeddings` and from `long_factor` past
+    /// it, and the cosines and sines multiplied by `attention_factor`.
+    LongRope {
+        /// Divisors within the pre-training context, one per rotated pair.
+        short_factor: Vec<f64>,
+        /// Divisors past it, one per rotated pair.
+        long_factor: Vec<f64>,
+        /// The context extension the factors were fitted for (what the attention factor
+        /// derives from).
+        factor: f64,
+        /// Pre-training context length: runs longer than this take the long factors.
+        original_max_position_embeddings: usize,
+        /// The factor of the cosines and sines.
+        attention_factor: f64,
     },
 }
 
@@ -886,6 +1002,20 @@ impl LlamaConfig {
                 "attention_factor": attention_factor,
                 "truncate": truncate,
             }),
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                factor,
+                original_max_position_embeddings,
+                attention_factor,
+            } => serde_json::json!({
+                "rope_type": "longrope",
+                "short_factor": short_factor,
+                "long_factor": long_factor,
+                "factor": factor,
+                "original_max_position_embeddings": original_max_position_embeddings,
+                "attention_factor": attention_factor,
+            }),
         }
     }
 
@@ -927,6 +1057,18 @@ impl LlamaConfig {
             }
             if let Some(w) = self.sliding_window {
                 map.insert("sliding_window".into(), w.into());
+            }
+            // Phi-3's config class reads its own top-level key (default 4096) over
+            // `rope_scaling`'s.
+            if let RopeScaling::LongRope {
+                original_max_position_embeddings,
+                ..
+            } = self.rope_scaling
+            {
+                map.insert(
+                    "original_max_position_embeddings".into(),
+                    original_max_position_embeddings.into(),
+                );
             }
         }
         v
@@ -987,10 +1129,14 @@ impl LlamaConfig {
         })
     }
 
-    /// The factor of the model's rotary cosines and sines: YaRN's attention factor, else 1.
+    /// The factor of the model's rotary cosines and sines: YaRN's or LongRoPE's attention
+    /// factor, else 1.
     pub fn rope_attention_factor(&self) -> f32 {
         match self.rope_scaling {
             RopeScaling::Yarn {
+                attention_factor, ..
+            }
+            | RopeScaling::LongRope {
                 attention_factor, ..
             } => attention_factor as f32,
             _ => 1.0,

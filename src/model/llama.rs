@@ -829,7 +829,12 @@ pub struct Llama<B: Backend> {
     pub lm_head: Option<Linear<B>>,
     /// Rotary inverse frequencies, `rotary_dim / 2` values (`head_dim / 2` but in GPT-NeoX).
     pub inv_freq: Vec<f32>,
-    /// The factor of the rotary cosines and sines (YaRN's attention factor; 1 otherwise).
+    /// LongRoPE's frequencies for runs past the pre-training context, with its length
+    /// ([`rope::long_inv_freq`]).
+    #[module(skip)]
+    pub long_inv_freq: Option<(usize, Vec<f32>)>,
+    /// The factor of the rotary cosines and sines (YaRN's or LongRoPE's attention factor; 1
+    /// otherwise).
     pub rope_scale: f32,
     /// Learned position embeddings, `[positions + 2, hidden]`, position `p` at row `p + 2`
     /// (OPT), where the model has them instead of RoPE.
@@ -906,6 +911,7 @@ impl<B: Backend> Llama<B> {
             lm_head: (!config.tie_word_embeddings)
                 .then(|| lin(h, config.vocab_size, config.extras.lm_head_bias)),
             inv_freq: rope::inv_freq(config),
+            long_inv_freq: rope::long_inv_freq(config),
             rope_scale: config.rope_attention_factor(),
             embed_positions: config.extras.learned_positions.then(|| {
                 let rows = config.max_position_embeddings + POSITION_OFFSET;
@@ -988,14 +994,24 @@ impl<B: Backend> Llama<B> {
             layers: self.layers.iter().map(DecoderLayer::weights).collect(),
             head: self.head_weights(),
             inv_freq: &self.inv_freq,
+            long_inv_freq: self.long_inv_freq(),
             rope_scale: self.rope_scale,
         }
     }
 
-    /// Rotary tables for positions `offset..offset + len`.
+    /// LongRoPE's long frequencies and the context length past which a run takes them.
+    fn long_inv_freq(&self) -> Option<(usize, &[f32])> {
+        self.long_inv_freq
+            .as_ref()
+            .map(|(context, f)| (*context, f.as_slice()))
+    }
+
+    /// Rotary tables for positions `offset..offset + len` (LongRoPE's long frequencies where
+    /// `offset + len` passes the pre-training context).
     pub fn rope_tables(&self, offset: usize, len: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let device = self.embed_tokens.weight.device();
-        rope::tables(&self.inv_freq, self.rope_scale, offset, len, &device)
+        let inv_freq = rope::frequencies_for(&self.inv_freq, self.long_inv_freq(), offset + len);
+        rope::tables(inv_freq, self.rope_scale, offset, len, &device)
     }
 
     /// Full causal forward pass.

@@ -1,5 +1,5 @@
 //! Rotary position embeddings (RoPE, Su et al. 2021) in the Hugging Face "rotate half" layout,
-//! with linear, Llama-3, YaRN and per-frequency (GGUF `rope_freqs`) scaling.
+//! with linear, Llama-3, YaRN, LongRoPE and per-frequency (GGUF `rope_freqs`) scaling.
 
 use burn::prelude::*;
 
@@ -10,19 +10,19 @@ use super::config::{LlamaConfig, RopeScaling};
 ///
 /// Computed in f64 and rounded once to f32, which matches PyTorch's f32 computation to the
 /// last bit for the bases in use and keeps every backend on the same values.
+///
+/// LongRoPE gives its short frequencies here, those of runs within the pre-training context;
+/// [`long_inv_freq`] gives the others.
 pub fn inv_freq(config: &LlamaConfig) -> Vec<f32> {
-    let dim = config.rotary_dim();
-    let base: Vec<f64> = (0..dim / 2)
-        .map(|i| 1.0 / config.rope_theta.powf((2 * i) as f64 / dim as f64))
-        .collect();
+    let base = base_inv_freq(config);
     let scaled: Vec<f64> = match &config.rope_scaling {
         RopeScaling::None => base,
         RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
-        RopeScaling::Factors(factors) => base
-            .iter()
-            .enumerate()
-            .map(|(i, f)| f / f64::from(factors.get(i).copied().unwrap_or(1.0)))
-            .collect(),
+        RopeScaling::Factors(factors) => {
+            let factors: Vec<f64> = factors.iter().map(|&f| f64::from(f)).collect();
+            divided(&base, &factors)
+        }
+        RopeScaling::LongRope { short_factor, .. } => divided(&base, short_factor),
         RopeScaling::Llama3 {
             factor,
             low_freq_factor,
@@ -57,7 +57,7 @@ pub fn inv_freq(config: &LlamaConfig) -> Vec<f32> {
         } => {
             // transformers' `_compute_yarn_parameters`: the dimension whose frequency turns
             // `rotations` times over the original context, …
-            let (d, theta) = (dim as f64, config.rope_theta);
+            let (d, theta) = (config.rotary_dim() as f64, config.rope_theta);
             let original = *original_max_position_embeddings as f64;
             let correction = |rotations: f64| {
                 d * (original / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln())
@@ -82,6 +82,55 @@ pub fn inv_freq(config: &LlamaConfig) -> Vec<f32> {
         }
     };
     scaled.into_iter().map(|f| f as f32).collect()
+}
+
+/// LongRoPE's frequencies for runs past the pre-training context, with that context's length:
+/// `(original_max_position_embeddings, frequencies)`; `None` for every other scaling.
+pub fn long_inv_freq(config: &LlamaConfig) -> Option<(usize, Vec<f32>)> {
+    match &config.rope_scaling {
+        RopeScaling::LongRope {
+            long_factor,
+            original_max_position_embeddings,
+            ..
+        } => {
+            let long = divided(&base_inv_freq(config), long_factor);
+            Some((
+                *original_max_position_embeddings,
+                long.into_iter().map(|f| f as f32).collect(),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The frequencies a run whose last position is `end - 1` rotates with: LongRoPE's long set
+/// (`long`, taken past its context length) once `end` passes that length, else `inv_freq`.
+/// transformers chooses the same way on each forward's `max(position_ids) + 1`.
+pub fn frequencies_for<'a>(
+    inv_freq: &'a [f32],
+    long: Option<(usize, &'a [f32])>,
+    end: usize,
+) -> &'a [f32] {
+    match long {
+        Some((context, long)) if end > context => long,
+        _ => inv_freq,
+    }
+}
+
+/// Unscaled inverse frequencies `1 / theta^(2i/d)` in f64.
+fn base_inv_freq(config: &LlamaConfig) -> Vec<f64> {
+    let dim = config.rotary_dim();
+    (0..dim / 2)
+        .map(|i| 1.0 / config.rope_theta.powf((2 * i) as f64 / dim as f64))
+        .collect()
+}
+
+/// Each frequency divided by its own factor (1 past the factors' end).
+fn divided(base: &[f64], factors: &[f64]) -> Vec<f64> {
+    base.iter()
+        .enumerate()
+        .map(|(i, f)| f / factors.get(i).copied().unwrap_or(1.0))
+        .collect()
 }
 
 /// Cosine and sine tables for positions `offset..offset + len`, multiplied by `scale` (YaRN's
@@ -327,5 +376,32 @@ mod tests {
         let mut c = config(8, 10_000.0, RopeScaling::None);
         c.extras.rotary_dim = Some(4);
         assert_eq!(inv_freq(&c), vec![1.0, 0.01]);
+    }
+
+    #[test]
+    fn longrope_divides_by_the_short_factors_until_a_run_passes_the_context() {
+        // d = 4, theta = 100: base [1, 0.1]; short [1, 2] → [1, 0.05]; long [4, 8] →
+        // [0.25, 0.0125]; a run ending at position 10 (end 10) is within a context of 10.
+        let c = config(
+            4,
+            100.0,
+            RopeScaling::LongRope {
+                short_factor: vec![1.0, 2.0],
+                long_factor: vec![4.0, 8.0],
+                factor: 4.0,
+                original_max_position_embeddings: 10,
+                attention_factor: 1.25,
+            },
+        );
+        let short = inv_freq(&c);
+        let (context, long) = long_inv_freq(&c).unwrap();
+        assert_eq!((short.clone(), context), (vec![1.0, 0.05], 10));
+        assert_eq!(long, vec![0.25, 0.0125]);
+        let both = Some((context, long.as_slice()));
+        assert_eq!(frequencies_for(&short, both, 10), short.as_slice());
+        assert_eq!(frequencies_for(&short, both, 11), long.as_slice());
+        assert_eq!(frequencies_for(&short, None, 11), short.as_slice());
+        assert!(long_inv_freq(&config(4, 100.0, RopeScaling::None)).is_none());
+        assert_eq!(c.rope_attention_factor(), 1.25);
     }
 }

@@ -982,6 +982,7 @@ fn shell_with<B: Backend>(
         norm: b.norm("model.norm", h, config)?,
         lm_head,
         inv_freq: rope::inv_freq(config),
+        long_inv_freq: rope::long_inv_freq(config),
         rope_scale: config.rope_attention_factor(),
         embed_positions,
         embed_scale: config.embed_scale(),

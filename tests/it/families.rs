@@ -111,6 +111,8 @@ fn every_family_gives_transformers_logits() {
         "stablelm-parallel",
         "olmo2",
         "olmo3",
+        "phi3-longrope",
+        "phi4-mini",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -619,6 +621,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("stablelm-parallel", true),
         ("olmo2", false),
         ("olmo3", false),
+        ("phi3-longrope", false),
+        ("phi4-mini", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -667,7 +671,9 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             let mut streamed =
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
-            let gated = family.starts_with("stablelm") || family.starts_with("olmo");
+            let gated = ["stablelm", "olmo", "phi3", "phi4"]
+                .iter()
+                .any(|f| family.starts_with(f));
             assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);

@@ -316,6 +316,12 @@ pub trait Family: Sync {
         &[]
     }
 
+    /// The RoPE scaling a `rope_scaling` type names for this family's config class (Phi-3
+    /// reads its legacy `su` and `yarn` as LongRoPE).
+    fn rope_type<'a>(&self, kind: &'a str) -> &'a str {
+        kind
+    }
+
     /// Keys of Llama's `config.json` that the family's config class refuses (Falcon's
     /// `head_dim` is a read-only property), left out of a saved copy.
     fn hf_keys_refused(&self) -> &'static [&'static str] {

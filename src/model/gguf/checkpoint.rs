@@ -164,6 +164,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .map(|v| v as usize),
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
         rope_theta: file.get_f64(&key("rope.freq_base")),
+        original_max_position_embeddings: None,
         rotary_emb_base: None,
         rotary_pct: None,
         partial_rotary_factor: None,

@@ -129,7 +129,9 @@ struct DecoderRef<'a> {
     layers: Vec<LayerRef<'a>>,
     head: HeadRef<'a>,
     inv_freq: &'a [f32],
-    /// The factor of the model's cosines and sines (YaRN's attention factor; 1).
+    /// LongRoPE's frequencies past the pre-training context, with its length.
+    long_inv_freq: Option<(usize, &'a [f32])>,
+    /// The factor of the model's cosines and sines (YaRN's or LongRoPE's attention factor; 1).
     rope_scale: f32,
     dims: Dims<'a>,
 }
@@ -616,7 +618,9 @@ fn run_layers(
         let embedded = std::mem::replace(&mut x, vec![0.0; seq * hidden]);
         norm_rows(&embedded, norm, model.head.eps, &mut x);
     }
-    let (cos, sin) = rope::angles(model.inv_freq, model.rope_scale, positions);
+    let end = positions.iter().max().map_or(0, |p| p + 1);
+    let inv_freq = rope::frequencies_for(model.inv_freq, model.long_inv_freq, end);
+    let (cos, sin) = rope::angles(inv_freq, model.rope_scale, positions);
     // Gemma 3's local layers share one set of frequencies of their own.
     let local = model
         .layers
@@ -627,7 +631,7 @@ fn run_layers(
     for layer in &model.layers {
         let (cos, sin, stride) = match (layer.inv_freq, &local) {
             (Some(own), Some((f, (cos, sin)))) if own == *f => (cos, sin, f.len()),
-            _ => (&cos, &sin, model.inv_freq.len()),
+            _ => (&cos, &sin, inv_freq.len()),
         };
         let tables = RopeTables {
             cos,
@@ -1174,6 +1178,7 @@ fn with_decoder<R>(
             .collect::<Option<_>>()?,
         head: head_ref(&held, &head)?,
         inv_freq: model.inv_freq,
+        long_inv_freq: model.long_inv_freq,
         rope_scale: model.rope_scale,
         dims: dims_of(model.layers.first()?, head.hidden, model.head.norm.eps),
     };

@@ -280,7 +280,10 @@ pub struct ModelWeights<'a, B: Backend> {
     pub head: HeadWeights<'a, B>,
     /// Rotary inverse frequencies, `rotary_dim / 2` values (`head_dim / 2` but in GPT-NeoX).
     pub inv_freq: &'a [f32],
-    /// The factor of the model's rotary cosines and sines (YaRN's attention factor; 1).
+    /// LongRoPE's frequencies past the pre-training context, with its length.
+    pub long_inv_freq: Option<(usize, &'a [f32])>,
+    /// The factor of the model's rotary cosines and sines (YaRN's or LongRoPE's attention
+    /// factor; 1).
     pub rope_scale: f32,
 }
 
