@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini; do
+             phi3-longrope phi4-mini smollm3; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -60,6 +60,12 @@ def config(family):
                           "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
                           "long_factor": [1.0, 3.0, 6.0, 12.0, 20.0, 40.0]},
             **common)
+    if family == "smollm3":
+        # SmolLM3: Llama's layer with NoPE layers, here every second of three (rotating, NoPE,
+        # rotating) from no_rope_layer_interval, and a tied head.
+        common.update(num_hidden_layers=3, tie_word_embeddings=True)
+        return transformers.SmolLM3Config(no_rope_layer_interval=2, rope_theta=5_000_000.0,
+                                          pad_token_id=0, **common)
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)
@@ -200,6 +206,14 @@ def main():
             moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
             print("without the final soft-cap the logits move by", moved)
             model.config.final_logit_softcapping = final_cap
+        # Each NoPE layer must show in the logits, or the fixture could not catch it rotated.
+        if getattr(model.config, "no_rope_layers", None):
+            for layer in model.model.layers:
+                layer.self_attn.use_rope = 1
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            print("rotating the NoPE layers moves the logits by", moved)
+            for layer, flag in zip(model.model.layers, model.config.no_rope_layers):
+                layer.self_attn.use_rope = flag
         if getattr(model.config, "attn_logit_softcapping", None):
             for layer in model.model.layers:
                 layer.self_attn.attn_logit_softcapping = None

@@ -276,6 +276,15 @@ pub struct HfLlamaConfig {
     /// Gemma 3: the RoPE base of the sliding-window layers.
     #[serde(default)]
     pub rope_local_base_freq: Option<f64>,
+    /// SmolLM3: per layer, 1 where it rotates queries and keys, 0 where it does not (NoPE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_rope_layers: Option<Vec<u8>>,
+    /// SmolLM3: without `no_rope_layers`, every `n`-th layer is NoPE (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_rope_layer_interval: Option<usize>,
+    /// SmolLM3, Qwen2: whether `sliding_window` applies (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_sliding_window: Option<bool>,
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
@@ -957,6 +966,10 @@ pub struct DecoderExtras {
     /// `[kv_heads · head_dim]` gains (OLMo 2), instead of one head's `[head_dim]` (Qwen3).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub qk_norm_across_heads: bool,
+    /// Per layer: `true` where queries and keys are not rotated (SmolLM3's NoPE layers,
+    /// `no_rope_layers` 0); `None`: every layer rotates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nope_layers: Option<Vec<bool>>,
 }
 
 impl DecoderExtras {
@@ -1173,6 +1186,17 @@ impl LlamaConfig {
     /// enter as ALiBi's bias (BLOOM).
     pub fn rotary(&self) -> bool {
         !(self.extras.learned_positions || self.extras.alibi)
+    }
+
+    /// Whether layer `i` rotates its queries and keys: the model does, and the layer is not
+    /// one of SmolLM3's NoPE layers.
+    pub fn layer_rotary(&self, i: usize) -> bool {
+        let nope = self
+            .extras
+            .nope_layers
+            .as_ref()
+            .is_some_and(|nope| nope.get(i).copied().unwrap_or(false));
+        self.rotary() && !nope
     }
 
     /// ALiBi's slope of every query head where positions enter as its bias (BLOOM).

@@ -579,7 +579,7 @@ impl<B: Backend> DecoderLayer<B> {
                 scale: config.query_scale(),
                 softcap: config.extras.attn_softcap,
                 inv_freq: config.layer_inv_freq(i),
-                rotary: config.rotary(),
+                rotary: config.layer_rotary(i),
                 alibi: config.alibi_slopes(),
             },
             mlp: Mlp {

@@ -113,6 +113,7 @@ fn every_family_gives_transformers_logits() {
         "olmo3",
         "phi3-longrope",
         "phi4-mini",
+        "smollm3",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -623,6 +624,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("olmo3", false),
         ("phi3-longrope", false),
         ("phi4-mini", false),
+        ("smollm3", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -671,7 +673,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             let mut streamed =
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
-            let gated = ["stablelm", "olmo", "phi3", "phi4"]
+            let gated = ["stablelm", "olmo", "phi3", "phi4", "smollm3"]
                 .iter()
                 .any(|f| family.starts_with(f));
             assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));

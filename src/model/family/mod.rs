@@ -20,6 +20,7 @@ pub mod phi;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod smollm3;
 pub mod stablelm;
 
 use std::collections::BTreeMap;
@@ -387,11 +388,13 @@ pub enum Architecture {
     /// `Olmo3ForCausalLM` (OLMo 3: OLMo 2's layer with sliding-window attention on three
     /// layers of four and RoPE per layer type).
     Olmo3,
+    /// `SmolLM3ForCausalLM` (SmolLM3: Llama's layer with NoPE layers, a tied head).
+    SmolLm3,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 16] = [
+    pub const ALL: [Architecture; 17] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -408,6 +411,7 @@ impl Architecture {
         Architecture::StableLm,
         Architecture::Olmo2,
         Architecture::Olmo3,
+        Architecture::SmolLm3,
     ];
 
     /// The family's adapter.
@@ -429,6 +433,7 @@ impl Architecture {
             Architecture::StableLm => &stablelm::StableLm,
             Architecture::Olmo2 => &olmo2::Olmo2,
             Architecture::Olmo3 => &olmo3::Olmo3,
+            Architecture::SmolLm3 => &smollm3::SmolLm3,
         }
     }
 
