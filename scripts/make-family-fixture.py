@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3; do
+             phi3-longrope phi4-mini smollm3 granite; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -66,6 +66,13 @@ def config(family):
         common.update(num_hidden_layers=3, tie_word_embeddings=True)
         return transformers.SmolLM3Config(no_rope_layer_interval=2, rope_theta=5_000_000.0,
                                           pad_token_id=0, **common)
+    if family == "granite":
+        # Granite 3.x: Llama's layer with its four factors (each moves the logits when left
+        # out; the script prints by how much), biases on the MLP's linears, a tied head.
+        common.update(tie_word_embeddings=True)
+        return transformers.GraniteConfig(embedding_multiplier=3.0, residual_multiplier=0.4,
+                                          attention_multiplier=0.1, logits_scaling=2.5,
+                                          mlp_bias=True, pad_token_id=0, **common)
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)
@@ -192,7 +199,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:
@@ -214,6 +221,21 @@ def main():
             print("rotating the NoPE layers moves the logits by", moved)
             for layer, flag in zip(model.model.layers, model.config.no_rope_layers):
                 layer.self_attn.use_rope = flag
+        if family == "granite":
+            base = model.model
+            for what, undo, redo in [
+                ("embedding", lambda: setattr(base, "embedding_multiplier", 1.0),
+                 lambda: setattr(base, "embedding_multiplier", 3.0)),
+                ("residual", lambda: [setattr(l, "residual_multiplier", 1.0) for l in base.layers],
+                 lambda: [setattr(l, "residual_multiplier", 0.4) for l in base.layers]),
+                ("attention", lambda: [setattr(l.self_attn, "scaling", 16 ** -0.5) for l in base.layers],
+                 lambda: [setattr(l.self_attn, "scaling", 0.1) for l in base.layers]),
+                ("logits", lambda: setattr(model.config, "logits_scaling", 1.0),
+                 lambda: setattr(model.config, "logits_scaling", 2.5))]:
+                undo()
+                moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+                redo()
+                print(f"without the {what} factor the logits move by", moved)
         if getattr(model.config, "attn_logit_softcapping", None):
             for layer in model.model.layers:
                 layer.self_attn.attn_logit_softcapping = None

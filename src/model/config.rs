@@ -276,6 +276,22 @@ pub struct HfLlamaConfig {
     /// Gemma 3: the RoPE base of the sliding-window layers.
     #[serde(default)]
     pub rope_local_base_freq: Option<f64>,
+    /// Llama, Granite, SmolLM3: whether the MLP's linears carry biases (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_bias: Option<bool>,
+    /// Granite: the factor of the token embeddings (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_multiplier: Option<f64>,
+    /// Granite: the factor of the attention and MLP outputs before each residual add
+    /// (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_multiplier: Option<f64>,
+    /// Granite: the factor of the attention scores `q·k` (default 1, not `head_dim^-0.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_multiplier: Option<f64>,
+    /// Granite: the divisor of the logits (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logits_scaling: Option<f64>,
     /// SmolLM3: per layer, 1 where it rotates queries and keys, 0 where it does not (NoPE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_rope_layers: Option<Vec<u8>>,
@@ -970,6 +986,25 @@ pub struct DecoderExtras {
     /// `no_rope_layers` 0); `None`: every layer rotates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nope_layers: Option<Vec<bool>>,
+    /// Granite's factors: of the token embeddings, of the attention and MLP outputs before
+    /// each residual add, of the attention scores (in place of `head_dim^-0.5`), and the
+    /// divisor of the logits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multipliers: Option<Multipliers>,
+}
+
+/// Granite's factors ([`DecoderExtras::multipliers`]), each applied as transformers applies it
+/// in f32: `embeddings · embedding`, `x + out · residual`, `q·k · attention`, `logits / logits`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Multipliers {
+    /// The factor of the token embeddings (`embedding_multiplier`).
+    pub embedding: f64,
+    /// The factor of the attention and MLP outputs (`residual_multiplier`).
+    pub residual: f64,
+    /// The factor of the attention scores (`attention_multiplier`).
+    pub attention: f64,
+    /// The divisor of the logits (`logits_scaling`).
+    pub logits: f64,
 }
 
 impl DecoderExtras {
@@ -1177,9 +1212,24 @@ impl LlamaConfig {
     /// The factor of the attention scores `q·k` where the family sets one
     /// (`query_pre_attn_scalar^-0.5`, Gemma); `None` for the usual `head_dim^-0.5`.
     pub fn query_scale(&self) -> Option<f64> {
-        self.extras
-            .query_pre_attn_scalar
-            .map(|scalar| 1.0 / scalar.sqrt())
+        match self.extras.multipliers {
+            Some(m) => Some(m.attention),
+            None => self
+                .extras
+                .query_pre_attn_scalar
+                .map(|scalar| 1.0 / scalar.sqrt()),
+        }
+    }
+
+    /// The factor of the attention and MLP outputs before each residual add (Granite's
+    /// `residual_multiplier`), when there is one.
+    pub fn residual_scale(&self) -> Option<f32> {
+        self.extras.multipliers.map(|m| m.residual as f32)
+    }
+
+    /// The divisor of the logits (Granite's `logits_scaling`), when there is one.
+    pub fn logits_scaling(&self) -> Option<f32> {
+        self.extras.multipliers.map(|m| m.logits as f32)
     }
 
     /// Whether queries and keys are rotated: not where positions are learned (OPT) or
@@ -1206,11 +1256,13 @@ impl LlamaConfig {
             .then(|| super::alibi::slopes(self.num_attention_heads))
     }
 
-    /// The factor of the token embeddings, `√hidden` in f32 (Gemma), when there is one.
+    /// The factor of the token embeddings, `√hidden` in f32 (Gemma) or Granite's
+    /// `embedding_multiplier`, when there is one.
     pub fn embed_scale(&self) -> Option<f32> {
         self.extras
             .scale_embeddings
             .then(|| (self.hidden_size as f64).sqrt() as f32)
+            .or(self.extras.multipliers.map(|m| m.embedding as f32))
     }
 }
 

@@ -530,6 +530,9 @@ pub struct DecoderLayer<B: Backend> {
     /// reference code, which sees the checkpoint's modules, does.
     #[module(skip)]
     pub stacked: &'static [FusedLinear],
+    /// The factor of the attention and MLP outputs before each residual add (Granite).
+    #[module(skip)]
+    pub residual_scale: Option<f32>,
 }
 
 impl<B: Backend> DecoderLayer<B> {
@@ -608,6 +611,7 @@ impl<B: Backend> DecoderLayer<B> {
             },
             parallel_residual: config.extras.parallel_residual,
             stacked: config.architecture.family().fused_linears(),
+            residual_scale: config.residual_scale(),
         })
     }
 
@@ -639,14 +643,27 @@ impl<B: Backend> DecoderLayer<B> {
             let mlp_in = pre_norm(&self.post_attention_layernorm, x.clone());
             observe(LinearInput::MlpIn, &mlp_in);
             // In transformers' order: `mlp_output + attn_output + hidden_states`.
-            return self.mlp.forward_observed(mlp_in, observe) + attn + x;
+            let mlp = self.mlp.forward_observed(mlp_in, observe);
+            return self.scaled(mlp) + self.scaled(attn) + x;
         }
         let h = self.attention_residual(x, ctx, observe);
         let mlp_in = pre_norm(&self.post_attention_layernorm, h.clone());
         observe(LinearInput::MlpIn, &mlp_in);
         let out = self.mlp.forward_observed(mlp_in, observe);
-        h + match &self.output_norms {
+        h + self.scaled(match &self.output_norms {
             Some(norms) => norms.mlp.forward(out),
+            None => out,
+        })
+    }
+
+    /// A block's output as the residual add takes it: times the layer's residual factor
+    /// where it has one (Granite).
+    ///
+    /// # Shapes
+    /// - `out`: `[batch, seq, hidden]` → same
+    fn scaled(&self, out: Tensor<B, 3>) -> Tensor<B, 3> {
+        match self.residual_scale {
+            Some(m) => out * m,
             None => out,
         }
     }
@@ -662,10 +679,10 @@ impl<B: Backend> DecoderLayer<B> {
         let attn_in = pre_norm(&self.input_layernorm, x.clone());
         observe(LinearInput::AttnIn, &attn_in);
         let out = self.self_attn.forward_observed(attn_in, ctx, observe);
-        x + match &self.output_norms {
+        x + self.scaled(match &self.output_norms {
             Some(norms) => norms.attention.forward(out),
             None => out,
-        }
+        })
     }
 
     /// Runs each of `inputs` (separate batches of one length) through the layer, without a
@@ -743,6 +760,7 @@ impl<B: Backend> DecoderLayer<B> {
                 .map(|n| [n.attention.weights(), n.mlp.weights()]),
             activation: self.mlp.activation,
             parallel_residual: self.parallel_residual,
+            residual_scale: self.residual_scale,
             scale: a.scale,
             softcap: a.softcap,
             inv_freq: a.inv_freq.as_deref(),
@@ -848,6 +866,8 @@ pub struct Llama<B: Backend> {
     pub norm_offset: bool,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2), when set.
     pub final_softcap: Option<f64>,
+    /// Logits `l` become `l / s` (Granite's `logits_scaling`), when set.
+    pub logits_scaling: Option<f32>,
 }
 
 impl<B: Backend> Llama<B> {
@@ -921,6 +941,7 @@ impl<B: Backend> Llama<B> {
             embed_norm: config.extras.embed_norm.then(|| norm(h)),
             norm_offset: config.extras.norm_offset,
             final_softcap: config.extras.final_softcap,
+            logits_scaling: config.logits_scaling(),
         }
     }
 
@@ -968,6 +989,10 @@ impl<B: Backend> Llama<B> {
             Some(head) => project(head, x),
             None => linear_forward(x, self.embed_tokens.weight.val().transpose(), None),
         };
+        let logits = match self.logits_scaling {
+            Some(s) => logits / s,
+            None => logits,
+        };
         match self.final_softcap {
             Some(cap) => (logits / cap).tanh() * cap,
             None => logits,
@@ -985,6 +1010,7 @@ impl<B: Backend> Llama<B> {
             positions: self.embed_positions.as_ref(),
             embed_norm: self.embed_norm.as_ref().map(Norm::weights),
             final_softcap: self.final_softcap,
+            logits_scaling: self.logits_scaling,
         }
     }
 

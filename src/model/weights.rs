@@ -993,6 +993,7 @@ fn shell_with<B: Backend>(
             .transpose()?,
         norm_offset: config.extras.norm_offset,
         final_softcap: config.extras.final_softcap,
+        logits_scaling: config.logits_scaling(),
     })
 }
 

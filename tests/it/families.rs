@@ -114,6 +114,7 @@ fn every_family_gives_transformers_logits() {
         "phi3-longrope",
         "phi4-mini",
         "smollm3",
+        "granite",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -625,6 +626,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("phi3-longrope", false),
         ("phi4-mini", false),
         ("smollm3", false),
+        ("granite", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -673,7 +675,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             let mut streamed =
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
-            let gated = ["stablelm", "olmo", "phi3", "phi4", "smollm3"]
+            let gated = ["stablelm", "olmo", "phi3", "phi4", "smollm3", "granite"]
                 .iter()
                 .any(|f| family.starts_with(f));
             assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));

@@ -11,6 +11,7 @@ pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt_neox;
+pub mod granite;
 pub mod llama;
 pub mod mistral;
 pub mod olmo2;
@@ -153,6 +154,17 @@ pub(crate) fn refuse_all_but_silu(hf: &HfLlamaConfig, family: &str) -> Result<()
             format!("is `{other}`; {family} takes only `silu`"),
         )),
     }
+}
+
+/// The extras of Llama's own layer as a config of `family` gives them: SwiGLU only, and
+/// biases on the MLP's linears where `mlp_bias` says so (`LlamaConfig`'s key, which Granite's
+/// and SmolLM3's configs share).
+pub(crate) fn llama_layer(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
+    refuse_all_but_silu(hf, family)?;
+    Ok(DecoderExtras {
+        mlp_bias: hf.mlp_bias.unwrap_or(false),
+        ..DecoderExtras::default()
+    })
 }
 
 /// Which layers slide (`true`) and which attend in full: `layer_types`
@@ -390,11 +402,14 @@ pub enum Architecture {
     Olmo3,
     /// `SmolLM3ForCausalLM` (SmolLM3: Llama's layer with NoPE layers, a tied head).
     SmolLm3,
+    /// `GraniteForCausalLM` (Granite 3.x: Llama's layer with factors of the embeddings, the
+    /// residual adds, the attention scores and the logits).
+    Granite,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 17] = [
+    pub const ALL: [Architecture; 18] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -412,6 +427,7 @@ impl Architecture {
         Architecture::Olmo2,
         Architecture::Olmo3,
         Architecture::SmolLm3,
+        Architecture::Granite,
     ];
 
     /// The family's adapter.
@@ -434,6 +450,7 @@ impl Architecture {
             Architecture::Olmo2 => &olmo2::Olmo2,
             Architecture::Olmo3 => &olmo3::Olmo3,
             Architecture::SmolLm3 => &smollm3::SmolLm3,
+            Architecture::Granite => &granite::Granite,
         }
     }
 

@@ -25,7 +25,6 @@ impl Family for SmolLm3 {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        super::refuse_all_but_silu(hf, "SmolLM3")?;
         // transformers slides the NoPE layers where `use_sliding_window` and a window are
         // both set; no released SmolLM3 does.
         if hf.use_sliding_window == Some(true) && hf.sliding_window.is_some() {
@@ -38,7 +37,7 @@ impl Family for SmolLm3 {
         }
         Ok(DecoderExtras {
             nope_layers: Some(nope_layers(hf)?),
-            ..DecoderExtras::default()
+            ..super::llama_layer(hf, "SmolLM3")?
         })
     }
 
@@ -49,7 +48,7 @@ impl Family for SmolLm3 {
         BTreeMap::from([
             ("no_rope_layers", rotary.into()),
             ("use_sliding_window", false.into()),
-            ("mlp_bias", false.into()),
+            ("mlp_bias", config.extras.mlp_bias.into()),
         ])
     }
 }

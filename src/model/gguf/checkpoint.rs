@@ -197,6 +197,11 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         // GGUF does not store it; llama.cpp scales by `key_length^-0.5` (Gemma 3 270M–12B).
         query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),
         rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
+        mlp_bias: None,
+        embedding_multiplier: None,
+        residual_multiplier: None,
+        attention_multiplier: None,
+        logits_scaling: None,
         no_rope_layers: None,
         no_rope_layer_interval: None,
         use_sliding_window: None,

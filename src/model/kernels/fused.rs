@@ -105,6 +105,8 @@ struct LayerRef<'a> {
     rotary: bool,
     /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
     parallel_residual: bool,
+    /// The factor of the attention and MLP outputs before each residual add (Granite).
+    residual_scale: Option<f32>,
 }
 
 /// Shapes shared by every layer.
@@ -152,6 +154,8 @@ struct HeadRef<'a> {
     embed_norm: Option<NormRef<'a>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
     final_softcap: Option<f32>,
+    /// Logits `l` become `l / s` (Granite).
+    logits_scaling: Option<f32>,
 }
 
 impl HeadRef<'_> {
@@ -498,8 +502,11 @@ fn layer_forward(
             attn,
             x,
             normed,
-            layer.output_norms.map(|[a, _]| a),
-            d.eps,
+            OutputScale {
+                norm: layer.output_norms.map(|[a, _]| a),
+                eps: d.eps,
+                factor: layer.residual_scale,
+            },
         );
         None
     };
@@ -537,44 +544,56 @@ fn layer_forward(
         // `normed` is free: it takes the MLP's output. Summed in transformers' order,
         // `mlp_output + attn_output + hidden_states`.
         layer.down.apply(gate, rows, normed, false);
+        let f = layer.residual_scale.unwrap_or(1.0);
         x.par_iter_mut()
             .zip(normed.par_iter())
             .zip(attn_out.par_iter())
             // `(m + a) + x`, addition commuting exactly.
-            .for_each(|((x, m), a)| *x += m + a);
+            .for_each(|((x, m), a)| *x += m * f + a * f);
     } else if output {
         residual_add(
             &layer.down,
             gate,
             x,
             normed,
-            layer.output_norms.map(|[_, m]| m),
-            d.eps,
+            OutputScale {
+                norm: layer.output_norms.map(|[_, m]| m),
+                eps: d.eps,
+                factor: layer.residual_scale,
+            },
         );
     }
 }
 
-/// `x += input · W`, the product normed first when the layer has an output norm (then in
-/// `buffer`, `x`'s size); without one the residual add is folded into the product.
+/// What happens to a block's output before the residual add: an output norm (Gemma) with its
+/// epsilon, then a factor (Granite).
+struct OutputScale<'a> {
+    norm: Option<&'a [f32]>,
+    eps: f64,
+    factor: Option<f32>,
+}
+
+/// `x += input · W`, the product normed and scaled first as `scale` says (then in `buffer`,
+/// `x`'s size); without either the residual add is folded into the product.
 fn residual_add(
     linear: &LinearRef,
     input: &[f32],
     x: &mut [f32],
     buffer: &mut [f32],
-    norm: Option<&[f32]>,
-    eps: f64,
+    scale: OutputScale,
 ) {
     let rows = x.len() / linear.outputs.max(1);
-    match norm {
-        None => linear.apply(input, rows, x, true),
-        Some(norm) => {
-            linear.apply(input, rows, buffer, false);
-            rms_norm_in_place(buffer, norm, eps);
-            x.par_chunks_mut(4096)
-                .zip(buffer.par_chunks(4096))
-                .for_each(|(x, b)| x.iter_mut().zip(b).for_each(|(x, b)| *x += b));
-        }
+    if scale.norm.is_none() && scale.factor.is_none() {
+        return linear.apply(input, rows, x, true);
     }
+    linear.apply(input, rows, buffer, false);
+    if let Some(norm) = scale.norm {
+        rms_norm_in_place(buffer, norm, scale.eps);
+    }
+    let f = scale.factor.unwrap_or(1.0);
+    x.par_chunks_mut(4096)
+        .zip(buffer.par_chunks(4096))
+        .for_each(|(x, b)| x.iter_mut().zip(b).for_each(|(x, b)| *x += b * f));
 }
 
 /// The residual stream of one sequence after the last layer.
@@ -757,6 +776,7 @@ struct HeldLayer<'m> {
     inv_freq: Option<&'m [f32]>,
     rotary: bool,
     parallel_residual: bool,
+    residual_scale: Option<f32>,
 }
 
 /// `None` for a layer these kernels do not run: per-head and output norms that are not
@@ -793,6 +813,7 @@ fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldL
         inv_freq: layer.inv_freq,
         rotary: layer.rotary,
         parallel_residual: layer.parallel_residual,
+        residual_scale: layer.residual_scale,
     })
 }
 
@@ -833,6 +854,7 @@ fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
         inv_freq: l.inv_freq,
         rotary: l.rotary,
         parallel_residual: l.parallel_residual,
+        residual_scale: l.residual_scale,
     })
 }
 
@@ -1195,6 +1217,7 @@ struct HeldHead {
     norm: HeldNorm,
     lm_head: Option<HeldLinear>,
     final_softcap: Option<f32>,
+    logits_scaling: Option<f32>,
     eps: f64,
     vocab: usize,
     hidden: usize,
@@ -1210,6 +1233,7 @@ fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
         norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         final_softcap: head.final_softcap.map(|c| c as f32),
+        logits_scaling: head.logits_scaling,
         eps: head.norm.eps,
         vocab,
         hidden,
@@ -1237,6 +1261,7 @@ fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
             None => None,
         },
         final_softcap: h.final_softcap,
+        logits_scaling: h.logits_scaling,
     })
 }
 

@@ -221,6 +221,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub activation: Activation,
     /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
     pub parallel_residual: bool,
+    /// The factor of the attention and MLP outputs before each residual add (Granite).
+    pub residual_scale: Option<f32>,
     /// The factor of `q·k` when it is not `head_dim^-0.5`.
     pub scale: Option<f64>,
     /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
@@ -270,6 +272,8 @@ pub struct HeadWeights<'a, B: Backend> {
     pub embed_norm: Option<NormWeights<'a, B>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
     pub final_softcap: Option<f64>,
+    /// Logits `l` become `l / s` (Granite).
+    pub logits_scaling: Option<f32>,
 }
 
 /// The borrowed weights of a whole decoder.

@@ -67,6 +67,9 @@ impl HeadRef<'_> {
                 matmul(out, width, false, a, b, true);
             }
         }
+        if let Some(s) = self.logits_scaling {
+            out.par_iter_mut().for_each(|l| *l /= s);
+        }
         if let Some(cap) = self.final_softcap {
             out.par_chunks_mut(width.max(1))
                 .for_each(|row| vecmath::soft_cap(row, 1.0, cap));
