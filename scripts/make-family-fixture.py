@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3 granite; do
+             phi3-longrope phi4-mini smollm3 granite glm glm4; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -73,6 +73,13 @@ def config(family):
         return transformers.GraniteConfig(embedding_multiplier=3.0, residual_multiplier=0.4,
                                           attention_multiplier=0.1, logits_scaling=2.5,
                                           mlp_bias=True, pad_token_id=0, **common)
+    if family in ("glm", "glm4"):
+        # GLM, GLM-4: interleaved RoPE on half of each head (8 of 16 dimensions), random q/k/v
+        # biases, stacked gate_up_proj; GLM-4 adds its output norms. head_dim given: the config
+        # classes default it to 128.
+        cls = transformers.GlmConfig if family == "glm" else transformers.Glm4Config
+        return cls(head_dim=16, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=0,
+                   **common)
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)
@@ -199,7 +206,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:
@@ -221,6 +228,17 @@ def main():
             print("rotating the NoPE layers moves the logits by", moved)
             for layer, flag in zip(model.model.layers, model.config.no_rope_layers):
                 layer.self_attn.use_rope = flag
+        # Interleaved pairs must show in the logits: rotating halves instead moves them.
+        if family.startswith("glm"):
+            module = sys.modules[type(model).__module__]
+            interleaved = module.rotate_half
+            def halves(x):
+                x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+                return torch.cat((-x2, x1), dim=-1)
+            module.rotate_half = halves
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            module.rotate_half = interleaved
+            print("rotating halves instead of neighbours moves the logits by", moved)
         if family == "granite":
             base = model.model
             for what, undo, redo in [

@@ -986,6 +986,9 @@ pub struct DecoderExtras {
     /// `no_rope_layers` 0); `None`: every layer rotates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nope_layers: Option<Vec<bool>>,
+    /// Rotated dimensions pair up as neighbours, `(2i, 2i + 1)`, instead of as halves (GLM).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interleaved_rotary: bool,
     /// Granite's factors: of the token embeddings, of the attention and MLP outputs before
     /// each residual add, of the attention scores (in place of `head_dim^-0.5`), and the
     /// divisor of the logits.

@@ -169,6 +169,9 @@ pub(crate) struct Attention<B: Backend> {
     /// Whether queries and keys are rotated (false where positions are learned, OPT, or
     /// enter as ALiBi's bias, BLOOM).
     pub rotary: bool,
+    /// Whether rotated dimensions pair up as neighbours, `(2i, 2i + 1)`, instead of as the
+    /// halves `(i, i + d/2)` (GLM's interleaved RoPE).
+    pub interleaved: bool,
     /// ALiBi's slope of each query head, where positions enter as its bias of the scores
     /// (BLOOM).
     pub alibi: Option<Vec<f32>>,
@@ -214,7 +217,9 @@ impl<B: Backend> Attention<B> {
             t.reshape([batch, seq, n, head_dim]).swap_dims(1, 2)
         };
         let rotate = |t: Tensor<B, 4>| {
-            if self.rotary {
+            if self.rotary && self.interleaved {
+                rope::apply_interleaved(t, cos, sin)
+            } else if self.rotary {
                 rope::apply(t, cos, sin)
             } else {
                 t
@@ -583,6 +588,7 @@ impl<B: Backend> DecoderLayer<B> {
                 softcap: config.extras.attn_softcap,
                 inv_freq: config.layer_inv_freq(i),
                 rotary: config.layer_rotary(i),
+                interleaved: config.extras.interleaved_rotary,
                 alibi: config.alibi_slopes(),
             },
             mlp: Mlp {
@@ -765,6 +771,7 @@ impl<B: Backend> DecoderLayer<B> {
             softcap: a.softcap,
             inv_freq: a.inv_freq.as_deref(),
             rotary: a.rotary,
+            interleaved_rotary: a.interleaved,
             alibi: a.alibi.as_deref(),
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,

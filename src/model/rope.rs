@@ -204,6 +204,46 @@ pub fn apply<B: Backend>(x: Tensor<B, 4>, cos: &Tensor<B, 2>, sin: &Tensor<B, 2>
     x * cos + rotated * sin
 }
 
+/// [`apply`] with the rotated dimensions paired as neighbours, `(2i, 2i + 1)` turning by pair
+/// `i`'s angle (GLM's interleaved RoPE: transformers' `rotate_half` of even and odd
+/// dimensions, with each angle's cosine and sine repeated in place), the rest passing through.
+///
+/// # Shapes
+/// - `x`: `[batch, heads, seq, head_dim]`
+/// - `cos`, `sin`: `[seq, rotary]` as [`tables`] lays them out (each half the `rotary / 2`
+///   angles), `rotary ≤ head_dim`
+/// - returns `[batch, heads, seq, head_dim]`
+pub fn apply_interleaved<B: Backend>(
+    x: Tensor<B, 4>,
+    cos: &Tensor<B, 2>,
+    sin: &Tensor<B, 2>,
+) -> Tensor<B, 4> {
+    let [batch, heads, seq, head_dim] = x.dims();
+    let rotary = cos.dims()[1];
+    let half = rotary / 2;
+    let pairs = x
+        .clone()
+        .narrow(3, 0, rotary)
+        .reshape([batch, heads, seq, half, 2]);
+    let even = pairs.clone().narrow(4, 0, 1);
+    let odd = pairs.narrow(4, 1, 1);
+    let angle = |t: &Tensor<B, 2>| t.clone().narrow(1, 0, half).reshape([1, 1, seq, half, 1]);
+    let (c, s) = (angle(cos), angle(sin));
+    let rotated = Tensor::cat(
+        vec![
+            even.clone() * c.clone() - odd.clone() * s.clone(),
+            odd * c + even * s,
+        ],
+        4,
+    )
+    .reshape([batch, heads, seq, rotary]);
+    if rotary < head_dim {
+        Tensor::cat(vec![rotated, x.narrow(3, rotary, head_dim - rotary)], 3)
+    } else {
+        rotated
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,5 +443,33 @@ mod tests {
         assert_eq!(frequencies_for(&short, None, 11), short.as_slice());
         assert!(long_inv_freq(&config(4, 100.0, RopeScaling::None)).is_none());
         assert_eq!(c.rope_attention_factor(), 1.25);
+    }
+
+    #[test]
+    fn interleaved_rotation_turns_neighbouring_pairs() {
+        // head_dim 6, rotary 4 (inv_freq [1, 0.5]), position 2: (x0, x1) turns by 2 radians,
+        // (x2, x3) by 1, x4 and x5 pass through.
+        let device = Default::default();
+        let (cos, sin) = tables::<B>(&[1.0, 0.5], 1.0, 2, 1, &device);
+        let x = Tensor::<B, 4>::from_data(
+            TensorData::new(vec![1.0f32, 2., 3., 4., 5., 6.], [1, 1, 1, 6]),
+            &device,
+        );
+        let out: Vec<f32> = apply_interleaved(x, &cos, &sin)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let (c2, s2, c1, s1) = (2f64.cos(), 2f64.sin(), 1f64.cos(), 1f64.sin());
+        let expected = [
+            c2 - 2.0 * s2,
+            2.0 * c2 + s2,
+            3.0 * c1 - 4.0 * s1,
+            4.0 * c1 + 3.0 * s1,
+            5.0,
+            6.0,
+        ];
+        for (o, e) in out.iter().zip(expected) {
+            assert!((f64::from(*o) - e).abs() < 1e-6, "{out:?} vs {expected:?}");
+        }
     }
 }

@@ -115,6 +115,8 @@ fn every_family_gives_transformers_logits() {
         "phi4-mini",
         "smollm3",
         "granite",
+        "glm",
+        "glm4",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -627,6 +629,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("phi4-mini", false),
         ("smollm3", false),
         ("granite", false),
+        ("glm", false),
+        ("glm4", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -675,9 +679,11 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             let mut streamed =
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
-            let gated = ["stablelm", "olmo", "phi3", "phi4", "smollm3", "granite"]
-                .iter()
-                .any(|f| family.starts_with(f));
+            let gated = [
+                "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm",
+            ]
+            .iter()
+            .any(|f| family.starts_with(f));
             assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);

@@ -10,6 +10,7 @@ pub mod falcon;
 pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
+pub mod glm;
 pub mod gpt_neox;
 pub mod granite;
 pub mod llama;
@@ -405,11 +406,16 @@ pub enum Architecture {
     /// `GraniteForCausalLM` (Granite 3.x: Llama's layer with factors of the embeddings, the
     /// residual adds, the attention scores and the logits).
     Granite,
+    /// `GlmForCausalLM` (GLM-4-9B-chat-hf: Llama's layer with interleaved half rotation,
+    /// q/k/v biases, stacked gate and up projections).
+    Glm,
+    /// `Glm4ForCausalLM` (GLM-4-0414: GLM's layer with output norms).
+    Glm4,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 18] = [
+    pub const ALL: [Architecture; 20] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -428,6 +434,8 @@ impl Architecture {
         Architecture::Olmo3,
         Architecture::SmolLm3,
         Architecture::Granite,
+        Architecture::Glm,
+        Architecture::Glm4,
     ];
 
     /// The family's adapter.
@@ -451,6 +459,8 @@ impl Architecture {
             Architecture::Olmo3 => &olmo3::Olmo3,
             Architecture::SmolLm3 => &smollm3::SmolLm3,
             Architecture::Granite => &granite::Granite,
+            Architecture::Glm => &glm::Glm,
+            Architecture::Glm4 => &glm::Glm4,
         }
     }
 

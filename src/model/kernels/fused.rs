@@ -15,7 +15,6 @@
 
 use burn::backend::ndarray::NdArrayTensor;
 use burn::backend::NdArray;
-use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 
@@ -28,11 +27,13 @@ use crate::model::llama::POSITION_OFFSET;
 use crate::model::rope;
 
 mod head;
+mod held;
 mod host;
 mod product;
 
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
+use held::{dims_of, head_ref, hold_head, hold_layer, layer_ref, Held, HeldLayer};
 use product::{matmul, View};
 
 /// The backend these kernels serve.
@@ -103,6 +104,8 @@ struct LayerRef<'a> {
     inv_freq: Option<&'a [f32]>,
     /// Whether queries and keys are rotated (not where positions are learned, OPT).
     rotary: bool,
+    /// Whether rotated dimensions pair up as neighbours (GLM) instead of as halves.
+    interleaved_rotary: bool,
     /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
     parallel_residual: bool,
     /// The factor of the attention and MLP outputs before each residual add (Granite).
@@ -227,12 +230,13 @@ struct RopeTables<'a> {
     packing: Option<Packing<'a>>,
 }
 
-/// Rotates the first `2 · t.half` dimensions of every head of `x` in place (HF "rotate half"
-/// layout), the rest passing through; rows are positions `0..seq` of consecutive sequences.
+/// Rotates the first `2 · t.half` dimensions of every head of `x` in place, the rest passing
+/// through: pair `i` is `(i, i + half)` (HF "rotate half" layout), or `(2i, 2i + 1)` where
+/// `interleaved` (GLM); rows are positions `0..seq` of consecutive sequences.
 ///
 /// # Shapes
 /// - `x`: `[sequences * seq, heads * head_dim]`
-fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
+fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables, interleaved: bool) {
     let half = t.half;
     for (row_index, row) in x.chunks_mut(heads * head_dim).enumerate() {
         let pos = row_index % t.seq;
@@ -241,11 +245,19 @@ fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables) {
             &t.sin[pos * t.stride..][..half],
         );
         for head in row.chunks_mut(head_dim) {
-            let (x1, x2) = head[..2 * half].split_at_mut(half);
-            for i in 0..half {
-                let (a, b) = (x1[i], x2[i]);
-                x1[i] = a * c[i] - b * s[i];
-                x2[i] = b * c[i] + a * s[i];
+            if interleaved {
+                for (i, pair) in head[..2 * half].chunks_exact_mut(2).enumerate() {
+                    let (a, b) = (pair[0], pair[1]);
+                    pair[0] = a * c[i] - b * s[i];
+                    pair[1] = b * c[i] + a * s[i];
+                }
+            } else {
+                let (x1, x2) = head[..2 * half].split_at_mut(half);
+                for i in 0..half {
+                    let (a, b) = (x1[i], x2[i]);
+                    x1[i] = a * c[i] - b * s[i];
+                    x2[i] = b * c[i] + a * s[i];
+                }
             }
         }
     }
@@ -446,8 +458,8 @@ fn layer_forward(
         rms_norm_in_place(k, k_norm, d.eps);
     }
     if layer.rotary {
-        rope(q, d.heads, hd, tables);
-        rope(k, d.kv_heads, hd, tables);
+        rope(q, d.heads, hd, tables, layer.interleaved_rotary);
+        rope(k, d.kv_heads, hd, tables, layer.interleaved_rotary);
     }
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
     let sequences = rows / seq.max(1);
@@ -678,198 +690,6 @@ fn contiguous(tensor: &NdArrayTensor) -> Option<&[f32]> {
     match tensor {
         NdArrayTensor::F32(storage) => storage.view().to_slice(),
         _ => None,
-    }
-}
-
-/// The primitives of a model's weights, held while their slices are borrowed.
-struct Held {
-    tensors: Vec<NdArrayTensor>,
-}
-
-impl Held {
-    fn push<const D: usize>(&mut self, t: Tensor<Nd, D>) -> usize {
-        self.tensors.push(t.into_primitive().tensor());
-        self.tensors.len() - 1
-    }
-
-    fn slice(&self, index: usize) -> Option<&[f32]> {
-        contiguous(&self.tensors[index])
-    }
-}
-
-/// Indices into [`Held`] of one linear.
-struct HeldLinear {
-    weight: usize,
-    bias: Option<usize>,
-    dims: [usize; 2],
-}
-
-fn hold_linear(held: &mut Held, linear: &Linear<Nd>) -> HeldLinear {
-    let weight = linear.weight.val();
-    let dims = weight.dims();
-    HeldLinear {
-        weight: held.push(weight),
-        bias: linear.bias.as_ref().map(|b| held.push(b.val())),
-        dims,
-    }
-}
-
-fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef<'a>> {
-    Some(LinearRef {
-        weight: held.slice(l.weight)?,
-        bias: match l.bias {
-            Some(b) => Some(held.slice(b)?),
-            None => None,
-        },
-        inputs: l.dims[0],
-        outputs: l.dims[1],
-    })
-}
-
-/// Indices into [`Held`] of a norm's gain and a LayerNorm's bias.
-#[derive(Clone, Copy)]
-struct HeldNorm {
-    weight: usize,
-    bias: Option<usize>,
-}
-
-fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> HeldNorm {
-    HeldNorm {
-        weight: held.push(norm.weight.val()),
-        bias: norm.bias.map(|b| held.push(b.val())),
-    }
-}
-
-/// The index of an RMSNorm's gain (the per-head and output norms); `None` for a LayerNorm.
-fn hold_rms_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
-    norm.bias.is_none().then(|| held.push(norm.weight.val()))
-}
-
-fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
-    Some(NormRef {
-        weight: held.slice(n.weight)?,
-        bias: match n.bias {
-            Some(b) => Some(held.slice(b)?),
-            None => None,
-        },
-    })
-}
-
-/// Indices into [`Held`] of one decoder layer: its linears (no gate in an ungated MLP), two
-/// norms, the per-head q/k norms and the output norms where the family has them; the layer's
-/// own rotary frequencies.
-struct HeldLayer<'m> {
-    q: HeldLinear,
-    k: HeldLinear,
-    v: HeldLinear,
-    o: HeldLinear,
-    gate: Option<HeldLinear>,
-    up: HeldLinear,
-    down: HeldLinear,
-    input_norm: Option<HeldNorm>,
-    post_norm: Option<HeldNorm>,
-    q_norm: Option<usize>,
-    k_norm: Option<usize>,
-    output_norms: Option<[usize; 2]>,
-    window: Option<usize>,
-    activation: Activation,
-    inv_freq: Option<&'m [f32]>,
-    rotary: bool,
-    parallel_residual: bool,
-    residual_scale: Option<f32>,
-}
-
-/// `None` for a layer these kernels do not run: per-head and output norms that are not
-/// RMSNorms, or output norms with a parallel residual.
-fn hold_layer<'m>(held: &mut Held, layer: &LayerWeights<'m, Nd>) -> Option<HeldLayer<'m>> {
-    if layer.parallel_residual && layer.output_norms.is_some() {
-        return None;
-    }
-    let output_norms = match &layer.output_norms {
-        Some([a, m]) => Some([hold_rms_norm(held, a)?, hold_rms_norm(held, m)?]),
-        None => None,
-    };
-    Some(HeldLayer {
-        q: hold_linear(held, layer.q_proj),
-        k: hold_linear(held, layer.k_proj),
-        v: hold_linear(held, layer.v_proj),
-        o: hold_linear(held, layer.o_proj),
-        gate: layer.gate_proj.map(|g| hold_linear(held, g)),
-        up: hold_linear(held, layer.up_proj),
-        down: hold_linear(held, layer.down_proj),
-        input_norm: layer.input_norm.as_ref().map(|n| hold_norm(held, n)),
-        post_norm: layer.post_norm.as_ref().map(|n| hold_norm(held, n)),
-        q_norm: match &layer.q_norm {
-            Some(n) => Some(hold_rms_norm(held, n)?),
-            None => None,
-        },
-        k_norm: match &layer.k_norm {
-            Some(n) => Some(hold_rms_norm(held, n)?),
-            None => None,
-        },
-        output_norms,
-        window: layer.sliding_window,
-        activation: layer.activation,
-        inv_freq: layer.inv_freq,
-        rotary: layer.rotary,
-        parallel_residual: layer.parallel_residual,
-        residual_scale: layer.residual_scale,
-    })
-}
-
-fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
-    Some(LayerRef {
-        q: linear_ref(held, &l.q)?,
-        k: linear_ref(held, &l.k)?,
-        v: linear_ref(held, &l.v)?,
-        o: linear_ref(held, &l.o)?,
-        gate: match &l.gate {
-            Some(g) => Some(linear_ref(held, g)?),
-            None => None,
-        },
-        up: linear_ref(held, &l.up)?,
-        down: linear_ref(held, &l.down)?,
-        input_norm: match l.input_norm {
-            Some(n) => Some(norm_ref(held, n)?),
-            None => None,
-        },
-        post_norm: match l.post_norm {
-            Some(n) => Some(norm_ref(held, n)?),
-            None => None,
-        },
-        q_norm: match l.q_norm {
-            Some(i) => Some(held.slice(i)?),
-            None => None,
-        },
-        k_norm: match l.k_norm {
-            Some(i) => Some(held.slice(i)?),
-            None => None,
-        },
-        output_norms: match l.output_norms {
-            Some([a, m]) => Some([held.slice(a)?, held.slice(m)?]),
-            None => None,
-        },
-        window: l.window,
-        activation: l.activation,
-        inv_freq: l.inv_freq,
-        rotary: l.rotary,
-        parallel_residual: l.parallel_residual,
-        residual_scale: l.residual_scale,
-    })
-}
-
-fn dims_of<'a>(layer: &LayerWeights<'a, Nd>, hidden: usize, eps: f64) -> Dims<'a> {
-    Dims {
-        hidden,
-        heads: layer.heads,
-        kv_heads: layer.kv_heads,
-        head_dim: layer.head_dim,
-        eps,
-        scale: layer
-            .scale
-            .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
-        softcap: layer.softcap.map(|c| c as f32),
-        alibi: layer.alibi,
     }
 }
 
@@ -1205,64 +1025,6 @@ fn with_decoder<R>(
         dims: dims_of(model.layers.first()?, head.hidden, model.head.norm.eps),
     };
     f(&refs)
-}
-
-/// Indices into [`Held`] of the embeddings, learned positions, final norm and LM head, with
-/// their sizes.
-struct HeldHead {
-    embed: usize,
-    embed_scale: Option<f32>,
-    positions: Option<usize>,
-    embed_norm: Option<HeldNorm>,
-    norm: HeldNorm,
-    lm_head: Option<HeldLinear>,
-    final_softcap: Option<f32>,
-    logits_scaling: Option<f32>,
-    eps: f64,
-    vocab: usize,
-    hidden: usize,
-}
-
-fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
-    let [vocab, hidden] = head.embed.dims();
-    HeldHead {
-        embed: held.push(head.embed.val()),
-        embed_scale: head.embed_scale,
-        positions: head.positions.map(|table| held.push(table.val())),
-        embed_norm: head.embed_norm.as_ref().map(|n| hold_norm(held, n)),
-        norm: hold_norm(held, &head.norm),
-        lm_head: head.lm_head.map(|h| hold_linear(held, h)),
-        final_softcap: head.final_softcap.map(|c| c as f32),
-        logits_scaling: head.logits_scaling,
-        eps: head.norm.eps,
-        vocab,
-        hidden,
-    }
-}
-
-fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
-    Some(HeadRef {
-        embed: held.slice(h.embed)?,
-        embed_scale: h.embed_scale,
-        vocab: h.vocab,
-        hidden: h.hidden,
-        norm: norm_ref(held, h.norm)?,
-        eps: h.eps,
-        lm_head: match &h.lm_head {
-            Some(l) => Some(linear_ref(held, l)?),
-            None => None,
-        },
-        positions: match h.positions {
-            Some(table) => Some(held.slice(table)?),
-            None => None,
-        },
-        embed_norm: match h.embed_norm {
-            Some(n) => Some(norm_ref(held, n)?),
-            None => None,
-        },
-        final_softcap: h.final_softcap,
-        logits_scaling: h.logits_scaling,
-    })
 }
 
 /// [`Kernels::packed_hidden`] of the fused kernels; `None` for a model with sliding-window

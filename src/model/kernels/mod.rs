@@ -233,6 +233,8 @@ pub struct LayerWeights<'a, B: Backend> {
     /// Whether queries and keys are rotated (false where positions are learned, OPT, or enter
     /// as ALiBi's bias, BLOOM).
     pub rotary: bool,
+    /// Whether rotated dimensions pair up as neighbours (GLM) instead of as halves.
+    pub interleaved_rotary: bool,
     /// ALiBi's slope of each query head (BLOOM).
     pub alibi: Option<&'a [f32]>,
     /// Query heads.

@@ -155,6 +155,7 @@ fn causal_gqa_attention_by_hand() {
         softcap: None,
         inv_freq: None,
         rotary: true,
+        interleaved: false,
         alibi: None,
     };
     let cos = t(vec![1.0; 4], [2, 2]);

@@ -1,0 +1,272 @@
+//! The fused kernels' hold on a model's weights: the burn-ndarray primitives kept alive while
+//! the kernels borrow their f32 slices ([`Held`]), and the borrowed views made from them
+//! ([`super::LayerRef`], [`super::HeadRef`]); `None` wherever a weight is not contiguous f32 or
+//! a layer is of a kind the kernels do not run.
+
+use burn::backend::ndarray::NdArrayTensor;
+use burn::nn::Linear;
+use burn::prelude::*;
+
+use super::{
+    contiguous, Dims, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef, Nd, NormRef,
+    NormWeights,
+};
+use crate::model::config::Activation;
+
+/// The primitives of a model's weights, held while their slices are borrowed.
+pub(super) struct Held {
+    pub(super) tensors: Vec<NdArrayTensor>,
+}
+
+impl Held {
+    /// Holds `t`'s primitive; returns its index.
+    pub(super) fn push<const D: usize>(&mut self, t: Tensor<Nd, D>) -> usize {
+        self.tensors.push(t.into_primitive().tensor());
+        self.tensors.len() - 1
+    }
+
+    /// The f32 values of the tensor held at `index`, when contiguous.
+    pub(super) fn slice(&self, index: usize) -> Option<&[f32]> {
+        contiguous(&self.tensors[index])
+    }
+}
+
+/// Indices into [`Held`] of one linear.
+pub(super) struct HeldLinear {
+    weight: usize,
+    bias: Option<usize>,
+    dims: [usize; 2],
+}
+
+pub(super) fn hold_linear(held: &mut Held, linear: &Linear<Nd>) -> HeldLinear {
+    let weight = linear.weight.val();
+    let dims = weight.dims();
+    HeldLinear {
+        weight: held.push(weight),
+        bias: linear.bias.as_ref().map(|b| held.push(b.val())),
+        dims,
+    }
+}
+
+pub(super) fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef<'a>> {
+    Some(LinearRef {
+        weight: held.slice(l.weight)?,
+        bias: match l.bias {
+            Some(b) => Some(held.slice(b)?),
+            None => None,
+        },
+        inputs: l.dims[0],
+        outputs: l.dims[1],
+    })
+}
+
+/// Indices into [`Held`] of a norm's gain and a LayerNorm's bias.
+#[derive(Clone, Copy)]
+pub(super) struct HeldNorm {
+    weight: usize,
+    bias: Option<usize>,
+}
+
+pub(super) fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> HeldNorm {
+    HeldNorm {
+        weight: held.push(norm.weight.val()),
+        bias: norm.bias.map(|b| held.push(b.val())),
+    }
+}
+
+/// The index of an RMSNorm's gain (the per-head and output norms); `None` for a LayerNorm.
+pub(super) fn hold_rms_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
+    norm.bias.is_none().then(|| held.push(norm.weight.val()))
+}
+
+pub(super) fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
+    Some(NormRef {
+        weight: held.slice(n.weight)?,
+        bias: match n.bias {
+            Some(b) => Some(held.slice(b)?),
+            None => None,
+        },
+    })
+}
+
+/// Indices into [`Held`] of one decoder layer: its linears (no gate in an ungated MLP), two
+/// norms, the per-head q/k norms and the output norms where the family has them; the layer's
+/// own rotary frequencies.
+pub(super) struct HeldLayer<'m> {
+    q: HeldLinear,
+    k: HeldLinear,
+    v: HeldLinear,
+    o: HeldLinear,
+    gate: Option<HeldLinear>,
+    up: HeldLinear,
+    down: HeldLinear,
+    input_norm: Option<HeldNorm>,
+    post_norm: Option<HeldNorm>,
+    q_norm: Option<usize>,
+    k_norm: Option<usize>,
+    output_norms: Option<[usize; 2]>,
+    window: Option<usize>,
+    activation: Activation,
+    inv_freq: Option<&'m [f32]>,
+    rotary: bool,
+    interleaved_rotary: bool,
+    parallel_residual: bool,
+    residual_scale: Option<f32>,
+}
+
+/// `None` for a layer these kernels do not run: per-head and output norms that are not
+/// RMSNorms, or output norms with a parallel residual.
+pub(super) fn hold_layer<'m>(
+    held: &mut Held,
+    layer: &LayerWeights<'m, Nd>,
+) -> Option<HeldLayer<'m>> {
+    if layer.parallel_residual && layer.output_norms.is_some() {
+        return None;
+    }
+    let output_norms = match &layer.output_norms {
+        Some([a, m]) => Some([hold_rms_norm(held, a)?, hold_rms_norm(held, m)?]),
+        None => None,
+    };
+    Some(HeldLayer {
+        q: hold_linear(held, layer.q_proj),
+        k: hold_linear(held, layer.k_proj),
+        v: hold_linear(held, layer.v_proj),
+        o: hold_linear(held, layer.o_proj),
+        gate: layer.gate_proj.map(|g| hold_linear(held, g)),
+        up: hold_linear(held, layer.up_proj),
+        down: hold_linear(held, layer.down_proj),
+        input_norm: layer.input_norm.as_ref().map(|n| hold_norm(held, n)),
+        post_norm: layer.post_norm.as_ref().map(|n| hold_norm(held, n)),
+        q_norm: match &layer.q_norm {
+            Some(n) => Some(hold_rms_norm(held, n)?),
+            None => None,
+        },
+        k_norm: match &layer.k_norm {
+            Some(n) => Some(hold_rms_norm(held, n)?),
+            None => None,
+        },
+        output_norms,
+        window: layer.sliding_window,
+        activation: layer.activation,
+        inv_freq: layer.inv_freq,
+        rotary: layer.rotary,
+        interleaved_rotary: layer.interleaved_rotary,
+        parallel_residual: layer.parallel_residual,
+        residual_scale: layer.residual_scale,
+    })
+}
+
+pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
+    Some(LayerRef {
+        q: linear_ref(held, &l.q)?,
+        k: linear_ref(held, &l.k)?,
+        v: linear_ref(held, &l.v)?,
+        o: linear_ref(held, &l.o)?,
+        gate: match &l.gate {
+            Some(g) => Some(linear_ref(held, g)?),
+            None => None,
+        },
+        up: linear_ref(held, &l.up)?,
+        down: linear_ref(held, &l.down)?,
+        input_norm: match l.input_norm {
+            Some(n) => Some(norm_ref(held, n)?),
+            None => None,
+        },
+        post_norm: match l.post_norm {
+            Some(n) => Some(norm_ref(held, n)?),
+            None => None,
+        },
+        q_norm: match l.q_norm {
+            Some(i) => Some(held.slice(i)?),
+            None => None,
+        },
+        k_norm: match l.k_norm {
+            Some(i) => Some(held.slice(i)?),
+            None => None,
+        },
+        output_norms: match l.output_norms {
+            Some([a, m]) => Some([held.slice(a)?, held.slice(m)?]),
+            None => None,
+        },
+        window: l.window,
+        activation: l.activation,
+        inv_freq: l.inv_freq,
+        rotary: l.rotary,
+        interleaved_rotary: l.interleaved_rotary,
+        parallel_residual: l.parallel_residual,
+        residual_scale: l.residual_scale,
+    })
+}
+
+pub(super) fn dims_of<'a>(layer: &LayerWeights<'a, Nd>, hidden: usize, eps: f64) -> Dims<'a> {
+    Dims {
+        hidden,
+        heads: layer.heads,
+        kv_heads: layer.kv_heads,
+        head_dim: layer.head_dim,
+        eps,
+        scale: layer
+            .scale
+            .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
+        softcap: layer.softcap.map(|c| c as f32),
+        alibi: layer.alibi,
+    }
+}
+
+/// Indices into [`Held`] of the embeddings, learned positions, final norm and LM head, with
+/// their sizes.
+pub(super) struct HeldHead {
+    embed: usize,
+    embed_scale: Option<f32>,
+    positions: Option<usize>,
+    embed_norm: Option<HeldNorm>,
+    norm: HeldNorm,
+    lm_head: Option<HeldLinear>,
+    final_softcap: Option<f32>,
+    logits_scaling: Option<f32>,
+    eps: f64,
+    vocab: usize,
+    pub(super) hidden: usize,
+}
+
+pub(super) fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
+    let [vocab, hidden] = head.embed.dims();
+    HeldHead {
+        embed: held.push(head.embed.val()),
+        embed_scale: head.embed_scale,
+        positions: head.positions.map(|table| held.push(table.val())),
+        embed_norm: head.embed_norm.as_ref().map(|n| hold_norm(held, n)),
+        norm: hold_norm(held, &head.norm),
+        lm_head: head.lm_head.map(|h| hold_linear(held, h)),
+        final_softcap: head.final_softcap.map(|c| c as f32),
+        logits_scaling: head.logits_scaling,
+        eps: head.norm.eps,
+        vocab,
+        hidden,
+    }
+}
+
+pub(super) fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
+    Some(HeadRef {
+        embed: held.slice(h.embed)?,
+        embed_scale: h.embed_scale,
+        vocab: h.vocab,
+        hidden: h.hidden,
+        norm: norm_ref(held, h.norm)?,
+        eps: h.eps,
+        lm_head: match &h.lm_head {
+            Some(l) => Some(linear_ref(held, l)?),
+            None => None,
+        },
+        positions: match h.positions {
+            Some(table) => Some(held.slice(table)?),
+            None => None,
+        },
+        embed_norm: match h.embed_norm {
+            Some(n) => Some(norm_ref(held, n)?),
+            None => None,
+        },
+        final_softcap: h.final_softcap,
+        logits_scaling: h.logits_scaling,
+    })
+}
