@@ -450,20 +450,8 @@ impl HfLlamaConfig {
             .rope_parameters
             .as_ref()
             .and_then(HfRopeParameters::global);
-        let rope_theta = self.rope_base();
-        if !(rope_theta.is_finite() && rope_theta > 0.0) {
-            return Err(invalid(
-                "rope_theta",
-                format!("must be positive, got {rope_theta}"),
-            ));
-        }
-        let rms_norm_eps = family.norm_eps(self);
-        if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
-            return Err(invalid(
-                "rms_norm_eps",
-                format!("must be positive, got {rms_norm_eps}"),
-            ));
-        }
+        let rope_theta = positive_number("rope_theta", self.rope_base())?;
+        let rms_norm_eps = positive_number("rms_norm_eps", family.norm_eps(self))?;
         let rope_scaling = match self.rope_scaling.as_ref().or(parameters) {
             None => RopeScaling::None,
             Some(s) => resolve_rope_scaling(s, self, family)?,
@@ -511,9 +499,7 @@ impl HfLlamaConfig {
                 ));
             }
             if let Some(cap) = taken {
-                if !(cap.is_finite() && cap > 0.0) {
-                    return Err(invalid(key, format!("must be positive, got {cap}")));
-                }
+                positive_number(key, cap)?;
             }
         }
         if let Some(local) = &extras.local_attention {
@@ -602,6 +588,15 @@ pub(crate) fn invalid(key: &str, problem: String) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
         problem,
+    }
+}
+
+/// `value` where it is a finite positive number, else a [`ConfigError::Invalid`] for `key`.
+pub(crate) fn positive_number(key: &str, value: f64) -> Result<f64, ConfigError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(invalid(key, format!("must be positive, got {value}")))
     }
 }
 
@@ -716,23 +711,11 @@ fn resolve_long_rope(s: &HfRopeScaling, hf: &HfLlamaConfig) -> Result<RopeScalin
             )
         })?;
     let factor = match s.factor {
-        Some(f) if f.is_finite() && f > 0.0 => f,
-        Some(f) => {
-            return Err(invalid(
-                "rope_scaling.factor",
-                format!("must be a positive number, got {f}"),
-            ))
-        }
+        Some(f) => positive_number("rope_scaling.factor", f)?,
         None => hf.max_position_embeddings.unwrap_or(2048) as f64 / original as f64,
     };
     let attention_factor = match s.attention_factor {
-        Some(a) if a.is_finite() && a > 0.0 => a,
-        Some(a) => {
-            return Err(invalid(
-                "rope_scaling.attention_factor",
-                format!("must be positive, got {a}"),
-            ))
-        }
+        Some(a) => positive_number("rope_scaling.attention_factor", a)?,
         None if factor <= 1.0 => 1.0,
         None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
     };

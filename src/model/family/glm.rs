@@ -18,11 +18,19 @@ use std::collections::BTreeMap;
 use super::{AttentionBiases, Family, FusedLinear};
 use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
+/// GLM's layer: `GlmForCausalLM`, or with output norms `Glm4ForCausalLM`.
+pub struct Glm {
+    /// RMSNorms on the attention and MLP outputs under GLM-4's names.
+    output_norms: bool,
+}
+
 /// `GlmForCausalLM`.
-pub struct Glm;
+pub const GLM: Glm = Glm {
+    output_norms: false,
+};
 
 /// `Glm4ForCausalLM`.
-pub struct Glm4;
+pub const GLM4: Glm = Glm { output_norms: true };
 
 /// transformers' head width when a GLM config names none.
 const DEFAULT_HEAD_DIM: usize = 128;
@@ -41,91 +49,29 @@ static GATE_UP: [FusedLinear; 1] = [FusedLinear {
     per_kv_head: false,
 }];
 
-/// The extras both classes share: SwiGLU, interleaved partial rotary.
-fn glm_extras(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
-    super::refuse_all_but_silu(hf, family)?;
-    if hf.head_dim.is_none() && hf.hidden_size / hf.num_attention_heads.max(1) != DEFAULT_HEAD_DIM {
-        return Err(invalid(
-            "head_dim",
-            format!(
-                "is missing; {family}'s config class takes {DEFAULT_HEAD_DIM} then, not \
-                 hidden_size / num_attention_heads: write the model's head_dim"
-            ),
-        ));
-    }
-    Ok(DecoderExtras {
-        rotary_dim: super::partial_rotary(
-            hf,
-            hf.partial_rotary_factor,
-            "partial_rotary_factor",
-            0.5,
-        )?,
-        interleaved_rotary: true,
-        ..DecoderExtras::default()
-    })
-}
-
-/// The `config.json` keys a saved copy of either class needs beyond Llama's.
-fn glm_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-    BTreeMap::from([
-        ("partial_rotary_factor", config.rotary_factor().into()),
-        ("attention_bias", config.qkv_bias.into()),
-    ])
-}
-
-/// q/k/v biases from `attention_bias` (default true), none on `o_proj`.
-fn glm_biases(hf: &HfLlamaConfig) -> AttentionBiases {
-    AttentionBiases {
-        qkv: hf.attention_bias.unwrap_or(true),
-        o: false,
-    }
-}
-
 impl Family for Glm {
     fn hf_class(&self) -> &'static str {
-        "GlmForCausalLM"
+        if self.output_norms {
+            "Glm4ForCausalLM"
+        } else {
+            "GlmForCausalLM"
+        }
     }
 
     fn model_type(&self) -> &'static str {
-        "glm"
+        if self.output_norms {
+            "glm4"
+        } else {
+            "glm"
+        }
     }
 
+    /// q/k/v biases from `attention_bias` (default true), none on `o_proj`.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
-        glm_biases(hf)
-    }
-
-    fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
-        hf.rms_norm_eps.unwrap_or(1.5625e-7)
-    }
-
-    fn key_value_heads(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.num_key_value_heads.or(Some(2))
-    }
-
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &GATE_UP
-    }
-
-    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        glm_extras(hf, "GLM")
-    }
-
-    fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        glm_keys(config)
-    }
-}
-
-impl Family for Glm4 {
-    fn hf_class(&self) -> &'static str {
-        "Glm4ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "glm4"
-    }
-
-    fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
-        glm_biases(hf)
+        AttentionBiases {
+            qkv: hf.attention_bias.unwrap_or(true),
+            o: false,
+        }
     }
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
@@ -137,6 +83,9 @@ impl Family for Glm4 {
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
+        if !self.output_norms {
+            return None;
+        }
         let (index, rest) = name.strip_prefix("model.layers.")?.split_once('.')?;
         let (module, kind) = rest.rsplit_once('.')?;
         let (_, theirs) = GLM4_NORMS.iter().find(|(ours, _)| *ours == module)?;
@@ -147,15 +96,39 @@ impl Family for Glm4 {
         &GATE_UP
     }
 
+    /// SwiGLU, interleaved partial rotary, and GLM-4's output norms.
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
+        let family = if self.output_norms { "GLM-4" } else { "GLM" };
+        super::refuse_all_but_silu(hf, family)?;
+        if hf.head_dim.is_none()
+            && hf.hidden_size / hf.num_attention_heads.max(1) != DEFAULT_HEAD_DIM
+        {
+            return Err(invalid(
+                "head_dim",
+                format!(
+                    "is missing; {family}'s config class takes {DEFAULT_HEAD_DIM} then, not \
+                     hidden_size / num_attention_heads: write the model's head_dim"
+                ),
+            ));
+        }
         Ok(DecoderExtras {
-            sandwich_norms: true,
-            ..glm_extras(hf, "GLM-4")?
+            rotary_dim: super::partial_rotary(
+                hf,
+                hf.partial_rotary_factor,
+                "partial_rotary_factor",
+                0.5,
+            )?,
+            interleaved_rotary: true,
+            sandwich_norms: self.output_norms,
+            ..DecoderExtras::default()
         })
     }
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        glm_keys(config)
+        BTreeMap::from([
+            ("partial_rotary_factor", config.rotary_factor().into()),
+            ("attention_bias", config.qkv_bias.into()),
+        ])
     }
 }
 
@@ -202,7 +175,7 @@ mod tests {
     #[test]
     fn glm4_names_its_sandwich_norms_its_own_way() {
         let c = resolve(GLM4_9B).unwrap();
-        let name = |ours: &str| Glm4.checkpoint_name(&c, ours);
+        let name = |ours: &str| GLM4.checkpoint_name(&c, ours);
         assert_eq!(
             name("model.layers.3.post_attention_layernorm.weight").as_deref(),
             Some("model.layers.3.post_self_attn_layernorm.weight")

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::Family;
 use crate::model::config::{
-    invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers,
+    positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers,
 };
 
 /// `GraniteForCausalLM`.
@@ -28,14 +28,7 @@ impl Family for Granite {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let factor = |key: &str, value: Option<f64>| {
-            let value = value.unwrap_or(1.0);
-            if value.is_finite() && value > 0.0 {
-                Ok(value)
-            } else {
-                Err(invalid(key, format!("must be positive, got {value}")))
-            }
-        };
+        let factor = |key: &str, value: Option<f64>| positive_number(key, value.unwrap_or(1.0));
         Ok(DecoderExtras {
             multipliers: Some(Multipliers {
                 embedding: factor("embedding_multiplier", hf.embedding_multiplier)?,

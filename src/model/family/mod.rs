@@ -459,8 +459,8 @@ impl Architecture {
             Architecture::Olmo3 => &olmo3::Olmo3,
             Architecture::SmolLm3 => &smollm3::SmolLm3,
             Architecture::Granite => &granite::Granite,
-            Architecture::Glm => &glm::Glm,
-            Architecture::Glm4 => &glm::Glm4,
+            Architecture::Glm => &glm::GLM,
+            Architecture::Glm4 => &glm::GLM4,
         }
     }
 
