@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3 granite glm glm4; do
+             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere2; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -32,6 +32,30 @@ def config(family):
     if family == "qwen2":
         # q/k/v biases, no output bias.
         return transformers.Qwen2Config(rope_theta=1_000_000.0, **common)
+    if family == "qwen2-sliding":
+        # Qwen2 with use_sliding_window (no released model sets it): the second of three
+        # layers slides (window 5 < 16 ids), from max_window_layers = 1; the third is named a
+        # full layer by layer_types, which wins over max_window_layers.
+        common.update(num_hidden_layers=3)
+        return transformers.Qwen2Config(
+            rope_theta=1_000_000.0, use_sliding_window=True, sliding_window=5,
+            max_window_layers=1,
+            layer_types=["full_attention", "sliding_attention", "full_attention"], **common)
+    if family == "cohere":
+        # Command R / Aya: a parallel layer on one bias-free LayerNorm, interleaved RoPE over
+        # the whole head, biases on all four attention projections (attention_bias), the
+        # logits times logit_scale, a tied head.
+        common.update(tie_word_embeddings=True)
+        return transformers.CohereConfig(logit_scale=0.3, layer_norm_eps=1e-5,
+                                         attention_bias=True, rope_theta=10_000.0,
+                                         pad_token_id=0, **common)
+    if family == "cohere2":
+        # Command R7B: Cohere's layer, three sliding layers of four (window 6 < 16 ids) that
+        # alone rotate, the fourth full and NoPE.
+        common.update(tie_word_embeddings=True, num_hidden_layers=4)
+        return transformers.Cohere2Config(logit_scale=0.3, layer_norm_eps=1e-5,
+                                          sliding_window=6, rope_theta=10_000.0,
+                                          pad_token_id=0, **common)
     if family == "qwen3":
         # head_dim 32 ≠ hidden / heads (16), as in the real Qwen3 models.
         return transformers.Qwen3Config(head_dim=32, rope_theta=1_000_000.0,
@@ -206,7 +230,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:
@@ -229,7 +253,7 @@ def main():
             for layer, flag in zip(model.model.layers, model.config.no_rope_layers):
                 layer.self_attn.use_rope = flag
         # Interleaved pairs must show in the logits: rotating halves instead moves them.
-        if family.startswith("glm"):
+        if family.startswith(("glm", "cohere")):
             module = sys.modules[type(model).__module__]
             interleaved = module.rotate_half
             def halves(x):

@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::family::{Architecture, Family};
+use super::kernels::LogitScale;
 
 /// Errors while reading or resolving a model configuration.
 #[derive(Debug, thiserror::Error)]
@@ -298,9 +299,18 @@ pub struct HfLlamaConfig {
     /// SmolLM3: without `no_rope_layers`, every `n`-th layer is NoPE (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_rope_layer_interval: Option<usize>,
-    /// SmolLM3, Qwen2: whether `sliding_window` applies (default false).
+    /// SmolLM3, Qwen2, Qwen3: whether `sliding_window` applies (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_sliding_window: Option<bool>,
+    /// Qwen2, Qwen3: without `layer_types`, the layers from this one on slide (default 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_window_layers: Option<usize>,
+    /// Cohere: the factor of the logits (default 0.0625).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_scale: Option<f64>,
+    /// Cohere: per-head LayerNorms of the queries and keys (Command R+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_qk_norm: Option<bool>,
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
@@ -450,7 +460,8 @@ impl HfLlamaConfig {
             .rope_parameters
             .as_ref()
             .and_then(HfRopeParameters::global);
-        let rope_theta = positive_number("rope_theta", self.rope_base())?;
+        let rope_theta =
+            positive_number("rope_theta", self.rope_base(family.default_rope_theta()))?;
         let rms_norm_eps = positive_number("rms_norm_eps", family.norm_eps(self))?;
         let rope_scaling = match self.rope_scaling.as_ref().or(parameters) {
             None => RopeScaling::None,
@@ -542,8 +553,8 @@ impl HfLlamaConfig {
 
     /// The model's RoPE base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), else that of
     /// `rope_parameters` (its full-attention layers' where it is given per layer type), else
-    /// 10,000. Not yet checked.
-    pub fn rope_base(&self) -> f64 {
+    /// `default` (the family's). Not yet checked.
+    pub fn rope_base(&self, default: f64) -> f64 {
         self.rope_theta
             .or(self.rotary_emb_base)
             .or_else(|| {
@@ -552,7 +563,7 @@ impl HfLlamaConfig {
                     .and_then(HfRopeParameters::global)
                     .and_then(|p| p.rope_theta)
             })
-            .unwrap_or(10_000.0)
+            .unwrap_or(default)
     }
 
     /// The MLP activation the config names (`hidden_activation`, else `hidden_act`, else
@@ -878,14 +889,16 @@ impl Activation {
     }
 }
 
-/// Interleaved local and global attention (Gemma 3): the sliding layers see the last `window`
-/// positions and rotate with their own RoPE base; the others attend in full with the model's.
+/// Interleaved local and global attention (Gemma 2 and 3, OLMo 3, Cohere 2, Qwen2 and Qwen3
+/// with `use_sliding_window`): the sliding layers see the last `window` positions and rotate
+/// with their own RoPE base or the model's; the others attend in full.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LocalAttention {
     /// Keys a query of a sliding layer sees, itself included.
     pub window: usize,
-    /// RoPE base of the sliding layers (no scaling).
-    pub rope_theta: f64,
+    /// RoPE base of the sliding layers, unscaled (Gemma 3, OLMo 3); `None`: they rotate as
+    /// the full layers do.
+    pub rope_theta: Option<f64>,
     /// Per layer: `true` where it slides.
     pub layers: Vec<bool>,
 }
@@ -916,6 +929,12 @@ pub struct DecoderExtras {
     /// The norms are LayerNorms (centred, with a bias) instead of RMSNorms (OPT).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub layer_norm: bool,
+    /// The LayerNorms carry no bias (Cohere's `CohereLayerNorm`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layer_norm_without_bias: bool,
+    /// The factor of the logits (Cohere's `logit_scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_scale: Option<f64>,
     /// The MLP has no gate: `down(act(up(x)))` (OPT's `fc1`, `fc2`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ungated_mlp: bool,
@@ -1152,10 +1171,10 @@ impl LlamaConfig {
     /// Layer `i`'s own rotary inverse frequencies where they differ from the model's (Gemma 3's
     /// sliding layers rotate with their own base and no scaling).
     pub fn layer_inv_freq(&self, i: usize) -> Option<Vec<f32>> {
-        let local = self.extras.local_attention.as_ref()?;
+        let theta = self.extras.local_attention.as_ref()?.rope_theta?;
         self.is_local(i).then(|| {
             super::rope::inv_freq(&LlamaConfig {
-                rope_theta: local.rope_theta,
+                rope_theta: theta,
                 rope_scaling: RopeScaling::None,
                 extras: DecoderExtras::default(),
                 ..self.clone()
@@ -1213,9 +1232,16 @@ impl LlamaConfig {
         self.extras.multipliers.map(|m| m.residual as f32)
     }
 
-    /// The divisor of the logits (Granite's `logits_scaling`), when there is one.
-    pub fn logits_scaling(&self) -> Option<f32> {
-        self.extras.multipliers.map(|m| m.logits as f32)
+    /// How the logits are scaled: times Cohere's `logit_scale`, over Granite's
+    /// `logits_scaling`; `None` where they are not.
+    pub fn logit_scale(&self) -> Option<LogitScale> {
+        match self.extras.logit_scale {
+            Some(s) => Some(LogitScale::Times(s as f32)),
+            None => self
+                .extras
+                .multipliers
+                .map(|m| LogitScale::Over(m.logits as f32)),
+        }
     }
 
     /// Whether queries and keys are rotated: not where positions are learned (OPT) or

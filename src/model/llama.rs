@@ -18,24 +18,27 @@ use rand::{Rng, SeedableRng};
 use super::config::{Activation, LlamaConfig};
 use super::family::FusedLinear;
 use super::kernels::{
-    kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, ModelWeights,
-    NormWeights, ATTENTION_BLOCK_BYTES,
+    kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, LogitScale,
+    ModelWeights, NormWeights, ATTENTION_BLOCK_BYTES,
 };
 use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
 
 /// A layer norm: root-mean-square (`x / sqrt(mean(x²) + eps) * weight`, Llama and most
-/// families) or, when it has a bias, PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) *
-/// weight + bias`, OPT).
+/// families) or PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`, OPT; without
+/// the bias, Cohere's).
 #[derive(Module, Debug)]
 pub struct Norm<B: Backend> {
     /// Per-channel gain, `[hidden]`.
     pub weight: Param<Tensor<B, 1>>,
-    /// Per-channel bias, `[hidden]`: a LayerNorm's, which also takes the mean off first.
+    /// Per-channel bias, `[hidden]`: a LayerNorm's, where it has one.
     pub bias: Option<Param<Tensor<B, 1>>>,
     /// Added to the mean square (the variance) for stability.
     pub eps: f64,
+    /// Whether the mean is taken off first (a LayerNorm).
+    #[module(skip)]
+    pub centred: bool,
 }
 
 impl<B: Backend> Norm<B> {
@@ -45,15 +48,17 @@ impl<B: Backend> Norm<B> {
             weight: Param::from_tensor(weight),
             bias: None,
             eps,
+            centred: false,
         }
     }
 
-    /// A LayerNorm with gain `weight` and `bias`.
-    pub fn layer(weight: Tensor<B, 1>, bias: Tensor<B, 1>, eps: f64) -> Self {
+    /// A LayerNorm with gain `weight` and `bias`, where it has one.
+    pub fn layer(weight: Tensor<B, 1>, bias: Option<Tensor<B, 1>>, eps: f64) -> Self {
         Self {
             weight: Param::from_tensor(weight),
-            bias: Some(Param::from_tensor(bias)),
+            bias: bias.map(Param::from_tensor),
             eps,
+            centred: true,
         }
     }
 
@@ -70,7 +75,7 @@ impl<B: Backend> Norm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let dtype = x.dtype();
         let x = x.cast(FloatDType::F32);
-        let x = if self.bias.is_some() {
+        let x = if self.centred {
             x.clone() - x.mean_dim(2)
         } else {
             x
@@ -89,6 +94,7 @@ impl<B: Backend> Norm<B> {
             weight: &self.weight,
             bias: self.bias.as_ref(),
             eps: self.eps,
+            centred: self.centred,
         }
     }
 }
@@ -873,8 +879,9 @@ pub struct Llama<B: Backend> {
     pub norm_offset: bool,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2), when set.
     pub final_softcap: Option<f64>,
-    /// Logits `l` become `l / s` (Granite's `logits_scaling`), when set.
-    pub logits_scaling: Option<f32>,
+    /// The factor or divisor of the logits (Cohere's `logit_scale`, Granite's
+    /// `logits_scaling`), when set.
+    pub logit_scale: Option<LogitScale>,
 }
 
 impl<B: Backend> Llama<B> {
@@ -906,7 +913,8 @@ impl<B: Backend> Llama<B> {
         let norm = |n: usize| {
             let weight = Tensor::from_data(uniform(vec![n], 0.5, 1.5), device);
             if config.extras.layer_norm {
-                let bias = Tensor::from_data(uniform(vec![n], -0.5, 0.5), device);
+                let bias = (!config.extras.layer_norm_without_bias)
+                    .then(|| Tensor::from_data(uniform(vec![n], -0.5, 0.5), device));
                 Norm::layer(weight, bias, config.rms_norm_eps)
             } else {
                 Norm::new(weight, config.rms_norm_eps)
@@ -948,7 +956,7 @@ impl<B: Backend> Llama<B> {
             embed_norm: config.extras.embed_norm.then(|| norm(h)),
             norm_offset: config.extras.norm_offset,
             final_softcap: config.extras.final_softcap,
-            logits_scaling: config.logits_scaling(),
+            logit_scale: config.logit_scale(),
         }
     }
 
@@ -996,8 +1004,9 @@ impl<B: Backend> Llama<B> {
             Some(head) => project(head, x),
             None => linear_forward(x, self.embed_tokens.weight.val().transpose(), None),
         };
-        let logits = match self.logits_scaling {
-            Some(s) => logits / s,
+        let logits = match self.logit_scale {
+            Some(LogitScale::Times(s)) => logits * s,
+            Some(LogitScale::Over(s)) => logits / s,
             None => logits,
         };
         match self.final_softcap {
@@ -1017,7 +1026,7 @@ impl<B: Backend> Llama<B> {
             positions: self.embed_positions.as_ref(),
             embed_norm: self.embed_norm.as_ref().map(Norm::weights),
             final_softcap: self.final_softcap,
-            logits_scaling: self.logits_scaling,
+            logit_scale: self.logit_scale,
         }
     }
 

@@ -52,9 +52,10 @@ impl ModelShape {
             gated_mlp: !config.extras.ungated_mlp,
         };
         let e = &config.extras;
-        // Norm gains (and LayerNorm biases): two per layer (four with Gemma's output norms,
-        // two with OLMo 2's output norms alone), plus the q/k norms.
-        let per_norm = if e.layer_norm { 2 } else { 1 } * config.hidden_size;
+        // Norm gains (and LayerNorm biases, where they have them): two per layer (four with
+        // Gemma's output norms, two with OLMo 2's output norms alone), plus the q/k norms.
+        let biased = e.layer_norm && !e.layer_norm_without_bias;
+        let per_norm = if biased { 2 } else { 1 } * config.hidden_size;
         let norms = if e.sandwich_norms && !e.post_norms_only {
             4
         } else if e.shared_norm {

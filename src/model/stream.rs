@@ -509,8 +509,13 @@ fn read_layer<B: Backend>(
         let (w, shape) = required(format!("{name}.weight"))?;
         let weight = weight_tensor(TensorData::new(w, shape), device);
         Ok(if config.extras.layer_norm {
-            let (b, shape) = required(format!("{name}.bias"))?;
-            let bias = weight_tensor(TensorData::new(b, shape), device);
+            let bias = match config.extras.layer_norm_without_bias {
+                true => None,
+                false => {
+                    let (b, shape) = required(format!("{name}.bias"))?;
+                    Some(weight_tensor(TensorData::new(b, shape), device))
+                }
+            };
             Norm::layer(weight, bias, config.rms_norm_eps)
         } else {
             Norm::new(weight, config.rms_norm_eps)

@@ -866,7 +866,8 @@ impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
 
     /// The norm `name` (without `.weight`) of width `len`: an RMSNorm holding `1 + w` in f32
     /// where the family stores `w` ([`crate::model::config::DecoderExtras::norm_offset`]), or
-    /// a LayerNorm with its `.bias` where the family's norms are those.
+    /// a LayerNorm with its `.bias` (unless the family's have none) where the family's norms
+    /// are those.
     fn norm(&self, name: &str, len: usize, config: &LlamaConfig) -> Result<Norm<B>, WeightError> {
         let mut data = self.fetch(&format!("{name}.weight"), &[len])?;
         if config.extras.norm_offset {
@@ -874,7 +875,9 @@ impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
         }
         let weight = self.to_device(TensorData::new(data, [len]));
         Ok(if config.extras.layer_norm {
-            let bias = self.vector(&format!("{name}.bias"), len)?;
+            let bias = (!config.extras.layer_norm_without_bias)
+                .then(|| self.vector(&format!("{name}.bias"), len))
+                .transpose()?;
             Norm::layer(weight, bias, config.rms_norm_eps)
         } else {
             Norm::new(weight, config.rms_norm_eps)
@@ -993,7 +996,7 @@ fn shell_with<B: Backend>(
             .transpose()?,
         norm_offset: config.extras.norm_offset,
         final_softcap: config.extras.final_softcap,
-        logits_scaling: config.logits_scaling(),
+        logit_scale: config.logit_scale(),
     })
 }
 

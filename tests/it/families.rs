@@ -117,6 +117,9 @@ fn every_family_gives_transformers_logits() {
         "granite",
         "glm",
         "glm4",
+        "qwen2-sliding",
+        "cohere",
+        "cohere2",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -601,8 +604,10 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 /// of each head rotating), BLOOM (ALiBi, the embeddings' norm), Falcon (one kv head and a
 /// shared norm; grouped kv heads and two norms; the sequential layer), Phi (a shared
 /// LayerNorm, partial rotary, the LM head's bias) and StableLM (LayerNorms with SwiGLU, q/k/v
-/// biases, sequential and parallel) and OLMo 2 and 3 (output norms alone, q/k norms across
-/// the heads; OLMo 3's sliding layers and YaRN): streamed through the layer store and pruned by every
+/// biases, sequential and parallel), OLMo 2 and 3 (output norms alone, q/k norms across the
+/// heads; OLMo 3's sliding layers and YaRN), LongRoPE Phi-3 and Phi-4-mini, SmolLM3, Granite,
+/// GLM, Qwen2's sliding layers and Cohere (one bias-free LayerNorm a layer; Cohere 2's NoPE
+/// full layers): streamed through the layer store and pruned by every
 /// method exactly as in memory, six linears a layer (seven with a gate), q/k/v split out of
 /// `query_key_value` by kv head where the checkpoint stacks them; saved under the family's
 /// names with `query_key_value` stacked by kv head again and a shared norm written once
@@ -631,6 +636,9 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("granite", false),
         ("glm", false),
         ("glm4", false),
+        ("qwen2-sliding", false),
+        ("cohere", true),
+        ("cohere2", true),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -680,7 +688,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
             let gated = [
-                "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm",
+                "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm", "qwen2", "cohere",
             ]
             .iter()
             .any(|f| family.starts_with(f));

@@ -37,7 +37,7 @@ impl Family for Gemma2 {
                 global_every: 2,
                 // One rotary embedding for every layer: the sliding layers rotate with the
                 // model's base.
-                local_theta: hf.rope_base(),
+                local_theta: None,
                 final_softcap: Some(30.0),
                 attn_softcap: Some(50.0),
             },
@@ -78,11 +78,8 @@ mod tests {
         assert_eq!(&local.layers[..4], &[true, false, true, false]);
         assert_eq!(c.layer_window(0), Some(4096));
         assert_eq!(c.layer_window(1), None);
-        // The sliding layers rotate with the model's base.
-        assert_eq!(
-            c.layer_inv_freq(0).unwrap(),
-            crate::model::rope::inv_freq(&c)
-        );
+        // The sliding layers rotate as the full ones, by the model's tables.
+        assert_eq!((local.rope_theta, c.layer_inv_freq(0)), (None, None));
         assert_eq!(c.extras.attn_softcap, Some(50.0));
         assert_eq!(c.extras.final_softcap, Some(30.0));
         assert_eq!(c.query_scale(), Some(1.0 / 16.0));

@@ -30,6 +30,11 @@ impl Family for Gemma3 {
         "gemma3_text"
     }
 
+    /// `Gemma3Config.default_theta["global"]`.
+    fn default_rope_theta(&self) -> f64 {
+        1_000_000.0
+    }
+
     fn gguf_arch(&self) -> Option<&'static str> {
         Some("gemma3")
     }
@@ -63,7 +68,7 @@ impl Family for Gemma3 {
             &Gemma {
                 name: "Gemma 3",
                 global_every: 6,
-                local_theta,
+                local_theta: Some(local_theta),
                 final_softcap: None,
                 attn_softcap: None,
             },
@@ -72,8 +77,13 @@ impl Family for Gemma3 {
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
         let mut keys = gemma_hf_keys(config);
-        if let Some(local) = &config.extras.local_attention {
-            keys.insert("rope_local_base_freq", local.rope_theta.into());
+        if let Some(theta) = config
+            .extras
+            .local_attention
+            .as_ref()
+            .and_then(|l| l.rope_theta)
+        {
+            keys.insert("rope_local_base_freq", theta.into());
         }
         keys
     }
@@ -86,8 +96,8 @@ pub(super) struct Gemma {
     /// Without `layer_types`, every `global_every`-th layer attends in full (unless the
     /// config's `sliding_window_pattern` says otherwise).
     pub global_every: usize,
-    /// The RoPE base of the sliding layers.
-    pub local_theta: f64,
+    /// The RoPE base of the sliding layers; `None`: the model's RoPE.
+    pub local_theta: Option<f64>,
     /// The final logits' soft-cap where the config has no `final_logit_softcapping`.
     pub final_softcap: Option<f64>,
     /// The attention scores' soft-cap where the config has no `attn_logit_softcapping`.
@@ -204,7 +214,7 @@ mod tests {
         );
         let local = c.extras.local_attention.as_ref().unwrap();
         assert!(!local.layers[0]);
-        assert_eq!(local.rope_theta, 5000.0);
+        assert_eq!(local.rope_theta, Some(5000.0));
         assert_eq!(c.query_scale(), Some(1.0 / 12.0));
     }
 

@@ -58,6 +58,7 @@ impl Family for Granite {
 mod tests {
     use super::*;
     use crate::model::family::Architecture;
+    use crate::model::kernels::LogitScale;
     use crate::model::shape::ModelShape;
 
     /// A config of Granite-3.1-8B's shape and factors.
@@ -82,7 +83,7 @@ mod tests {
         assert_eq!(c.embed_scale(), Some(12.0));
         assert_eq!(c.residual_scale(), Some(0.22));
         assert_eq!(c.query_scale(), Some(0.0078125));
-        assert_eq!(c.logits_scaling(), Some(16.0));
+        assert_eq!(c.logit_scale(), Some(LogitScale::Over(16.0)));
         assert!(c.tie_word_embeddings && !c.extras.mlp_bias);
         // 201.3 M tied embeddings + 40 × 199.2 M + the final norm: Granite-3.1-8B's 8.17 B.
         assert_eq!(ModelShape::from_config(&c).parameters, 8_170_848_256);
@@ -104,7 +105,7 @@ mod tests {
             Some(1.0),
             "GraniteConfig's default, not head_dim^-0.5"
         );
-        assert_eq!(c.logits_scaling(), Some(1.0));
+        assert_eq!(c.logit_scale(), Some(LogitScale::Over(1.0)));
     }
 
     #[test]

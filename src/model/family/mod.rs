@@ -6,6 +6,7 @@
 //! in [`Architecture::family`].
 
 pub mod bloom;
+pub mod cohere;
 pub mod falcon;
 pub mod gemma;
 pub mod gemma2;
@@ -120,6 +121,13 @@ pub(crate) fn renamed(
     let (module, kind) = rest.rsplit_once('.')?;
     let module = theirs(model_modules, module).unwrap_or_else(|| module.to_string());
     Some(format!("{base}.{module}.{kind}"))
+}
+
+/// The one norm of a parallel layer whose attention and MLP share it (StableLM 2 12B,
+/// Cohere): the decoder's `post_attention_layernorm` is the checkpoint's `input_layernorm`.
+pub(crate) fn shared_input_norm(name: &str) -> Option<String> {
+    let (layer, kind) = name.split_once(".post_attention_layernorm.")?;
+    Some(format!("{layer}.input_layernorm.{kind}"))
 }
 
 /// `query_key_value` stacked by kv head (GPT-NeoX, BLOOM, Falcon): the one stacked linear
@@ -330,6 +338,12 @@ pub trait Family: Sync {
         &[]
     }
 
+    /// The RoPE base when a config names none: the config class's `default_theta` in
+    /// transformers 5 (10,000 unless the family says otherwise).
+    fn default_rope_theta(&self) -> f64 {
+        10_000.0
+    }
+
     /// The RoPE scaling a `rope_scaling` type names for this family's config class (Phi-3
     /// reads its legacy `su` and `yarn` as LongRoPE).
     fn rope_type<'a>(&self, kind: &'a str) -> &'a str {
@@ -411,11 +425,16 @@ pub enum Architecture {
     Glm,
     /// `Glm4ForCausalLM` (GLM-4-0414: GLM's layer with output norms).
     Glm4,
+    /// `CohereForCausalLM` (Command R, Aya: a parallel layer on one bias-free LayerNorm,
+    /// interleaved RoPE, scaled logits).
+    Cohere,
+    /// `Cohere2ForCausalLM` (Command R7B: Cohere's layer, sliding layers that alone rotate).
+    Cohere2,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 20] = [
+    pub const ALL: [Architecture; 22] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -436,6 +455,8 @@ impl Architecture {
         Architecture::Granite,
         Architecture::Glm,
         Architecture::Glm4,
+        Architecture::Cohere,
+        Architecture::Cohere2,
     ];
 
     /// The family's adapter.
@@ -461,6 +482,8 @@ impl Architecture {
             Architecture::Granite => &granite::Granite,
             Architecture::Glm => &glm::GLM,
             Architecture::Glm4 => &glm::GLM4,
+            Architecture::Cohere => &cohere::COHERE,
+            Architecture::Cohere2 => &cohere::COHERE2,
         }
     }
 

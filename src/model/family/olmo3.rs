@@ -32,6 +32,11 @@ impl Family for Olmo3 {
         "olmo3"
     }
 
+    /// `Olmo3Config.default_theta`.
+    fn default_rope_theta(&self) -> f64 {
+        DEFAULT_THETA
+    }
+
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }
@@ -54,7 +59,7 @@ impl Family for Olmo3 {
         Ok(DecoderExtras {
             local_attention: Some(LocalAttention {
                 window: hf.sliding_window.unwrap_or(4096),
-                rope_theta: local.and_then(|l| l.rope_theta).unwrap_or(DEFAULT_THETA),
+                rope_theta: Some(local.and_then(|l| l.rope_theta).unwrap_or(DEFAULT_THETA)),
                 layers,
             }),
             ..super::olmo2::olmo2_layer(hf, "OLMo 3")?
@@ -79,7 +84,7 @@ impl Family for Olmo3 {
             "rope_parameters",
             serde_json::json!({
                 "full_attention": full,
-                "sliding_attention": { "rope_type": "default", "rope_theta": local.rope_theta },
+                "sliding_attention": { "rope_type": "default", "rope_theta": local.rope_theta.unwrap_or(config.rope_theta) },
             }),
         );
         keys
@@ -130,7 +135,7 @@ mod tests {
         let e = &c.extras;
         assert!(e.post_norms_only && e.qk_norm_across_heads && c.qk_norm);
         let local = e.local_attention.as_ref().unwrap();
-        assert_eq!((local.window, local.rope_theta), (4096, 500_000.0));
+        assert_eq!((local.window, local.rope_theta), (4096, Some(500_000.0)));
         assert_eq!(local.layers.iter().filter(|s| **s).count(), 24);
         assert!(!local.layers[31] && local.layers[30]);
         assert_eq!((c.layer_window(0), c.layer_window(3)), (Some(4096), None));

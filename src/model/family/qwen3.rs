@@ -1,8 +1,13 @@
 //! Qwen3: Llama's layer with an RMSNorm over each query and key head (`q_norm`, `k_norm`,
 //! `[head_dim]` gains, applied after the projections and before RoPE), no biases unless
-//! `attention_bias` says so, and a `head_dim` of its own (not `hidden / heads`).
+//! `attention_bias` says so, a `head_dim` of its own (not `hidden / heads`), and Qwen2's
+//! sliding layers where `use_sliding_window` says ([`super::qwen2`]).
 
+use std::collections::BTreeMap;
+
+use super::qwen2::{qwen_extras, qwen_hf_keys};
 use super::Family;
+use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen3ForCausalLM`.
 pub struct Qwen3;
@@ -22,5 +27,13 @@ impl Family for Qwen3 {
 
     fn qk_norm(&self) -> bool {
         true
+    }
+
+    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
+        qwen_extras(hf, "Qwen3")
+    }
+
+    fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+        qwen_hf_keys(config)
     }
 }

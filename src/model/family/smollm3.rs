@@ -20,6 +20,11 @@ impl Family for SmolLm3 {
         "smollm3"
     }
 
+    /// `SmolLM3Config.default_theta`.
+    fn default_rope_theta(&self) -> f64 {
+        2_000_000.0
+    }
+
     fn ties_embeddings_by_default(&self) -> bool {
         true
     }

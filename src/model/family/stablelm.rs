@@ -48,8 +48,7 @@ impl Family for StableLm {
         if !config.extras.shared_norm {
             return None;
         }
-        let (layer, kind) = name.split_once(".post_attention_layernorm.")?;
-        Some(format!("{layer}.input_layernorm.{kind}"))
+        super::shared_input_norm(name)
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

@@ -21,7 +21,9 @@ use burn::tensor::TensorPrimitive;
 use rayon::prelude::*;
 
 use super::vecmath;
-use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
+use super::{
+    HeadWeights, Kernels, LayerWeights, LinearInput, LogitScale, ModelWeights, NormWeights,
+};
 use crate::model::config::Activation;
 use crate::model::llama::POSITION_OFFSET;
 use crate::model::rope;
@@ -73,8 +75,10 @@ impl LinearRef<'_> {
 #[derive(Clone, Copy)]
 struct NormRef<'a> {
     weight: &'a [f32],
-    /// The bias of a LayerNorm (centred); `None` for an RMSNorm.
+    /// The bias of a LayerNorm, where it has one.
     bias: Option<&'a [f32]>,
+    /// A LayerNorm (the mean taken off first); `false` for an RMSNorm.
+    centred: bool,
 }
 
 /// Borrowed weights of one decoder layer.
@@ -157,8 +161,8 @@ struct HeadRef<'a> {
     embed_norm: Option<NormRef<'a>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
     final_softcap: Option<f32>,
-    /// Logits `l` become `l / s` (Granite).
-    logits_scaling: Option<f32>,
+    /// The factor or divisor of the logits (Cohere, Granite).
+    logit_scale: Option<LogitScale>,
 }
 
 impl HeadRef<'_> {
@@ -171,7 +175,7 @@ impl HeadRef<'_> {
 }
 
 /// `out` = `x` through `norm`, row by row: `x / sqrt(mean(x²) + eps) * weight`, or, where
-/// the norm has a bias, a LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`).
+/// the norm is centred, a LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`).
 ///
 /// # Shapes
 /// - `x`, `out`: `[rows, norm.weight.len()]`
@@ -183,9 +187,10 @@ fn norm_rows(x: &[f32], norm: NormRef, eps: f64, out: &mut [f32]) {
         .zip(out.par_chunks_mut(ROWS * width))
         .for_each(|(x, out)| {
             for (row, dst) in x.chunks(width).zip(out.chunks_mut(width)) {
-                match norm.bias {
-                    None => vecmath::rms_norm_row(row, norm.weight, eps as f32, dst),
-                    Some(bias) => vecmath::layer_norm_row(row, norm.weight, bias, eps as f32, dst),
+                if norm.centred {
+                    vecmath::layer_norm_row(row, norm.weight, norm.bias, eps as f32, dst)
+                } else {
+                    vecmath::rms_norm_row(row, norm.weight, eps as f32, dst)
                 }
             }
         });

@@ -181,10 +181,12 @@ pub enum LinearInput {
 pub struct NormWeights<'a, B: Backend> {
     /// Per-channel gain, `[hidden]`.
     pub weight: &'a Param<Tensor<B, 1>>,
-    /// Per-channel bias, `[hidden]` (LayerNorm).
+    /// Per-channel bias, `[hidden]` (a LayerNorm's, where it has one).
     pub bias: Option<&'a Param<Tensor<B, 1>>>,
     /// Added to the mean square for stability.
     pub eps: f64,
+    /// Whether the mean is taken off first (a LayerNorm).
+    pub centred: bool,
 }
 
 /// The borrowed weights and head counts of one decoder layer; linear weights are `[in, out]`.
@@ -274,8 +276,27 @@ pub struct HeadWeights<'a, B: Backend> {
     pub embed_norm: Option<NormWeights<'a, B>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
     pub final_softcap: Option<f64>,
-    /// Logits `l` become `l / s` (Granite).
-    pub logits_scaling: Option<f32>,
+    /// The factor or divisor of the logits (Cohere, Granite).
+    pub logit_scale: Option<LogitScale>,
+}
+
+/// How a head scales its logits, in f32 as transformers does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LogitScale {
+    /// `l · s` (Cohere's `logit_scale`).
+    Times(f32),
+    /// `l / s` (Granite's `logits_scaling`).
+    Over(f32),
+}
+
+impl LogitScale {
+    /// `logit` scaled.
+    pub fn apply(self, logit: f32) -> f32 {
+        match self {
+            LogitScale::Times(s) => logit * s,
+            LogitScale::Over(s) => logit / s,
+        }
+    }
 }
 
 /// The borrowed weights of a whole decoder.

@@ -200,9 +200,9 @@ pub fn silu(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = *v / (1.0 + exp(-*v)));
 }
 
-/// LayerNorm of one row: `out = (x − mean) / sqrt(var + eps) · weight + bias`, the variance
-/// the mean square of `x − mean` (PyTorch's `nn.LayerNorm`), in f32.
-pub fn layer_norm_row(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
+/// LayerNorm of one row: `out = (x − mean) / sqrt(var + eps) · weight + bias` (no bias where
+/// it has none), the variance the mean square of `x − mean` (PyTorch's `nn.LayerNorm`), in f32.
+pub fn layer_norm_row(x: &[f32], weight: &[f32], bias: Option<&[f32]>, eps: f32, out: &mut [f32]) {
     let n = x.len() as f32;
     let mut lanes = [0.0f32; LANES];
     fold_lanes(&mut lanes, x, |sum, v| sum + v);
@@ -210,8 +210,11 @@ pub fn layer_norm_row(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &m
     let mut lanes = [0.0f32; LANES];
     fold_lanes(&mut lanes, x, |sum, v| (v - mean).mul_add(v - mean, sum));
     let std = (lanes.iter().sum::<f32>() / n + eps).sqrt();
-    for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(weight).zip(bias) {
-        *o = (v - mean) / std * w + b;
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = (v - mean) / std * w;
+    }
+    if let Some(bias) = bias {
+        out.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
     }
 }
 
@@ -626,12 +629,24 @@ mod tests {
         layer_norm_row(
             &[1.0, 2.0, 3.0, 6.0],
             &[1.0, 2.0, 1.0, 0.5],
-            &[0.0, 0.0, 1.0, -1.0],
+            Some(&[0.0, 0.0, 1.0, -1.0]),
             0.0,
             &mut out,
         );
         let sd = 3.5f32.sqrt();
         let expected = [-2.0 / sd, -2.0 / sd, 1.0, 1.5 / sd - 1.0];
+        for (a, e) in out.iter().zip(expected) {
+            assert!((a - e).abs() < 1e-6, "{out:?} vs {expected:?}");
+        }
+        // Without a bias (Cohere's LayerNorm).
+        layer_norm_row(
+            &[1.0, 2.0, 3.0, 6.0],
+            &[1.0, 2.0, 1.0, 0.5],
+            None,
+            0.0,
+            &mut out,
+        );
+        let expected = [-2.0 / sd, -2.0 / sd, 0.0, 1.5 / sd];
         for (a, e) in out.iter().zip(expected) {
             assert!((a - e).abs() < 1e-6, "{out:?} vs {expected:?}");
         }

@@ -418,16 +418,17 @@ fn layer_norm_and_the_ungated_relu_mlp_by_hand() {
     // x = [1, 2, 3, 6]: mean 3, variance 3.5; gains [1, 2, 1, 0.5], biases [0, 0, 1, -1].
     let norm = Norm::layer(
         t(vec![1.0, 2.0, 1.0, 0.5], [4]),
-        t(vec![0.0, 0.0, 1.0, -1.0], [4]),
+        Some(t(vec![0.0, 0.0, 1.0, -1.0], [4])),
         0.0,
     );
-    let out: Vec<f32> = norm
-        .forward(t(vec![1.0, 2.0, 3.0, 6.0], [1, 1, 4]))
-        .into_data()
-        .to_vec()
-        .unwrap();
+    let x = || t(vec![1.0, 2.0, 3.0, 6.0], [1, 1, 4]);
+    let out: Vec<f32> = norm.forward(x()).into_data().to_vec().unwrap();
     let sd = 3.5f64.sqrt();
     close(&out, &[-2.0 / sd, -2.0 / sd, 1.0, 1.5 / sd - 1.0], 1e-6);
+    // Without a bias (Cohere's), still centred.
+    let norm = Norm::layer(t(vec![1.0, 2.0, 1.0, 0.5], [4]), None, 0.0);
+    let out: Vec<f32> = norm.forward(x()).into_data().to_vec().unwrap();
+    close(&out, &[-2.0 / sd, -2.0 / sd, 0.0, 1.5 / sd], 1e-6);
     // fc2(relu(fc1(x))): x = [1, 2], fc1 [2 → 3] with bias [0, -5, 1], fc2 [3 → 1].
     let mut up = linear_from(vec![1., 0., -1., 0., 1., 2.], 2, 3);
     up.bias = Some(Param::from_tensor(t(vec![0.0, -5.0, 1.0], [3])));

@@ -67,8 +67,8 @@ impl HeadRef<'_> {
                 matmul(out, width, false, a, b, true);
             }
         }
-        if let Some(s) = self.logits_scaling {
-            out.par_iter_mut().for_each(|l| *l /= s);
+        if let Some(s) = self.logit_scale {
+            out.par_iter_mut().for_each(|l| *l = s.apply(*l));
         }
         if let Some(cap) = self.final_softcap {
             out.par_chunks_mut(width.max(1))

@@ -8,8 +8,8 @@ use burn::nn::Linear;
 use burn::prelude::*;
 
 use super::{
-    contiguous, Dims, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef, Nd, NormRef,
-    NormWeights,
+    contiguous, Dims, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef, LogitScale, Nd,
+    NormRef, NormWeights,
 };
 use crate::model::config::Activation;
 
@@ -60,23 +60,25 @@ pub(super) fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef
     })
 }
 
-/// Indices into [`Held`] of a norm's gain and a LayerNorm's bias.
+/// Indices into [`Held`] of a norm's gain and a LayerNorm's bias; whether it is centred.
 #[derive(Clone, Copy)]
 pub(super) struct HeldNorm {
     weight: usize,
     bias: Option<usize>,
+    centred: bool,
 }
 
 pub(super) fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> HeldNorm {
     HeldNorm {
         weight: held.push(norm.weight.val()),
         bias: norm.bias.map(|b| held.push(b.val())),
+        centred: norm.centred,
     }
 }
 
 /// The index of an RMSNorm's gain (the per-head and output norms); `None` for a LayerNorm.
 pub(super) fn hold_rms_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
-    norm.bias.is_none().then(|| held.push(norm.weight.val()))
+    (!norm.centred).then(|| held.push(norm.weight.val()))
 }
 
 pub(super) fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
@@ -86,6 +88,7 @@ pub(super) fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
             Some(b) => Some(held.slice(b)?),
             None => None,
         },
+        centred: n.centred,
     })
 }
 
@@ -223,7 +226,7 @@ pub(super) struct HeldHead {
     norm: HeldNorm,
     lm_head: Option<HeldLinear>,
     final_softcap: Option<f32>,
-    logits_scaling: Option<f32>,
+    logit_scale: Option<LogitScale>,
     eps: f64,
     vocab: usize,
     pub(super) hidden: usize,
@@ -239,7 +242,7 @@ pub(super) fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
         norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
         final_softcap: head.final_softcap.map(|c| c as f32),
-        logits_scaling: head.logits_scaling,
+        logit_scale: head.logit_scale,
         eps: head.norm.eps,
         vocab,
         hidden,
@@ -267,6 +270,6 @@ pub(super) fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> 
             None => None,
         },
         final_softcap: h.final_softcap,
-        logits_scaling: h.logits_scaling,
+        logit_scale: h.logit_scale,
     })
 }
