@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere2; do
+             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -41,6 +41,12 @@ def config(family):
             rope_theta=1_000_000.0, use_sliding_window=True, sliding_window=5,
             max_window_layers=1,
             layer_types=["full_attention", "sliding_attention", "full_attention"], **common)
+    if family == "cohere-qknorm":
+        # Command R+: Cohere's layer with a LayerNorm of each query and key head, gains of its
+        # own per head ([4, 16] and [2, 16]).
+        common.update(tie_word_embeddings=True)
+        return transformers.CohereConfig(logit_scale=0.3, layer_norm_eps=1e-5, use_qk_norm=True,
+                                         rope_theta=10_000.0, pad_token_id=0, **common)
     if family == "cohere":
         # Command R / Aya: a parallel layer on one bias-free LayerNorm, interleaved RoPE over
         # the whole head, biases on all four attention projections (attention_bias), the
@@ -89,6 +95,13 @@ def config(family):
         # rotating) from no_rope_layer_interval, and a tied head.
         common.update(num_hidden_layers=3, tie_word_embeddings=True)
         return transformers.SmolLM3Config(no_rope_layer_interval=2, rope_theta=5_000_000.0,
+                                          pad_token_id=0, **common)
+    if family == "smollm3-sliding":
+        # SmolLM3 with use_sliding_window (no released model sets it): the NoPE layer (the
+        # second of three) slides, window 5 < 16 ids.
+        common.update(num_hidden_layers=3, tie_word_embeddings=True)
+        return transformers.SmolLM3Config(no_rope_layer_interval=2, rope_theta=5_000_000.0,
+                                          use_sliding_window=True, sliding_window=5,
                                           pad_token_id=0, **common)
     if family == "granite":
         # Granite 3.x: Llama's layer with its four factors (each moves the logits when left

@@ -544,7 +544,7 @@ impl HfLlamaConfig {
             qkv_bias: biases.qkv,
             o_bias: biases.o,
             sliding_window: family.sliding_window(self),
-            qk_norm: family.qk_norm(),
+            qk_norm: family.qk_norm(self),
             bos_token_id: first_id(&self.bos_token_id),
             eos_token_id: first_id(&self.eos_token_id),
             extras,
@@ -984,6 +984,11 @@ pub struct DecoderExtras {
     /// `[kv_heads · head_dim]` gains (OLMo 2), instead of one head's `[head_dim]` (Qwen3).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub qk_norm_across_heads: bool,
+    /// The q/k norms span all heads of a position with gains of their own per head, each
+    /// head's statistics apart (`[heads, head_dim]` in the checkpoint; Cohere's
+    /// `use_qk_norm`, LayerNorms without a bias).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qk_norm_per_head_gains: bool,
     /// Per layer: `true` where queries and keys are not rotated (SmolLM3's NoPE layers,
     /// `no_rope_layers` 0); `None`: every layer rotates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1144,6 +1149,17 @@ impl LlamaConfig {
             "mlp.gate_proj" | "mlp.up_proj" => self.intermediate_size,
             _ => return None,
         })
+    }
+
+    /// The shape in which a checkpoint stores the `width` gains of the norm `name` (without
+    /// `.weight`): `[width]`, or one row per head for Cohere's q/k norms.
+    pub fn norm_shape(&self, name: &str, width: usize) -> Vec<usize> {
+        let per_head = name.ends_with("self_attn.q_norm") || name.ends_with("self_attn.k_norm");
+        if per_head && self.extras.qk_norm_per_head_gains {
+            vec![width / self.head_dim, self.head_dim]
+        } else {
+            vec![width]
+        }
     }
 
     /// Number of query heads served by each key/value head.

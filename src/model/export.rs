@@ -248,6 +248,10 @@ fn norm_tensors<B: Backend>(
     if offset {
         t.data.iter_mut().for_each(|g| *g -= 1.0);
     }
+    // A grouped norm's gains are one row per group (Cohere's q/k norms: `[heads, head_dim]`).
+    if let Some(group) = norm.group {
+        t.shape = vec![t.data.len() / group, group];
+    }
     out.push((format!("{name}.weight"), t));
     if let Some(bias) = &norm.bias {
         out.push((format!("{name}.bias"), host(bias.val())));

@@ -39,6 +39,10 @@ pub struct Norm<B: Backend> {
     /// Whether the mean is taken off first (a LayerNorm).
     #[module(skip)]
     pub centred: bool,
+    /// Statistics over each `group` elements of a row rather than the whole row, the gain
+    /// spanning the row (Cohere's q/k norms: each head normed apart, with gains of its own).
+    #[module(skip)]
+    pub group: Option<usize>,
 }
 
 impl<B: Backend> Norm<B> {
@@ -49,6 +53,7 @@ impl<B: Backend> Norm<B> {
             bias: None,
             eps,
             centred: false,
+            group: None,
         }
     }
 
@@ -59,6 +64,15 @@ impl<B: Backend> Norm<B> {
             bias: bias.map(Param::from_tensor),
             eps,
             centred: true,
+            group: None,
+        }
+    }
+
+    /// This norm with its statistics over each `group` elements of a row.
+    pub fn grouped(self, group: usize) -> Self {
+        Self {
+            group: Some(group),
+            ..self
         }
     }
 
@@ -74,14 +88,19 @@ impl<B: Backend> Norm<B> {
     /// `LlamaRMSNorm` does: in fp16 the sum of squares of a residual stream overflows 65504.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let dtype = x.dtype();
-        let x = x.cast(FloatDType::F32);
+        let [batch, seq, width] = x.dims();
+        let group = self.group.unwrap_or(width);
+        let x = x
+            .cast(FloatDType::F32)
+            .reshape([batch, seq * width / group, group]);
         let x = if self.centred {
             x.clone() - x.mean_dim(2)
         } else {
             x
         };
         let rms = (x.clone().square().mean_dim(2) + self.eps).sqrt();
-        let out = (x / rms).cast(dtype) * self.weight.val().unsqueeze::<3>();
+        let out =
+            (x / rms).reshape([batch, seq, width]).cast(dtype) * self.weight.val().unsqueeze::<3>();
         match &self.bias {
             Some(bias) => out + bias.val().unsqueeze::<3>(),
             None => out,
@@ -95,6 +114,7 @@ impl<B: Backend> Norm<B> {
             bias: self.bias.as_ref(),
             eps: self.eps,
             centred: self.centred,
+            group: self.group,
         }
     }
 }
@@ -564,12 +584,17 @@ impl<B: Backend> DecoderLayer<B> {
             config.intermediate_size,
         );
         let head_norm = |name: &str, heads: usize| {
-            let width = if config.extras.qk_norm_across_heads {
+            let e = &config.extras;
+            let width = if e.qk_norm_across_heads || e.qk_norm_per_head_gains {
                 heads * d
             } else {
                 d
             };
-            config.qk_norm.then(|| norm(name, width)).transpose()
+            let norm = config.qk_norm.then(|| norm(name, width)).transpose()?;
+            Ok(match e.qk_norm_per_head_gains {
+                true => norm.map(|n| n.grouped(d)),
+                false => norm,
+            })
         };
         let sandwich = config.extras.sandwich_norms;
         let pre_norm = |name: &str| {

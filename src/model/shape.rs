@@ -63,7 +63,10 @@ impl ModelShape {
         } else {
             2
         };
-        let qk_norms = match (config.qk_norm, e.qk_norm_across_heads) {
+        let qk_norms = match (
+            config.qk_norm,
+            e.qk_norm_across_heads || e.qk_norm_per_head_gains,
+        ) {
             (false, _) => 0,
             (true, false) => 2 * config.head_dim,
             (true, true) => {

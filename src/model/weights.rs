@@ -869,7 +869,7 @@ impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
     /// a LayerNorm with its `.bias` (unless the family's have none) where the family's norms
     /// are those.
     fn norm(&self, name: &str, len: usize, config: &LlamaConfig) -> Result<Norm<B>, WeightError> {
-        let mut data = self.fetch(&format!("{name}.weight"), &[len])?;
+        let mut data = self.fetch(&format!("{name}.weight"), &config.norm_shape(name, len))?;
         if config.extras.norm_offset {
             data.iter_mut().for_each(|w| *w += 1.0);
         }

@@ -120,6 +120,8 @@ fn every_family_gives_transformers_logits() {
         "qwen2-sliding",
         "cohere",
         "cohere2",
+        "smollm3-sliding",
+        "cohere-qknorm",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -639,6 +641,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("qwen2-sliding", false),
         ("cohere", true),
         ("cohere2", true),
+        ("smollm3-sliding", false),
+        ("cohere-qknorm", true),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))

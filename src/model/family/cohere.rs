@@ -11,7 +11,8 @@
 //! `sliding_window_pattern`-th layer full), and only its sliding layers rotate: the full
 //! layers are NoPE.
 //!
-//! Per-head q/k LayerNorms (`use_qk_norm`, Command R+'s) are refused.
+//! Command R+ adds LayerNorms of the queries and keys (`use_qk_norm`): each head normed apart,
+//! with gains of its own (`[heads, head_dim]` in the checkpoint), before RoPE.
 
 use std::collections::BTreeMap;
 
@@ -122,19 +123,17 @@ impl Family for Cohere {
     }
 
     /// The layer's one norm is `input_layernorm`.
+    /// Command R+'s `use_qk_norm` (which `Cohere2Config` does not read).
+    fn qk_norm(&self, hf: &HfLlamaConfig) -> bool {
+        !self.sliding && hf.use_qk_norm.unwrap_or(false)
+    }
+
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         super::shared_input_norm(name)
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, self.name())?;
-        if hf.use_qk_norm == Some(true) {
-            return Err(invalid(
-                "use_qk_norm",
-                "is true (Command R+'s per-head q/k LayerNorms); Cohere runs only without them"
-                    .into(),
-            ));
-        }
         let logit_scale =
             positive_number("logit_scale", hf.logit_scale.unwrap_or(DEFAULT_LOGIT_SCALE))?;
         let local = self.sliding.then(|| self.local_attention(hf)).transpose()?;
@@ -144,6 +143,7 @@ impl Family for Cohere {
             parallel_residual: true,
             shared_norm: true,
             interleaved_rotary: true,
+            qk_norm_per_head_gains: self.qk_norm(hf),
             logit_scale: Some(logit_scale),
             nope_layers: local
                 .as_ref()
@@ -163,7 +163,7 @@ impl Family for Cohere {
             keys.insert("sliding_window", local.window.into());
             keys.insert("layer_types", super::layer_types_json(&local.layers));
         } else {
-            keys.insert("use_qk_norm", false.into());
+            keys.insert("use_qk_norm", config.qk_norm.into());
         }
         keys
     }
@@ -236,6 +236,41 @@ mod tests {
     }
 
     #[test]
+    fn command_r_plus_norms_each_query_and_key_head_with_gains_of_its_own() {
+        // Command R+'s shape: 64 layers 12288 wide, 96 query heads and 8 kv heads.
+        let json = AYA_23_8B
+            .replace(r#""use_qk_norm":false"#, r#""use_qk_norm":true"#)
+            .replace(r#""hidden_size":4096"#, r#""hidden_size":12288"#)
+            .replace(
+                r#""intermediate_size":14336"#,
+                r#""intermediate_size":33792"#,
+            )
+            .replace(r#""num_attention_heads":32"#, r#""num_attention_heads":96"#)
+            .replace(r#""num_hidden_layers":32"#, r#""num_hidden_layers":64"#);
+        let c = resolve(&json).unwrap();
+        assert!(c.qk_norm && c.extras.qk_norm_per_head_gains);
+        assert_eq!(
+            c.norm_shape("model.layers.0.self_attn.q_norm", 96 * 128),
+            [96, 128]
+        );
+        assert_eq!(
+            c.norm_shape("model.layers.0.self_attn.k_norm", 8 * 128),
+            [8, 128]
+        );
+        assert_eq!(
+            c.norm_shape("model.layers.0.input_layernorm", 12288),
+            [12288]
+        );
+        // 104 B: per layer 1,572,864,000 in the linears, 12,288 + 104 × 128 in the norms.
+        assert_eq!(ModelShape::from_config(&c).parameters, 103_810_674_688);
+        let back = resolve(&c.to_hf_json().to_string()).unwrap();
+        assert_eq!(back, c);
+        // Cohere2Config has no q/k norms: the key is not read.
+        let r7b = COMMAND_R7B.replace(r#""use_cache":true"#, r#""use_qk_norm":true"#);
+        assert!(!resolve(&r7b).unwrap().qk_norm);
+    }
+
+    #[test]
     fn command_r7b_slides_three_layers_of_four_and_rotates_only_those() {
         let c = resolve(COMMAND_R7B).unwrap();
         assert_eq!(c.architecture, Architecture::Cohere2);
@@ -254,12 +289,6 @@ mod tests {
     #[test]
     fn what_cohere_does_not_run_is_refused_by_name() {
         for (json, from, to, key) in [
-            (
-                AYA_23_8B,
-                r#""use_qk_norm":false"#,
-                r#""use_qk_norm":true"#,
-                "use_qk_norm",
-            ),
             (
                 AYA_23_8B,
                 r#""logit_scale":0.125"#,

@@ -39,7 +39,7 @@ impl Family for Gemma3 {
         Some("gemma3")
     }
 
-    fn qk_norm(&self) -> bool {
+    fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
         true
     }
 

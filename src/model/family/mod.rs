@@ -327,9 +327,9 @@ pub trait Family: Sync {
         None
     }
 
-    /// Whether each query and key head passes through its own RMSNorm (`q_norm`, `k_norm`)
-    /// between its projection and RoPE.
-    fn qk_norm(&self) -> bool {
+    /// Whether queries and keys pass through norms of their own (`q_norm`, `k_norm`) between
+    /// their projections and RoPE: an RMSNorm per head unless the extras say otherwise.
+    fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
         false
     }
 

@@ -41,7 +41,7 @@ impl Family for Olmo3 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }
 
-    fn qk_norm(&self) -> bool {
+    fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
         true
     }
 

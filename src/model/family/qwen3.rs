@@ -25,7 +25,7 @@ impl Family for Qwen3 {
         Some("qwen3")
     }
 
-    fn qk_norm(&self) -> bool {
+    fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
         true
     }
 

@@ -1,12 +1,15 @@
 //! SmolLM3 (`SmolLM3ForCausalLM`, model type `smollm3`: Hugging Face's SmolLM3-3B): Llama's
 //! layer, names and SwiGLU MLP, with NoPE layers, whose queries and keys are not rotated
 //! (`no_rope_layers`: 1 rotates, 0 does not; without it every `no_rope_layer_interval`-th layer,
-//! by default the fourth, is NoPE), and embeddings tied by default.
+//! by default the fourth, is NoPE), embeddings tied by default, and sliding layers where
+//! `layer_types` or `use_sliding_window` say (by default the NoPE layers slide then).
 
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::config::{
+    invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+};
 
 /// `SmolLM3ForCausalLM`.
 pub struct SmolLm3;
@@ -30,18 +33,10 @@ impl Family for SmolLm3 {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        // transformers slides the NoPE layers where `use_sliding_window` and a window are
-        // both set; no released SmolLM3 does.
-        if hf.use_sliding_window == Some(true) && hf.sliding_window.is_some() {
-            return Err(invalid(
-                "use_sliding_window",
-                "is true with a sliding_window; SmolLM3 runs here with full attention only \
-                 (set use_sliding_window to false, as the released models have it)"
-                    .into(),
-            ));
-        }
+        let nope = nope_layers(hf)?;
         Ok(DecoderExtras {
-            nope_layers: Some(nope_layers(hf)?),
+            local_attention: local_attention(hf, &nope)?,
+            nope_layers: Some(nope),
             ..super::llama_layer(hf, "SmolLM3")?
         })
     }
@@ -50,11 +45,45 @@ impl Family for SmolLm3 {
         let rotary: Vec<u8> = (0..config.num_hidden_layers)
             .map(|i| u8::from(config.layer_rotary(i)))
             .collect();
-        BTreeMap::from([
+        let mut keys = BTreeMap::from([
             ("no_rope_layers", rotary.into()),
             ("use_sliding_window", false.into()),
             ("mlp_bias", config.extras.mlp_bias.into()),
-        ])
+        ]);
+        if let Some(local) = &config.extras.local_attention {
+            keys.insert("use_sliding_window", true.into());
+            keys.insert("sliding_window", local.window.into());
+            keys.insert("layer_types", super::layer_types_json(&local.layers));
+        }
+        keys
+    }
+}
+
+/// The sliding layers, as `SmolLM3Config` and the masks transformers builds from it read
+/// them: those `layer_types` names, else the NoPE layers where `use_sliding_window` is true and
+/// a window set (no released model slides). They rotate as they would without a window.
+fn local_attention(
+    hf: &HfLlamaConfig,
+    nope: &[bool],
+) -> Result<Option<LocalAttention>, ConfigError> {
+    let layers = match (&hf.layer_types, hf.use_sliding_window, hf.sliding_window) {
+        (Some(_), _, _) => super::sliding_layers(hf, 1)?,
+        (None, Some(true), Some(_)) => nope.to_vec(),
+        _ => return Ok(None),
+    };
+    if !layers.contains(&true) {
+        return Ok(None);
+    }
+    match hf.sliding_window {
+        Some(window) if window > 0 => Ok(Some(LocalAttention {
+            window,
+            rope_theta: None,
+            layers,
+        })),
+        _ => Err(invalid(
+            "sliding_window",
+            "must be a positive window where layer_types names sliding layers".into(),
+        )),
     }
 }
 
@@ -150,21 +179,84 @@ mod tests {
         assert_eq!(back, c);
     }
 
+    /// SmolLM3-3B's config with a window of 8 used, and the `layer_types` (replacing
+    /// `pretraining_tp`) given.
+    fn sliding(layer_types: Option<&str>) -> String {
+        let json = smollm3_3b()
+            .replace("\"sliding_window\":null", "\"sliding_window\":8")
+            .replace(
+                "\"use_sliding_window\":false",
+                "\"use_sliding_window\":true",
+            );
+        match layer_types {
+            Some(types) => {
+                json.replace("\"pretraining_tp\":2", &format!("\"layer_types\":{types}"))
+            }
+            None => json,
+        }
+    }
+
+    #[test]
+    fn sliding_layers_are_the_nope_layers_or_those_layer_types_names() {
+        let c = resolve(&sliding(None)).unwrap();
+        for i in 0..36 {
+            let window = (!c.layer_rotary(i)).then_some(8);
+            assert_eq!(c.layer_window(i), window, "layer {i}");
+        }
+        let types: Vec<&str> = (0..36)
+            .map(|i| {
+                if i == 0 {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect();
+        let c = resolve(&sliding(Some(&serde_json::to_string(&types).unwrap()))).unwrap();
+        assert_eq!(c.layer_window(0), Some(8));
+        assert!(
+            c.layer_rotary(0),
+            "a sliding layer rotates where no_rope_layers says so"
+        );
+        assert!((1..36).all(|i| c.layer_window(i).is_none()));
+        let back = resolve(&c.to_hf_json().to_string()).unwrap();
+        assert_eq!(back, c);
+        // A window in a config that does not use it changes nothing (the released config).
+        let unused = smollm3_3b().replace("\"sliding_window\":null", "\"sliding_window\":8");
+        assert_eq!(resolve(&unused).unwrap().extras.local_attention, None);
+    }
+
     #[test]
     fn bad_nope_keys_and_sliding_windows_are_refused_by_name() {
         let json = smollm3_3b();
-        for (from, to, key) in [
-            ("\"no_rope_layers\":[1,", "\"no_rope_layers\":[", "no_rope_layers"),
-            ("\"no_rope_layers\":[1,", "\"no_rope_layers\":[2,", "no_rope_layers"),
+        let all_sliding = serde_json::to_string(&vec!["sliding_attention"; 36]).unwrap();
+        let no_window =
+            sliding(Some(&all_sliding)).replace("\"sliding_window\":8", "\"sliding_window\":null");
+        for (json, from, to, key) in [
             (
-                "\"sliding_window\":null,\"torch_dtype\":\"bfloat16\",\"use_cache\":false,\n            \"use_sliding_window\":false",
-                "\"sliding_window\":8,\"torch_dtype\":\"bfloat16\",\"use_cache\":false,\n            \"use_sliding_window\":true",
-                "use_sliding_window",
+                &json,
+                "\"no_rope_layers\":[1,",
+                "\"no_rope_layers\":[",
+                "no_rope_layers",
             ),
-            ("\"hidden_act\":\"silu\"", "\"hidden_act\":\"gelu\"", "hidden_act"),
+            (
+                &json,
+                "\"no_rope_layers\":[1,",
+                "\"no_rope_layers\":[2,",
+                "no_rope_layers",
+            ),
+            (&no_window, "", "", "sliding_window"),
+            (
+                &json,
+                "\"hidden_act\":\"silu\"",
+                "\"hidden_act\":\"gelu\"",
+                "hidden_act",
+            ),
         ] {
             assert!(json.contains(from), "{from}");
-            let err = resolve(&json.replacen(from, to, 1)).unwrap_err().to_string();
+            let err = resolve(&json.replacen(from, to, 1))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(&format!("`{key}`")), "{key}: {err}");
         }
     }

@@ -81,6 +81,14 @@ struct NormRef<'a> {
     centred: bool,
 }
 
+/// A borrowed q/k norm: an RMSNorm over each `gain`-wide row, or, with a `group`, a bias-free
+/// LayerNorm over each `group` elements (one head) with that part of the gain (Cohere).
+#[derive(Clone, Copy)]
+struct HeadNormRef<'a> {
+    gain: &'a [f32],
+    group: Option<usize>,
+}
+
 /// Borrowed weights of one decoder layer.
 struct LayerRef<'a> {
     q: LinearRef<'a>,
@@ -95,9 +103,10 @@ struct LayerRef<'a> {
     input_norm: Option<NormRef<'a>>,
     /// `None` where the MLP reads the residual stream (OLMo 2).
     post_norm: Option<NormRef<'a>>,
-    /// q and k norms, per head `[head_dim]` (Qwen3) or over a position's heads (OLMo 2).
-    q_norm: Option<&'a [f32]>,
-    k_norm: Option<&'a [f32]>,
+    /// q and k norms, per head `[head_dim]` (Qwen3) or over a position's heads (OLMo 2,
+    /// Cohere).
+    q_norm: Option<HeadNormRef<'a>>,
+    k_norm: Option<HeadNormRef<'a>>,
     /// Keys a query sees, itself included, when the attention slides.
     window: Option<usize>,
     /// Norms of the attention and MLP outputs before the residual adds (Gemma).
@@ -216,6 +225,20 @@ fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
         for row in x.chunks_mut(width) {
             row_copy.copy_from_slice(row);
             vecmath::rms_norm_row(&row_copy, weight, eps as f32, row);
+        }
+    });
+}
+
+/// A q/k norm in place over `x`'s rows (a position's heads).
+fn head_norm_in_place(x: &mut [f32], norm: HeadNormRef, eps: f64) {
+    let Some(group) = norm.group else {
+        return rms_norm_in_place(x, norm.gain, eps);
+    };
+    x.par_chunks_mut(norm.gain.len()).for_each(|row| {
+        let mut part_copy = vec![0.0f32; group];
+        for (part, gain) in row.chunks_mut(group).zip(norm.gain.chunks(group)) {
+            part_copy.copy_from_slice(part);
+            vecmath::layer_norm_row(&part_copy, gain, None, eps as f32, part);
         }
     });
 }
@@ -459,8 +482,8 @@ fn layer_forward(
     layer.k.apply(normed, rows, k, false);
     layer.v.apply(normed, rows, v, false);
     if let (Some(q_norm), Some(k_norm)) = (layer.q_norm, layer.k_norm) {
-        rms_norm_in_place(q, q_norm, d.eps);
-        rms_norm_in_place(k, k_norm, d.eps);
+        head_norm_in_place(q, q_norm, d.eps);
+        head_norm_in_place(k, k_norm, d.eps);
     }
     if layer.rotary {
         rope(q, d.heads, hd, tables, layer.interleaved_rotary);

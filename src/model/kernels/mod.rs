@@ -187,6 +187,8 @@ pub struct NormWeights<'a, B: Backend> {
     pub eps: f64,
     /// Whether the mean is taken off first (a LayerNorm).
     pub centred: bool,
+    /// Statistics over each `group` elements of a row, where not over the whole row.
+    pub group: Option<usize>,
 }
 
 /// The borrowed weights and head counts of one decoder layer; linear weights are `[in, out]`.

@@ -429,6 +429,10 @@ fn layer_norm_and_the_ungated_relu_mlp_by_hand() {
     let norm = Norm::layer(t(vec![1.0, 2.0, 1.0, 0.5], [4]), None, 0.0);
     let out: Vec<f32> = norm.forward(x()).into_data().to_vec().unwrap();
     close(&out, &[-2.0 / sd, -2.0 / sd, 0.0, 1.5 / sd], 1e-6);
+    // Grouped (Cohere's q/k norms): each half of the row normed apart, the gain spanning it.
+    let norm = Norm::layer(t(vec![1.0, 2.0, 3.0, 4.0], [4]), None, 0.0).grouped(2);
+    let out: Vec<f32> = norm.forward(x()).into_data().to_vec().unwrap();
+    close(&out, &[-1.0, 2.0, -3.0, 4.0], 1e-6);
     // fc2(relu(fc1(x))): x = [1, 2], fc1 [2 → 3] with bias [0, -5, 1], fc2 [3 → 1].
     let mut up = linear_from(vec![1., 0., -1., 0., 1., 2.], 2, 3);
     up.bias = Some(Param::from_tensor(t(vec![0.0, -5.0, 1.0], [3])));

@@ -8,8 +8,8 @@ use burn::nn::Linear;
 use burn::prelude::*;
 
 use super::{
-    contiguous, Dims, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef, LogitScale, Nd,
-    NormRef, NormWeights,
+    contiguous, Dims, HeadNormRef, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef,
+    LogitScale, Nd, NormRef, NormWeights,
 };
 use crate::model::config::Activation;
 
@@ -76,7 +76,7 @@ pub(super) fn hold_norm(held: &mut Held, norm: &NormWeights<Nd>) -> HeldNorm {
     }
 }
 
-/// The index of an RMSNorm's gain (the per-head and output norms); `None` for a LayerNorm.
+/// The index of an RMSNorm's gain (the output norms); `None` for a LayerNorm.
 pub(super) fn hold_rms_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<usize> {
     (!norm.centred).then(|| held.push(norm.weight.val()))
 }
@@ -89,6 +89,32 @@ pub(super) fn norm_ref<'a>(held: &'a Held, n: HeldNorm) -> Option<NormRef<'a>> {
             None => None,
         },
         centred: n.centred,
+    })
+}
+
+/// The index into [`Held`] of a q/k norm's gain, and its group where each head is a
+/// bias-free LayerNorm of its own (Cohere); `None` for an RMSNorm over each gain-wide row.
+#[derive(Clone, Copy)]
+pub(super) struct HeldHeadNorm {
+    weight: usize,
+    group: Option<usize>,
+}
+
+/// `None` for a q/k norm these kernels do not run (a LayerNorm with a bias, or not grouped).
+fn hold_head_norm(held: &mut Held, norm: &NormWeights<Nd>) -> Option<HeldHeadNorm> {
+    match (norm.centred, norm.bias, norm.group) {
+        (false, None, None) | (true, None, Some(_)) => Some(HeldHeadNorm {
+            weight: held.push(norm.weight.val()),
+            group: norm.group,
+        }),
+        _ => None,
+    }
+}
+
+fn head_norm_ref(held: &Held, n: HeldHeadNorm) -> Option<HeadNormRef<'_>> {
+    Some(HeadNormRef {
+        gain: held.slice(n.weight)?,
+        group: n.group,
     })
 }
 
@@ -105,8 +131,8 @@ pub(super) struct HeldLayer<'m> {
     down: HeldLinear,
     input_norm: Option<HeldNorm>,
     post_norm: Option<HeldNorm>,
-    q_norm: Option<usize>,
-    k_norm: Option<usize>,
+    q_norm: Option<HeldHeadNorm>,
+    k_norm: Option<HeldHeadNorm>,
     output_norms: Option<[usize; 2]>,
     window: Option<usize>,
     activation: Activation,
@@ -117,8 +143,8 @@ pub(super) struct HeldLayer<'m> {
     residual_scale: Option<f32>,
 }
 
-/// `None` for a layer these kernels do not run: per-head and output norms that are not
-/// RMSNorms, or output norms with a parallel residual.
+/// `None` for a layer these kernels do not run: q/k norms neither RMSNorms nor Cohere's,
+/// output norms that are not RMSNorms, or output norms with a parallel residual.
 pub(super) fn hold_layer<'m>(
     held: &mut Held,
     layer: &LayerWeights<'m, Nd>,
@@ -141,11 +167,11 @@ pub(super) fn hold_layer<'m>(
         input_norm: layer.input_norm.as_ref().map(|n| hold_norm(held, n)),
         post_norm: layer.post_norm.as_ref().map(|n| hold_norm(held, n)),
         q_norm: match &layer.q_norm {
-            Some(n) => Some(hold_rms_norm(held, n)?),
+            Some(n) => Some(hold_head_norm(held, n)?),
             None => None,
         },
         k_norm: match &layer.k_norm {
-            Some(n) => Some(hold_rms_norm(held, n)?),
+            Some(n) => Some(hold_head_norm(held, n)?),
             None => None,
         },
         output_norms,
@@ -180,11 +206,11 @@ pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRe
             None => None,
         },
         q_norm: match l.q_norm {
-            Some(i) => Some(held.slice(i)?),
+            Some(n) => Some(head_norm_ref(held, n)?),
             None => None,
         },
         k_norm: match l.k_norm {
-            Some(i) => Some(held.slice(i)?),
+            Some(n) => Some(head_norm_ref(held, n)?),
             None => None,
         },
         output_norms: match l.output_norms {
