@@ -641,6 +641,8 @@ struct Dims {
     mlp_buffers: u64,
     /// Linears of the MLP: gate, up and down (up and down without a gate).
     mlp_linears: u64,
+    /// Attention and MLP side by side ([`ModelShape::parallel_residual`]).
+    parallel_residual: bool,
 }
 
 impl Dims {
@@ -659,6 +661,7 @@ impl Dims {
             linears_per_layer: shape.linear_parameters_per_layer(),
             in_out: [(h, q), (h, i), (i, h)],
             mlp_buffers: if shape.gated_mlp { 3 } else { 2 },
+            parallel_residual: shape.parallel_residual,
             mlp_linears: if shape.gated_mlp { 3 } else { 2 },
         }
     }
@@ -822,12 +825,20 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
         );
     }
     let f = run.precision.bytes();
+    let mut parts = vec![(4, b * s * m.q * F32)];
+    let mut held = String::new();
+    // A parallel layer holds the attention's output while the MLP runs.
+    if m.parallel_residual {
+        parts.push((1, b * s * m.h * F32));
+        held = format!(" + {} × 4 B", m.h);
+    }
+    parts.push((m.mlp_buffers, b * s * m.i * f));
     out.push_mixed(
         "layer intermediates",
-        &[(4, b * s * m.q * F32), (m.mlp_buffers, b * s * m.i * f)],
+        &parts,
         Place::Device,
         format!(
-            "{b} × {s} × (4·{} × 4 B + {}·{} × {f} B)",
+            "{b} × {s} × (4·{} × 4 B{held} + {}·{} × {f} B)",
             m.q, m.mlp_buffers, m.i
         ),
     );
@@ -871,6 +882,7 @@ mod tests {
             tie_word_embeddings: false,
             max_position_embeddings: 64,
             gated_mlp: true,
+            parallel_residual: false,
         }
     }
 
@@ -966,6 +978,21 @@ mod tests {
     }
 
     #[test]
+    fn a_parallel_layer_holds_the_attention_output_beside_the_mlp() {
+        let shape = ModelShape {
+            parallel_residual: true,
+            ..tiny()
+        };
+        let e = estimate_prune(&shape, &run(Method::Wanda));
+        // b × s × (4·nh·d + H + 3·I) × 4 = 10 × (16 + 4 + 18) × 4.
+        assert_eq!(item(&e, "prune", "layer intermediates"), 1520);
+        assert_eq!(
+            item(&e, "eval", "layer intermediates"),
+            4 * (16 + 4 + 18) * 4
+        );
+    }
+
+    #[test]
     fn sparsegpt_holds_its_updated_weights_and_other_methods_their_masks() {
         let buffers = |method, dsnot| {
             let mut r = run(method);
@@ -1045,6 +1072,7 @@ mod tests {
             tie_word_embeddings: false,
             max_position_embeddings: 4096,
             gated_mlp: true,
+            parallel_residual: false,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1128,6 +1156,7 @@ mod tests {
             tie_word_embeddings: tie,
             max_position_embeddings: context,
             gated_mlp: true,
+            parallel_residual: false,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

@@ -358,6 +358,7 @@ mod tests {
             tie_word_embeddings: true,
             max_position_embeddings: 1024,
             gated_mlp: true,
+            parallel_residual: false,
         }
     }
 

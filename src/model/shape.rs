@@ -32,6 +32,9 @@ pub struct ModelShape {
     pub max_position_embeddings: usize,
     /// Whether the MLP has a gate (three `H × I` matrices; two without, OPT).
     pub gated_mlp: bool,
+    /// Whether attention and MLP run side by side, the attention's output held while the MLP
+    /// runs (GPT-NeoX, Falcon, Phi, Cohere).
+    pub parallel_residual: bool,
 }
 
 impl ModelShape {
@@ -50,6 +53,7 @@ impl ModelShape {
             tie_word_embeddings: config.tie_word_embeddings,
             max_position_embeddings: config.max_position_embeddings,
             gated_mlp: !config.extras.ungated_mlp,
+            parallel_residual: config.extras.parallel_residual,
         };
         let e = &config.extras;
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with

@@ -60,6 +60,7 @@ fn shape(
         tie_word_embeddings: true,
         max_position_embeddings: 8192,
         gated_mlp: true,
+        parallel_residual: false,
     }
 }
 

@@ -208,6 +208,7 @@ mod tests {
             tie_word_embeddings: false,
             max_position_embeddings: 16,
             gated_mlp: true,
+            parallel_residual: false,
         }
     }
 
@@ -224,6 +225,7 @@ mod tests {
             tie_word_embeddings: false,
             max_position_embeddings: 4096,
             gated_mlp: true,
+            parallel_residual: false,
         }
     }
 
