@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding; do
+             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -204,6 +204,11 @@ def config(family):
         return transformers.StableLmConfig(
             use_qkv_bias=True, partial_rotary_factor=0.25, layer_norm_eps=1e-5,
             use_parallel_residual=family == "stablelm-parallel", **common)
+    if family == "olmo":
+        # OLMo 1: LayerNorms without gain or bias (no norm tensors in the checkpoint), q/k/v
+        # clamped to ±1.2 (the real 0424/0724 models clip at 8; this model's projections are
+        # smaller, and the clamp must bite).
+        return transformers.OlmoConfig(clip_qkv=1.2, pad_token_id=0, **common)
     if family == "olmo2":
         # OLMo 2: no pre-norms, RMSNorms on the attention and MLP outputs, q/k RMSNorms over
         # all heads of a position (64- and 32-wide gains), grouped kv heads, an untied head.
@@ -266,6 +271,12 @@ def main():
             for layer, flag in zip(model.model.layers, model.config.no_rope_layers):
                 layer.self_attn.use_rope = flag
         # Interleaved pairs must show in the logits: rotating halves instead moves them.
+        if getattr(model.config, "clip_qkv", None):
+            clip = model.config.clip_qkv
+            model.config.clip_qkv = None
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            model.config.clip_qkv = clip
+            print("without the q/k/v clamp the logits move by", moved)
         if family.startswith(("glm", "cohere")):
             module = sys.modules[type(model).__module__]
             interleaved = module.rotate_half

@@ -305,6 +305,9 @@ pub struct HfLlamaConfig {
     /// Qwen2, Qwen3: without `layer_types`, the layers from this one on slide (default 28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_window_layers: Option<usize>,
+    /// OLMo: queries, keys and values are clamped to `±clip_qkv` after their projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_qkv: Option<f64>,
     /// Cohere: the factor of the logits (default 0.0625).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logit_scale: Option<f64>,
@@ -935,6 +938,13 @@ pub struct DecoderExtras {
     /// The factor of the logits (Cohere's `logit_scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logit_scale: Option<f64>,
+    /// The LayerNorms have no gain either (OLMo's `OlmoLayerNorm`): the checkpoint holds no
+    /// norm tensors; the model holds gains of one, which a saved copy leaves out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub norms_without_gains: bool,
+    /// Queries, keys and values are clamped to `±clip_qkv` after their projections (OLMo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_qkv: Option<f64>,
     /// The MLP has no gate: `down(act(up(x)))` (OPT's `fc1`, `fc2`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ungated_mlp: bool,

@@ -237,13 +237,16 @@ fn head_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
 }
 
 /// A norm's gain as checkpoints store it (`w` where the model applies `1 + w`, `offset`), and
-/// its bias where it has one.
+/// its bias where it has one; nothing for a norm whose gain the checkpoint does not hold.
 fn norm_tensors<B: Backend>(
     out: &mut Vec<(String, HostTensor)>,
     name: &str,
     norm: &Norm<B>,
     offset: bool,
 ) {
+    if !norm.learned {
+        return;
+    }
     let mut t = host(norm.weight.val());
     if offset {
         t.data.iter_mut().for_each(|g| *g -= 1.0);
@@ -598,10 +601,12 @@ fn plan<B: Backend>(
             out.push(planned("lm_head.bias", bias.dims().to_vec()));
         }
     }
-    out.push(planned(
-        "model.norm.weight",
-        shell.norm.weight.dims().to_vec(),
-    ));
+    if shell.norm.learned {
+        out.push(planned(
+            "model.norm.weight",
+            shell.norm.weight.dims().to_vec(),
+        ));
+    }
     if let Some(bias) = &shell.norm.bias {
         out.push(planned("model.norm.bias", bias.dims().to_vec()));
     }

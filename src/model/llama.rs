@@ -43,6 +43,10 @@ pub struct Norm<B: Backend> {
     /// spanning the row (Cohere's q/k norms: each head normed apart, with gains of its own).
     #[module(skip)]
     pub group: Option<usize>,
+    /// Whether the checkpoint holds the gain (`false`: OLMo's norms, whose gains of one are
+    /// held here and never saved).
+    #[module(skip)]
+    pub learned: bool,
 }
 
 impl<B: Backend> Norm<B> {
@@ -54,6 +58,7 @@ impl<B: Backend> Norm<B> {
             eps,
             centred: false,
             group: None,
+            learned: true,
         }
     }
 
@@ -65,6 +70,15 @@ impl<B: Backend> Norm<B> {
             eps,
             centred: true,
             group: None,
+            learned: true,
+        }
+    }
+
+    /// This norm with gains the checkpoint does not hold (they must be ones).
+    pub fn without_learned_gain(self) -> Self {
+        Self {
+            learned: false,
+            ..self
         }
     }
 
@@ -201,6 +215,8 @@ pub(crate) struct Attention<B: Backend> {
     /// ALiBi's slope of each query head, where positions enter as its bias of the scores
     /// (BLOOM).
     pub alibi: Option<Vec<f32>>,
+    /// Queries, keys and values are clamped to `±clip` after their projections (OLMo).
+    pub clip_qkv: Option<f32>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -251,7 +267,12 @@ impl<B: Backend> Attention<B> {
                 t
             }
         };
-        let [q, k, v] = project_all([&self.q_proj, &self.k_proj, &self.v_proj], x);
+        let [q, k, v] = project_all([&self.q_proj, &self.k_proj, &self.v_proj], x).map(|t| {
+            match self.clip_qkv {
+                Some(c) => t.clamp(-c, c),
+                None => t,
+            }
+        });
         let q = rotate(split(q, heads, &self.q_norm));
         let k = rotate(split(k, kv_heads, &self.k_norm));
         let v = split(v, kv_heads, &None);
@@ -621,6 +642,7 @@ impl<B: Backend> DecoderLayer<B> {
                 rotary: config.layer_rotary(i),
                 interleaved: config.extras.interleaved_rotary,
                 alibi: config.alibi_slopes(),
+                clip_qkv: config.extras.clip_qkv.map(|c| c as f32),
             },
             mlp: Mlp {
                 gate_proj: if config.extras.ungated_mlp {
@@ -804,6 +826,7 @@ impl<B: Backend> DecoderLayer<B> {
             rotary: a.rotary,
             interleaved_rotary: a.interleaved,
             alibi: a.alibi.as_deref(),
+            clip_qkv: a.clip_qkv,
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,
             head_dim: a.head_dim,
@@ -936,6 +959,10 @@ impl<B: Backend> Llama<B> {
         let h = config.hidden_size;
         // Non-unit gains (and non-zero biases) make the norms observable in tests.
         let norm = |n: usize| {
+            if config.extras.norms_without_gains {
+                let ones = Tensor::ones([n], device);
+                return Norm::layer(ones, None, config.rms_norm_eps).without_learned_gain();
+            }
             let weight = Tensor::from_data(uniform(vec![n], 0.5, 1.5), device);
             if config.extras.layer_norm {
                 let bias = (!config.extras.layer_norm_without_bias)

@@ -59,7 +59,11 @@ impl ModelShape {
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with
         // Gemma's output norms, two with OLMo 2's output norms alone), plus the q/k norms.
         let biased = e.layer_norm && !e.layer_norm_without_bias;
-        let per_norm = if biased { 2 } else { 1 } * config.hidden_size;
+        let per_norm = match (e.norms_without_gains, biased) {
+            (true, _) => 0,
+            (false, true) => 2 * config.hidden_size,
+            (false, false) => config.hidden_size,
+        };
         let norms = if e.sandwich_norms && !e.post_norms_only {
             4
         } else if e.shared_norm {

@@ -516,7 +516,11 @@ fn read_layer<B: Backend>(
                     Some(weight_tensor(TensorData::new(b, shape), device))
                 }
             };
-            Norm::layer(weight, bias, config.rms_norm_eps)
+            let norm = Norm::layer(weight, bias, config.rms_norm_eps);
+            match config.extras.norms_without_gains {
+                true => norm.without_learned_gain(),
+                false => norm,
+            }
         } else {
             Norm::new(weight, config.rms_norm_eps)
         })

@@ -122,6 +122,7 @@ fn every_family_gives_transformers_logits() {
         "cohere2",
         "smollm3-sliding",
         "cohere-qknorm",
+        "olmo",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -643,6 +644,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("cohere2", true),
         ("smollm3-sliding", false),
         ("cohere-qknorm", true),
+        ("olmo", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))

@@ -16,6 +16,7 @@ pub mod gpt_neox;
 pub mod granite;
 pub mod llama;
 pub mod mistral;
+pub mod olmo;
 pub mod olmo2;
 pub mod olmo3;
 pub mod opt;
@@ -430,11 +431,14 @@ pub enum Architecture {
     Cohere,
     /// `Cohere2ForCausalLM` (Command R7B: Cohere's layer, sliding layers that alone rotate).
     Cohere2,
+    /// `OlmoForCausalLM` (OLMo 1: Llama's layer with LayerNorms without gain or bias, q/k/v
+    /// clamped).
+    Olmo,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 22] = [
+    pub const ALL: [Architecture; 23] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -457,6 +461,7 @@ impl Architecture {
         Architecture::Glm4,
         Architecture::Cohere,
         Architecture::Cohere2,
+        Architecture::Olmo,
     ];
 
     /// The family's adapter.
@@ -484,6 +489,7 @@ impl Architecture {
             Architecture::Glm4 => &glm::GLM4,
             Architecture::Cohere => &cohere::COHERE,
             Architecture::Cohere2 => &cohere::COHERE2,
+            Architecture::Olmo => &olmo::Olmo,
         }
     }
 

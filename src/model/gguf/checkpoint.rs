@@ -207,6 +207,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         use_sliding_window: None,
         max_window_layers: None,
         logit_scale: None,
+        clip_qkv: None,
         use_qk_norm: None,
         layer_types: None,
         sliding_window_pattern: None,

@@ -140,6 +140,8 @@ struct Dims<'a> {
     /// ALiBi's slope of each query head: `slope · key position` is added to the scaled
     /// scores (BLOOM).
     alibi: Option<&'a [f32]>,
+    /// Queries, keys and values clamped to `±clip` after their projections (OLMo).
+    clip_qkv: Option<f32>,
 }
 
 /// Borrowed weights of the whole model.
@@ -481,6 +483,12 @@ fn layer_forward(
     layer.q.apply(normed, rows, q, false);
     layer.k.apply(normed, rows, k, false);
     layer.v.apply(normed, rows, v, false);
+    if let Some(c) = d.clip_qkv {
+        for t in [&mut *q, &mut *k, &mut *v] {
+            t.par_chunks_mut(4096)
+                .for_each(|t| t.iter_mut().for_each(|x| *x = x.clamp(-c, c)));
+        }
+    }
     if let (Some(q_norm), Some(k_norm)) = (layer.q_norm, layer.k_norm) {
         head_norm_in_place(q, q_norm, d.eps);
         head_norm_in_place(k, k_norm, d.eps);
@@ -1197,6 +1205,7 @@ mod tests {
             scale: 1.0 / 2f32.sqrt(),
             softcap: None,
             alibi: None,
+            clip_qkv: None,
         };
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
@@ -1224,6 +1233,7 @@ mod tests {
             scale: 1.0 / 2f32.sqrt(),
             softcap: None,
             alibi: None,
+            clip_qkv: None,
         };
         let single = Dims {
             hidden: 2,

@@ -241,6 +241,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub interleaved_rotary: bool,
     /// ALiBi's slope of each query head (BLOOM).
     pub alibi: Option<&'a [f32]>,
+    /// Queries, keys and values clamped to `±clip` after their projections (OLMo).
+    pub clip_qkv: Option<f32>,
     /// Query heads.
     pub heads: usize,
     /// Key/value heads.

@@ -157,6 +157,7 @@ fn causal_gqa_attention_by_hand() {
         rotary: true,
         interleaved: false,
         alibi: None,
+        clip_qkv: None,
     };
     let cos = t(vec![1.0; 4], [2, 2]);
     let sin = t(vec![0.0; 4], [2, 2]);

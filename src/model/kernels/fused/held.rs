@@ -239,6 +239,7 @@ pub(super) fn dims_of<'a>(layer: &LayerWeights<'a, Nd>, hidden: usize, eps: f64)
             .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
         softcap: layer.softcap.map(|c| c as f32),
         alibi: layer.alibi,
+        clip_qkv: layer.clip_qkv,
     }
 }
 
