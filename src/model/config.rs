@@ -614,7 +614,7 @@ pub(crate) fn positive_number(key: &str, value: f64) -> Result<f64, ConfigError>
     }
 }
 
-fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
+pub(crate) fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
     if value == 0 {
         Err(invalid(key, "must be positive, got 0".to_string()))
     } else {

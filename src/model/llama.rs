@@ -74,6 +74,27 @@ impl<B: Backend> Norm<B> {
         }
     }
 
+    /// The norm a model of `config` holds with gain `weight`: an RMSNorm, or a LayerNorm with
+    /// the bias `bias` gives unless the family's norms have none; a gain the checkpoint does
+    /// not hold where they have none either (OLMo 1, `weight` then ones).
+    pub fn of_family<E>(
+        config: &LlamaConfig,
+        weight: Tensor<B, 1>,
+        bias: impl FnOnce() -> Result<Tensor<B, 1>, E>,
+    ) -> Result<Self, E> {
+        let (e, eps) = (&config.extras, config.rms_norm_eps);
+        let norm = if e.layer_norm {
+            let bias = (!e.layer_norm_without_bias).then(bias).transpose()?;
+            Norm::layer(weight, bias, eps)
+        } else {
+            Norm::new(weight, eps)
+        };
+        Ok(match e.norms_without_gains {
+            true => norm.without_learned_gain(),
+            false => norm,
+        })
+    }
+
     /// This norm with gains the checkpoint does not hold (they must be ones).
     pub fn without_learned_gain(self) -> Self {
         Self {
@@ -959,18 +980,13 @@ impl<B: Backend> Llama<B> {
         let h = config.hidden_size;
         // Non-unit gains (and non-zero biases) make the norms observable in tests.
         let norm = |n: usize| {
-            if config.extras.norms_without_gains {
-                let ones = Tensor::ones([n], device);
-                return Norm::layer(ones, None, config.rms_norm_eps).without_learned_gain();
-            }
-            let weight = Tensor::from_data(uniform(vec![n], 0.5, 1.5), device);
-            if config.extras.layer_norm {
-                let bias = (!config.extras.layer_norm_without_bias)
-                    .then(|| Tensor::from_data(uniform(vec![n], -0.5, 0.5), device));
-                Norm::layer(weight, bias, config.rms_norm_eps)
-            } else {
-                Norm::new(weight, config.rms_norm_eps)
-            }
+            let weight = match config.extras.norms_without_gains {
+                true => Tensor::ones([n], device),
+                false => Tensor::from_data(uniform(vec![n], 0.5, 1.5), device),
+            };
+            let bias = || Ok(Tensor::from_data(uniform(vec![n], -0.5, 0.5), device));
+            Norm::of_family::<std::convert::Infallible>(config, weight, bias)
+                .unwrap_or_else(|never| match never {})
         };
         let embed_tokens = Embedding {
             weight: Param::from_tensor(Tensor::from_data(

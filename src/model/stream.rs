@@ -508,21 +508,9 @@ fn read_layer<B: Backend>(
     let norm = |name: &str, _width: usize| -> Result<Norm<B>, StreamError> {
         let (w, shape) = required(format!("{name}.weight"))?;
         let weight = weight_tensor(TensorData::new(w, shape), device);
-        Ok(if config.extras.layer_norm {
-            let bias = match config.extras.layer_norm_without_bias {
-                true => None,
-                false => {
-                    let (b, shape) = required(format!("{name}.bias"))?;
-                    Some(weight_tensor(TensorData::new(b, shape), device))
-                }
-            };
-            let norm = Norm::layer(weight, bias, config.rms_norm_eps);
-            match config.extras.norms_without_gains {
-                true => norm.without_learned_gain(),
-                false => norm,
-            }
-        } else {
-            Norm::new(weight, config.rms_norm_eps)
+        Norm::of_family(config, weight, || {
+            let (b, shape) = required(format!("{name}.bias"))?;
+            Ok(weight_tensor(TensorData::new(b, shape), device))
         })
     };
     DecoderLayer::assemble(

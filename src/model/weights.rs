@@ -869,23 +869,17 @@ impl<'a, 'c, B: Backend> Builder<'a, 'c, B> {
     /// a LayerNorm with its `.bias` (unless the family's have none) where the family's norms
     /// are those.
     fn norm(&self, name: &str, len: usize, config: &LlamaConfig) -> Result<Norm<B>, WeightError> {
-        if config.extras.norms_without_gains {
-            let ones = self.to_device(TensorData::new(vec![1.0f32; len], [len]));
-            return Ok(Norm::layer(ones, None, config.rms_norm_eps).without_learned_gain());
-        }
-        let mut data = self.fetch(&format!("{name}.weight"), &config.norm_shape(name, len))?;
-        if config.extras.norm_offset {
-            data.iter_mut().for_each(|w| *w += 1.0);
-        }
-        let weight = self.to_device(TensorData::new(data, [len]));
-        Ok(if config.extras.layer_norm {
-            let bias = (!config.extras.layer_norm_without_bias)
-                .then(|| self.vector(&format!("{name}.bias"), len))
-                .transpose()?;
-            Norm::layer(weight, bias, config.rms_norm_eps)
+        let data = if config.extras.norms_without_gains {
+            vec![1.0f32; len]
         } else {
-            Norm::new(weight, config.rms_norm_eps)
-        })
+            let mut data = self.fetch(&format!("{name}.weight"), &config.norm_shape(name, len))?;
+            if config.extras.norm_offset {
+                data.iter_mut().for_each(|w| *w += 1.0);
+            }
+            data
+        };
+        let weight = self.to_device(TensorData::new(data, [len]));
+        Norm::of_family(config, weight, || self.vector(&format!("{name}.bias"), len))
     }
 
     /// A linear layer from the PyTorch `[out, in]` weight, stored as Burn's `[in, out]`.

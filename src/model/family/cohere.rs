@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use super::Family;
 use crate::model::config::{
-    invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+    invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
     LocalAttention,
 };
 
@@ -63,8 +63,10 @@ impl Cohere {
             ));
         }
         let window = match hf.sliding_window {
-            Some(0) => return Err(invalid("sliding_window", "must be positive, got 0".into())),
-            Some(window) => window,
+            Some(window) => {
+                positive("sliding_window", window)?;
+                window
+            }
             None => {
                 return Err(invalid(
                     "sliding_window",

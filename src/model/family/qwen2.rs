@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
 use crate::model::config::{
-    invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+    positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
 
 /// `Qwen2ForCausalLM`.
@@ -54,9 +54,7 @@ pub(super) fn qwen_extras(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExt
         (Some(true), Some(window)) => window,
         _ => return Ok(DecoderExtras::default()),
     };
-    if window == 0 {
-        return Err(invalid("sliding_window", "must be positive, got 0".into()));
-    }
+    positive("sliding_window", window)?;
     let layers = match hf.layer_types {
         Some(_) => super::sliding_layers(hf, 1)?,
         None => {

@@ -45,13 +45,13 @@ impl Family for SmolLm3 {
         let rotary: Vec<u8> = (0..config.num_hidden_layers)
             .map(|i| u8::from(config.layer_rotary(i)))
             .collect();
+        let local = &config.extras.local_attention;
         let mut keys = BTreeMap::from([
             ("no_rope_layers", rotary.into()),
-            ("use_sliding_window", false.into()),
+            ("use_sliding_window", local.is_some().into()),
             ("mlp_bias", config.extras.mlp_bias.into()),
         ]);
-        if let Some(local) = &config.extras.local_attention {
-            keys.insert("use_sliding_window", true.into());
+        if let Some(local) = local {
             keys.insert("sliding_window", local.window.into());
             keys.insert("layer_types", super::layer_types_json(&local.layers));
         }

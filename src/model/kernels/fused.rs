@@ -233,14 +233,19 @@ fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
 
 /// A q/k norm in place over `x`'s rows (a position's heads).
 fn head_norm_in_place(x: &mut [f32], norm: HeadNormRef, eps: f64) {
+    /// Rows per parallel job.
+    const ROWS: usize = 64;
     let Some(group) = norm.group else {
         return rms_norm_in_place(x, norm.gain, eps);
     };
-    x.par_chunks_mut(norm.gain.len()).for_each(|row| {
+    let width = norm.gain.len();
+    x.par_chunks_mut(ROWS * width).for_each(|x| {
         let mut part_copy = vec![0.0f32; group];
-        for (part, gain) in row.chunks_mut(group).zip(norm.gain.chunks(group)) {
-            part_copy.copy_from_slice(part);
-            vecmath::layer_norm_row(&part_copy, gain, None, eps as f32, part);
+        for row in x.chunks_mut(width) {
+            for (part, gain) in row.chunks_mut(group).zip(norm.gain.chunks(group)) {
+                part_copy.copy_from_slice(part);
+                vecmath::layer_norm_row(&part_copy, gain, None, eps as f32, part);
+            }
         }
     });
 }
