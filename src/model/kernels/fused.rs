@@ -485,23 +485,7 @@ fn layer_forward(
     let gate = sized(&mut scratch.gate, rows * intermediate);
     pre_norm_rows(x, layer.input_norm, d.eps, normed);
     observe(LinearInput::AttnIn, normed, hidden);
-    layer.q.apply(normed, rows, q, false);
-    layer.k.apply(normed, rows, k, false);
-    layer.v.apply(normed, rows, v, false);
-    if let Some(c) = d.clip_qkv {
-        for t in [&mut *q, &mut *k, &mut *v] {
-            t.par_chunks_mut(4096)
-                .for_each(|t| t.iter_mut().for_each(|x| *x = x.clamp(-c, c)));
-        }
-    }
-    if let (Some(q_norm), Some(k_norm)) = (layer.q_norm, layer.k_norm) {
-        head_norm_in_place(q, q_norm, d.eps);
-        head_norm_in_place(k, k_norm, d.eps);
-    }
-    if layer.rotary {
-        rope(q, d.heads, hd, tables, layer.interleaved_rotary);
-        rope(k, d.kv_heads, hd, tables, layer.interleaved_rotary);
-    }
+    project_qkv(layer, d, normed, [&mut *q, &mut *k, &mut *v], tables);
     let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
     let sequences = rows / seq.max(1);
     // One job per (sequence, kv head, block of query rows): many more jobs than cores, so the
@@ -615,6 +599,39 @@ fn layer_forward(
                 factor: layer.residual_scale,
             },
         );
+    }
+}
+
+/// Queries, keys and values of `normed`'s rows into `qkv`: projected, clamped (OLMo), the
+/// queries and keys normed (Qwen3, OLMo 2, Cohere) and rotated.
+///
+/// # Shapes
+/// - `normed`: `[rows, hidden]`; `qkv`: `[rows, heads · head_dim]`, `[rows, kv_heads · head_dim]` ×2
+fn project_qkv(
+    layer: &LayerRef,
+    d: &Dims<'_>,
+    normed: &[f32],
+    qkv: [&mut [f32]; 3],
+    tables: RopeTables,
+) {
+    let rows = normed.len() / d.hidden;
+    let [q, k, v] = qkv;
+    layer.q.apply(normed, rows, q, false);
+    layer.k.apply(normed, rows, k, false);
+    layer.v.apply(normed, rows, v, false);
+    if let Some(c) = d.clip_qkv {
+        for t in [&mut *q, &mut *k, &mut *v] {
+            t.par_chunks_mut(4096)
+                .for_each(|t| t.iter_mut().for_each(|x| *x = x.clamp(-c, c)));
+        }
+    }
+    if let (Some(q_norm), Some(k_norm)) = (layer.q_norm, layer.k_norm) {
+        head_norm_in_place(q, q_norm, d.eps);
+        head_norm_in_place(k, k_norm, d.eps);
+    }
+    if layer.rotary {
+        rope(q, d.heads, d.head_dim, tables, layer.interleaved_rotary);
+        rope(k, d.kv_heads, d.head_dim, tables, layer.interleaved_rotary);
     }
 }
 
