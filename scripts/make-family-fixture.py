@@ -4,7 +4,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo; do
+             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -209,6 +209,11 @@ def config(family):
         # clamped to ±1.2 (the real 0424/0724 models clip at 8; this model's projections are
         # smaller, and the clamp must bite).
         return transformers.OlmoConfig(clip_qkv=1.2, pad_token_id=0, **common)
+    if family == "mixtral":
+        # Mixtral: Mistral's attention with four SwiGLU experts of which each token takes two,
+        # their softmax probabilities renormalised over the two.
+        return transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
+                                          rope_theta=1_000_000.0, **common)
     if family == "olmo2":
         # OLMo 2: no pre-norms, RMSNorms on the attention and MLP outputs, q/k RMSNorms over
         # all heads of a position (64- and 32-wide gains), grouped kv heads, an untied head.

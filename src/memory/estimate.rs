@@ -376,15 +376,22 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
         );
     }
     if hessians {
-        let squares = 2 * m.h * m.h + m.q * m.q + m.i * m.i;
+        // With experts, the router's input and each expert's two.
+        let (squares, formula) = match m.experts {
+            0 => (
+                2 * m.h * m.h + m.q * m.q + m.i * m.i,
+                format!("2·{}² + {}² + {}²", m.h, m.q, m.i),
+            ),
+            e => (
+                2 * m.h * m.h + m.q * m.q + e * (m.h * m.h + m.i * m.i),
+                format!("2·{}² + {}² + {e}·({}² + {}²)", m.h, m.q, m.h, m.i),
+            ),
+        };
         prune.push(
             "statistics",
             squares * (F32 + 8),
             Place::Device,
-            format!(
-                "(2·{}² + {}² + {}²) × (4 + 8) B (Hessians, f32 sums + f64 host)",
-                m.h, m.q, m.i
-            ),
+            format!("({formula}) × (4 + 8) B (Hessians, f32 sums + f64 host)"),
         )
     }
     if run.owl {
@@ -643,6 +650,8 @@ struct Dims {
     mlp_linears: u64,
     /// Attention and MLP side by side ([`ModelShape::parallel_residual`]).
     parallel_residual: bool,
+    /// Experts per layer ([`ModelShape::experts`]; 0 for one MLP).
+    experts: u64,
 }
 
 impl Dims {
@@ -663,6 +672,7 @@ impl Dims {
             mlp_buffers: if shape.gated_mlp { 3 } else { 2 },
             parallel_residual: shape.parallel_residual,
             mlp_linears: if shape.gated_mlp { 3 } else { 2 },
+            experts: shape.experts as u64,
         }
     }
 
@@ -833,6 +843,12 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
         held = format!(" + {} × 4 B", m.h);
     }
     parts.push((m.mlp_buffers, b * s * m.i * f));
+    // Experts: at most every token goes to one expert, whose gathered inputs and weighted
+    // outputs are held beside the block's output.
+    if m.experts > 0 {
+        parts.push((3, b * s * m.h * f));
+        held = format!("{held} + 3·{} × {f} B", m.h);
+    }
     out.push_mixed(
         "layer intermediates",
         &parts,
@@ -883,6 +899,7 @@ mod tests {
             max_position_embeddings: 64,
             gated_mlp: true,
             parallel_residual: false,
+            experts: 0,
         }
     }
 
@@ -1073,6 +1090,7 @@ mod tests {
             max_position_embeddings: 4096,
             gated_mlp: true,
             parallel_residual: false,
+            experts: 0,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1157,6 +1175,7 @@ mod tests {
             max_position_embeddings: context,
             gated_mlp: true,
             parallel_residual: false,
+            experts: 0,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

@@ -359,6 +359,7 @@ mod tests {
             max_position_embeddings: 1024,
             gated_mlp: true,
             parallel_residual: false,
+            experts: 0,
         }
     }
 

@@ -314,6 +314,12 @@ pub struct HfLlamaConfig {
     /// Cohere: per-head LayerNorms of the queries and keys (Command R+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qk_norm: Option<bool>,
+    /// Mixtral: experts per layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_local_experts: Option<usize>,
+    /// Mixtral: experts each token goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<usize>,
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
@@ -948,6 +954,9 @@ pub struct DecoderExtras {
     /// The MLP has no gate: `down(act(up(x)))` (OPT's `fc1`, `fc2`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ungated_mlp: bool,
+    /// The MLP is a sparse mixture of experts, each a gated MLP (Mixtral).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<crate::model::moe::Experts>,
     /// The MLP's linears carry biases (OPT).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mlp_bias: bool,

@@ -24,6 +24,10 @@ use super::kernels::{
 use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
+use super::moe::SparseMoe;
+
+/// The router of a layer with experts, named relative to the layer.
+const ROUTER: &str = "mlp.gate";
 
 /// A layer norm: root-mean-square (`x / sqrt(mean(x²) + eps) * weight`, Llama and most
 /// families) or PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`, OPT; without
@@ -514,6 +518,16 @@ impl<B: Backend> Mlp<B> {
         project(&self.down_proj, hidden)
     }
 
+    /// Mutable access to `gate_proj`, `up_proj` or `down_proj`.
+    fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
+        match name {
+            "gate_proj" => self.gate_proj.as_mut(),
+            "up_proj" => Some(&mut self.up_proj),
+            "down_proj" => Some(&mut self.down_proj),
+            _ => None,
+        }
+    }
+
     /// The input of `down_proj`: `act(gate(x)) * up(x)`, or `act(up(x))` without a gate.
     ///
     /// # Shapes
@@ -531,6 +545,51 @@ impl<B: Backend> Mlp<B> {
                 act(gate) * up
             }
             None => act(project(&self.up_proj, x)),
+        }
+    }
+}
+
+/// A layer's feed-forward block: one MLP, or a sparse mixture of experts (Mixtral).
+// One per layer: the variants' sizes matter less than reaching the MLP without a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub(crate) enum FeedForward<B: Backend> {
+    /// One MLP every token goes through.
+    Dense(Mlp<B>),
+    /// Experts a router picks per token.
+    Experts(SparseMoe<B>),
+}
+
+impl<B: Backend> FeedForward<B> {
+    /// The block's output, showing `observe` the inputs of its linears after the block's
+    /// own input ([`LinearInput::MlpIn`], which the layer shows).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+    fn forward_observed(
+        &self,
+        x: Tensor<B, 3>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+    ) -> Tensor<B, 3> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward_observed(x, observe),
+            FeedForward::Experts(moe) => moe
+                .forward_observed(x, observe, true)
+                .expect("asked for the output"),
+        }
+    }
+
+    /// Shows `observe` the inputs of the block's linears after its own input, without the
+    /// output.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]`
+    fn observe_inputs(&self, x: Tensor<B, 3>, observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>)) {
+        match self {
+            FeedForward::Dense(mlp) => observe(LinearInput::MlpHidden, &mlp.hidden(x)),
+            FeedForward::Experts(moe) => {
+                moe.forward_observed(x, observe, false);
+            }
         }
     }
 }
@@ -585,7 +644,7 @@ pub struct DecoderLayer<B: Backend> {
     /// Attention block.
     pub(crate) self_attn: Attention<B>,
     /// Feed-forward block.
-    pub(crate) mlp: Mlp<B>,
+    pub(crate) mlp: FeedForward<B>,
     /// Norm before attention; `None` where attention reads the residual stream itself
     /// (OLMo 2).
     pub input_layernorm: Option<Norm<B>>,
@@ -645,6 +704,34 @@ impl<B: Backend> DecoderLayer<B> {
                 .transpose()
         };
         let mlp_bias = config.extras.mlp_bias;
+        let activation = config.extras.activation;
+        let mlp = match config.extras.experts {
+            None => FeedForward::Dense(Mlp {
+                gate_proj: if config.extras.ungated_mlp {
+                    None
+                } else {
+                    Some(linear("mlp.gate_proj", h, inter, mlp_bias)?)
+                },
+                up_proj: linear("mlp.up_proj", h, inter, mlp_bias)?,
+                down_proj: linear("mlp.down_proj", inter, h, mlp_bias)?,
+                activation,
+            }),
+            Some(routing) => FeedForward::Experts(SparseMoe {
+                router: linear(ROUTER, h, routing.count, false)?,
+                experts: (0..routing.count)
+                    .map(|e| {
+                        let name = |proj: &str| format!("mlp.experts.{e}.{proj}");
+                        Ok(Mlp {
+                            gate_proj: Some(linear(&name("gate_proj"), h, inter, false)?),
+                            up_proj: linear(&name("up_proj"), h, inter, false)?,
+                            down_proj: linear(&name("down_proj"), inter, h, false)?,
+                            activation,
+                        })
+                    })
+                    .collect::<Result<_, E>>()?,
+                routing,
+            }),
+        };
         Ok(DecoderLayer {
             self_attn: Attention {
                 q_proj: linear("self_attn.q_proj", h, heads * d, config.qkv_bias)?,
@@ -665,16 +752,7 @@ impl<B: Backend> DecoderLayer<B> {
                 alibi: config.alibi_slopes(),
                 clip_qkv: config.extras.clip_qkv.map(|c| c as f32),
             },
-            mlp: Mlp {
-                gate_proj: if config.extras.ungated_mlp {
-                    None
-                } else {
-                    Some(linear("mlp.gate_proj", h, inter, mlp_bias)?)
-                },
-                up_proj: linear("mlp.up_proj", h, inter, mlp_bias)?,
-                down_proj: linear("mlp.down_proj", inter, h, mlp_bias)?,
-                activation: config.extras.activation,
-            },
+            mlp,
             input_layernorm: pre_norm("input_layernorm")?,
             post_attention_layernorm: if sandwich {
                 pre_norm("pre_feedforward_layernorm")?
@@ -709,9 +787,8 @@ impl<B: Backend> DecoderLayer<B> {
         ctx: LayerContext<'_, B>,
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) -> Tensor<B, 3> {
-        if ctx.cache.is_none() {
-            if let Some(out) =
-                kernels::<B>().layer_forward(&self.weights(), &x, ctx.cos, ctx.sin, observe)
+        if let (None, Some(weights)) = (&ctx.cache, self.weights()) {
+            if let Some(out) = kernels::<B>().layer_forward(&weights, &x, ctx.cos, ctx.sin, observe)
             {
                 return out;
             }
@@ -798,12 +875,13 @@ impl<B: Backend> DecoderLayer<B> {
         ctx: LayerContext<'_, B>,
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) {
-        if ctx.cache.is_none()
-            && kernels::<B>()
-                .layer_inputs(&self.weights(), &x, ctx.cos, ctx.sin, observe)
+        if let (None, Some(weights)) = (&ctx.cache, self.weights()) {
+            if kernels::<B>()
+                .layer_inputs(&weights, &x, ctx.cos, ctx.sin, observe)
                 .is_some()
-        {
-            return;
+            {
+                return;
+            }
         }
         let mlp_in = if self.parallel_residual {
             let attn_in = pre_norm(&self.input_layernorm, x.clone());
@@ -815,13 +893,17 @@ impl<B: Backend> DecoderLayer<B> {
             pre_norm(&self.post_attention_layernorm, h)
         };
         observe(LinearInput::MlpIn, &mlp_in);
-        observe(LinearInput::MlpHidden, &self.mlp.hidden(mlp_in));
+        self.mlp.observe_inputs(mlp_in, observe);
     }
 
-    /// The borrowed view of this layer that the kernels read.
-    fn weights(&self) -> LayerWeights<'_, B> {
-        let (a, m) = (&self.self_attn, &self.mlp);
-        LayerWeights {
+    /// The borrowed view of this layer that the kernels read; `None` for a layer with
+    /// experts, which only the generic path runs.
+    fn weights(&self) -> Option<LayerWeights<'_, B>> {
+        let a = &self.self_attn;
+        let FeedForward::Dense(m) = &self.mlp else {
+            return None;
+        };
+        Some(LayerWeights {
             q_proj: &a.q_proj,
             k_proj: &a.k_proj,
             v_proj: &a.v_proj,
@@ -838,7 +920,7 @@ impl<B: Backend> DecoderLayer<B> {
                 .output_norms
                 .as_ref()
                 .map(|n| [n.attention.weights(), n.mlp.weights()]),
-            activation: self.mlp.activation,
+            activation: m.activation,
             parallel_residual: self.parallel_residual,
             residual_scale: self.residual_scale,
             scale: a.scale,
@@ -851,28 +933,52 @@ impl<B: Backend> DecoderLayer<B> {
             heads: a.num_heads,
             kv_heads: a.num_kv_heads,
             head_dim: a.head_dim,
-        }
+        })
     }
 
     /// The prunable linears with their names relative to the layer and the input they read:
-    /// seven, six in an MLP without a gate.
-    pub fn linears(&self) -> Vec<(&'static str, LinearInput, &Linear<B>)> {
-        let (a, m) = (&self.self_attn, &self.mlp);
+    /// seven, six in an MLP without a gate; with experts, the four of attention, the router
+    /// and each expert's three.
+    pub fn linears(&self) -> Vec<(String, LinearInput, &Linear<B>)> {
+        let a = &self.self_attn;
         let mut linears = vec![
-            ("self_attn.q_proj", LinearInput::AttnIn, &a.q_proj),
-            ("self_attn.k_proj", LinearInput::AttnIn, &a.k_proj),
-            ("self_attn.v_proj", LinearInput::AttnIn, &a.v_proj),
-            ("self_attn.o_proj", LinearInput::AttnOut, &a.o_proj),
+            ("self_attn.q_proj".into(), LinearInput::AttnIn, &a.q_proj),
+            ("self_attn.k_proj".into(), LinearInput::AttnIn, &a.k_proj),
+            ("self_attn.v_proj".into(), LinearInput::AttnIn, &a.v_proj),
+            ("self_attn.o_proj".into(), LinearInput::AttnOut, &a.o_proj),
         ];
-        linears.extend(
-            m.gate_proj
-                .as_ref()
-                .map(|gate| ("mlp.gate_proj", LinearInput::MlpIn, gate)),
-        );
-        linears.extend([
-            ("mlp.up_proj", LinearInput::MlpIn, &m.up_proj),
-            ("mlp.down_proj", LinearInput::MlpHidden, &m.down_proj),
-        ]);
+        match &self.mlp {
+            FeedForward::Dense(m) => {
+                linears.extend(
+                    m.gate_proj
+                        .as_ref()
+                        .map(|gate| ("mlp.gate_proj".into(), LinearInput::MlpIn, gate)),
+                );
+                linears.extend([
+                    ("mlp.up_proj".into(), LinearInput::MlpIn, &m.up_proj),
+                    ("mlp.down_proj".into(), LinearInput::MlpHidden, &m.down_proj),
+                ]);
+            }
+            FeedForward::Experts(moe) => {
+                linears.push((ROUTER.into(), LinearInput::MlpIn, &moe.router));
+                for (e, m) in moe.experts.iter().enumerate() {
+                    let name = |proj: &str| format!("mlp.experts.{e}.{proj}");
+                    linears.extend(
+                        m.gate_proj
+                            .as_ref()
+                            .map(|gate| (name("gate_proj"), LinearInput::ExpertIn(e), gate)),
+                    );
+                    linears.extend([
+                        (name("up_proj"), LinearInput::ExpertIn(e), &m.up_proj),
+                        (
+                            name("down_proj"),
+                            LinearInput::ExpertHidden(e),
+                            &m.down_proj,
+                        ),
+                    ]);
+                }
+            }
+        }
         linears
     }
 
@@ -902,16 +1008,27 @@ impl<B: Backend> DecoderLayer<B> {
 
     /// Mutable access to the linear named as in [`DecoderLayer::linears`].
     pub fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
-        let (a, m) = (&mut self.self_attn, &mut self.mlp);
+        let a = &mut self.self_attn;
         Some(match name {
             "self_attn.q_proj" => &mut a.q_proj,
             "self_attn.k_proj" => &mut a.k_proj,
             "self_attn.v_proj" => &mut a.v_proj,
             "self_attn.o_proj" => &mut a.o_proj,
-            "mlp.gate_proj" => m.gate_proj.as_mut()?,
-            "mlp.up_proj" => &mut m.up_proj,
-            "mlp.down_proj" => &mut m.down_proj,
-            _ => return None,
+            _ => {
+                let proj = name.strip_prefix("mlp.")?;
+                return match &mut self.mlp {
+                    FeedForward::Dense(m) => m.linear_mut(proj),
+                    FeedForward::Experts(moe) => match proj.strip_prefix("experts.") {
+                        None => (proj == "gate").then_some(&mut moe.router),
+                        Some(rest) => {
+                            let (e, proj) = rest.split_once('.')?;
+                            moe.experts
+                                .get_mut(e.parse::<usize>().ok()?)?
+                                .linear_mut(proj)
+                        }
+                    },
+                };
+            }
         })
     }
 }
@@ -1098,15 +1215,20 @@ impl<B: Backend> Llama<B> {
         }
     }
 
-    /// The borrowed view of the whole model that the kernels read.
-    fn weights(&self) -> ModelWeights<'_, B> {
-        ModelWeights {
-            layers: self.layers.iter().map(DecoderLayer::weights).collect(),
+    /// The borrowed view of the whole model that the kernels read; `None` for a model with
+    /// experts.
+    fn weights(&self) -> Option<ModelWeights<'_, B>> {
+        Some(ModelWeights {
+            layers: self
+                .layers
+                .iter()
+                .map(DecoderLayer::weights)
+                .collect::<Option<_>>()?,
             head: self.head_weights(),
             inv_freq: &self.inv_freq,
             long_inv_freq: self.long_inv_freq(),
             rope_scale: self.rope_scale,
-        }
+        })
     }
 
     /// LongRoPE's long frequencies and the context length past which a run takes them.
@@ -1132,7 +1254,7 @@ impl<B: Backend> Llama<B> {
     /// Where the backend has fast kernels ([`super::kernels`]: burn-ndarray in f32) this runs
     /// them; elsewhere it is [`Llama::forward_generic`].
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        match kernels::<B>().forward(&self.weights(), &tokens) {
+        match (self.weights()).and_then(|w| kernels::<B>().forward(&w, &tokens)) {
             Some(logits) => logits,
             None => self.forward_generic(tokens),
         }
@@ -1146,7 +1268,7 @@ impl<B: Backend> Llama<B> {
     /// Where the backend has fast kernels ([`super::kernels`]: burn-ndarray in f32) this runs
     /// them.
     pub fn hidden(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        match kernels::<B>().hidden(&self.weights(), &tokens) {
+        match (self.weights()).and_then(|w| kernels::<B>().hidden(&w, &tokens)) {
             Some(hidden) => hidden,
             None => self.hidden_generic(tokens),
         }
@@ -1164,7 +1286,7 @@ impl<B: Backend> Llama<B> {
         prefix: usize,
         branches: &[usize],
     ) -> Option<Tensor<B, 2>> {
-        kernels::<B>().packed_hidden(&self.weights(), tokens, prefix, branches)
+        kernels::<B>().packed_hidden(&self.weights()?, tokens, prefix, branches)
     }
 
     /// [`Llama::hidden`] layer by layer, on any backend.

@@ -1,7 +1,7 @@
 //! Decoder models on Burn, in four groups:
 //! - **loaders**: GGUF files ([`gguf`]), safetensors folders ([`weights`]), the Hugging Face
 //!   hub ([`hub`]), the tokenizer ([`tokenizer`]), and the way back out ([`export`]);
-//! - **the decoder**: its resolved configuration ([`config`]), layers ([`llama`]), rotary
+//! - **the decoder**: its resolved configuration ([`config`]), layers ([`llama`]), mixtures of experts ([`moe`]), rotary
 //!   embeddings ([`rope`]), ALiBi's score bias ([`alibi`]), layer-by-layer streaming ([`stream`]), and the shape memory
 //!   formulas read ([`shape`]);
 //! - **kernels**: the decoder's fast CPU path behind one seam ([`kernels`]);
@@ -16,6 +16,7 @@ pub mod gguf;
 pub mod host;
 pub mod kernels;
 pub mod llama;
+pub mod moe;
 pub mod rope;
 pub mod sample;
 pub mod shape;

@@ -35,6 +35,9 @@ pub struct ModelShape {
     /// Whether attention and MLP run side by side, the attention's output held while the MLP
     /// runs (GPT-NeoX, Falcon, Phi, Cohere).
     pub parallel_residual: bool,
+    /// Experts per layer where the MLP is a mixture of them (each `I` wide, with a router
+    /// `H × E`); 0 for one MLP.
+    pub experts: usize,
 }
 
 impl ModelShape {
@@ -54,6 +57,7 @@ impl ModelShape {
             max_position_embeddings: config.max_position_embeddings,
             gated_mlp: !config.extras.ungated_mlp,
             parallel_residual: config.extras.parallel_residual,
+            experts: config.extras.experts.map_or(0, |e| e.count),
         };
         let e = &config.extras;
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with
@@ -137,12 +141,18 @@ impl ModelShape {
     }
 
     /// Parameters of the prunable linears of one layer:
-    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H + 3·H·I` (`2·H·I` in an MLP without a gate).
+    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H + 3·H·I` (`2·H·I` in an MLP without a gate; with `E`
+    /// experts, `E·3·H·I + H·E`, the router's).
     pub fn linear_parameters_per_layer(&self) -> u64 {
         let h = self.hidden_size as u64;
         let q = (self.num_attention_heads * self.head_dim) as u64;
         let kv = (self.num_key_value_heads * self.head_dim) as u64;
-        h * q + 2 * h * kv + q * h + self.mlp_matrices() * h * self.intermediate_size as u64
+        let mlp = self.mlp_matrices() * h * self.intermediate_size as u64;
+        let mlp = match self.experts as u64 {
+            0 => mlp,
+            e => e * mlp + h * e,
+        };
+        h * q + 2 * h * kv + q * h + mlp
     }
 
     /// Parameters of one decoder layer: its linears, their biases where the architecture has

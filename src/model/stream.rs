@@ -409,10 +409,10 @@ fn write_layer<B: Backend>(mut layer: DecoderLayer<B>, path: &Path) -> Result<()
         let (dtype, bytes) = stored_bytes(&values);
         tensors.push((name, shape, dtype, bytes));
     };
-    let names: Vec<&'static str> = layer.linears().iter().map(|(name, ..)| *name).collect();
+    let names: Vec<String> = layer.linears().into_iter().map(|(name, ..)| name).collect();
     for name in names {
         let linear = layer
-            .linear_mut(name)
+            .linear_mut(&name)
             .expect("names come from DecoderLayer::linears");
         let w = take_param(&mut linear.weight);
         push(format!("{name}.weight"), w.dims().to_vec(), to_host_f32(w));
@@ -602,7 +602,7 @@ mod tests {
         // The same layer rounded to bf16 values, as a bf16 checkpoint loads.
         let mut bf16_layer = f32_layer.clone();
         for (name, _, _) in f32_layer.linears() {
-            let linear = bf16_layer.linear_mut(name).unwrap();
+            let linear = bf16_layer.linear_mut(&name).unwrap();
             let values: Vec<f32> = to_host_f32(linear.weight.val())
                 .iter()
                 .map(|v| half::bf16::from_f32(*v).to_f32())
@@ -649,11 +649,15 @@ mod tests {
         let files = || std::fs::read_dir(&store).map_or(0, |d| d.count());
         let mut pruned = dense.clone();
         let mut layer = pruned.layer(1).unwrap().into_owned();
-        layer.mlp.up_proj.weight = Param::from_tensor(layer.mlp.up_proj.weight.val().zeros_like());
+        let up = layer.linear_mut("mlp.up_proj").unwrap();
+        up.weight = Param::from_tensor(up.weight.val().zeros_like());
         pruned.set_layer(1, layer).unwrap();
         assert_eq!(files(), 1);
         let zeros = |m: &StreamedLlama<B>| {
-            to_host_f32(m.layer(1).unwrap().mlp.up_proj.weight.val())
+            let layer = m.layer(1).unwrap();
+            let linears = layer.linears();
+            let (.., up) = linears.iter().find(|(n, ..)| n == "mlp.up_proj").unwrap();
+            to_host_f32(up.weight.val())
                 .iter()
                 .filter(|v| **v == 0.0)
                 .count()

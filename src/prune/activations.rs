@@ -69,14 +69,6 @@ impl<B: Backend> Activations<B> {
         (0..self.len()).map(|i| self.get(i))
     }
 
-    /// Each batch's `[batch, seq, hidden]`, in order, wherever it lives.
-    pub fn dims(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
-        self.batches.iter().map(|stored| match stored {
-            Stored::Device(t) => t.dims(),
-            Stored::Host(data) => [data.shape[0], data.shape[1], data.shape[2]],
-        })
-    }
-
     /// The outputs of `layer` for every batch, kept where the inputs were; each input is
     /// dropped once its output exists.
     pub fn forward(self, layer: &DecoderLayer<B>, cos: &Tensor<B, 2>, sin: &Tensor<B, 2>) -> Self {

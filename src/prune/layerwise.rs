@@ -79,13 +79,13 @@ pub fn measure<B: Backend>(model: &impl Layers<B>) -> Result<ModelSparsity, Prun
 impl ModelSparsity {
     /// Adds decoder layer `index` (the next one) from its linears' measurements and updates the
     /// total.
-    fn add_layer(&mut self, index: usize, linears: Vec<(&str, MatrixSparsity)>) {
+    fn add_layer(&mut self, index: usize, linears: Vec<(impl AsRef<str>, MatrixSparsity)>) {
         let zeros: usize = linears.iter().map(|(_, r)| r.zeros).sum();
         let total: usize = linears.iter().map(|(_, r)| r.total).sum();
         self.per_layer.push(zeros as f64 / total.max(1) as f64);
         for (name, r) in linears {
             self.per_linear
-                .insert(format!("model.layers.{index}.{name}"), r);
+                .insert(format!("model.layers.{index}.{}", name.as_ref()), r);
         }
         let (zeros, total) = self
             .per_linear
@@ -177,8 +177,9 @@ struct LayerStats<B: Backend> {
     gram: Option<BTreeMap<LinearInput, Tensor<B, 2>>>,
     /// Per shared input, when DSnoT needs them.
     moments: Option<BTreeMap<LinearInput, InputMoments>>,
-    samples: usize,
-    tokens: usize,
+    /// Per shared input, the samples and tokens it was shown: every sample for a dense
+    /// layer's inputs, only those with tokens routed to it for an expert's.
+    counts: BTreeMap<LinearInput, (usize, usize)>,
 }
 
 /// One shared input's statistics on the host.
@@ -231,8 +232,7 @@ impl<B: Backend> LayerStats<B> {
             pending: BTreeMap::new(),
             gram: needs.gram.then(BTreeMap::new),
             moments: needs.moments.then(BTreeMap::new),
-            samples: 0,
-            tokens: 0,
+            counts: BTreeMap::new(),
         }
     }
 
@@ -245,7 +245,6 @@ impl<B: Backend> LayerStats<B> {
         sin: &Tensor<B, 2>,
     ) -> Result<(), PruneError> {
         let mut failure = None;
-        self.count(inputs);
         for x in inputs.iter() {
             let ctx = LayerContext {
                 cos,
@@ -273,7 +272,6 @@ impl<B: Backend> LayerStats<B> {
         sin: &Tensor<B, 2>,
     ) -> Result<Activations<B>, PruneError> {
         let mut failure = None;
-        self.count(&inputs);
         let outputs = inputs.forward_observed(layer, cos, sin, &mut |input, t| {
             if let Err(e) = self.add(input, t) {
                 failure.get_or_insert(e);
@@ -282,18 +280,13 @@ impl<B: Backend> LayerStats<B> {
         failure.map_or(Ok(outputs), Err)
     }
 
-    /// Counts the samples and tokens of `inputs`.
-    fn count(&mut self, inputs: &Activations<B>) {
-        for [b, s, _] in inputs.dims() {
-            self.samples += b;
-            self.tokens += b * s;
-        }
-    }
-
     /// # Shapes
     /// - `x`: `[batch, seq, in]`
     fn add(&mut self, input: LinearInput, x: &Tensor<B, 3>) -> Result<(), PruneError> {
         let [batch, seq, channels] = x.dims();
+        let count = self.counts.entry(input).or_default();
+        count.0 += batch;
+        count.1 += batch * seq;
         // Sums of squares and Gram matrices in f32 whatever the activations' type: in fp16 they
         // overflow 65504 within a few tokens. Made only where a path needs it (on the CPU a
         // reshape copies the activations).
@@ -387,16 +380,37 @@ impl<B: Backend> LayerStats<B> {
         inputs
             .into_iter()
             .map(|k| {
+                let (samples, tokens) = self.counts.get(&k).copied().unwrap_or_default();
                 let stats = HostStats {
                     sum_sq: sum_sq.remove(&k).map(|s| s.sums),
                     gram: grams.remove(&k),
                     moments: moments.remove(&k),
-                    samples: self.samples,
-                    tokens: self.tokens,
+                    samples,
+                    tokens,
                 };
                 (k, stats)
             })
             .collect()
+    }
+}
+
+/// Statistics for the inputs of `layer` no calibration token reached (an expert the router
+/// never chose), as the reference's forward hooks leave them: zero sums over one sample, so
+/// Wanda scores every weight of that expert zero and SparseGPT finds every input dead.
+fn add_unreached<B: Backend>(
+    host: &mut BTreeMap<LinearInput, HostStats>,
+    layer: &DecoderLayer<B>,
+    needs: Needs,
+) {
+    for (_, input, linear) in layer.linears() {
+        let channels = linear.weight.dims()[0];
+        host.entry(input).or_insert_with(|| HostStats {
+            sum_sq: (needs.sum_sq || !needs.gram).then(|| vec![0.0; channels]),
+            gram: needs.gram.then(|| vec![0.0; channels * channels]),
+            moments: needs.moments.then(|| InputMoments::new(channels)),
+            samples: 1,
+            tokens: 0,
+        });
     }
 }
 
@@ -538,7 +552,8 @@ pub fn prune_model<B: Backend>(
         let mut stats = LayerStats::<B>::new(needs);
         stats.observe(&layer, &inputs, &cos, &sin)?;
         clock.lap("observe");
-        let host = stats.host();
+        let mut host = stats.host();
+        add_unreached(&mut host, &layer, needs);
         clock.lap("statistics to host");
         let rule = device_rule(on_device, method, options, layer_sparsity);
         let plan = LayerPlan {
@@ -696,7 +711,8 @@ fn owl_outlier_ratios<B: Backend>(
         let layer = model.layer(i)?;
         let mut stats = LayerStats::<B>::new(Needs::sums_of_squares());
         inputs = stats.observe_forward(&layer, inputs, cos, sin)?;
-        let host = stats.host();
+        let mut host = stats.host();
+        add_unreached(&mut host, &layer, Needs::sums_of_squares());
         let mut pooled = Vec::new();
         for (_, input, linear) in layer.linears() {
             let stat = host.get(&input).ok_or(PruneError::NoSamples {
@@ -772,11 +788,12 @@ fn check_skip_against<B: Backend>(
     layers: usize,
     layer: &DecoderLayer<B>,
 ) -> Result<(), PruneError> {
-    let names: Vec<&str> = layer
+    let names: Vec<String> = layer
         .linears()
         .into_iter()
         .map(|(name, _, _)| name)
         .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     check_skip(skip, layers, &names)
 }
 
@@ -1034,7 +1051,7 @@ fn rows_apart(rule: Option<DeviceRule>) -> bool {
 /// not skipped, where two or more read the same input and have as many inputs.
 fn joint_groups(
     stacked: &[FusedLinear],
-    linears: &[(&str, LinearInput, bool, [usize; 2])],
+    linears: &[(String, LinearInput, bool, [usize; 2])],
 ) -> Vec<Vec<usize>> {
     stacked
         .iter()
@@ -1062,13 +1079,13 @@ fn joint_groups(
 /// `input`) as one matrix: their weights side by side, `[in, Σ out]`, pruned by `prune` under
 /// the first part's name, then apart again. Returns each part's name, measured sparsity, and
 /// how it goes back.
-fn prune_jointly<B: Backend>(
+fn prune_jointly<'a, B: Backend>(
     layer: &DecoderLayer<B>,
-    parts: &[(&'static str, [usize; 2])],
+    parts: &[(&'a str, [usize; 2])],
     input: LinearInput,
     zeroes_only: bool,
     prune: &mut impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
-) -> Result<Vec<PrunedPart<B>>, PruneError> {
+) -> Result<Vec<PrunedPart<'a, B>>, PruneError> {
     let all = layer.linears();
     let weights: Vec<Vec<f32>> = parts
         .iter()
@@ -1112,7 +1129,7 @@ fn prune_jointly<B: Backend>(
 }
 
 /// One pruned linear: its name, measured sparsity, how it goes back, its dims.
-type PrunedPart<B> = (&'static str, MatrixSparsity, PrunedWeight<B>, [usize; 2]);
+type PrunedPart<'a, B> = (&'a str, MatrixSparsity, PrunedWeight<B>, [usize; 2]);
 
 /// Whether pruned weights go back to the device as masks of their zeros (`zeroes_only` of
 /// [`prune_layer`]): when pruning only zeroes, and the device is not the host's memory, where
@@ -1147,7 +1164,7 @@ fn prune_layer<B: Backend>(
     clock: &mut PhaseClock<impl Fn()>,
     on_device: impl Fn(&[(Tensor<B, 2>, LinearInput)]) -> Vec<Option<Tensor<B, 2, Bool>>>,
     mut prune: impl FnMut(&mut [f32], [usize; 2], &str, LinearInput) -> Result<(), PruneError>,
-) -> Result<Vec<(&'static str, MatrixSparsity)>, PruneError> {
+) -> Result<Vec<(String, MatrixSparsity)>, PruneError> {
     let LayerPlan {
         index,
         skip,
@@ -1156,11 +1173,11 @@ fn prune_layer<B: Backend>(
     } = plan;
     let mut pruned = Vec::with_capacity(7);
     let mut measured = Vec::with_capacity(7);
-    let described: Vec<(&'static str, LinearInput, bool, [usize; 2])> = layer
+    let described: Vec<(String, LinearInput, bool, [usize; 2])> = layer
         .linears()
         .into_iter()
         .map(|(name, input, linear)| {
-            let path = linear_path(index, name);
+            let path = linear_path(index, &name);
             let skipped = skip.iter().any(|p| glob_matches(p, &path));
             (name, input, skipped, linear.weight.dims())
         })
@@ -1182,17 +1199,18 @@ fn prune_layer<B: Backend>(
     let selections = on_device(&asked);
     drop(asked);
     let mut selected = selections.into_iter();
-    for (i, &(name, input, skipped, _)) in described.iter().enumerate() {
+    for (i, (name, input, skipped, _)) in described.iter().enumerate() {
+        let (name, input, skipped) = (name.as_str(), *input, *skipped);
         if let Some(group) = groups.iter().find(|g| g.contains(&i)) {
             if group[0] == i {
-                let parts: Vec<(&'static str, [usize; 2])> = group
+                let parts: Vec<(&str, [usize; 2])> = group
                     .iter()
-                    .map(|&j| (described[j].0, described[j].3))
+                    .map(|&j| (described[j].0.as_str(), described[j].3))
                     .collect();
                 for (name, sparsity, back, dims) in
                     prune_jointly(layer, &parts, input, zeroes_only, &mut prune)?
                 {
-                    measured.push((name, sparsity));
+                    measured.push((name.to_string(), sparsity));
                     pruned.push((name, back, dims));
                 }
                 clock.lap("prune on host");
@@ -1204,7 +1222,7 @@ fn prune_layer<B: Backend>(
             .expect("names come from DecoderLayer::linears");
         if let Some(zeros) = (!skipped).then(|| selected.next().flatten()).flatten() {
             let weight = linear.weight.val();
-            measured.push((name, measure_on_device(&weight, &zeros)));
+            measured.push((name.to_string(), measure_on_device(&weight, &zeros)));
             pruned.push((name, PrunedWeight::ZeroedOnDevice(zeros), weight.dims()));
             clock.lap("select on device");
             continue;
@@ -1220,7 +1238,7 @@ fn prune_layer<B: Backend>(
         if !skipped {
             prune(&mut w, dims, name, input)?;
         }
-        measured.push((name, MatrixSparsity::measure(&w, dims)?));
+        measured.push((name.to_string(), MatrixSparsity::measure(&w, dims)?));
         if !skipped {
             pruned.push((name, PrunedWeight::from_host(w, zeroes_only), dims));
         }
@@ -1277,14 +1295,10 @@ mod tests {
             _ => panic!("expected the sums of squares of 4 samples"),
         };
         let mut whole = LayerStats::new(Needs::sums_of_squares());
-        whole.samples = samples;
-        whole.tokens = samples * seq;
         whole
             .add(LinearInput::MlpIn, &tensor(&values, samples))
             .unwrap();
         let mut single = LayerStats::new(Needs::sums_of_squares());
-        single.samples = samples;
-        single.tokens = samples * seq;
         for sample in values.chunks_exact(seq * width) {
             single.add(LinearInput::MlpIn, &tensor(sample, 1)).unwrap();
         }

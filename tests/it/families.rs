@@ -123,6 +123,7 @@ fn every_family_gives_transformers_logits() {
         "smollm3-sliding",
         "cohere-qknorm",
         "olmo",
+        "mixtral",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -562,7 +563,7 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
         let mut streamed =
             StreamedLlama::<B>::open(&config, source.clone(), &device, store.path()).unwrap();
         prune_alike(&mut resident, &mut streamed, method, &calibration);
-        let linears: Vec<&str> = resident.layers[0]
+        let linears: Vec<String> = resident.layers[0]
             .linears()
             .into_iter()
             .map(|(name, _, _)| name)
@@ -645,6 +646,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("smollm3-sliding", false),
         ("cohere-qknorm", true),
         ("olmo", false),
+        ("mixtral", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -698,7 +700,12 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             ]
             .iter()
             .any(|f| family.starts_with(f));
-            assert_eq!(resident.layers[0].linears().len(), 6 + usize::from(gated));
+            // Mixtral: attention's four, the router and four experts' three.
+            let linears = match family {
+                "mixtral" => 4 + 1 + 4 * 3,
+                _ => 6 + usize::from(gated),
+            };
+            assert_eq!(resident.layers[0].linears().len(), linears);
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);
             assert_eq!(

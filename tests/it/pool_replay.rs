@@ -61,6 +61,7 @@ fn shape(
         max_position_embeddings: 8192,
         gated_mlp: true,
         parallel_residual: false,
+        experts: 0,
     }
 }
 

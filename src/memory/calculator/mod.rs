@@ -209,6 +209,7 @@ mod tests {
             max_position_embeddings: 16,
             gated_mlp: true,
             parallel_residual: false,
+            experts: 0,
         }
     }
 
@@ -226,6 +227,7 @@ mod tests {
             max_position_embeddings: 4096,
             gated_mlp: true,
             parallel_residual: false,
+            experts: 0,
         }
     }
 

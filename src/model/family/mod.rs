@@ -16,6 +16,7 @@ pub mod gpt_neox;
 pub mod granite;
 pub mod llama;
 pub mod mistral;
+pub mod mixtral;
 pub mod olmo;
 pub mod olmo2;
 pub mod olmo3;
@@ -434,11 +435,13 @@ pub enum Architecture {
     /// `OlmoForCausalLM` (OLMo 1: Llama's layer with LayerNorms without gain or bias, q/k/v
     /// clamped).
     Olmo,
+    /// `MixtralForCausalLM` (Mistral's attention with a sparse mixture of SwiGLU experts).
+    Mixtral,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 23] = [
+    pub const ALL: [Architecture; 24] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -462,6 +465,7 @@ impl Architecture {
         Architecture::Cohere,
         Architecture::Cohere2,
         Architecture::Olmo,
+        Architecture::Mixtral,
     ];
 
     /// The family's adapter.
@@ -490,6 +494,7 @@ impl Architecture {
             Architecture::Cohere => &cohere::COHERE,
             Architecture::Cohere2 => &cohere::COHERE2,
             Architecture::Olmo => &olmo::Olmo,
+            Architecture::Mixtral => &mixtral::Mixtral,
         }
     }
 

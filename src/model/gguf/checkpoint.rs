@@ -209,6 +209,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         logit_scale: None,
         clip_qkv: None,
         use_qk_norm: None,
+        num_local_experts: None,
+        num_experts_per_tok: None,
         layer_types: None,
         sliding_window_pattern: None,
         final_logit_softcapping: None,

@@ -173,6 +173,10 @@ pub enum LinearInput {
     MlpIn,
     /// `act(gate) * up` (`act(up)` without a gate) → `down_proj`.
     MlpHidden,
+    /// The tokens routed to expert `e` of a mixture of experts → its gate/up projections.
+    ExpertIn(usize),
+    /// Expert `e`'s `act(gate) * up` → its `down_proj`.
+    ExpertHidden(usize),
 }
 
 /// A borrowed norm: per-channel gain `[hidden]` and the epsilon added to the mean square;

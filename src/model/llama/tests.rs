@@ -549,7 +549,7 @@ mod fused_path {
                     &Default::default(),
                 );
                 kernels::<B>()
-                    .forward(&m.weights(), &tokens)
+                    .forward(&m.weights().unwrap(), &tokens)
                     .expect("ndarray f32 takes the fused path")
                     .into_data()
                     .to_vec()
@@ -561,7 +561,9 @@ mod fused_path {
                 &Default::default(),
             );
             assert!(
-                kernels::<Flex>().forward(&m.weights(), &tokens).is_none(),
+                kernels::<Flex>()
+                    .forward(&m.weights().unwrap(), &tokens)
+                    .is_none(),
                 "flex keeps Burn's ops"
             );
             let generic: Vec<f32> = m.forward(tokens).into_data().to_vec().unwrap();

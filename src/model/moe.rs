@@ -1,0 +1,312 @@
+//! Sparse mixture-of-experts feed-forward blocks (Mixtral's `block_sparse_moe`): a router
+//! (`gate`, a linear `hidden → experts`) scores every token, the token goes to its `top_k`
+//! experts by softmax probability, and the block returns the experts' outputs weighted by those
+//! probabilities (renormalised over the `top_k` where the family says so). Each expert is the
+//! decoder's gated MLP.
+//!
+//! Calibration sees each expert's inputs as the reference code's forward hooks on the expert's
+//! linears see them: only the tokens routed to it, one sample at a time
+//! ([`LinearInput::ExpertIn`], [`LinearInput::ExpertHidden`]).
+
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::{FloatDType, IndexingUpdateOp};
+use serde::{Deserialize, Serialize};
+
+use super::host::to_host_f32;
+use super::kernels::{project, LinearInput};
+use super::llama::Mlp;
+
+/// How a family routes tokens to its experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Experts {
+    /// Experts per layer (Mixtral's `num_local_experts`).
+    pub count: usize,
+    /// Experts each token goes to (`num_experts_per_tok`).
+    pub per_token: usize,
+    /// Whether the chosen experts' probabilities are renormalised to sum to one (Mixtral
+    /// always; `norm_topk_prob` elsewhere).
+    pub normalize: bool,
+}
+
+/// One decoder layer's experts and their router.
+#[derive(Module, Debug)]
+pub(crate) struct SparseMoe<B: Backend> {
+    /// The router, `[hidden, experts]`.
+    pub router: Linear<B>,
+    /// The experts, each a gated MLP.
+    pub experts: Vec<Mlp<B>>,
+    /// How tokens are routed.
+    #[module(skip)]
+    pub routing: Experts,
+}
+
+/// The tokens routed to one expert, in token order, with the weight of its output in each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Routed {
+    /// Rows of the flattened `[batch · seq]` tokens.
+    pub tokens: Vec<usize>,
+    /// The weight of the expert's output for each token.
+    pub weights: Vec<f32>,
+}
+
+/// Routes `tokens` tokens by their router logits (`[tokens, experts]`, row-major): per token
+/// the softmax in f32, the `per_token` most probable experts (the lower index first among
+/// equals), their probabilities renormalised in f32 where `routing` says so. Returns per expert
+/// the tokens it receives.
+pub(crate) fn route(logits: &[f32], routing: Experts) -> Vec<Routed> {
+    let n = routing.count;
+    let mut routed = vec![Routed::default(); n];
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    for (token, row) in logits.chunks_exact(n.max(1)).enumerate() {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exp: Vec<f64> = row.iter().map(|&l| f64::from(l - max).exp()).collect();
+        let total: f64 = exp.iter().sum();
+        let probs: Vec<f32> = exp.iter().map(|&e| (e / total) as f32).collect();
+        order.clear();
+        order.extend(0..n);
+        // Stable: equal probabilities keep the lower expert first.
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        let chosen = &order[..routing.per_token.min(n)];
+        let sum: f32 = chosen.iter().map(|&e| probs[e]).sum();
+        for &e in chosen {
+            let weight = match routing.normalize {
+                true => probs[e] / sum,
+                false => probs[e],
+            };
+            routed[e].tokens.push(token);
+            routed[e].weights.push(weight);
+        }
+    }
+    routed
+}
+
+impl<B: Backend> SparseMoe<B> {
+    /// The block's output, showing `observe` each expert's inputs (those of its gate and up
+    /// projections, then of its down projection) sample by sample; with `output` false the
+    /// down projections are skipped and `None` returned (calibration's first pass).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub fn forward_observed(
+        &self,
+        x: Tensor<B, 3>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+        output: bool,
+    ) -> Option<Tensor<B, 3>> {
+        let [batch, seq, hidden] = x.dims();
+        let device = x.device();
+        let flat = x.reshape([batch * seq, hidden]);
+        let logits = project(&self.router, flat.clone().unsqueeze::<3>()).cast(FloatDType::F32);
+        let routed = route(&to_host_f32(logits), self.routing);
+        let mut out = output.then(|| flat.zeros_like());
+        for (e, (expert, routed)) in self.experts.iter().zip(&routed).enumerate() {
+            if routed.tokens.is_empty() {
+                continue;
+            }
+            let n = routed.tokens.len();
+            let rows: Vec<i64> = routed.tokens.iter().map(|&t| t as i64).collect();
+            let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
+            let input = flat.clone().select(0, rows.clone()).unsqueeze::<3>();
+            observe_by_sample(
+                &input,
+                &routed.tokens,
+                seq,
+                LinearInput::ExpertIn(e),
+                observe,
+            );
+            let inner = expert.hidden(input);
+            observe_by_sample(
+                &inner,
+                &routed.tokens,
+                seq,
+                LinearInput::ExpertHidden(e),
+                observe,
+            );
+            if let Some(acc) = out.take() {
+                let weights = Tensor::<B, 2>::from_data(
+                    TensorData::new(routed.weights.clone(), [n, 1]),
+                    &device,
+                );
+                let y = project(&expert.down_proj, inner).reshape([n, hidden]);
+                let y = y.clone().cast(FloatDType::F32) * weights;
+                let y = y.cast(acc.dtype());
+                out = Some(acc.select_assign(0, rows, y, IndexingUpdateOp::Add));
+            }
+        }
+        out.map(|o| o.reshape([batch, seq, hidden]))
+    }
+}
+
+/// Shows `observe` the rows of `x` (`[1, rows, width]`, the tokens `tokens` of a batch of
+/// sequences of `seq` tokens, in token order) one sample at a time, as `[1, n, width]`.
+fn observe_by_sample<B: Backend>(
+    x: &Tensor<B, 3>,
+    tokens: &[usize],
+    seq: usize,
+    input: LinearInput,
+    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+) {
+    let width = x.dims()[2];
+    let mut start = 0;
+    while start < tokens.len() {
+        let sample = tokens[start] / seq.max(1);
+        let end = start
+            + tokens[start..]
+                .iter()
+                .take_while(|&&t| t / seq.max(1) == sample)
+                .count();
+        if start == 0 && end == tokens.len() {
+            observe(input, x);
+        } else {
+            observe(input, &x.clone().slice([0..1, start..end, 0..width]));
+        }
+        start = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use burn::module::Param;
+
+    use super::*;
+    use crate::model::config::Activation;
+
+    type Nd = NdArray<f32>;
+
+    const TWO_OF_FOUR: Experts = Experts {
+        count: 4,
+        per_token: 2,
+        normalize: true,
+    };
+
+    #[test]
+    fn routing_picks_the_two_most_probable_and_renormalises() {
+        // Token 0: logits 0, ln 2, ln 3, ln 4 → probabilities 0.1, 0.2, 0.3, 0.4: experts 3
+        // and 2, weights 0.4/0.7 and 0.3/0.7. Token 1: expert 0 and then 1 (equal to 2 and 3,
+        // the lower index first), weights e/(e + 1) and 1/(e + 1).
+        let l = |v: f64| v.ln() as f32;
+        let logits = [0.0, l(2.0), l(3.0), l(4.0), 1.0, 0.0, 0.0, 0.0];
+        let routed = route(&logits, TWO_OF_FOUR);
+        assert_eq!(routed[0].tokens, vec![1]);
+        assert_eq!(routed[1].tokens, vec![1]);
+        assert_eq!(routed[2].tokens, vec![0]);
+        assert_eq!(routed[3].tokens, vec![0]);
+        let close = |a: f32, b: f64| assert!((f64::from(a) - b).abs() < 1e-6, "{a} vs {b}");
+        close(routed[3].weights[0], 4.0 / 7.0);
+        close(routed[2].weights[0], 3.0 / 7.0);
+        let e = std::f64::consts::E;
+        close(routed[0].weights[0], e / (e + 1.0));
+        close(routed[1].weights[0], 1.0 / (e + 1.0));
+        // Without renormalising, the softmax probabilities themselves.
+        let raw = route(
+            &logits,
+            Experts {
+                normalize: false,
+                ..TWO_OF_FOUR
+            },
+        );
+        close(raw[3].weights[0], 0.4);
+        close(raw[0].weights[0], e / (e + 3.0));
+    }
+
+    /// A seeded `[in, out]` linear without a bias.
+    fn linear(inputs: usize, outputs: usize, seed: usize) -> Linear<Nd> {
+        let values: Vec<f32> = (0..inputs * outputs)
+            .map(|i| (((i * 37 + seed * 101) % 61) as f32 - 30.0) / 40.0)
+            .collect();
+        Linear {
+            weight: Param::from_tensor(Tensor::from_data(
+                TensorData::new(values, [inputs, outputs]),
+                &Default::default(),
+            )),
+            bias: None,
+        }
+    }
+
+    /// Each token's output by hand: every expert's SwiGLU on the token alone, weighted by
+    /// the routing of its own logits; each expert's observed rows are the tokens routed to
+    /// it, sample by sample.
+    #[test]
+    fn the_block_weights_each_tokens_chosen_experts_and_shows_them_their_tokens() {
+        let (hidden, inter, batch, seq) = (6, 5, 2, 7);
+        let moe = SparseMoe::<Nd> {
+            router: linear(hidden, 4, 0),
+            experts: (0..4)
+                .map(|e| Mlp {
+                    gate_proj: Some(linear(hidden, inter, 3 * e + 1)),
+                    up_proj: linear(hidden, inter, 3 * e + 2),
+                    down_proj: linear(inter, hidden, 3 * e + 3),
+                    activation: Activation::Silu,
+                })
+                .collect(),
+            routing: TWO_OF_FOUR,
+        };
+        let values: Vec<f32> = (0..batch * seq * hidden)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)
+            .collect();
+        let x = Tensor::<Nd, 3>::from_data(
+            TensorData::new(values.clone(), [batch, seq, hidden]),
+            &Default::default(),
+        );
+        let mut seen: Vec<(LinearInput, usize)> = Vec::new();
+        let out = moe
+            .forward_observed(x, &mut |input, t| seen.push((input, t.dims()[1])), true)
+            .unwrap();
+        let out = to_host_f32(out);
+        let host = |l: &Linear<Nd>| to_host_f32(l.weight.val());
+        let matvec = |w: &[f32], x: &[f32], outputs: usize| -> Vec<f32> {
+            (0..outputs)
+                .map(|o| {
+                    x.iter()
+                        .enumerate()
+                        .map(|(i, v)| v * w[i * outputs + o])
+                        .sum()
+                })
+                .collect()
+        };
+        let mut routed_rows = [0usize; 4];
+        for (t, token) in values.chunks(hidden).enumerate() {
+            let logits = matvec(&host(&moe.router), token, 4);
+            let mut want = vec![0.0f32; hidden];
+            for (e, r) in route(&logits, TWO_OF_FOUR).iter().enumerate() {
+                if r.tokens.is_empty() {
+                    continue;
+                }
+                routed_rows[e] += 1;
+                let m = &moe.experts[e];
+                let gate = matvec(&host(m.gate_proj.as_ref().unwrap()), token, inter);
+                let up = matvec(&host(&m.up_proj), token, inter);
+                let act: Vec<f32> = gate
+                    .iter()
+                    .zip(&up)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                for (w, y) in want
+                    .iter_mut()
+                    .zip(matvec(&host(&m.down_proj), &act, hidden))
+                {
+                    *w += r.weights[0] * y;
+                }
+            }
+            for (got, want) in out[t * hidden..(t + 1) * hidden].iter().zip(&want) {
+                assert!((got - want).abs() < 1e-4, "token {t}: {got} vs {want}");
+            }
+        }
+        // Each expert saw its tokens once as its input and once as its down projection's,
+        // in at most one piece per sample.
+        for (e, &rows) in routed_rows.iter().enumerate() {
+            for input in [LinearInput::ExpertIn(e), LinearInput::ExpertHidden(e)] {
+                let pieces: Vec<usize> = seen
+                    .iter()
+                    .filter(|(i, _)| *i == input)
+                    .map(|(_, n)| *n)
+                    .collect();
+                assert_eq!(pieces.iter().sum::<usize>(), rows, "{input:?}");
+                assert!(pieces.len() <= batch, "{input:?}");
+            }
+        }
+        assert_eq!(routed_rows.iter().sum::<usize>(), 2 * batch * seq);
+    }
+}
