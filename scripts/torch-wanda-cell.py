@@ -156,6 +156,57 @@ else:
         folder, gguf_file=name)
 model = model.eval().to(DT)
 model.config.use_cache = False
+
+
+class ReferenceMoe(torch.nn.Module):
+    """Mixtral's `block_sparse_moe` as transformers 4.4x builds it, whose modules the reference's
+    find_layers sees: an nn.Linear router `gate` and experts of nn.Linear `w1`, `w3`, `w2`
+    (transformers 5 keeps them as 3-D parameters no hook reaches). Its forward is that version's:
+    softmax in f32, top-k, renormalised, each expert hit run on its tokens in (choice, token)
+    order, so an expert's forward hooks see only the tokens routed to it."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.top_k, self.count = config.num_experts_per_tok, config.num_local_experts
+        self.gate = torch.nn.Linear(hidden, self.count, bias=False)
+        self.gate.weight.data = block.gate.weight.data.clone()
+        self.experts = torch.nn.ModuleList()
+        for e in range(self.count):
+            expert = torch.nn.Module()
+            for name, rows in (("w1", slice(0, inter)), ("w3", slice(inter, 2 * inter))):
+                setattr(expert, name, torch.nn.Linear(hidden, inter, bias=False))
+                getattr(expert, name).weight.data = block.experts.gate_up_proj.data[e, rows].clone()
+            expert.w2 = torch.nn.Linear(inter, hidden, bias=False)
+            expert.w2.weight.data = block.experts.down_proj.data[e].clone()
+            self.experts.append(expert)
+        self.act = block.experts.act_fn
+
+    def forward(self, hidden_states):
+        batch, seq, hidden = hidden_states.shape
+        x = hidden_states.view(-1, hidden)
+        weights = torch.nn.functional.softmax(self.gate(x), dim=1, dtype=torch.float)
+        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
+        weights /= weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        out = torch.zeros_like(x)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = int(e[0])
+            choice, token = torch.where(mask[e])
+            expert = self.experts[e]
+            rows = x[token]
+            y = expert.w2(self.act(expert.w1(rows)) * expert.w3(rows))
+            out.index_add_(0, token, (y * weights[token, choice, None]).to(x.dtype))
+        return out.view(batch, seq, hidden)
+
+
+# Mixtral: the reference's view of its experts (above), named in the checkpoint's names.
+MIXTRAL = model.config.model_type == "mixtral"
+if MIXTRAL:
+    for layer in model.model.layers:
+        layer.mlp = ReferenceMoe(layer.mlp, model.config)
+
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"
 # GPT-NeoX (Pythia): layers under gpt_neox.
@@ -660,7 +711,10 @@ if a.dump_scaler:
     save_file(DUMPED, a.dump_scaler)
 if a.save_pruned:
     from safetensors.torch import save_file
-    save_file({f"{PREFIX}.{i}.{n}.weight": layer.get_submodule(n).weight.data.float().contiguous()
+    def checkpoint_name(n):
+        return n.replace("mlp.", "block_sparse_moe.", 1) if MIXTRAL else n
+    save_file({f"{PREFIX}.{i}.{checkpoint_name(n)}.weight":
+               layer.get_submodule(n).weight.data.float().contiguous()
                for i, layer in enumerate(layers) for n in LINEARS}, a.save_pruned)
 
 # Evaluate.

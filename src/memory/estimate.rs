@@ -507,12 +507,18 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     );
 }
 
+/// Whether the fused CPU kernels run the model: on the default CPU backend, for a model
+/// without experts (a layer with experts runs Burn's generic ops, as on other backends).
+fn fused_kernels(run: &PruneRun, m: &Dims) -> bool {
+    run.device == DeviceKind::Cpu && m.experts == 0
+}
+
 /// The perplexity stage over windows of `e` tokens.
 fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64) -> StageEstimate {
     let mut eval = Breakdown::default();
     overhead(&mut eval, run.device, host, m);
     weights(&mut eval, shape, run, m, host, run.method.is_some());
-    if run.device == DeviceKind::Cpu {
+    if fused_kernels(run, m) {
         // The fused kernels read the head in place and hold at most HEAD_ROWS rows' worth
         // of logits, in memory and streamed.
         let rows = (HEAD_ROWS as u64).min(e);
@@ -809,7 +815,7 @@ fn weights(
 /// 512 and 1024: 0.31, 0.37 and 0.58 GiB against 0.33, 0.38 and 0.56 estimated; in memory
 /// `results/estimator-accuracy.md`).
 fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
-    if run.device != DeviceKind::Cpu {
+    if !fused_kernels(run, m) {
         let rows = (attention_block_rows(b as usize, m.heads as usize, s as usize) as u64).min(s);
         out.push_allocations(
             "attention score blocks",
@@ -1006,6 +1012,26 @@ mod tests {
         assert_eq!(
             item(&e, "eval", "layer intermediates"),
             4 * (16 + 4 + 18) * 4
+        );
+    }
+
+    #[test]
+    fn experts_add_their_hessians_and_gathered_rows_and_leave_the_fused_kernels() {
+        let shape = ModelShape {
+            experts: 3,
+            ..tiny()
+        };
+        let e = estimate_prune(&shape, &run(Method::Sparsegpt));
+        // (2·H² + (nh·d)² + E·(H² + I²)) × 12 = (32 + 16 + 3 · 52) × 12.
+        assert_eq!(item(&e, "prune", "statistics"), (32 + 16 + 3 * 52) * 12);
+        // b × s × (4·nh·d + 3·H + 3·I) × 4 = 10 × (16 + 12 + 18) × 4.
+        assert_eq!(item(&e, "prune", "layer intermediates"), 1840);
+        // Burn's generic attention, not the fused kernels' per-thread blocks: b × nh × s × s
+        // × 4 × copies.
+        let rows = attention_block_rows(2, 2, 5).min(5) as u64;
+        assert_eq!(
+            item(&e, "prune", "attention score blocks"),
+            2 * 2 * rows * 5 * 4 * ATTENTION_SCORE_COPIES
         );
     }
 

@@ -280,6 +280,31 @@ fn missing_metadata_key_is_named() {
     assert!(err.contains("`llama.block_count`"), "{err}");
 }
 
+/// llama.cpp's Mixtral files say `llama` with an expert count: refused by that key, not read as
+/// a dense Llama whose MLP tensors are missing.
+#[test]
+fn a_mixture_of_experts_gguf_is_refused_by_its_expert_count() {
+    let config = config();
+    let model = tiny_model(&config, 23);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &config, &model, Quant::F32);
+    let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.metadata(k.clone(), v.clone());
+    }
+    w.metadata("llama.expert_count", 8u32);
+    let moe = dir.path().join("moe.gguf");
+    w.write(&moe).unwrap();
+    let err = match model::load::<B>(&ModelRef::Gguf(moe), &Default::default()) {
+        Ok(_) => panic!("must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("`llama.expert_count`"), "{err}");
+    assert!(err.contains("Hugging Face folder"), "{err}");
+}
+
 #[test]
 fn truncated_gguf_is_an_error_not_a_panic() {
     let config = config();

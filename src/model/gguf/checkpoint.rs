@@ -120,6 +120,17 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
                 problem: "is missing from the GGUF metadata".to_string(),
             })
     };
+    // llama.cpp writes Mixtral as `llama` with its experts stacked in 3-D tensors
+    // (`ffn_gate_exps`), which this loader does not read.
+    if let Some(experts) = file.get_u64(&key("expert_count")).filter(|&n| n > 0) {
+        return Err(ConfigError::Invalid {
+            key: key("expert_count"),
+            problem: format!(
+                "is {experts}: a mixture-of-experts GGUF file is not read; load the model's \
+                 Hugging Face folder (safetensors) instead"
+            ),
+        });
+    }
     let hidden_size = required("embedding_length")?;
     let num_attention_heads = required("attention.head_count")?;
     let vocab_size = match file.get_u64(&key("vocab_size")) {
