@@ -4,7 +4,8 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
 
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
-             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral; do
+             phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
+             qwen3_moe olmoe; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -214,6 +215,17 @@ def config(family):
         # their softmax probabilities renormalised over the two.
         return transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
                                           rope_theta=1_000_000.0, **common)
+    if family == "qwen3_moe":
+        # Qwen3-MoE: Qwen3's attention (q/k norms, head_dim 32) with four experts 48 wide of
+        # which each token takes two, renormalised (norm_topk_prob, as the released models).
+        return transformers.Qwen3MoeConfig(num_experts=4, num_experts_per_tok=2,
+                                           moe_intermediate_size=48, norm_topk_prob=True,
+                                           head_dim=32, pad_token_id=0, **common)
+    if family == "olmoe":
+        # OLMoE: q/k norms across the heads, four experts of which each token takes two, not
+        # renormalised (norm_topk_prob false, as the released models).
+        return transformers.OlmoeConfig(num_experts=4, num_experts_per_tok=2, pad_token_id=0,
+                                        **common)
     if family == "olmo2":
         # OLMo 2: no pre-norms, RMSNorms on the attention and MLP outputs, q/k RMSNorms over
         # all heads of a position (64- and 32-wide gains), grouped kv heads, an untied head.

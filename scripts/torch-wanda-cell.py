@@ -159,26 +159,36 @@ model.config.use_cache = False
 
 
 class ReferenceMoe(torch.nn.Module):
-    """Mixtral's `block_sparse_moe` as transformers 4.4x builds it, whose modules the reference's
-    find_layers sees: an nn.Linear router `gate` and experts of nn.Linear `w1`, `w3`, `w2`
-    (transformers 5 keeps them as 3-D parameters no hook reaches). Its forward is that version's:
-    softmax in f32, top-k, renormalised, each expert hit run on its tokens in (choice, token)
-    order, so an expert's forward hooks see only the tokens routed to it."""
+    """A sparse mixture of experts as transformers 4.4x builds it, whose modules the reference's
+    find_layers sees: an nn.Linear router `gate` and experts of nn.Linear (Mixtral's `w1`, `w3`,
+    `w2`; Qwen3-MoE's and OLMoE's `gate_proj`, `up_proj`, `down_proj`); transformers 5 keeps the
+    experts in 3-D parameters no hook reaches. Its forward is that version's: softmax in f32,
+    top-k, renormalised (Mixtral; Qwen3-MoE and OLMoE where `norm_topk_prob` says), the weights
+    rounded to the model's dtype (Qwen3-MoE, OLMoE), each expert hit run on its tokens in
+    (choice, token) order, so an expert's forward hooks see only the tokens routed to it."""
 
     def __init__(self, block, config):
         super().__init__()
-        hidden, inter = config.hidden_size, config.intermediate_size
-        self.top_k, self.count = config.num_experts_per_tok, config.num_local_experts
+        mixtral = config.model_type == "mixtral"
+        hidden = config.hidden_size
+        inter = config.intermediate_size if mixtral else getattr(
+            config, "moe_intermediate_size", config.intermediate_size)
+        self.top_k = config.num_experts_per_tok
+        self.count = config.num_local_experts if mixtral else config.num_experts
+        self.normalize = mixtral or config.norm_topk_prob
+        self.round = not mixtral
+        self.names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
         self.gate = torch.nn.Linear(hidden, self.count, bias=False)
         self.gate.weight.data = block.gate.weight.data.clone()
         self.experts = torch.nn.ModuleList()
+        gate, up, down = self.names
         for e in range(self.count):
             expert = torch.nn.Module()
-            for name, rows in (("w1", slice(0, inter)), ("w3", slice(inter, 2 * inter))):
+            for name, rows in ((gate, slice(0, inter)), (up, slice(inter, 2 * inter))):
                 setattr(expert, name, torch.nn.Linear(hidden, inter, bias=False))
                 getattr(expert, name).weight.data = block.experts.gate_up_proj.data[e, rows].clone()
-            expert.w2 = torch.nn.Linear(inter, hidden, bias=False)
-            expert.w2.weight.data = block.experts.down_proj.data[e].clone()
+            setattr(expert, down, torch.nn.Linear(inter, hidden, bias=False))
+            getattr(expert, down).weight.data = block.experts.down_proj.data[e].clone()
             self.experts.append(expert)
         self.act = block.experts.act_fn
 
@@ -187,23 +197,27 @@ class ReferenceMoe(torch.nn.Module):
         x = hidden_states.view(-1, hidden)
         weights = torch.nn.functional.softmax(self.gate(x), dim=1, dtype=torch.float)
         weights, chosen = torch.topk(weights, self.top_k, dim=-1)
-        weights /= weights.sum(dim=-1, keepdim=True)
-        weights = weights.to(x.dtype)
+        if self.normalize:
+            weights /= weights.sum(dim=-1, keepdim=True)
+        if self.round:
+            weights = weights.to(x.dtype)
         out = torch.zeros_like(x)
         mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        gate, up, down = self.names
         for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
             e = int(e[0])
             choice, token = torch.where(mask[e])
             expert = self.experts[e]
             rows = x[token]
-            y = expert.w2(self.act(expert.w1(rows)) * expert.w3(rows))
+            y = getattr(expert, down)(self.act(getattr(expert, gate)(rows)) * getattr(expert, up)(rows))
             out.index_add_(0, token, (y * weights[token, choice, None]).to(x.dtype))
         return out.view(batch, seq, hidden)
 
 
-# Mixtral: the reference's view of its experts (above), named in the checkpoint's names.
+# Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
+# checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
-if MIXTRAL:
+if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe"):
     for layer in model.model.layers:
         layer.mlp = ReferenceMoe(layer.mlp, model.config)
 

@@ -314,12 +314,28 @@ pub struct HfLlamaConfig {
     /// Cohere: per-head LayerNorms of the queries and keys (Command R+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qk_norm: Option<bool>,
-    /// Mixtral: experts per layer.
+    /// Mixtral: experts per layer (and Qwen3-MoE's, as transformers 5 writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_local_experts: Option<usize>,
     /// Mixtral: experts each token goes to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_experts_per_tok: Option<usize>,
+    /// Qwen3-MoE, OLMoE: experts per layer (transformers 5 writes Qwen3-MoE's as
+    /// `num_local_experts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    /// Qwen3-MoE: each expert's MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen3-MoE, OLMoE: whether the chosen experts' probabilities are renormalised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
+    /// Qwen3-MoE: every `n`-th layer has experts (default 1), unless in `mlp_only_layers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_sparse_step: Option<usize>,
+    /// Qwen3-MoE: the layers with a dense MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_only_layers: Option<Vec<usize>>,
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,

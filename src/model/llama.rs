@@ -721,10 +721,11 @@ impl<B: Backend> DecoderLayer<B> {
                 experts: (0..routing.count)
                     .map(|e| {
                         let name = |proj: &str| format!("mlp.experts.{e}.{proj}");
+                        let width = routing.width;
                         Ok(Mlp {
-                            gate_proj: Some(linear(&name("gate_proj"), h, inter, false)?),
-                            up_proj: linear(&name("up_proj"), h, inter, false)?,
-                            down_proj: linear(&name("down_proj"), inter, h, false)?,
+                            gate_proj: Some(linear(&name("gate_proj"), h, width, false)?),
+                            up_proj: linear(&name("up_proj"), h, width, false)?,
+                            down_proj: linear(&name("down_proj"), width, h, false)?,
                             activation,
                         })
                     })

@@ -27,6 +27,12 @@ pub struct Experts {
     /// Whether the chosen experts' probabilities are renormalised to sum to one (Mixtral
     /// always; `norm_topk_prob` elsewhere).
     pub normalize: bool,
+    /// Each expert's MLP width (Mixtral's `intermediate_size`, Qwen3-MoE's
+    /// `moe_intermediate_size`).
+    pub width: usize,
+    /// Whether the routing weights are rounded to the model's dtype before they multiply the
+    /// experts' outputs (Qwen3-MoE's and OLMoE's routers return them so; Mixtral's keep f32).
+    pub round_weights: bool,
 }
 
 /// One decoder layer's experts and their router.
@@ -129,6 +135,10 @@ impl<B: Backend> SparseMoe<B> {
                     &device,
                 );
                 let y = project(&expert.down_proj, inner).reshape([n, hidden]);
+                let weights = match self.routing.round_weights {
+                    true => weights.cast(y.dtype()).cast(FloatDType::F32),
+                    false => weights,
+                };
                 let y = y.clone().cast(FloatDType::F32) * weights;
                 let y = y.cast(acc.dtype());
                 out = Some(acc.select_assign(0, rows, y, IndexingUpdateOp::Add));
@@ -179,6 +189,8 @@ mod tests {
         count: 4,
         per_token: 2,
         normalize: true,
+        width: 5,
+        round_weights: false,
     };
 
     #[test]

@@ -14,7 +14,7 @@ pub struct ModelShape {
     pub parameters: u64,
     /// Model width `H`.
     pub hidden_size: usize,
-    /// MLP width `I`.
+    /// MLP width `I` (each expert's, with experts).
     pub intermediate_size: usize,
     /// Decoder layers `L`.
     pub num_hidden_layers: usize,
@@ -47,7 +47,11 @@ impl ModelShape {
         let mut shape = Self {
             parameters: 0,
             hidden_size: config.hidden_size,
-            intermediate_size: config.intermediate_size,
+            // With experts, theirs: no layer has a dense MLP.
+            intermediate_size: config
+                .extras
+                .experts
+                .map_or(config.intermediate_size, |e| e.width),
             num_hidden_layers: config.num_hidden_layers,
             num_attention_heads: config.num_attention_heads,
             num_key_value_heads: config.num_key_value_heads,

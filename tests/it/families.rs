@@ -124,6 +124,8 @@ fn every_family_gives_transformers_logits() {
         "cohere-qknorm",
         "olmo",
         "mixtral",
+        "qwen3_moe",
+        "olmoe",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -647,6 +649,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("cohere-qknorm", true),
         ("olmo", false),
         ("mixtral", false),
+        ("qwen3_moe", false),
+        ("olmoe", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -700,9 +704,9 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             ]
             .iter()
             .any(|f| family.starts_with(f));
-            // Mixtral: attention's four, the router and four experts' three.
+            // With experts: attention's four, the router and four experts' three.
             let linears = match family {
-                "mixtral" => 4 + 1 + 4 * 3,
+                "mixtral" | "qwen3_moe" | "olmoe" => 4 + 1 + 4 * 3,
                 _ => 6 + usize::from(gated),
             };
             assert_eq!(resident.layers[0].linears().len(), linears);

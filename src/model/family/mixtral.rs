@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::moe::Experts;
 
 /// `MixtralForCausalLM`.
@@ -54,33 +54,26 @@ impl Family for Mixtral {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "Mixtral")?;
-        let count = hf.num_local_experts.unwrap_or(8);
-        let per_token = hf.num_experts_per_tok.unwrap_or(2);
-        if count == 0 {
-            return Err(invalid("num_local_experts", "must be at least 1".into()));
-        }
-        if per_token == 0 || per_token > count {
-            return Err(invalid(
-                "num_experts_per_tok",
-                format!("is {per_token}; it must be between 1 and num_local_experts ({count})"),
-            ));
-        }
         Ok(DecoderExtras {
-            experts: Some(Experts {
-                count,
-                per_token,
-                normalize: true,
-            }),
+            experts: Some(super::checked_experts(
+                Experts {
+                    count: hf.num_local_experts.unwrap_or(8),
+                    per_token: hf.num_experts_per_tok.unwrap_or(2),
+                    normalize: true,
+                    width: hf.intermediate_size.unwrap_or(14_336),
+                    round_weights: false,
+                },
+                "num_local_experts",
+            )?),
             ..DecoderExtras::default()
         })
     }
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        let experts = config.extras.experts;
-        BTreeMap::from([
-            ("num_local_experts", experts.map(|e| e.count).into()),
-            ("num_experts_per_tok", experts.map(|e| e.per_token).into()),
-        ])
+        let mut keys = super::expert_hf_keys(config, "num_local_experts");
+        // Mixtral always renormalises and has no such key.
+        keys.remove("norm_topk_prob");
+        keys
     }
 }
 
@@ -113,6 +106,8 @@ mod tests {
             count: 8,
             per_token: 2,
             normalize: true,
+            width: 14_336,
+            round_weights: false,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert_eq!(c.layer_window(0), None);

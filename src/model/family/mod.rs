@@ -20,11 +20,13 @@ pub mod mixtral;
 pub mod olmo;
 pub mod olmo2;
 pub mod olmo3;
+pub mod olmoe;
 pub mod opt;
 pub mod phi;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 pub mod smollm3;
 pub mod stablelm;
 
@@ -139,6 +141,44 @@ pub(crate) static QUERY_KEY_VALUE_BY_KV_HEAD: [FusedLinear; 1] = [FusedLinear {
     parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
     per_kv_head: true,
 }];
+
+/// `experts` where its counts make sense: at least one expert, and between one and all of them
+/// per token (`count_key` names the config's key for the count).
+pub(crate) fn checked_experts(
+    experts: crate::model::moe::Experts,
+    count_key: &str,
+) -> Result<crate::model::moe::Experts, ConfigError> {
+    if experts.count == 0 {
+        return Err(invalid(count_key, "must be at least 1".into()));
+    }
+    if experts.per_token == 0 || experts.per_token > experts.count {
+        return Err(invalid(
+            "num_experts_per_tok",
+            format!(
+                "is {}; it must be between 1 and {count_key} ({})",
+                experts.per_token, experts.count
+            ),
+        ));
+    }
+    if experts.width == 0 {
+        return Err(invalid("intermediate_size", "must be at least 1".into()));
+    }
+    Ok(experts)
+}
+
+/// The `config.json` keys of a saved copy's experts: their count under `count_key`, those per
+/// token, and whether their probabilities are renormalised (`norm_topk_prob`).
+pub(crate) fn expert_hf_keys(
+    config: &LlamaConfig,
+    count_key: &'static str,
+) -> BTreeMap<&'static str, serde_json::Value> {
+    let experts = config.extras.experts;
+    BTreeMap::from([
+        (count_key, experts.map(|e| e.count).into()),
+        ("num_experts_per_tok", experts.map(|e| e.per_token).into()),
+        ("norm_topk_prob", experts.map(|e| e.normalize).into()),
+    ])
+}
 
 /// Refuses grouped key/value heads (`num_key_value_heads` other than the query heads) for a
 /// family whose attention has a key and value per query head.
@@ -437,11 +477,15 @@ pub enum Architecture {
     Olmo,
     /// `MixtralForCausalLM` (Mistral's attention with a sparse mixture of SwiGLU experts).
     Mixtral,
+    /// `Qwen3MoeForCausalLM` (Qwen3's attention with a sparse mixture of SwiGLU experts).
+    Qwen3Moe,
+    /// `OlmoeForCausalLM` (q/k norms across the heads, a sparse mixture of SwiGLU experts).
+    Olmoe,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 24] = [
+    pub const ALL: [Architecture; 26] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -466,6 +510,8 @@ impl Architecture {
         Architecture::Cohere2,
         Architecture::Olmo,
         Architecture::Mixtral,
+        Architecture::Qwen3Moe,
+        Architecture::Olmoe,
     ];
 
     /// The family's adapter.
@@ -495,6 +541,8 @@ impl Architecture {
             Architecture::Cohere2 => &cohere::COHERE2,
             Architecture::Olmo => &olmo::Olmo,
             Architecture::Mixtral => &mixtral::Mixtral,
+            Architecture::Qwen3Moe => &qwen3_moe::Qwen3Moe,
+            Architecture::Olmoe => &olmoe::Olmoe,
         }
     }
 
