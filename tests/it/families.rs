@@ -826,3 +826,63 @@ fn an_opt_window_past_its_position_table_is_refused() {
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("max_position_embeddings"), "{stderr}");
 }
+
+/// An expert the router never chooses gets no calibration token; pruning still runs, with the
+/// zero statistics the reference's hooks leave it: SparseGPT finds every input dead and zeroes
+/// the expert, Wanda prunes half of it like the others, and the reached experts are pruned to
+/// at least the sparsity asked.
+#[test]
+fn an_expert_no_calibration_token_reaches_is_pruned_from_zero_statistics() {
+    use wanda::model::llama::Llama;
+
+    let config = HfLlamaConfig::from_json(
+        r#"{"architectures":["MixtralForCausalLM"],"hidden_size":8,"intermediate_size":6,
+        "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"vocab_size":16,
+        "num_local_experts":3,"num_experts_per_tok":1}"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let device = Default::default();
+    // Router logits x·v, −x·v and 0: the larger of the first two is never below the third's,
+    // and a tie goes to the lower expert, so expert 2 is never chosen.
+    let v: Vec<f32> = (0..8).map(|i| i as f32 * 0.3 - 1.0).collect();
+    let router: Vec<f32> = v.iter().flat_map(|&w| [w, -w, 0.0]).collect();
+    let calibration: Vec<Vec<u32>> = (0..3)
+        .map(|w| (0..10).map(|t| ((w * 7 + t * 3) % 16) as u32).collect())
+        .collect();
+    for (method, expert_2_zeros) in [(Method::Sparsegpt, 1.0), (Method::Wanda, 0.5)] {
+        let mut model = Llama::<B>::init_random(&config, 3, &device);
+        let gate = model.layers[0].linear_mut("mlp.gate").unwrap();
+        gate.weight = burn::module::Param::from_tensor(Tensor::from_data(
+            TensorData::new(router.clone(), [8, 3]),
+            &device,
+        ));
+        let sparsity = Sparsity::unstructured(0.5).unwrap();
+        let report = prune_model(
+            &mut model,
+            method,
+            &MethodOptions::default(),
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        )
+        .unwrap();
+        // The router's third output is zero already, so it is left out.
+        for (name, m) in report
+            .per_linear
+            .iter()
+            .filter(|(n, _)| !n.ends_with("mlp.gate"))
+        {
+            // SparseGPT also zeroes the dead inputs of a reached linear (a hidden channel that
+            // is zero for every routed token).
+            let fits = match (name.contains("experts.2."), method) {
+                (true, _) => m.fraction == expert_2_zeros,
+                (false, Method::Sparsegpt) => m.fraction >= 0.5,
+                (false, _) => m.fraction == 0.5,
+            };
+            assert!(fits, "{method:?} {name}: {}", m.fraction);
+        }
+    }
+}
