@@ -918,6 +918,16 @@ impl Kernels<Nd> for Fused {
         host::transposed(x)
     }
 
+    /// A linear's product by the fused GEMM, for what runs on Burn's generic ops here (a
+    /// layer with experts, decoding with a cache): `None` for a layout it does not read.
+    fn linear(&self, x: &Tensor<Nd, 3>, weight: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 3>> {
+        let [batch, seq, inputs] = x.dims();
+        let outputs = weight.dims()[1];
+        let rows = x.clone().reshape([batch * seq, inputs]);
+        let y = self.matmul(&rows, weight)?;
+        Some(y.reshape([batch, seq, outputs]))
+    }
+
     /// The product every fused linear uses (one band of rows per core): what
     /// `wanda bench gemm` (B6) measures as the default CPU backend's GEMM.
     fn matmul(&self, a: &Tensor<Nd, 2>, b: &Tensor<Nd, 2>) -> Option<Tensor<Nd, 2>> {
