@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe; do
+             qwen3_moe olmoe qwen2_moe; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -221,6 +221,14 @@ def config(family):
         return transformers.Qwen3MoeConfig(num_experts=4, num_experts_per_tok=2,
                                            moe_intermediate_size=48, norm_topk_prob=True,
                                            head_dim=32, pad_token_id=0, **common)
+    if family == "qwen2_moe":
+        # Qwen2-MoE: Qwen2's attention (random q/k/v biases below), four experts 48 wide of
+        # which each token takes two, not renormalised, beside a shared expert 80 wide gated
+        # by sigmoid(shared_expert_gate(x)).
+        return transformers.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2,
+                                           moe_intermediate_size=48,
+                                           shared_expert_intermediate_size=80,
+                                           pad_token_id=0, **common)
     if family == "olmoe":
         # OLMoE: q/k norms across the heads, four experts of which each token takes two, not
         # renormalised (norm_topk_prob false, as the released models).
@@ -265,7 +273,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

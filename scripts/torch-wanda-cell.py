@@ -191,6 +191,9 @@ class ReferenceMoe(torch.nn.Module):
             getattr(expert, down).weight.data = block.experts.down_proj.data[e].clone()
             self.experts.append(expert)
         self.act = block.experts.act_fn
+        # Qwen2-MoE's shared expert and its gate: nn.Linear modules already.
+        self.shared_expert = getattr(block, "shared_expert", None)
+        self.shared_expert_gate = getattr(block, "shared_expert_gate", None)
 
     def forward(self, hidden_states):
         batch, seq, hidden = hidden_states.shape
@@ -211,13 +214,15 @@ class ReferenceMoe(torch.nn.Module):
             rows = x[token]
             y = getattr(expert, down)(self.act(getattr(expert, gate)(rows)) * getattr(expert, up)(rows))
             out.index_add_(0, token, (y * weights[token, choice, None]).to(x.dtype))
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out.view(batch, seq, hidden)
 
 
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
 # checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
-if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe"):
+if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
     for layer in model.model.layers:
         layer.mlp = ReferenceMoe(layer.mlp, model.config)
 

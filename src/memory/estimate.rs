@@ -383,8 +383,13 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
                 format!("2·{}² + {}² + {}²", m.h, m.q, m.i),
             ),
             e => (
-                2 * m.h * m.h + m.q * m.q + e * (m.h * m.h + m.i * m.i),
-                format!("2·{}² + {}² + {e}·({}² + {}²)", m.h, m.q, m.h, m.i),
+                2 * m.h * m.h + m.q * m.q + e * (m.h * m.h + m.i * m.i) + m.shared * m.shared,
+                // A shared expert's hidden input too, where there is one.
+                format!("2·{}² + {}² + {e}·({}² + {}²)", m.h, m.q, m.h, m.i)
+                    + &match m.shared {
+                        0 => String::new(),
+                        s => format!(" + {s}²"),
+                    },
             ),
         };
         prune.push(
@@ -658,6 +663,8 @@ struct Dims {
     parallel_residual: bool,
     /// Experts per layer ([`ModelShape::experts`]; 0 for one MLP).
     experts: u64,
+    /// A shared expert's width ([`ModelShape::shared_expert_size`]; 0 without one).
+    shared: u64,
 }
 
 impl Dims {
@@ -679,6 +686,7 @@ impl Dims {
             parallel_residual: shape.parallel_residual,
             mlp_linears: if shape.gated_mlp { 3 } else { 2 },
             experts: shape.experts as u64,
+            shared: shape.shared_expert_size as u64,
         }
     }
 
@@ -906,6 +914,7 @@ mod tests {
             gated_mlp: true,
             parallel_residual: false,
             experts: 0,
+            shared_expert_size: 0,
         }
     }
 
@@ -1117,6 +1126,7 @@ mod tests {
             gated_mlp: true,
             parallel_residual: false,
             experts: 0,
+            shared_expert_size: 0,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1202,6 +1212,7 @@ mod tests {
             gated_mlp: true,
             parallel_residual: false,
             experts: 0,
+            shared_expert_size: 0,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

@@ -360,6 +360,7 @@ mod tests {
             gated_mlp: true,
             parallel_residual: false,
             experts: 0,
+            shared_expert_size: 0,
         }
     }
 

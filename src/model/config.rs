@@ -324,9 +324,15 @@ pub struct HfLlamaConfig {
     /// `num_local_experts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_experts: Option<usize>,
-    /// Qwen3-MoE: each expert's MLP width.
+    /// Qwen3-MoE, Qwen2-MoE: each expert's MLP width.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_intermediate_size: Option<usize>,
+    /// Qwen2-MoE: the shared expert's MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Qwen2-MoE: whether q, k and v carry biases (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qkv_bias: Option<bool>,
     /// Qwen3-MoE, OLMoE: whether the chosen experts' probabilities are renormalised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub norm_topk_prob: Option<bool>,

@@ -24,10 +24,13 @@ use super::kernels::{
 use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
-use super::moe::SparseMoe;
+use super::moe::{SharedExpert, SparseMoe};
 
 /// The router of a layer with experts, named relative to the layer.
 const ROUTER: &str = "mlp.gate";
+
+/// The gate of a shared expert's output, named relative to the layer.
+const SHARED_GATE: &str = "mlp.shared_expert_gate";
 
 /// A layer norm: root-mean-square (`x / sqrt(mean(x²) + eps) * weight`, Llama and most
 /// families) or PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`, OPT; without
@@ -730,6 +733,21 @@ impl<B: Backend> DecoderLayer<B> {
                         })
                     })
                     .collect::<Result<_, E>>()?,
+                shared: routing
+                    .shared
+                    .map(|width| {
+                        let name = |proj: &str| format!("mlp.shared_expert.{proj}");
+                        Ok(SharedExpert {
+                            mlp: Mlp {
+                                gate_proj: Some(linear(&name("gate_proj"), h, width, false)?),
+                                up_proj: linear(&name("up_proj"), h, width, false)?,
+                                down_proj: linear(&name("down_proj"), width, h, false)?,
+                                activation,
+                            },
+                            gate: linear(SHARED_GATE, h, 1, false)?,
+                        })
+                    })
+                    .transpose()?,
                 routing,
             }),
         };
@@ -978,6 +996,19 @@ impl<B: Backend> DecoderLayer<B> {
                         ),
                     ]);
                 }
+                if let Some(shared) = &moe.shared {
+                    let (m, name) = (&shared.mlp, |p: &str| format!("mlp.shared_expert.{p}"));
+                    linears.extend(
+                        m.gate_proj
+                            .as_ref()
+                            .map(|gate| (name("gate_proj"), LinearInput::MlpIn, gate)),
+                    );
+                    linears.extend([
+                        (name("up_proj"), LinearInput::MlpIn, &m.up_proj),
+                        (name("down_proj"), LinearInput::MlpHidden, &m.down_proj),
+                        (SHARED_GATE.into(), LinearInput::MlpIn, &shared.gate),
+                    ]);
+                }
             }
         }
         linears
@@ -1020,7 +1051,14 @@ impl<B: Backend> DecoderLayer<B> {
                 return match &mut self.mlp {
                     FeedForward::Dense(m) => m.linear_mut(proj),
                     FeedForward::Experts(moe) => match proj.strip_prefix("experts.") {
-                        None => (proj == "gate").then_some(&mut moe.router),
+                        None if proj == "gate" => Some(&mut moe.router),
+                        None => {
+                            let shared = moe.shared.as_mut()?;
+                            match proj.strip_prefix("shared_expert.") {
+                                Some(proj) => shared.mlp.linear_mut(proj),
+                                None => (proj == "shared_expert_gate").then_some(&mut shared.gate),
+                            }
+                        }
                         Some(rest) => {
                             let (e, proj) = rest.split_once('.')?;
                             moe.experts

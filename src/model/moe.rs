@@ -33,6 +33,20 @@ pub struct Experts {
     /// Whether the routing weights are rounded to the model's dtype before they multiply the
     /// experts' outputs (Qwen3-MoE's and OLMoE's routers return them so; Mixtral's keep f32).
     pub round_weights: bool,
+    /// The width of a shared expert every token goes through beside the routed ones, its output
+    /// gated by `sigmoid(shared_expert_gate(x))` (Qwen2-MoE's); `None` without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<usize>,
+}
+
+/// An expert every token goes through (Qwen2-MoE's `shared_expert`), its output times
+/// `sigmoid(gate(x))`.
+#[derive(Module, Debug)]
+pub(crate) struct SharedExpert<B: Backend> {
+    /// The expert, a gated MLP; its down projection reads [`LinearInput::MlpHidden`].
+    pub mlp: Mlp<B>,
+    /// `shared_expert_gate`, `[hidden, 1]`.
+    pub gate: Linear<B>,
 }
 
 /// One decoder layer's experts and their router.
@@ -42,6 +56,8 @@ pub(crate) struct SparseMoe<B: Backend> {
     pub router: Linear<B>,
     /// The experts, each a gated MLP.
     pub experts: Vec<Mlp<B>>,
+    /// The shared expert, where the family has one.
+    pub shared: Option<SharedExpert<B>>,
     /// How tokens are routed.
     #[module(skip)]
     pub routing: Experts,
@@ -144,7 +160,20 @@ impl<B: Backend> SparseMoe<B> {
                 out = Some(acc.select_assign(0, rows, y, IndexingUpdateOp::Add));
             }
         }
-        out.map(|o| o.reshape([batch, seq, hidden]))
+        let Some(shared) = &self.shared else {
+            return out.map(|o| o.reshape([batch, seq, hidden]));
+        };
+        // Every token's input, which the layer showed as the MLP's.
+        let x = flat.unsqueeze::<3>();
+        let inner = shared.mlp.hidden(x.clone());
+        observe(
+            LinearInput::MlpHidden,
+            &inner.clone().reshape([batch, seq, inner.dims()[2]]),
+        );
+        let routed = out?;
+        let gate = burn::tensor::activation::sigmoid(project(&shared.gate, x));
+        let y = project(&shared.mlp.down_proj, inner) * gate;
+        Some((routed.unsqueeze::<3>() + y).reshape([batch, seq, hidden]))
     }
 }
 
@@ -191,6 +220,7 @@ mod tests {
         normalize: true,
         width: 5,
         round_weights: false,
+        shared: None,
     };
 
     #[test]
@@ -254,6 +284,7 @@ mod tests {
                 })
                 .collect(),
             routing: TWO_OF_FOUR,
+            shared: None,
         };
         let values: Vec<f32> = (0..batch * seq * hidden)
             .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)

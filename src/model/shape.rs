@@ -38,6 +38,9 @@ pub struct ModelShape {
     /// Experts per layer where the MLP is a mixture of them (each `I` wide, with a router
     /// `H × E`); 0 for one MLP.
     pub experts: usize,
+    /// The width of a shared expert beside the routed ones (three `H × S` matrices and a
+    /// gate `H × 1`); 0 without one.
+    pub shared_expert_size: usize,
 }
 
 impl ModelShape {
@@ -62,6 +65,7 @@ impl ModelShape {
             gated_mlp: !config.extras.ungated_mlp,
             parallel_residual: config.extras.parallel_residual,
             experts: config.extras.experts.map_or(0, |e| e.count),
+            shared_expert_size: config.extras.experts.and_then(|e| e.shared).unwrap_or(0),
         };
         let e = &config.extras;
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with
@@ -156,7 +160,11 @@ impl ModelShape {
             0 => mlp,
             e => e * mlp + h * e,
         };
-        h * q + 2 * h * kv + q * h + mlp
+        let shared = match self.shared_expert_size as u64 {
+            0 => 0,
+            s => self.mlp_matrices() * h * s + h,
+        };
+        h * q + 2 * h * kv + q * h + mlp + shared
     }
 
     /// Parameters of one decoder layer: its linears, their biases where the architecture has

@@ -126,6 +126,7 @@ fn every_family_gives_transformers_logits() {
         "mixtral",
         "qwen3_moe",
         "olmoe",
+        "qwen2_moe",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -651,6 +652,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("mixtral", false),
         ("qwen3_moe", false),
         ("olmoe", false),
+        ("qwen2_moe", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -707,6 +709,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             // With experts: attention's four, the router and four experts' three.
             let linears = match family {
                 "mixtral" | "qwen3_moe" | "olmoe" => 4 + 1 + 4 * 3,
+                // And the shared expert's three and its gate.
+                "qwen2_moe" => 4 + 1 + 4 * 3 + 4,
                 _ => 6 + usize::from(gated),
             };
             assert_eq!(resident.layers[0].linears().len(), linears);

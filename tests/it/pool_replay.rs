@@ -62,6 +62,7 @@ fn shape(
         gated_mlp: true,
         parallel_residual: false,
         experts: 0,
+        shared_expert_size: 0,
     }
 }
 

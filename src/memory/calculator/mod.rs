@@ -210,6 +210,7 @@ mod tests {
             gated_mlp: true,
             parallel_residual: false,
             experts: 0,
+            shared_expert_size: 0,
         }
     }
 
@@ -228,6 +229,7 @@ mod tests {
             gated_mlp: true,
             parallel_residual: false,
             experts: 0,
+            shared_expert_size: 0,
         }
     }
 

@@ -62,6 +62,7 @@ impl Family for Mixtral {
                     normalize: true,
                     width: hf.intermediate_size.unwrap_or(14_336),
                     round_weights: false,
+                    shared: None,
                 },
                 "num_local_experts",
             )?),
@@ -108,6 +109,7 @@ mod tests {
             normalize: true,
             width: 14_336,
             round_weights: false,
+            shared: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert_eq!(c.layer_window(0), None);

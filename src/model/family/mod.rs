@@ -25,6 +25,7 @@ pub mod opt;
 pub mod phi;
 pub mod phi3;
 pub mod qwen2;
+pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod smollm3;
@@ -481,11 +482,13 @@ pub enum Architecture {
     Qwen3Moe,
     /// `OlmoeForCausalLM` (q/k norms across the heads, a sparse mixture of SwiGLU experts).
     Olmoe,
+    /// `Qwen2MoeForCausalLM` (Qwen2's attention, routed experts beside a gated shared one).
+    Qwen2Moe,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 26] = [
+    pub const ALL: [Architecture; 27] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -512,6 +515,7 @@ impl Architecture {
         Architecture::Mixtral,
         Architecture::Qwen3Moe,
         Architecture::Olmoe,
+        Architecture::Qwen2Moe,
     ];
 
     /// The family's adapter.
@@ -543,6 +547,7 @@ impl Architecture {
             Architecture::Mixtral => &mixtral::Mixtral,
             Architecture::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Architecture::Olmoe => &olmoe::Olmoe,
+            Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
         }
     }
 

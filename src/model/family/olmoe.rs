@@ -47,6 +47,7 @@ impl Family for Olmoe {
             normalize: hf.norm_topk_prob.unwrap_or(false),
             width: hf.intermediate_size.unwrap_or(2048),
             round_weights: true,
+            shared: None,
         };
         Ok(DecoderExtras {
             qk_norm_across_heads: true,
@@ -94,6 +95,7 @@ mod tests {
             normalize: false,
             width: 1024,
             round_weights: true,
+            shared: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm && c.extras.qk_norm_across_heads);

@@ -35,19 +35,7 @@ impl Family for Qwen3Moe {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "Qwen3-MoE")?;
-        // Dense layers among the sparse ones (none in a released model) are not run.
-        if hf.decoder_sparse_step.is_some_and(|step| step != 1) {
-            return Err(invalid(
-                "decoder_sparse_step",
-                "is not 1: layers without experts among those with them are not run".into(),
-            ));
-        }
-        if hf.mlp_only_layers.as_ref().is_some_and(|l| !l.is_empty()) {
-            return Err(invalid(
-                "mlp_only_layers",
-                "names layers without experts, which are not run; it must be empty".into(),
-            ));
-        }
+        refuse_dense_layers(hf)?;
         let experts = Experts {
             // transformers 5 writes it as `num_local_experts`, the hub's configs `num_experts`.
             count: hf.num_experts.or(hf.num_local_experts).unwrap_or(128),
@@ -55,6 +43,7 @@ impl Family for Qwen3Moe {
             normalize: hf.norm_topk_prob.unwrap_or(false),
             width: hf.moe_intermediate_size.unwrap_or(768),
             round_weights: true,
+            shared: None,
         };
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(experts, "num_experts")?),
@@ -71,6 +60,24 @@ impl Family for Qwen3Moe {
         keys.insert("use_sliding_window", config.sliding_window.is_some().into());
         keys
     }
+}
+
+/// Refuses dense layers among the sparse ones (`decoder_sparse_step` other than 1, a
+/// non-empty `mlp_only_layers`; none in a released Qwen MoE model), which are not run.
+pub(super) fn refuse_dense_layers(hf: &HfLlamaConfig) -> Result<(), ConfigError> {
+    if hf.decoder_sparse_step.is_some_and(|step| step != 1) {
+        return Err(invalid(
+            "decoder_sparse_step",
+            "is not 1: layers without experts among those with them are not run".into(),
+        ));
+    }
+    if hf.mlp_only_layers.as_ref().is_some_and(|l| !l.is_empty()) {
+        return Err(invalid(
+            "mlp_only_layers",
+            "names layers without experts, which are not run; it must be empty".into(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -107,6 +114,7 @@ mod tests {
             normalize: true,
             width: 768,
             round_weights: true,
+            shared: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm);

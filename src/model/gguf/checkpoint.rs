@@ -224,6 +224,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         num_experts_per_tok: None,
         num_experts: None,
         moe_intermediate_size: None,
+        shared_expert_intermediate_size: None,
+        qkv_bias: None,
         norm_topk_prob: None,
         decoder_sparse_step: None,
         mlp_only_layers: None,
