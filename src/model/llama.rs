@@ -29,6 +29,9 @@ use super::moe::{SharedExpert, SparseMoe};
 /// The router of a layer with experts, named relative to the layer.
 const ROUTER: &str = "mlp.gate";
 
+/// A layer's shared expert (Qwen2-MoE's), named relative to the layer.
+const SHARED_EXPERT: &str = "mlp.shared_expert";
+
 /// The gate of a shared expert's output, named relative to the layer.
 const SHARED_GATE: &str = "mlp.shared_expert_gate";
 
@@ -521,6 +524,25 @@ impl<B: Backend> Mlp<B> {
         project(&self.down_proj, hidden)
     }
 
+    /// Its linears as [`DecoderLayer::linears`] lists them, named under `prefix` (e.g.
+    /// `mlp.experts.3`): gate (where it has one) and up reading `input`, down reading `hidden`.
+    fn linears(
+        &self,
+        prefix: &str,
+        input: LinearInput,
+        hidden: LinearInput,
+    ) -> Vec<(String, LinearInput, &Linear<B>)> {
+        let name = |proj: &str| format!("{prefix}.{proj}");
+        let gate = self.gate_proj.as_ref();
+        let gate = gate.map(|gate| (name("gate_proj"), input, gate));
+        gate.into_iter()
+            .chain([
+                (name("up_proj"), input, &self.up_proj),
+                (name("down_proj"), hidden, &self.down_proj),
+            ])
+            .collect()
+    }
+
     /// Mutable access to `gate_proj`, `up_proj` or `down_proj`.
     fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
         match name {
@@ -706,44 +728,36 @@ impl<B: Backend> DecoderLayer<B> {
                 .then(|| norm(name, h))
                 .transpose()
         };
-        let mlp_bias = config.extras.mlp_bias;
-        let activation = config.extras.activation;
+        // An MLP named under `prefix`, `width` wide: gated unless the family's has no gate,
+        // biased where the family's dense MLP is (experts never are).
+        let mlp = |prefix: &str, width: usize, gated: bool, bias: bool| -> Result<Mlp<B>, E> {
+            let name = |proj: &str| format!("{prefix}.{proj}");
+            Ok(Mlp {
+                gate_proj: gated
+                    .then(|| linear(&name("gate_proj"), h, width, bias))
+                    .transpose()?,
+                up_proj: linear(&name("up_proj"), h, width, bias)?,
+                down_proj: linear(&name("down_proj"), width, h, bias)?,
+                activation: config.extras.activation,
+            })
+        };
         let mlp = match config.extras.experts {
-            None => FeedForward::Dense(Mlp {
-                gate_proj: if config.extras.ungated_mlp {
-                    None
-                } else {
-                    Some(linear("mlp.gate_proj", h, inter, mlp_bias)?)
-                },
-                up_proj: linear("mlp.up_proj", h, inter, mlp_bias)?,
-                down_proj: linear("mlp.down_proj", inter, h, mlp_bias)?,
-                activation,
-            }),
+            None => FeedForward::Dense(mlp(
+                "mlp",
+                inter,
+                !config.extras.ungated_mlp,
+                config.extras.mlp_bias,
+            )?),
             Some(routing) => FeedForward::Experts(SparseMoe {
                 router: linear(ROUTER, h, routing.count, false)?,
                 experts: (0..routing.count)
-                    .map(|e| {
-                        let name = |proj: &str| format!("mlp.experts.{e}.{proj}");
-                        let width = routing.width;
-                        Ok(Mlp {
-                            gate_proj: Some(linear(&name("gate_proj"), h, width, false)?),
-                            up_proj: linear(&name("up_proj"), h, width, false)?,
-                            down_proj: linear(&name("down_proj"), width, h, false)?,
-                            activation,
-                        })
-                    })
+                    .map(|e| mlp(&format!("mlp.experts.{e}"), routing.width, true, false))
                     .collect::<Result<_, E>>()?,
                 shared: routing
                     .shared
                     .map(|width| {
-                        let name = |proj: &str| format!("mlp.shared_expert.{proj}");
                         Ok(SharedExpert {
-                            mlp: Mlp {
-                                gate_proj: Some(linear(&name("gate_proj"), h, width, false)?),
-                                up_proj: linear(&name("up_proj"), h, width, false)?,
-                                down_proj: linear(&name("down_proj"), width, h, false)?,
-                                activation,
-                            },
+                            mlp: mlp(SHARED_EXPERT, width, true, false)?,
                             gate: linear(SHARED_GATE, h, 1, false)?,
                         })
                     })
@@ -966,48 +980,20 @@ impl<B: Backend> DecoderLayer<B> {
             ("self_attn.v_proj".into(), LinearInput::AttnIn, &a.v_proj),
             ("self_attn.o_proj".into(), LinearInput::AttnOut, &a.o_proj),
         ];
+        let (input, hidden) = (LinearInput::MlpIn, LinearInput::MlpHidden);
         match &self.mlp {
-            FeedForward::Dense(m) => {
-                linears.extend(
-                    m.gate_proj
-                        .as_ref()
-                        .map(|gate| ("mlp.gate_proj".into(), LinearInput::MlpIn, gate)),
-                );
-                linears.extend([
-                    ("mlp.up_proj".into(), LinearInput::MlpIn, &m.up_proj),
-                    ("mlp.down_proj".into(), LinearInput::MlpHidden, &m.down_proj),
-                ]);
-            }
+            FeedForward::Dense(m) => linears.extend(m.linears("mlp", input, hidden)),
             FeedForward::Experts(moe) => {
-                linears.push((ROUTER.into(), LinearInput::MlpIn, &moe.router));
+                linears.push((ROUTER.into(), input, &moe.router));
                 for (e, m) in moe.experts.iter().enumerate() {
-                    let name = |proj: &str| format!("mlp.experts.{e}.{proj}");
-                    linears.extend(
-                        m.gate_proj
-                            .as_ref()
-                            .map(|gate| (name("gate_proj"), LinearInput::ExpertIn(e), gate)),
-                    );
-                    linears.extend([
-                        (name("up_proj"), LinearInput::ExpertIn(e), &m.up_proj),
-                        (
-                            name("down_proj"),
-                            LinearInput::ExpertHidden(e),
-                            &m.down_proj,
-                        ),
-                    ]);
+                    let prefix = format!("mlp.experts.{e}");
+                    let (expert_in, expert_hidden) =
+                        (LinearInput::ExpertIn(e), LinearInput::ExpertHidden(e));
+                    linears.extend(m.linears(&prefix, expert_in, expert_hidden));
                 }
                 if let Some(shared) = &moe.shared {
-                    let (m, name) = (&shared.mlp, |p: &str| format!("mlp.shared_expert.{p}"));
-                    linears.extend(
-                        m.gate_proj
-                            .as_ref()
-                            .map(|gate| (name("gate_proj"), LinearInput::MlpIn, gate)),
-                    );
-                    linears.extend([
-                        (name("up_proj"), LinearInput::MlpIn, &m.up_proj),
-                        (name("down_proj"), LinearInput::MlpHidden, &m.down_proj),
-                        (SHARED_GATE.into(), LinearInput::MlpIn, &shared.gate),
-                    ]);
+                    linears.extend(shared.mlp.linears(SHARED_EXPERT, input, hidden));
+                    linears.push((SHARED_GATE.into(), input, &shared.gate));
                 }
             }
         }

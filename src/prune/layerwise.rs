@@ -353,6 +353,26 @@ impl<B: Backend> LayerStats<B> {
         Ok(())
     }
 
+    /// The statistics on the host of every input of `layer`'s linears: those it observed, and
+    /// for an input no calibration token reached (an expert the router never chose) what the
+    /// reference's forward hooks leave, zero sums over one sample, so Wanda scores every weight
+    /// of that expert zero and SparseGPT finds every input dead.
+    fn host_for(self, layer: &DecoderLayer<B>) -> BTreeMap<LinearInput, HostStats> {
+        let needs = self.needs;
+        let mut host = self.host();
+        for (_, input, linear) in layer.linears() {
+            let channels = linear.weight.dims()[0];
+            host.entry(input).or_insert_with(|| HostStats {
+                sum_sq: (needs.sum_sq || !needs.gram).then(|| vec![0.0; channels]),
+                gram: needs.gram.then(|| vec![0.0; channels * channels]),
+                moments: needs.moments.then(|| InputMoments::new(channels)),
+                samples: 1,
+                tokens: 0,
+            });
+        }
+        host
+    }
+
     /// The statistics on the host, per shared input.
     fn host(mut self) -> BTreeMap<LinearInput, HostStats> {
         for (input, sums) in std::mem::take(&mut self.pending) {
@@ -391,26 +411,6 @@ impl<B: Backend> LayerStats<B> {
                 (k, stats)
             })
             .collect()
-    }
-}
-
-/// Statistics for the inputs of `layer` no calibration token reached (an expert the router
-/// never chose), as the reference's forward hooks leave them: zero sums over one sample, so
-/// Wanda scores every weight of that expert zero and SparseGPT finds every input dead.
-fn add_unreached<B: Backend>(
-    host: &mut BTreeMap<LinearInput, HostStats>,
-    layer: &DecoderLayer<B>,
-    needs: Needs,
-) {
-    for (_, input, linear) in layer.linears() {
-        let channels = linear.weight.dims()[0];
-        host.entry(input).or_insert_with(|| HostStats {
-            sum_sq: (needs.sum_sq || !needs.gram).then(|| vec![0.0; channels]),
-            gram: needs.gram.then(|| vec![0.0; channels * channels]),
-            moments: needs.moments.then(|| InputMoments::new(channels)),
-            samples: 1,
-            tokens: 0,
-        });
     }
 }
 
@@ -552,8 +552,7 @@ pub fn prune_model<B: Backend>(
         let mut stats = LayerStats::<B>::new(needs);
         stats.observe(&layer, &inputs, &cos, &sin)?;
         clock.lap("observe");
-        let mut host = stats.host();
-        add_unreached(&mut host, &layer, needs);
+        let host = stats.host_for(&layer);
         clock.lap("statistics to host");
         let rule = device_rule(on_device, method, options, layer_sparsity);
         let plan = LayerPlan {
@@ -711,8 +710,7 @@ fn owl_outlier_ratios<B: Backend>(
         let layer = model.layer(i)?;
         let mut stats = LayerStats::<B>::new(Needs::sums_of_squares());
         inputs = stats.observe_forward(&layer, inputs, cos, sin)?;
-        let mut host = stats.host();
-        add_unreached(&mut host, &layer, Needs::sums_of_squares());
+        let host = stats.host_for(&layer);
         let mut pooled = Vec::new();
         for (_, input, linear) in layer.linears() {
             let stat = host.get(&input).ok_or(PruneError::NoSamples {
@@ -793,7 +791,6 @@ fn check_skip_against<B: Backend>(
         .into_iter()
         .map(|(name, _, _)| name)
         .collect();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     check_skip(skip, layers, &names)
 }
 

@@ -37,17 +37,21 @@ pub fn linear_path(layer: usize, name: &str) -> String {
 /// Checks that every pattern of `skip` names at least one linear of a model with `layers`
 /// decoder layers whose linears are `names`: a pattern that matches nothing is a typo, and
 /// pruning the whole model before saying so would waste the run.
-pub fn check_skip(skip: &[String], layers: usize, names: &[&str]) -> Result<(), PruneError> {
+pub fn check_skip(
+    skip: &[String],
+    layers: usize,
+    names: &[impl AsRef<str>],
+) -> Result<(), PruneError> {
     for pattern in skip {
         let hit = (0..layers).any(|i| {
             names
                 .iter()
-                .any(|n| glob_matches(pattern, &linear_path(i, n)))
+                .any(|n| glob_matches(pattern, &linear_path(i, n.as_ref())))
         });
         if !hit {
             return Err(PruneError::SkipMatchesNothing {
                 pattern: pattern.clone(),
-                example: linear_path(0, names.first().copied().unwrap_or("self_attn.q_proj")),
+                example: linear_path(0, names.first().map_or("self_attn.q_proj", AsRef::as_ref)),
             });
         }
     }

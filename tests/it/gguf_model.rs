@@ -256,27 +256,38 @@ fn q8_0_gguf_loads_close_to_the_original() {
     );
 }
 
-#[test]
-fn missing_metadata_key_is_named() {
+/// The error of loading the tiny model's GGUF file with its metadata changed by `edit` (its
+/// tensors left out: every case here fails on the metadata).
+fn load_error_with_metadata(
+    edit: impl FnOnce(&mut std::collections::BTreeMap<String, GgufValue>),
+) -> String {
     let config = config();
     let model = tiny_model(&config, 23);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     write_gguf(&path, &config, &model, Quant::F32);
-    // Rewrite without the block count.
-    let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
+    let mut metadata = wanda::model::gguf::GgufFile::open(&path)
+        .unwrap()
+        .metadata()
+        .clone();
+    edit(&mut metadata);
     let mut w = GgufWriter::new();
-    for (k, v) in file.metadata() {
-        if k != "llama.block_count" {
-            w.metadata(k.clone(), v.clone());
-        }
+    for (k, v) in metadata {
+        w.metadata(k, v);
     }
-    let broken = dir.path().join("broken.gguf");
-    w.write(&broken).unwrap();
-    let err = match model::load::<B>(&ModelRef::Gguf(broken), &Default::default()) {
+    let edited = dir.path().join("edited.gguf");
+    w.write(&edited).unwrap();
+    match model::load::<B>(&ModelRef::Gguf(edited), &Default::default()) {
         Ok(_) => panic!("must fail"),
         Err(e) => e.to_string(),
-    };
+    }
+}
+
+#[test]
+fn missing_metadata_key_is_named() {
+    let err = load_error_with_metadata(|m| {
+        m.remove("llama.block_count");
+    });
     assert!(err.contains("`llama.block_count`"), "{err}");
 }
 
@@ -284,23 +295,9 @@ fn missing_metadata_key_is_named() {
 /// a dense Llama whose MLP tensors are missing.
 #[test]
 fn a_mixture_of_experts_gguf_is_refused_by_its_expert_count() {
-    let config = config();
-    let model = tiny_model(&config, 23);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_gguf(&path, &config, &model, Quant::F32);
-    let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in file.metadata() {
-        w.metadata(k.clone(), v.clone());
-    }
-    w.metadata("llama.expert_count", 8u32);
-    let moe = dir.path().join("moe.gguf");
-    w.write(&moe).unwrap();
-    let err = match model::load::<B>(&ModelRef::Gguf(moe), &Default::default()) {
-        Ok(_) => panic!("must fail"),
-        Err(e) => e.to_string(),
-    };
+    let err = load_error_with_metadata(|m| {
+        m.insert("llama.expert_count".into(), 8u32.into());
+    });
     assert!(err.contains("`llama.expert_count`"), "{err}");
     assert!(err.contains("Hugging Face folder"), "{err}");
 }

@@ -167,6 +167,28 @@ pub(crate) fn checked_experts(
     Ok(experts)
 }
 
+/// The experts of a family whose router reads Qwen's keys (Qwen2-MoE, Qwen3-MoE, OLMoE):
+/// `num_experts` (transformers 5 writes Qwen's as `num_local_experts`), `num_experts_per_tok`
+/// and `norm_topk_prob` where the config gives them, else `defaults`' (its width and shared
+/// expert the caller's); the weights rounded to the model's dtype, as these routers return
+/// them; checked as [`checked_experts`].
+pub(crate) fn topk_experts(
+    hf: &HfLlamaConfig,
+    defaults: crate::model::moe::Experts,
+) -> Result<crate::model::moe::Experts, ConfigError> {
+    let experts = crate::model::moe::Experts {
+        count: hf
+            .num_experts
+            .or(hf.num_local_experts)
+            .unwrap_or(defaults.count),
+        per_token: hf.num_experts_per_tok.unwrap_or(defaults.per_token),
+        normalize: hf.norm_topk_prob.unwrap_or(defaults.normalize),
+        round_weights: true,
+        ..defaults
+    };
+    checked_experts(experts, "num_experts")
+}
+
 /// The `config.json` keys of a saved copy's experts: their count under `count_key`, those per
 /// token, and whether their probabilities are renormalised (`norm_topk_prob`).
 pub(crate) fn expert_hf_keys(

@@ -41,17 +41,17 @@ impl Family for Olmoe {
                     .into(),
             ));
         }
-        let experts = Experts {
-            count: hf.num_experts.or(hf.num_local_experts).unwrap_or(64),
-            per_token: hf.num_experts_per_tok.unwrap_or(8),
-            normalize: hf.norm_topk_prob.unwrap_or(false),
+        let defaults = Experts {
+            count: 64,
+            per_token: 8,
+            normalize: false,
             width: hf.intermediate_size.unwrap_or(2048),
             round_weights: true,
             shared: None,
         };
         Ok(DecoderExtras {
             qk_norm_across_heads: true,
-            experts: Some(super::checked_experts(experts, "num_experts")?),
+            experts: Some(super::topk_experts(hf, defaults)?),
             ..DecoderExtras::default()
         })
     }

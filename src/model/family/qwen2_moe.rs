@@ -37,22 +37,23 @@ impl Family for Qwen2Moe {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let extras = qwen_extras(hf, "Qwen2-MoE")?;
         refuse_dense_layers(hf)?;
-        let experts = Experts {
-            count: hf.num_experts.or(hf.num_local_experts).unwrap_or(60),
-            per_token: hf.num_experts_per_tok.unwrap_or(4),
-            normalize: hf.norm_topk_prob.unwrap_or(false),
-            width: hf.moe_intermediate_size.unwrap_or(1408),
-            round_weights: true,
-            shared: Some(hf.shared_expert_intermediate_size.unwrap_or(5632)),
-        };
-        if experts.shared == Some(0) {
+        let shared = hf.shared_expert_intermediate_size.unwrap_or(5632);
+        if shared == 0 {
             return Err(crate::model::config::invalid(
                 "shared_expert_intermediate_size",
                 "must be at least 1".into(),
             ));
         }
+        let defaults = Experts {
+            count: 60,
+            per_token: 4,
+            normalize: false,
+            width: hf.moe_intermediate_size.unwrap_or(1408),
+            round_weights: true,
+            shared: Some(shared),
+        };
         Ok(DecoderExtras {
-            experts: Some(super::checked_experts(experts, "num_experts")?),
+            experts: Some(super::topk_experts(hf, defaults)?),
             ..extras
         })
     }

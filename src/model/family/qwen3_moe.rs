@@ -36,17 +36,16 @@ impl Family for Qwen3Moe {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "Qwen3-MoE")?;
         refuse_dense_layers(hf)?;
-        let experts = Experts {
-            // transformers 5 writes it as `num_local_experts`, the hub's configs `num_experts`.
-            count: hf.num_experts.or(hf.num_local_experts).unwrap_or(128),
-            per_token: hf.num_experts_per_tok.unwrap_or(8),
-            normalize: hf.norm_topk_prob.unwrap_or(false),
+        let defaults = Experts {
+            count: 128,
+            per_token: 8,
+            normalize: false,
             width: hf.moe_intermediate_size.unwrap_or(768),
             round_weights: true,
             shared: None,
         };
         Ok(DecoderExtras {
-            experts: Some(super::checked_experts(experts, "num_experts")?),
+            experts: Some(super::topk_experts(hf, defaults)?),
             ..DecoderExtras::default()
         })
     }
