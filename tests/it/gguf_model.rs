@@ -291,17 +291,6 @@ fn missing_metadata_key_is_named() {
     assert!(err.contains("`llama.block_count`"), "{err}");
 }
 
-/// llama.cpp's Mixtral files say `llama` with an expert count: refused by that key, not read as
-/// a dense Llama whose MLP tensors are missing.
-#[test]
-fn a_mixture_of_experts_gguf_is_refused_by_its_expert_count() {
-    let err = load_error_with_metadata(|m| {
-        m.insert("llama.expert_count".into(), 8u32.into());
-    });
-    assert!(err.contains("`llama.expert_count`"), "{err}");
-    assert!(err.contains("Hugging Face folder"), "{err}");
-}
-
 #[test]
 fn truncated_gguf_is_an_error_not_a_panic() {
     let config = config();

@@ -11,6 +11,7 @@ mod faults;
 mod fuzz_corpus;
 mod gemma3;
 mod gguf_model;
+mod gguf_moe;
 mod hf_folder;
 mod pipeline;
 mod pool_replay;

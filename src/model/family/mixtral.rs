@@ -30,6 +30,11 @@ impl Family for Mixtral {
         "mixtral"
     }
 
+    /// llama.cpp writes Mixtral as `llama` (with an expert count), q/k rows interleaved.
+    fn gguf_interleaves_qk(&self) -> bool {
+        true
+    }
+
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
         hf.sliding_window
     }

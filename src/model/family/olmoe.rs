@@ -23,6 +23,10 @@ impl Family for Olmoe {
         "olmoe"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("olmoe")
+    }
+
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }

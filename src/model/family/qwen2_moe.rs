@@ -27,6 +27,10 @@ impl Family for Qwen2Moe {
         "qwen2_moe"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("qwen2moe")
+    }
+
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
             qkv: hf.qkv_bias.unwrap_or(true),

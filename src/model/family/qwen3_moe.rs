@@ -24,6 +24,10 @@ impl Family for Qwen3Moe {
         "qwen3_moe"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("qwen3moe")
+    }
+
     fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
         true
     }

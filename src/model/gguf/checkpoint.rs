@@ -120,15 +120,15 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
                 problem: "is missing from the GGUF metadata".to_string(),
             })
     };
-    // llama.cpp writes Mixtral as `llama` with its experts stacked in 3-D tensors
-    // (`ffn_gate_exps`), which this loader does not read.
-    if let Some(experts) = file.get_u64(&key("expert_count")).filter(|&n| n > 0) {
+    let experts = file
+        .get_u64(&key("expert_count"))
+        .filter(|&n| n > 0)
+        .map(|n| n as usize);
+    let architecture = with_experts(architecture, experts, &key("expert_count"))?;
+    if let Some(gating) = file.get_u64(&key("expert_gating_func")).filter(|&g| g != 1) {
         return Err(ConfigError::Invalid {
-            key: key("expert_count"),
-            problem: format!(
-                "is {experts}: a mixture-of-experts GGUF file is not read; load the model's \
-                 Hugging Face folder (safetensors) instead"
-            ),
+            key: key("expert_gating_func"),
+            problem: format!("is {gating}; only softmax routing (1) runs"),
         });
     }
     let hidden_size = required("embedding_length")?;
@@ -218,15 +218,23 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         use_sliding_window: None,
         max_window_layers: None,
         logit_scale: None,
-        clip_qkv: None,
+        clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
         use_qk_norm: None,
-        num_local_experts: None,
-        num_experts_per_tok: None,
+        num_local_experts: experts,
+        num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
         num_experts: None,
-        moe_intermediate_size: None,
-        shared_expert_intermediate_size: None,
-        qkv_bias: None,
-        norm_topk_prob: None,
+        moe_intermediate_size: file
+            .get_u64(&key("expert_feed_forward_length"))
+            .map(|v| v as usize),
+        shared_expert_intermediate_size: file
+            .get_u64(&key("expert_shared_feed_forward_length"))
+            .map(|v| v as usize),
+        qkv_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
+        // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
+        // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
+        norm_topk_prob: file
+            .get_bool(&key("expert_weights_norm"))
+            .or((architecture == Architecture::Qwen3Moe).then_some(true)),
         decoder_sparse_step: None,
         mlp_only_layers: None,
         layer_types: None,
@@ -246,6 +254,30 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         config.rope_scaling = RopeScaling::Factors(factors);
     }
     Ok(config)
+}
+
+/// The family of a file whose `general.architecture` names `family` and whose `expert_count`
+/// (`key`) is `experts`: llama.cpp writes Mixtral as `llama` with an expert count.
+fn with_experts(
+    family: Architecture,
+    experts: Option<usize>,
+    key: &str,
+) -> Result<Architecture, ConfigError> {
+    use Architecture::{Llama, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe};
+    let invalid = |problem: String| ConfigError::Invalid {
+        key: key.to_string(),
+        problem,
+    };
+    let sparse = matches!(family, Mixtral | Qwen2Moe | Qwen3Moe | Olmoe);
+    match experts {
+        Some(_) if family == Llama => Ok(Mixtral),
+        Some(n) if !sparse => Err(invalid(format!(
+            "is {n}, but {} has no experts",
+            family.hf_class()
+        ))),
+        None if sparse => Err(invalid("is missing from the GGUF metadata".to_string())),
+        _ => Ok(family),
+    }
 }
 
 /// The GGUF tensor name of a Hugging Face tensor name. With `sandwich_norms` (Gemma) the
@@ -276,9 +308,36 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "post_feedforward_layernorm" => "post_ffw_norm",
         "self_attn.q_norm" => "attn_q_norm",
         "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate" => "ffn_gate_inp",
+        "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
+        "mlp.shared_expert.up_proj" => "ffn_up_shexp",
+        "mlp.shared_expert.down_proj" => "ffn_down_shexp",
+        "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
+}
+
+/// Where an expert's linear lies in a GGUF file: `(stacked, index, legacy)`, entry `index` of
+/// llama.cpp's stacked `blk.N.ffn_*_exps.weight` (`[experts, rows, cols]`), or, in files
+/// converted before stacking (early 2024), a tensor of its own, `blk.N.ffn_*.E.weight`.
+pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once(".mlp.experts.")?;
+    let layer: usize = layer.parse().ok()?;
+    let (expert, rest) = rest.split_once('.')?;
+    let expert: usize = expert.parse().ok()?;
+    let short = match rest {
+        "gate_proj.weight" => "ffn_gate",
+        "up_proj.weight" => "ffn_up",
+        "down_proj.weight" => "ffn_down",
+        _ => return None,
+    };
+    Some((
+        format!("blk.{layer}.{short}_exps.weight"),
+        expert,
+        format!("blk.{layer}.{short}.{expert}.weight"),
+    ))
 }
 
 /// Undoes llama.cpp's q/k row permutation: GGUF row `h·d + 2j + r` becomes HF row
@@ -314,13 +373,27 @@ impl WeightSource for GgufCheckpoint {
     }
 
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        if let Some((stacked, expert, legacy)) = gguf_expert_name(name) {
+            let (shape, data) = if self.file.tensor_info(&stacked).is_some() {
+                self.file.tensor_f32_entry(&stacked, expert)?
+            } else if self.file.tensor_info(&legacy).is_some() {
+                self.file.tensor_f32(&legacy)?
+            } else {
+                return Ok(None);
+            };
+            return Ok(Some(HostTensor { shape, data }));
+        }
         let Some(gguf) = gguf_name(name, self.config.extras.sandwich_norms) else {
             return Ok(None);
         };
         if self.file.tensor_info(&gguf).is_none() {
             return Ok(None);
         }
-        let (shape, data) = self.file.tensor_f32(&gguf)?;
+        let (mut shape, data) = self.file.tensor_f32(&gguf)?;
+        // Qwen2-MoE's shared expert gate is `[1, hidden]`; quantised files hold it as `[hidden]`.
+        if gguf.ends_with("ffn_gate_inp_shexp.weight") && shape.len() == 1 {
+            shape.insert(0, 1);
+        }
         let heads = if gguf.contains(".attn_q.") {
             Some(self.config.num_attention_heads)
         } else if gguf.contains(".attn_k.") {

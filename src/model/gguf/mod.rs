@@ -22,7 +22,7 @@ mod writer;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use checkpoint::{gguf_name, GgufCheckpoint};
+pub use checkpoint::{gguf_expert_name, gguf_name, GgufCheckpoint};
 pub use reader::{GgufFile, GgufTensorInfo};
 pub use vocab::tokenizer_json;
 pub use writer::GgufWriter;

@@ -381,6 +381,41 @@ impl GgufFile {
         let values = dequantize(name, info.ggml_type, data, n)?;
         Ok((info.shape(), values))
     }
+
+    /// Entry `index` of tensor `name`'s outermost dimension, dequantised to `f32`: expert
+    /// `index` of llama.cpp's stacked `ffn_*_exps` tensors (`[experts, rows, cols]`), read
+    /// without dequantising the other entries.
+    ///
+    /// # Shapes
+    /// - `name`: `[outer, ...rest]` → `[...rest]`
+    pub fn tensor_f32_entry(
+        &self,
+        name: &str,
+        index: usize,
+    ) -> Result<(Vec<usize>, Vec<f32>), GgufError> {
+        let info = self.find_tensor(name)?;
+        let shape = info.shape();
+        let bad = |reason: String| GgufError::BadTensorData {
+            tensor: name.to_owned(),
+            reason,
+        };
+        let Some((&outer, rest)) = shape.split_first().filter(|(_, rest)| !rest.is_empty()) else {
+            return Err(bad(format!(
+                "has shape {shape:?}; an entry needs 2 dimensions or more"
+            )));
+        };
+        if index >= outer {
+            return Err(bad(format!(
+                "has {outer} entries; entry {index} was asked for"
+            )));
+        }
+        let data = self.tensor_data(name)?;
+        // Rows are whole quantisation blocks (checked at open), so entries are equal byte runs.
+        let bytes = data.len() / outer;
+        let n = rest.iter().product::<usize>();
+        let values = dequantize(name, info.ggml_type, &data[index * bytes..][..bytes], n)?;
+        Ok((rest.to_vec(), values))
+    }
 }
 
 /// `Debug`-style text of a scalar for error messages.
@@ -1048,6 +1083,31 @@ mod tests {
         w.tensor_raw("d", &[1], GgmlType::F32, vec![0; 4])
             .tensor_raw("d", &[1], GgmlType::F32, vec![0; 4]);
         assert!(parse_err(w.to_bytes().expect("bytes")).contains("duplicate tensor name `d`"));
+    }
+
+    /// An entry of a stacked tensor is that slice of the whole, quantised or not, and an entry
+    /// past the end or of a vector is an error naming the tensor.
+    #[test]
+    fn an_entry_of_a_stacked_tensor_is_its_slice_of_the_whole() {
+        let values: Vec<f32> = (0..3 * 2 * 64).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut w = GgufWriter::new();
+        w.tensor_f32("f", &[3, 2, 64], &values).expect("f");
+        w.tensor_q8_0("q", &[3, 2, 64], &values).expect("q");
+        w.tensor_f32("v", &[4], &[1.0; 4]).expect("v");
+        let f = GgufFile::from_bytes("stacked.gguf", w.to_bytes().expect("bytes")).expect("open");
+        for name in ["f", "q"] {
+            let (shape, whole) = f.tensor_f32(name).expect("whole");
+            assert_eq!(shape, vec![3, 2, 64]);
+            for e in 0..3 {
+                let (shape, entry) = f.tensor_f32_entry(name, e).expect("entry");
+                assert_eq!(shape, vec![2, 64]);
+                assert_eq!(entry, whole[e * 128..(e + 1) * 128], "{name} entry {e}");
+            }
+        }
+        let err = f.tensor_f32_entry("q", 3).unwrap_err().to_string();
+        assert!(err.contains("`q`") && err.contains("3 entries"), "{err}");
+        let err = f.tensor_f32_entry("v", 0).unwrap_err().to_string();
+        assert!(err.contains("`v`") && err.contains("2 dimensions"), "{err}");
     }
 
     #[test]

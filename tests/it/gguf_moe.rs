@@ -1,0 +1,269 @@
+//! Mixtures of experts from GGUF: `scripts/make-moe-gguf.py` writes the tiny MoE fixtures
+//! (`tests/fixtures/models/tiny-<family>`) as llama.cpp's converter does — Mixtral as `llama`
+//! with an expert count and q/k rows interleaved, Qwen2-MoE as `qwen2moe` with its shared
+//! expert, Qwen3-MoE as `qwen3moe`, OLMoE as `olmoe`, every layer's experts stacked into one
+//! `ffn_*_exps` tensor per projection — into `tests/fixtures/gguf/`. Each file must load as its
+//! family with the experts of the folder's config and give transformers' logits; so must the
+//! files converted before llama.cpp stacked experts, and quantised stacks must read per expert.
+
+use std::path::{Path, PathBuf};
+
+use wanda::model::family::Architecture;
+use wanda::model::gguf::{GgufFile, GgufValue, GgufWriter};
+use wanda::model::{self, ModelRef};
+
+use crate::common::{logits, B};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+/// The families with a GGUF fixture, and the family each must load as.
+const FAMILIES: [(&str, Architecture); 4] = [
+    ("mixtral", Architecture::Mixtral),
+    ("qwen2_moe", Architecture::Qwen2Moe),
+    ("qwen3_moe", Architecture::Qwen3Moe),
+    ("olmoe", Architecture::Olmoe),
+];
+
+fn gguf_path(family: &str) -> PathBuf {
+    Path::new(FIXTURES).join(format!("gguf/tiny-{family}.gguf"))
+}
+
+fn folder(family: &str) -> PathBuf {
+    Path::new(FIXTURES).join(format!("models/tiny-{family}"))
+}
+
+/// The fixture's ids and transformers' logits of them.
+fn reference(family: &str) -> (Vec<i64>, Vec<f32>) {
+    let text = std::fs::read_to_string(folder(family).join("logits.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = json["ids"].as_array().unwrap();
+    let rows = json["logits"].as_array().unwrap();
+    (
+        ids.iter().map(|v| v.as_i64().unwrap()).collect(),
+        rows.iter()
+            .flat_map(|row| row.as_array().unwrap())
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect(),
+    )
+}
+
+fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The logits of the GGUF at `path` on the fixture's ids, after checking it loads as `arch`
+/// with the experts of `family`'s folder.
+fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
+    let loaded = model::load::<B>(&ModelRef::Gguf(path.to_path_buf()), &Default::default())
+        .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    let from_folder = model::inspect(&ModelRef::Folder(folder(family))).unwrap().0;
+    assert_eq!(loaded.config.architecture, arch, "{family}");
+    let config =
+        wanda::model::config::HfLlamaConfig::from_file(&folder(family).join("config.json"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+    assert_eq!(
+        loaded.config.extras.experts, config.extras.experts,
+        "{family}"
+    );
+    assert_eq!(loaded.config.qkv_bias, config.qkv_bias, "{family}");
+    assert_eq!(loaded.parameter_count, from_folder.parameters, "{family}");
+    logits(&loaded.model, &reference(family).0)
+}
+
+#[test]
+fn moe_gguf_files_give_transformers_logits() {
+    for (family, arch) in FAMILIES {
+        let (_, expected) = reference(family);
+        let got = gguf_logits(&gguf_path(family), family, arch);
+        let diff = max_difference(&got, &expected);
+        eprintln!("{family}: GGUF max |logit difference| {diff:.2e}");
+        assert!(diff < 1e-4, "{family}: {diff}");
+    }
+}
+
+/// Rewrites the GGUF at `from` into `to`, each tensor through `write` (which adds it to the
+/// writer in its own way), the metadata through `edit`.
+fn rewrite(
+    from: &Path,
+    to: &Path,
+    edit: impl FnOnce(&mut std::collections::BTreeMap<String, GgufValue>),
+    mut write: impl FnMut(&mut GgufWriter, &str, Vec<usize>, Vec<f32>),
+) {
+    let file = GgufFile::open(from).unwrap();
+    let mut metadata = file.metadata().clone();
+    edit(&mut metadata);
+    let mut w = GgufWriter::new();
+    for (k, v) in metadata {
+        w.metadata(k, v);
+    }
+    for t in file.tensors() {
+        let (shape, data) = file.tensor_f32(&t.name).unwrap();
+        write(&mut w, &t.name, shape, data);
+    }
+    w.write(to).unwrap();
+}
+
+/// Files converted before llama.cpp stacked experts (early 2024) hold each expert's projection
+/// as `blk.N.ffn_gate.E.weight`; they load with the same logits as the stacked file.
+#[test]
+fn per_expert_tensors_of_older_files_load_as_the_stacked_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = dir.path().join("legacy.gguf");
+    rewrite(
+        &gguf_path("mixtral"),
+        &legacy,
+        |_| {},
+        |w, name, shape, data| match name.strip_suffix("_exps.weight") {
+            Some(stem) => {
+                let per = data.len() / shape[0];
+                for (e, chunk) in data.chunks(per).enumerate() {
+                    w.tensor_f32(format!("{stem}.{e}.weight"), &shape[1..], chunk)
+                        .unwrap();
+                }
+            }
+            None => {
+                w.tensor_f32(name, &shape, &data).unwrap();
+            }
+        },
+    );
+    assert!(GgufFile::open(&legacy)
+        .unwrap()
+        .tensor_info("blk.1.ffn_down.3.weight")
+        .is_some());
+    assert_eq!(
+        gguf_logits(&legacy, "mixtral", Architecture::Mixtral),
+        gguf_logits(&gguf_path("mixtral"), "mixtral", Architecture::Mixtral)
+    );
+}
+
+/// Q8_0 stacks (the experts' gate and up projections, 64 columns) are read expert by expert:
+/// the logits move by the rounding alone.
+#[test]
+fn quantised_expert_stacks_read_per_expert() {
+    let dir = tempfile::tempdir().unwrap();
+    let q8 = dir.path().join("q8.gguf");
+    rewrite(
+        &gguf_path("qwen3_moe"),
+        &q8,
+        |_| {},
+        |w, name, shape, data| {
+            if name.contains("_exps.") && shape[shape.len() - 1] % 32 == 0 {
+                w.tensor_q8_0(name, &shape, &data).unwrap();
+            } else {
+                w.tensor_f32(name, &shape, &data).unwrap();
+            }
+        },
+    );
+    let (_, expected) = reference("qwen3_moe");
+    let got = gguf_logits(&q8, "qwen3_moe", Architecture::Qwen3Moe);
+    let diff = max_difference(&got, &expected);
+    let range = expected.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    assert!(diff > 0.0, "Q8_0 must round the experts");
+    assert!(diff < 0.05 * range, "{diff} of {range}");
+}
+
+/// The metadata the experts need is checked by key: a `qwen2moe` file without its expert count,
+/// a dense architecture with one, routing other than softmax.
+#[test]
+fn expert_metadata_errors_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let load_error =
+        |family: &str, edit: &dyn Fn(&mut std::collections::BTreeMap<String, GgufValue>)| {
+            let path = dir.path().join("edited.gguf");
+            rewrite(&gguf_path(family), &path, edit, |w, name, shape, data| {
+                w.tensor_f32(name, &shape, &data).unwrap();
+            });
+            match model::load::<B>(&ModelRef::Gguf(path), &Default::default()) {
+                Ok(_) => panic!("must fail"),
+                Err(e) => e.to_string(),
+            }
+        };
+    let err = load_error("qwen2_moe", &|m| {
+        m.remove("qwen2moe.expert_count");
+    });
+    assert!(err.contains("`qwen2moe.expert_count` is missing"), "{err}");
+    let err = load_error("qwen3_moe", &|m| {
+        m.insert("qwen3moe.expert_gating_func".into(), 2u32.into());
+    });
+    assert!(err.contains("`qwen3moe.expert_gating_func`"), "{err}");
+    let err = load_error("qwen3_moe", &|m| {
+        let renamed: Vec<(String, GgufValue)> = std::mem::take(m)
+            .into_iter()
+            .map(|(k, v)| (k.replacen("qwen3moe.", "qwen3.", 1), v))
+            .collect();
+        m.extend(renamed);
+        m.insert("general.architecture".into(), "qwen3".into());
+    });
+    assert!(
+        err.contains("`qwen3.expert_count`") && err.contains("no experts"),
+        "{err}"
+    );
+}
+
+/// A GGUF mixture of experts streams layer by layer (each expert read from its stack when its
+/// layer is reached) and prunes with SparseGPT to the bit like the model loaded whole.
+#[test]
+fn moe_gguf_streams_and_prunes_like_the_model_in_memory() {
+    use wanda::model::host::to_host_f32;
+    use wanda::model::stream::Layers;
+    use wanda::prune::layerwise::prune_model;
+    use wanda::prune::{Method, MethodOptions, Sparsity};
+
+    for family in ["mixtral", "qwen2_moe"] {
+        let origin = ModelRef::Gguf(gguf_path(family));
+        let device = Default::default();
+        let store = tempfile::tempdir().unwrap();
+        let mut resident = model::load::<B>(&origin, &device).unwrap().model;
+        let mut streamed = model::load_streamed::<B>(&origin, &device, store.path())
+            .unwrap()
+            .model;
+        let calibration: Vec<Vec<u32>> = (0..4)
+            .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
+            .collect();
+        let (options, sparsity) = (
+            MethodOptions::default(),
+            Sparsity::unstructured(0.5).unwrap(),
+        );
+        let method = Method::Sparsegpt;
+        let x = prune_model(
+            &mut resident,
+            method,
+            &options,
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        );
+        let y = prune_model(
+            &mut streamed,
+            method,
+            &options,
+            sparsity,
+            &calibration,
+            2,
+            |_, _| {},
+        );
+        assert_eq!(x.unwrap(), y.unwrap(), "{family}");
+        for i in 0..resident.layer_count() {
+            let (a, b) = (
+                resident.layer(i).unwrap().into_owned(),
+                streamed.layer(i).unwrap().into_owned(),
+            );
+            let (a, b) = (a.linears(), b.linears());
+            assert!(a.len() > 12, "{family}: the experts and router are linears");
+            for ((name, _, l), (_, _, m)) in a.into_iter().zip(b) {
+                assert_eq!(
+                    to_host_f32(l.weight.val()),
+                    to_host_f32(m.weight.val()),
+                    "{family} layer {i} {name}"
+                );
+            }
+        }
+    }
+}
