@@ -27,7 +27,8 @@
 //!   [`attention_block_rows`]; the fused CPU kernels, in memory and streamed, one block of
 //!   [`ATTENTION_ROWS`] rows of a kv group's query heads per thread (see [`forward`]);
 //! - layer intermediates: `b × s × (4·nh·d × 4 + 3·I × f)` (q, k and v repeated to all heads
-//!   and the attention output, in f32; gate, up and their product);
+//!   and the attention output, in f32; gate, up and their product; with experts `I` is the
+//!   wider of an expert and a shared expert, and `3·H × f` more for the gathered rows);
 //! - statistics: Wanda `b × s × I × 4` (the squared MLP input, the widest); SparseGPT the
 //!   Hessians of the four shared inputs `(H² + (nh·d)² + H² + I²) × (4 + 8)` (f32 sums on the
 //!   device, f64 on the host);
@@ -856,7 +857,10 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
         parts.push((1, b * s * m.h * F32));
         held = format!(" + {} × 4 B", m.h);
     }
-    parts.push((m.mlp_buffers, b * s * m.i * f));
+    // A shared expert runs over every token after the routed ones have freed their buffers,
+    // so the MLP's buffers are as wide as the wider of the two.
+    let width = m.i.max(m.shared);
+    parts.push((m.mlp_buffers, b * s * width * f));
     // Experts: at most every token goes to one expert, whose gathered inputs and weighted
     // outputs are held beside the block's output.
     if m.experts > 0 {
@@ -868,8 +872,8 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
         &parts,
         Place::Device,
         format!(
-            "{b} × {s} × (4·{} × 4 B{held} + {}·{} × {f} B)",
-            m.q, m.mlp_buffers, m.i
+            "{b} × {s} × (4·{} × 4 B{held} + {}·{width} × {f} B)",
+            m.q, m.mlp_buffers
         ),
     );
 }
@@ -1042,6 +1046,21 @@ mod tests {
             item(&e, "prune", "attention score blocks"),
             2 * 2 * rows * 5 * 4 * ATTENTION_SCORE_COPIES
         );
+        // A shared expert wider than the routed ones widens the MLP's buffers to its width:
+        // 10 × (16 + 12 + 3 · 8) × 4; one narrower leaves them as they were.
+        let with_shared = |width| {
+            let shape = ModelShape {
+                shared_expert_size: width,
+                ..shape.clone()
+            };
+            item(
+                &estimate_prune(&shape, &run(Method::Sparsegpt)),
+                "prune",
+                "layer intermediates",
+            )
+        };
+        assert_eq!(with_shared(8), 2080);
+        assert_eq!(with_shared(2), 1840);
     }
 
     #[test]
