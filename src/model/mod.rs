@@ -297,7 +297,10 @@ fn load_with<M>(
             let config = checkpoint.config().clone();
             let tokenizer_files = checkpoint.tokenizer_files(&tokenizer);
             let parameter_count = checkpoint.parameter_count();
-            let model = build(&config, Arc::new(checkpoint))?;
+            let model = build(
+                &config,
+                SplitSource::split_stacks(&config, Arc::new(checkpoint)),
+            )?;
             finish(
                 origin,
                 config,

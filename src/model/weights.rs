@@ -218,7 +218,6 @@ impl SplitSource {
     /// `inner` as the decoder reads it: under Llama's names ([`RenamedSource`]), split when
     /// the family of `config` stacks linears.
     pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
-        let family = config.architecture.family();
         // The loaders share sources as `Arc<dyn WeightSource>` on one thread at a time; the
         // trait does not require Send or Sync, so neither do these wrappers.
         #[allow(clippy::arc_with_non_send_sync)]
@@ -226,7 +225,16 @@ impl SplitSource {
             inner,
             config: config.clone(),
         });
-        let fused = family.fused_linears();
+        Self::split_stacks(config, inner)
+    }
+
+    /// `inner`, already under the decoder's names (a GGUF file), split when the family of
+    /// `config` stacks linears.
+    pub fn split_stacks(
+        config: &LlamaConfig,
+        inner: Arc<dyn WeightSource>,
+    ) -> Arc<dyn WeightSource> {
+        let fused = config.architecture.family().fused_linears();
         if fused.is_empty() {
             return inner;
         }

@@ -27,6 +27,10 @@ impl Family for Phi3 {
         "phi3"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("phi3")
+    }
+
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
         hf.sliding_window
     }

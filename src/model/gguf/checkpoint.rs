@@ -143,21 +143,17 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
                 problem: "is missing and there is no `tokenizer.ggml.tokens`".to_string(),
             })?,
     };
-    let rope_scaling = match file.get_str(&key("rope.scaling.type")) {
-        Some("linear") => Some(HfRopeScaling {
-            rope_type: Some("linear".into()),
-            factor: file.get_f64(&key("rope.scaling.factor")),
-            ..HfRopeScaling::default()
-        }),
-        None | Some("none") => None,
-        // YaRN, LongRoPE: read as unscaled they would give wrong logits without a word.
-        Some(other) => {
-            return Err(ConfigError::Invalid {
-                key: key("rope.scaling.type"),
-                problem: format!("is `{other}`; only `none` and `linear` RoPE scaling run"),
-            })
-        }
+    let rope_scaling = match longrope(file)? {
+        Some(longrope) => Some(longrope),
+        None => rope_scaling(file, &key)?,
     };
+    // llama.cpp writes the rotated dimensions of Phi-3's heads, not their width (Phi-4-mini
+    // rotates 96 of 128).
+    let rotated = file
+        .get_u64(&key("rope.dimension_count"))
+        .map(|v| v as usize);
+    let partial = architecture == Architecture::Phi3;
+    let head_width = hidden_size / num_attention_heads.max(1);
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
         model_type: Some(architecture.model_type().to_string()),
@@ -171,14 +167,18 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .map(|v| v as usize),
         head_dim: file
             .get_u64(&key("attention.key_length"))
-            .or_else(|| file.get_u64(&key("rope.dimension_count")))
-            .map(|v| v as usize),
+            .map(|v| v as usize)
+            .or(if partial { None } else { rotated }),
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
         rope_theta: file.get_f64(&key("rope.freq_base")),
-        original_max_position_embeddings: None,
+        original_max_position_embeddings: file
+            .get_u64(&key("rope.scaling.original_context_length"))
+            .map(|v| v as usize),
         rotary_emb_base: None,
         rotary_pct: None,
-        partial_rotary_factor: None,
+        partial_rotary_factor: rotated
+            .filter(|&r| partial && r != head_width)
+            .map(|r| r as f64 / head_width as f64),
         qk_layernorm: None,
         use_qkv_bias: None,
         use_parallel_residual: None,
@@ -191,9 +191,10 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
         attention_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
-        // Read for every family; only those that slide use it.
+        // Read for every family; only those that slide use it. 0 is none (Phi-4's).
         sliding_window: file
             .get_u64(&key("attention.sliding_window"))
+            .filter(|&w| w > 0)
             .map(|v| v as usize),
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
@@ -256,6 +257,57 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
     Ok(config)
 }
 
+/// The RoPE scaling `{arch}.rope.scaling.type` names (`key` makes the metadata key): none or
+/// linear; any other is refused by key.
+fn rope_scaling(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Option<HfRopeScaling>, ConfigError> {
+    Ok(match file.get_str(&key("rope.scaling.type")) {
+        Some("linear") => Some(HfRopeScaling {
+            rope_type: Some("linear".into()),
+            factor: file.get_f64(&key("rope.scaling.factor")),
+            ..HfRopeScaling::default()
+        }),
+        None | Some("none") => None,
+        // YaRN, LongRoPE by type: read as unscaled they would give wrong logits without a word.
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: key("rope.scaling.type"),
+                problem: format!("is `{other}`; only `none` and `linear` RoPE scaling run"),
+            })
+        }
+    })
+}
+
+/// LongRoPE as llama.cpp writes Phi-3's 128k models: no scaling type, the factors in the
+/// tensors `rope_factors_long` and `rope_factors_short` (the pre-training context in
+/// `rope.scaling.original_context_length`; the attention factor follows from it, as
+/// transformers computes it).
+fn longrope(file: &GgufFile) -> Result<Option<HfRopeScaling>, ConfigError> {
+    let factors = |name: &str| -> Result<Option<Vec<f64>>, ConfigError> {
+        if file.tensor_info(name).is_none() {
+            return Ok(None);
+        }
+        let (_, values) = file.tensor_f32(name).map_err(|e| ConfigError::Invalid {
+            key: name.to_string(),
+            problem: e.to_string(),
+        })?;
+        Ok(Some(values.into_iter().map(f64::from).collect()))
+    };
+    let long_factor = factors("rope_factors_long.weight")?;
+    let short_factor = factors("rope_factors_short.weight")?;
+    if long_factor.is_none() && short_factor.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(HfRopeScaling {
+        rope_type: Some("longrope".into()),
+        long_factor,
+        short_factor,
+        ..HfRopeScaling::default()
+    }))
+}
+
 /// The family of a file whose `general.architecture` names `family` and whose `expert_count`
 /// (`key`) is `experts`: llama.cpp writes Mixtral as `llama` with an expert count.
 fn with_experts(
@@ -308,6 +360,8 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "post_feedforward_layernorm" => "post_ffw_norm",
         "self_attn.q_norm" => "attn_q_norm",
         "self_attn.k_norm" => "attn_k_norm",
+        "self_attn.qkv_proj" => "attn_qkv",
+        "mlp.gate_up_proj" => "ffn_up",
         "mlp.gate" => "ffn_gate_inp",
         "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
         "mlp.shared_expert.up_proj" => "ffn_up_shexp",
@@ -340,6 +394,15 @@ pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
     ))
 }
 
+/// Whether `name` is one of llama.cpp's RoPE frequency tables, which a Hugging Face checkpoint
+/// holds as config keys, not parameters.
+fn is_rope_table(name: &str) -> bool {
+    matches!(
+        name,
+        "rope_freqs.weight" | "rope_factors_long.weight" | "rope_factors_short.weight"
+    )
+}
+
 /// Undoes llama.cpp's q/k row permutation: GGUF row `h·d + 2j + r` becomes HF row
 /// `h·d + r·d/2 + j` (pairs → halves), for `heads` heads of `d` rows each.
 ///
@@ -363,6 +426,33 @@ fn unpermute_rows(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+impl GgufCheckpoint {
+    /// Whether `name` is a part of a linear the family stacks (Phi-3's q/k/v, gate/up) that
+    /// this file holds stacked (`attn_qkv`; `ffn_up` holding gate and up): the stack's first
+    /// part has no tensor of its own. The decoder then reads the stack
+    /// ([`crate::model::weights::SplitSource`]); `ffn_up` alone is not the up projection.
+    fn stacked_in_file(&self, name: &str) -> bool {
+        let Some((layer, module)) = name
+            .strip_prefix("model.layers.")
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(layer, rest)| Some((layer, rest.rsplit_once('.')?.0)))
+        else {
+            return false;
+        };
+        let family = self.config.architecture.family();
+        let Some(stack) = family
+            .fused_linears()
+            .iter()
+            .find(|f| f.parts.contains(&module))
+        else {
+            return false;
+        };
+        let first = format!("model.layers.{layer}.{}.weight", stack.parts[0]);
+        gguf_name(&first, self.config.extras.sandwich_norms)
+            .is_none_or(|g| self.file.tensor_info(&g).is_none())
+    }
+}
+
 impl WeightSource for GgufCheckpoint {
     fn name(&self) -> String {
         self.path.display().to_string()
@@ -382,6 +472,9 @@ impl WeightSource for GgufCheckpoint {
                 return Ok(None);
             };
             return Ok(Some(HostTensor { shape, data }));
+        }
+        if self.stacked_in_file(name) {
+            return Ok(None);
         }
         let Some(gguf) = gguf_name(name, self.config.extras.sandwich_norms) else {
             return Ok(None);
@@ -422,7 +515,7 @@ impl WeightSource for GgufCheckpoint {
         self.file
             .tensors()
             .iter()
-            .filter(|t| t.name != "rope_freqs.weight")
+            .filter(|t| !is_rope_table(&t.name))
             .map(|t| t.dims.iter().product::<u64>())
             .sum()
     }

@@ -1,10 +1,11 @@
-//! Mixtures of experts from GGUF: `scripts/make-moe-gguf.py` writes the tiny MoE fixtures
-//! (`tests/fixtures/models/tiny-<family>`) as llama.cpp's converter does — Mixtral as `llama`
-//! with an expert count and q/k rows interleaved, Qwen2-MoE as `qwen2moe` with its shared
-//! expert, Qwen3-MoE as `qwen3moe`, OLMoE as `olmoe`, every layer's experts stacked into one
-//! `ffn_*_exps` tensor per projection — into `tests/fixtures/gguf/`. Each file must load as its
-//! family with the experts of the folder's config and give transformers' logits; so must the
-//! files converted before llama.cpp stacked experts, and quantised stacks must read per expert.
+//! Families from GGUF files as llama.cpp's converter writes them: `scripts/make-gguf-fixture.py`
+//! writes tiny fixtures (`tests/fixtures/models/tiny-<family>`) into `tests/fixtures/gguf/` —
+//! Mixtral as `llama` with an expert count and q/k rows interleaved, Qwen2-MoE as `qwen2moe`
+//! with its shared expert, Qwen3-MoE as `qwen3moe`, OLMoE as `olmoe` (every layer's experts
+//! stacked into one `ffn_*_exps` tensor per projection), Phi-3 as `phi3` (`attn_qkv` and
+//! `ffn_up` stacked, its rotated dimensions, window and LongRoPE factors). Each file must load
+//! as its family with the folder's shape and give transformers' logits; so must the files
+//! converted before llama.cpp stacked experts, and quantised stacks must read per expert.
 
 use std::path::{Path, PathBuf};
 
@@ -16,12 +17,15 @@ use crate::common::{logits, B};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
-/// The families with a GGUF fixture, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 4] = [
+/// The fixtures with a GGUF file, and the family each must load as.
+const FAMILIES: [(&str, Architecture); 7] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
     ("olmoe", Architecture::Olmoe),
+    ("phi3", Architecture::Phi3),
+    ("phi3-longrope", Architecture::Phi3),
+    ("phi4-mini", Architecture::Phi3),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -56,7 +60,8 @@ fn max_difference(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The logits of the GGUF at `path` on the fixture's ids, after checking it loads as `arch`
-/// with the experts of `family`'s folder.
+/// with the shape of `family`'s folder: experts, biases, rotated dimensions, window, RoPE
+/// scaling (LongRoPE's factors as f32), tied head and parameter count.
 fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
     let loaded = model::load::<B>(&ModelRef::Gguf(path.to_path_buf()), &Default::default())
         .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
@@ -71,13 +76,29 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
         loaded.config.extras.experts, config.extras.experts,
         "{family}"
     );
-    assert_eq!(loaded.config.qkv_bias, config.qkv_bias, "{family}");
+    let (got, want) = (&loaded.config, &config);
+    assert_eq!(got.qkv_bias, want.qkv_bias, "{family}");
+    assert_eq!(
+        (got.head_dim, got.rotary_dim(), got.sliding_window),
+        (want.head_dim, want.rotary_dim(), want.sliding_window),
+        "{family}"
+    );
+    assert_eq!(
+        got.tie_word_embeddings, want.tie_word_embeddings,
+        "{family}"
+    );
+    assert_eq!(
+        std::mem::discriminant(&got.rope_scaling),
+        std::mem::discriminant(&want.rope_scaling),
+        "{family}: {:?}",
+        got.rope_scaling
+    );
     assert_eq!(loaded.parameter_count, from_folder.parameters, "{family}");
     logits(&loaded.model, &reference(family).0)
 }
 
 #[test]
-fn moe_gguf_files_give_transformers_logits() {
+fn gguf_files_give_transformers_logits() {
     for (family, arch) in FAMILIES {
         let (_, expected) = reference(family);
         let got = gguf_logits(&gguf_path(family), family, arch);
@@ -207,15 +228,16 @@ fn expert_metadata_errors_name_the_key() {
 }
 
 /// A GGUF mixture of experts streams layer by layer (each expert read from its stack when its
-/// layer is reached) and prunes with SparseGPT to the bit like the model loaded whole.
+/// layer is reached), and so does Phi-3 (its parts read from `attn_qkv` and `ffn_up`); both
+/// prune with SparseGPT to the bit like the model loaded whole.
 #[test]
-fn moe_gguf_streams_and_prunes_like_the_model_in_memory() {
+fn gguf_files_stream_and_prune_like_the_model_in_memory() {
     use wanda::model::host::to_host_f32;
     use wanda::model::stream::Layers;
     use wanda::prune::layerwise::prune_model;
     use wanda::prune::{Method, MethodOptions, Sparsity};
 
-    for family in ["mixtral", "qwen2_moe"] {
+    for (family, linears) in [("mixtral", 17), ("qwen2_moe", 21), ("phi3", 7)] {
         let origin = ModelRef::Gguf(gguf_path(family));
         let device = Default::default();
         let store = tempfile::tempdir().unwrap();
@@ -256,7 +278,7 @@ fn moe_gguf_streams_and_prunes_like_the_model_in_memory() {
                 streamed.layer(i).unwrap().into_owned(),
             );
             let (a, b) = (a.linears(), b.linears());
-            assert!(a.len() > 12, "{family}: the experts and router are linears");
+            assert_eq!(a.len(), linears, "{family}");
             for ((name, _, l), (_, _, m)) in a.into_iter().zip(b) {
                 assert_eq!(
                     to_host_f32(l.weight.val()),

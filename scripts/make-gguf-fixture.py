@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""A tiny fixture (tests/fixtures/models/tiny-<family>) written as GGUF the way llama.cpp's
+convert_hf_to_gguf.py writes the family, for tests/it/gguf_families.rs;
+then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, phi3), that file
+loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
+
+    for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini; do
+      ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
+          tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
+    done
+
+What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
+- the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
+  `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`;
+- tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
+- every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
+  (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
+- for `llama`, q/k rows permuted for interleaved RoPE (LlamaModel.permute);
+- the metadata keys of TextModel.set_gguf_parameters, the MoE classes and Phi3MiniModel (its
+  rotated dimensions as `rope.dimension_count`, `sliding_window` 0 for none, LongRoPE as the
+  tensors `rope_factors_long`/`rope_factors_short` with `rope.scaling.attn_factor`; `qkv_proj`
+  and `gate_up_proj` kept stacked as `attn_qkv` and `ffn_up`).
+The vocabulary is the fixture's word list as a SentencePiece (`llama`) vocabulary with
+made-up scores (the tests feed ids, not text). Tensors are f32, so the logits can match transformers' to the float.
+"""
+import json
+import math
+import os
+import sys
+
+import gguf
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+
+ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
+        "phi3": "phi3"}
+
+
+def permute(w, n_head, n_head_kv):
+    # LlamaModel.permute: rotate-half rows → interleaved pairs, per (kv) head.
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def hf_tensors(folder, hp):
+    """The checkpoint under the names the converter maps, experts stacked per layer."""
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    experts = {}
+    out = {}
+    for name, t in tensors.items():
+        if ".experts." in name:
+            layer, rest = name.split(".experts.")
+            e, proj = rest.split(".", 1)
+            experts.setdefault((layer, proj), {})[int(e)] = t
+        else:
+            out[name] = t
+    for (layer, proj), by_index in experts.items():
+        stacked = np.stack([by_index[e] for e in range(len(by_index))])
+        # Mixtral's w1/w3/w2 are gate/up/down; the map knows both spellings.
+        out[f"{layer}.experts.{proj}"] = stacked
+    return out
+
+
+def write(folder, out_path):
+    hp = json.load(open(os.path.join(folder, "config.json")))
+    family = hp["model_type"]
+    arch = ARCH[family]
+    n_layer = hp["num_hidden_layers"]
+    n_head, n_kv = hp["num_attention_heads"], hp.get("num_key_value_heads")
+    w = gguf.GGUFWriter(out_path, arch)
+    if arch == "phi3":
+        phi3_metadata(w, hp)
+    else:
+        common_metadata(w, hp)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    vocab = json.load(open(os.path.join(folder, "tokenizer.json")))["model"]["vocab"]
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([-float(i) for i in range(len(tokens))])
+    w.add_token_types([gguf.TokenType.CONTROL] + [gguf.TokenType.NORMAL] * (len(tokens) - 1))
+    w.add_bos_token_id(hp.get("bos_token_id", 1))
+    w.add_eos_token_id(hp.get("eos_token_id", 2))
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_layer)
+    tensors = hf_tensors(folder, hp)
+    if arch == "phi3":
+        tensors.update(longrope_tensors(w, hp))
+    for name, t in sorted(tensors.items()):
+        if name.startswith("rope_factors"):
+            w.add_tensor(name, t)
+            continue
+        if arch == "llama" and name.endswith("q_proj.weight"):
+            t = permute(t, n_head, n_head)
+        elif arch == "llama" and name.endswith("k_proj.weight"):
+            t = permute(t, n_head, n_kv)
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            new = names.get_name(name + ".weight", try_suffixes=(".weight",))
+        if new is None:
+            sys.exit(f"{name}: gguf-py has no name for it under `{arch}`")
+        if name.endswith("shared_expert_gate.weight"):
+            # [1, hidden] squeezed to [hidden], as the converter's files hold it (transformers'
+            # GGUF loader expands it back).
+            t = t.reshape(-1)
+        w.add_tensor(new, np.ascontiguousarray(t, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return family
+
+
+def rope_parameters(hp):
+    """The RoPE keys wherever the config holds them (transformers 5: `rope_parameters`)."""
+    params = dict(hp.get("rope_parameters") or {})
+    params.update(hp.get("rope_scaling") or {})
+    if hp.get("rope_theta") is not None:
+        params["rope_theta"] = hp["rope_theta"]
+    return params
+
+
+def common_metadata(w, hp):
+    n_head, n_kv = hp["num_attention_heads"], hp.get("num_key_value_heads")
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_feed_forward_length(hp["intermediate_size"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_rope_freq_base(rope_parameters(hp).get("rope_theta", 10000.0))
+    w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+    if (head_dim := hp.get("head_dim")) is not None:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    else:
+        w.add_rope_dimension_count(hp["hidden_size"] // n_head)
+    w.add_expert_count(hp.get("num_local_experts") or hp["num_experts"])
+    w.add_expert_used_count(hp["num_experts_per_tok"])
+    if (moe := hp.get("moe_intermediate_size")) is not None:
+        w.add_expert_feed_forward_length(moe)
+    if (shared := hp.get("shared_expert_intermediate_size")) is not None:
+        w.add_expert_shared_feed_forward_length(shared)
+
+
+def phi3_rotated(hp):
+    rot_pct = hp.get("partial_rotary_factor") or rope_parameters(hp).get("partial_rotary_factor", 1.0)
+    return int(rot_pct * hp["hidden_size"]) // hp["num_attention_heads"]
+
+
+def phi3_metadata(w, hp):
+    """Phi3MiniModel.set_gguf_parameters."""
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_rope_scaling_orig_ctx_len(hp["original_max_position_embeddings"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_feed_forward_length(hp["intermediate_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_head_count(hp["num_attention_heads"])
+    w.add_head_count_kv(hp["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+    w.add_rope_dimension_count(phi3_rotated(hp))
+    w.add_rope_freq_base(rope_parameters(hp)["rope_theta"])
+    w.add_sliding_window(hp.get("sliding_window") or 0)
+
+
+def longrope_tensors(w, hp):
+    """Phi3MiniModel.generate_extra_tensors: LongRoPE's factors as tensors, its attention
+    factor as metadata."""
+    params = rope_parameters(hp)
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return {}
+    scale = hp["max_position_embeddings"] / hp["original_max_position_embeddings"]
+    assert kind in ("su", "longrope"), kind
+    attn = math.sqrt(1 + math.log(scale) / math.log(hp["original_max_position_embeddings"])) \
+        if scale > 1.0 else 1.0
+    w.add_rope_scaling_attn_factors(attn)
+    assert len(params["long_factor"]) == phi3_rotated(hp) // 2
+    return {
+        "rope_factors_long.weight": np.array(params["long_factor"], dtype=np.float32),
+        "rope_factors_short.weight": np.array(params["short_factor"], dtype=np.float32),
+    }
+
+
+def check_with_transformers(folder, out_path):
+    import transformers
+
+    ref = json.load(open(os.path.join(folder, "logits.json")))
+    # transformers' GGUF config maps read neither the expert widths nor Phi-3's window, rotated
+    # share or LongRoPE factors, so the fixture's config is given: the weights alone come from
+    # the file, read by transformers' GGUF tensor processors.
+    config = transformers.AutoConfig.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(os.path.abspath(out_path)), gguf_file=os.path.basename(out_path),
+        config=config, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([ref["ids"]])).logits[0]
+    diff = (logits - torch.tensor(ref["logits"])).abs().max().item()
+    print(f"{out_path}: transformers {transformers.__version__} read from GGUF, "
+          f"max |logit - fixture logit| = {diff:.3g}")
+    return diff
+
+
+if __name__ == "__main__":
+    folder, out_path = sys.argv[1], sys.argv[2]
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    family = write(folder, out_path)
+    print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
+    if family in ("qwen2_moe", "qwen3_moe", "phi3"):
+        if check_with_transformers(folder, out_path) > 1e-4:
+            sys.exit("transformers' GGUF reading differs from the fixture")
