@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """A tiny fixture (tests/fixtures/models/tiny-<family>) written as GGUF the way llama.cpp's
 convert_hf_to_gguf.py writes the family, for tests/it/gguf_families.rs;
-then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, phi3), that file
+then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, phi3, gemma2), that file
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
-    for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini; do
+    for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
+             cohere-qknorm; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
 
 What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
 - the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
-  `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`;
+  `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`;
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
@@ -34,7 +35,7 @@ import torch
 from safetensors.numpy import load_file
 
 ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
-        "phi3": "phi3"}
+        "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r"}
 
 
 def permute(w, n_head, n_head_kv):
@@ -73,6 +74,8 @@ def write(folder, out_path):
     w = gguf.GGUFWriter(out_path, arch)
     if arch == "phi3":
         phi3_metadata(w, hp)
+    elif arch == "gemma2":
+        gemma2_metadata(w, hp)
     else:
         common_metadata(w, hp)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -85,11 +88,15 @@ def write(folder, out_path):
     w.add_bos_token_id(hp.get("bos_token_id", 1))
     w.add_eos_token_id(hp.get("eos_token_id", 2))
 
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_layer)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper().replace("-", "_")], n_layer)
     tensors = hf_tensors(folder, hp)
     if arch == "phi3":
         tensors.update(longrope_tensors(w, hp))
     for name, t in sorted(tensors.items()):
+        if arch in ("gemma2", "command-r") and name == "lm_head.weight":
+            continue  # Gemma2Model.filter_tensors: llama.cpp ties the head
+        if arch == "gemma2" and name.endswith("norm.weight"):
+            t = t + 1  # Gemma2Model.modify_tensors: the norms as `1 + w`
         if name.startswith("rope_factors"):
             w.add_tensor(name, t)
             continue
@@ -132,12 +139,20 @@ def common_metadata(w, hp):
     w.add_head_count(n_head)
     w.add_head_count_kv(n_kv)
     w.add_rope_freq_base(rope_parameters(hp).get("rope_theta", 10000.0))
-    w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+    if "rms_norm_eps" in hp:
+        w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+    else:
+        w.add_layer_norm_eps(hp["layer_norm_eps"])
     if (head_dim := hp.get("head_dim")) is not None:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     else:
         w.add_rope_dimension_count(hp["hidden_size"] // n_head)
+    if hp["model_type"] == "cohere":
+        # CommandR2Model.set_gguf_parameters.
+        w.add_logit_scale(hp["logit_scale"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        return
     w.add_expert_count(hp.get("num_local_experts") or hp["num_experts"])
     w.add_expert_used_count(hp["num_experts_per_tok"])
     if (moe := hp.get("moe_intermediate_size")) is not None:
@@ -166,6 +181,24 @@ def phi3_metadata(w, hp):
     w.add_sliding_window(hp.get("sliding_window") or 0)
 
 
+def gemma2_metadata(w, hp):
+    """Gemma2Model.set_gguf_parameters (no RoPE base: llama.cpp's default, Gemma 2's 10000;
+    no query_pre_attn_scalar: llama.cpp scales queries by head_dim^-0.5, except for the 46
+    layers of the 27B, by (hidden / heads)^-0.5)."""
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_feed_forward_length(hp["intermediate_size"])
+    w.add_head_count(hp["num_attention_heads"])
+    w.add_head_count_kv(hp["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+    w.add_key_length(hp["head_dim"])
+    w.add_value_length(hp["head_dim"])
+    w.add_attn_logit_softcapping(hp["attn_logit_softcapping"])
+    w.add_final_logit_softcapping(hp["final_logit_softcapping"])
+    w.add_sliding_window(hp["sliding_window"])
+
+
 def longrope_tensors(w, hp):
     """Phi3MiniModel.generate_extra_tensors: LongRoPE's factors as tensors, its attention
     factor as metadata."""
@@ -186,18 +219,42 @@ def longrope_tensors(w, hp):
 
 
 def check_with_transformers(folder, out_path):
+    """transformers' logits from the weights it reads in the file, against the fixture's;
+    for Gemma 2 (whose query scale the file cannot hold) they are written beside the file,
+    `<file>.logits.json`, as what llama.cpp's reading of it gives."""
     import transformers
 
     ref = json.load(open(os.path.join(folder, "logits.json")))
     # transformers' GGUF config maps read neither the expert widths nor Phi-3's window, rotated
-    # share or LongRoPE factors, so the fixture's config is given: the weights alone come from
-    # the file, read by transformers' GGUF tensor processors.
+    # share or LongRoPE factors nor Gemma 2's caps, so the fixture's config is given: the
+    # weights alone come from the file, read by transformers' GGUF tensor processors.
     config = transformers.AutoConfig.from_pretrained(folder)
+    own_reference = config.model_type == "gemma2" and \
+        config.query_pre_attn_scalar != config.head_dim
+    if own_reference:
+        config.query_pre_attn_scalar = config.head_dim
     model = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.dirname(os.path.abspath(out_path)), gguf_file=os.path.basename(out_path),
         config=config, dtype=torch.float32)
     with torch.no_grad():
         logits = model(torch.tensor([ref["ids"]])).logits[0]
+    if own_reference:
+        # The folder under the same config must agree: the file's weights are the folder's.
+        folder_model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, config=config, dtype=torch.float32)
+        with torch.no_grad():
+            direct = folder_model(torch.tensor([ref["ids"]])).logits[0]
+        diff = (logits - direct).abs().max().item()
+        print(f"{out_path}: transformers read from GGUF against the folder, both with "
+              f"query_pre_attn_scalar {config.head_dim}: max |logit difference| = {diff:.3g}")
+        if diff > 1e-4:
+            return diff
+        with open(out_path + ".logits.json", "w") as f:
+            json.dump({"ids": ref["ids"], "logits": logits.tolist(),
+                       "query_pre_attn_scalar": config.head_dim,
+                       "transformers": transformers.__version__}, f)
+        print(f"wrote {out_path}.logits.json (query_pre_attn_scalar {config.head_dim})")
+        return 0.0
     diff = (logits - torch.tensor(ref["logits"])).abs().max().item()
     print(f"{out_path}: transformers {transformers.__version__} read from GGUF, "
           f"max |logit - fixture logit| = {diff:.3g}")
@@ -209,6 +266,6 @@ if __name__ == "__main__":
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     family = write(folder, out_path)
     print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
-    if family in ("qwen2_moe", "qwen3_moe", "phi3"):
+    if family in ("qwen2_moe", "qwen3_moe", "phi3", "gemma2"):
         if check_with_transformers(folder, out_path) > 1e-4:
             sys.exit("transformers' GGUF reading differs from the fixture")

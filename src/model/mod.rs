@@ -11,6 +11,7 @@
 pub mod alibi;
 pub mod config;
 pub mod export;
+pub mod extras;
 pub mod family;
 pub mod gguf;
 pub mod host;
@@ -299,7 +300,7 @@ fn load_with<M>(
             let parameter_count = checkpoint.parameter_count();
             let model = build(
                 &config,
-                SplitSource::split_stacks(&config, Arc::new(checkpoint)),
+                SplitSource::for_family(&config, Arc::new(checkpoint)),
             )?;
             finish(
                 origin,

@@ -225,15 +225,6 @@ impl SplitSource {
             inner,
             config: config.clone(),
         });
-        Self::split_stacks(config, inner)
-    }
-
-    /// `inner`, already under the decoder's names (a GGUF file), split when the family of
-    /// `config` stacks linears.
-    pub fn split_stacks(
-        config: &LlamaConfig,
-        inner: Arc<dyn WeightSource>,
-    ) -> Arc<dyn WeightSource> {
         let fused = config.architecture.family().fused_linears();
         if fused.is_empty() {
             return inner;

@@ -3,7 +3,9 @@
 //! Mixtral as `llama` with an expert count and q/k rows interleaved, Qwen2-MoE as `qwen2moe`
 //! with its shared expert, Qwen3-MoE as `qwen3moe`, OLMoE as `olmoe` (every layer's experts
 //! stacked into one `ffn_*_exps` tensor per projection), Phi-3 as `phi3` (`attn_qkv` and
-//! `ffn_up` stacked, its rotated dimensions, window and LongRoPE factors). Each file must load
+//! `ffn_up` stacked, its rotated dimensions, window and LongRoPE factors), Gemma 2 as `gemma2`
+//! (`1 + w` norms, caps, no query scale of its own), Cohere as `command-r` (R+'s q/k norms by
+//! presence, an f32 logit scale). Each file must load
 //! as its family with the folder's shape and give transformers' logits; so must the files
 //! converted before llama.cpp stacked experts, and quantised stacks must read per expert.
 
@@ -18,7 +20,7 @@ use crate::common::{logits, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 7] = [
+const FAMILIES: [(&str, Architecture); 10] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -26,6 +28,9 @@ const FAMILIES: [(&str, Architecture); 7] = [
     ("phi3", Architecture::Phi3),
     ("phi3-longrope", Architecture::Phi3),
     ("phi4-mini", Architecture::Phi3),
+    ("gemma2", Architecture::Gemma2),
+    ("cohere", Architecture::Cohere),
+    ("cohere-qknorm", Architecture::Cohere),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -36,9 +41,16 @@ fn folder(family: &str) -> PathBuf {
     Path::new(FIXTURES).join(format!("models/tiny-{family}"))
 }
 
-/// The fixture's ids and transformers' logits of them.
+/// The fixture's ids and transformers' logits of them: the folder's, or where the file cannot
+/// hold the folder's config (Gemma 2's query scale), transformers' from the file as llama.cpp
+/// reads it (`tiny-<family>.gguf.logits.json`).
 fn reference(family: &str) -> (Vec<i64>, Vec<f32>) {
-    let text = std::fs::read_to_string(folder(family).join("logits.json")).unwrap();
+    let own = Path::new(FIXTURES).join(format!("gguf/tiny-{family}.gguf.logits.json"));
+    let path = match own.exists() {
+        true => own,
+        false => folder(family).join("logits.json"),
+    };
+    let text = std::fs::read_to_string(path).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let ids = json["ids"].as_array().unwrap();
     let rows = json["logits"].as_array().unwrap();
@@ -78,9 +90,24 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
     );
     let (got, want) = (&loaded.config, &config);
     assert_eq!(got.qkv_bias, want.qkv_bias, "{family}");
+    assert_eq!(got.qk_norm, want.qk_norm, "{family}");
+    // GGUF holds the logit scale as an f32.
+    let f32_scale = |c: &wanda::model::config::LlamaConfig| c.extras.logit_scale.map(|s| s as f32);
+    assert_eq!(f32_scale(got), f32_scale(want), "{family}");
     assert_eq!(
-        (got.head_dim, got.rotary_dim(), got.sliding_window),
-        (want.head_dim, want.rotary_dim(), want.sliding_window),
+        (got.head_dim, got.rotary_dim()),
+        (want.head_dim, want.rotary_dim()),
+        "{family}"
+    );
+    let windows = |c: &wanda::model::config::LlamaConfig| {
+        (0..c.num_hidden_layers)
+            .map(|l| c.layer_window(l))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(windows(got), windows(want), "{family}");
+    assert_eq!(
+        (got.extras.attn_softcap, got.extras.final_softcap),
+        (want.extras.attn_softcap, want.extras.final_softcap),
         "{family}"
     );
     assert_eq!(

@@ -107,6 +107,11 @@ impl Family for Cohere {
         }
     }
 
+    /// llama.cpp's `command-r` (Command R, R+, Aya); Cohere 2's files are not read.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        (!self.sliding).then_some("command-r")
+    }
+
     /// `CohereConfig.default_theta` (Cohere 2 keeps 10,000).
     fn default_rope_theta(&self) -> f64 {
         if self.sliding {

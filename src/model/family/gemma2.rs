@@ -25,6 +25,10 @@ impl Family for Gemma2 {
         "gemma2"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("gemma2")
+    }
+
     fn ties_embeddings_by_default(&self) -> bool {
         true
     }

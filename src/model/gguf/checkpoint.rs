@@ -182,7 +182,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         qk_layernorm: None,
         use_qkv_bias: None,
         use_parallel_residual: None,
-        layer_norm_eps: None,
+        layer_norm_eps: file.get_f64(&key("attention.layer_norm_epsilon")),
         apply_residual_connection_post_layernorm: None,
         falcon: Default::default(),
         rope_scaling,
@@ -206,8 +206,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         layer_norm_elementwise_affine: None,
         remove_final_layer_norm: None,
         hidden_activation: None,
-        // GGUF does not store it; llama.cpp scales by `key_length^-0.5` (Gemma 3 270M–12B).
-        query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),
+        query_pre_attn_scalar: query_pre_attn_scalar(file, architecture, &key),
         rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
         mlp_bias: None,
         embedding_multiplier: None,
@@ -218,9 +217,10 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         no_rope_layer_interval: None,
         use_sliding_window: None,
         max_window_layers: None,
-        logit_scale: None,
+        logit_scale: file.get_f64(&key("logit_scale")),
         clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
-        use_qk_norm: None,
+        // Command R+'s: llama.cpp reads the norms where the file has them.
+        use_qk_norm: Some(file.tensor_info("blk.0.attn_q_norm.weight").is_some()),
         num_local_experts: experts,
         num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
         num_experts: None,
@@ -240,8 +240,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         mlp_only_layers: None,
         layer_types: None,
         sliding_window_pattern: None,
-        final_logit_softcapping: None,
-        attn_logit_softcapping: None,
+        final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
+        attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
         use_bidirectional_attention: None,
     };
     let mut config = hf.resolve()?;
@@ -255,6 +255,23 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         config.rope_scaling = RopeScaling::Factors(factors);
     }
     Ok(config)
+}
+
+/// The query scale's `query_pre_attn_scalar`, which GGUF does not store: llama.cpp scales by
+/// `key_length^-0.5` (Gemma 2 2B and 9B, Gemma 3 270M–12B), except for Gemma 2 27B (told by
+/// its 46 layers) by `(hidden / heads)^-0.5`.
+fn query_pre_attn_scalar(
+    file: &GgufFile,
+    architecture: Architecture,
+    key: &dyn Fn(&str) -> String,
+) -> Option<f64> {
+    let layers = file.get_u64(&key("block_count"));
+    if architecture == Architecture::Gemma2 && layers == Some(46) {
+        let hidden = file.get_u64(&key("embedding_length"))?;
+        let heads = file.get_u64(&key("attention.head_count"))?.max(1);
+        return Some((hidden / heads) as f64);
+    }
+    file.get_u64(&key("attention.key_length")).map(|v| v as f64)
 }
 
 /// The RoPE scaling `{arch}.rope.scaling.type` names (`key` makes the metadata key): none or
@@ -362,7 +379,7 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "self_attn.k_norm" => "attn_k_norm",
         "self_attn.qkv_proj" => "attn_qkv",
         "mlp.gate_up_proj" => "ffn_up",
-        "mlp.gate" => "ffn_gate_inp",
+        "mlp.gate" | "block_sparse_moe.gate" => "ffn_gate_inp",
         "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
         "mlp.shared_expert.up_proj" => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" => "ffn_down_shexp",
@@ -372,19 +389,22 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
     Some(format!("blk.{layer}.{short}.{kind}"))
 }
 
-/// Where an expert's linear lies in a GGUF file: `(stacked, index, legacy)`, entry `index` of
-/// llama.cpp's stacked `blk.N.ffn_*_exps.weight` (`[experts, rows, cols]`), or, in files
-/// converted before stacking (early 2024), a tensor of its own, `blk.N.ffn_*.E.weight`.
+/// Where an expert's linear (`mlp.experts.E.gate_proj`, Mixtral's
+/// `block_sparse_moe.experts.E.w1`) lies in a GGUF file: `(stacked, index, legacy)`, entry
+/// `index` of llama.cpp's stacked `blk.N.ffn_*_exps.weight` (`[experts, rows, cols]`), or, in
+/// files converted before stacking (early 2024), a tensor of its own, `blk.N.ffn_*.E.weight`.
 pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
     let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once(".mlp.experts.")?;
+    let (layer, rest) = rest
+        .split_once(".mlp.experts.")
+        .or_else(|| rest.split_once(".block_sparse_moe.experts."))?;
     let layer: usize = layer.parse().ok()?;
     let (expert, rest) = rest.split_once('.')?;
     let expert: usize = expert.parse().ok()?;
     let short = match rest {
-        "gate_proj.weight" => "ffn_gate",
-        "up_proj.weight" => "ffn_up",
-        "down_proj.weight" => "ffn_down",
+        "gate_proj.weight" | "w1.weight" => "ffn_gate",
+        "up_proj.weight" | "w3.weight" => "ffn_up",
+        "down_proj.weight" | "w2.weight" => "ffn_down",
         _ => return None,
     };
     Some((
@@ -524,6 +544,25 @@ impl WeightSource for GgufCheckpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gguf::GgufWriter;
+
+    /// llama.cpp's query scale for files without `query_pre_attn_scalar`: `key_length`, but
+    /// `hidden / heads` for Gemma 2 27B (46 layers: 4608 / 32 = 144, its config's value).
+    #[test]
+    fn gemma2_27b_scales_queries_by_hidden_over_heads() {
+        let scalar = |arch: Architecture, layers: u32| {
+            let mut w = GgufWriter::new();
+            w.metadata("gemma2.block_count", layers)
+                .metadata("gemma2.embedding_length", 4608u32)
+                .metadata("gemma2.attention.head_count", 32u32)
+                .metadata("gemma2.attention.key_length", 128u32);
+            let file = GgufFile::from_bytes("g.gguf", w.to_bytes().unwrap()).unwrap();
+            query_pre_attn_scalar(&file, arch, &|k: &str| format!("gemma2.{k}"))
+        };
+        assert_eq!(scalar(Architecture::Gemma2, 46), Some(144.0));
+        assert_eq!(scalar(Architecture::Gemma2, 42), Some(128.0));
+        assert_eq!(scalar(Architecture::Gemma3, 46), Some(128.0));
+    }
 
     #[test]
     fn names_map_to_gguf() {
