@@ -5,18 +5,19 @@ then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, p
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
-             cohere-qknorm; do
+             cohere-qknorm granite; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
 
 What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
 - the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
-  `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`;
+  `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`,
+  Granite `granite`;
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
-- for `llama`, q/k rows permuted for interleaved RoPE (LlamaModel.permute);
+- for `llama` and `granite`, q/k rows permuted for interleaved RoPE (LlamaModel.permute);
 - the metadata keys of TextModel.set_gguf_parameters, the MoE classes and Phi3MiniModel (its
   rotated dimensions as `rope.dimension_count`, `sliding_window` 0 for none, LongRoPE as the
   tensors `rope_factors_long`/`rope_factors_short` with `rope.scaling.attn_factor`; `qkv_proj`
@@ -35,7 +36,9 @@ import torch
 from safetensors.numpy import load_file
 
 ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
-        "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r"}
+        "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite"}
+# LlamaModel and its subclasses permute q/k rows for llama.cpp's interleaved RoPE.
+PERMUTED = ("llama", "granite")
 
 
 def permute(w, n_head, n_head_kv):
@@ -100,9 +103,9 @@ def write(folder, out_path):
         if name.startswith("rope_factors"):
             w.add_tensor(name, t)
             continue
-        if arch == "llama" and name.endswith("q_proj.weight"):
+        if arch in PERMUTED and name.endswith("q_proj.weight"):
             t = permute(t, n_head, n_head)
-        elif arch == "llama" and name.endswith("k_proj.weight"):
+        elif arch in PERMUTED and name.endswith("k_proj.weight"):
             t = permute(t, n_head, n_kv)
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
@@ -148,6 +151,15 @@ def common_metadata(w, hp):
         w.add_value_length(head_dim)
     else:
         w.add_rope_dimension_count(hp["hidden_size"] // n_head)
+    if hp["model_type"] == "granite":
+        # GraniteModel.set_gguf_parameters: each multiplier as a scale, where it is not 0.
+        for key, add in (("attention_multiplier", w.add_attention_scale),
+                         ("embedding_multiplier", w.add_embedding_scale),
+                         ("residual_multiplier", w.add_residual_scale),
+                         ("logits_scaling", w.add_logit_scale)):
+            if hp.get(key):
+                add(hp[key])
+        return
     if hp["model_type"] == "cohere":
         # CommandR2Model.set_gguf_parameters.
         w.add_logit_scale(hp["logit_scale"])

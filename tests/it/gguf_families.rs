@@ -5,7 +5,8 @@
 //! stacked into one `ffn_*_exps` tensor per projection), Phi-3 as `phi3` (`attn_qkv` and
 //! `ffn_up` stacked, its rotated dimensions, window and LongRoPE factors), Gemma 2 as `gemma2`
 //! (`1 + w` norms, caps, no query scale of its own), Cohere as `command-r` (R+'s q/k norms by
-//! presence, an f32 logit scale). Each file must load
+//! presence, an f32 logit scale), Granite as `granite` (q/k rows interleaved, its factors as
+//! scales, MLP biases by presence). Each file must load
 //! as its family with the folder's shape and give transformers' logits; so must the files
 //! converted before llama.cpp stacked experts, and quantised stacks must read per expert.
 
@@ -20,7 +21,7 @@ use crate::common::{logits, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 10] = [
+const FAMILIES: [(&str, Architecture); 11] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -31,6 +32,7 @@ const FAMILIES: [(&str, Architecture); 10] = [
     ("gemma2", Architecture::Gemma2),
     ("cohere", Architecture::Cohere),
     ("cohere-qknorm", Architecture::Cohere),
+    ("granite", Architecture::Granite),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -91,7 +93,14 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
     let (got, want) = (&loaded.config, &config);
     assert_eq!(got.qkv_bias, want.qkv_bias, "{family}");
     assert_eq!(got.qk_norm, want.qk_norm, "{family}");
-    // GGUF holds the logit scale as an f32.
+    assert_eq!(got.extras.mlp_bias, want.extras.mlp_bias, "{family}");
+    // GGUF holds the logit scale and Granite's factors as f32s.
+    let f32_factors = |c: &wanda::model::config::LlamaConfig| {
+        c.extras
+            .multipliers
+            .map(|m| [m.embedding, m.residual, m.attention, m.logits].map(|f| f as f32))
+    };
+    assert_eq!(f32_factors(got), f32_factors(want), "{family}");
     let f32_scale = |c: &wanda::model::config::LlamaConfig| c.extras.logit_scale.map(|s| s as f32);
     assert_eq!(f32_scale(got), f32_scale(want), "{family}");
     assert_eq!(

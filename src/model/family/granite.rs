@@ -27,6 +27,15 @@ impl Family for Granite {
         "granite"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("granite")
+    }
+
+    /// llama.cpp's converter permutes Granite's q/k rows as Llama's.
+    fn gguf_interleaves_qk(&self) -> bool {
+        true
+    }
+
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let factor = |key: &str, value: Option<f64>| positive_number(key, value.unwrap_or(1.0));
         Ok(DecoderExtras {

@@ -208,11 +208,19 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         hidden_activation: None,
         query_pre_attn_scalar: query_pre_attn_scalar(file, architecture, &key),
         rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
-        mlp_bias: None,
-        embedding_multiplier: None,
-        residual_multiplier: None,
-        attention_multiplier: None,
-        logits_scaling: None,
+        mlp_bias: Some(file.tensor_info("blk.0.ffn_down.bias").is_some()),
+        // Granite's factors, which llama.cpp's converter writes as scales where they are not 0;
+        // without one llama.cpp scales the scores by `head_dim^-0.5` (`logit_scale` divides
+        // Granite's logits and multiplies Cohere's, each family reading its own key).
+        embedding_multiplier: file.get_f64(&key("embedding_scale")),
+        residual_multiplier: file.get_f64(&key("residual_scale")),
+        attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
+            let head_dim = file
+                .get_u64(&key("attention.key_length"))
+                .map_or(rotated.unwrap_or(head_width), |k| k as usize);
+            (architecture == Architecture::Granite).then(|| (head_dim as f64).powf(-0.5))
+        }),
+        logits_scaling: file.get_f64(&key("logit_scale")),
         no_rope_layers: None,
         no_rope_layer_interval: None,
         use_sliding_window: None,
@@ -562,6 +570,24 @@ mod tests {
         assert_eq!(scalar(Architecture::Gemma2, 46), Some(144.0));
         assert_eq!(scalar(Architecture::Gemma2, 42), Some(128.0));
         assert_eq!(scalar(Architecture::Gemma3, 46), Some(128.0));
+    }
+
+    /// A Granite file without `attention.scale` (the converter leaves out a 0 multiplier)
+    /// scales the scores by `head_dim^-0.5`, as llama.cpp does; the other factors default to 1.
+    #[test]
+    fn granite_without_an_attention_scale_takes_llama_cpps() {
+        let mut w = GgufWriter::new();
+        w.metadata("granite.block_count", 1u32)
+            .metadata("granite.embedding_length", 64u32)
+            .metadata("granite.feed_forward_length", 128u32)
+            .metadata("granite.attention.head_count", 4u32)
+            .metadata("granite.vocab_size", 8u32)
+            .metadata("granite.embedding_scale", 12.0f32);
+        let file = GgufFile::from_bytes("g.gguf", w.to_bytes().unwrap()).unwrap();
+        let config = config_from_metadata(&file, "granite").unwrap();
+        let m = config.extras.multipliers.unwrap();
+        assert_eq!((m.embedding, m.residual, m.logits), (12.0, 1.0, 1.0));
+        assert_eq!(m.attention, 0.25, "16^-0.5");
     }
 
     #[test]
