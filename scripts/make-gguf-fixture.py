@@ -5,7 +5,7 @@ then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, p
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
-             cohere-qknorm granite; do
+             cohere-qknorm granite smollm3; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -13,11 +13,12 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
 What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
 - the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
   `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`,
-  Granite `granite`;
+  Granite `granite`, SmolLM3 `smollm3`;
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
-- for `llama` and `granite`, q/k rows permuted for interleaved RoPE (LlamaModel.permute);
+- for `llama`, `granite` and `smollm3`, q/k rows permuted for interleaved RoPE
+  (LlamaModel.permute);
 - the metadata keys of TextModel.set_gguf_parameters, the MoE classes and Phi3MiniModel (its
   rotated dimensions as `rope.dimension_count`, `sliding_window` 0 for none, LongRoPE as the
   tensors `rope_factors_long`/`rope_factors_short` with `rope.scaling.attn_factor`; `qkv_proj`
@@ -36,9 +37,10 @@ import torch
 from safetensors.numpy import load_file
 
 ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
-        "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite"}
+        "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
+        "smollm3": "smollm3"}
 # LlamaModel and its subclasses permute q/k rows for llama.cpp's interleaved RoPE.
-PERMUTED = ("llama", "granite")
+PERMUTED = ("llama", "granite", "smollm3")
 
 
 def permute(w, n_head, n_head_kv):
@@ -165,6 +167,8 @@ def common_metadata(w, hp):
         w.add_logit_scale(hp["logit_scale"])
         w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
         return
+    if not (hp.get("num_local_experts") or hp.get("num_experts")):
+        return  # SmolLM3Model: LlamaModel's keys alone
     w.add_expert_count(hp.get("num_local_experts") or hp["num_experts"])
     w.add_expert_used_count(hp["num_experts_per_tok"])
     if (moe := hp.get("moe_intermediate_size")) is not None:
@@ -230,47 +234,68 @@ def longrope_tensors(w, hp):
     }
 
 
-def check_with_transformers(folder, out_path):
-    """transformers' logits from the weights it reads in the file, against the fixture's;
-    for Gemma 2 (whose query scale the file cannot hold) they are written beside the file,
-    `<file>.logits.json`, as what llama.cpp's reading of it gives."""
+# The architectures whose GGUF files transformers' own loader reads.
+TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2")
+
+
+def check_with_transformers(folder, out_path, family):
+    """transformers' logits from the weights it reads in the file (where it reads the
+    architecture), against the fixture's; where the file cannot hold the fixture's config
+    (Gemma 2's query scale, SmolLM3's NoPE layers other than every fourth) the reference is
+    written beside the file, `<file>.logits.json`: transformers' logits under the config
+    llama.cpp reads from the file (the folder's weights, and the file's where transformers
+    reads it, which must agree)."""
     import transformers
 
     ref = json.load(open(os.path.join(folder, "logits.json")))
+    ids = torch.tensor([ref["ids"]])
     # transformers' GGUF config maps read neither the expert widths nor Phi-3's window, rotated
     # share or LongRoPE factors nor Gemma 2's caps, so the fixture's config is given: the
     # weights alone come from the file, read by transformers' GGUF tensor processors.
     config = transformers.AutoConfig.from_pretrained(folder)
-    own_reference = config.model_type == "gemma2" and \
-        config.query_pre_attn_scalar != config.head_dim
-    if own_reference:
+    own_reference = False
+    if config.model_type == "gemma2" and config.query_pre_attn_scalar != config.head_dim:
         config.query_pre_attn_scalar = config.head_dim
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(os.path.abspath(out_path)), gguf_file=os.path.basename(out_path),
-        config=config, dtype=torch.float32)
-    with torch.no_grad():
-        logits = model(torch.tensor([ref["ids"]])).logits[0]
-    if own_reference:
-        # The folder under the same config must agree: the file's weights are the folder's.
-        folder_model = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, config=config, dtype=torch.float32)
+        own_reference = True
+    # llama.cpp fixes SmolLM3's NoPE layers at every fourth (n_no_rope_layer_step = 4).
+    every_fourth = [int((i + 1) % 4 != 0) for i in range(config.num_hidden_layers)]
+    if config.model_type == "smollm3" and config.no_rope_layers != every_fourth:
+        config.no_rope_layers = every_fourth
+        config.no_rope_layer_interval = 4
+        own_reference = True
+
+    def run(model):
         with torch.no_grad():
-            direct = folder_model(torch.tensor([ref["ids"]])).logits[0]
-        diff = (logits - direct).abs().max().item()
-        print(f"{out_path}: transformers read from GGUF against the folder, both with "
-              f"query_pre_attn_scalar {config.head_dim}: max |logit difference| = {diff:.3g}")
+            return model(ids).logits[0]
+
+    from_file = None
+    if family in TRANSFORMERS_READS:
+        from_file = run(transformers.AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(os.path.abspath(out_path)), gguf_file=os.path.basename(out_path),
+            config=config, dtype=torch.float32))
+    if not own_reference:
+        if from_file is None:
+            return 0.0
+        diff = (from_file - torch.tensor(ref["logits"])).abs().max().item()
+        print(f"{out_path}: transformers {transformers.__version__} read from GGUF, "
+              f"max |logit - fixture logit| = {diff:.3g}")
+        return diff
+    logits = run(transformers.AutoModelForCausalLM.from_pretrained(
+        folder, config=config, dtype=torch.float32))
+    if from_file is not None:
+        diff = (logits - from_file).abs().max().item()
+        print(f"{out_path}: transformers read from GGUF against the folder, both under the "
+              f"file's config: max |logit difference| = {diff:.3g}")
         if diff > 1e-4:
             return diff
-        with open(out_path + ".logits.json", "w") as f:
-            json.dump({"ids": ref["ids"], "logits": logits.tolist(),
-                       "query_pre_attn_scalar": config.head_dim,
-                       "transformers": transformers.__version__}, f)
-        print(f"wrote {out_path}.logits.json (query_pre_attn_scalar {config.head_dim})")
-        return 0.0
-    diff = (logits - torch.tensor(ref["logits"])).abs().max().item()
-    print(f"{out_path}: transformers {transformers.__version__} read from GGUF, "
-          f"max |logit - fixture logit| = {diff:.3g}")
-    return diff
+    with open(out_path + ".logits.json", "w") as f:
+        json.dump({"ids": ref["ids"], "logits": logits.tolist(),
+                   "config": {k: getattr(config, k) for k in
+                              ("query_pre_attn_scalar", "no_rope_layers")
+                              if hasattr(config, k)},
+                   "transformers": transformers.__version__}, f)
+    print(f"wrote {out_path}.logits.json")
+    return 0.0
 
 
 if __name__ == "__main__":
@@ -278,6 +303,5 @@ if __name__ == "__main__":
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     family = write(folder, out_path)
     print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
-    if family in ("qwen2_moe", "qwen3_moe", "phi3", "gemma2"):
-        if check_with_transformers(folder, out_path) > 1e-4:
-            sys.exit("transformers' GGUF reading differs from the fixture")
+    if check_with_transformers(folder, out_path, family) > 1e-4:
+        sys.exit("transformers' GGUF reading differs from the fixture")

@@ -6,7 +6,8 @@
 //! `ffn_up` stacked, its rotated dimensions, window and LongRoPE factors), Gemma 2 as `gemma2`
 //! (`1 + w` norms, caps, no query scale of its own), Cohere as `command-r` (R+'s q/k norms by
 //! presence, an f32 logit scale), Granite as `granite` (q/k rows interleaved, its factors as
-//! scales, MLP biases by presence). Each file must load
+//! scales, MLP biases by presence), SmolLM3 as `smollm3` (NoPE every fourth layer). Each file
+//! must load
 //! as its family with the folder's shape and give transformers' logits; so must the files
 //! converted before llama.cpp stacked experts, and quantised stacks must read per expert.
 
@@ -21,7 +22,7 @@ use crate::common::{logits, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 11] = [
+const FAMILIES: [(&str, Architecture); 12] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -33,6 +34,7 @@ const FAMILIES: [(&str, Architecture); 11] = [
     ("cohere", Architecture::Cohere),
     ("cohere-qknorm", Architecture::Cohere),
     ("granite", Architecture::Granite),
+    ("smollm3", Architecture::SmolLm3),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -44,8 +46,8 @@ fn folder(family: &str) -> PathBuf {
 }
 
 /// The fixture's ids and transformers' logits of them: the folder's, or where the file cannot
-/// hold the folder's config (Gemma 2's query scale), transformers' from the file as llama.cpp
-/// reads it (`tiny-<family>.gguf.logits.json`).
+/// hold the folder's config (Gemma 2's query scale, SmolLM3's NoPE layers), transformers' under
+/// the config llama.cpp reads from the file (`tiny-<family>.gguf.logits.json`).
 fn reference(family: &str) -> (Vec<i64>, Vec<f32>) {
     let own = Path::new(FIXTURES).join(format!("gguf/tiny-{family}.gguf.logits.json"));
     let path = match own.exists() {

@@ -23,6 +23,17 @@ impl Family for SmolLm3 {
         "smollm3"
     }
 
+    /// llama.cpp's `smollm3`, which fixes the NoPE layers at every fourth (the released
+    /// models' `no_rope_layer_interval`), as this reads a config without `no_rope_layers`.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("smollm3")
+    }
+
+    /// llama.cpp's converter permutes SmolLM3's q/k rows as Llama's.
+    fn gguf_interleaves_qk(&self) -> bool {
+        true
+    }
+
     /// `SmolLM3Config.default_theta`.
     fn default_rope_theta(&self) -> f64 {
         2_000_000.0
