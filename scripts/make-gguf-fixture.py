@@ -5,7 +5,7 @@ then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, p
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
-             cohere-qknorm granite smollm3; do
+             cohere-qknorm granite smollm3 glm4; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -13,7 +13,7 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
 What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
 - the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
   `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`,
-  Granite `granite`, SmolLM3 `smollm3`;
+  Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`;
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
@@ -38,7 +38,7 @@ from safetensors.numpy import load_file
 
 ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
         "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
-        "smollm3": "smollm3"}
+        "smollm3": "smollm3", "glm4": "glm4"}
 # LlamaModel and its subclasses permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3")
 
@@ -166,6 +166,11 @@ def common_metadata(w, hp):
         # CommandR2Model.set_gguf_parameters.
         w.add_logit_scale(hp["logit_scale"])
         w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        return
+    if hp["model_type"] == "glm4":
+        # Glm4Model.set_gguf_parameters: the rotated part of each head.
+        rotary = rope_parameters(hp).get("partial_rotary_factor", 0.5)
+        w.add_rope_dimension_count(int(hp["head_dim"] * rotary))
         return
     if not (hp.get("num_local_experts") or hp.get("num_experts")):
         return  # SmolLM3Model: LlamaModel's keys alone

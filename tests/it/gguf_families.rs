@@ -6,10 +6,11 @@
 //! `ffn_up` stacked, its rotated dimensions, window and LongRoPE factors), Gemma 2 as `gemma2`
 //! (`1 + w` norms, caps, no query scale of its own), Cohere as `command-r` (R+'s q/k norms by
 //! presence, an f32 logit scale), Granite as `granite` (q/k rows interleaved, its factors as
-//! scales, MLP biases by presence), SmolLM3 as `smollm3` (NoPE every fourth layer). Each file
-//! must load
-//! as its family with the folder's shape and give transformers' logits; so must the files
-//! converted before llama.cpp stacked experts, and quantised stacks must read per expert.
+//! scales, MLP biases by presence), SmolLM3 as `smollm3` (NoPE every fourth layer), GLM-4 as
+//! `glm4` (`ffn_up` stacked, half of each head rotating, its four norms under llama.cpp's
+//! names). Each file must load as its family with the folder's shape and give transformers'
+//! logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
+//! must read per expert.
 
 use std::path::{Path, PathBuf};
 
@@ -22,7 +23,7 @@ use crate::common::{logits, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 12] = [
+const FAMILIES: [(&str, Architecture); 13] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -35,6 +36,7 @@ const FAMILIES: [(&str, Architecture); 12] = [
     ("cohere-qknorm", Architecture::Cohere),
     ("granite", Architecture::Granite),
     ("smollm3", Architecture::SmolLm3),
+    ("glm4", Architecture::Glm4),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {

@@ -74,6 +74,11 @@ impl Family for Glm {
         }
     }
 
+    /// llama.cpp's `glm4` (GLM-4-0414); the older GLM's files (`chatglm`) are not read.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        self.output_norms.then_some("glm4")
+    }
+
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1.5625e-7)
     }

@@ -147,13 +147,15 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         Some(longrope) => Some(longrope),
         None => rope_scaling(file, &key)?,
     };
-    // llama.cpp writes the rotated dimensions of Phi-3's heads, not their width (Phi-4-mini
-    // rotates 96 of 128).
+    // llama.cpp writes the rotated dimensions of Phi-3's and GLM-4's heads, not their width
+    // (Phi-4-mini rotates 96 of 128, GLM-4 half of each head).
     let rotated = file
         .get_u64(&key("rope.dimension_count"))
         .map(|v| v as usize);
-    let partial = architecture == Architecture::Phi3;
-    let head_width = hidden_size / num_attention_heads.max(1);
+    let partial = matches!(architecture, Architecture::Phi3 | Architecture::Glm4);
+    let head_width = file
+        .get_u64(&key("attention.key_length"))
+        .map_or(hidden_size / num_attention_heads.max(1), |k| k as usize);
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
         model_type: Some(architecture.model_type().to_string()),
@@ -381,6 +383,9 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "mlp.down_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
         "post_attention_layernorm" if sandwich_norms => "post_attention_norm",
+        // GLM-4's names for the attention's and the MLP's output norms.
+        "post_self_attn_layernorm" => "post_attention_norm",
+        "post_mlp_layernorm" => "post_ffw_norm",
         "post_attention_layernorm" | "pre_feedforward_layernorm" => "ffn_norm",
         "post_feedforward_layernorm" => "post_ffw_norm",
         "self_attn.q_norm" => "attn_q_norm",
@@ -455,6 +460,14 @@ fn unpermute_rows(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
 }
 
 impl GgufCheckpoint {
+    /// Whether the checkpoint's names are Gemma's four norms ([`gguf_name`]'s `sandwich_norms`):
+    /// GLM-4 has four too, but its checkpoint names the attention's output norm
+    /// `post_self_attn_layernorm` and gives `post_attention_layernorm` to the MLP's input norm,
+    /// as a Llama does.
+    fn gemma_norm_names(&self) -> bool {
+        self.config.extras.sandwich_norms && self.config.architecture != Architecture::Glm4
+    }
+
     /// Whether `name` is a part of a linear the family stacks (Phi-3's q/k/v, gate/up) that
     /// this file holds stacked (`attn_qkv`; `ffn_up` holding gate and up): the stack's first
     /// part has no tensor of its own. The decoder then reads the stack
@@ -476,7 +489,7 @@ impl GgufCheckpoint {
             return false;
         };
         let first = format!("model.layers.{layer}.{}.weight", stack.parts[0]);
-        gguf_name(&first, self.config.extras.sandwich_norms)
+        gguf_name(&first, self.gemma_norm_names())
             .is_none_or(|g| self.file.tensor_info(&g).is_none())
     }
 }
@@ -504,7 +517,7 @@ impl WeightSource for GgufCheckpoint {
         if self.stacked_in_file(name) {
             return Ok(None);
         }
-        let Some(gguf) = gguf_name(name, self.config.extras.sandwich_norms) else {
+        let Some(gguf) = gguf_name(name, self.gemma_norm_names()) else {
             return Ok(None);
         };
         if self.file.tensor_info(&gguf).is_none() {
