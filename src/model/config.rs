@@ -150,7 +150,7 @@ pub const KEY_ALIASES: [(&str, &str); 4] = [
 
 /// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.
 /// Unknown keys are ignored (real configs carry many that do not affect inference).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct HfLlamaConfig {
     /// Class names, e.g. `["LlamaForCausalLM"]`.
     #[serde(default)]

@@ -161,7 +161,6 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         model_type: Some(architecture.model_type().to_string()),
         hidden_size,
         intermediate_size: Some(required("feed_forward_length")?),
-        ffn_dim: None,
         num_hidden_layers: required("block_count")?,
         num_attention_heads,
         num_key_value_heads: file
@@ -176,19 +175,11 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         original_max_position_embeddings: file
             .get_u64(&key("rope.scaling.original_context_length"))
             .map(|v| v as usize),
-        rotary_emb_base: None,
-        rotary_pct: None,
         partial_rotary_factor: rotated
             .filter(|&r| partial && r != head_width)
             .map(|r| r as f64 / head_width as f64),
-        qk_layernorm: None,
-        use_qkv_bias: None,
-        use_parallel_residual: None,
         layer_norm_eps: file.get_f64(&key("attention.layer_norm_epsilon")),
-        apply_residual_connection_post_layernorm: None,
-        falcon: Default::default(),
         rope_scaling,
-        rope_parameters: None,
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
@@ -200,14 +191,6 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .map(|v| v as usize),
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
-        hidden_act: None,
-        activation_function: None,
-        enable_bias: None,
-        do_layer_norm_before: None,
-        word_embed_proj_dim: None,
-        layer_norm_elementwise_affine: None,
-        remove_final_layer_norm: None,
-        hidden_activation: None,
         query_pre_attn_scalar: query_pre_attn_scalar(file, architecture, &key),
         rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
         mlp_bias: Some(file.tensor_info("blk.0.ffn_down.bias").is_some()),
@@ -223,17 +206,12 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             (architecture == Architecture::Granite).then(|| (head_dim as f64).powf(-0.5))
         }),
         logits_scaling: file.get_f64(&key("logit_scale")),
-        no_rope_layers: None,
-        no_rope_layer_interval: None,
-        use_sliding_window: None,
-        max_window_layers: None,
         logit_scale: file.get_f64(&key("logit_scale")),
         clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
         // Command R+'s: llama.cpp reads the norms where the file has them.
         use_qk_norm: Some(file.tensor_info("blk.0.attn_q_norm.weight").is_some()),
         num_local_experts: experts,
         num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
-        num_experts: None,
         moe_intermediate_size: file
             .get_u64(&key("expert_feed_forward_length"))
             .map(|v| v as usize),
@@ -246,13 +224,9 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         norm_topk_prob: file
             .get_bool(&key("expert_weights_norm"))
             .or((architecture == Architecture::Qwen3Moe).then_some(true)),
-        decoder_sparse_step: None,
-        mlp_only_layers: None,
-        layer_types: None,
-        sliding_window_pattern: None,
         final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
         attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
-        use_bidirectional_attention: None,
+        ..HfLlamaConfig::default()
     };
     let mut config = hf.resolve()?;
     if file.tensor_info("rope_freqs.weight").is_some() {
