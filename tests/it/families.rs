@@ -17,7 +17,7 @@ use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
 use wanda::prune::{Method, MethodOptions, Sparsity};
 
-use crate::common::{output_ok, B};
+use crate::common::{max_difference, output_ok, B};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models");
 
@@ -53,14 +53,6 @@ fn logits<K: Backend>(folder: &Path, ids: &[i64]) -> Vec<f32> {
         &Default::default(),
     );
     loaded.model.forward(tokens).into_data().to_vec().unwrap()
-}
-
-fn max_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// The names of the tensors in `folder/model.safetensors`.

@@ -18,7 +18,7 @@ use wanda::model::family::Architecture;
 use wanda::model::gguf::{GgufFile, GgufValue, GgufWriter};
 use wanda::model::{self, ModelRef};
 
-use crate::common::{logits, B};
+use crate::common::{logits, max_difference, B};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
@@ -67,14 +67,6 @@ fn reference(family: &str) -> (Vec<i64>, Vec<f32>) {
             .map(|v| v.as_f64().unwrap() as f32)
             .collect(),
     )
-}
-
-fn max_difference(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// The logits of the GGUF at `path` on the fixture's ids, after checking it loads as `arch`

@@ -91,6 +91,15 @@ pub fn logits(model: &Llama<B>, ids: &[i64]) -> Vec<f32> {
         .expect("f32 logits")
 }
 
+/// The largest absolute difference between two equally long slices (of logits).
+pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 /// Saves a tiny tied Llama (weights drawn with `seed`) and the tiny tokenizer as an f32
 /// Hugging Face folder, replacing the one an earlier call made there (a plain folder carries no
 /// mark of wanda's, so a save would refuse to replace it).
