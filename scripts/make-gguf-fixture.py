@@ -5,7 +5,7 @@ then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, p
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
-             cohere-qknorm granite smollm3 glm4; do
+             cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -13,7 +13,8 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
 What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
 - the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
   `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`,
-  Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`;
+  Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`, GPT-NeoX `gptneox` (its q/k/v stack
+  regrouped part by part);
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
@@ -38,7 +39,7 @@ from safetensors.numpy import load_file
 
 ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
         "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
-        "smollm3": "smollm3", "glm4": "glm4"}
+        "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox"}
 # LlamaModel and its subclasses permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3")
 
@@ -77,7 +78,9 @@ def write(folder, out_path):
     n_layer = hp["num_hidden_layers"]
     n_head, n_kv = hp["num_attention_heads"], hp.get("num_key_value_heads")
     w = gguf.GGUFWriter(out_path, arch)
-    if arch == "phi3":
+    if arch == "gptneox":
+        gptneox_metadata(w, hp)
+    elif arch == "phi3":
         phi3_metadata(w, hp)
     elif arch == "gemma2":
         gemma2_metadata(w, hp)
@@ -102,6 +105,8 @@ def write(folder, out_path):
             continue  # Gemma2Model.filter_tensors: llama.cpp ties the head
         if arch == "gemma2" and name.endswith("norm.weight"):
             t = t + 1  # Gemma2Model.modify_tensors: the norms as `1 + w`
+        if arch == "gptneox" and ".attention.query_key_value." in name:
+            t = qkv_part_by_part(t, n_head)
         if name.startswith("rope_factors"):
             w.add_tensor(name, t)
             continue
@@ -182,6 +187,26 @@ def common_metadata(w, hp):
         w.add_expert_shared_feed_forward_length(shared)
 
 
+def gptneox_metadata(w, hp):
+    """GPTNeoXModel.set_gguf_parameters (no RoPE base: llama.cpp's default 10000)."""
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_feed_forward_length(hp["intermediate_size"])
+    rotary_pct = hp.get("rotary_pct") or rope_parameters(hp)["partial_rotary_factor"]
+    w.add_rope_dimension_count(int(rotary_pct * (hp["hidden_size"] // hp["num_attention_heads"])))
+    w.add_head_count(hp["num_attention_heads"])
+    w.add_parallel_residual(hp.get("use_parallel_residual", True))
+    w.add_layer_norm_eps(hp["layer_norm_eps"])
+
+
+def qkv_part_by_part(t, n_head):
+    """GPTNeoXModel.modify_tensors: the head-by-head q/k/v stack as q, then k, then v."""
+    rest = t.shape[1:]
+    grouped = t.reshape((n_head, 3, t.shape[0] // n_head // 3) + rest)
+    return np.concatenate([grouped[:, i].reshape((-1,) + rest) for i in range(3)], axis=0)
+
+
 def phi3_rotated(hp):
     rot_pct = hp.get("partial_rotary_factor") or rope_parameters(hp).get("partial_rotary_factor", 1.0)
     return int(rot_pct * hp["hidden_size"]) // hp["num_attention_heads"]
@@ -246,7 +271,8 @@ TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2")
 def check_with_transformers(folder, out_path, family):
     """transformers' logits from the weights it reads in the file (where it reads the
     architecture), against the fixture's; where the file cannot hold the fixture's config
-    (Gemma 2's query scale, SmolLM3's NoPE layers other than every fourth) the reference is
+    (Gemma 2's query scale, SmolLM3's NoPE layers other than every fourth, GPT-NeoX's activation
+    other than GELU) the reference is
     written beside the file, `<file>.logits.json`: transformers' logits under the config
     llama.cpp reads from the file (the folder's weights, and the file's where transformers
     reads it, which must agree)."""
@@ -267,6 +293,10 @@ def check_with_transformers(folder, out_path, family):
     if config.model_type == "smollm3" and config.no_rope_layers != every_fourth:
         config.no_rope_layers = every_fourth
         config.no_rope_layer_interval = 4
+        own_reference = True
+    # A `gptneox` file names no activation: read as Pythia's exact GELU.
+    if config.model_type == "gpt_neox" and config.hidden_act != "gelu":
+        config.hidden_act = "gelu"
         own_reference = True
 
     def run(model):
@@ -296,7 +326,7 @@ def check_with_transformers(folder, out_path, family):
     with open(out_path + ".logits.json", "w") as f:
         json.dump({"ids": ref["ids"], "logits": logits.tolist(),
                    "config": {k: getattr(config, k) for k in
-                              ("query_pre_attn_scalar", "no_rope_layers")
+                              ("query_pre_attn_scalar", "no_rope_layers", "hidden_act")
                               if hasattr(config, k)},
                    "transformers": transformers.__version__}, f)
     print(f"wrote {out_path}.logits.json")

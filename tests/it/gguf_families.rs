@@ -8,7 +8,8 @@
 //! presence, an f32 logit scale), Granite as `granite` (q/k rows interleaved, its factors as
 //! scales, MLP biases by presence), SmolLM3 as `smollm3` (NoPE every fourth layer), GLM-4 as
 //! `glm4` (`ffn_up` stacked, half of each head rotating, its four norms under llama.cpp's
-//! names). Each file must load as its family with the folder's shape and give transformers'
+//! names), GPT-NeoX as `gptneox` (q/k/v stacked part by part, LayerNorm biases, a quarter or
+//! half rotating, parallel or sequential). Each file must load as its family with the folder's shape and give transformers'
 //! logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
@@ -23,7 +24,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 13] = [
+const FAMILIES: [(&str, Architecture); 15] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -37,6 +38,8 @@ const FAMILIES: [(&str, Architecture); 13] = [
     ("granite", Architecture::Granite),
     ("smollm3", Architecture::SmolLm3),
     ("glm4", Architecture::Glm4),
+    ("gpt_neox", Architecture::GptNeox),
+    ("gpt_neox-sequential", Architecture::GptNeox),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -90,6 +93,11 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
     assert_eq!(got.qkv_bias, want.qkv_bias, "{family}");
     assert_eq!(got.qk_norm, want.qk_norm, "{family}");
     assert_eq!(got.extras.mlp_bias, want.extras.mlp_bias, "{family}");
+    assert_eq!(
+        (got.extras.parallel_residual, got.extras.layer_norm),
+        (want.extras.parallel_residual, want.extras.layer_norm),
+        "{family}"
+    );
     // GGUF holds the logit scale and Granite's factors as f32s.
     let f32_factors = |c: &wanda::model::config::LlamaConfig| {
         c.extras
@@ -260,8 +268,9 @@ fn expert_metadata_errors_name_the_key() {
 }
 
 /// A GGUF mixture of experts streams layer by layer (each expert read from its stack when its
-/// layer is reached), and so does Phi-3 (its parts read from `attn_qkv` and `ffn_up`); both
-/// prune with SparseGPT to the bit like the model loaded whole.
+/// layer is reached), and so do Phi-3 (its parts read from `attn_qkv` and `ffn_up`) and
+/// GPT-NeoX (its regrouped `attn_qkv`); all prune with SparseGPT to the bit like the model
+/// loaded whole.
 #[test]
 fn gguf_files_stream_and_prune_like_the_model_in_memory() {
     use wanda::model::host::to_host_f32;
@@ -269,7 +278,12 @@ fn gguf_files_stream_and_prune_like_the_model_in_memory() {
     use wanda::prune::layerwise::prune_model;
     use wanda::prune::{Method, MethodOptions, Sparsity};
 
-    for (family, linears) in [("mixtral", 17), ("qwen2_moe", 21), ("phi3", 7)] {
+    for (family, linears) in [
+        ("mixtral", 17),
+        ("qwen2_moe", 21),
+        ("phi3", 7),
+        ("gpt_neox", 6),
+    ] {
         let origin = ModelRef::Gguf(gguf_path(family));
         let device = Default::default();
         let store = tempfile::tempdir().unwrap();

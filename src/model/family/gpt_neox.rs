@@ -45,6 +45,11 @@ impl Family for GptNeox {
         "gpt_neox"
     }
 
+    /// llama.cpp's `gptneox`, whose q/k/v stack is part by part (the loader regroups it).
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("gptneox")
+    }
+
     /// `attention_bias` (default true) for q/k/v and the output projection alike.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         let bias = hf.attention_bias.unwrap_or(true);

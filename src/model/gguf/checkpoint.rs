@@ -147,12 +147,15 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         Some(longrope) => Some(longrope),
         None => rope_scaling(file, &key)?,
     };
-    // llama.cpp writes the rotated dimensions of Phi-3's and GLM-4's heads, not their width
-    // (Phi-4-mini rotates 96 of 128, GLM-4 half of each head).
+    // llama.cpp writes the rotated dimensions of Phi-3's, GLM-4's and GPT-NeoX's heads, not
+    // their width (Phi-4-mini rotates 96 of 128, GLM-4 half of each head, Pythia a quarter).
     let rotated = file
         .get_u64(&key("rope.dimension_count"))
         .map(|v| v as usize);
-    let partial = matches!(architecture, Architecture::Phi3 | Architecture::Glm4);
+    let partial = matches!(
+        architecture,
+        Architecture::Phi3 | Architecture::Glm4 | Architecture::GptNeox
+    );
     let head_width = file
         .get_u64(&key("attention.key_length"))
         .map_or(hidden_size / num_attention_heads.max(1), |k| k as usize);
@@ -176,14 +179,22 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .get_u64(&key("rope.scaling.original_context_length"))
             .map(|v| v as usize),
         partial_rotary_factor: rotated
-            .filter(|&r| partial && r != head_width)
+            .filter(|_| partial && architecture != Architecture::GptNeox)
             .map(|r| r as f64 / head_width as f64),
+        rotary_pct: rotated
+            .filter(|_| architecture == Architecture::GptNeox)
+            .map(|r| r as f64 / head_width as f64),
+        use_parallel_residual: file.get_bool(&key("use_parallel_residual")),
         layer_norm_eps: file.get_f64(&key("attention.layer_norm_epsilon")),
         rope_scaling,
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
-        attention_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
+        attention_bias: Some(
+            ["blk.0.attn_q.bias", "blk.0.attn_qkv.bias"]
+                .iter()
+                .any(|t| file.tensor_info(t).is_some()),
+        ),
         // Read for every family; only those that slide use it. 0 is none (Phi-4's).
         sliding_window: file
             .get_u64(&key("attention.sliding_window"))
@@ -338,12 +349,21 @@ fn with_experts(
 /// of the attention output, and the MLP's input norm is `pre_feedforward_layernorm`.
 pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
     match hf {
-        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
-        "model.norm.weight" => return Some("output_norm.weight".into()),
-        "lm_head.weight" => return Some("output.weight".into()),
+        "model.embed_tokens.weight" | "gpt_neox.embed_in.weight" => {
+            return Some("token_embd.weight".into())
+        }
+        "lm_head.weight" | "embed_out.weight" => return Some("output.weight".into()),
         _ => {}
     }
-    let rest = hf.strip_prefix("model.layers.")?;
+    if let Some(kind) = hf
+        .strip_prefix("model.norm.")
+        .or_else(|| hf.strip_prefix("gpt_neox.final_layer_norm."))
+    {
+        return Some(format!("output_norm.{kind}"));
+    }
+    let rest = hf
+        .strip_prefix("model.layers.")
+        .or_else(|| hf.strip_prefix("gpt_neox.layers."))?;
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (module, kind) = rest.rsplit_once('.')?;
@@ -371,6 +391,11 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "mlp.shared_expert.up_proj" => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" => "ffn_down_shexp",
         "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
+        // GPT-NeoX's checkpoint names.
+        "attention.query_key_value" => "attn_qkv",
+        "attention.dense" => "attn_output",
+        "mlp.dense_h_to_4h" => "ffn_up",
+        "mlp.dense_4h_to_h" => "ffn_down",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
@@ -399,6 +424,24 @@ pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
         expert,
         format!("blk.{layer}.{short}.{expert}.weight"),
     ))
+}
+
+/// GPT-NeoX's stacked q/k/v rows as its checkpoint holds them, head by head
+/// (`[heads, 3, head_dim]`), from llama.cpp's part-by-part stack (`[3, heads, head_dim]`); a
+/// bias (`shape` of one dimension) the same way.
+fn heads_interleaved(data: &[f32], heads: usize, shape: &[usize]) -> Vec<f32> {
+    let rows = shape.first().copied().unwrap_or(0);
+    let cols = if shape.len() == 2 { shape[1] } else { 1 };
+    let d = rows / 3 / heads.max(1);
+    let mut out = vec![0.0f32; data.len()];
+    for part in 0..3 {
+        for h in 0..heads {
+            let src = (part * heads + h) * d * cols;
+            let dst = (h * 3 + part) * d * cols;
+            out[dst..dst + d * cols].copy_from_slice(&data[src..src + d * cols]);
+        }
+    }
+    out
 }
 
 /// Whether `name` is one of llama.cpp's RoPE frequency tables, which a Hugging Face checkpoint
@@ -509,6 +552,14 @@ impl WeightSource for GgufCheckpoint {
         } else {
             None
         };
+        // llama.cpp's converter stacks GPT-NeoX's q/k/v part by part; the checkpoint holds
+        // them head by head, as the split that follows reads them.
+        let data =
+            if self.config.architecture == Architecture::GptNeox && gguf.contains(".attn_qkv.") {
+                heads_interleaved(&data, self.config.num_attention_heads, &shape)
+            } else {
+                data
+            };
         let data = match heads {
             Some(heads) if self.config.architecture.family().gguf_interleaves_qk() => {
                 let cols = if shape.len() == 2 { shape[1] } else { 1 };
