@@ -52,7 +52,7 @@ def permute(w, n_head, n_head_kv):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def hf_tensors(folder, hp):
+def hf_tensors(folder):
     """The checkpoint under the names the converter maps, experts stacked per layer."""
     tensors = load_file(os.path.join(folder, "model.safetensors"))
     experts = {}
@@ -97,7 +97,7 @@ def write(folder, out_path):
     w.add_eos_token_id(hp.get("eos_token_id", 2))
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper().replace("-", "_")], n_layer)
-    tensors = hf_tensors(folder, hp)
+    tensors = hf_tensors(folder)
     if arch == "phi3":
         tensors.update(longrope_tensors(w, hp))
     for name, t in sorted(tensors.items()):

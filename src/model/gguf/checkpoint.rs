@@ -156,9 +156,16 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         architecture,
         Architecture::Phi3 | Architecture::Glm4 | Architecture::GptNeox
     );
-    let head_width = file
+    let key_length = file
         .get_u64(&key("attention.key_length"))
-        .map_or(hidden_size / num_attention_heads.max(1), |k| k as usize);
+        .map(|v| v as usize);
+    let head_width = key_length.unwrap_or(hidden_size / num_attention_heads.max(1));
+    let head_dim = key_length.or(if partial { None } else { rotated });
+    // The rotated share of a head: `partial_rotary_factor`, or GPT-NeoX's `rotary_pct`.
+    let rotary_share = rotated
+        .filter(|_| partial)
+        .map(|r| r as f64 / head_width as f64);
+    let neox = architecture == Architecture::GptNeox;
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
         model_type: Some(architecture.model_type().to_string()),
@@ -169,21 +176,14 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         num_key_value_heads: file
             .get_u64(&key("attention.head_count_kv"))
             .map(|v| v as usize),
-        head_dim: file
-            .get_u64(&key("attention.key_length"))
-            .map(|v| v as usize)
-            .or(if partial { None } else { rotated }),
+        head_dim,
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
         rope_theta: file.get_f64(&key("rope.freq_base")),
         original_max_position_embeddings: file
             .get_u64(&key("rope.scaling.original_context_length"))
             .map(|v| v as usize),
-        partial_rotary_factor: rotated
-            .filter(|_| partial && architecture != Architecture::GptNeox)
-            .map(|r| r as f64 / head_width as f64),
-        rotary_pct: rotated
-            .filter(|_| architecture == Architecture::GptNeox)
-            .map(|r| r as f64 / head_width as f64),
+        partial_rotary_factor: rotary_share.filter(|_| !neox),
+        rotary_pct: rotary_share.filter(|_| neox),
         use_parallel_residual: file.get_bool(&key("use_parallel_residual")),
         layer_norm_eps: file.get_f64(&key("attention.layer_norm_epsilon")),
         rope_scaling,
@@ -211,9 +211,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         embedding_multiplier: file.get_f64(&key("embedding_scale")),
         residual_multiplier: file.get_f64(&key("residual_scale")),
         attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
-            let head_dim = file
-                .get_u64(&key("attention.key_length"))
-                .map_or(rotated.unwrap_or(head_width), |k| k as usize);
+            let head_dim = head_dim.unwrap_or(head_width);
             (architecture == Architecture::Granite).then(|| (head_dim as f64).powf(-0.5))
         }),
         logits_scaling: file.get_f64(&key("logit_scale")),
