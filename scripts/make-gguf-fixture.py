@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """A tiny fixture (tests/fixtures/models/tiny-<family>) written as GGUF the way llama.cpp's
 convert_hf_to_gguf.py writes the family, for tests/it/gguf_families.rs;
-then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, phi3, gemma2), that file
+then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, phi3, gemma2,
+bloom, falcon with one kv head, stablelm), that file
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
-             cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential; do
+             cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
+             stablelm-parallel falcon falcon-new bloom olmo cohere2; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -13,12 +15,13 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
 What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf-py):
 - the architecture: Mixtral is `llama` with `expert_count`; Qwen2-MoE `qwen2moe`, Qwen3-MoE
   `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`,
-  Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`, GPT-NeoX `gptneox` (its q/k/v stack
-  regrouped part by part);
+  Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`, GPT-NeoX `gptneox` and BLOOM `bloom`
+  (their q/k/v stacks regrouped part by part), Phi `phi2`, StableLM `stablelm`, Falcon
+  `falcon` (its stack as all queries, keys, values), OLMo 1 `olmo`, Cohere 2 `cohere2`;
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
-- for `llama`, `granite` and `smollm3`, q/k rows permuted for interleaved RoPE
+- for `llama`, `granite`, `smollm3` and `olmo`, q/k rows permuted for interleaved RoPE
   (LlamaModel.permute);
 - the metadata keys of TextModel.set_gguf_parameters, the MoE classes and Phi3MiniModel (its
   rotated dimensions as `rope.dimension_count`, `sliding_window` 0 for none, LongRoPE as the
@@ -39,9 +42,11 @@ from safetensors.numpy import load_file
 
 ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "olmoe": "olmoe",
         "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
-        "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox"}
-# LlamaModel and its subclasses permute q/k rows for llama.cpp's interleaved RoPE.
-PERMUTED = ("llama", "granite", "smollm3")
+        "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox", "phi": "phi2",
+        "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
+        "cohere2": "cohere2"}
+# LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
+PERMUTED = ("llama", "granite", "smollm3", "olmo")
 
 
 def permute(w, n_head, n_head_kv):
@@ -75,11 +80,14 @@ def write(folder, out_path):
     hp = json.load(open(os.path.join(folder, "config.json")))
     family = hp["model_type"]
     arch = ARCH[family]
-    n_layer = hp["num_hidden_layers"]
-    n_head, n_kv = hp["num_attention_heads"], hp.get("num_key_value_heads")
+    n_layer = hp.get("num_hidden_layers", hp.get("n_layer"))
+    n_head = hp.get("num_attention_heads", hp.get("n_head"))
+    n_kv = hp.get("num_key_value_heads")
     w = gguf.GGUFWriter(out_path, arch)
     if arch == "gptneox":
         gptneox_metadata(w, hp)
+    elif arch in ("phi2", "stablelm", "falcon", "bloom"):
+        OWN_METADATA[arch](w, hp)
     elif arch == "phi3":
         phi3_metadata(w, hp)
     elif arch == "gemma2":
@@ -105,8 +113,12 @@ def write(folder, out_path):
             continue  # Gemma2Model.filter_tensors: llama.cpp ties the head
         if arch == "gemma2" and name.endswith("norm.weight"):
             t = t + 1  # Gemma2Model.modify_tensors: the norms as `1 + w`
-        if arch == "gptneox" and ".attention.query_key_value." in name:
+        if arch in ("gptneox", "bloom") and "query_key_value." in name:
             t = qkv_part_by_part(t, n_head)
+        if arch == "falcon" and "query_key_value." in name:
+            t = falcon_qkv(t, n_head, falcon_kv_heads(hp))
+        if arch == "bloom":
+            name = name.removeprefix("transformer.")  # BloomModel.modify_tensors
         if name.startswith("rope_factors"):
             w.add_tensor(name, t)
             continue
@@ -172,6 +184,21 @@ def common_metadata(w, hp):
         w.add_logit_scale(hp["logit_scale"])
         w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
         return
+    if hp["model_type"] == "olmo":
+        # OlmoModel.set_gguf_parameters.
+        w.add_layer_norm_eps(1e-5)
+        if hp.get("clip_qkv") is not None:
+            w.add_clamp_kqv(hp["clip_qkv"])
+        return
+    if hp["model_type"] == "cohere2":
+        # Cohere2Model.set_gguf_parameters (Cohere2Config has no rotary_pct: all of each head).
+        w.add_logit_scale(hp["logit_scale"])
+        w.add_sliding_window(hp["sliding_window"])
+        w.add_vocab_size(hp["vocab_size"])
+        head_dim = hp["hidden_size"] // n_head
+        w.add_rope_dimension_count(int(hp.get("rotary_pct", 1.0) * head_dim))
+        w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        return
     if hp["model_type"] == "glm4":
         # Glm4Model.set_gguf_parameters: the rotated part of each head.
         rotary = rope_parameters(hp).get("partial_rotary_factor", 0.5)
@@ -198,6 +225,86 @@ def gptneox_metadata(w, hp):
     w.add_head_count(hp["num_attention_heads"])
     w.add_parallel_residual(hp.get("use_parallel_residual", True))
     w.add_layer_norm_eps(hp["layer_norm_eps"])
+
+
+def phi2_metadata(w, hp):
+    """Phi2Model.set_gguf_parameters, but with the config's kv heads and MLP width (the
+    converter writes the query heads and 4 × hidden, which every released Phi has)."""
+    n_embd, n_head = hp["hidden_size"], hp["num_attention_heads"]
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(hp["intermediate_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(hp["num_key_value_heads"])
+    w.add_layer_norm_eps(hp["layer_norm_eps"])
+    w.add_rope_dimension_count(int(rope_parameters(hp)["partial_rotary_factor"] * n_embd) // n_head)
+    w.add_add_bos_token(False)
+
+
+def stablelm_metadata(w, hp):
+    """StableLMModel.set_gguf_parameters (no RoPE base: llama.cpp's default 10000)."""
+    n_head = hp["num_attention_heads"]
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_feed_forward_length(hp["intermediate_size"])
+    rotary = rope_parameters(hp)["partial_rotary_factor"]
+    w.add_rope_dimension_count(int(rotary * (hp["hidden_size"] // n_head)))
+    w.add_head_count(n_head)
+    w.add_head_count_kv(hp["num_key_value_heads"])
+    w.add_parallel_residual(hp.get("use_parallel_residual", True))
+    w.add_layer_norm_eps(hp["layer_norm_eps"])
+
+
+def falcon_kv_heads(hp):
+    """The kv heads FalconForCausalLM runs: the new architecture's num_kv_heads, else one
+    (multi_query) or one per query head."""
+    if hp.get("new_decoder_architecture"):
+        return hp["num_kv_heads"]
+    return 1 if hp.get("multi_query", True) else hp["num_attention_heads"]
+
+
+def falcon_metadata(w, hp):
+    """FalconModel.set_gguf_parameters (context 2048, no RoPE base, GELU and the parallel
+    layer fixed by llama.cpp's graph)."""
+    w.add_context_length(2048)
+    w.add_tensor_data_layout("jploski")
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_feed_forward_length(4 * hp["hidden_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_head_count(hp["num_attention_heads"])
+    w.add_head_count_kv(falcon_kv_heads(hp))
+    w.add_layer_norm_eps(hp["layer_norm_epsilon"])
+
+
+def falcon_qkv(t, n_head, n_kv):
+    """FalconModel.modify_tensors: the stack grouped by kv head as q, then k, then v (a bias
+    the same way, which the converter itself cannot do)."""
+    rest = t.shape[1:]
+    head_dim = t.shape[0] // (n_head + 2 * n_kv)
+    qkv = t.reshape((n_kv, n_head // n_kv + 2, head_dim) + rest)
+    q = qkv[:, :-2].reshape((-1,) + rest)
+    k = qkv[:, -2].reshape((-1,) + rest)
+    v = qkv[:, -1].reshape((-1,) + rest)
+    return np.concatenate([q, k, v], axis=0)
+
+
+def bloom_metadata(w, hp):
+    """BloomModel.set_gguf_parameters."""
+    n_embed = hp["hidden_size"]
+    w.add_context_length(hp.get("seq_length", n_embed))
+    w.add_embedding_length(n_embed)
+    w.add_feed_forward_length(4 * n_embed)
+    w.add_block_count(hp["num_hidden_layers"] if "num_hidden_layers" in hp else hp["n_layer"])
+    n_head = hp.get("n_head", hp.get("num_attention_heads"))
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_layer_norm_eps(hp["layer_norm_epsilon"])
+
+
+OWN_METADATA = {"phi2": phi2_metadata, "stablelm": stablelm_metadata,
+                "falcon": falcon_metadata, "bloom": bloom_metadata}
 
 
 def qkv_part_by_part(t, n_head):
@@ -265,7 +372,7 @@ def longrope_tensors(w, hp):
 
 
 # The architectures whose GGUF files transformers' own loader reads.
-TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2")
+TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2", "bloom", "falcon", "stablelm")
 
 
 def check_with_transformers(folder, out_path, family):
@@ -304,7 +411,10 @@ def check_with_transformers(folder, out_path, family):
             return model(ids).logits[0]
 
     from_file = None
-    if family in TRANSFORMERS_READS:
+    # transformers' GGUF loader reads Falcon's q/k/v stack as it is, which is right for one kv
+    # head (Falcon-7B) only: it does not regroup the new architecture's grouped heads.
+    grouped_falcon = family == "falcon" and falcon_kv_heads(config.to_dict()) != 1
+    if family in TRANSFORMERS_READS and not grouped_falcon:
         from_file = run(transformers.AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(out_path)), gguf_file=os.path.basename(out_path),
             config=config, dtype=torch.float32))

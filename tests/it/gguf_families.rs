@@ -9,8 +9,10 @@
 //! scales, MLP biases by presence), SmolLM3 as `smollm3` (NoPE every fourth layer), GLM-4 as
 //! `glm4` (`ffn_up` stacked, half of each head rotating, its four norms under llama.cpp's
 //! names), GPT-NeoX as `gptneox` (q/k/v stacked part by part, LayerNorm biases, a quarter or
-//! half rotating, parallel or sequential). Each file must load as its family with the folder's shape and give transformers'
-//! logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
+//! half rotating, parallel or sequential), Phi as `phi2`, StableLM as `stablelm`, Falcon as
+//! `falcon` (q/k/v stacked all queries, then keys, then values), BLOOM as `bloom` (stacked part
+//! by part), OLMo 1 as `olmo` (q/k rows interleaved, no norm tensors), Cohere 2 as `cohere2`.
+//! Each file must load as its family with the folder's shape and give transformers' logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 15] = [
+const FAMILIES: [(&str, Architecture); 23] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -40,6 +42,14 @@ const FAMILIES: [(&str, Architecture); 15] = [
     ("glm4", Architecture::Glm4),
     ("gpt_neox", Architecture::GptNeox),
     ("gpt_neox-sequential", Architecture::GptNeox),
+    ("phi", Architecture::Phi),
+    ("stablelm", Architecture::StableLm),
+    ("stablelm-parallel", Architecture::StableLm),
+    ("falcon", Architecture::Falcon),
+    ("falcon-new", Architecture::Falcon),
+    ("bloom", Architecture::Bloom),
+    ("olmo", Architecture::Olmo),
+    ("cohere2", Architecture::Cohere2),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -203,6 +213,83 @@ fn per_expert_tensors_of_older_files_load_as_the_stacked_ones() {
     );
 }
 
+/// llama.cpp's first Phi-2 files stack q, k and v in one `attn_qkv` (weight and bias), part
+/// by part: each is read from its rows of the stack, with the logits of the file that keeps
+/// them apart.
+#[test]
+fn phi2_files_with_a_stacked_qkv_load_as_the_separate_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let stacked = dir.path().join("stacked.gguf");
+    let file = GgufFile::open(&gguf_path("phi")).unwrap();
+    rewrite(
+        &gguf_path("phi"),
+        &stacked,
+        |_| {},
+        |w, name, shape, data| {
+            let Some((layer, kind)) = name.split_once(".attn_q.") else {
+                if !name.contains(".attn_k.") && !name.contains(".attn_v.") {
+                    w.tensor_f32(name, &shape, &data).unwrap();
+                }
+                return;
+            };
+            let mut rows = shape[0];
+            let mut all = data;
+            for part in ["k", "v"] {
+                let (s, d) = file
+                    .tensor_f32(&format!("{layer}.attn_{part}.{kind}"))
+                    .unwrap();
+                rows += s[0];
+                all.extend(d);
+            }
+            let mut shape = shape;
+            shape[0] = rows;
+            w.tensor_f32(format!("{layer}.attn_qkv.{kind}"), &shape, &all)
+                .unwrap();
+        },
+    );
+    let rewritten = GgufFile::open(&stacked).unwrap();
+    assert!(rewritten.tensor_info("blk.1.attn_qkv.bias").is_some());
+    assert!(rewritten.tensor_info("blk.1.attn_k.weight").is_none());
+    assert_eq!(
+        gguf_logits(&stacked, "phi", Architecture::Phi),
+        gguf_logits(&gguf_path("phi"), "phi", Architecture::Phi)
+    );
+}
+
+/// Cohere 2's sliding layers come from `attention.sliding_window_pattern` where the file has
+/// it, one bool per layer (true: sliding) as llama.cpp's converters write it, or a count (every
+/// n-th layer full); without it every fourth layer attends in full, as llama.cpp reads it.
+#[test]
+fn sliding_layers_follow_the_files_pattern() {
+    let dir = tempfile::tempdir().unwrap();
+    let windows = |pattern: Option<GgufValue>| {
+        let path = dir.path().join("pattern.gguf");
+        rewrite(
+            &gguf_path("cohere2"),
+            &path,
+            |m| {
+                if let Some(p) = pattern {
+                    m.insert("cohere2.attention.sliding_window_pattern".into(), p);
+                }
+            },
+            |w, name, shape, data| {
+                w.tensor_f32(name, &shape, &data).unwrap();
+            },
+        );
+        let loaded = model::load::<B>(&ModelRef::Gguf(path), &Default::default()).unwrap();
+        (0..4)
+            .map(|l| loaded.config.layer_window(l))
+            .collect::<Vec<_>>()
+    };
+    let (s, f) = (Some(6), None);
+    assert_eq!(windows(None), [s, s, s, f]);
+    assert_eq!(
+        windows(Some(vec![false, true, true, false].into())),
+        [f, s, s, f]
+    );
+    assert_eq!(windows(Some(2u32.into())), [s, f, s, f]);
+}
+
 /// Q8_0 stacks (the experts' gate and up projections, 64 columns) are read expert by expert:
 /// the logits move by the rounding alone.
 #[test]
@@ -283,6 +370,8 @@ fn gguf_files_stream_and_prune_like_the_model_in_memory() {
         ("qwen2_moe", 21),
         ("phi3", 7),
         ("gpt_neox", 6),
+        ("falcon-new", 6),
+        ("bloom", 6),
     ] {
         let origin = ModelRef::Gguf(gguf_path(family));
         let device = Default::default();

@@ -51,6 +51,11 @@ impl Family for Bloom {
         "bloom"
     }
 
+    /// llama.cpp's `bloom`, whose q/k/v stack is part by part (the loader regroups it head by head).
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("bloom")
+    }
+
     /// Every linear of BLOOM's attention carries a bias.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases { qkv: true, o: true }

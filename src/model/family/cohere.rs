@@ -107,9 +107,9 @@ impl Family for Cohere {
         }
     }
 
-    /// llama.cpp's `command-r` (Command R, R+, Aya); Cohere 2's files are not read.
+    /// llama.cpp's `command-r` (Command R, R+, Aya) and `cohere2` (Command R7B, Command A).
     fn gguf_arch(&self) -> Option<&'static str> {
-        (!self.sliding).then_some("command-r")
+        Some(if self.sliding { "cohere2" } else { "command-r" })
     }
 
     /// `CohereConfig.default_theta` (Cohere 2 keeps 10,000).

@@ -62,6 +62,11 @@ impl Family for Falcon {
         "falcon"
     }
 
+    /// llama.cpp's `falcon`, whose q/k/v stack is part by part (the loader regroups it by kv head).
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("falcon")
+    }
+
     /// Every linear carries a bias where `bias` says so (default false).
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         let bias = hf.falcon.bias.unwrap_or(false);

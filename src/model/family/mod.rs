@@ -652,7 +652,9 @@ mod tests {
         assert_eq!(Architecture::from_gguf_arch("mistral"), None);
         assert_eq!(
             Architecture::supported_gguf_archs(),
-            "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, gemma, olmo2, smollm3, granite, glm4, command-r, qwen3moe, olmoe, qwen2moe"
+            "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
+             stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
+             qwen2moe"
         );
     }
 }

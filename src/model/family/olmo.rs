@@ -28,6 +28,15 @@ impl Family for Olmo {
         "olmo"
     }
 
+    /// llama.cpp's `olmo` (OLMo 1), its q/k rows permuted for interleaved RoPE.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("olmo")
+    }
+
+    fn gguf_interleaves_qk(&self) -> bool {
+        true
+    }
+
     fn norm_eps(&self, _hf: &HfLlamaConfig) -> f64 {
         NORM_EPS
     }

@@ -47,6 +47,11 @@ impl Family for Phi {
         "phi"
     }
 
+    /// llama.cpp's `phi2` (Phi-1, Phi-1.5, Phi-2): q, k and v apart, or stacked in the first files.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("phi2")
+    }
+
     /// Every linear carries a bias.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases { qkv: true, o: true }

@@ -31,6 +31,11 @@ impl Family for StableLm {
         "stablelm"
     }
 
+    /// llama.cpp's `stablelm`.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("stablelm")
+    }
+
     /// q/k/v biases where `use_qkv_bias` says (default false); the output projection never.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {

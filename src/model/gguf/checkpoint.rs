@@ -8,8 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use super::{tokenizer_json, GgufFile};
-use crate::model::config::{ConfigError, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling};
-use crate::model::family::Architecture;
+use crate::model::config::{
+    ConfigError, HfFalconKeys, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
+};
+use crate::model::family::{Architecture, FusedLinear};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::{HostTensor, WeightError, WeightSource};
 use crate::model::LoadError;
@@ -147,14 +149,19 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         Some(longrope) => Some(longrope),
         None => rope_scaling(file, &key)?,
     };
-    // llama.cpp writes the rotated dimensions of Phi-3's, GLM-4's and GPT-NeoX's heads, not
-    // their width (Phi-4-mini rotates 96 of 128, GLM-4 half of each head, Pythia a quarter).
+    // llama.cpp writes the rotated dimensions of these families' heads, not their width
+    // (Phi-4-mini rotates 96 of 128, GLM-4 half of each head, Pythia and StableLM a quarter,
+    // Phi-2 two fifths).
     let rotated = file
         .get_u64(&key("rope.dimension_count"))
         .map(|v| v as usize);
     let partial = matches!(
         architecture,
-        Architecture::Phi3 | Architecture::Glm4 | Architecture::GptNeox
+        Architecture::Phi3
+            | Architecture::Glm4
+            | Architecture::GptNeox
+            | Architecture::Phi
+            | Architecture::StableLm
     );
     let key_length = file
         .get_u64(&key("attention.key_length"))
@@ -166,19 +173,26 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         .filter(|_| partial)
         .map(|r| r as f64 / head_width as f64);
     let neox = architecture == Architecture::GptNeox;
+    let num_key_value_heads = file
+        .get_u64(&key("attention.head_count_kv"))
+        .map(|v| v as usize);
+    let feed_forward_length = required("feed_forward_length")?;
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
         model_type: Some(architecture.model_type().to_string()),
         hidden_size,
-        intermediate_size: Some(required("feed_forward_length")?),
+        intermediate_size: Some(feed_forward_length),
         num_hidden_layers: required("block_count")?,
         num_attention_heads,
-        num_key_value_heads: file
-            .get_u64(&key("attention.head_count_kv"))
-            .map(|v| v as usize),
+        num_key_value_heads,
         head_dim,
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
-        rope_theta: file.get_f64(&key("rope.freq_base")),
+        // Cohere 2's sliding layers alone rotate, at their own base where the file gives one.
+        rope_theta: match architecture {
+            Architecture::Cohere2 => file.get_f64(&key("rope.freq_base_swa")),
+            _ => None,
+        }
+        .or_else(|| file.get_f64(&key("rope.freq_base"))),
         original_max_position_embeddings: file
             .get_u64(&key("rope.scaling.original_context_length"))
             .map(|v| v as usize),
@@ -200,6 +214,10 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .get_u64(&key("attention.sliding_window"))
             .filter(|&w| w > 0)
             .map(|v| v as usize),
+        sliding_window_pattern: file
+            .get_u64(&key("attention.sliding_window_pattern"))
+            .map(|v| v as usize),
+        layer_types: sliding_layer_types(file, &key),
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
         query_pre_attn_scalar: query_pre_attn_scalar(file, architecture, &key),
@@ -228,6 +246,15 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             .get_u64(&key("expert_shared_feed_forward_length"))
             .map(|v| v as usize),
         qkv_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
+        // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's).
+        use_qkv_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
+        qk_layernorm: Some(file.tensor_info("blk.0.attn_q_norm.weight").is_some()),
+        falcon: falcon_keys(
+            file,
+            num_attention_heads,
+            num_key_value_heads,
+            feed_forward_length,
+        ),
         // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
         // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
         norm_topk_prob: file
@@ -248,6 +275,50 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         config.rope_scaling = RopeScaling::Factors(factors);
     }
     Ok(config)
+}
+
+/// Which layers slide, where the file lists them (`attention.sliding_window_pattern` as one
+/// bool per layer, true for sliding), as `layer_types`; a pattern given as a count, or none,
+/// leaves the family's default (Cohere 2's every fourth layer full, as llama.cpp's).
+fn sliding_layer_types(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Option<Vec<String>> {
+    match file.get_array(&key("attention.sliding_window_pattern"))? {
+        super::GgufArray::Bool(sliding) => Some(
+            sliding
+                .iter()
+                .map(|&s| match s {
+                    true => "sliding_attention".to_string(),
+                    false => "full_attention".to_string(),
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// Falcon's layout from what llama.cpp's file holds. Its graph is always the parallel layer,
+/// without biases; the new decoder architecture is told by a norm each for attention and MLP
+/// (`attn_norm_2`: 40B, 180B) or by grouped key/value heads (Falcon2-11B, one norm); else one
+/// key/value head (Falcon-7B, `multi_query`) or one per query head. Biases are read where the
+/// file holds them (llama.cpp would not load such a file).
+fn falcon_keys(
+    file: &GgufFile,
+    heads: usize,
+    kv_heads: Option<usize>,
+    feed_forward_length: usize,
+) -> HfFalconKeys {
+    let kv = kv_heads.unwrap_or(heads);
+    let two_norms = file.tensor_info("blk.0.attn_norm_2.weight").is_some();
+    let new_architecture = two_norms || (kv != 1 && kv != heads);
+    HfFalconKeys {
+        ffn_hidden_size: Some(feed_forward_length),
+        bias: Some(file.tensor_info("blk.0.attn_qkv.bias").is_some()),
+        multi_query: Some(kv == 1),
+        parallel_attn: Some(true),
+        new_decoder_architecture: Some(new_architecture),
+        num_kv_heads: Some(kv),
+        num_ln_in_parallel_attn: new_architecture.then_some(if two_norms { 2 } else { 1 }),
+        ..HfFalconKeys::default()
+    }
 }
 
 /// The query scale's `query_pre_attn_scalar`, which GGUF does not store: llama.cpp scales by
@@ -342,37 +413,41 @@ fn with_experts(
     }
 }
 
-/// The GGUF tensor name of a Hugging Face tensor name. With `sandwich_norms` (Gemma) the
-/// layer's four norms take llama.cpp's Gemma names: `post_attention_layernorm` is then the norm
-/// of the attention output, and the MLP's input norm is `pre_feedforward_layernorm`.
+/// The GGUF tensor name of a Hugging Face checkpoint's tensor name, in any family's spelling
+/// (Llama's `model.layers.N`, GPT-NeoX's `gpt_neox.layers.N`, BLOOM's and Falcon's
+/// `transformer.h.N`). With `sandwich_norms` (Gemma) the layer's four norms take llama.cpp's
+/// Gemma names: `post_attention_layernorm` is then the norm of the attention output, and the
+/// MLP's input norm is `pre_feedforward_layernorm`.
 pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
-    match hf {
-        "model.embed_tokens.weight" | "gpt_neox.embed_in.weight" => {
-            return Some("token_embd.weight".into())
+    let (module, kind) = hf.rsplit_once('.')?;
+    let outside = match module {
+        "model.embed_tokens" | "gpt_neox.embed_in" | "transformer.word_embeddings" => {
+            Some("token_embd")
         }
-        "lm_head.weight" | "embed_out.weight" => return Some("output.weight".into()),
-        _ => {}
+        "transformer.word_embeddings_layernorm" => Some("token_embd_norm"),
+        "model.norm"
+        | "model.final_layernorm"
+        | "gpt_neox.final_layer_norm"
+        | "transformer.ln_f" => Some("output_norm"),
+        "lm_head" | "embed_out" => Some("output"),
+        _ => None,
+    };
+    if let Some(short) = outside {
+        return Some(format!("{short}.{kind}"));
     }
-    if let Some(kind) = hf
-        .strip_prefix("model.norm.")
-        .or_else(|| hf.strip_prefix("gpt_neox.final_layer_norm."))
-    {
-        return Some(format!("output_norm.{kind}"));
-    }
-    let rest = hf
-        .strip_prefix("model.layers.")
-        .or_else(|| hf.strip_prefix("gpt_neox.layers."))?;
-    let (layer, rest) = rest.split_once('.')?;
+    let rest = ["model.layers.", "gpt_neox.layers.", "transformer.h."]
+        .iter()
+        .find_map(|prefix| module.strip_prefix(prefix))?;
+    let (layer, module) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let (module, kind) = rest.rsplit_once('.')?;
     let short = match module {
         "self_attn.q_proj" => "attn_q",
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
-        "self_attn.o_proj" => "attn_output",
+        "self_attn.o_proj" | "self_attn.dense" => "attn_output",
         "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" => "ffn_up",
-        "mlp.down_proj" => "ffn_down",
+        "mlp.up_proj" | "mlp.fc1" => "ffn_up",
+        "mlp.down_proj" | "mlp.fc2" => "ffn_down",
         "input_layernorm" => "attn_norm",
         "post_attention_layernorm" if sandwich_norms => "post_attention_norm",
         // GLM-4's names for the attention's and the MLP's output norms.
@@ -389,11 +464,13 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "mlp.shared_expert.up_proj" => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" => "ffn_down_shexp",
         "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
-        // GPT-NeoX's checkpoint names.
-        "attention.query_key_value" => "attn_qkv",
-        "attention.dense" => "attn_output",
+        // GPT-NeoX's, BLOOM's and Falcon's names (Falcon-40B's MLP norm is llama.cpp's first).
+        "attention.query_key_value" | "self_attention.query_key_value" => "attn_qkv",
+        "attention.dense" | "self_attention.dense" => "attn_output",
         "mlp.dense_h_to_4h" => "ffn_up",
         "mlp.dense_4h_to_h" => "ffn_down",
+        "ln_mlp" => "attn_norm",
+        "ln_attn" => "attn_norm_2",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))
@@ -422,24 +499,6 @@ pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
         expert,
         format!("blk.{layer}.{short}.{expert}.weight"),
     ))
-}
-
-/// GPT-NeoX's stacked q/k/v rows as its checkpoint holds them, head by head
-/// (`[heads, 3, head_dim]`), from llama.cpp's part-by-part stack (`[3, heads, head_dim]`); a
-/// bias (`shape` of one dimension) the same way.
-fn heads_interleaved(data: &[f32], heads: usize, shape: &[usize]) -> Vec<f32> {
-    let rows = shape.first().copied().unwrap_or(0);
-    let cols = if shape.len() == 2 { shape[1] } else { 1 };
-    let d = rows / 3 / heads.max(1);
-    let mut out = vec![0.0f32; data.len()];
-    for part in 0..3 {
-        for h in 0..heads {
-            let src = (part * heads + h) * d * cols;
-            let dst = (h * 3 + part) * d * cols;
-            out[dst..dst + d * cols].copy_from_slice(&data[src..src + d * cols]);
-        }
-    }
-    out
 }
 
 /// Whether `name` is one of llama.cpp's RoPE frequency tables, which a Hugging Face checkpoint
@@ -509,6 +568,92 @@ impl GgufCheckpoint {
     }
 }
 
+impl GgufCheckpoint {
+    /// Tensor `gguf` of the file, or where the file stacks q, k and v in one `attn_qkv` (as
+    /// llama.cpp's first Phi-2 files do) and `gguf` is one of them, its rows of the stack.
+    fn read(&self, gguf: &str) -> Result<Option<HostTensor>, WeightError> {
+        if self.file.tensor_info(gguf).is_some() {
+            let (shape, data) = self.file.tensor_f32(gguf)?;
+            return Ok(Some(HostTensor { shape, data }));
+        }
+        let Some((layer, rest)) = gguf.split_once(".attn_") else {
+            return Ok(None);
+        };
+        let Some((part, kind)) = rest.split_once('.') else {
+            return Ok(None);
+        };
+        let Some(index) = ["q", "k", "v"].iter().position(|p| *p == part) else {
+            return Ok(None);
+        };
+        let stacked = format!("{layer}.attn_qkv.{kind}");
+        if self.file.tensor_info(&stacked).is_none() {
+            return Ok(None);
+        }
+        let (mut shape, data) = self.file.tensor_f32(&stacked)?;
+        let rows = self.qkv_rows();
+        let cols: usize = shape.iter().skip(1).product();
+        let start: usize = rows[..index].iter().sum();
+        if rows.iter().sum::<usize>() != shape[0] {
+            return Err(WeightError::Shape {
+                name: stacked,
+                source_name: self.path.display().to_string(),
+                expected: vec![rows.iter().sum()],
+                found: shape,
+            });
+        }
+        shape[0] = rows[index];
+        let part = data[start * cols..(start + rows[index]) * cols].to_vec();
+        Ok(Some(HostTensor { shape, data: part }))
+    }
+
+    /// The rows of q, k and v.
+    fn qkv_rows(&self) -> [usize; 3] {
+        let c = &self.config;
+        let kv = c.num_key_value_heads * c.head_dim;
+        [c.num_attention_heads * c.head_dim, kv, kv]
+    }
+
+    /// llama.cpp's `attn_qkv` (q, k and v part by part: the converters of GPT-NeoX, BLOOM and
+    /// Falcon restack their checkpoints' so) in the checkpoint's order where the family stacks
+    /// by key/value head: each kv head's query heads, key and value in turn (head by head
+    /// where there are as many kv heads as query heads); a bias the same way.
+    fn stacked_by_kv_head(&self, data: Vec<f32>, shape: &[usize]) -> Vec<f32> {
+        let family = self.config.architecture.family();
+        let Some(fused) = family
+            .fused_linears()
+            .iter()
+            .find(|f| f.per_kv_head && f.fused == "self_attn.qkv_proj")
+        else {
+            return data;
+        };
+        let rows = self.qkv_rows();
+        if shape.first() != Some(&rows.iter().sum()) {
+            return data; // the decoder's shape check names the tensor
+        }
+        let kv = self.config.num_key_value_heads;
+        let part_by_part = FusedLinear {
+            per_kv_head: false,
+            ..*fused
+        };
+        let (Some(from), Some(to)) = (
+            part_by_part.row_ranges(&rows, kv),
+            fused.row_ranges(&rows, kv),
+        ) else {
+            return data;
+        };
+        let cols: usize = shape.iter().skip(1).product();
+        let mut out = vec![0.0f32; data.len()];
+        for (from, to) in from.iter().zip(&to) {
+            let mut src = from.iter().flat_map(|r| r.clone());
+            for row in to.iter().flat_map(|r| r.clone()) {
+                let Some(s) = src.next() else { break };
+                out[row * cols..(row + 1) * cols].copy_from_slice(&data[s * cols..(s + 1) * cols]);
+            }
+        }
+        out
+    }
+}
+
 impl WeightSource for GgufCheckpoint {
     fn name(&self) -> String {
         self.path.display().to_string()
@@ -535,10 +680,9 @@ impl WeightSource for GgufCheckpoint {
         let Some(gguf) = gguf_name(name, self.gemma_norm_names()) else {
             return Ok(None);
         };
-        if self.file.tensor_info(&gguf).is_none() {
+        let Some(HostTensor { mut shape, data }) = self.read(&gguf)? else {
             return Ok(None);
-        }
-        let (mut shape, data) = self.file.tensor_f32(&gguf)?;
+        };
         // Qwen2-MoE's shared expert gate is `[1, hidden]`; quantised files hold it as `[hidden]`.
         if gguf.ends_with("ffn_gate_inp_shexp.weight") && shape.len() == 1 {
             shape.insert(0, 1);
@@ -550,14 +694,10 @@ impl WeightSource for GgufCheckpoint {
         } else {
             None
         };
-        // llama.cpp's converter stacks GPT-NeoX's q/k/v part by part; the checkpoint holds
-        // them head by head, as the split that follows reads them.
-        let data =
-            if self.config.architecture == Architecture::GptNeox && gguf.contains(".attn_qkv.") {
-                heads_interleaved(&data, self.config.num_attention_heads, &shape)
-            } else {
-                data
-            };
+        let data = match gguf.contains(".attn_qkv.") {
+            true => self.stacked_by_kv_head(data, &shape),
+            false => data,
+        };
         let data = match heads {
             Some(heads) if self.config.architecture.family().gguf_interleaves_qk() => {
                 let cols = if shape.len() == 2 { shape[1] } else { 1 };
