@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe; do
+             qwen3_moe olmoe qwen2_moe starcoder2; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -56,6 +56,15 @@ def config(family):
         return transformers.CohereConfig(logit_scale=0.3, layer_norm_eps=1e-5,
                                          attention_bias=True, rope_theta=10_000.0,
                                          pad_token_id=0, **common)
+    if family == "starcoder2":
+        # StarCoder2: LayerNorms and biases on every linear (random, below), the ungated tanh
+        # GELU MLP (c_fc, c_proj), 2 kv heads for 4 query heads, a sliding window of 6 < 16
+        # ids on every layer, a tied head.
+        common.pop("rms_norm_eps")
+        common.update(tie_word_embeddings=True)
+        return transformers.Starcoder2Config(norm_epsilon=1e-5, use_bias=True, sliding_window=6,
+                                             hidden_act="gelu_pytorch_tanh",
+                                             rope_theta=100_000.0, **common)
     if family == "cohere2":
         # Command R7B: Cohere's layer, three sliding layers of four (window 6 < 16 ids) that
         # alone rotate, the fourth full and NoPE.
@@ -273,7 +282,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

@@ -7,7 +7,7 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
              cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
-             stablelm-parallel falcon falcon-new bloom olmo cohere2; do
+             stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -17,7 +17,8 @@ What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf
   `qwen3moe`, OLMoE `olmoe`, Phi-3 `phi3`, Gemma 2 `gemma2`, Cohere (Command R) `command-r`,
   Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`, GPT-NeoX `gptneox` and BLOOM `bloom`
   (their q/k/v stacks regrouped part by part), Phi `phi2`, StableLM `stablelm`, Falcon
-  `falcon` (its stack as all queries, keys, values), OLMo 1 `olmo`, Cohere 2 `cohere2`;
+  `falcon` (its stack as all queries, keys, values), OLMo 1 `olmo`, Cohere 2 `cohere2`,
+  StarCoder2 `starcoder2` (no window: llama.cpp attends in full);
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
@@ -44,7 +45,7 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
         "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox", "phi": "phi2",
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
-        "cohere2": "cohere2"}
+        "cohere2": "cohere2", "starcoder2": "starcoder2"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3", "olmo")
 
@@ -164,7 +165,7 @@ def common_metadata(w, hp):
     if "rms_norm_eps" in hp:
         w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
     else:
-        w.add_layer_norm_eps(hp["layer_norm_eps"])
+        w.add_layer_norm_eps(hp.get("layer_norm_eps", hp.get("norm_epsilon")))
     if (head_dim := hp.get("head_dim")) is not None:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
@@ -372,7 +373,8 @@ def longrope_tensors(w, hp):
 
 
 # The architectures whose GGUF files transformers' own loader reads.
-TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2", "bloom", "falcon", "stablelm")
+TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2", "bloom", "falcon", "stablelm",
+                      "starcoder2")
 
 
 def check_with_transformers(folder, out_path, family):
@@ -400,6 +402,10 @@ def check_with_transformers(folder, out_path, family):
     if config.model_type == "smollm3" and config.no_rope_layers != every_fourth:
         config.no_rope_layers = every_fourth
         config.no_rope_layer_interval = 4
+        own_reference = True
+    # llama.cpp's StarCoder2 attends in full: the converter writes no window.
+    if config.model_type == "starcoder2" and config.sliding_window is not None:
+        config.sliding_window = None
         own_reference = True
     # A `gptneox` file names no activation: read as Pythia's exact GELU.
     if config.model_type == "gpt_neox" and config.hidden_act != "gelu":
@@ -436,7 +442,8 @@ def check_with_transformers(folder, out_path, family):
     with open(out_path + ".logits.json", "w") as f:
         json.dump({"ids": ref["ids"], "logits": logits.tolist(),
                    "config": {k: getattr(config, k) for k in
-                              ("query_pre_attn_scalar", "no_rope_layers", "hidden_act")
+                              ("query_pre_attn_scalar", "no_rope_layers", "hidden_act",
+                               "sliding_window")
                               if hasattr(config, k)},
                    "transformers": transformers.__version__}, f)
     print(f"wrote {out_path}.logits.json")

@@ -140,12 +140,14 @@ pub struct HfFalconKeys {
     pub num_ln_in_parallel_attn: Option<usize>,
 }
 
-/// Keys some families spell their own way (BLOOM), and the name they are read under.
-pub const KEY_ALIASES: [(&str, &str); 4] = [
+/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2), and the name they are
+/// read under.
+pub const KEY_ALIASES: [(&str, &str); 5] = [
     ("n_embed", "hidden_size"),
     ("n_layer", "num_hidden_layers"),
     ("n_head", "num_attention_heads"),
     ("layer_norm_epsilon", "layer_norm_eps"),
+    ("norm_epsilon", "layer_norm_eps"),
 ];
 
 /// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.
@@ -195,6 +197,9 @@ pub struct HfLlamaConfig {
     /// StableLM: whether q, k and v carry biases (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qkv_bias: Option<bool>,
+    /// StarCoder2: whether every linear carries a bias (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_bias: Option<bool>,
     /// Phi, StableLM: per-head LayerNorms of q and k (default false; true is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qk_layernorm: Option<bool>,

@@ -30,6 +30,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod smollm3;
 pub mod stablelm;
+pub mod starcoder2;
 
 use std::collections::BTreeMap;
 
@@ -506,11 +507,14 @@ pub enum Architecture {
     Olmoe,
     /// `Qwen2MoeForCausalLM` (Qwen2's attention, routed experts beside a gated shared one).
     Qwen2Moe,
+    /// `Starcoder2ForCausalLM` (StarCoder2: Llama's attention with biases, LayerNorms, a tanh
+    /// GELU MLP without a gate, a sliding window).
+    Starcoder2,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 27] = [
+    pub const ALL: [Architecture; 28] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -538,6 +542,7 @@ impl Architecture {
         Architecture::Qwen3Moe,
         Architecture::Olmoe,
         Architecture::Qwen2Moe,
+        Architecture::Starcoder2,
     ];
 
     /// The family's adapter.
@@ -570,6 +575,7 @@ impl Architecture {
             Architecture::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Architecture::Olmoe => &olmoe::Olmoe,
             Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
+            Architecture::Starcoder2 => &starcoder2::Starcoder2,
         }
     }
 
@@ -654,7 +660,7 @@ mod tests {
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe"
+             qwen2moe, starcoder2"
         );
     }
 }

@@ -446,8 +446,8 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" | "self_attn.dense" => "attn_output",
         "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" | "mlp.fc1" => "ffn_up",
-        "mlp.down_proj" | "mlp.fc2" => "ffn_down",
+        "mlp.up_proj" | "mlp.fc1" | "mlp.c_fc" => "ffn_up",
+        "mlp.down_proj" | "mlp.fc2" | "mlp.c_proj" => "ffn_down",
         "input_layernorm" => "attn_norm",
         "post_attention_layernorm" if sandwich_norms => "post_attention_norm",
         // GLM-4's names for the attention's and the MLP's output norms.
