@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -56,6 +56,14 @@ def config(family):
         return transformers.CohereConfig(logit_scale=0.3, layer_norm_eps=1e-5,
                                          attention_bias=True, rope_theta=10_000.0,
                                          pad_token_id=0, **common)
+    if family == "gptj":
+        # GPT-J: a parallel layer on one LayerNorm (`ln_1`), interleaved RoPE on 8 of each
+        # head's 16 dimensions, no attention biases, random MLP and LM-head biases (below), an
+        # ungated tanh GELU MLP 112 wide, an untied head with a bias, GPT-2's key names.
+        return transformers.GPTJConfig(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                       rotary_dim=8, n_positions=128, n_inner=112,
+                                       layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+                                       bos_token_id=1, eos_token_id=2, initializer_range=0.25)
     if family == "starcoder2":
         # StarCoder2: LayerNorms and biases on every linear (random, below), the ungated tanh
         # GELU MLP (c_fc, c_proj), 2 kv heads for 4 query heads, a sliding window of 6 < 16
@@ -280,9 +288,9 @@ def main():
     # GPT-NeoX and BLOOM, which initialise every bias to zero, non-zero biases too.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight")):
+            if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

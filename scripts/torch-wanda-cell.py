@@ -230,9 +230,9 @@ if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
 OPT = model.config.model_type == "opt"
 # GPT-NeoX (Pythia): layers under gpt_neox.
 NEOX = model.config.model_type == "gpt_neox"
-# BLOOM (SparseGPT's bloom.py) and Falcon: layers under transformer.h; BLOOM's ALiBi is passed
+# BLOOM (SparseGPT's bloom.py), Falcon and GPT-J: layers under transformer.h; BLOOM's ALiBi is passed
 # to each layer as a keyword argument, caught like the others.
-TRANSFORMER_H = model.config.model_type in ("bloom", "falcon")
+TRANSFORMER_H = model.config.model_type in ("bloom", "falcon", "gptj")
 load_s = time.time() - t0
 
 # Calibrate and prune.

@@ -140,10 +140,13 @@ pub struct HfFalconKeys {
     pub num_ln_in_parallel_attn: Option<usize>,
 }
 
-/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2), and the name they are
-/// read under.
-pub const KEY_ALIASES: [(&str, &str); 5] = [
+/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2, GPT-J), and the name
+/// they are read under.
+pub const KEY_ALIASES: [(&str, &str); 8] = [
     ("n_embed", "hidden_size"),
+    ("n_embd", "hidden_size"),
+    ("n_positions", "max_position_embeddings"),
+    ("n_inner", "intermediate_size"),
     ("n_layer", "num_hidden_layers"),
     ("n_head", "num_attention_heads"),
     ("layer_norm_epsilon", "layer_norm_eps"),
@@ -197,6 +200,9 @@ pub struct HfLlamaConfig {
     /// StableLM: whether q, k and v carry biases (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qkv_bias: Option<bool>,
+    /// GPT-J: how many dimensions of each head rotate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_dim: Option<usize>,
     /// StarCoder2: whether every linear carries a bias (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_bias: Option<bool>,

@@ -120,6 +120,7 @@ fn every_family_gives_transformers_logits() {
         "olmoe",
         "qwen2_moe",
         "starcoder2",
+        "gptj",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -607,7 +608,8 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 /// biases, sequential and parallel), OLMo 2 and 3 (output norms alone, q/k norms across the
 /// heads; OLMo 3's sliding layers and YaRN), LongRoPE Phi-3 and Phi-4-mini, SmolLM3, Granite,
 /// GLM, Qwen2's sliding layers, Cohere (one bias-free LayerNorm a layer; Cohere 2's NoPE
-/// full layers) and StarCoder2 (biases everywhere, a sliding window): streamed through the layer store and pruned by every
+/// full layers), StarCoder2 (biases everywhere, a sliding window) and GPT-J (one shared
+/// `ln_1`, interleaved partial rotary, the LM head's bias): streamed through the layer store and pruned by every
 /// method exactly as in memory, six linears a layer (seven with a gate), q/k/v split out of
 /// `query_key_value` by kv head where the checkpoint stacks them; saved under the family's
 /// names with `query_key_value` stacked by kv head again and a shared norm written once
@@ -647,6 +649,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("olmoe", false),
         ("qwen2_moe", false),
         ("starcoder2", false),
+        ("gptj", true),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))

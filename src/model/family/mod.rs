@@ -13,6 +13,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod glm;
 pub mod gpt_neox;
+pub mod gptj;
 pub mod granite;
 pub mod llama;
 pub mod mistral;
@@ -510,11 +511,14 @@ pub enum Architecture {
     /// `Starcoder2ForCausalLM` (StarCoder2: Llama's attention with biases, LayerNorms, a tanh
     /// GELU MLP without a gate, a sliding window).
     Starcoder2,
+    /// `GPTJForCausalLM` (GPT-J: a parallel layer on one LayerNorm, interleaved partial
+    /// rotary, an ungated MLP with biases, the LM head's bias).
+    Gptj,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 28] = [
+    pub const ALL: [Architecture; 29] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -543,6 +547,7 @@ impl Architecture {
         Architecture::Olmoe,
         Architecture::Qwen2Moe,
         Architecture::Starcoder2,
+        Architecture::Gptj,
     ];
 
     /// The family's adapter.
@@ -576,6 +581,7 @@ impl Architecture {
             Architecture::Olmoe => &olmoe::Olmoe,
             Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Architecture::Starcoder2 => &starcoder2::Starcoder2,
+            Architecture::Gptj => &gptj::Gptj,
         }
     }
 
