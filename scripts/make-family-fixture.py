@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2 gptj; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -56,6 +56,13 @@ def config(family):
         return transformers.CohereConfig(logit_scale=0.3, layer_norm_eps=1e-5,
                                          attention_bias=True, rope_theta=10_000.0,
                                          pad_token_id=0, **common)
+    if family == "nemotron":
+        # Nemotron (Minitron): `1 + w` LayerNorms with random biases (below), half of each
+        # head rotating, the ungated squared-ReLU MLP, 2 kv heads for 4 query heads, untied.
+        common.pop("rms_norm_eps")
+        return transformers.NemotronConfig(norm_eps=1e-5, hidden_act="relu2", head_dim=16,
+                                           partial_rotary_factor=0.5, rope_theta=10_000.0,
+                                           **common)
     if family == "gptj":
         # GPT-J: a parallel layer on one LayerNorm (`ln_1`), interleaved RoPE on 8 of each
         # head's 16 dimensions, no attention biases, random MLP and LM-head biases (below), an
@@ -290,7 +297,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

@@ -7,7 +7,7 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
              cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
-             stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2; do
+             stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2 nemotron; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -18,7 +18,8 @@ What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf
   Granite `granite`, SmolLM3 `smollm3`, GLM-4 `glm4`, GPT-NeoX `gptneox` and BLOOM `bloom`
   (their q/k/v stacks regrouped part by part), Phi `phi2`, StableLM `stablelm`, Falcon
   `falcon` (its stack as all queries, keys, values), OLMo 1 `olmo`, Cohere 2 `cohere2`,
-  StarCoder2 `starcoder2` (no window: llama.cpp attends in full);
+  StarCoder2 `starcoder2` (no window: llama.cpp attends in full), Nemotron `nemotron` (norms
+  as `1 + w`);
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
@@ -45,7 +46,7 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
         "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox", "phi": "phi2",
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
-        "cohere2": "cohere2", "starcoder2": "starcoder2"}
+        "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3", "olmo")
 
@@ -112,8 +113,8 @@ def write(folder, out_path):
     for name, t in sorted(tensors.items()):
         if arch in ("gemma2", "command-r") and name == "lm_head.weight":
             continue  # Gemma2Model.filter_tensors: llama.cpp ties the head
-        if arch == "gemma2" and name.endswith("norm.weight"):
-            t = t + 1  # Gemma2Model.modify_tensors: the norms as `1 + w`
+        if arch in ("gemma2", "nemotron") and name.endswith("norm.weight"):
+            t = t + 1  # Gemma2Model's and NemotronModel's modify_tensors: the norms as `1 + w`
         if arch in ("gptneox", "bloom") and "query_key_value." in name:
             t = qkv_part_by_part(t, n_head)
         if arch == "falcon" and "query_key_value." in name:
@@ -165,7 +166,7 @@ def common_metadata(w, hp):
     if "rms_norm_eps" in hp:
         w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
     else:
-        w.add_layer_norm_eps(hp.get("layer_norm_eps", hp.get("norm_epsilon")))
+        w.add_layer_norm_eps(hp.get("layer_norm_eps", hp.get("norm_epsilon", hp.get("norm_eps"))))
     if (head_dim := hp.get("head_dim")) is not None:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
@@ -183,6 +184,13 @@ def common_metadata(w, hp):
     if hp["model_type"] == "cohere":
         # CommandR2Model.set_gguf_parameters.
         w.add_logit_scale(hp["logit_scale"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        return
+    if hp["model_type"] == "nemotron":
+        # NemotronModel.set_gguf_parameters: the rotated part of each head, no RoPE scaling.
+        w.add_vocab_size(hp["vocab_size"])
+        rotary = rope_parameters(hp)["partial_rotary_factor"]
+        w.add_rope_dimension_count(int(rotary * hp["hidden_size"]) // n_head)
         w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
         return
     if hp["model_type"] == "olmo":
@@ -374,7 +382,7 @@ def longrope_tensors(w, hp):
 
 # The architectures whose GGUF files transformers' own loader reads.
 TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2", "bloom", "falcon", "stablelm",
-                      "starcoder2")
+                      "starcoder2", "nemotron")
 
 
 def check_with_transformers(folder, out_path, family):

@@ -140,9 +140,9 @@ pub struct HfFalconKeys {
     pub num_ln_in_parallel_attn: Option<usize>,
 }
 
-/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2, GPT-J), and the name
-/// they are read under.
-pub const KEY_ALIASES: [(&str, &str); 8] = [
+/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2, GPT-J, Nemotron), and
+/// the name they are read under.
+pub const KEY_ALIASES: [(&str, &str); 9] = [
     ("n_embed", "hidden_size"),
     ("n_embd", "hidden_size"),
     ("n_positions", "max_position_embeddings"),
@@ -151,6 +151,7 @@ pub const KEY_ALIASES: [(&str, &str); 8] = [
     ("n_head", "num_attention_heads"),
     ("layer_norm_epsilon", "layer_norm_eps"),
     ("norm_epsilon", "layer_norm_eps"),
+    ("norm_eps", "layer_norm_eps"),
 ];
 
 /// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.

@@ -15,6 +15,8 @@ pub enum Activation {
     Relu,
     /// `gelu(x) = x/2 · (1 + erf(x/√2))`, exact (GPT-NeoX, whose MLP has no gate).
     Gelu,
+    /// `relu(x)²` (Nemotron, whose MLP has no gate).
+    Relu2,
 }
 
 impl Activation {
@@ -25,6 +27,7 @@ impl Activation {
             Activation::GeluTanh => "gelu_pytorch_tanh",
             Activation::Relu => "relu",
             Activation::Gelu => "gelu",
+            Activation::Relu2 => "relu2",
         }
     }
 }

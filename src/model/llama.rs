@@ -563,6 +563,10 @@ impl<B: Backend> Mlp<B> {
             Activation::GeluTanh => gelu_tanh(t),
             Activation::Relu => relu(t),
             Activation::Gelu => gelu_exact(t),
+            Activation::Relu2 => {
+                let r = relu(t);
+                r.clone() * r
+            }
         };
         match &self.gate_proj {
             Some(gate) => {

@@ -121,6 +121,7 @@ fn every_family_gives_transformers_logits() {
         "qwen2_moe",
         "starcoder2",
         "gptj",
+        "nemotron",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -170,10 +171,17 @@ fn prune_alike_at(
 }
 
 /// Qwen3's q/k norms, Gemma's `1 + w` norms and GeGLU, Gemma 3's four norms and local layers,
-/// and Gemma 2's soft-caps go through the layer store and pruning exactly as the model in memory does.
+/// Gemma 2's soft-caps and Nemotron's `1 + w` LayerNorms and squared ReLU go through the layer
+/// store and pruning exactly as the model in memory does.
 #[test]
-fn qwen3_and_gemma_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
-    for (family, norms) in [("qwen3", 4), ("gemma", 2), ("gemma2", 4), ("gemma3", 6)] {
+fn qwen3_gemma_and_nemotron_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
+    for (family, norms) in [
+        ("qwen3", 4),
+        ("gemma", 2),
+        ("gemma2", 4),
+        ("gemma3", 6),
+        ("nemotron", 2),
+    ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let source: Arc<dyn WeightSource> = Arc::new(SafetensorsSource::open(&folder).unwrap());
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -225,15 +233,16 @@ fn qwen3_and_gemma_checkpoints_stream_and_prune_to_the_bit_like_in_memory() {
     }
 }
 
-/// Gemma 1, 2 and 3 saved as folders (pruned at 0 %, so nothing changes) hold for every norm a
-/// `w` whose `1 + w` (what transformers applies, in f32) is the checkpoint's to the bit, under
-/// Gemma's names (two per layer in Gemma 1, four in Gemma 2 and 3), and each copy gives
+/// Gemma 1, 2 and 3 and Nemotron saved as folders (pruned at 0 %, so nothing changes) hold for
+/// every norm a `w` whose `1 + w` (what transformers applies, in f32) is the checkpoint's to
+/// the bit, under their names (two per layer in Gemma 1 and Nemotron, four in Gemma 2 and 3),
+/// and each copy gives
 /// transformers' logits (Gemma 2's soft-caps included: without either, the logits move by 8.8
 /// and more). (The model holds `1 + w`, so
 /// the last bits of an f32 `w` below 1 are rounded away; bf16 and f16 gains of 2^-16 and more
 /// come back exactly.)
 #[test]
-fn a_saved_gemma_holds_the_checkpoints_norms_and_gives_transformers_logits() {
+fn a_saved_gemma_or_nemotron_holds_the_checkpoints_norms_and_gives_transformers_logits() {
     let sandwich = [
         "input_layernorm",
         "post_attention_layernorm",
@@ -244,6 +253,7 @@ fn a_saved_gemma_holds_the_checkpoints_norms_and_gives_transformers_logits() {
         ("gemma", 2, 2, false),
         ("gemma2", 3, 4, false),
         ("gemma3", 3, 4, true),
+        ("nemotron", 2, 2, false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let dir = tempfile::tempdir().unwrap();

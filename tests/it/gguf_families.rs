@@ -12,7 +12,7 @@
 //! half rotating, parallel or sequential), Phi as `phi2`, StableLM as `stablelm`, Falcon as
 //! `falcon` (q/k/v stacked all queries, then keys, then values), BLOOM as `bloom` (stacked part
 //! by part), OLMo 1 as `olmo` (q/k rows interleaved, no norm tensors), Cohere 2 as `cohere2`,
-//! StarCoder2 as `starcoder2` (no window in the file).
+//! StarCoder2 as `starcoder2` (no window in the file), Nemotron as `nemotron` (`1 + w` norms).
 //! Each file must load as its family with the folder's shape and give transformers' logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
@@ -27,7 +27,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 24] = [
+const FAMILIES: [(&str, Architecture); 25] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -52,6 +52,7 @@ const FAMILIES: [(&str, Architecture); 24] = [
     ("olmo", Architecture::Olmo),
     ("cohere2", Architecture::Cohere2),
     ("starcoder2", Architecture::Starcoder2),
+    ("nemotron", Architecture::Nemotron),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {

@@ -18,6 +18,7 @@ pub mod granite;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
+pub mod nemotron;
 pub mod olmo;
 pub mod olmo2;
 pub mod olmo3;
@@ -514,11 +515,14 @@ pub enum Architecture {
     /// `GPTJForCausalLM` (GPT-J: a parallel layer on one LayerNorm, interleaved partial
     /// rotary, an ungated MLP with biases, the LM head's bias).
     Gptj,
+    /// `NemotronForCausalLM` (Nemotron, Minitron: Llama's attention with `1 + w` LayerNorms,
+    /// partial rotary, a squared-ReLU MLP without a gate).
+    Nemotron,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 29] = [
+    pub const ALL: [Architecture; 30] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -548,6 +552,7 @@ impl Architecture {
         Architecture::Qwen2Moe,
         Architecture::Starcoder2,
         Architecture::Gptj,
+        Architecture::Nemotron,
     ];
 
     /// The family's adapter.
@@ -582,6 +587,7 @@ impl Architecture {
             Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Architecture::Starcoder2 => &starcoder2::Starcoder2,
             Architecture::Gptj => &gptj::Gptj,
+            Architecture::Nemotron => &nemotron::Nemotron,
         }
     }
 
@@ -666,7 +672,7 @@ mod tests {
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2"
+             qwen2moe, starcoder2, nemotron"
         );
     }
 }

@@ -150,8 +150,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         None => rope_scaling(file, &key)?,
     };
     // llama.cpp writes the rotated dimensions of these families' heads, not their width
-    // (Phi-4-mini rotates 96 of 128, GLM-4 half of each head, Pythia and StableLM a quarter,
-    // Phi-2 two fifths).
+    // (Phi-4-mini rotates 96 of 128, GLM-4 and Nemotron half of each head, Pythia and StableLM
+    // a quarter, Phi-2 two fifths).
     let rotated = file
         .get_u64(&key("rope.dimension_count"))
         .map(|v| v as usize);
@@ -162,6 +162,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             | Architecture::GptNeox
             | Architecture::Phi
             | Architecture::StableLm
+            | Architecture::Nemotron
     );
     let key_length = file
         .get_u64(&key("attention.key_length"))

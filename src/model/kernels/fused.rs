@@ -559,6 +559,7 @@ fn layer_forward(
                 Activation::GeluTanh => vecmath::gelu_tanh_mul,
                 Activation::Relu => vecmath::relu_mul,
                 Activation::Gelu => vecmath::gelu_mul,
+                Activation::Relu2 => vecmath::relu2_mul,
             };
             gate.par_chunks_mut(intermediate)
                 .zip(up.par_chunks(intermediate))
@@ -572,6 +573,7 @@ fn layer_forward(
                 Activation::GeluTanh => vecmath::gelu_tanh,
                 Activation::Relu => vecmath::relu,
                 Activation::Silu => vecmath::silu,
+                Activation::Relu2 => vecmath::relu2,
             };
             gate.par_chunks_mut(intermediate).for_each(activation);
         }

@@ -223,6 +223,22 @@ pub fn relu(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = v.max(0.0));
 }
 
+/// Squared ReLU in place, `max(x, 0)²`.
+pub fn relu2(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| {
+        let r = v.max(0.0);
+        *v = r * r;
+    });
+}
+
+/// Squared ReLU as a gate in place: `gate = max(gate, 0)² · up`.
+pub fn relu2_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        let r = g.max(0.0);
+        *g = r * r * u;
+    }
+}
+
 /// ReGLU in place: `gate = max(gate, 0) · up`.
 pub fn relu_mul(gate: &mut [f32], up: &[f32]) {
     for (g, u) in gate.iter_mut().zip(up) {
