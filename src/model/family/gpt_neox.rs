@@ -16,9 +16,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family, FusedLinear};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTNeoXForCausalLM`.
 pub struct GptNeox;
@@ -78,17 +76,8 @@ impl Family for GptNeox {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let activation = match hf.activation_name() {
-            None | Some("gelu") => Activation::Gelu,
-            // The tanh approximations transformers names three ways (GPT-NeoX-20B: gelu_fast).
-            Some("gelu_new" | "gelu_fast" | "gelu_pytorch_tanh") => Activation::GeluTanh,
-            Some(other) => {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("is `{other}`; GPT-NeoX takes `gelu`, `gelu_new` or `gelu_fast`"),
-                ))
-            }
-        };
+        // Pythia's exact GELU by default; GPT-NeoX-20B's `gelu_fast` is the tanh one.
+        let activation = super::gelu_activation(hf, "hidden_act", "GPT-NeoX", Activation::Gelu)?;
         super::refuse_grouped_heads(hf, "GPT-NeoX")?;
         let rotary_dim =
             super::partial_rotary(hf, hf.rotary_pct, "rotary_pct", DEFAULT_ROTARY_PCT)?;

@@ -73,25 +73,10 @@ impl Family for Gptj {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let activation = match hf.activation_name() {
-            None | Some("gelu_new" | "gelu_fast" | "gelu_pytorch_tanh") => Activation::GeluTanh,
-            Some("gelu") => Activation::Gelu,
-            Some(other) => {
-                return Err(invalid(
-                    "activation_function",
-                    format!("is `{other}`; GPT-J takes `gelu_new` or `gelu`"),
-                ))
-            }
-        };
+        let activation =
+            super::gelu_activation(hf, "activation_function", "GPT-J", Activation::GeluTanh)?;
         super::refuse_grouped_heads(hf, "GPT-J")?;
-        if hf.tie_word_embeddings == Some(true) {
-            return Err(invalid(
-                "tie_word_embeddings",
-                "is true; GPT-J's LM head keeps a bias of its own, which a head tied to the \
-                 embeddings would drop"
-                    .into(),
-            ));
-        }
+        super::refuse_tied_biased_head(hf, "GPT-J")?;
         let head_dim = hf.hidden_size / hf.num_attention_heads.max(1);
         // transformers rotates `rotary_dim` dimensions; without it, tables as wide as the
         // whole hidden state, which no head can take.

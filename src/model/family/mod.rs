@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use super::config::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// Which projections of the attention block carry a bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,6 +230,44 @@ pub(crate) fn refuse_all_but_silu(hf: &HfLlamaConfig, family: &str) -> Result<()
             "hidden_act",
             format!("is `{other}`; {family} takes only `silu`"),
         )),
+    }
+}
+
+/// The GELU a config names under `key` (`hidden_act`, GPT-J's `activation_function`): `gelu`
+/// exact, `gelu_new`, `gelu_fast` and `gelu_pytorch_tanh` the tanh approximation (transformers'
+/// three names of it), `default` where it names none; any other is refused for `family`.
+pub(crate) fn gelu_activation(
+    hf: &HfLlamaConfig,
+    key: &str,
+    family: &str,
+    default: Activation,
+) -> Result<Activation, ConfigError> {
+    match hf.activation_name() {
+        None => Ok(default),
+        Some("gelu") => Ok(Activation::Gelu),
+        Some("gelu_new" | "gelu_fast" | "gelu_pytorch_tanh") => Ok(Activation::GeluTanh),
+        Some(other) => Err(invalid(
+            key,
+            format!(
+                "is `{other}`; {family} takes `gelu` or the tanh GELU (`gelu_new`, `gelu_fast`, \
+                 `gelu_pytorch_tanh`)"
+            ),
+        )),
+    }
+}
+
+/// Refuses `tie_word_embeddings: true` for a family whose LM head has a bias of its own (Phi,
+/// GPT-J), which a head tied to the embeddings would drop.
+pub(crate) fn refuse_tied_biased_head(hf: &HfLlamaConfig, family: &str) -> Result<(), ConfigError> {
+    match hf.tie_word_embeddings {
+        Some(true) => Err(invalid(
+            "tie_word_embeddings",
+            format!(
+                "is true; {family}'s LM head keeps a bias of its own, which a head tied to the \
+                 embeddings would drop (no released {family} model ties it)"
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -15,9 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `PhiForCausalLM`.
 pub struct Phi;
@@ -73,25 +71,9 @@ impl Family for Phi {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let activation = match hf.activation_name() {
-            None | Some("gelu_new" | "gelu_fast" | "gelu_pytorch_tanh") => Activation::GeluTanh,
-            Some("gelu") => Activation::Gelu,
-            Some(other) => {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("is `{other}`; Phi takes `gelu_new` or `gelu`"),
-                ))
-            }
-        };
+        let activation = super::gelu_activation(hf, "hidden_act", "Phi", Activation::GeluTanh)?;
         super::refuse_qk_layernorm(hf, "Phi")?;
-        if hf.tie_word_embeddings == Some(true) {
-            return Err(invalid(
-                "tie_word_embeddings",
-                "is true; Phi's LM head keeps a bias of its own, which a head tied to the \
-                 embeddings would drop (no released Phi model ties it)"
-                    .into(),
-            ));
-        }
+        super::refuse_tied_biased_head(hf, "Phi")?;
         let rotary_dim = super::partial_rotary(
             hf,
             hf.partial_rotary_factor,

@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Starcoder2ForCausalLM`.
 pub struct Starcoder2;
@@ -70,16 +68,8 @@ impl Family for Starcoder2 {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let activation = match hf.activation_name() {
-            None | Some("gelu_pytorch_tanh" | "gelu_new" | "gelu_fast") => Activation::GeluTanh,
-            Some("gelu") => Activation::Gelu,
-            Some(other) => {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("is `{other}`; StarCoder2 takes `gelu_pytorch_tanh` or `gelu`"),
-                ))
-            }
-        };
+        let activation =
+            super::gelu_activation(hf, "hidden_act", "StarCoder2", Activation::GeluTanh)?;
         Ok(DecoderExtras {
             activation,
             layer_norm: true,
