@@ -223,47 +223,19 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
         query_pre_attn_scalar: query_pre_attn_scalar(file, architecture, &key),
         rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
-        mlp_bias: Some(file.tensor_info("blk.0.ffn_down.bias").is_some()),
-        // Granite's factors, which llama.cpp's converter writes as scales where they are not 0;
-        // without one llama.cpp scales the scores by `head_dim^-0.5` (`logit_scale` divides
-        // Granite's logits and multiplies Cohere's, each family reading its own key).
-        embedding_multiplier: file.get_f64(&key("embedding_scale")),
-        residual_multiplier: file.get_f64(&key("residual_scale")),
-        attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
-            let head_dim = head_dim.unwrap_or(head_width);
-            (architecture == Architecture::Granite).then(|| (head_dim as f64).powf(-0.5))
-        }),
-        logits_scaling: file.get_f64(&key("logit_scale")),
-        logit_scale: file.get_f64(&key("logit_scale")),
-        clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
-        // Command R+'s: llama.cpp reads the norms where the file has them.
-        use_qk_norm: Some(file.tensor_info("blk.0.attn_q_norm.weight").is_some()),
-        num_local_experts: experts,
-        num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
-        moe_intermediate_size: file
-            .get_u64(&key("expert_feed_forward_length"))
-            .map(|v| v as usize),
-        shared_expert_intermediate_size: file
-            .get_u64(&key("expert_shared_feed_forward_length"))
-            .map(|v| v as usize),
-        qkv_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
-        // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's).
-        use_qkv_bias: Some(file.tensor_info("blk.0.attn_q.bias").is_some()),
-        qk_layernorm: Some(file.tensor_info("blk.0.attn_q_norm.weight").is_some()),
         falcon: falcon_keys(
             file,
             num_attention_heads,
             num_key_value_heads,
             feed_forward_length,
         ),
-        // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
-        // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
-        norm_topk_prob: file
-            .get_bool(&key("expert_weights_norm"))
-            .or((architecture == Architecture::Qwen3Moe).then_some(true)),
-        final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
-        attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
-        ..HfLlamaConfig::default()
+        ..family_keys(
+            file,
+            &key,
+            architecture,
+            head_dim.unwrap_or(head_width),
+            experts,
+        )
     };
     let mut config = hf.resolve()?;
     if file.tensor_info("rope_freqs.weight").is_some() {
@@ -276,6 +248,55 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         config.rope_scaling = RopeScaling::Factors(factors);
     }
     Ok(config)
+}
+
+/// The keys some families read beyond the shape, as llama.cpp's file gives them: biases and
+/// norms by presence, Granite's and Cohere's scales, the experts, Gemma 2's soft-caps
+/// (`head_dim` gives Granite's default attention scale; `experts` the expert count).
+fn family_keys(
+    file: &GgufFile,
+    key: &dyn Fn(&str) -> String,
+    architecture: Architecture,
+    head_dim: usize,
+    experts: Option<usize>,
+) -> HfLlamaConfig {
+    let present = |tensor: &str| Some(file.tensor_info(tensor).is_some());
+    HfLlamaConfig {
+        mlp_bias: present("blk.0.ffn_down.bias"),
+        // Granite's factors, which llama.cpp's converter writes as scales where they are not 0;
+        // without one llama.cpp scales the scores by `head_dim^-0.5` (`logit_scale` divides
+        // Granite's logits and multiplies Cohere's, each family reading its own key).
+        embedding_multiplier: file.get_f64(&key("embedding_scale")),
+        residual_multiplier: file.get_f64(&key("residual_scale")),
+        attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
+            (architecture == Architecture::Granite).then(|| (head_dim as f64).powf(-0.5))
+        }),
+        logits_scaling: file.get_f64(&key("logit_scale")),
+        logit_scale: file.get_f64(&key("logit_scale")),
+        clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
+        // Command R+'s: llama.cpp reads the norms where the file has them.
+        use_qk_norm: present("blk.0.attn_q_norm.weight"),
+        num_local_experts: experts,
+        num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
+        moe_intermediate_size: file
+            .get_u64(&key("expert_feed_forward_length"))
+            .map(|v| v as usize),
+        shared_expert_intermediate_size: file
+            .get_u64(&key("expert_shared_feed_forward_length"))
+            .map(|v| v as usize),
+        qkv_bias: present("blk.0.attn_q.bias"),
+        // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's).
+        use_qkv_bias: present("blk.0.attn_q.bias"),
+        qk_layernorm: present("blk.0.attn_q_norm.weight"),
+        // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
+        // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
+        norm_topk_prob: file
+            .get_bool(&key("expert_weights_norm"))
+            .or((architecture == Architecture::Qwen3Moe).then_some(true)),
+        final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
+        attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
+        ..HfLlamaConfig::default()
+    }
 }
 
 /// Which layers slide, where the file lists them (`attention.sliding_window_pattern` as one
