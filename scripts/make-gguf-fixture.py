@@ -115,10 +115,8 @@ def write(folder, out_path):
             continue  # Gemma2Model.filter_tensors: llama.cpp ties the head
         if arch in ("gemma2", "nemotron") and name.endswith("norm.weight"):
             t = t + 1  # Gemma2Model's and NemotronModel's modify_tensors: the norms as `1 + w`
-        if arch in ("gptneox", "bloom") and "query_key_value." in name:
-            t = qkv_part_by_part(t, n_head)
-        if arch == "falcon" and "query_key_value." in name:
-            t = falcon_qkv(t, n_head, falcon_kv_heads(hp))
+        if arch in ("gptneox", "bloom", "falcon") and "query_key_value." in name:
+            t = qkv_part_by_part(t, n_head, falcon_kv_heads(hp) if arch == "falcon" else n_head)
         if arch == "bloom":
             name = name.removeprefix("transformer.")  # BloomModel.modify_tensors
         if name.startswith("rope_factors"):
@@ -287,25 +285,13 @@ def falcon_metadata(w, hp):
     w.add_layer_norm_eps(hp["layer_norm_epsilon"])
 
 
-def falcon_qkv(t, n_head, n_kv):
-    """FalconModel.modify_tensors: the stack grouped by kv head as q, then k, then v (a bias
-    the same way, which the converter itself cannot do)."""
-    rest = t.shape[1:]
-    head_dim = t.shape[0] // (n_head + 2 * n_kv)
-    qkv = t.reshape((n_kv, n_head // n_kv + 2, head_dim) + rest)
-    q = qkv[:, :-2].reshape((-1,) + rest)
-    k = qkv[:, -2].reshape((-1,) + rest)
-    v = qkv[:, -1].reshape((-1,) + rest)
-    return np.concatenate([q, k, v], axis=0)
-
-
 def bloom_metadata(w, hp):
     """BloomModel.set_gguf_parameters."""
     n_embed = hp["hidden_size"]
     w.add_context_length(hp.get("seq_length", n_embed))
     w.add_embedding_length(n_embed)
     w.add_feed_forward_length(4 * n_embed)
-    w.add_block_count(hp["num_hidden_layers"] if "num_hidden_layers" in hp else hp["n_layer"])
+    w.add_block_count(hp.get("num_hidden_layers", hp.get("n_layer")))
     n_head = hp.get("n_head", hp.get("num_attention_heads"))
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head)
@@ -316,11 +302,17 @@ OWN_METADATA = {"phi2": phi2_metadata, "stablelm": stablelm_metadata,
                 "falcon": falcon_metadata, "bloom": bloom_metadata}
 
 
-def qkv_part_by_part(t, n_head):
-    """GPTNeoXModel.modify_tensors: the head-by-head q/k/v stack as q, then k, then v."""
+def qkv_part_by_part(t, n_head, n_kv):
+    """The q/k/v stack grouped by kv head (each kv head's query heads, key, value; head by head
+    where n_kv = n_head) as q, then k, then v: GPTNeoXModel's, BloomModel's and FalconModel's
+    modify_tensors (a Falcon bias the same way, which that converter itself cannot do)."""
     rest = t.shape[1:]
-    grouped = t.reshape((n_head, 3, t.shape[0] // n_head // 3) + rest)
-    return np.concatenate([grouped[:, i].reshape((-1,) + rest) for i in range(3)], axis=0)
+    head_dim = t.shape[0] // (n_head + 2 * n_kv)
+    qkv = t.reshape((n_kv, n_head // n_kv + 2, head_dim) + rest)
+    q = qkv[:, :-2].reshape((-1,) + rest)
+    k = qkv[:, -2].reshape((-1,) + rest)
+    v = qkv[:, -1].reshape((-1,) + rest)
+    return np.concatenate([q, k, v], axis=0)
 
 
 def phi3_rotated(hp):

@@ -56,11 +56,7 @@ impl Family for Starcoder2 {
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
-        let (layer, rest) = name.split_once(".mlp.")?;
-        let (module, kind) = rest.rsplit_once('.')?;
-        let module = format!("mlp.{module}");
-        let (_, theirs) = MLP_NAMES.iter().find(|(ours, _)| *ours == module)?;
-        Some(format!("{layer}.{theirs}.{kind}"))
+        super::renamed(name, "model", "model.layers", &MLP_NAMES, &[]).filter(|t| t != name)
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {

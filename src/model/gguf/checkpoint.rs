@@ -205,11 +205,6 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
-        attention_bias: Some(
-            ["blk.0.attn_q.bias", "blk.0.attn_qkv.bias"]
-                .iter()
-                .any(|t| file.tensor_info(t).is_some()),
-        ),
         // Read for every family; only those that slide use it. 0 is none (Phi-4's).
         sliding_window: file
             .get_u64(&key("attention.sliding_window"))
@@ -251,7 +246,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
 }
 
 /// The keys some families read beyond the shape, as llama.cpp's file gives them: biases and
-/// norms by presence, Granite's and Cohere's scales, the experts, Gemma 2's soft-caps
+/// norms by presence (q/k/v biases apart or on a stacked `attn_qkv`, under each family's key), Granite's and Cohere's scales, the experts, Gemma 2's soft-caps
 /// (`head_dim` gives Granite's default attention scale; `experts` the expert count).
 fn family_keys(
     file: &GgufFile,
@@ -261,7 +256,13 @@ fn family_keys(
     experts: Option<usize>,
 ) -> HfLlamaConfig {
     let present = |tensor: &str| Some(file.tensor_info(tensor).is_some());
+    let qkv_biases = Some(
+        ["blk.0.attn_q.bias", "blk.0.attn_qkv.bias"]
+            .iter()
+            .any(|t| file.tensor_info(t).is_some()),
+    );
     HfLlamaConfig {
+        attention_bias: qkv_biases,
         mlp_bias: present("blk.0.ffn_down.bias"),
         // Granite's factors, which llama.cpp's converter writes as scales where they are not 0;
         // without one llama.cpp scales the scores by `head_dim^-0.5` (`logit_scale` divides
@@ -284,9 +285,9 @@ fn family_keys(
         shared_expert_intermediate_size: file
             .get_u64(&key("expert_shared_feed_forward_length"))
             .map(|v| v as usize),
-        qkv_bias: present("blk.0.attn_q.bias"),
+        qkv_bias: qkv_biases,
         // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's).
-        use_qkv_bias: present("blk.0.attn_q.bias"),
+        use_qkv_bias: qkv_biases,
         qk_layernorm: present("blk.0.attn_q_norm.weight"),
         // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
         // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
