@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -71,6 +71,21 @@ def config(family):
                                        rotary_dim=8, n_positions=128, n_inner=112,
                                        layer_norm_epsilon=1e-5, tie_word_embeddings=False,
                                        bos_token_id=1, eos_token_id=2, initializer_range=0.25)
+    if family == "gpt2":
+        # GPT-2: learned positions from row 0, LayerNorms, random biases everywhere (below),
+        # Conv1D weights, q/k/v stacked part by part in c_attn, the ungated tanh GELU MLP 112
+        # wide, a tied head.
+        return transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                       n_positions=128, n_inner=112, layer_norm_epsilon=1e-5,
+                                       bos_token_id=1, eos_token_id=2, initializer_range=0.25)
+    if family in ("gpt_bigcode", "gpt_bigcode-mha"):
+        # GPT-BigCode (StarCoder 1): GPT-2's layer with plain linears and one kv head for the 4
+        # query heads (c_attn: all queries, the key, the value); without multi_query, q/k/v
+        # stacked head by head.
+        return transformers.GPTBigCodeConfig(
+            vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, n_inner=112,
+            layer_norm_epsilon=1e-5, multi_query=family == "gpt_bigcode", bos_token_id=1,
+            eos_token_id=2, initializer_range=0.25)
     if family == "starcoder2":
         # StarCoder2: LayerNorms and biases on every linear (random, below), the ungated tanh
         # GELU MLP (c_fc, c_proj), 2 kv heads for 4 query heads, a sliding window of 6 < 16
@@ -295,9 +310,9 @@ def main():
     # GPT-NeoX and BLOOM, which initialise every bias to zero, non-zero biases too.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight")):
+            if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight", "ln_2.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

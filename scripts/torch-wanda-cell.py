@@ -230,9 +230,24 @@ if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
 OPT = model.config.model_type == "opt"
 # GPT-NeoX (Pythia): layers under gpt_neox.
 NEOX = model.config.model_type == "gpt_neox"
-# BLOOM (SparseGPT's bloom.py), Falcon and GPT-J: layers under transformer.h; BLOOM's ALiBi is passed
-# to each layer as a keyword argument, caught like the others.
-TRANSFORMER_H = model.config.model_type in ("bloom", "falcon", "gptj")
+# BLOOM (SparseGPT's bloom.py), Falcon, GPT-J, GPT-2 and GPT-BigCode: layers under transformer.h;
+# BLOOM's ALiBi is passed to each layer as a keyword argument, caught like the others.
+TRANSFORMER_H = model.config.model_type in ("bloom", "falcon", "gptj", "gpt2", "gpt_bigcode")
+# GPT-2's linears are Conv1D modules (weight stored [in, out]), which the reference's find_layers
+# (nn.Linear only) would pass over: each becomes the nn.Linear it computes (the weight transposed,
+# the same bias), as anyone running the reference on GPT-2 has to do; --save-pruned writes the
+# weights back in Conv1D's layout, as the checkpoint and `wanda prune --save` hold them.
+CONV1D = model.config.model_type == "gpt2"
+if CONV1D:
+    from transformers.pytorch_utils import Conv1D
+    for block in model.transformer.h:
+        for name, m in list(block.named_modules()):
+            if isinstance(m, Conv1D):
+                parent, child = name.rsplit(".", 1)
+                linear = torch.nn.Linear(*m.weight.shape, dtype=m.weight.dtype)
+                linear.weight.data = m.weight.data.t().contiguous()
+                linear.bias.data = m.bias.data
+                setattr(block.get_submodule(parent), child, linear)
 load_s = time.time() - t0
 
 # Calibrate and prune.
@@ -733,7 +748,8 @@ if a.save_pruned:
     def checkpoint_name(n):
         return n.replace("mlp.", "block_sparse_moe.", 1) if MIXTRAL else n
     save_file({f"{PREFIX}.{i}.{checkpoint_name(n)}.weight":
-               layer.get_submodule(n).weight.data.float().contiguous()
+               (layer.get_submodule(n).weight.data.t() if CONV1D
+                else layer.get_submodule(n).weight.data).float().contiguous()
                for i, layer in enumerate(layers) for n in LINEARS}, a.save_pruned)
 
 # Evaluate.

@@ -122,7 +122,7 @@ pub struct HfFalconKeys {
     /// ALiBi instead of RoPE (default false; Falcon's ALiBi scales the bias with the scores).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alibi: Option<bool>,
-    /// One key/value head for all query heads (default true; Falcon-7B).
+    /// One key/value head for all query heads (default true; Falcon-7B, GPT-BigCode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multi_query: Option<bool>,
     /// Attention and MLP read the layer's input side by side (default true).
@@ -207,6 +207,14 @@ pub struct HfLlamaConfig {
     /// StarCoder2: whether every linear carries a bias (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_bias: Option<bool>,
+    /// GPT-2, GPT-BigCode: whether attention scores are scaled by `head_dim^-0.5` (default
+    /// true; false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_attn_weights: Option<bool>,
+    /// GPT-2: whether each layer's scores are also divided by its index + 1 (default false;
+    /// true is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_attn_by_inverse_layer_idx: Option<bool>,
     /// Phi, StableLM: per-head LayerNorms of q and k (default false; true is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qk_layernorm: Option<bool>,
@@ -1237,13 +1245,13 @@ mod tests {
 
     #[test]
     fn unknown_architecture_is_refused_by_name() {
-        let json = r#"{"architectures":["GPT2LMHeadModel"],"hidden_size":8,"intermediate_size":16,
+        let json = r#"{"architectures":["MptForCausalLM"],"hidden_size":8,"intermediate_size":16,
             "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10}"#;
         let err = HfLlamaConfig::from_json(json)
             .unwrap()
             .resolve()
             .unwrap_err();
-        assert!(err.to_string().contains("`GPT2LMHeadModel`"), "{err}");
+        assert!(err.to_string().contains("`MptForCausalLM`"), "{err}");
     }
 
     #[test]

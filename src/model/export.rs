@@ -610,8 +610,12 @@ fn plan<B: Backend>(
     if let Some(bias) = &shell.norm.bias {
         out.push(planned("model.norm.bias", bias.dims().to_vec()));
     }
+    let family = config.architecture.family();
     for tensor in &mut out {
         tensor.name = saved_name(config, &tensor.name);
+        if family.stores_transposed(&tensor.name) {
+            tensor.shape.reverse();
+        }
     }
     // One checkpoint tensor the decoder holds twice (Falcon's shared norm) is written once.
     let mut seen = std::collections::HashSet::new();
@@ -632,14 +636,26 @@ fn saved_name(config: &LlamaConfig, ours: &str) -> String {
         .unwrap_or_else(|| ours.to_string())
 }
 
-/// `tensors` under the names the checkpoints of `config`'s family give them.
+/// `tensors` under the names the checkpoints of `config`'s family give them, in its layout
+/// (transposed where it stores a linear as `[in, out]`, GPT-2's `Conv1D`).
 fn saved_names(
     config: &LlamaConfig,
     tensors: Vec<(String, HostTensor)>,
 ) -> Vec<(String, HostTensor)> {
+    let family = config.architecture.family();
     tensors
         .into_iter()
-        .map(|(name, t)| (saved_name(config, &name), t))
+        .map(|(name, t)| {
+            let name = saved_name(config, &name);
+            match t.shape[..] {
+                [rows, cols] if family.stores_transposed(&name) => {
+                    let data = transpose(&t.data, rows, cols);
+                    let shape = vec![cols, rows];
+                    (name, HostTensor { shape, data })
+                }
+                _ => (name, t),
+            }
+        })
         .collect()
 }
 

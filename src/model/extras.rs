@@ -95,9 +95,13 @@ pub struct DecoderExtras {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mlp_bias: bool,
     /// Positions are a learned table added to the token embeddings, read from row
-    /// `position + 2` (OPT's offset), instead of RoPE.
+    /// `position + 2` (OPT's offset; [`Self::position_offset`]), instead of RoPE.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub learned_positions: bool,
+    /// The learned position table holds position 0 in its first row (GPT-2, GPT-BigCode), not
+    /// in OPT's third.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub positions_from_row_zero: bool,
     /// Attention scores `s` (after the query scale) become `cap · tanh(s / cap)` before the
     /// mask and softmax (Gemma 2's `attn_logit_softcapping`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,5 +178,15 @@ impl DecoderExtras {
     /// Whether these are Llama's (nothing added).
     pub fn is_llama(&self) -> bool {
         *self == DecoderExtras::default()
+    }
+
+    /// The row of the learned position table that holds position 0: 2 in OPT, 0 in GPT-2 and
+    /// GPT-BigCode (and without a table).
+    pub fn position_offset(&self) -> usize {
+        if self.learned_positions && !self.positions_from_row_zero {
+            2
+        } else {
+            0
+        }
     }
 }

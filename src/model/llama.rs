@@ -164,9 +164,6 @@ impl<B: Backend> Norm<B> {
     }
 }
 
-/// The row of a learned position table that holds position 0 (OPT's offset of 2).
-pub const POSITION_OFFSET: usize = 2;
-
 /// Keys and values of the positions seen so far, per layer, for incremental decoding.
 #[derive(Debug, Clone)]
 pub struct KvCache<B: Backend> {
@@ -1082,9 +1079,11 @@ pub struct Llama<B: Backend> {
     /// The factor of the rotary cosines and sines (YaRN's or LongRoPE's attention factor; 1
     /// otherwise).
     pub rope_scale: f32,
-    /// Learned position embeddings, `[positions + 2, hidden]`, position `p` at row `p + 2`
-    /// (OPT), where the model has them instead of RoPE.
+    /// Learned position embeddings, `[positions + position_offset, hidden]`, position `p` at
+    /// row `p + position_offset` (OPT, GPT-2), where the model has them instead of RoPE.
     pub embed_positions: Option<Param<Tensor<B, 2>>>,
+    /// The row of `embed_positions` that holds position 0 (OPT's 2, GPT-2's 0).
+    pub position_offset: usize,
     /// The factor of the token embeddings (Gemma's `√hidden`), when there is one.
     pub embed_scale: Option<f32>,
     /// The norm of the token embeddings before the first layer (BLOOM's
@@ -1163,9 +1162,10 @@ impl<B: Backend> Llama<B> {
             long_inv_freq: rope::long_inv_freq(config),
             rope_scale: config.rope_attention_factor(),
             embed_positions: config.extras.learned_positions.then(|| {
-                let rows = config.max_position_embeddings + POSITION_OFFSET;
+                let rows = config.max_position_embeddings + config.extras.position_offset();
                 Param::from_tensor(Tensor::from_data(uniform(vec![rows, h], -1.0, 1.0), device))
             }),
+            position_offset: config.extras.position_offset(),
             embed_scale: config.embed_scale(),
             embed_norm: config.extras.embed_norm.then(|| norm(h)),
             norm_offset: config.extras.norm_offset,
@@ -1196,7 +1196,7 @@ impl<B: Backend> Llama<B> {
         };
         let x = match &self.embed_positions {
             Some(table) => {
-                let start = offset + POSITION_OFFSET;
+                let start = offset + self.position_offset;
                 let rows = table.val().slice(s![start..start + seq, ..]);
                 x + rows.unsqueeze::<3>()
             }
@@ -1238,6 +1238,7 @@ impl<B: Backend> Llama<B> {
             lm_head: self.lm_head.as_ref(),
             embed_scale: self.embed_scale,
             positions: self.embed_positions.as_ref(),
+            position_offset: self.position_offset,
             embed_norm: self.embed_norm.as_ref().map(Norm::weights),
             final_softcap: self.final_softcap,
             logit_scale: self.logit_scale,

@@ -332,7 +332,7 @@ fn load_folder<M>(
     let tokenizer = Tokenizer::from_folder(folder)?;
     let source = SafetensorsSource::open(folder)?;
     let parameter_count = source.parameter_count();
-    let model = build(&config, SplitSource::for_family(&config, Arc::new(source)))?;
+    let model = build(&config, weights::hf_source(&config, source))?;
     let tokenizer_files = TOKENIZER_FILES
         .iter()
         .filter_map(|name| {

@@ -101,8 +101,7 @@ impl ModelShape {
             0
         };
         let positions = if e.learned_positions {
-            ((config.max_position_embeddings + crate::model::llama::POSITION_OFFSET)
-                * config.hidden_size) as u64
+            ((config.max_position_embeddings + e.position_offset()) * config.hidden_size) as u64
         } else {
             0
         };

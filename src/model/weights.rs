@@ -20,7 +20,7 @@ use safetensors::tensor::{Dtype, Metadata};
 use super::config::LlamaConfig;
 use super::family::FusedLinear;
 use super::host::{narrowed, weight_tensor};
-use super::llama::{DecoderLayer, Llama, Norm, POSITION_OFFSET};
+use super::llama::{DecoderLayer, Llama, Norm};
 use super::rope;
 use crate::sys::phases::PhaseClock;
 
@@ -190,6 +190,84 @@ impl WeightSource for RenamedSource {
     ) -> Result<Option<HostData>, WeightError> {
         self.inner
             .tensor_transposed_in(&self.checkpoint_name(name), dtype)
+    }
+
+    fn parameter_count(&self) -> u64 {
+        self.inner.parameter_count()
+    }
+
+    fn release_pages(&self) {
+        self.inner.release_pages();
+    }
+}
+
+/// A Hugging Face checkpoint whose family stores some linear weights transposed, `[in, out]`
+/// (GPT-2's `Conv1D`; [`crate::model::family::Family::transposed_linears`]), seen with every
+/// weight in PyTorch's `[out, in]`. Names are the checkpoint's; GGUF files store those weights
+/// as linears, so only folders are wrapped.
+pub struct TransposedSource {
+    inner: Arc<dyn WeightSource>,
+    family: &'static dyn crate::model::family::Family,
+}
+
+impl TransposedSource {
+    /// `inner` with the transposed weights of `config`'s family turned, when it has any.
+    pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
+        let family = config.architecture.family();
+        if family.transposed_linears().is_empty() {
+            return inner;
+        }
+        #[allow(clippy::arc_with_non_send_sync)]
+        let source = Arc::new(Self { inner, family });
+        source
+    }
+}
+
+/// A Hugging Face checkpoint as the decoder reads it: under Llama's names, in PyTorch's
+/// layout ([`TransposedSource`]), its stacked linears apart ([`SplitSource`]).
+pub fn hf_source(config: &LlamaConfig, checkpoint: SafetensorsSource) -> Arc<dyn WeightSource> {
+    SplitSource::for_family(
+        config,
+        TransposedSource::for_family(config, Arc::new(checkpoint)),
+    )
+}
+
+/// `t` with its shape's two dimensions swapped (its values as they are).
+fn swapped(mut t: HostTensor) -> HostTensor {
+    t.shape.reverse();
+    t
+}
+
+impl WeightSource for TransposedSource {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        if self.family.stores_transposed(name) {
+            return Ok(self.inner.tensor_transposed(name)?.map(swapped));
+        }
+        self.inner.tensor(name)
+    }
+
+    fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        if self.family.stores_transposed(name) {
+            return Ok(self.inner.tensor(name)?.map(swapped));
+        }
+        self.inner.tensor_transposed(name)
+    }
+
+    fn tensor_transposed_in(
+        &self,
+        name: &str,
+        dtype: DType,
+    ) -> Result<Option<HostData>, WeightError> {
+        if self.family.stores_transposed(name) {
+            return Ok(self
+                .tensor_transposed(name)?
+                .map(|t| HostData::from_transposed(t, dtype)));
+        }
+        self.inner.tensor_transposed_in(name, dtype)
     }
 
     fn parameter_count(&self) -> u64 {
@@ -606,8 +684,10 @@ impl WeightSource for SafetensorsSource {
         self.read(name, false)
     }
 
-    /// Elements of the floating-point tensors: integer and boolean ones are buffers, not
-    /// parameters (old GPT-NeoX checkpoints keep a `[1, 1, 2048, 2048]` causal mask per layer).
+    /// Elements of the floating-point tensors of one to three dimensions: integer and boolean
+    /// ones are buffers, not parameters (old GPT-NeoX checkpoints keep a `[1, 1, 2048, 2048]`
+    /// causal mask per layer), and so are GPT-2's float masks, `[1, 1, 1024, 1024]`, and its
+    /// scalar `masked_bias`.
     fn parameter_count(&self) -> u64 {
         self.shards
             .iter()
@@ -616,7 +696,7 @@ impl WeightSource for SafetensorsSource {
                 matches!(
                     info.dtype,
                     Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
-                )
+                ) && (1..=3).contains(&info.shape.len())
             })
             .map(|(_, info)| info.shape.iter().product::<usize>() as u64)
             .sum()
@@ -968,7 +1048,7 @@ fn shell_with<B: Backend>(
         Some(b.linear("lm_head", h, config.vocab_size, config.extras.lm_head_bias)?)
     };
     let embed_positions = if config.extras.learned_positions {
-        let rows = config.max_position_embeddings + POSITION_OFFSET;
+        let rows = config.max_position_embeddings + config.extras.position_offset();
         let table = b.fetch("model.embed_positions.weight", &[rows, h])?;
         Some(Param::from_tensor(
             b.to_device(TensorData::new(table, [rows, h])),
@@ -985,6 +1065,7 @@ fn shell_with<B: Backend>(
         long_inv_freq: rope::long_inv_freq(config),
         rope_scale: config.rope_attention_factor(),
         embed_positions,
+        position_offset: config.extras.position_offset(),
         embed_scale: config.embed_scale(),
         embed_norm: config
             .extras

@@ -122,6 +122,9 @@ fn every_family_gives_transformers_logits() {
         "starcoder2",
         "gptj",
         "nemotron",
+        "gpt2",
+        "gpt_bigcode",
+        "gpt_bigcode-mha",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -309,7 +312,7 @@ fn prune_and_save(folder: &Path, args: &[&str], saved: &Path) {
 #[test]
 fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::weights::SplitSource;
+    use wanda::model::weights::hf_source;
 
     let folder = Path::new(FIXTURES).join("tiny-phi3");
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -317,8 +320,7 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
         .resolve()
         .unwrap();
     let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
-    let source =
-        SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
+    let source = hf_source(&config, SafetensorsSource::open(&folder).unwrap());
     let device = Default::default();
     let mut stacked = build_llama::<B>(&config, source.as_ref(), &device).unwrap();
 
@@ -550,15 +552,14 @@ fn a_saved_bloom_keeps_both_spellings_of_its_keys_and_loads_again() {
 #[test]
 fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::weights::SplitSource;
+    use wanda::model::weights::hf_source;
 
     let folder = Path::new(FIXTURES).join("tiny-opt");
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
         .unwrap()
         .resolve()
         .unwrap();
-    let source =
-        SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
+    let source = hf_source(&config, SafetensorsSource::open(&folder).unwrap());
     let device = Default::default();
     let calibration: Vec<Vec<u32>> = (0..4)
         .map(|w| (0..12).map(|t| ((w * 11 + t * 5) % 96) as u32).collect())
@@ -618,17 +619,19 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 /// biases, sequential and parallel), OLMo 2 and 3 (output norms alone, q/k norms across the
 /// heads; OLMo 3's sliding layers and YaRN), LongRoPE Phi-3 and Phi-4-mini, SmolLM3, Granite,
 /// GLM, Qwen2's sliding layers, Cohere (one bias-free LayerNorm a layer; Cohere 2's NoPE
-/// full layers), StarCoder2 (biases everywhere, a sliding window) and GPT-J (one shared
-/// `ln_1`, interleaved partial rotary, the LM head's bias): streamed through the layer store and pruned by every
-/// method exactly as in memory, six linears a layer (seven with a gate), q/k/v split out of
+/// full layers), StarCoder2 (biases everywhere, a sliding window), GPT-J (one shared
+/// `ln_1`, interleaved partial rotary, the LM head's bias), GPT-2 (learned positions from row
+/// 0, `Conv1D` weights stored `[in, out]`, q/k/v stacked part by part) and GPT-BigCode (one kv
+/// head, or q/k/v head by head): streamed through the layer store and pruned by every method exactly as in memory, six linears a layer (seven with a gate), q/k/v split out of
 /// `query_key_value` by kv head where the checkpoint stacks them; saved under the family's
-/// names with `query_key_value` stacked by kv head again and a shared norm written once
+/// names with `query_key_value` stacked by kv head again, `Conv1D` weights transposed back and
+/// a shared norm written once
 /// (unpruned, the very tensors of the checkpoint), and the pruned copy gives the pruned model's
 /// logits back.
 #[test]
 fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::weights::SplitSource;
+    use wanda::model::weights::hf_source;
 
     for (family, parallel) in [
         ("gpt_neox", true),
@@ -660,6 +663,9 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("qwen2_moe", false),
         ("starcoder2", false),
         ("gptj", true),
+        ("gpt2", false),
+        ("gpt_bigcode", false),
+        ("gpt_bigcode-mha", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -667,8 +673,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             .resolve()
             .unwrap();
         assert_eq!(config.extras.parallel_residual, parallel, "{family}");
-        let source =
-            SplitSource::for_family(&config, Arc::new(SafetensorsSource::open(&folder).unwrap()));
+        let source = hf_source(&config, SafetensorsSource::open(&folder).unwrap());
         let device = Default::default();
         let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
         let store = tempfile::tempdir().unwrap();
@@ -748,43 +753,65 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
     }
 }
 
-/// Pythia's older hub checkpoints keep buffers beside the parameters: a boolean causal mask
-/// per layer (`attention.bias`, `[1, 1, 2048, 2048]`) and a scalar `attention.masked_bias`.
-/// Such a folder loads to the same logits, and the mask is not counted as parameters (the
-/// estimator would otherwise count 4.2 M weights a layer that are not there).
+/// Older hub checkpoints keep buffers beside the parameters: Pythia's a boolean causal mask
+/// per layer (`attention.bias`, `[1, 1, 2048, 2048]`) and a scalar `attention.masked_bias`;
+/// GPT-2's (openai-community/gpt2, saved from the headless `GPT2Model`, every name without
+/// `transformer.`) an f32 mask `attn.bias`, `[1, 1, 1024, 1024]`, and the scalar. Such a folder
+/// loads to the same logits, and neither masks nor scalars count as parameters (the estimator
+/// would otherwise count a million weights a layer that are not there).
 #[test]
-fn a_gpt_neox_checkpoint_with_its_mask_buffers_loads_the_same() {
-    let folder = Path::new(FIXTURES).join("tiny-gpt_neox");
-    let dir = config_and_tokenizer_of(&folder);
-    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-    let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mask = vec![1u8; 128 * 128];
-    let masked_bias = (-1e9f32).to_le_bytes();
-    let mut tensors = original.tensors();
-    for i in 0..2 {
-        tensors.push((
-            format!("gpt_neox.layers.{i}.attention.bias"),
-            safetensors::tensor::TensorView::new(
-                safetensors::Dtype::BOOL,
-                vec![1, 1, 128, 128],
-                &mask,
-            )
-            .unwrap(),
-        ));
-        tensors.push((
-            format!("gpt_neox.layers.{i}.attention.masked_bias"),
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![], &masked_bias)
-                .unwrap(),
-        ));
+fn checkpoints_with_mask_buffers_load_the_same() {
+    for (family, layers, mask_dtype, headless) in [
+        (
+            "gpt_neox",
+            "gpt_neox.layers",
+            safetensors::Dtype::BOOL,
+            false,
+        ),
+        ("gpt2", "transformer.h", safetensors::Dtype::F32, true),
+    ] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let dir = config_and_tokenizer_of(&folder);
+        let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+        let original = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mask = match mask_dtype {
+            safetensors::Dtype::BOOL => vec![1u8; 128 * 128],
+            _ => vec![0u8; 4 * 128 * 128],
+        };
+        let masked_bias = (-1e4f32).to_le_bytes();
+        let mut tensors = original.tensors();
+        let module = if family == "gpt2" {
+            "attn"
+        } else {
+            "attention"
+        };
+        for i in 0..2 {
+            tensors.push((
+                format!("{layers}.{i}.{module}.bias"),
+                safetensors::tensor::TensorView::new(mask_dtype, vec![1, 1, 128, 128], &mask)
+                    .unwrap(),
+            ));
+            tensors.push((
+                format!("{layers}.{i}.{module}.masked_bias"),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![], &masked_bias)
+                    .unwrap(),
+            ));
+        }
+        if headless {
+            for (name, _) in &mut tensors {
+                *name = name.trim_start_matches("transformer.").to_string();
+            }
+        }
+        safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors"))
+            .unwrap();
+        let counted = |path: &Path| SafetensorsSource::open(path).unwrap().parameter_count();
+        assert_eq!(counted(dir.path()), counted(&folder), "{family}");
+        assert_eq!(
+            folder_logits(dir.path()),
+            folder_logits(&folder),
+            "{family}"
+        );
     }
-    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
-    let counted = |path: &Path| SafetensorsSource::open(path).unwrap().parameter_count();
-    assert_eq!(
-        counted(dir.path()),
-        counted(&folder) + 2,
-        "the scalars only"
-    );
-    assert_eq!(folder_logits(dir.path()), folder_logits(&folder));
 }
 
 /// The hub's OPT and BLOOM checkpoints were saved from the headless base model (`OPTModel`,

@@ -12,6 +12,8 @@ pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
 pub mod glm;
+pub mod gpt2;
+pub mod gpt_bigcode;
 pub mod gpt_neox;
 pub mod gptj;
 pub mod granite;
@@ -444,6 +446,24 @@ pub trait Family: Sync {
         &[]
     }
 
+    /// The modules (checkpoint names relative to a layer, e.g. `attn.c_attn`) whose weights the
+    /// family's Hugging Face checkpoints store transposed, `[in, out]` (GPT-2's `Conv1D`).
+    fn transposed_linears(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether the Hugging Face checkpoint tensor `name` is one of
+    /// [`Self::transposed_linears`]' weights.
+    fn stores_transposed(&self, name: &str) -> bool {
+        name.strip_suffix(".weight").is_some_and(|module| {
+            self.transposed_linears().iter().any(|linear| {
+                module
+                    .strip_suffix(linear)
+                    .is_some_and(|layer| layer.ends_with('.'))
+            })
+        })
+    }
+
     /// The RoPE base when a config names none: the config class's `default_theta` in
     /// transformers 5 (10,000 unless the family says otherwise).
     fn default_rope_theta(&self) -> f64 {
@@ -556,11 +576,17 @@ pub enum Architecture {
     /// `NemotronForCausalLM` (Nemotron, Minitron: Llama's attention with `1 + w` LayerNorms,
     /// partial rotary, a squared-ReLU MLP without a gate).
     Nemotron,
+    /// `GPT2LMHeadModel` (GPT-2: learned positions, LayerNorms, biases everywhere, a GELU MLP
+    /// without a gate, `Conv1D` weights stored transposed, q/k/v stacked part by part).
+    Gpt2,
+    /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
+    /// attention and plain linears).
+    GptBigCode,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 30] = [
+    pub const ALL: [Architecture; 32] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -591,6 +617,8 @@ impl Architecture {
         Architecture::Starcoder2,
         Architecture::Gptj,
         Architecture::Nemotron,
+        Architecture::Gpt2,
+        Architecture::GptBigCode,
     ];
 
     /// The family's adapter.
@@ -626,6 +654,8 @@ impl Architecture {
             Architecture::Starcoder2 => &starcoder2::Starcoder2,
             Architecture::Gptj => &gptj::Gptj,
             Architecture::Nemotron => &nemotron::Nemotron,
+            Architecture::Gpt2 => &gpt2::Gpt2,
+            Architecture::GptBigCode => &gpt_bigcode::GptBigCode,
         }
     }
 
@@ -704,13 +734,13 @@ mod tests {
                 assert_eq!(Architecture::from_gguf_arch(gguf), Some(arch));
             }
         }
-        assert_eq!(Architecture::from_hf_name("GPT2LMHeadModel"), None);
+        assert_eq!(Architecture::from_hf_name("MptForCausalLM"), None);
         assert_eq!(Architecture::from_gguf_arch("mistral"), None);
         assert_eq!(
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2, nemotron"
+             qwen2moe, starcoder2, nemotron, gpt2, starcoder"
         );
     }
 }

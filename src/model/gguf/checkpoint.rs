@@ -444,9 +444,11 @@ fn with_experts(
 pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
     let (module, kind) = hf.rsplit_once('.')?;
     let outside = match module {
-        "model.embed_tokens" | "gpt_neox.embed_in" | "transformer.word_embeddings" => {
-            Some("token_embd")
-        }
+        "model.embed_tokens"
+        | "gpt_neox.embed_in"
+        | "transformer.word_embeddings"
+        | "transformer.wte" => Some("token_embd"),
+        "transformer.wpe" => Some("position_embd"),
         "transformer.word_embeddings_layernorm" => Some("token_embd_norm"),
         "model.norm"
         | "model.final_layernorm"
@@ -494,6 +496,11 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "mlp.dense_4h_to_h" => "ffn_down",
         "ln_mlp" => "attn_norm",
         "ln_attn" => "attn_norm_2",
+        // GPT-2's and GPT-BigCode's.
+        "attn.c_attn" => "attn_qkv",
+        "attn.c_proj" => "attn_output",
+        "ln_1" => "attn_norm",
+        "ln_2" => "ffn_norm",
         _ => return None,
     };
     Some(format!("blk.{layer}.{short}.{kind}"))

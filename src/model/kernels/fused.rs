@@ -25,7 +25,6 @@ use super::{
     HeadWeights, Kernels, LayerWeights, LinearInput, LogitScale, ModelWeights, NormWeights,
 };
 use crate::model::config::Activation;
-use crate::model::llama::POSITION_OFFSET;
 use crate::model::rope;
 
 mod head;
@@ -166,8 +165,11 @@ struct HeadRef<'a> {
     norm: NormRef<'a>,
     eps: f64,
     lm_head: Option<LinearRef<'a>>,
-    /// Learned position embeddings, position `p` at row `p + 2` (OPT).
+    /// Learned position embeddings, position `p` at row `p + position_offset` (OPT's 2,
+    /// GPT-2's 0).
     positions: Option<&'a [f32]>,
+    /// The row of `positions` that holds position 0.
+    position_offset: usize,
     /// The norm of the embeddings before the first layer (BLOOM).
     embed_norm: Option<NormRef<'a>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).
@@ -181,7 +183,7 @@ impl HeadRef<'_> {
     /// one).
     fn has_positions(&self, count: usize) -> bool {
         self.positions
-            .is_none_or(|table| (count + POSITION_OFFSET) * self.hidden <= table.len())
+            .is_none_or(|table| (count + self.position_offset) * self.hidden <= table.len())
     }
 }
 
@@ -699,7 +701,7 @@ fn run_layers(
     }
     if let Some(table) = model.head.positions {
         for (row, &p) in x.chunks_mut(hidden).zip(positions) {
-            let at = (p + POSITION_OFFSET) * hidden;
+            let at = (p + model.head.position_offset) * hidden;
             row.iter_mut()
                 .zip(&table[at..at + hidden])
                 .for_each(|(v, t)| *v += t);

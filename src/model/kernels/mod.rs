@@ -280,6 +280,8 @@ pub struct HeadWeights<'a, B: Backend> {
     pub embed_scale: Option<f32>,
     /// Learned position embeddings added to the token embeddings (OPT).
     pub positions: Option<&'a Param<Tensor<B, 2>>>,
+    /// The row of `positions` that holds position 0 (OPT's 2, GPT-2's 0).
+    pub position_offset: usize,
     /// The norm of the embeddings before the first layer (BLOOM).
     pub embed_norm: Option<NormWeights<'a, B>>,
     /// Logits `l` become `cap · tanh(l / cap)` (Gemma 2).

@@ -249,6 +249,7 @@ pub(super) struct HeldHead {
     embed: usize,
     embed_scale: Option<f32>,
     positions: Option<usize>,
+    position_offset: usize,
     embed_norm: Option<HeldNorm>,
     norm: HeldNorm,
     lm_head: Option<HeldLinear>,
@@ -265,6 +266,7 @@ pub(super) fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
         embed: held.push(head.embed.val()),
         embed_scale: head.embed_scale,
         positions: head.positions.map(|table| held.push(table.val())),
+        position_offset: head.position_offset,
         embed_norm: head.embed_norm.as_ref().map(|n| hold_norm(held, n)),
         norm: hold_norm(held, &head.norm),
         lm_head: head.lm_head.map(|h| hold_linear(held, h)),
@@ -292,6 +294,7 @@ pub(super) fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> 
             Some(table) => Some(held.slice(table)?),
             None => None,
         },
+        position_offset: h.position_offset,
         embed_norm: match h.embed_norm {
             Some(n) => Some(norm_ref(held, n)?),
             None => None,
