@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -71,6 +71,15 @@ def config(family):
                                        rotary_dim=8, n_positions=128, n_inner=112,
                                        layer_norm_epsilon=1e-5, tie_word_embeddings=False,
                                        bos_token_id=1, eos_token_id=2, initializer_range=0.25)
+    if family == "arcee":
+        # Arcee (AFM-4.5B): Llama's layer with the ungated squared-ReLU MLP, random biases on
+        # every linear (attention_bias, mlp_bias; below), YaRN ×4 over 32 positions (as AFM's
+        # ×16 over 4096), untied.
+        return transformers.ArceeConfig(
+            hidden_act="relu2", attention_bias=True, mlp_bias=True,
+            rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10_000.0,
+                             "original_max_position_embeddings": 32},
+            **common)
     if family == "gpt2":
         # GPT-2: learned positions from row 0, LayerNorms, random biases everywhere (below),
         # Conv1D weights, q/k/v stacked part by part in c_attn, the ungated tanh GELU MLP 112
@@ -312,7 +321,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight", "ln_2.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:

@@ -2,12 +2,13 @@
 """A tiny fixture (tests/fixtures/models/tiny-<family>) written as GGUF the way llama.cpp's
 convert_hf_to_gguf.py writes the family, for tests/it/gguf_families.rs;
 then, where transformers reads the architecture from GGUF (qwen2moe, qwen3moe, phi3, gemma2,
-bloom, falcon with one kv head, stablelm), that file
+bloom, falcon with one kv head, stablelm, starcoder2, nemotron, gpt2), that file
 loaded by transformers' own GGUF loader against the fixture's logits, as an independent reading.
 
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
              cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
-             stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2 nemotron; do
+             stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2 nemotron gpt2 \
+             gpt_bigcode arcee; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -46,9 +47,10 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "phi3": "phi3", "gemma2": "gemma2", "cohere": "command-r", "granite": "granite",
         "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox", "phi": "phi2",
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
-        "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron"}
+        "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron", "gpt2": "gpt2",
+        "gpt_bigcode": "starcoder", "arcee": "arcee"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
-PERMUTED = ("llama", "granite", "smollm3", "olmo")
+PERMUTED = ("llama", "granite", "smollm3", "olmo", "arcee")
 
 
 def permute(w, n_head, n_head_kv):
@@ -88,7 +90,7 @@ def write(folder, out_path):
     w = gguf.GGUFWriter(out_path, arch)
     if arch == "gptneox":
         gptneox_metadata(w, hp)
-    elif arch in ("phi2", "stablelm", "falcon", "bloom"):
+    elif arch in OWN_METADATA:
         OWN_METADATA[arch](w, hp)
     elif arch == "phi3":
         phi3_metadata(w, hp)
@@ -119,12 +121,14 @@ def write(folder, out_path):
             t = qkv_part_by_part(t, n_head, falcon_kv_heads(hp) if arch == "falcon" else n_head)
         if arch == "bloom":
             name = name.removeprefix("transformer.")  # BloomModel.modify_tensors
+        if arch == "gpt2" and name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            t = t.T  # GPT2Model.modify_tensors: Conv1D's [in, out] as a linear's [out, in]
         if name.startswith("rope_factors"):
             w.add_tensor(name, t)
             continue
-        if arch in PERMUTED and name.endswith("q_proj.weight"):
+        if arch in PERMUTED and name.endswith(("q_proj.weight", "q_proj.bias")):
             t = permute(t, n_head, n_head)
-        elif arch in PERMUTED and name.endswith("k_proj.weight"):
+        elif arch in PERMUTED and name.endswith(("k_proj.weight", "k_proj.bias")):
             t = permute(t, n_head, n_kv)
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
@@ -161,6 +165,16 @@ def common_metadata(w, hp):
     w.add_head_count(n_head)
     w.add_head_count_kv(n_kv)
     w.add_rope_freq_base(rope_parameters(hp).get("rope_theta", 10000.0))
+    yarn = rope_parameters(hp)
+    if yarn.get("rope_type") == "yarn" and yarn.get("factor") is not None:
+        # TextModel.set_gguf_parameters: YaRN's factor, context and betas where given.
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(yarn["factor"])
+        w.add_rope_scaling_orig_ctx_len(yarn["original_max_position_embeddings"])
+        for key, add in (("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+                         ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+            if yarn.get(key) is not None:
+                add(yarn[key])
     if "rms_norm_eps" in hp:
         w.add_layer_norm_rms_eps(hp["rms_norm_eps"])
     else:
@@ -298,8 +312,25 @@ def bloom_metadata(w, hp):
     w.add_layer_norm_eps(hp["layer_norm_epsilon"])
 
 
+def gpt2_metadata(w, hp):
+    """GPT2Model.set_gguf_parameters and StarCoderModel.set_gguf_parameters (one kv head), but
+    with the config's MLP width (the converters write 4 × hidden, which every released GPT-2
+    and StarCoder has) and `n_positions` where the config has no `n_ctx` (transformers 5 writes
+    none; every released GPT-2 has the two equal)."""
+    n_embd = hp["n_embd"]
+    w.add_block_count(hp["n_layer"])
+    w.add_context_length(hp.get("n_ctx", hp["n_positions"]))
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(hp.get("n_inner") or 4 * n_embd)
+    w.add_head_count(hp["n_head"])
+    if hp["model_type"] == "gpt_bigcode":
+        w.add_head_count_kv(1)
+    w.add_layer_norm_eps(hp["layer_norm_epsilon"])
+
+
 OWN_METADATA = {"phi2": phi2_metadata, "stablelm": stablelm_metadata,
-                "falcon": falcon_metadata, "bloom": bloom_metadata}
+                "falcon": falcon_metadata, "bloom": bloom_metadata, "gpt2": gpt2_metadata,
+                "starcoder": gpt2_metadata}
 
 
 def qkv_part_by_part(t, n_head, n_kv):
@@ -374,7 +405,7 @@ def longrope_tensors(w, hp):
 
 # The architectures whose GGUF files transformers' own loader reads.
 TRANSFORMERS_READS = ("qwen2_moe", "qwen3_moe", "phi3", "gemma2", "bloom", "falcon", "stablelm",
-                      "starcoder2", "nemotron")
+                      "starcoder2", "nemotron", "gpt2")
 
 
 def check_with_transformers(folder, out_path, family):

@@ -264,6 +264,14 @@ inps = torch.zeros((a.nsamples, a.seqlen, hidden), dtype=DT)
 layer_kwargs = {}
 
 
+def by_name(layer, args, kwargs):
+    """A layer call's arguments after the hidden states as keyword arguments: GPT-2's blocks
+    are handed the cache and the causal mask by position."""
+    import inspect
+    names = list(inspect.signature(layer.forward).parameters)[1:]
+    return {**dict(zip(names, args)), **kwargs}
+
+
 class Catcher(torch.nn.Module):
     """Stands in for layer 0: keeps its input and keyword arguments, then stops the forward."""
 
@@ -272,10 +280,10 @@ class Catcher(torch.nn.Module):
         self.module = module
         self.index = 0
 
-    def forward(self, x, **kwargs):
+    def forward(self, x, *args, **kwargs):
         inps[self.index] = x[0]
         self.index += 1
-        layer_kwargs.update(kwargs)
+        layer_kwargs.update(by_name(self.module, args, kwargs))
         raise ValueError
 
 
@@ -295,8 +303,8 @@ per_layer_kwargs = {}
 
 
 def keep_kwargs(i):
-    def hook(_module, _args, kwargs):
-        per_layer_kwargs.setdefault(i, kwargs)
+    def hook(module, args, kwargs):
+        per_layer_kwargs.setdefault(i, by_name(module, args[1:], kwargs))
     return hook
 
 

@@ -188,7 +188,8 @@ pub struct Loaded<M> {
     /// `special_tokens_map.json`, `generation_config.json`) by name, to write beside a saved
     /// copy: copied from a folder, made from the metadata of a GGUF file.
     pub tokenizer_files: Vec<(String, String)>,
-    /// The checkpoint's own `config.json` (a folder's or the hub's; `None` for GGUF), whose
+    /// The checkpoint's own `config.json` (a folder's or the hub's; for GGUF the keys its
+    /// metadata gives beyond the decoder's config, `pad_token_id` and `unk_token_id`), whose
     /// keys a saved copy keeps.
     pub hf_config: Option<serde_json::Value>,
 }
@@ -297,6 +298,7 @@ fn load_with<M>(
             let tokenizer = checkpoint.tokenizer()?;
             let config = checkpoint.config().clone();
             let tokenizer_files = checkpoint.tokenizer_files(&tokenizer);
+            let hf_config = checkpoint.hf_config();
             let parameter_count = checkpoint.parameter_count();
             let model = build(
                 &config,
@@ -308,7 +310,7 @@ fn load_with<M>(
                 model,
                 tokenizer,
                 parameter_count,
-                (tokenizer_files, None),
+                (tokenizer_files, Some(hf_config)),
             )
         }
         ModelRef::Folder(folder) => load_folder(origin, folder, build),

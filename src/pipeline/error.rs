@@ -245,8 +245,9 @@ pub enum Problem {
         /// How to fix it.
         fix: String,
     },
-    /// A file or folder that does not exist.
-    #[error("`{key}`: {kind} `{written}` does not exist (looked for `{resolved}`)", written = .written.display(), resolved = .resolved.display())]
+    /// A file or folder that does not exist, or something else of that name (a device, a
+    /// file where a folder is expected).
+    #[error("`{key}`: {kind} `{written}` {state} (looked for `{resolved}`)", written = .written.display(), resolved = .resolved.display(), state = match (*.exists, .kind) { (false, _) => "does not exist", (true, PathKind::File) => "is not a regular file", (true, PathKind::Folder) => "is not a folder" })]
     MissingFile {
         /// The key, e.g. `model.gguf`.
         key: String,
@@ -256,6 +257,8 @@ pub enum Problem {
         resolved: PathBuf,
         /// Whether a file or a folder is expected.
         kind: PathKind,
+        /// Whether something else is there under that name.
+        exists: bool,
     },
     /// `model` names zero or several sources.
     #[error("`model` must name exactly one of `gguf`, `path` or `hub`, found {}", names(.found))]
@@ -475,8 +478,11 @@ impl Problem {
                 format!("remove `sparsity` (an N:M pattern implies it) or set it to `{implied:?}`")
             }
             Problem::IncompatibleOption { fix, .. } => fix.clone(),
-            Problem::MissingFile { .. } => {
+            Problem::MissingFile { exists: false, .. } => {
                 "relative paths resolve against the pipeline file's folder: fix the path or create the file".into()
+            }
+            Problem::MissingFile { kind, .. } => {
+                format!("relative paths resolve against the pipeline file's folder: name a {kind} there")
             }
             Problem::ModelSource { .. } => {
                 "write one of `model: { gguf: file.gguf }`, `model: { path: folder }` or `model: { hub: org/name }`".into()

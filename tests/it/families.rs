@@ -125,6 +125,7 @@ fn every_family_gives_transformers_logits() {
         "gpt2",
         "gpt_bigcode",
         "gpt_bigcode-mha",
+        "arcee",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -666,6 +667,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("gpt2", false),
         ("gpt_bigcode", false),
         ("gpt_bigcode-mha", false),
+        ("arcee", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))

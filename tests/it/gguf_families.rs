@@ -12,7 +12,10 @@
 //! half rotating, parallel or sequential), Phi as `phi2`, StableLM as `stablelm`, Falcon as
 //! `falcon` (q/k/v stacked all queries, then keys, then values), BLOOM as `bloom` (stacked part
 //! by part), OLMo 1 as `olmo` (q/k rows interleaved, no norm tensors), Cohere 2 as `cohere2`,
-//! StarCoder2 as `starcoder2` (no window in the file), Nemotron as `nemotron` (`1 + w` norms).
+//! StarCoder2 as `starcoder2` (no window in the file), Nemotron as `nemotron` (`1 + w` norms),
+//! GPT-2 as `gpt2` (`Conv1D` weights as linears, learned positions in `position_embd`),
+//! GPT-BigCode as `starcoder` (one kv head), Arcee as `arcee` (q/k rows and biases interleaved,
+//! YaRN from `rope.scaling.*`).
 //! Each file must load as its family with the folder's shape and give transformers' logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
@@ -27,7 +30,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 25] = [
+const FAMILIES: [(&str, Architecture); 28] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -53,6 +56,9 @@ const FAMILIES: [(&str, Architecture); 25] = [
     ("cohere2", Architecture::Cohere2),
     ("starcoder2", Architecture::Starcoder2),
     ("nemotron", Architecture::Nemotron),
+    ("gpt2", Architecture::Gpt2),
+    ("gpt_bigcode", Architecture::GptBigCode),
+    ("arcee", Architecture::Arcee),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -375,7 +381,7 @@ fn expert_metadata_errors_name_the_key() {
 
 /// A GGUF mixture of experts streams layer by layer (each expert read from its stack when its
 /// layer is reached), and so do Phi-3 (its parts read from `attn_qkv` and `ffn_up`) and
-/// GPT-NeoX (its regrouped `attn_qkv`); all prune with SparseGPT to the bit like the model
+/// GPT-NeoX (its regrouped `attn_qkv`) and GPT-2 (its learned positions); all prune with SparseGPT to the bit like the model
 /// loaded whole.
 #[test]
 fn gguf_files_stream_and_prune_like_the_model_in_memory() {
@@ -391,6 +397,7 @@ fn gguf_files_stream_and_prune_like_the_model_in_memory() {
         ("gpt_neox", 6),
         ("falcon-new", 6),
         ("bloom", 6),
+        ("gpt2", 6),
     ] {
         let origin = ModelRef::Gguf(gguf_path(family));
         let device = Default::default();

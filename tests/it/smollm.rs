@@ -162,6 +162,24 @@ stages:
     ] {
         assert!(folder.join(file).is_file(), "{file} missing");
     }
+    // The file's padding and unknown ids, as transformers' GGUF loader writes them
+    // (../shared/models/smollm2-135m-hf: 2 and 0, `<|endoftext|>` the unknown token).
+    let json = |file: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(folder.join(file)).unwrap()).unwrap()
+    };
+    let config = json("config.json");
+    assert_eq!(
+        (
+            config["pad_token_id"].as_u64(),
+            config["unk_token_id"].as_u64()
+        ),
+        (Some(2), Some(0))
+    );
+    assert_eq!(
+        json("special_tokens_map.json")["unk_token"],
+        "<|endoftext|>"
+    );
+    assert_eq!(json("generation_config.json")["pad_token_id"], 2);
     let sparsity: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(folder.join(SPARSITY_FILE)).unwrap())
             .unwrap();

@@ -5,6 +5,7 @@
 //! norms, the row order of GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
 //! in [`Architecture::family`].
 
+pub mod arcee;
 pub mod bloom;
 pub mod cohere;
 pub mod falcon;
@@ -254,6 +255,21 @@ pub(crate) fn gelu_activation(
                 "is `{other}`; {family} takes `gelu` or the tanh GELU (`gelu_new`, `gelu_fast`, \
                  `gelu_pytorch_tanh`)"
             ),
+        )),
+    }
+}
+
+/// The squared ReLU (`relu2`, the default where `hidden_act` names none) of a family whose
+/// MLP takes it alone (Nemotron, Arcee); any other activation is refused for `family`.
+pub(crate) fn relu2_activation(
+    hf: &HfLlamaConfig,
+    family: &str,
+) -> Result<Activation, ConfigError> {
+    match hf.activation_name() {
+        None | Some("relu2") => Ok(Activation::Relu2),
+        Some(other) => Err(invalid(
+            "hidden_act",
+            format!("is `{other}`; {family} takes `relu2`"),
         )),
     }
 }
@@ -579,6 +595,8 @@ pub enum Architecture {
     /// `GPT2LMHeadModel` (GPT-2: learned positions, LayerNorms, biases everywhere, a GELU MLP
     /// without a gate, `Conv1D` weights stored transposed, q/k/v stacked part by part).
     Gpt2,
+    /// `ArceeForCausalLM` (AFM-4.5B: Llama's layer with a squared-ReLU MLP without a gate).
+    Arcee,
     /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
     /// attention and plain linears).
     GptBigCode,
@@ -586,7 +604,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 32] = [
+    pub const ALL: [Architecture; 33] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -619,6 +637,7 @@ impl Architecture {
         Architecture::Nemotron,
         Architecture::Gpt2,
         Architecture::GptBigCode,
+        Architecture::Arcee,
     ];
 
     /// The family's adapter.
@@ -656,6 +675,7 @@ impl Architecture {
             Architecture::Nemotron => &nemotron::Nemotron,
             Architecture::Gpt2 => &gpt2::Gpt2,
             Architecture::GptBigCode => &gpt_bigcode::GptBigCode,
+            Architecture::Arcee => &arcee::Arcee,
         }
     }
 
@@ -740,7 +760,7 @@ mod tests {
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2, nemotron, gpt2, starcoder"
+             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee"
         );
     }
 }

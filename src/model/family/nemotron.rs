@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `NemotronForCausalLM`.
 pub struct Nemotron;
@@ -42,15 +40,7 @@ impl Family for Nemotron {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let activation = match hf.activation_name() {
-            None | Some("relu2") => Activation::Relu2,
-            Some(other) => {
-                return Err(invalid(
-                    "hidden_act",
-                    format!("is `{other}`; Nemotron takes `relu2`"),
-                ))
-            }
-        };
+        let activation = super::relu2_activation(hf, "Nemotron")?;
         let rotary_dim = super::partial_rotary(
             hf,
             hf.partial_rotary_factor,
@@ -80,6 +70,7 @@ impl Family for Nemotron {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::config::Activation;
     use crate::model::family::Architecture;
     use crate::model::shape::ModelShape;
 

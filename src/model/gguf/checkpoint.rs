@@ -52,15 +52,36 @@ impl GgufCheckpoint {
 }
 
 impl GgufCheckpoint {
+    /// The metadata's special token id `name` (`padding`, `unknown`).
+    fn special_id(&self, name: &str) -> Option<u32> {
+        self.file
+            .get_u64(&format!("tokenizer.ggml.{name}_token_id"))
+            .and_then(|id| u32::try_from(id).ok())
+    }
+
+    /// The `config.json` keys of a Hugging Face copy that the decoder's config does not hold:
+    /// `pad_token_id` and `unk_token_id` where the metadata names them, as transformers' GGUF
+    /// loader writes them.
+    pub fn hf_config(&self) -> serde_json::Value {
+        let mut keys = serde_json::Map::new();
+        for (key, name) in [("pad_token_id", "padding"), ("unk_token_id", "unknown")] {
+            if let Some(id) = self.special_id(name) {
+                keys.insert(key.into(), id.into());
+            }
+        }
+        keys.into()
+    }
+
     /// `tokenizer_config.json`, `special_tokens_map.json` and `generation_config.json` for a
-    /// Hugging Face copy of this model, from the BOS/EOS ids, the context length and the chat
-    /// template in the metadata.
+    /// Hugging Face copy of this model, from the BOS/EOS/unknown/padding ids, the context
+    /// length and the chat template in the metadata.
     pub fn tokenizer_files(&self, tokenizer: &Tokenizer) -> Vec<(String, String)> {
         let token = |id: Option<u32>| id.and_then(|id| tokenizer.token(id));
         let mut special = serde_json::Map::new();
         for (key, id) in [
             ("bos_token", self.config.bos_token_id),
             ("eos_token", self.config.eos_token_id),
+            ("unk_token", self.special_id("unknown")),
         ] {
             if let Some(text) = token(id) {
                 special.insert(key.into(), text.into());
@@ -87,6 +108,7 @@ impl GgufCheckpoint {
         for (key, id) in [
             ("bos_token_id", self.config.bos_token_id),
             ("eos_token_id", self.config.eos_token_id),
+            ("pad_token_id", self.special_id("padding")),
         ] {
             if let Some(id) = id {
                 generation.insert(key.into(), id.into());
@@ -374,13 +396,45 @@ fn rope_scaling(
             ..HfRopeScaling::default()
         }),
         None | Some("none") => None,
-        // YaRN, LongRoPE by type: read as unscaled they would give wrong logits without a word.
+        Some("yarn") => Some(yarn(file, key)?),
+        // LongRoPE by type: read as unscaled it would give wrong logits without a word.
         Some(other) => {
             return Err(ConfigError::Invalid {
                 key: key("rope.scaling.type"),
-                problem: format!("is `{other}`; only `none` and `linear` RoPE scaling run"),
+                problem: format!("is `{other}`; only `none`, `linear` and `yarn` RoPE scaling run"),
             })
         }
+    })
+}
+
+/// YaRN as llama.cpp's converter writes it (`rope.scaling.factor`, `original_context_length`,
+/// `yarn_beta_fast`/`yarn_beta_slow` where the config had them), read as transformers reads the
+/// config it came from: the attention factor `0.1 · ln(factor) + 1` in both. A file's own
+/// `yarn_attn_factor`, `yarn_ext_factor` or `yarn_log_multiplier` is refused by key: llama.cpp
+/// multiplies the first into its own factor where transformers replaces it, and the others
+/// have no transformers counterpart this reads.
+fn yarn(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<HfRopeScaling, ConfigError> {
+    for unread in [
+        "rope.scaling.yarn_attn_factor",
+        "rope.scaling.yarn_ext_factor",
+        "rope.scaling.yarn_log_multiplier",
+    ] {
+        if file.get(&key(unread)).is_some() {
+            return Err(ConfigError::Invalid {
+                key: key(unread),
+                problem: "is set; YaRN runs here only with llama.cpp's default factors".into(),
+            });
+        }
+    }
+    Ok(HfRopeScaling {
+        rope_type: Some("yarn".into()),
+        factor: file.get_f64(&key("rope.scaling.factor")),
+        original_max_position_embeddings: file
+            .get_u64(&key("rope.scaling.original_context_length"))
+            .map(|v| v as usize),
+        beta_fast: file.get_f64(&key("rope.scaling.yarn_beta_fast")),
+        beta_slow: file.get_f64(&key("rope.scaling.yarn_beta_slow")),
+        ..HfRopeScaling::default()
     })
 }
 

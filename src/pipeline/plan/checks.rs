@@ -38,6 +38,7 @@ impl Checker<'_> {
                 problem: Problem::MissingFile {
                     key: key.into(),
                     written: written.to_path_buf(),
+                    exists: resolved.exists(),
                     resolved,
                     kind,
                 },
