@@ -8,7 +8,7 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
              cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
              stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2 nemotron gpt2 \
-             gpt_bigcode arcee; do
+             gpt_bigcode arcee exaone4 exaone4-full; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -48,7 +48,7 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox", "phi": "phi2",
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
         "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron", "gpt2": "gpt2",
-        "gpt_bigcode": "starcoder", "arcee": "arcee"}
+        "gpt_bigcode": "starcoder", "arcee": "arcee", "exaone4": "exaone4"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3", "olmo", "arcee")
 
@@ -219,6 +219,13 @@ def common_metadata(w, hp):
         head_dim = hp["hidden_size"] // n_head
         w.add_rope_dimension_count(int(hp.get("rotary_pct", 1.0) * head_dim))
         w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        return
+    if hp["model_type"] == "exaone4":
+        # Exaone4Model.set_gguf_parameters: which layers slide, as one bool per layer.
+        w.add_vocab_size(hp["vocab_size"])
+        if hp.get("sliding_window") is not None:
+            w.add_sliding_window(hp["sliding_window"])
+            w.add_sliding_window_pattern([t == "sliding_attention" for t in hp["layer_types"]])
         return
     if hp["model_type"] == "glm4":
         # Glm4Model.set_gguf_parameters: the rotated part of each head.

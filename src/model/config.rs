@@ -366,8 +366,13 @@ pub struct HfLlamaConfig {
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
-    /// Gemma 3 (older configs): every `n`-th layer attends in full, the others slide.
-    #[serde(default, alias = "_sliding_window_pattern")]
+    /// Gemma 3 (older configs): every `n`-th layer attends in full, the others slide;
+    /// EXAONE 4 writes it as letters, `"LLLG"` for 4 ([`pattern_period`]).
+    #[serde(
+        default,
+        alias = "_sliding_window_pattern",
+        deserialize_with = "pattern_period"
+    )]
     pub sliding_window_pattern: Option<usize>,
     /// Gemma: soft-capping of the final logits, `cap · tanh(logit / cap)`: `None` when the
     /// key is absent (the family's default), `Some(None)` when it is null (no capping).
@@ -633,6 +638,29 @@ impl HfLlamaConfig {
 /// default, `None`).
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>, D::Error> {
     Option::<f64>::deserialize(d).map(Some)
+}
+
+/// Deserialises `sliding_window_pattern` as the period of the full layers: a count (Gemma 3's
+/// every `n`-th layer), or EXAONE 4's letters, local layers (`L`) then the one global (`G`):
+/// `"LLLG"` is 4. Any other string is an error that shows it.
+fn pattern_period<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Pattern {
+        Count(usize),
+        Letters(String),
+    }
+    match Option::<Pattern>::deserialize(d)? {
+        None => Ok(None),
+        Some(Pattern::Count(n)) => Ok(Some(n)),
+        Some(Pattern::Letters(letters)) => match letters.strip_suffix('G') {
+            Some(local) if local.chars().all(|c| c == 'L') => Ok(Some(letters.len())),
+            _ => Err(serde::de::Error::custom(format!(
+                "sliding_window_pattern `{letters}` is not local layers (`L`) then one global \
+                 (`G`), e.g. `LLLG`"
+            ))),
+        },
+    }
 }
 
 fn first_id(v: &Option<serde_json::Value>) -> Option<u32> {

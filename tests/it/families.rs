@@ -126,6 +126,8 @@ fn every_family_gives_transformers_logits() {
         "gpt_bigcode",
         "gpt_bigcode-mha",
         "arcee",
+        "exaone4",
+        "exaone4-full",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -668,6 +670,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("gpt_bigcode", false),
         ("gpt_bigcode-mha", false),
         ("arcee", false),
+        ("exaone4", false),
+        ("exaone4-full", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -717,6 +721,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             prune_alike(&mut resident, &mut streamed, method, &calibration);
             let gated = [
                 "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm", "qwen2", "cohere",
+                "exaone",
             ]
             .iter()
             .any(|f| family.starts_with(f));

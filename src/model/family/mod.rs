@@ -8,6 +8,7 @@
 pub mod arcee;
 pub mod bloom;
 pub mod cohere;
+pub mod exaone4;
 pub mod falcon;
 pub mod gemma;
 pub mod gemma2;
@@ -597,6 +598,9 @@ pub enum Architecture {
     Gpt2,
     /// `ArceeForCausalLM` (AFM-4.5B: Llama's layer with a squared-ReLU MLP without a gate).
     Arcee,
+    /// `Exaone4ForCausalLM` (EXAONE 4.0: output norms alone, per-head q/k norms, local layers
+    /// that alone rotate).
+    Exaone4,
     /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
     /// attention and plain linears).
     GptBigCode,
@@ -604,7 +608,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 33] = [
+    pub const ALL: [Architecture; 34] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -638,6 +642,7 @@ impl Architecture {
         Architecture::Gpt2,
         Architecture::GptBigCode,
         Architecture::Arcee,
+        Architecture::Exaone4,
     ];
 
     /// The family's adapter.
@@ -676,6 +681,7 @@ impl Architecture {
             Architecture::Gpt2 => &gpt2::Gpt2,
             Architecture::GptBigCode => &gpt_bigcode::GptBigCode,
             Architecture::Arcee => &arcee::Arcee,
+            Architecture::Exaone4 => &exaone4::Exaone4,
         }
     }
 
@@ -760,7 +766,7 @@ mod tests {
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee"
+             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee, exaone4"
         );
     }
 }
