@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -71,6 +71,14 @@ def config(family):
                                        rotary_dim=8, n_positions=128, n_inner=112,
                                        layer_norm_epsilon=1e-5, tie_word_embeddings=False,
                                        bos_token_id=1, eos_token_id=2, initializer_range=0.25)
+    if family == "gpt_neo":
+        # GPT-Neo: GPT-2's layer with q/k/v linears of their own (no biases), unscaled scores,
+        # a global then a local layer (window 6 < 16 ids), random biases (below), tied.
+        return transformers.GPTNeoConfig(
+            vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=112,
+            max_position_embeddings=128, attention_types=[[["global", "local"], 1]],
+            window_size=6, layer_norm_epsilon=1e-5, bos_token_id=1, eos_token_id=2,
+            initializer_range=0.25)
     if family in ("exaone4", "exaone4-full"):
         # EXAONE 4.0: output norms alone, per-head q/k norms; the 32B's layout: local, local,
         # global layers (window 6 < 16 ids; given as the count 3), the global one NoPE; the

@@ -140,15 +140,17 @@ pub struct HfFalconKeys {
     pub num_ln_in_parallel_attn: Option<usize>,
 }
 
-/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2, GPT-J, Nemotron), and
-/// the name they are read under.
-pub const KEY_ALIASES: [(&str, &str); 9] = [
+/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2, GPT-J, Nemotron, GPT-Neo),
+/// and the name they are read under.
+pub const KEY_ALIASES: [(&str, &str); 11] = [
     ("n_embed", "hidden_size"),
     ("n_embd", "hidden_size"),
     ("n_positions", "max_position_embeddings"),
     ("n_inner", "intermediate_size"),
     ("n_layer", "num_hidden_layers"),
     ("n_head", "num_attention_heads"),
+    ("num_layers", "num_hidden_layers"),
+    ("num_heads", "num_attention_heads"),
     ("layer_norm_epsilon", "layer_norm_eps"),
     ("norm_epsilon", "layer_norm_eps"),
     ("norm_eps", "layer_norm_eps"),
@@ -207,6 +209,13 @@ pub struct HfLlamaConfig {
     /// StarCoder2: whether every linear carries a bias (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_bias: Option<bool>,
+    /// GPT-Neo: which layers attend globally and which locally, `[[["global", "local"], 12]]`
+    /// (the pattern, repeated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_types: Option<serde_json::Value>,
+    /// GPT-Neo: the span of its local layers' attention (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_size: Option<usize>,
     /// GPT-2, GPT-BigCode: whether attention scores are scaled by `head_dim^-0.5` (default
     /// true; false is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -128,6 +128,7 @@ fn every_family_gives_transformers_logits() {
         "arcee",
         "exaone4",
         "exaone4-full",
+        "gpt_neo",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -672,6 +673,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("arcee", false),
         ("exaone4", false),
         ("exaone4-full", false),
+        ("gpt_neo", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))

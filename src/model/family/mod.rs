@@ -16,6 +16,7 @@ pub mod gemma3;
 pub mod glm;
 pub mod gpt2;
 pub mod gpt_bigcode;
+pub mod gpt_neo;
 pub mod gpt_neox;
 pub mod gptj;
 pub mod granite;
@@ -601,6 +602,9 @@ pub enum Architecture {
     /// `Exaone4ForCausalLM` (EXAONE 4.0: output norms alone, per-head q/k norms, local layers
     /// that alone rotate).
     Exaone4,
+    /// `GPTNeoForCausalLM` (GPT-Neo: GPT-2's layer with unscaled scores and alternating
+    /// global and local layers).
+    GptNeo,
     /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
     /// attention and plain linears).
     GptBigCode,
@@ -608,7 +612,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 34] = [
+    pub const ALL: [Architecture; 35] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -643,6 +647,7 @@ impl Architecture {
         Architecture::GptBigCode,
         Architecture::Arcee,
         Architecture::Exaone4,
+        Architecture::GptNeo,
     ];
 
     /// The family's adapter.
@@ -682,6 +687,7 @@ impl Architecture {
             Architecture::GptBigCode => &gpt_bigcode::GptBigCode,
             Architecture::Arcee => &arcee::Arcee,
             Architecture::Exaone4 => &exaone4::Exaone4,
+            Architecture::GptNeo => &gpt_neo::GptNeo,
         }
     }
 
