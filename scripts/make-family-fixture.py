@@ -5,7 +5,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -71,6 +71,12 @@ def config(family):
                                        rotary_dim=8, n_positions=128, n_inner=112,
                                        layer_norm_epsilon=1e-5, tie_word_embeddings=False,
                                        bos_token_id=1, eos_token_id=2, initializer_range=0.25)
+    if family == "ernie4_5":
+        # ERNIE 4.5: interleaved RoPE over the whole head, random biases on every linear
+        # (use_bias; below), 2 kv heads for 4 query heads, tied.
+        common.update(tie_word_embeddings=True)
+        return transformers.Ernie4_5Config(use_bias=True, head_dim=16, rope_theta=500_000.0,
+                                           pad_token_id=0, **common)
     if family == "gpt_neo":
         # GPT-Neo: GPT-2's layer with q/k/v linears of their own (no biases), unscaled scores,
         # a global then a local layer (window 6 < 16 ids), random biases (below), tied.
@@ -341,7 +347,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight", "ln_2.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie")) and name.endswith(".bias"):
                 p.uniform_(-0.5, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     with open(f"{out}/tokenizer.json", "w") as f:
@@ -370,7 +376,7 @@ def main():
             moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
             model.config.clip_qkv = clip
             print("without the q/k/v clamp the logits move by", moved)
-        if family.startswith(("glm", "cohere")):
+        if family.startswith(("glm", "cohere", "ernie")):
             module = sys.modules[type(model).__module__]
             interleaved = module.rotate_half
             def halves(x):

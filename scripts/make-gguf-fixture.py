@@ -8,7 +8,7 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
              cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
              stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2 nemotron gpt2 \
-             gpt_bigcode arcee exaone4 exaone4-full; do
+             gpt_bigcode arcee exaone4 exaone4-full ernie4_5; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -48,7 +48,8 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "smollm3": "smollm3", "glm4": "glm4", "gpt_neox": "gptneox", "phi": "phi2",
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
         "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron", "gpt2": "gpt2",
-        "gpt_bigcode": "starcoder", "arcee": "arcee", "exaone4": "exaone4"}
+        "gpt_bigcode": "starcoder", "arcee": "arcee", "exaone4": "exaone4",
+        "ernie4_5": "ernie4_5"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3", "olmo", "arcee")
 

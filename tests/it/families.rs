@@ -129,6 +129,7 @@ fn every_family_gives_transformers_logits() {
         "exaone4",
         "exaone4-full",
         "gpt_neo",
+        "ernie4_5",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -674,6 +675,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("exaone4", false),
         ("exaone4-full", false),
         ("gpt_neo", false),
+        ("ernie4_5", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -723,7 +725,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             prune_alike(&mut resident, &mut streamed, method, &calibration);
             let gated = [
                 "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm", "qwen2", "cohere",
-                "exaone",
+                "exaone", "ernie",
             ]
             .iter()
             .any(|f| family.starts_with(f));

@@ -16,7 +16,8 @@
 //! GPT-2 as `gpt2` (`Conv1D` weights as linears, learned positions in `position_embd`),
 //! GPT-BigCode as `starcoder` (one kv head), Arcee as `arcee` (q/k rows and biases interleaved,
 //! YaRN from `rope.scaling.*`), EXAONE 4 as `exaone4` (which layers slide as a bool array, the
-//! global ones NoPE; or none sliding).
+//! global ones NoPE; or none sliding), ERNIE 4.5 as `ernie4_5` (interleaved RoPE, biases by
+//! presence).
 //! Each file must load as its family with the folder's shape and give transformers' logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
@@ -31,7 +32,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 30] = [
+const FAMILIES: [(&str, Architecture); 31] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -62,6 +63,7 @@ const FAMILIES: [(&str, Architecture); 30] = [
     ("arcee", Architecture::Arcee),
     ("exaone4", Architecture::Exaone4),
     ("exaone4-full", Architecture::Exaone4),
+    ("ernie4_5", Architecture::Ernie4_5),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {

@@ -8,6 +8,7 @@
 pub mod arcee;
 pub mod bloom;
 pub mod cohere;
+pub mod ernie4_5;
 pub mod exaone4;
 pub mod falcon;
 pub mod gemma;
@@ -605,6 +606,9 @@ pub enum Architecture {
     /// `GPTNeoForCausalLM` (GPT-Neo: GPT-2's layer with unscaled scores and alternating
     /// global and local layers).
     GptNeo,
+    /// `Ernie4_5ForCausalLM` (ERNIE 4.5: Llama's layer with interleaved RoPE and biases from
+    /// `use_bias`).
+    Ernie4_5,
     /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
     /// attention and plain linears).
     GptBigCode,
@@ -612,7 +616,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 35] = [
+    pub const ALL: [Architecture; 36] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -648,6 +652,7 @@ impl Architecture {
         Architecture::Arcee,
         Architecture::Exaone4,
         Architecture::GptNeo,
+        Architecture::Ernie4_5,
     ];
 
     /// The family's adapter.
@@ -688,6 +693,7 @@ impl Architecture {
             Architecture::Arcee => &arcee::Arcee,
             Architecture::Exaone4 => &exaone4::Exaone4,
             Architecture::GptNeo => &gpt_neo::GptNeo,
+            Architecture::Ernie4_5 => &ernie4_5::Ernie4_5,
         }
     }
 
@@ -772,7 +778,7 @@ mod tests {
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee, exaone4"
+             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee, exaone4, ernie4_5"
         );
     }
 }

@@ -308,8 +308,10 @@ fn family_keys(
             .get_u64(&key("expert_shared_feed_forward_length"))
             .map(|v| v as usize),
         qkv_bias: qkv_biases,
-        // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's).
+        // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's);
+        // StarCoder2's and ERNIE 4.5's for the biases of every linear.
         use_qkv_bias: qkv_biases,
+        use_bias: qkv_biases,
         qk_layernorm: present("blk.0.attn_q_norm.weight"),
         // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
         // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
