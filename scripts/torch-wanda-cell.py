@@ -230,9 +230,9 @@ if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
 OPT = model.config.model_type == "opt"
 # GPT-NeoX (Pythia): layers under gpt_neox.
 NEOX = model.config.model_type == "gpt_neox"
-# BLOOM (SparseGPT's bloom.py), Falcon, GPT-J, GPT-2 and GPT-BigCode: layers under transformer.h;
+# BLOOM (SparseGPT's bloom.py), Falcon, GPT-J, GPT-2, GPT-BigCode and GPT-Neo: layers under transformer.h;
 # BLOOM's ALiBi is passed to each layer as a keyword argument, caught like the others.
-TRANSFORMER_H = model.config.model_type in ("bloom", "falcon", "gptj", "gpt2", "gpt_bigcode")
+TRANSFORMER_H = model.config.model_type in ("bloom", "falcon", "gptj", "gpt2", "gpt_bigcode", "gpt_neo")
 # GPT-2's linears are Conv1D modules (weight stored [in, out]), which the reference's find_layers
 # (nn.Linear only) would pass over: each becomes the nn.Linear it computes (the weight transposed,
 # the same bias), as anyone running the reference on GPT-2 has to do; --save-pruned writes the
