@@ -189,30 +189,59 @@ fn olmo2_gguf_loads_with_identical_logits() {
     assert_eq!(loaded.config.extras, config.extras);
     assert_eq!(logits(&model, &IDS), logits(&loaded.model, &IDS));
 
-    // The metadata again with one key more (the config is refused before any tensor is read).
-    let with = |key: &str, value: GgufValue| {
+    // The metadata again with keys more (the config is refused before any tensor is read).
+    let with_all = |keys: &[(&str, GgufValue)]| {
         let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
         let mut w = GgufWriter::new();
         for (k, v) in file.metadata() {
             w.metadata(k.clone(), v.clone());
         }
-        w.metadata(key, value);
+        for (key, value) in keys {
+            w.metadata(*key, value.clone());
+        }
         let changed = dir.path().join("changed.gguf");
         w.write(&changed).unwrap();
         match model::load::<B>(&ModelRef::Gguf(changed), &Default::default()) {
-            Ok(_) => panic!("{key} must be refused"),
+            Ok(_) => panic!("{keys:?} must be refused"),
             Err(e) => e.to_string(),
         }
     };
+    let with = |key: &str, value: GgufValue| with_all(&[(key, value)]);
     let err = with("olmo2.attention.sliding_window", GgufValue::U32(4096));
     assert!(
         err.contains("sliding_window") && err.contains("OLMo 3"),
         "{err}"
     );
-    // OLMo 3's YaRN (any scaling but linear) is refused, not read as unscaled.
-    let err = with("olmo2.rope.scaling.type", GgufValue::String("yarn".into()));
+    // A scaling this does not read is refused, not read as unscaled; YaRN is read, and needs
+    // its factor (and context) from the file.
+    let err = with(
+        "olmo2.rope.scaling.type",
+        GgufValue::String("longrope".into()),
+    );
     assert!(
-        err.contains("`olmo2.rope.scaling.type`") && err.contains("yarn"),
+        err.contains("`olmo2.rope.scaling.type`") && err.contains("longrope"),
+        "{err}"
+    );
+    let yarn = |extra: Option<(&'static str, GgufValue)>| {
+        let mut keys = vec![
+            ("olmo2.rope.scaling.type", GgufValue::String("yarn".into())),
+            ("olmo2.rope.scaling.factor", GgufValue::F32(4.0)),
+        ];
+        keys.extend(extra);
+        with_all(&keys)
+    };
+    let err = yarn(None);
+    assert!(
+        err.contains("`olmo2.rope.scaling.original_context_length`"),
+        "{err}"
+    );
+    // llama.cpp's own attention factor means something else in transformers: refused.
+    let err = yarn(Some((
+        "olmo2.rope.scaling.yarn_attn_factor",
+        GgufValue::F32(1.2),
+    )));
+    assert!(
+        err.contains("`olmo2.rope.scaling.yarn_attn_factor`"),
         "{err}"
     );
 }

@@ -428,12 +428,19 @@ fn yarn(file: &GgufFile, key: &dyn Fn(&str) -> String) -> Result<HfRopeScaling, 
             });
         }
     }
+    let required = |name: &str| {
+        let name = key(name);
+        file.get_f64(&name).ok_or_else(|| ConfigError::Invalid {
+            key: name,
+            problem: "is missing; YaRN needs it".into(),
+        })
+    };
     Ok(HfRopeScaling {
         rope_type: Some("yarn".into()),
-        factor: file.get_f64(&key("rope.scaling.factor")),
-        original_max_position_embeddings: file
-            .get_u64(&key("rope.scaling.original_context_length"))
-            .map(|v| v as usize),
+        factor: Some(required("rope.scaling.factor")?),
+        original_max_position_embeddings: Some(
+            required("rope.scaling.original_context_length")? as usize
+        ),
         beta_fast: file.get_f64(&key("rope.scaling.yarn_beta_fast")),
         beta_slow: file.get_f64(&key("rope.scaling.yarn_beta_slow")),
         ..HfRopeScaling::default()
