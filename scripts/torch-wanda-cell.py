@@ -57,7 +57,7 @@ calibration offsets.
         --calib-text ../shared/data/wikitext-2/wikitext2-v1-valid.txt \
         --eval-text ../shared/data/wikitext-2/wikitext2-raw-test.txt
 """
-import argparse, json, math, os, random, resource, sys, time
+import argparse, inspect, json, math, os, random, resource, sys, time
 
 import numpy as np
 
@@ -267,7 +267,6 @@ layer_kwargs = {}
 def by_name(layer, args, kwargs):
     """A layer call's arguments after the hidden states as keyword arguments: GPT-2's blocks
     are handed the cache and the causal mask by position."""
-    import inspect
     names = list(inspect.signature(layer.forward).parameters)[1:]
     return {**dict(zip(names, args)), **kwargs}
 

@@ -46,6 +46,14 @@ pub struct LocalAttention {
     pub layers: Vec<bool>,
 }
 
+impl LocalAttention {
+    /// Per layer: `true` where it attends in full (the NoPE layers of Cohere 2 and EXAONE 4,
+    /// where only the sliding ones rotate).
+    pub fn full_layers(&self) -> Vec<bool> {
+        self.layers.iter().map(|sliding| !sliding).collect()
+    }
+}
+
 /// What a family's decoder layer adds to Llama's; every field's default is Llama's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DecoderExtras {

@@ -41,10 +41,7 @@ impl Family for Arcee {
     }
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        BTreeMap::from([
-            ("mlp_bias", config.extras.mlp_bias.into()),
-            ("hidden_act", config.extras.activation.hf_name().into()),
-        ])
+        BTreeMap::from([("mlp_bias", config.extras.mlp_bias.into())])
     }
 }
 

@@ -152,9 +152,7 @@ impl Family for Cohere {
             interleaved_rotary: true,
             qk_norm_per_head_gains: self.qk_norm(hf),
             logit_scale: Some(logit_scale),
-            nope_layers: local
-                .as_ref()
-                .map(|l| l.layers.iter().map(|sliding| !sliding).collect()),
+            nope_layers: local.as_ref().map(LocalAttention::full_layers),
             local_attention: local,
             ..DecoderExtras::default()
         })

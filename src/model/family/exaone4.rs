@@ -62,9 +62,7 @@ impl Family for Exaone4 {
         Ok(DecoderExtras {
             sandwich_norms: true,
             post_norms_only: true,
-            nope_layers: local
-                .as_ref()
-                .map(|l| l.layers.iter().map(|sliding| !sliding).collect()),
+            nope_layers: local.as_ref().map(LocalAttention::full_layers),
             local_attention: local,
             ..DecoderExtras::default()
         })

@@ -96,7 +96,8 @@ pub(super) fn gpt2_layer(
     })
 }
 
-/// The `config.json` keys of GPT-2 and GPT-BigCode beyond Llama's.
+/// The `config.json` keys of GPT-2, GPT-BigCode and GPT-J beyond Llama's: `n_inner`,
+/// `layer_norm_epsilon`, `activation_function`.
 pub(super) fn gpt2_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
     BTreeMap::from([
         ("n_inner", config.intermediate_size.into()),
@@ -133,8 +134,7 @@ impl Family for Gpt2 {
 
     /// `n_inner` (read as `intermediate_size`), else four times the hidden width.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size
-            .or_else(|| hf.hidden_size.checked_mul(4))
+        super::width_or_four_hidden(hf)
     }
 
     fn ties_embeddings_by_default(&self) -> bool {

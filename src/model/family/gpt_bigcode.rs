@@ -52,8 +52,7 @@ impl Family for GptBigCode {
 
     /// `n_inner` (read as `intermediate_size`), else four times the hidden width.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size
-            .or_else(|| hf.hidden_size.checked_mul(4))
+        super::width_or_four_hidden(hf)
     }
 
     fn ties_embeddings_by_default(&self) -> bool {

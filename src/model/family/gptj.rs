@@ -58,8 +58,7 @@ impl Family for Gptj {
 
     /// `n_inner` (read as `intermediate_size`), else four times the hidden width.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size
-            .or_else(|| hf.hidden_size.checked_mul(4))
+        super::width_or_four_hidden(hf)
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
@@ -106,16 +105,11 @@ impl Family for Gptj {
         })
     }
 
+    /// GPT-2's keys and `rotary_dim`.
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        BTreeMap::from([
-            ("layer_norm_epsilon", config.rms_norm_eps.into()),
-            ("rotary_dim", config.rotary_dim().into()),
-            ("n_inner", config.intermediate_size.into()),
-            (
-                "activation_function",
-                config.extras.activation.hf_name().into(),
-            ),
-        ])
+        let mut keys = super::gpt2::gpt2_hf_keys(config);
+        keys.insert("rotary_dim", config.rotary_dim().into());
+        keys
     }
 }
 

@@ -277,6 +277,14 @@ pub(crate) fn relu2_activation(
     }
 }
 
+/// The MLP's width of GPT-2's config lineage (GPT-2, GPT-BigCode, GPT-J, GPT-Neo):
+/// `intermediate_size` (their `n_inner`, read under it) where given, else four times the
+/// hidden width.
+pub(crate) fn width_or_four_hidden(hf: &HfLlamaConfig) -> Option<usize> {
+    hf.intermediate_size
+        .or_else(|| hf.hidden_size.checked_mul(4))
+}
+
 /// Refuses `tie_word_embeddings: true` for a family whose LM head has a bias of its own (Phi,
 /// GPT-J), which a head tied to the embeddings would drop.
 pub(crate) fn refuse_tied_biased_head(hf: &HfLlamaConfig, family: &str) -> Result<(), ConfigError> {
