@@ -5,7 +5,8 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
     for f in llama qwen2 qwen3 mistral phi3 gemma2 gemma3 opt gpt_neox gpt_neox-sequential bloom \
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
-             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5; do
+             qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
+             gpt_oss gpt_oss-mxfp4; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -325,6 +326,21 @@ def config(family):
                                    "original_max_position_embeddings": 128},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 500_000.0}},
             pad_token_id=0, **common)
+    if family in ("gpt_oss", "gpt_oss-mxfp4"):
+        # GPT-OSS: attention with random biases on all four projections and a sink logit per
+        # head (below), a sliding layer then a full one (window 5 < 16 ids), YaRN ×4 over 32
+        # positions without truncation, four experts 64 wide of which each token takes two,
+        # with random biases (below), the router's too, and the clamped GLU at a limit of 1.5
+        # and a gain of 1.3 (so that both bite and are read from the config). `gpt_oss-mxfp4`
+        # holds its experts as the released checkpoints do, in MXFP4 (below).
+        common.update(intermediate_size=64)
+        return transformers.GptOssConfig(
+            num_local_experts=4, num_experts_per_tok=2, sliding_window=5, swiglu_limit=1.5,
+            swiglu_alpha=1.3, head_dim=16, attention_bias=True, pad_token_id=0,
+            rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": False, "rope_theta": 150_000.0,
+                             "original_max_position_embeddings": 32},
+            **common)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -337,6 +353,46 @@ def tokenizer_json():
             "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}
 
 
+def mxfp4_experts(model):
+    """Random MXFP4 experts: each layer's gate_up_proj and down_proj drawn as blocks of E2M1
+    nibbles with E8M0 scales of 2^-5 to 2^-2, held in `model.mxfp4` and set into the model as
+    transformers dequantises them (`convert_moe_packed_tensors`), so the logits are those of the
+    dequantised checkpoint."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    model.mxfp4 = {}
+    for i, layer in enumerate(model.model.layers):
+        experts = layer.mlp.experts
+        for proj in ("gate_up_proj", "down_proj"):
+            param = getattr(experts, proj)
+            count, cols, rows = param.shape  # [experts, in, out]: blocks are [experts, out, in / 32, 16]
+            blocks = torch.randint(0, 256, (count, rows, cols // 32, 16), dtype=torch.uint8)
+            scales = torch.randint(122, 126, (count, rows, cols // 32), dtype=torch.uint8)
+            with torch.no_grad():
+                param.copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+            model.mxfp4[f"model.layers.{i}.mlp.experts.{proj}"] = (blocks, scales)
+
+
+def store_mxfp4(model, out):
+    """Rewrites the saved checkpoint with each expert stack as MXFP4 `_blocks` and `_scales`
+    in place of its f32 values, and the config's `quantization_config` as the hub's."""
+    from safetensors.torch import load_file, save_file
+    path = f"{out}/model.safetensors"
+    tensors = load_file(path)
+    for name, (blocks, scales) in model.mxfp4.items():
+        del tensors[name]
+        tensors[f"{name}_blocks"] = blocks
+        tensors[f"{name}_scales"] = scales
+    save_file(tensors, path, metadata={"format": "pt"})
+    with open(f"{out}/config.json") as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+        "quant_method": "mxfp4"}
+    with open(f"{out}/config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 def main():
     family, out = sys.argv[1], sys.argv[2]
     torch.manual_seed(0)
@@ -347,9 +403,16 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight", "ln_2.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie")) and name.endswith(".bias"):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie")) and name.endswith((".bias", "_bias")):
                 p.uniform_(-0.5, 0.5)
+            elif name.endswith("self_attn.sinks"):
+                # Sinks of the scores' size, so that each takes a visible share of its softmax.
+                p.uniform_(0.0, 2.0)
+    if family == "gpt_oss-mxfp4":
+        mxfp4_experts(model)
     model.save_pretrained(out, safe_serialization=True)
+    if family == "gpt_oss-mxfp4":
+        store_mxfp4(model, out)
     with open(f"{out}/tokenizer.json", "w") as f:
         json.dump(tokenizer_json(), f)
     with torch.no_grad():
@@ -401,6 +464,20 @@ def main():
                 moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
                 redo()
                 print(f"without the {what} factor the logits move by", moved)
+        if model.config.model_type == "gpt_oss":
+            for what, undo, redo in [
+                ("sinks", lambda: [l.self_attn.sinks.data.fill_(-1e9) for l in model.model.layers], None),
+                ("GLU clamp", lambda: [setattr(l.mlp.experts, "limit", 1e9) for l in model.model.layers],
+                 lambda: [setattr(l.mlp.experts, "limit", model.config.swiglu_limit) for l in model.model.layers]),
+                ("window", lambda: setattr(model.config, "sliding_window", 1000),
+                 lambda: setattr(model.config, "sliding_window", 5))]:
+                saved = {k: v.clone() for k, v in model.state_dict().items()}
+                undo()
+                moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+                model.load_state_dict(saved)
+                if redo:
+                    redo()
+                print(f"without the {what} the logits move by", moved)
         if getattr(model.config, "attn_logit_softcapping", None):
             for layer in model.model.layers:
                 layer.self_attn.attn_logit_softcapping = None

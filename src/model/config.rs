@@ -372,6 +372,12 @@ pub struct HfLlamaConfig {
     /// Qwen3-MoE: the layers with a dense MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlp_only_layers: Option<Vec<usize>>,
+    /// GPT-OSS: the clamp of its experts' gate and up projections (default 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_limit: Option<f64>,
+    /// GPT-OSS: the gain inside its experts' sigmoid (default 1.702).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_alpha: Option<f64>,
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
@@ -529,7 +535,9 @@ impl HfLlamaConfig {
         let rope_theta =
             positive_number("rope_theta", self.rope_base(family.default_rope_theta()))?;
         let rms_norm_eps = positive_number("rms_norm_eps", family.norm_eps(self))?;
-        let rope_scaling = match self.rope_scaling.as_ref().or(parameters) {
+        let default_scaling = family.default_rope_scaling();
+        let given = self.rope_scaling.as_ref().or(parameters);
+        let rope_scaling = match given.or(default_scaling.as_ref()) {
             None => RopeScaling::None,
             Some(s) => resolve_rope_scaling(s, self, family)?,
         };

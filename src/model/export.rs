@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
+use super::expert_stacks::stack_experts;
 use super::family::FusedLinear;
 use super::kernels::kernels;
 use super::llama::{DecoderLayer, Llama, Norm};
@@ -195,7 +196,7 @@ fn linear_weight<B: Backend>(w: Tensor<B, 2>) -> HostTensor {
 pub fn hf_tensors<B: Backend>(model: &Llama<B>) -> Vec<(String, HostTensor)> {
     let mut out = vec![embed_tensor(model)];
     for (i, layer) in model.layers.iter().enumerate() {
-        out.extend(layer_tensors(layer, i, &[], model.norm_offset));
+        out.extend(layer_tensors(layer, i, &[], None, model.norm_offset));
     }
     out.extend(head_tensors(model));
     out
@@ -274,10 +275,13 @@ fn linear_tensors<B: Backend>(
 
 /// The tensors of decoder layer `i`: its seven linears (those the family stores stacked,
 /// `fused`, stacked again), then its norms.
+/// Layer `i`'s tensors under the decoder's names, in PyTorch's layout: its linears (`fused`
+/// stacked, and its `stacked_experts` experts stacked where given), norms and vectors.
 fn layer_tensors<B: Backend>(
     layer: &DecoderLayer<B>,
     i: usize,
     fused: &[FusedLinear],
+    stacked_experts: Option<usize>,
     norm_offset: bool,
 ) -> Vec<(String, HostTensor)> {
     let p = format!("model.layers.{i}");
@@ -287,6 +291,16 @@ fn layer_tensors<B: Backend>(
     }
     for (name, norm) in layer.norms() {
         norm_tensors(&mut out, &format!("{p}.{name}"), norm, norm_offset);
+    }
+    for (name, values) in layer.vectors() {
+        let t = HostTensor {
+            shape: vec![values.len()],
+            data: values.to_vec(),
+        };
+        out.push((format!("{p}.{name}"), t));
+    }
+    if let Some(experts) = stacked_experts {
+        stack_experts(&mut out, &p, experts);
     }
     let kv_heads = layer.self_attn.num_kv_heads;
     for f in fused {
@@ -562,6 +576,7 @@ fn plan<B: Backend>(
     config: &LlamaConfig,
 ) -> Result<Vec<PlannedTensor>, ExportError> {
     let fused = config.architecture.family().fused_linears();
+    let experts = stacked_experts(config);
     let shell = model.shell();
     let planned = |name: &str, shape: Vec<usize>| PlannedTensor {
         name: name.to_string(),
@@ -573,7 +588,8 @@ fn plan<B: Backend>(
         shell.embed_tokens.weight.dims().to_vec(),
     )];
     if model.layer_count() > 0 {
-        let template = layer_tensors(&*model.layer(0).map_err(layer_error)?, 0, fused, false);
+        let layer = model.layer(0).map_err(layer_error)?;
+        let template = layer_tensors(&layer, 0, fused, experts, false);
         for i in 0..model.layer_count() {
             let prefix = format!("model.layers.{i}.");
             out.extend(template.iter().map(|(name, t)| PlannedTensor {
@@ -621,6 +637,13 @@ fn plan<B: Backend>(
     let mut seen = std::collections::HashSet::new();
     out.retain(|tensor| seen.insert(tensor.name.clone()));
     Ok(out)
+}
+
+/// The experts per layer where `config`'s family saves them stacked (GPT-OSS).
+fn stacked_experts(config: &LlamaConfig) -> Option<usize> {
+    let family = config.architecture.family();
+    let experts = config.extras.experts.map(|e| e.count)?;
+    family.stacks_experts().then_some(experts)
 }
 
 fn layer_error(e: super::stream::StreamError) -> ExportError {
@@ -686,7 +709,8 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                     let layer = self.model.layer(i).map_err(layer_error)?;
                     let offset = self.model.shell().norm_offset;
                     let fused = self.config.architecture.family().fused_linears();
-                    let tensors = layer_tensors(&layer, i, fused, offset);
+                    let experts = stacked_experts(self.config);
+                    let tensors = layer_tensors(&layer, i, fused, experts, offset);
                     self.layer = Some((i, saved_names(self.config, tensors)));
                 }
                 let (_, tensors) = self.layer.as_mut().expect("set just above");

@@ -166,6 +166,10 @@ pub struct DecoderExtras {
     /// divisor of the logits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multipliers: Option<Multipliers>,
+    /// Each attention head has a learned sink logit in its softmax (GPT-OSS's
+    /// `self_attn.sinks`, one per query head).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attention_sinks: bool,
 }
 
 /// Granite's factors ([`DecoderExtras::multipliers`]), each applied as transformers applies it

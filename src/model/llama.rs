@@ -25,6 +25,7 @@ use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
 use super::moe::{SharedExpert, SparseMoe};
+use super::sink_attention::attention_with_sinks;
 
 /// The router of a layer with experts, named relative to the layer.
 const ROUTER: &str = "mlp.gate";
@@ -34,6 +35,9 @@ const SHARED_EXPERT: &str = "mlp.shared_expert";
 
 /// The gate of a shared expert's output, named relative to the layer.
 const SHARED_GATE: &str = "mlp.shared_expert_gate";
+
+/// The attention sinks of a layer (GPT-OSS's), named relative to the layer.
+pub(crate) const SINKS: &str = "self_attn.sinks";
 
 /// A layer norm: root-mean-square (`x / sqrt(mean(x²) + eps) * weight`, Llama and most
 /// families) or PyTorch's LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`, OPT; without
@@ -245,6 +249,9 @@ pub(crate) struct Attention<B: Backend> {
     pub alibi: Option<Vec<f32>>,
     /// Queries, keys and values are clamped to `±clip` after their projections (OLMo).
     pub clip_qkv: Option<f32>,
+    /// Each head's sink logit, which joins its softmax as a key no value follows (GPT-OSS's
+    /// `self_attn.sinks`; [`crate::model::sink_attention`]).
+    pub sinks: Option<Vec<f32>>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -323,7 +330,8 @@ impl<B: Backend> Attention<B> {
         let plain = self.sliding_window.is_none()
             && self.scale.is_none()
             && self.softcap.is_none()
-            && self.alibi.is_none();
+            && self.alibi.is_none()
+            && self.sinks.is_none();
         let fast = (plain && k.dims()[2] == seq)
             .then(|| kernels::<B>().causal_attention(&q, &k, &v))
             .flatten();
@@ -338,6 +346,7 @@ impl<B: Backend> Attention<B> {
                     scale: self.scale,
                     softcap: self.softcap,
                     alibi: self.alibi.as_deref(),
+                    sinks: self.sinks.as_deref(),
                 },
             ),
         }
@@ -349,7 +358,7 @@ impl<B: Backend> Attention<B> {
 }
 
 /// How attention scores are formed beyond causality: a sliding window, a scale other than
-/// `head_dim^-0.5`, a soft-cap, ALiBi's bias. The default is plain causal attention.
+/// `head_dim^-0.5`, a soft-cap, ALiBi's bias, sinks. The default is plain causal attention.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Scores<'a> {
     /// Keys a query sees, itself included, when the attention slides.
@@ -361,6 +370,8 @@ pub struct Scores<'a> {
     /// ALiBi's slope of each head: `slope · key position` is added to the scaled scores
     /// (BLOOM).
     pub alibi: Option<&'a [f32]>,
+    /// Each head's sink logit in the softmax (GPT-OSS).
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// Causal attention on the generic path: scores, softmax and their weighted sum in f32
@@ -423,7 +434,10 @@ fn causal_attention<B: Backend>(
         let bias = scores.alibi.map(|slopes| {
             alibi::bias::<B>(slopes, first_key..first_key + keys, batch, seq, &device)
         });
-        attention(q, k, v, mask, bias, options)
+        match scores.sinks {
+            Some(sinks) => attention_with_sinks(q, k, v, mask, bias, options, sinks),
+            None => attention(q, k, v, mask, bias, options),
+        }
     };
     if seq <= rows {
         return block(q, k, v, 0);
@@ -696,12 +710,14 @@ pub struct DecoderLayer<B: Backend> {
 impl<B: Backend> DecoderLayer<B> {
     /// Layer `i` of a model of `config` from its parts: `linear(name, inputs, outputs, bias)`
     /// and `norm(name, width)` give the linear and the norm a checkpoint names `name` (relative
-    /// to the layer, without `.weight`, in Llama's names), the norm of the kind `config` says.
+    /// to the layer, without `.weight`, in Llama's names), the norm of the kind `config` says;
+    /// `vector(name, len)` the values of the tensor `name` itself (GPT-OSS's sinks).
     pub(crate) fn assemble<E>(
         config: &LlamaConfig,
         i: usize,
         linear: impl Fn(&str, usize, usize, bool) -> Result<Linear<B>, E>,
         norm: impl Fn(&str, usize) -> Result<Norm<B>, E>,
+        vector: impl Fn(&str, usize) -> Result<Vec<f32>, E>,
     ) -> Result<Self, E> {
         let (h, heads, kv, d, inter) = (
             config.hidden_size,
@@ -730,7 +746,7 @@ impl<B: Backend> DecoderLayer<B> {
                 .transpose()
         };
         // An MLP named under `prefix`, `width` wide: gated unless the family's has no gate,
-        // biased where the family's dense MLP is (experts never are).
+        // biased where the family's dense MLP is (experts where the routing says).
         let mlp = |prefix: &str, width: usize, gated: bool, bias: bool| -> Result<Mlp<B>, E> {
             let name = |proj: &str| format!("{prefix}.{proj}");
             Ok(Mlp {
@@ -750,9 +766,12 @@ impl<B: Backend> DecoderLayer<B> {
                 config.extras.mlp_bias,
             )?),
             Some(routing) => FeedForward::Experts(SparseMoe {
-                router: linear(ROUTER, h, routing.count, false)?,
+                router: linear(ROUTER, h, routing.count, routing.biased)?,
                 experts: (0..routing.count)
-                    .map(|e| mlp(&format!("mlp.experts.{e}"), routing.width, true, false))
+                    .map(|e| {
+                        let prefix = format!("mlp.experts.{e}");
+                        mlp(&prefix, routing.width, true, routing.biased)
+                    })
                     .collect::<Result<_, E>>()?,
                 shared: routing
                     .shared
@@ -785,6 +804,11 @@ impl<B: Backend> DecoderLayer<B> {
                 interleaved: config.extras.interleaved_rotary,
                 alibi: config.alibi_slopes(),
                 clip_qkv: config.extras.clip_qkv.map(|c| c as f32),
+                sinks: config
+                    .extras
+                    .attention_sinks
+                    .then(|| vector(SINKS, heads))
+                    .transpose()?,
             },
             mlp,
             input_layernorm: pre_norm("input_layernorm")?,
@@ -1025,6 +1049,17 @@ impl<B: Backend> DecoderLayer<B> {
         norms
     }
 
+    /// The layer's tensors that are neither linears nor norms, with their names relative to the
+    /// layer: GPT-OSS's attention sinks, one per head.
+    pub fn vectors(&self) -> Vec<(&'static str, &[f32])> {
+        self.self_attn
+            .sinks
+            .as_deref()
+            .map(|sinks| (SINKS, sinks))
+            .into_iter()
+            .collect()
+    }
+
     /// Mutable access to the linear named as in [`DecoderLayer::linears`].
     pub fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
         let a = &mut self.self_attn;
@@ -1105,12 +1140,13 @@ impl<B: Backend> Llama<B> {
         // A local RNG, not the backend's global one: the same seed gives the same model even
         // when other threads draw random tensors at the same time (parallel tests).
         let rng = std::cell::RefCell::new(StdRng::seed_from_u64(seed));
-        let uniform = |shape: Vec<usize>, low: f32, high: f32| {
-            let n = shape.iter().product();
-            let values: Vec<f32> = (0..n)
+        let draws = |n: usize, low: f32, high: f32| -> Vec<f32> {
+            (0..n)
                 .map(|_| rng.borrow_mut().random_range(low..high))
-                .collect();
-            TensorData::new(values, shape)
+                .collect()
+        };
+        let uniform = |shape: Vec<usize>, low: f32, high: f32| {
+            TensorData::new(draws(shape.iter().product(), low, high), shape)
         };
         let lin = |i: usize, o: usize, bias: bool| {
             // PyTorch's default: U(-1/√in, 1/√in) for weight and bias.
@@ -1146,6 +1182,7 @@ impl<B: Backend> Llama<B> {
                     i,
                     |_, inputs, outputs, bias| Ok(lin(inputs, outputs, bias)),
                     |_, width| Ok(norm(width)),
+                    |_, len| Ok(draws(len, -1.0, 1.0)),
                 );
                 match assembled {
                     Ok(layer) => layer,

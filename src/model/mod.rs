@@ -10,6 +10,7 @@
 
 pub mod alibi;
 pub mod config;
+pub mod expert_stacks;
 pub mod export;
 pub mod extras;
 pub mod family;
@@ -18,9 +19,11 @@ pub mod host;
 pub mod kernels;
 pub mod llama;
 pub mod moe;
+pub mod mxfp4;
 pub mod rope;
 pub mod sample;
 pub mod shape;
+pub mod sink_attention;
 pub mod stream;
 pub mod synth;
 pub mod tokenizer;

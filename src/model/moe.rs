@@ -2,7 +2,7 @@
 //! (`gate`, a linear `hidden → experts`) scores every token, the token goes to its `top_k`
 //! experts by softmax probability, and the block returns the experts' outputs weighted by those
 //! probabilities (renormalised over the `top_k` where the family says so). Each expert is the
-//! decoder's gated MLP.
+//! decoder's gated MLP, or GPT-OSS's clamped GLU with biases ([`ClampedGlu`]).
 //!
 //! Calibration sees each expert's inputs as the reference code's forward hooks on the expert's
 //! linears see them: only the tokens routed to it, one sample at a time
@@ -14,11 +14,11 @@ use burn::tensor::{FloatDType, IndexingUpdateOp};
 use serde::{Deserialize, Serialize};
 
 use super::host::to_host_f32;
-use super::kernels::{project, LinearInput};
+use super::kernels::{project, project_all, LinearInput};
 use super::llama::Mlp;
 
 /// How a family routes tokens to its experts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Experts {
     /// Experts per layer (Mixtral's `num_local_experts`).
     pub count: usize,
@@ -37,6 +37,42 @@ pub struct Experts {
     /// gated by `sigmoid(shared_expert_gate(x))` (Qwen2-MoE's); `None` without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<usize>,
+    /// Whether the router and every expert's linears carry biases (GPT-OSS).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub biased: bool,
+    /// The experts' clamped GLU in place of the decoder's activation (GPT-OSS); `None`: the
+    /// decoder's gated MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clamped_glu: Option<ClampedGlu>,
+}
+
+/// GPT-OSS's expert activation: with `g = min(gate, limit)` and `u = clamp(up, ±limit)`, the
+/// down projection reads `(u + 1) · g · σ(alpha · g)` (transformers' `GptOssExperts`,
+/// `swiglu_limit` and `swiglu_alpha`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClampedGlu {
+    /// The gain inside the sigmoid (`swiglu_alpha`, 1.702).
+    pub alpha: f64,
+    /// The clamp of the gate (above) and the up projection (both sides) (`swiglu_limit`, 7).
+    pub limit: f64,
+}
+
+impl ClampedGlu {
+    /// `(clamp(up, ±limit) + 1) · g · σ(alpha · g)`, `g = min(gate, limit)`, in the tensors'
+    /// type, as transformers computes it.
+    ///
+    /// # Shapes
+    /// - `gate`, `up`: any, the same → same
+    pub fn apply<B: Backend, const D: usize>(
+        self,
+        gate: Tensor<B, D>,
+        up: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let gate = gate.clamp_max(self.limit);
+        let up = up.clamp(-self.limit, self.limit);
+        let glu = gate.clone() * burn::tensor::activation::sigmoid(gate * self.alpha);
+        (up + 1.0) * glu
+    }
 }
 
 /// An expert every token goes through (Qwen2-MoE's `shared_expert`), its output times
@@ -137,7 +173,7 @@ impl<B: Backend> SparseMoe<B> {
                 LinearInput::ExpertIn(e),
                 observe,
             );
-            let inner = expert.hidden(input);
+            let inner = self.expert_hidden(expert, input);
             observe_by_sample(
                 &inner,
                 &routed.tokens,
@@ -174,6 +210,21 @@ impl<B: Backend> SparseMoe<B> {
         let gate = burn::tensor::activation::sigmoid(project(&shared.gate, x));
         let y = project(&shared.mlp.down_proj, inner) * gate;
         Some((routed.unsqueeze::<3>() + y).reshape([batch, seq, hidden]))
+    }
+
+    /// The input of an expert's down projection: the decoder's gated MLP, or the family's
+    /// clamped GLU ([`Experts::clamped_glu`]).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, width]`
+    fn expert_hidden(&self, expert: &Mlp<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        match (self.routing.clamped_glu, &expert.gate_proj) {
+            (Some(glu), Some(gate)) => {
+                let [gate, up] = project_all([gate, &expert.up_proj], x);
+                glu.apply(gate, up)
+            }
+            _ => expert.hidden(x),
+        }
     }
 }
 
@@ -221,6 +272,8 @@ mod tests {
         width: 5,
         round_weights: false,
         shared: None,
+        biased: false,
+        clamped_glu: None,
     };
 
     #[test]

@@ -100,13 +100,26 @@ impl ModelShape {
         } else {
             0
         };
+        // GPT-OSS: each expert's biases (`2·I` into it, `H` out of it) and the router's, and a
+        // sink logit per head.
+        let expert_bias = match e.experts {
+            Some(x) if x.biased => (x.count * (2 * x.width + config.hidden_size) + x.count) as u64,
+            _ => 0,
+        };
+        let sinks = if e.attention_sinks {
+            config.num_attention_heads as u64
+        } else {
+            0
+        };
         let positions = if e.learned_positions {
             ((config.max_position_embeddings + e.position_offset()) * config.hidden_size) as u64
         } else {
             0
         };
         shape.parameters = (shape.layer_parameters(config.qkv_bias, config.o_bias, layer_norms)
-            + mlp_bias)
+            + mlp_bias
+            + expert_bias
+            + sinks)
             * config.num_hidden_layers as u64
             + shape.embedding_and_head_parameters()
             + positions

@@ -429,6 +429,9 @@ fn write_layer<B: Backend>(mut layer: DecoderLayer<B>, path: &Path) -> Result<()
             push(format!("{name}.bias"), b.dims().to_vec(), to_host_f32(b));
         }
     }
+    for (name, values) in layer.vectors() {
+        push(name.to_string(), vec![values.len()], values.to_vec());
+    }
     let damaged = |reason: String| StreamError::Damaged {
         path: path.display().to_string(),
         reason,
@@ -518,6 +521,7 @@ fn read_layer<B: Backend>(
         index,
         |name, _inputs, _outputs, _bias| linear(name),
         norm,
+        |name, _len| Ok(required(name.to_string())?.0),
     )
 }
 

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use safetensors::tensor::{Dtype, Metadata};
 
 use super::config::LlamaConfig;
+use super::expert_stacks::ExpertStackSource;
 use super::family::FusedLinear;
 use super::host::{narrowed, weight_tensor};
 use super::llama::{DecoderLayer, Llama, Norm};
@@ -136,7 +137,7 @@ pub struct HostData {
 
 impl HostData {
     /// `t` from [`WeightSource::tensor_transposed`], converted to `dtype`.
-    fn from_transposed(t: HostTensor, dtype: DType) -> Self {
+    pub(crate) fn from_transposed(t: HostTensor, dtype: DType) -> Self {
         Self {
             data: narrowed(TensorData::new(t.data, transposed_shape(&t.shape)), dtype),
             shape: t.shape,
@@ -224,12 +225,11 @@ impl TransposedSource {
 }
 
 /// A Hugging Face checkpoint as the decoder reads it: under Llama's names, in PyTorch's
-/// layout ([`TransposedSource`]), its stacked linears apart ([`SplitSource`]).
+/// layout ([`TransposedSource`]), its stacked linears ([`SplitSource`]) and experts
+/// ([`ExpertStackSource`]) apart.
 pub fn hf_source(config: &LlamaConfig, checkpoint: SafetensorsSource) -> Arc<dyn WeightSource> {
-    SplitSource::for_family(
-        config,
-        TransposedSource::for_family(config, Arc::new(checkpoint)),
-    )
+    let experts = ExpertStackSource::for_family(config, Arc::new(checkpoint));
+    SplitSource::for_family(config, TransposedSource::for_family(config, experts))
 }
 
 /// `t` with its shape's two dimensions swapped (its values as they are).
@@ -484,7 +484,7 @@ impl SafetensorsSource {
     /// same pass when `transposed` ([`WeightSource::tensor_transposed`]).
     fn read(&self, name: &str, transposed: bool) -> Result<Option<HostTensor>, WeightError> {
         let Some(stored) = self.stored(name) else {
-            return Ok(None);
+            return self.read_mxfp4(name);
         };
         let data = stored
             .widened(stored.matrix(transposed), |v| v)
@@ -500,7 +500,8 @@ impl SafetensorsSource {
     /// f32 copy, with the rounding the f32 route gives (widening to f32 is exact).
     fn read_in(&self, name: &str, dtype: DType) -> Result<Option<HostData>, WeightError> {
         let Some(stored) = self.stored(name) else {
-            return Ok(None);
+            let dequantised = self.read_mxfp4(name)?;
+            return Ok(dequantised.map(|t| HostData::from_transposed(t, dtype)));
         };
         let data = match dtype {
             DType::F16 => stored.narrowed(Dtype::F16, f16::from_le_bytes, f16::from_f32),
@@ -516,6 +517,28 @@ impl SafetensorsSource {
             data,
             shape: stored.shape.to_vec(),
         }))
+    }
+
+    /// The tensor `name` dequantised from MXFP4 `name_blocks` and `name_scales`
+    /// ([`super::mxfp4`]), where the checkpoint holds it so (GPT-OSS's experts); `None` where
+    /// it holds neither.
+    fn read_mxfp4(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        let blocks = self.stored(&format!("{name}{}", super::mxfp4::BLOCKS));
+        let scales = self.stored(&format!("{name}{}", super::mxfp4::SCALES));
+        let (Some(blocks), Some(scales)) = (blocks, scales) else {
+            return Ok(None);
+        };
+        for stored in [&blocks, &scales] {
+            if stored.dtype != Dtype::U8 {
+                return Err(stored.unsupported());
+            }
+        }
+        super::mxfp4::dequantize(blocks.bytes, blocks.shape, scales.bytes, scales.shape)
+            .map(Some)
+            .map_err(|reason| WeightError::BadSafetensors {
+                path: blocks.path.display().to_string(),
+                reason: format!("MXFP4 tensor `{}`: {reason}", blocks.name),
+            })
     }
 
     /// Where the tensor `name` lies in its shard's map, and its type and shape.
@@ -687,18 +710,25 @@ impl WeightSource for SafetensorsSource {
     /// Elements of the floating-point tensors of one to three dimensions: integer and boolean
     /// ones are buffers, not parameters (old GPT-NeoX checkpoints keep a `[1, 1, 2048, 2048]`
     /// causal mask per layer), and so are GPT-2's float masks, `[1, 1, 1024, 1024]`, and its
-    /// scalar `masked_bias`.
+    /// scalar `masked_bias`. MXFP4 blocks count two parameters a byte.
     fn parameter_count(&self) -> u64 {
         self.shards
             .iter()
             .flat_map(|s| s.metadata.tensors())
-            .filter(|(_, info)| {
-                matches!(
+            .map(|(name, info)| {
+                let elements = info.shape.iter().product::<usize>() as u64;
+                let float = matches!(
                     info.dtype,
                     Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
-                ) && (1..=3).contains(&info.shape.len())
+                );
+                if float && (1..=3).contains(&info.shape.len()) {
+                    elements
+                } else if info.dtype == Dtype::U8 && name.ends_with(super::mxfp4::BLOCKS) {
+                    2 * elements
+                } else {
+                    0
+                }
             })
-            .map(|(_, info)| info.shape.iter().product::<usize>() as u64)
             .sum()
     }
 }
@@ -1102,6 +1132,7 @@ fn layer_with<B: Backend>(
         i,
         |name, inputs, outputs, bias| b.linear(&format!("{p}.{name}"), inputs, outputs, bias),
         |name, width| b.norm(&format!("{p}.{name}"), width, config),
+        |name, len| b.fetch(&format!("{p}.{name}"), &[len]),
     )
 }
 

@@ -130,6 +130,8 @@ fn every_family_gives_transformers_logits() {
         "exaone4-full",
         "gpt_neo",
         "ernie4_5",
+        "gpt_oss",
+        "gpt_oss-mxfp4",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -676,6 +678,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("exaone4-full", false),
         ("gpt_neo", false),
         ("ernie4_5", false),
+        ("gpt_oss", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -731,7 +734,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             .any(|f| family.starts_with(f));
             // With experts: attention's four, the router and four experts' three.
             let linears = match family {
-                "mixtral" | "qwen3_moe" | "olmoe" => 4 + 1 + 4 * 3,
+                "mixtral" | "qwen3_moe" | "olmoe" | "gpt_oss" => 4 + 1 + 4 * 3,
                 // And the shared expert's three and its gate.
                 "qwen2_moe" => 4 + 1 + 4 * 3 + 4,
                 _ => 6 + usize::from(gated),
@@ -934,4 +937,53 @@ fn an_expert_no_calibration_token_reaches_is_pruned_from_zero_statistics() {
             assert!(fits, "{method:?} {name}: {}", m.fraction);
         }
     }
+}
+
+/// GPT-OSS as the hub holds it, its experts in MXFP4 (`tiny-gpt_oss-mxfp4`, made by
+/// transformers' own dequantisation): its parameters are counted two to a packed byte, as the
+/// config counts them; a copy saves the experts unquantised, stacked as the f32 checkpoint
+/// (`tiny-gpt_oss`) names and shapes them, holding the dequantised values, and loads back to the
+/// same logits.
+#[test]
+fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
+    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::shape::ModelShape;
+
+    let folder = Path::new(FIXTURES).join("tiny-gpt_oss-mxfp4");
+    let config = HfLlamaConfig::from_file(&folder.join("config.json"))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let source = SafetensorsSource::open(&folder).unwrap();
+    assert_eq!(
+        source.parameter_count(),
+        ModelShape::from_config(&config).parameters
+    );
+    let device = Default::default();
+    let loaded = model::load::<B>(&ModelRef::Folder(folder.clone()), &device).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let copy = store.path().join("copy");
+    let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
+    save_hf_folder(
+        &loaded.model,
+        &config,
+        &tokenizer,
+        &copy,
+        &SaveSpec::new(SaveDtype::F32),
+    )
+    .unwrap();
+    let unquantised = Path::new(FIXTURES).join("tiny-gpt_oss");
+    assert_eq!(tensor_names(&copy), tensor_names(&unquantised));
+    let saved = SafetensorsSource::open(&copy).unwrap();
+    for stack in ["gate_up_proj", "down_proj"] {
+        let name = format!("model.layers.1.mlp.experts.{stack}");
+        let dequantised = source.tensor(&name).unwrap().unwrap();
+        assert_eq!(saved.tensor(&name).unwrap().unwrap(), dequantised, "{name}");
+    }
+    let reloaded = model::load::<B>(&ModelRef::Folder(copy), &device).unwrap();
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    assert_eq!(
+        crate::common::logits(&loaded.model, &ids),
+        crate::common::logits(&reloaded.model, &ids)
+    );
 }

@@ -68,6 +68,8 @@ impl Family for Mixtral {
                     width: hf.intermediate_size.unwrap_or(14_336),
                     round_weights: false,
                     shared: None,
+                    biased: false,
+                    clamped_glu: None,
                 },
                 "num_local_experts",
             )?),
@@ -115,6 +117,8 @@ mod tests {
             width: 14_336,
             round_weights: false,
             shared: None,
+            biased: false,
+            clamped_glu: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert_eq!(c.layer_window(0), None);

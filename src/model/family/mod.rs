@@ -19,6 +19,7 @@ pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod gpt_neo;
 pub mod gpt_neox;
+pub mod gpt_oss;
 pub mod gptj;
 pub mod granite;
 pub mod llama;
@@ -44,7 +45,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use super::config::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig,
+};
 
 /// Which projections of the attention block carry a bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -473,6 +476,12 @@ pub trait Family: Sync {
         &[]
     }
 
+    /// Whether the family's Hugging Face checkpoints store a layer's experts stacked in 3-D
+    /// tensors ([`crate::model::expert_stacks`], GPT-OSS's) instead of a linear per expert.
+    fn stacks_experts(&self) -> bool {
+        false
+    }
+
     /// The modules (checkpoint names relative to a layer, e.g. `attn.c_attn`) whose weights the
     /// family's Hugging Face checkpoints store transposed, `[in, out]` (GPT-2's `Conv1D`).
     fn transposed_linears(&self) -> &'static [&'static str] {
@@ -495,6 +504,12 @@ pub trait Family: Sync {
     /// transformers 5 (10,000 unless the family says otherwise).
     fn default_rope_theta(&self) -> f64 {
         10_000.0
+    }
+
+    /// The RoPE scaling of a config that gives none (neither `rope_scaling` nor
+    /// `rope_parameters`): the config class's default (GPT-OSS's YaRN), else none.
+    fn default_rope_scaling(&self) -> Option<HfRopeScaling> {
+        None
     }
 
     /// The RoPE scaling a `rope_scaling` type names for this family's config class (Phi-3
@@ -620,11 +635,15 @@ pub enum Architecture {
     /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
     /// attention and plain linears).
     GptBigCode,
+    /// `GptOssForCausalLM` (gpt-oss-20b, gpt-oss-120b: attention with biases and sinks,
+    /// alternating sliding and full layers, experts with biases and a clamped GLU stacked in
+    /// 3-D tensors).
+    GptOss,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 36] = [
+    pub const ALL: [Architecture; 37] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -661,6 +680,7 @@ impl Architecture {
         Architecture::Exaone4,
         Architecture::GptNeo,
         Architecture::Ernie4_5,
+        Architecture::GptOss,
     ];
 
     /// The family's adapter.
@@ -698,6 +718,7 @@ impl Architecture {
             Architecture::Nemotron => &nemotron::Nemotron,
             Architecture::Gpt2 => &gpt2::Gpt2,
             Architecture::GptBigCode => &gpt_bigcode::GptBigCode,
+            Architecture::GptOss => &gpt_oss::GptOss,
             Architecture::Arcee => &arcee::Arcee,
             Architecture::Exaone4 => &exaone4::Exaone4,
             Architecture::GptNeo => &gpt_neo::GptNeo,

@@ -52,6 +52,8 @@ impl Family for Olmoe {
             width: hf.intermediate_size.unwrap_or(2048),
             round_weights: true,
             shared: None,
+            biased: false,
+            clamped_glu: None,
         };
         Ok(DecoderExtras {
             qk_norm_across_heads: true,
@@ -100,6 +102,8 @@ mod tests {
             width: 1024,
             round_weights: true,
             shared: None,
+            biased: false,
+            clamped_glu: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm && c.extras.qk_norm_across_heads);

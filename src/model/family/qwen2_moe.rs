@@ -55,6 +55,8 @@ impl Family for Qwen2Moe {
             width: hf.moe_intermediate_size.unwrap_or(1408),
             round_weights: true,
             shared: Some(shared),
+            biased: false,
+            clamped_glu: None,
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -110,6 +112,8 @@ mod tests {
             width: 1408,
             round_weights: true,
             shared: Some(5632),
+            biased: false,
+            clamped_glu: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qkv_bias && !c.o_bias);

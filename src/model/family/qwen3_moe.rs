@@ -47,6 +47,8 @@ impl Family for Qwen3Moe {
             width: hf.moe_intermediate_size.unwrap_or(768),
             round_weights: true,
             shared: None,
+            biased: false,
+            clamped_glu: None,
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -118,6 +120,8 @@ mod tests {
             width: 768,
             round_weights: true,
             shared: None,
+            biased: false,
+            clamped_glu: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm);

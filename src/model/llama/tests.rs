@@ -158,6 +158,7 @@ fn causal_gqa_attention_by_hand() {
         interleaved: false,
         alibi: None,
         clip_qkv: None,
+        sinks: None,
     };
     let cos = t(vec![1.0; 4], [2, 2]);
     let sin = t(vec![0.0; 4], [2, 2]);
@@ -208,8 +209,8 @@ fn alibi_adds_the_slope_times_the_key_position() {
 }
 
 /// Attention a few query rows at a time equals attention in one piece: causal, with a
-/// sliding window, with ALiBi, and with queries that are the last of a longer key sequence (a
-/// cache).
+/// sliding window, with ALiBi, with sinks, and with queries that are the last of a longer key
+/// sequence (a cache).
 #[test]
 fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
     let mut rng = StdRng::seed_from_u64(7);
@@ -218,14 +219,17 @@ fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
         t((0..n).map(|_| rng.random_range(-2.0..2.0)).collect(), shape)
     };
     let slopes = [0.5, 0.25, 0.125];
-    for (seq, keys, window, softcap, alibi) in [
-        (10, 10, None, None, None),
-        (10, 13, None, None, None),
-        (10, 13, Some(4), None, None),
-        (9, 9, Some(3), None, None),
-        (10, 13, Some(4), Some(1.5), None),
-        (10, 13, None, None, Some(&slopes[..])),
-        (10, 13, Some(4), None, Some(&slopes[..])),
+    let sinks = [1.5, -0.5, 0.25];
+    for (seq, keys, window, softcap, alibi, sinks) in [
+        (10, 10, None, None, None, None),
+        (10, 13, None, None, None, None),
+        (10, 13, Some(4), None, None, None),
+        (9, 9, Some(3), None, None, None),
+        (10, 13, Some(4), Some(1.5), None, None),
+        (10, 13, None, None, Some(&slopes[..]), None),
+        (10, 13, Some(4), None, Some(&slopes[..]), None),
+        (10, 10, None, None, None, Some(&sinks[..])),
+        (10, 13, Some(4), None, None, Some(&sinks[..])),
     ] {
         let q = random([2, 3, seq, 4]);
         let k = random([2, 3, keys, 4]);
@@ -235,6 +239,7 @@ fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
             scale: None,
             softcap,
             alibi,
+            sinks,
         };
         let whole: Vec<f32> = causal_attention(q.clone(), k.clone(), v.clone(), scores, 64)
             .into_data()

@@ -1,0 +1,398 @@
+//! Experts stacked across a layer in 3-D tensors, as GPT-OSS's checkpoints hold them
+//! ([`crate::model::family::Family::stacks_experts`]): per layer
+//! - `mlp.experts.gate_up_proj`, `[experts, hidden, 2 · width]`: each expert's `[in, out]`
+//!   matrix of its gate and up projections, their outputs interleaved (the gate's in the even
+//!   columns, the up projection's in the odd ones), and `gate_up_proj_bias`,
+//!   `[experts, 2 · width]`, interleaved alike;
+//! - `mlp.experts.down_proj`, `[experts, width, hidden]`, each expert's `[in, out]` matrix, and
+//!   `down_proj_bias`, `[experts, hidden]`.
+//!
+//! The decoder sees each expert's `gate_proj`, `up_proj` and `down_proj` as linears of their own
+//! ([`ExpertStackSource`]), so calibration and pruning treat them as every other family's
+//! experts; a saved copy stacks them back ([`stack_experts`]).
+
+use std::sync::{Arc, Mutex};
+
+use super::config::LlamaConfig;
+use super::weights::{HostTensor, WeightError, WeightSource};
+
+/// The stacked gate and up projections, relative to the layer.
+const GATE_UP: &str = "mlp.experts.gate_up_proj";
+
+/// The stacked down projections, relative to the layer.
+const DOWN: &str = "mlp.experts.down_proj";
+
+/// One expert's linear in a stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The gate projection: the even outputs of `gate_up_proj`.
+    Gate,
+    /// The up projection: the odd outputs of `gate_up_proj`.
+    Up,
+    /// The down projection.
+    Down,
+}
+
+impl Part {
+    /// The decoder's name of the linear.
+    fn linear(self) -> &'static str {
+        match self {
+            Part::Gate => "gate_proj",
+            Part::Up => "up_proj",
+            Part::Down => "down_proj",
+        }
+    }
+
+    /// `(step, first)`: the part's outputs are the stack's outputs `first`, `first + step`, …
+    fn outputs(self) -> (usize, usize) {
+        match self {
+            Part::Gate => (2, 0),
+            Part::Up => (2, 1),
+            Part::Down => (1, 0),
+        }
+    }
+
+    /// The stack holding the part's weights, relative to the layer, with `_bias` for its
+    /// biases.
+    fn stack(self, bias: bool) -> String {
+        let stack = if self == Part::Down { DOWN } else { GATE_UP };
+        match bias {
+            true => format!("{stack}_bias"),
+            false => stack.to_string(),
+        }
+    }
+}
+
+/// Where the decoder's tensor `name` (`model.layers.N.mlp.experts.E.gate_proj.weight`) lies:
+/// the layer's prefix, the expert, the part and whether it is the bias.
+fn locate(name: &str) -> Option<(String, usize, Part, bool)> {
+    let (layer, rest) = name.split_once(".mlp.experts.")?;
+    let (expert, rest) = rest.split_once('.')?;
+    let (linear, kind) = rest.split_once('.')?;
+    let part = [Part::Gate, Part::Up, Part::Down]
+        .into_iter()
+        .find(|p| p.linear() == linear)?;
+    let bias = match kind {
+        "weight" => false,
+        "bias" => true,
+        _ => return None,
+    };
+    Some((layer.to_string(), expert.parse().ok()?, part, bias))
+}
+
+/// A checkpoint with stacked experts seen with each expert's linears apart, in PyTorch's
+/// layout: `model.layers.N.mlp.experts.E.gate_proj.weight` is `[width, hidden]`, read from the
+/// even outputs of expert `E` in `gate_up_proj`. Every other name passes through.
+pub struct ExpertStackSource {
+    inner: Arc<dyn WeightSource>,
+    experts: usize,
+    /// The stacks of the layer being read: its experts are read one after another, and each
+    /// would otherwise read and convert the whole stack again.
+    held: Mutex<Vec<(String, Arc<HostTensor>)>>,
+}
+
+impl ExpertStackSource {
+    /// `inner` with its experts apart, where the family of `config` stacks them.
+    pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
+        let experts = config.extras.experts.map(|e| e.count);
+        let (true, Some(experts)) = (config.architecture.family().stacks_experts(), experts) else {
+            return inner;
+        };
+        // Shared as the other wrappers are, one thread at a time.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let source = Arc::new(Self {
+            inner,
+            experts,
+            held: Mutex::new(Vec::new()),
+        });
+        source
+    }
+
+    /// The stack `name`, from those held when it is one of them; reading a stack of another
+    /// layer lets the held ones go first.
+    fn stack(&self, layer: &str, name: &str) -> Result<Option<Arc<HostTensor>>, WeightError> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = held.iter().find(|(n, _)| n == name) {
+            return Ok(Some(Arc::clone(t)));
+        }
+        let layer = format!("{layer}.");
+        held.retain(|(n, _)| n.starts_with(&layer));
+        let Some(t) = self.inner.tensor(name)? else {
+            return Ok(None);
+        };
+        let t = Arc::new(t);
+        held.push((name.to_string(), Arc::clone(&t)));
+        Ok(Some(t))
+    }
+
+    /// The values of the decoder's tensor `name` in `[in, out]` order (a weight; a bias as it
+    /// is) with its PyTorch shape, where it is an expert's; `None` for any other name.
+    fn part(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        let Some((layer, expert, part, bias)) = locate(name) else {
+            return Ok(None);
+        };
+        let stack_name = format!("{layer}.{}", part.stack(bias));
+        let Some(stack) = self.stack(&layer, &stack_name)? else {
+            return Ok(None);
+        };
+        let bad = |expected: Vec<usize>| WeightError::Shape {
+            name: stack_name.clone(),
+            source_name: self.inner.name(),
+            expected,
+            found: stack.shape.clone(),
+        };
+        let (step, first) = part.outputs();
+        let (rows, cols) = match (bias, &stack.shape[..]) {
+            (true, &[e, cols]) if e == self.experts => (1, cols),
+            (false, &[e, rows, cols]) if e == self.experts => (rows, cols),
+            (true, _) => return Err(bad(vec![self.experts, 0])),
+            (false, _) => return Err(bad(vec![self.experts, 0, 0])),
+        };
+        if expert >= self.experts || cols % step != 0 {
+            return Err(bad(vec![self.experts, rows, cols]));
+        }
+        let values = &stack.data[expert * rows * cols..][..rows * cols];
+        let data: Vec<f32> = values
+            .chunks_exact(cols)
+            .flat_map(|row| row.iter().skip(first).step_by(step).copied())
+            .collect();
+        let outputs = cols / step;
+        // The last expert's last part in this stack: nothing more will be asked of it.
+        if part != Part::Gate && expert + 1 == self.experts {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.retain(|(n, _)| *n != stack_name);
+        }
+        let shape = if bias {
+            vec![outputs]
+        } else {
+            vec![outputs, rows]
+        };
+        Ok(Some(HostTensor { shape, data }))
+    }
+}
+
+impl WeightSource for ExpertStackSource {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        match self.part(name)? {
+            Some(t) => Ok(Some(match t.shape[..] {
+                [outputs, inputs] => HostTensor {
+                    data: super::weights::transpose(&t.data, inputs, outputs),
+                    shape: t.shape,
+                },
+                _ => t,
+            })),
+            None => self.inner.tensor(name),
+        }
+    }
+
+    fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+        match self.part(name)? {
+            Some(t) => Ok(Some(t)),
+            None => self.inner.tensor_transposed(name),
+        }
+    }
+
+    fn tensor_transposed_in(
+        &self,
+        name: &str,
+        dtype: burn::tensor::DType,
+    ) -> Result<Option<super::weights::HostData>, WeightError> {
+        match self.part(name)? {
+            Some(t) => Ok(Some(super::weights::HostData::from_transposed(t, dtype))),
+            None => self.inner.tensor_transposed_in(name, dtype),
+        }
+    }
+
+    fn parameter_count(&self) -> u64 {
+        self.inner.parameter_count()
+    }
+
+    fn release_pages(&self) {
+        self.inner.release_pages();
+    }
+}
+
+/// Replaces each expert's linears in `tensors` (the layer's tensors under the decoder's names,
+/// prefixed `layer`, weights in PyTorch's layout) by the four stacks of the checkpoint's layout,
+/// where the first expert's gate projection was; nothing where an expert's tensor is missing.
+pub fn stack_experts(tensors: &mut Vec<(String, HostTensor)>, layer: &str, experts: usize) {
+    let name = |e: usize, part: Part, bias: bool| {
+        let kind = if bias { "bias" } else { "weight" };
+        format!("{layer}.mlp.experts.{e}.{}.{kind}", part.linear())
+    };
+    let Some(first) = tensors
+        .iter()
+        .position(|(n, _)| *n == name(0, Part::Gate, false))
+    else {
+        return;
+    };
+    let mut take = |e: usize, part: Part, bias: bool| {
+        let at = tensors
+            .iter()
+            .position(|(n, _)| *n == name(e, part, bias))?;
+        Some(tensors.remove(at).1)
+    };
+    let mut stacks = Vec::new();
+    for (parts, stack) in [
+        (&[Part::Gate, Part::Up][..], GATE_UP),
+        (&[Part::Down][..], DOWN),
+    ] {
+        for bias in [false, true] {
+            let mut data = Vec::new();
+            let mut shape = Vec::new();
+            for e in 0..experts {
+                let taken: Option<Vec<HostTensor>> =
+                    parts.iter().map(|&p| take(e, p, bias)).collect();
+                let Some(taken) = taken else {
+                    return;
+                };
+                // `[out, in]` (or `[out]`) parts, their outputs interleaved into `[in, out·n]`.
+                let (outputs, inputs) = match taken[0].shape[..] {
+                    [o, i] => (o, i),
+                    [o] => (o, 1),
+                    _ => return,
+                };
+                for i in 0..inputs {
+                    for o in 0..outputs {
+                        data.extend(taken.iter().map(|t| t.data[o * inputs + i]));
+                    }
+                }
+                shape = match bias {
+                    true => vec![experts, outputs * parts.len()],
+                    false => vec![experts, inputs, outputs * parts.len()],
+                };
+            }
+            let suffix = if bias { "_bias" } else { "" };
+            stacks.push((
+                format!("{layer}.{stack}{suffix}"),
+                HostTensor { shape, data },
+            ));
+        }
+    }
+    let at = first.min(tensors.len());
+    tensors.splice(at..at, stacks);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer's four stacks of two experts, `hidden` 3 and `width` 2, with distinct values.
+    fn stacks() -> Vec<(String, HostTensor)> {
+        let tensor = |shape: Vec<usize>, base: f32| HostTensor {
+            data: (0..shape.iter().product::<usize>())
+                .map(|k| base + k as f32)
+                .collect(),
+            shape,
+        };
+        vec![
+            (
+                "model.layers.0.mlp.experts.gate_up_proj".into(),
+                tensor(vec![2, 3, 4], 0.0),
+            ),
+            (
+                "model.layers.0.mlp.experts.gate_up_proj_bias".into(),
+                tensor(vec![2, 4], 100.0),
+            ),
+            (
+                "model.layers.0.mlp.experts.down_proj".into(),
+                tensor(vec![2, 2, 3], 200.0),
+            ),
+            (
+                "model.layers.0.mlp.experts.down_proj_bias".into(),
+                tensor(vec![2, 3], 300.0),
+            ),
+        ]
+    }
+
+    /// The stacks as a source.
+    struct Stacks(Vec<(String, HostTensor)>);
+
+    impl WeightSource for Stacks {
+        fn name(&self) -> String {
+            "stacks".into()
+        }
+        fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+            Ok(self
+                .0
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t.clone()))
+        }
+        fn parameter_count(&self) -> u64 {
+            0
+        }
+    }
+
+    fn source() -> ExpertStackSource {
+        ExpertStackSource {
+            inner: Arc::new(Stacks(stacks())),
+            experts: 2,
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Expert 1's gate is the even columns of its `[3, 4]` block (values 12 … 23), as
+    /// `[out, in]`; its up projection the odd ones; its down projection its `[2, 3]` block
+    /// transposed; biases likewise.
+    #[test]
+    fn an_experts_linears_are_its_columns_of_the_stacks() {
+        let s = source();
+        let get = |name: &str| {
+            s.tensor(&format!("model.layers.0.mlp.experts.1.{name}"))
+                .unwrap()
+                .unwrap()
+        };
+        let gate = get("gate_proj.weight");
+        assert_eq!(gate.shape, vec![2, 3]);
+        assert_eq!(gate.data, vec![12.0, 16.0, 20.0, 14.0, 18.0, 22.0]);
+        assert_eq!(
+            get("up_proj.weight").data,
+            vec![13.0, 17.0, 21.0, 15.0, 19.0, 23.0]
+        );
+        let down = get("down_proj.weight");
+        assert_eq!(down.shape, vec![3, 2]);
+        assert_eq!(down.data, vec![206.0, 209.0, 207.0, 210.0, 208.0, 211.0]);
+        assert_eq!(get("gate_proj.bias").data, vec![104.0, 106.0]);
+        assert_eq!(get("up_proj.bias").data, vec![105.0, 107.0]);
+        assert_eq!(get("down_proj.bias").data, vec![303.0, 304.0, 305.0]);
+        // In Burn's layout, the same values transposed.
+        let burn = s
+            .tensor_transposed("model.layers.0.mlp.experts.1.gate_proj.weight")
+            .unwrap()
+            .unwrap();
+        assert_eq!(burn.shape, vec![2, 3]);
+        assert_eq!(burn.data, vec![12.0, 14.0, 16.0, 18.0, 20.0, 22.0]);
+        assert!(s
+            .tensor("model.layers.0.mlp.experts.2.gate_proj.weight")
+            .is_err());
+        assert!(s.tensor("model.norm.weight").unwrap().is_none());
+    }
+
+    /// Every expert's linears read apart and stacked again give the stacks back, value for
+    /// value, where the first expert's gate was.
+    #[test]
+    fn stacking_the_experts_back_gives_the_checkpoints_stacks() {
+        let s = source();
+        let mut tensors = vec![(
+            "model.layers.0.input_layernorm.weight".to_string(),
+            HostTensor::default(),
+        )];
+        for e in 0..2 {
+            for linear in ["gate_proj", "up_proj", "down_proj"] {
+                for kind in ["weight", "bias"] {
+                    let name = format!("model.layers.0.mlp.experts.{e}.{linear}.{kind}");
+                    let t = s.tensor(&name).unwrap().unwrap();
+                    tensors.push((name, t));
+                }
+            }
+        }
+        stack_experts(&mut tensors, "model.layers.0", 2);
+        assert_eq!(tensors[0].0, "model.layers.0.input_layernorm.weight");
+        assert_eq!(tensors[1..], stacks()[..]);
+    }
+}
