@@ -40,7 +40,22 @@ def layer_of(name):
     return int(parts[parts.index("layers" if "layers" in parts else "h") + 1])
 
 
-ours, theirs = load(a.ours), load(a.theirs)
+def experts_apart(tensors):
+    """GPT-OSS's 3-D expert stacks (`…mlp.experts.gate_up_proj`, `[experts, in, 2·out]`, gate and
+    up interleaved; `…mlp.experts.down_proj`, `[experts, in, out]`) as each expert's linears,
+    `…mlp.experts.E.gate_proj.weight` and so on in `[out, in]`, as the reference saves them."""
+    for name in [n for n in tensors if n.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        stack, prefix = tensors.pop(name), name[:-len("gate_up_proj" if name.endswith("gate_up_proj") else "down_proj")]
+        for e in range(stack.shape[0]):
+            if name.endswith("gate_up_proj"):
+                tensors[f"{prefix}{e}.gate_proj.weight"] = stack[e][:, 0::2].t()
+                tensors[f"{prefix}{e}.up_proj.weight"] = stack[e][:, 1::2].t()
+            else:
+                tensors[f"{prefix}{e}.down_proj.weight"] = stack[e].t()
+    return tensors
+
+
+ours, theirs = experts_apart(load(a.ours)), load(a.theirs)
 names = sorted((n for n in theirs if n in ours), key=lambda n: (layer_of(n), n))
 if not names:
     sys.exit("no tensor names in common")

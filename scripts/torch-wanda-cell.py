@@ -219,12 +219,65 @@ class ReferenceMoe(torch.nn.Module):
         return out.view(batch, seq, hidden)
 
 
+class ReferenceGptOssMoe(torch.nn.Module):
+    """GPT-OSS's mixture of experts (transformers 5.24's `GptOssMLP`) over modules the reference's
+    find_layers sees: an nn.Linear router with its bias (`router`) and, per expert, the gate and
+    up projections its 3-D `gate_up_proj` interleaves (the even and the odd outputs) and its
+    down projection, each an nn.Linear with its bias. As transformers routes: top-k of the router
+    logits, their softmax in the model's dtype; each expert hit runs on its tokens in (choice,
+    token) order, `(clamp(up, ±limit) + 1) · g · σ(alpha · g)` with `g = min(gate, limit)`.
+    Returns the block's output with the routing scores, as the decoder layer unpacks them."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.top_k, self.count = config.num_experts_per_tok, config.num_local_experts
+        self.alpha, self.limit = config.swiglu_alpha, config.swiglu_limit
+        self.router = torch.nn.Linear(hidden, self.count)
+        self.router.weight.data = block.router.weight.data.clone()
+        self.router.bias.data = block.router.bias.data.clone()
+        stacked = block.experts
+        self.experts = torch.nn.ModuleList()
+        for e in range(self.count):
+            expert = torch.nn.Module()
+            for name, cols in (("gate_proj", slice(0, None, 2)), ("up_proj", slice(1, None, 2))):
+                linear = torch.nn.Linear(hidden, inter)
+                linear.weight.data = stacked.gate_up_proj.data[e][:, cols].t().contiguous()
+                linear.bias.data = stacked.gate_up_proj_bias.data[e][cols].clone()
+                setattr(expert, name, linear)
+            expert.down_proj = torch.nn.Linear(inter, hidden)
+            expert.down_proj.weight.data = stacked.down_proj.data[e].t().contiguous()
+            expert.down_proj.bias.data = stacked.down_proj_bias.data[e].clone()
+            self.experts.append(expert)
+
+    def forward(self, hidden_states):
+        batch, seq, hidden = hidden_states.shape
+        x = hidden_states.reshape(-1, hidden)
+        logits = self.router(x)
+        top, chosen = torch.topk(logits, self.top_k, dim=-1)
+        weights = torch.nn.functional.softmax(top, dim=1, dtype=top.dtype)
+        out = torch.zeros_like(x)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = int(e[0])
+            choice, token = torch.where(mask[e])
+            expert, rows = self.experts[e], x[token]
+            gate = expert.gate_proj(rows).clamp(max=self.limit)
+            up = expert.up_proj(rows).clamp(min=-self.limit, max=self.limit)
+            y = expert.down_proj((up + 1) * gate * torch.sigmoid(gate * self.alpha))
+            out.index_add_(0, token, (y * weights[token, choice, None]).to(x.dtype))
+        return out.view(batch, seq, hidden), weights
+
+
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
 # checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
 if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
     for layer in model.model.layers:
         layer.mlp = ReferenceMoe(layer.mlp, model.config)
+if model.config.model_type == "gpt_oss":
+    for layer in model.model.layers:
+        layer.mlp = ReferenceGptOssMoe(layer.mlp, model.config)
 
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"

@@ -385,8 +385,8 @@ pub struct SaveSpec {
     /// `wanda_recipe.yaml`, the sparsity report).
     pub extra_files: Vec<(String, String)>,
     /// The checkpoint's own `config.json`: the saved one keeps every key of it (transformers
-    /// reads keys this tool does not model, such as `pad_token_id` or `layer_types`), adds the
-    /// keys it lacks, and says the saved dtype.
+    /// reads keys this tool does not model, such as `pad_token_id` or `layer_types`) but its
+    /// `quantization_config`, adds the keys it lacks, and says the saved dtype.
     pub base_config: Option<serde_json::Value>,
 }
 
@@ -461,6 +461,11 @@ fn write_folder<B: Backend>(
         for (key, value) in base {
             ours.insert(key.clone(), value.clone());
         }
+    }
+    // The weights are written unquantised (GPT-OSS's MXFP4 experts included): a checkpoint's
+    // `quantization_config` would have transformers read them as quantised.
+    if let Some(map) = config_json.as_object_mut() {
+        map.remove("quantization_config");
     }
     // transformers 5 writes `dtype`, earlier versions `torch_dtype`: both say the saved one.
     config_json["torch_dtype"] = spec.dtype.torch_name().into();

@@ -942,8 +942,8 @@ fn an_expert_no_calibration_token_reaches_is_pruned_from_zero_statistics() {
 /// GPT-OSS as the hub holds it, its experts in MXFP4 (`tiny-gpt_oss-mxfp4`, made by
 /// transformers' own dequantisation): its parameters are counted two to a packed byte, as the
 /// config counts them; a copy saves the experts unquantised, stacked as the f32 checkpoint
-/// (`tiny-gpt_oss`) names and shapes them, holding the dequantised values, and loads back to the
-/// same logits.
+/// (`tiny-gpt_oss`) names and shapes them, holding the dequantised values, its config without
+/// the checkpoint's `quantization_config`, and loads back to the same logits.
 #[test]
 fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
@@ -964,16 +964,19 @@ fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
     let store = tempfile::tempdir().unwrap();
     let copy = store.path().join("copy");
     let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
-    save_hf_folder(
-        &loaded.model,
-        &config,
-        &tokenizer,
-        &copy,
-        &SaveSpec::new(SaveDtype::F32),
-    )
-    .unwrap();
+    // As the save stage does: the checkpoint's own config.json as the base of the saved one.
+    let mut spec = SaveSpec::new(SaveDtype::F32);
+    let base = std::fs::read_to_string(folder.join("config.json")).unwrap();
+    spec.base_config = Some(serde_json::from_str(&base).unwrap());
+    assert!(base.contains("quantization_config"));
+    save_hf_folder(&loaded.model, &config, &tokenizer, &copy, &spec).unwrap();
     let unquantised = Path::new(FIXTURES).join("tiny-gpt_oss");
     assert_eq!(tensor_names(&copy), tensor_names(&unquantised));
+    let saved_config = std::fs::read_to_string(copy.join("config.json")).unwrap();
+    assert!(
+        !saved_config.contains("quantization_config"),
+        "{saved_config}"
+    );
     let saved = SafetensorsSource::open(&copy).unwrap();
     for stack in ["gate_up_proj", "down_proj"] {
         let name = format!("model.layers.1.mlp.experts.{stack}");
