@@ -49,7 +49,7 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
         "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron", "gpt2": "gpt2",
         "gpt_bigcode": "starcoder", "arcee": "arcee", "exaone4": "exaone4",
-        "ernie4_5": "ernie4_5"}
+        "ernie4_5": "ernie4_5", "gpt_oss": "gpt-oss"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
 PERMUTED = ("llama", "granite", "smollm3", "olmo", "arcee")
 
@@ -62,9 +62,56 @@ def permute(w, n_head, n_head_kv):
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def gpt_oss_tensors(tensors):
+    """GptOssModel's experts: the interleaved gate_up stacks split into gate (even outputs) and
+    up (odd outputs), `[experts, out, in]` as linears; MXFP4 `_blocks`/`_scales` repacked into
+    ggml's MXFP4 blocks (`repack_mxfp4`: each block its E8M0 scale, then its 32 E2M1 nibbles
+    as ggml lays them, element j in byte j's low nibble and element j + 16 in its high one,
+    where the checkpoint pairs elements 2i and 2i + 1 in byte i), as raw uint8
+    `[experts, out, in / 32 · 17]`; f32 stacks transposed; the sinks named as a weight."""
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith("self_attn.sinks"):
+            out[name + ".weight"] = t
+        elif name.endswith("mlp.experts.gate_up_proj_bias"):
+            base = name.removesuffix("gate_up_proj_bias")
+            out[base + "gate_proj.bias"], out[base + "up_proj.bias"] = t[..., ::2], t[..., 1::2]
+        elif name.endswith("mlp.experts.down_proj_bias"):
+            out[name.removesuffix("down_proj_bias") + "down_proj.bias"] = t
+        elif name.endswith("mlp.experts.gate_up_proj"):
+            base, t = name.removesuffix("gate_up_proj"), np.swapaxes(t, -1, -2)
+            out[base + "gate_proj.weight"], out[base + "up_proj.weight"] = t[:, ::2], t[:, 1::2]
+        elif name.endswith("mlp.experts.down_proj"):
+            out[name + ".weight"] = np.swapaxes(t, -1, -2)
+        elif name.endswith("_blocks"):
+            base = name.removesuffix("_blocks")
+            scales = tensors[base + "_scales"]
+            if base.endswith("gate_up_proj"):
+                stem = base.removesuffix("gate_up_proj")
+                out[stem + "gate_proj.weight"] = mxfp4_ggml(t[:, ::2], scales[:, ::2])
+                out[stem + "up_proj.weight"] = mxfp4_ggml(t[:, 1::2], scales[:, 1::2])
+            else:
+                out[base + ".weight"] = mxfp4_ggml(t, scales)
+        elif not name.endswith("_scales"):
+            out[name] = t
+    return out
+
+
+def mxfp4_ggml(blocks, scales):
+    """The checkpoint's MXFP4 `[experts, rows, groups, 16]` blocks and `[experts, rows,
+    groups]` scales as ggml's MXFP4 bytes, `[experts, rows, groups · 17]`."""
+    lo, hi = blocks & 0x0F, blocks >> 4
+    nibbles = np.stack([lo, hi], axis=-1).reshape(*blocks.shape[:-1], 32)  # element order
+    packed = nibbles[..., :16] | (nibbles[..., 16:] << 4)
+    raw = np.concatenate([scales[..., None], packed], axis=-1).astype(np.uint8)
+    return raw.reshape(*blocks.shape[:-2], blocks.shape[-2] * 17)
+
+
 def hf_tensors(folder):
     """The checkpoint under the names the converter maps, experts stacked per layer."""
     tensors = load_file(os.path.join(folder, "model.safetensors"))
+    if json.load(open(os.path.join(folder, "config.json")))["model_type"] == "gpt_oss":
+        return gpt_oss_tensors(tensors)
     experts = {}
     out = {}
     for name, t in tensors.items():
@@ -140,6 +187,9 @@ def write(folder, out_path):
             # [1, hidden] squeezed to [hidden], as the converter's files hold it (transformers'
             # GGUF loader expands it back).
             t = t.reshape(-1)
+        if t.dtype == np.uint8:
+            w.add_tensor(new, np.ascontiguousarray(t), raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+            continue
         w.add_tensor(new, np.ascontiguousarray(t, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -233,6 +283,10 @@ def common_metadata(w, hp):
         rotary = rope_parameters(hp).get("partial_rotary_factor", 0.5)
         w.add_rope_dimension_count(int(hp["head_dim"] * rotary))
         return
+    if hp["model_type"] == "gpt_oss":
+        # GptOssModel.set_gguf_parameters: the window and each expert's width.
+        w.add_sliding_window(hp["sliding_window"])
+        w.add_expert_feed_forward_length(hp["intermediate_size"])
     if not (hp.get("num_local_experts") or hp.get("num_experts")):
         return  # SmolLM3Model: LlamaModel's keys alone
     w.add_expert_count(hp.get("num_local_experts") or hp["num_experts"])
@@ -450,6 +504,16 @@ def check_with_transformers(folder, out_path, family):
     if config.model_type == "gpt_neox" and config.hidden_act != "gelu":
         config.hidden_act = "gelu"
         own_reference = True
+    # A `gpt-oss` file holds neither YaRN's `truncate` nor the experts' GLU constants: llama.cpp
+    # rounds the ramp out (ggml_rope_yarn_corr_dims) and fixes the GLU at 1.702 and 7, and
+    # transformers' GGUF reader takes YaRN's default (truncate) too.
+    if config.model_type == "gpt_oss":
+        if config.rope_parameters.get("truncate", True) is False:
+            config.rope_parameters["truncate"] = True
+            own_reference = True
+        if (config.swiglu_alpha, config.swiglu_limit) != (1.702, 7.0):
+            config.swiglu_alpha, config.swiglu_limit = 1.702, 7.0
+            own_reference = True
 
     def run(model):
         with torch.no_grad():
@@ -482,7 +546,7 @@ def check_with_transformers(folder, out_path, family):
         json.dump({"ids": ref["ids"], "logits": logits.tolist(),
                    "config": {k: getattr(config, k) for k in
                               ("query_pre_attn_scalar", "no_rope_layers", "hidden_act",
-                               "sliding_window")
+                               "sliding_window", "swiglu_alpha", "swiglu_limit")
                               if hasattr(config, k)},
                    "transformers": transformers.__version__}, f)
     print(f"wrote {out_path}.logits.json")

@@ -10,9 +10,19 @@ use rayon::prelude::*;
 use super::weights::HostTensor;
 
 /// The E2M1 value of each nibble: sign, two exponent bits, one mantissa bit.
-const E2M1: [f32; 16] = [
+pub(crate) const E2M1: [f32; 16] = [
     0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
 ];
+
+/// The E8M0 scale `s`: `2^(s − 127)` (255, which the format leaves as NaN, reads as the
+/// infinity transformers' `ldexp` gives).
+pub(crate) fn e8m0(s: u8) -> f32 {
+    match s {
+        // 2^-127, below the normal range.
+        0 => f32::from_bits(0x0040_0000),
+        s => f32::from_bits(u32::from(s) << 23),
+    }
+}
 
 /// Bytes of one group of 32 values.
 const GROUP_BYTES: usize = 16;
@@ -61,8 +71,8 @@ pub fn dequantize(
                 let shift = if within % 2 == 0 { 0 } else { 4 };
                 for (r, o) in out.iter_mut().enumerate() {
                     let byte = blocks[(r * groups + group) * GROUP_BYTES + within / 2];
-                    let scale = i32::from(scales[r * groups + group]) - 127;
-                    *o = E2M1[usize::from((byte >> shift) & 0x0f)] * 2f32.powi(scale);
+                    let scale = e8m0(scales[r * groups + group]);
+                    *o = E2M1[usize::from((byte >> shift) & 0x0f)] * scale;
                 }
             });
     }
@@ -125,6 +135,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn e8m0_is_a_power_of_two_from_the_smallest_to_infinity() {
+        for s in 0..=254u8 {
+            assert_eq!(f64::from(e8m0(s)), (f64::from(s) - 127.0).exp2(), "{s}");
+        }
+        assert_eq!(e8m0(255), f32::INFINITY);
     }
 
     #[test]

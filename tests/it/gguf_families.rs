@@ -17,7 +17,9 @@
 //! GPT-BigCode as `starcoder` (one kv head), Arcee as `arcee` (q/k rows and biases interleaved,
 //! YaRN from `rope.scaling.*`), EXAONE 4 as `exaone4` (which layers slide as a bool array, the
 //! global ones NoPE; or none sliding), ERNIE 4.5 as `ernie4_5` (interleaved RoPE, biases by
-//! presence).
+//! presence), GPT-OSS as `gpt-oss` (gate and up apart, experts' biases stacked, sinks, the
+//! MXFP4 fixture's experts as ggml's MXFP4 blocks; YaRN rounded and the GLU constants fixed,
+//! as llama.cpp reads such a file).
 //! Each file must load as its family with the folder's shape and give transformers' logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
@@ -32,7 +34,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 31] = [
+const FAMILIES: [(&str, Architecture); 33] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -64,6 +66,8 @@ const FAMILIES: [(&str, Architecture); 31] = [
     ("exaone4", Architecture::Exaone4),
     ("exaone4-full", Architecture::Exaone4),
     ("ernie4_5", Architecture::Ernie4_5),
+    ("gpt_oss", Architecture::GptOss),
+    ("gpt_oss-mxfp4", Architecture::GptOss),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {
@@ -117,10 +121,19 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
             .unwrap()
             .resolve()
             .unwrap();
-    assert_eq!(
-        loaded.config.extras.experts, config.extras.experts,
-        "{family}"
-    );
+    // A file that cannot hold the folder's GLU constants (GPT-OSS's: llama.cpp fixes them)
+    // has its own reference under llama.cpp's.
+    let own_glu = own_reference_config(family).and_then(|c| {
+        Some(wanda::model::moe::ClampedGlu {
+            alpha: c.get("swiglu_alpha")?.as_f64()?,
+            limit: c.get("swiglu_limit")?.as_f64()?,
+        })
+    });
+    let experts = config.extras.experts.map(|e| wanda::model::moe::Experts {
+        clamped_glu: own_glu.or(e.clamped_glu),
+        ..e
+    });
+    assert_eq!(loaded.config.extras.experts, experts, "{family}");
     let (got, want) = (&loaded.config, &config);
     assert_eq!(got.qkv_bias, want.qkv_bias, "{family}");
     assert_eq!(got.qk_norm, want.qk_norm, "{family}");
@@ -386,7 +399,8 @@ fn expert_metadata_errors_name_the_key() {
 
 /// A GGUF mixture of experts streams layer by layer (each expert read from its stack when its
 /// layer is reached), and so do Phi-3 (its parts read from `attn_qkv` and `ffn_up`) and
-/// GPT-NeoX (its regrouped `attn_qkv`) and GPT-2 (its learned positions); all prune with SparseGPT to the bit like the model
+/// GPT-NeoX (its regrouped `attn_qkv`), GPT-2 (its learned positions) and GPT-OSS (its
+/// experts' MXFP4 blocks, biases and sinks); all prune with SparseGPT to the bit like the model
 /// loaded whole.
 #[test]
 fn gguf_files_stream_and_prune_like_the_model_in_memory() {
@@ -403,6 +417,7 @@ fn gguf_files_stream_and_prune_like_the_model_in_memory() {
         ("falcon-new", 6),
         ("bloom", 6),
         ("gpt2", 6),
+        ("gpt_oss-mxfp4", 17),
     ] {
         let origin = ModelRef::Gguf(gguf_path(family));
         let device = Default::default();

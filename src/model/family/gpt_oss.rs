@@ -43,6 +43,10 @@ impl Family for GptOss {
         "gpt_oss"
     }
 
+    fn gguf_arch(&self) -> Option<&'static str> {
+        Some("gpt-oss")
+    }
+
     fn attention_biases(&self, hf: &HfLlamaConfig) -> super::AttentionBiases {
         let bias = hf.attention_bias.unwrap_or(true);
         super::AttentionBiases { qkv: bias, o: bias }

@@ -482,12 +482,12 @@ fn with_experts(
     experts: Option<usize>,
     key: &str,
 ) -> Result<Architecture, ConfigError> {
-    use Architecture::{Llama, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe};
+    use Architecture::{GptOss, Llama, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe};
     let invalid = |problem: String| ConfigError::Invalid {
         key: key.to_string(),
         problem,
     };
-    let sparse = matches!(family, Mixtral | Qwen2Moe | Qwen3Moe | Olmoe);
+    let sparse = matches!(family, Mixtral | Qwen2Moe | Qwen3Moe | Olmoe | GptOss);
     match experts {
         Some(_) if family == Llama => Ok(Mixtral),
         Some(n) if !sparse => Err(invalid(format!(
@@ -505,6 +505,10 @@ fn with_experts(
 /// Gemma names: `post_attention_layernorm` is then the norm of the attention output, and the
 /// MLP's input norm is `pre_feedforward_layernorm`.
 pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
+    // GPT-OSS's sinks are a parameter of the attention itself, without a `.weight`.
+    if let Some(layer) = hf.strip_suffix(".self_attn.sinks") {
+        return gguf_name(&format!("{layer}.self_attn.sinks.weight"), sandwich_norms);
+    }
     let (module, kind) = hf.rsplit_once('.')?;
     let outside = match module {
         "model.embed_tokens"
@@ -547,7 +551,8 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "self_attn.k_norm" => "attn_k_norm",
         "self_attn.qkv_proj" => "attn_qkv",
         "mlp.gate_up_proj" => "ffn_up",
-        "mlp.gate" | "block_sparse_moe.gate" => "ffn_gate_inp",
+        "mlp.gate" | "block_sparse_moe.gate" | "mlp.router" => "ffn_gate_inp",
+        "self_attn.sinks" => "attn_sinks",
         "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
         "mlp.shared_expert.up_proj" => "ffn_up_shexp",
         "mlp.shared_expert.down_proj" => "ffn_down_shexp",
@@ -572,7 +577,8 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
 /// Where an expert's linear (`mlp.experts.E.gate_proj`, Mixtral's
 /// `block_sparse_moe.experts.E.w1`) lies in a GGUF file: `(stacked, index, legacy)`, entry
 /// `index` of llama.cpp's stacked `blk.N.ffn_*_exps.weight` (`[experts, rows, cols]`), or, in
-/// files converted before stacking (early 2024), a tensor of its own, `blk.N.ffn_*.E.weight`.
+/// files converted before stacking (early 2024), a tensor of its own, `blk.N.ffn_*.E.weight`;
+/// an expert's bias (GPT-OSS's) the same of `blk.N.ffn_*_exps.bias` (`[experts, rows]`).
 pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, rest) = rest
@@ -581,16 +587,20 @@ pub fn gguf_expert_name(hf: &str) -> Option<(String, usize, String)> {
     let layer: usize = layer.parse().ok()?;
     let (expert, rest) = rest.split_once('.')?;
     let expert: usize = expert.parse().ok()?;
-    let short = match rest {
-        "gate_proj.weight" | "w1.weight" => "ffn_gate",
-        "up_proj.weight" | "w3.weight" => "ffn_up",
-        "down_proj.weight" | "w2.weight" => "ffn_down",
+    let (linear, kind) = rest.split_once('.')?;
+    let short = match linear {
+        "gate_proj" | "w1" => "ffn_gate",
+        "up_proj" | "w3" => "ffn_up",
+        "down_proj" | "w2" => "ffn_down",
         _ => return None,
     };
+    if !matches!(kind, "weight" | "bias") {
+        return None;
+    }
     Some((
-        format!("blk.{layer}.{short}_exps.weight"),
+        format!("blk.{layer}.{short}_exps.{kind}"),
         expert,
-        format!("blk.{layer}.{short}.{expert}.weight"),
+        format!("blk.{layer}.{short}.{expert}.{kind}"),
     ))
 }
 
@@ -627,12 +637,16 @@ fn unpermute_rows(data: &[f32], heads: usize, cols: usize) -> Vec<f32> {
 }
 
 impl GgufCheckpoint {
-    /// Whether the checkpoint's names are Gemma's four norms ([`gguf_name`]'s `sandwich_norms`):
-    /// GLM-4 has four too, but its checkpoint names the attention's output norm
+    /// Whether the checkpoint's `post_attention_layernorm` is llama.cpp's `post_attention_norm`
+    /// ([`gguf_name`]'s `sandwich_norms`): Gemma's, the norm of the attention output among its
+    /// four, and GPT-OSS's, the MLP's input norm, which its converter so names. GLM-4 has four
+    /// norms too, but its checkpoint names the attention's output norm
     /// `post_self_attn_layernorm` and gives `post_attention_layernorm` to the MLP's input norm,
     /// as a Llama does.
     fn gemma_norm_names(&self) -> bool {
-        self.config.extras.sandwich_norms && self.config.architecture != Architecture::Glm4
+        let architecture = self.config.architecture;
+        (self.config.extras.sandwich_norms && architecture != Architecture::Glm4)
+            || architecture == Architecture::GptOss
     }
 
     /// Whether `name` is a part of a linear the family stacks (Phi-3's q/k/v, gate/up) that
@@ -896,6 +910,25 @@ mod tests {
             gemma("post_feedforward_layernorm"),
             "blk.0.post_ffw_norm.weight"
         );
+        // GPT-OSS's sinks, router and expert biases.
+        assert_eq!(
+            gguf_name("model.layers.4.self_attn.sinks", false).unwrap(),
+            "blk.4.attn_sinks.weight"
+        );
+        assert_eq!(
+            gguf_name("model.layers.4.mlp.router.bias", false).unwrap(),
+            "blk.4.ffn_gate_inp.bias"
+        );
+        let expert = gguf_expert_name("model.layers.4.mlp.experts.3.up_proj.bias").unwrap();
+        assert_eq!(
+            expert,
+            (
+                "blk.4.ffn_up_exps.bias".into(),
+                3,
+                "blk.4.ffn_up.3.bias".into()
+            )
+        );
+        assert!(gguf_expert_name("model.layers.4.mlp.experts.3.up_proj.scale").is_none());
     }
 
     /// llama.cpp's `permute` (HF → GGUF), written independently to check the inverse.

@@ -80,6 +80,7 @@ fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         GgmlType::Q4_K => each_block(src, dst, dequant_q4_k),
         GgmlType::Q5_K => each_block(src, dst, dequant_q5_k),
         GgmlType::Q6_K => each_block(src, dst, dequant_q6_k),
+        GgmlType::MXFP4 => each_block(src, dst, dequant_mxfp4),
         // Not dequantisable: rejected by `dequantize` before any thread starts.
         _ => {}
     }
@@ -123,6 +124,19 @@ fn dequant_q4_0(b: &[u8; 18], y: &mut [f32; 32]) {
     for ((&q, lo), hi) in b[2..].iter().zip(lo).zip(hi) {
         *lo = f32::from(i16::from(q & 0x0F) - 8) * d;
         *hi = f32::from(i16::from(q >> 4) - 8) * d;
+    }
+}
+
+/// `dequantize_row_mxfp4`: `{ u8 e; u8 qs[16] }`, an E8M0 scale and E2M1 nibbles as Q4_0
+/// lays them out (low nibbles are elements 0..16, high nibbles 16..32), each `e2m1(q) · 2^(e −
+/// 127)` (GPT-OSS's experts, repacked from the checkpoint's MXFP4 by llama.cpp's converter).
+fn dequant_mxfp4(b: &[u8; 17], y: &mut [f32; 32]) {
+    let d = crate::model::mxfp4::e8m0(b[0]);
+    let e2m1 = crate::model::mxfp4::E2M1;
+    let (lo, hi) = y.split_at_mut(16);
+    for ((&q, lo), hi) in b[1..].iter().zip(lo).zip(hi) {
+        *lo = e2m1[usize::from(q & 0x0F)] * d;
+        *hi = e2m1[usize::from(q >> 4)] * d;
     }
 }
 
@@ -341,6 +355,21 @@ mod tests {
         }
         assert_eq!((y[0], y[4], y[32], y[63]), (-32.0, 31.75, 60.0, -79.5));
         assert_truncated_fails(GgmlType::Q8_0, &bytes[..34]);
+    }
+
+    #[test]
+    fn mxfp4_low_nibbles_first_then_high_times_the_power_of_two() {
+        // e = 125: 2^-2; byte j holds lo = j, hi = 15 - j.
+        let mut bytes = vec![125u8];
+        bytes.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let y = deq(GgmlType::MXFP4, &bytes, 32);
+        let e2m1 = crate::model::mxfp4::E2M1;
+        for j in 0..16 {
+            assert_eq!(y[j], e2m1[j] / 4.0);
+            assert_eq!(y[16 + j], e2m1[15 - j] / 4.0);
+        }
+        assert_eq!((y[7], y[16], y[31]), (1.5, -1.5, 0.0));
+        assert_truncated_fails(GgmlType::MXFP4, &bytes);
     }
 
     #[test]

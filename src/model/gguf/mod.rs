@@ -430,6 +430,7 @@ impl GgmlType {
                 | GgmlType::Q4_K
                 | GgmlType::Q5_K
                 | GgmlType::Q6_K
+                | GgmlType::MXFP4
         )
     }
 }
