@@ -16,7 +16,10 @@ wide, 32 heads with 32 of 80 dimensions rotating, 10240 MLP, a biased LM head ov
 8 of its 32 layers) or gemma-2b-6l (Gemma 2B's layer, 2048 wide, 8 query heads of 256 sharing one
 kv head, 16384 GeGLU, a tied 256000-entry vocabulary, 6 of its 18 layers) or olmo2-1b-8l
 (OLMo-2 1B's layer, 2048 wide, 16 heads with q/k norms across them, 8192 SwiGLU, output norms
-alone, an untied 100352-entry vocabulary, 8 of its 16 layers).
+alone, an untied 100352-entry vocabulary, 8 of its 16 layers) or gpt-oss-20b-2l (gpt-oss-20b's
+layer, 2880 wide, 64 query heads of 64 sharing 8 kv heads with biases and sinks, a sliding then a
+full layer, 32 experts 2880 wide with biases of which 4 a token, an untied 201088-entry
+vocabulary, 2 of its 24 layers, unquantised).
 """
 import shutil
 import sys
@@ -42,6 +45,10 @@ SHAPES = {
         vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=8,
         num_attention_heads=16, num_key_value_heads=16, rope_theta=500_000.0,
         tie_word_embeddings=False),
+    "gpt-oss-20b-2l": lambda: transformers.GptOssConfig(
+        vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=2,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=32,
+        num_experts_per_tok=4, sliding_window=128, max_position_embeddings=131072),
     "falcon-7b-4l": lambda: transformers.FalconConfig(
         vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
         multi_query=True, parallel_attn=True, bias=False),
@@ -52,7 +59,7 @@ torch.manual_seed(0)
 model = transformers.AutoModelForCausalLM.from_config(SHAPES[shape]())
 with torch.no_grad():
     for name, p in model.named_parameters():
-        if name.endswith(".bias"):
+        if name.endswith((".bias", "_bias")):
             p.uniform_(-0.02, 0.02)
 model.eval().save_pretrained(out, safe_serialization=True)
 shutil.copy(tokenizer, f"{out}/tokenizer.json")

@@ -86,9 +86,10 @@ fn locate(name: &str) -> Option<(String, usize, Part, bool)> {
 pub struct ExpertStackSource {
     inner: Arc<dyn WeightSource>,
     experts: usize,
-    /// The stacks of the layer being read: its experts are read one after another, and each
-    /// would otherwise read and convert the whole stack again.
-    held: Mutex<Vec<(String, Arc<HostTensor>)>>,
+    /// The stack entries of the expert being read (its gate and up projections share one),
+    /// each read from the checkpoint alone ([`WeightSource::tensor_entry`]), never a whole
+    /// stack.
+    held: Mutex<Vec<(String, usize, Arc<HostTensor>)>>,
 }
 
 impl ExpertStackSource {
@@ -108,20 +109,25 @@ impl ExpertStackSource {
         source
     }
 
-    /// The stack `name`, from those held when it is one of them; reading a stack of another
-    /// layer lets the held ones go first.
-    fn stack(&self, layer: &str, name: &str) -> Result<Option<Arc<HostTensor>>, WeightError> {
+    /// Entry `expert` of the stack `name` (of the layer `layer`), from those held when it is
+    /// one of them; reading another expert's lets the held ones go first.
+    fn entry(
+        &self,
+        layer: &str,
+        name: &str,
+        expert: usize,
+    ) -> Result<Option<Arc<HostTensor>>, WeightError> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, t)) = held.iter().find(|(n, _)| n == name) {
+        if let Some((.., t)) = held.iter().find(|(n, e, _)| n == name && *e == expert) {
             return Ok(Some(Arc::clone(t)));
         }
         let layer = format!("{layer}.");
-        held.retain(|(n, _)| n.starts_with(&layer));
-        let Some(t) = self.inner.tensor(name)? else {
+        held.retain(|(n, e, _)| *e == expert && n.starts_with(&layer));
+        let Some(t) = self.inner.tensor_entry(name, expert)? else {
             return Ok(None);
         };
         let t = Arc::new(t);
-        held.push((name.to_string(), Arc::clone(&t)));
+        held.push((name.to_string(), expert, Arc::clone(&t)));
         Ok(Some(t))
     }
 
@@ -132,36 +138,39 @@ impl ExpertStackSource {
             return Ok(None);
         };
         let stack_name = format!("{layer}.{}", part.stack(bias));
-        let Some(stack) = self.stack(&layer, &stack_name)? else {
+        if expert >= self.experts {
+            return Err(WeightError::Shape {
+                name: stack_name,
+                source_name: self.inner.name(),
+                expected: vec![expert + 1],
+                found: vec![self.experts],
+            });
+        }
+        let Some(entry) = self.entry(&layer, &stack_name, expert)? else {
             return Ok(None);
         };
-        let bad = |expected: Vec<usize>| WeightError::Shape {
-            name: stack_name.clone(),
-            source_name: self.inner.name(),
-            expected,
-            found: stack.shape.clone(),
-        };
         let (step, first) = part.outputs();
-        let (rows, cols) = match (bias, &stack.shape[..]) {
-            (true, &[e, cols]) if e == self.experts => (1, cols),
-            (false, &[e, rows, cols]) if e == self.experts => (rows, cols),
-            (true, _) => return Err(bad(vec![self.experts, 0])),
-            (false, _) => return Err(bad(vec![self.experts, 0, 0])),
+        // A weight's entry is `[in, out · step]`, a bias's `[out · step]`.
+        let (rows, cols) = match (bias, &entry.shape[..]) {
+            (true, &[cols]) => (1, cols),
+            (false, &[rows, cols]) => (rows, cols),
+            _ => (0, 0),
         };
-        if expert >= self.experts || cols % step != 0 {
-            return Err(bad(vec![self.experts, rows, cols]));
+        if cols == 0 || cols % step != 0 {
+            return Err(WeightError::BadSafetensors {
+                path: self.inner.name(),
+                reason: format!(
+                    "`{stack_name}` holds experts of shape {:?}; a stack of weights is [experts, in, out] and of biases [experts, out], out even where gate and up interleave",
+                    entry.shape
+                ),
+            });
         }
-        let values = &stack.data[expert * rows * cols..][..rows * cols];
-        let data: Vec<f32> = values
+        let data: Vec<f32> = entry
+            .data
             .chunks_exact(cols)
             .flat_map(|row| row.iter().skip(first).step_by(step).copied())
             .collect();
         let outputs = cols / step;
-        // The last expert's last part in this stack: nothing more will be asked of it.
-        if part != Part::Gate && expert + 1 == self.experts {
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            held.retain(|(n, _)| *n != stack_name);
-        }
         let shape = if bias {
             vec![outputs]
         } else {

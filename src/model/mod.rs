@@ -1,9 +1,10 @@
 //! Decoder models on Burn, in four groups:
-//! - **loaders**: GGUF files ([`gguf`]), safetensors folders ([`weights`]), the Hugging Face
-//!   hub ([`hub`]), the tokenizer ([`tokenizer`]), and the way back out ([`export`]);
+//! - **loaders**: GGUF files ([`gguf`]), safetensors folders ([`weights`]; MXFP4 tensors
+//!   [`mxfp4`], experts stacked in 3-D tensors [`expert_stacks`]), the Hugging Face hub
+//!   ([`hub`]), the tokenizer ([`tokenizer`]), and the way back out ([`export`]);
 //! - **the decoder**: its resolved configuration ([`config`]), layers ([`llama`]), mixtures of experts ([`moe`]), rotary
-//!   embeddings ([`rope`]), ALiBi's score bias ([`alibi`]), layer-by-layer streaming ([`stream`]), and the shape memory
-//!   formulas read ([`shape`]);
+//!   embeddings ([`rope`]), ALiBi's score bias ([`alibi`]), attention sinks ([`sink_attention`]),
+//!   layer-by-layer streaming ([`stream`]), and the shape memory formulas read ([`shape`]);
 //! - **kernels**: the decoder's fast CPU path behind one seam ([`kernels`]);
 //! - **families**: what each model family adds to the shared decoder, one file each
 //!   ([`family`]).

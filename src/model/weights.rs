@@ -121,9 +121,45 @@ pub trait WeightSource {
             .tensor_transposed(name)?
             .map(|t| HostData::from_transposed(t, dtype)))
     }
+    /// Entry `index` of the tensor `name` along its first dimension (one expert of a 3-D
+    /// expert stack), shaped as the rest of its dimensions; `None` if the checkpoint does not
+    /// have the tensor. By default the whole tensor is read and the entry copied out; a source
+    /// that can read the entry alone overrides it.
+    fn tensor_entry(&self, name: &str, index: usize) -> Result<Option<HostTensor>, WeightError> {
+        let Some(t) = self.tensor(name)? else {
+            return Ok(None);
+        };
+        Ok(Some(entry_of(name, &self.name(), t.shape, &t.data, index)?))
+    }
     /// Drops the pages of memory-mapped files read so far from the process's resident set
     /// (they stay in the page cache); layer streaming calls it after reading each layer.
     fn release_pages(&self) {}
+}
+
+/// Entry `index` along the first dimension of the tensor `name` (of `source`), whose `shape`
+/// and row-major `data` are given; an error naming the tensor where it has no such entry.
+fn entry_of(
+    name: &str,
+    source: &str,
+    shape: Vec<usize>,
+    data: &[f32],
+    index: usize,
+) -> Result<HostTensor, WeightError> {
+    let outer = shape.first().copied().unwrap_or(0);
+    if shape.len() < 2 || index >= outer {
+        return Err(WeightError::Shape {
+            name: name.to_string(),
+            source_name: source.to_string(),
+            expected: vec![index + 1, 0],
+            found: shape,
+        });
+    }
+    let rest = shape[1..].to_vec();
+    let len: usize = rest.iter().product();
+    Ok(HostTensor {
+        data: data[index * len..][..len].to_vec(),
+        shape: rest,
+    })
 }
 
 /// A checkpoint matrix transposed into Burn's layout, in the device's float type
@@ -411,7 +447,29 @@ struct Stored<'s> {
     shape: &'s [usize],
 }
 
-impl Stored<'_> {
+impl<'s> Stored<'s> {
+    /// Entry `index` along the first dimension, a tensor of the others (of checkpoint
+    /// `source`, for the error where there is no such entry).
+    fn entry(&self, index: usize, source: &str) -> Result<Stored<'s>, WeightError> {
+        let outer = self.shape.first().copied().unwrap_or(0);
+        if self.shape.len() < 2 || index >= outer {
+            return Err(WeightError::Shape {
+                name: self.name.clone(),
+                source_name: source.to_string(),
+                expected: vec![index + 1, 0],
+                found: self.shape.to_vec(),
+            });
+        }
+        let per = self.bytes.len() / outer;
+        Ok(Stored {
+            name: self.name.clone(),
+            path: self.path,
+            bytes: &self.bytes[index * per..][..per],
+            dtype: self.dtype,
+            shape: &self.shape[1..],
+        })
+    }
+
     /// The `[rows, cols]` to transpose, when `transposed` and the tensor is a matrix.
     fn matrix(&self, transposed: bool) -> Option<[usize; 2]> {
         match self.shape {
@@ -516,6 +574,43 @@ impl SafetensorsSource {
         Ok(Some(HostData {
             data,
             shape: stored.shape.to_vec(),
+        }))
+    }
+
+    /// Entry `index` of the tensor `name` along its first dimension, converted straight from
+    /// its bytes in the map (from its MXFP4 blocks and scales where it is held so).
+    fn read_entry(&self, name: &str, index: usize) -> Result<Option<HostTensor>, WeightError> {
+        let source = self.name();
+        if let Some(stored) = self.stored(name) {
+            let part = stored.entry(index, &source)?;
+            let data = part
+                .widened(None, |v| v)
+                .ok_or_else(|| part.unsupported())?;
+            return Ok(Some(HostTensor {
+                shape: part.shape.to_vec(),
+                data,
+            }));
+        }
+        let blocks = self.stored(&format!("{name}{}", super::mxfp4::BLOCKS));
+        let scales = self.stored(&format!("{name}{}", super::mxfp4::SCALES));
+        let (Some(blocks), Some(scales)) = (blocks, scales) else {
+            return Ok(None);
+        };
+        for stored in [&blocks, &scales] {
+            if stored.dtype != Dtype::U8 {
+                return Err(stored.unsupported());
+            }
+        }
+        let (b, sc) = (blocks.entry(index, &source)?, scales.entry(index, &source)?);
+        let one = |shape: &[usize]| [&[1][..], shape].concat();
+        let t = super::mxfp4::dequantize(b.bytes, &one(b.shape), sc.bytes, &one(sc.shape))
+            .map_err(|reason| WeightError::BadSafetensors {
+                path: blocks.path.display().to_string(),
+                reason: format!("MXFP4 tensor `{}`: {reason}", blocks.name),
+            })?;
+        Ok(Some(HostTensor {
+            shape: t.shape[1..].to_vec(),
+            data: t.data,
         }))
     }
 
@@ -705,6 +800,10 @@ impl WeightSource for SafetensorsSource {
 
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
         self.read(name, false)
+    }
+
+    fn tensor_entry(&self, name: &str, index: usize) -> Result<Option<HostTensor>, WeightError> {
+        self.read_entry(name, index)
     }
 
     /// Elements of the floating-point tensors of one to three dimensions: integer and boolean

@@ -978,10 +978,18 @@ fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
         "{saved_config}"
     );
     let saved = SafetensorsSource::open(&copy).unwrap();
-    for stack in ["gate_up_proj", "down_proj"] {
+    for stack in ["gate_up_proj", "down_proj", "gate_up_proj_bias"] {
         let name = format!("model.layers.1.mlp.experts.{stack}");
         let dequantised = source.tensor(&name).unwrap().unwrap();
         assert_eq!(saved.tensor(&name).unwrap().unwrap(), dequantised, "{name}");
+        // One expert read alone (its bytes, or its blocks and scales) is its part of the whole.
+        let per: usize = dequantised.shape[1..].iter().product();
+        for source in [&source, &saved] {
+            let entry = source.tensor_entry(&name, 2).unwrap().unwrap();
+            assert_eq!(entry.shape, dequantised.shape[1..], "{name}");
+            assert_eq!(entry.data, dequantised.data[2 * per..3 * per], "{name}");
+        }
+        assert!(source.tensor_entry(&name, 4).is_err(), "{name}");
     }
     let reloaded = model::load::<B>(&ModelRef::Folder(copy), &device).unwrap();
     let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
