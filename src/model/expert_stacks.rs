@@ -80,6 +80,17 @@ fn locate(name: &str) -> Option<(String, usize, Part, bool)> {
     Some((layer.to_string(), expert.parse().ok()?, part, bias))
 }
 
+/// The experts per layer where `config`'s family stores them stacked (GPT-OSS); `None` where
+/// each expert has linears of its own.
+pub fn stacked_experts(config: &LlamaConfig) -> Option<usize> {
+    let experts = config.extras.experts.map(|e| e.count)?;
+    config
+        .architecture
+        .family()
+        .stacks_experts()
+        .then_some(experts)
+}
+
 /// A checkpoint with stacked experts seen with each expert's linears apart, in PyTorch's
 /// layout: `model.layers.N.mlp.experts.E.gate_proj.weight` is `[width, hidden]`, read from the
 /// even outputs of expert `E` in `gate_up_proj`. Every other name passes through.
@@ -95,8 +106,7 @@ pub struct ExpertStackSource {
 impl ExpertStackSource {
     /// `inner` with its experts apart, where the family of `config` stacks them.
     pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
-        let experts = config.extras.experts.map(|e| e.count);
-        let (true, Some(experts)) = (config.architecture.family().stacks_experts(), experts) else {
+        let Some(experts) = stacked_experts(config) else {
             return inner;
         };
         // Shared as the other wrappers are, one thread at a time.

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
-use super::expert_stacks::stack_experts;
+use super::expert_stacks::{stack_experts, stacked_experts};
 use super::family::FusedLinear;
 use super::kernels::kernels;
 use super::llama::{DecoderLayer, Llama, Norm};
@@ -273,10 +273,9 @@ fn linear_tensors<B: Backend>(
     }
 }
 
-/// The tensors of decoder layer `i`: its seven linears (those the family stores stacked,
-/// `fused`, stacked again), then its norms.
-/// Layer `i`'s tensors under the decoder's names, in PyTorch's layout: its linears (`fused`
-/// stacked, and its `stacked_experts` experts stacked where given), norms and vectors.
+/// The tensors of decoder layer `i` under the decoder's names, in PyTorch's layout: its linears
+/// (those the family stores stacked, `fused`, stacked again; its experts stacked where
+/// `stacked_experts` gives their count), then its norms and vectors.
 fn layer_tensors<B: Backend>(
     layer: &DecoderLayer<B>,
     i: usize,
@@ -642,13 +641,6 @@ fn plan<B: Backend>(
     let mut seen = std::collections::HashSet::new();
     out.retain(|tensor| seen.insert(tensor.name.clone()));
     Ok(out)
-}
-
-/// The experts per layer where `config`'s family saves them stacked (GPT-OSS).
-fn stacked_experts(config: &LlamaConfig) -> Option<usize> {
-    let family = config.architecture.family();
-    let experts = config.extras.experts.map(|e| e.count)?;
-    family.stacks_experts().then_some(experts)
 }
 
 fn layer_error(e: super::stream::StreamError) -> ExportError {

@@ -521,7 +521,12 @@ fn read_layer<B: Backend>(
         index,
         |name, _inputs, _outputs, _bias| linear(name),
         norm,
-        |name, _len| Ok(required(name.to_string())?.0),
+        |name, len| match required(name.to_string())? {
+            (values, shape) if shape == [len] => Ok(values),
+            (_, shape) => Err(damaged(format!(
+                "`{name}` has shape {shape:?}, not [{len}]"
+            ))),
+        },
     )
 }
 

@@ -542,7 +542,7 @@ impl SafetensorsSource {
     /// same pass when `transposed` ([`WeightSource::tensor_transposed`]).
     fn read(&self, name: &str, transposed: bool) -> Result<Option<HostTensor>, WeightError> {
         let Some(stored) = self.stored(name) else {
-            return self.read_mxfp4(name);
+            return self.read_mxfp4(name, None);
         };
         let data = stored
             .widened(stored.matrix(transposed), |v| v)
@@ -558,7 +558,7 @@ impl SafetensorsSource {
     /// f32 copy, with the rounding the f32 route gives (widening to f32 is exact).
     fn read_in(&self, name: &str, dtype: DType) -> Result<Option<HostData>, WeightError> {
         let Some(stored) = self.stored(name) else {
-            let dequantised = self.read_mxfp4(name)?;
+            let dequantised = self.read_mxfp4(name, None)?;
             return Ok(dequantised.map(|t| HostData::from_transposed(t, dtype)));
         };
         let data = match dtype {
@@ -580,44 +580,27 @@ impl SafetensorsSource {
     /// Entry `index` of the tensor `name` along its first dimension, converted straight from
     /// its bytes in the map (from its MXFP4 blocks and scales where it is held so).
     fn read_entry(&self, name: &str, index: usize) -> Result<Option<HostTensor>, WeightError> {
-        let source = self.name();
-        if let Some(stored) = self.stored(name) {
-            let part = stored.entry(index, &source)?;
-            let data = part
-                .widened(None, |v| v)
-                .ok_or_else(|| part.unsupported())?;
-            return Ok(Some(HostTensor {
-                shape: part.shape.to_vec(),
-                data,
-            }));
-        }
-        let blocks = self.stored(&format!("{name}{}", super::mxfp4::BLOCKS));
-        let scales = self.stored(&format!("{name}{}", super::mxfp4::SCALES));
-        let (Some(blocks), Some(scales)) = (blocks, scales) else {
-            return Ok(None);
+        let Some(stored) = self.stored(name) else {
+            return self.read_mxfp4(name, Some(index));
         };
-        for stored in [&blocks, &scales] {
-            if stored.dtype != Dtype::U8 {
-                return Err(stored.unsupported());
-            }
-        }
-        let (b, sc) = (blocks.entry(index, &source)?, scales.entry(index, &source)?);
-        let one = |shape: &[usize]| [&[1][..], shape].concat();
-        let t = super::mxfp4::dequantize(b.bytes, &one(b.shape), sc.bytes, &one(sc.shape))
-            .map_err(|reason| WeightError::BadSafetensors {
-                path: blocks.path.display().to_string(),
-                reason: format!("MXFP4 tensor `{}`: {reason}", blocks.name),
-            })?;
+        let part = stored.entry(index, &self.name())?;
+        let data = part
+            .widened(None, |v| v)
+            .ok_or_else(|| part.unsupported())?;
         Ok(Some(HostTensor {
-            shape: t.shape[1..].to_vec(),
-            data: t.data,
+            shape: part.shape.to_vec(),
+            data,
         }))
     }
 
     /// The tensor `name` dequantised from MXFP4 `name_blocks` and `name_scales`
-    /// ([`super::mxfp4`]), where the checkpoint holds it so (GPT-OSS's experts); `None` where
-    /// it holds neither.
-    fn read_mxfp4(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
+    /// ([`super::mxfp4`]), where the checkpoint holds it so (GPT-OSS's experts): whole, or
+    /// only its entry `entry` along the first dimension; `None` where it holds neither.
+    fn read_mxfp4(
+        &self,
+        name: &str,
+        entry: Option<usize>,
+    ) -> Result<Option<HostTensor>, WeightError> {
         let blocks = self.stored(&format!("{name}{}", super::mxfp4::BLOCKS));
         let scales = self.stored(&format!("{name}{}", super::mxfp4::SCALES));
         let (Some(blocks), Some(scales)) = (blocks, scales) else {
@@ -628,12 +611,25 @@ impl SafetensorsSource {
                 return Err(stored.unsupported());
             }
         }
-        super::mxfp4::dequantize(blocks.bytes, blocks.shape, scales.bytes, scales.shape)
-            .map(Some)
-            .map_err(|reason| WeightError::BadSafetensors {
-                path: blocks.path.display().to_string(),
-                reason: format!("MXFP4 tensor `{}`: {reason}", blocks.name),
-            })
+        let bad = |reason: String| WeightError::BadSafetensors {
+            path: blocks.path.display().to_string(),
+            reason: format!("MXFP4 tensor `{}`: {reason}", blocks.name),
+        };
+        let Some(index) = entry else {
+            let t =
+                super::mxfp4::dequantize(blocks.bytes, blocks.shape, scales.bytes, scales.shape);
+            return t.map(Some).map_err(bad);
+        };
+        let source = self.name();
+        let (b, sc) = (blocks.entry(index, &source)?, scales.entry(index, &source)?);
+        // One expert as a stack of one.
+        let one = |shape: &[usize]| [&[1][..], shape].concat();
+        let t = super::mxfp4::dequantize(b.bytes, &one(b.shape), sc.bytes, &one(sc.shape))
+            .map_err(bad)?;
+        Ok(Some(HostTensor {
+            shape: t.shape[1..].to_vec(),
+            data: t.data,
+        }))
     }
 
     /// Where the tensor `name` lies in its shard's map, and its type and shape.
