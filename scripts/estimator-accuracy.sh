@@ -4,10 +4,14 @@
 # resident set measured by `wanda estimate --probe` (a fresh process per cell: load,
 # tokenise, calibrate and prune the first 2 layers for real, evaluate one 512-token window).
 # Usage: scripts/estimator-accuracy.sh [SHARED_DIR]   (default ../shared)
+# $WANDA_BIN runs instead of a fresh release build when set (e.g. target/debug/wanda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${1:-../shared}
-cargo build --release --quiet
+if [ -z "${WANDA_BIN:-}" ]; then
+  cargo build --release --quiet
+  WANDA_BIN=./target/release/wanda
+fi
 out=results/estimator-accuracy.md
 tmp=$(mktemp)
 {
@@ -25,7 +29,7 @@ tmp=$(mktemp)
 for method in wanda sparsegpt; do
   for n in 8 32 128; do
     for s in 256 512 1024; do
-      json=$(./target/release/wanda estimate --json --probe --method "$method" \
+      json=$("$WANDA_BIN" estimate --json --probe --method "$method" \
         --model "$shared/models/SmolLM2-135M-Instruct.Q4_1.gguf" --nsamples "$n" --seqlen "$s" \
         --calib-text "$shared/data/wikitext-2/wikitext2-v1-valid.txt" \
         --eval-text "$shared/data/wikitext-2/wikitext2-raw-test.txt" --eval-seqlen 512)

@@ -33,7 +33,8 @@
 //!   Hessians of the four shared inputs `(H² + (nh·d)² + H² + I²) × (4 + 8)` (f32 sums on the
 //!   device, f64 on the host);
 //! - pruning buffers: the layer's pruned linears held until all seven succeed, as the masks of
-//!   their zeros `linears/L × 1` (SparseGPT's updated weights `linears/L × 4`), plus for the
+//!   their zeros `linears/L × 1` (SparseGPT's updated weights `linears/L × 4`; nothing on the
+//!   default CPU backend, where the layer's own buffers move to the host and back), plus for the
 //!   widest linear `in × out × 12` (its host copy, its device copy while the mask is applied,
 //!   scores or sort keys) or `in² × 8 × 3` (SparseGPT: Hessian, its Cholesky factor and
 //!   inverse in f64), or with DSnoT at least `in × out ×` [`DSNOT_BYTES_PER_WEIGHT`];
@@ -495,22 +496,31 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
             ),
         );
     }
-    // A zeroing method sends each linear back as the mask of its zeros (1 B a weight);
-    // SparseGPT's update sends the weights (4 B).
-    let (held, what) = if run.method_options().only_zeroes(method) {
-        (1, "masks")
+    // On the default CPU backend a layer's weights move to the host and back (the model gives
+    // them up while its layer is pruned, prune::layerwise); a kept dense model's are copied, and
+    // the pruned copy counts them. Elsewhere a zeroing method sends each linear back as the mask
+    // of its zeros (1 B a weight); SparseGPT's update sends the weights (4 B).
+    let held = if run.device == DeviceKind::Cpu {
+        None
+    } else if run.method_options().only_zeroes(method) {
+        Some((1, "masks"))
     } else {
-        (F32, "pruned weights")
+        Some((F32, "pruned weights"))
     };
-    prune.push(
-        "pruning buffers",
-        m.linears_per_layer * held + method_bytes,
-        host,
-        format!(
-            "{} × {held} B (one layer's {what}) + {method_formula}",
-            m.linears_per_layer
+    let (bytes, formula) = match held {
+        Some((held, what)) => (
+            m.linears_per_layer * held + method_bytes,
+            format!(
+                "{} × {held} B (one layer's {what}) + {method_formula}",
+                m.linears_per_layer
+            ),
         ),
-    );
+        None => (
+            method_bytes,
+            format!("{method_formula}; the layer's weights move to the host and back"),
+        ),
+    };
+    prune.push("pruning buffers", bytes, host, formula);
 }
 
 /// Whether the fused CPU kernels run the model: on the default CPU backend, for a model
@@ -987,8 +997,8 @@ mod tests {
         assert_eq!(item(&e, "prune", "layer intermediates"), 1360);
         // b × s × I × 4.
         assert_eq!(item(&e, "prune", "statistics"), 240);
-        // The layer's masks, 120 × 1, + widest linear (4 × 6) × 12.
-        assert_eq!(item(&e, "prune", "pruning buffers"), 120 + 288);
+        // The widest linear (4 × 6) × 12; the layer's weights move to the host and back.
+        assert_eq!(item(&e, "prune", "pruning buffers"), 288);
         // The fused kernels: e rows of logits, e × V × 4, the head read in place.
         assert_eq!(item(&e, "eval", "eval logits (a block of rows)"), 160);
         assert!(e.stages[4]
@@ -1003,7 +1013,7 @@ mod tests {
         );
         assert_eq!(item(&e, "eval", "layer intermediates"), 544);
         // The prune stage holds the most (overhead, weights, pruned copy and its buffers).
-        let prune = CPU_OVERHEAD_BYTES + 1360 + 960 + 400 + 163_840 + 1360 + 240 + 408;
+        let prune = CPU_OVERHEAD_BYTES + 1360 + 960 + 400 + 163_840 + 1360 + 240 + 288;
         assert_eq!(e.peak(Place::Device), ("prune", prune));
         // burn-flex computes the head with Burn's ops: V × H × 4 × 3 operands, e × V × 4.
         let mut flex = run(Method::Wanda);
@@ -1065,9 +1075,11 @@ mod tests {
 
     #[test]
     fn sparsegpt_holds_its_updated_weights_and_other_methods_their_masks() {
+        // Off the default CPU backend, whose layers move to the host and back whole.
         let buffers = |method, dsnot| {
             let mut r = run(method);
             r.dsnot = dsnot;
+            r.device = DeviceKind::CpuFlex;
             item(&estimate_prune(&tiny(), &r), "prune", "pruning buffers")
         };
         // 120 × 4 + cols² × 8 × 3 with cols = max(H, I, nh·d) = 6.
@@ -1082,11 +1094,15 @@ mod tests {
         // scores, and collects SparseGPT's Hessians beside Wanda's squared inputs.
         let mut r = run(Method::Wanda);
         r.weight_update = Some(WeightUpdate::Sequential);
+        r.device = DeviceKind::CpuFlex;
         let e = estimate_prune(&tiny(), &r);
         assert_eq!(
             item(&e, "prune", "pruning buffers"),
             480 + 6 * 6 * 8 * 3 + 24 * 5
         );
+        r.device = DeviceKind::Cpu;
+        let e = estimate_prune(&tiny(), &r);
+        assert_eq!(item(&e, "prune", "pruning buffers"), 6 * 6 * 8 * 3 + 24 * 5);
         let sparsegpt = estimate_prune(&tiny(), &run(Method::Sparsegpt));
         assert_eq!(
             item(&e, "prune", "statistics"),
@@ -1279,8 +1295,8 @@ mod tests {
         let e = estimate_prune(&tiny(), &run(Method::Sparsegpt));
         // (2·H² + (nh·d)² + I²) × 12 = (32 + 16 + 36) × 12.
         assert_eq!(item(&e, "prune", "statistics"), 1008);
-        // 120 × 4 + widest input 6² × 8 × 3.
-        assert_eq!(item(&e, "prune", "pruning buffers"), 480 + 864);
+        // The widest input's 6² × 8 × 3; the updated weights are the layer's own buffers.
+        assert_eq!(item(&e, "prune", "pruning buffers"), 864);
     }
 
     #[test]

@@ -74,6 +74,14 @@ pub trait Layers<B: Backend> {
     fn layer(&self, i: usize) -> Result<Cow<'_, DecoderLayer<B>>, StreamError>;
     /// Replaces decoder layer `i` (a streamed model writes it to its layer store).
     fn set_layer(&mut self, i: usize, layer: DecoderLayer<B>) -> Result<(), StreamError>;
+    /// Decoder layer `i`, to be replaced by [`Layers::set_layer`]. In memory the model gives up
+    /// the layer's linear weights, so their buffers are the returned layer's alone and pruning
+    /// moves them to the host instead of copying them (a copy would hold the layer twice); a
+    /// streamed model reads it from disk. Until the layer is set again the model lacks those
+    /// weights: after an error its callers drop it.
+    fn take_layer(&mut self, i: usize) -> Result<DecoderLayer<B>, StreamError> {
+        self.layer(i).map(Cow::into_owned)
+    }
     /// The whole model when every layer is in memory.
     fn resident(&self) -> Option<&Llama<B>>;
 }
@@ -105,6 +113,17 @@ impl<B: Backend> Layers<B> for Llama<B> {
             .ok_or(StreamError::NoSuchLayer { index: i, count })?;
         *slot = layer;
         Ok(())
+    }
+
+    fn take_layer(&mut self, i: usize) -> Result<DecoderLayer<B>, StreamError> {
+        let layer = self.layer(i)?.into_owned();
+        let slot = &mut self.layers[i];
+        for (name, _, _) in layer.linears() {
+            if let Some(linear) = slot.linear_mut(&name) {
+                drop(take_param(&mut linear.weight));
+            }
+        }
+        Ok(layer)
     }
 
     fn resident(&self) -> Option<&Llama<B>> {
@@ -362,6 +381,13 @@ impl<B: Backend> Layers<B> for Decoder<B> {
         }
     }
 
+    fn take_layer(&mut self, i: usize) -> Result<DecoderLayer<B>, StreamError> {
+        match self {
+            Decoder::Resident(m) => m.take_layer(i),
+            Decoder::Streamed(m) => m.take_layer(i),
+        }
+    }
+
     fn resident(&self) -> Option<&Llama<B>> {
         match self {
             Decoder::Resident(m) => Some(m),
@@ -573,6 +599,44 @@ mod tests {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// A layer taken from a model in memory holds its linear weights alone (so pruning moves
+    /// them instead of copying the layer), the model lacks them until the layer is set again,
+    /// and setting it back restores the model.
+    #[test]
+    fn a_taken_layer_holds_its_weights_alone_until_it_is_set_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, source) = checkpoint(dir.path());
+        let mut model = build_llama::<B>(&config, source.as_ref(), &Default::default()).unwrap();
+        let before = weights(&model);
+        let alone = |layer: &mut DecoderLayer<B>, name: &str| {
+            let linear = layer.linear_mut(name).unwrap();
+            let weight = take_param(&mut linear.weight);
+            let primitive = weight.clone().into_primitive().tensor();
+            let burn::backend::ndarray::NdArrayTensor::F32(storage) = primitive else {
+                panic!("{name} is not f32");
+            };
+            drop(weight);
+            let unique = storage.is_unique();
+            let weight =
+                Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(storage.into()));
+            linear.weight = Param::from_tensor(weight);
+            unique
+        };
+        // A borrowed copy shares every weight with the model.
+        let mut copy = model.layer(1).unwrap().into_owned();
+        assert!(!alone(&mut copy, "self_attn.q_proj"));
+        drop(copy);
+        let mut layer = model.take_layer(1).unwrap();
+        let names: Vec<String> = layer.linears().into_iter().map(|(name, ..)| name).collect();
+        for name in names {
+            assert!(alone(&mut layer, &name), "{name}");
+            let left = model.layers[1].linear_mut(&name).unwrap().weight.val();
+            assert_eq!(left.dims(), [0, 0], "{name}");
+        }
+        model.set_layer(1, layer).unwrap();
+        assert_eq!(weights(&model), before);
     }
 
     /// The stored bytes are each value's own: its f32 bytes, or the high half of its bits when

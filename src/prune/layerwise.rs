@@ -544,10 +544,7 @@ pub fn prune_model<B: Backend>(
     let needs = Needs::of(method, options);
     let zeroes_only = zeros_go_back_as_masks::<B>(options.only_zeroes(method));
     for (i, &layer_sparsity) in per_layer.iter().enumerate() {
-        let mut layer = model.layer(i)?.into_owned();
-        if i == 0 {
-            check_skip_against(&options.skip, layers, &layer)?;
-        }
+        let mut layer = take_checked_layer(model, i, &options.skip)?;
         clock.lap("read layer");
         let mut stats = LayerStats::<B>::new(needs);
         stats.observe(&layer, &inputs, &cos, &sin)?;
@@ -631,10 +628,7 @@ fn prune_by_magnitude<B: Backend>(
     let layers = model.layer_count();
     let mut measured_sparsity = ModelSparsity::default();
     for (i, &layer_sparsity) in per_layer.iter().enumerate() {
-        let mut layer = model.layer(i)?.into_owned();
-        if i == 0 {
-            check_skip_against(&options.skip, layers, &layer)?;
-        }
+        let mut layer = take_checked_layer(model, i, &options.skip)?;
         let rule = device_rule(on_device, Method::Magnitude, options, layer_sparsity);
         let plan = LayerPlan {
             index: i,
@@ -778,6 +772,24 @@ fn prune_linear(
         }
         Method::Magnitude => prune_magnitude(w, dims, sparsity).map(|_| ()),
     }
+}
+
+/// Decoder layer `i` taken from `model` to be pruned ([`Layers::take_layer`]), the first one
+/// checked against the `skip` patterns ([`check_skip_against`]); a refused pattern puts it
+/// back, so the model is left as it was.
+fn take_checked_layer<B: Backend>(
+    model: &mut impl Layers<B>,
+    i: usize,
+    skip: &[String],
+) -> Result<DecoderLayer<B>, PruneError> {
+    let layer = model.take_layer(i)?;
+    if i == 0 {
+        if let Err(refused) = check_skip_against(skip, model.layer_count(), &layer) {
+            model.set_layer(i, layer)?;
+            return Err(refused);
+        }
+    }
+    Ok(layer)
 }
 
 /// [`check_skip`] with the linears of `layer`, one of the model's `layers` layers.
