@@ -500,25 +500,24 @@ fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place,
     // them up while its layer is pruned, prune::layerwise); a kept dense model's are copied, and
     // the pruned copy counts them. Elsewhere a zeroing method sends each linear back as the mask
     // of its zeros (1 B a weight); SparseGPT's update sends the weights (4 B).
-    let held = if run.device == DeviceKind::Cpu {
-        None
-    } else if run.method_options().only_zeroes(method) {
-        Some((1, "masks"))
+    let (bytes, formula) = if run.device == DeviceKind::Cpu {
+        (
+            method_bytes,
+            format!("{method_formula}; the layer's weights move to the host and back"),
+        )
     } else {
-        Some((F32, "pruned weights"))
-    };
-    let (bytes, formula) = match held {
-        Some((held, what)) => (
+        let (held, what) = if run.method_options().only_zeroes(method) {
+            (1, "masks")
+        } else {
+            (F32, "pruned weights")
+        };
+        (
             m.linears_per_layer * held + method_bytes,
             format!(
                 "{} × {held} B (one layer's {what}) + {method_formula}",
                 m.linears_per_layer
             ),
-        ),
-        None => (
-            method_bytes,
-            format!("{method_formula}; the layer's weights move to the host and back"),
-        ),
+        )
     };
     prune.push("pruning buffers", bytes, host, formula);
 }
