@@ -115,8 +115,9 @@ fn every_valid_fixture_validates_and_points_at_the_schema() {
 
 /// Every example in `pipelines/` validates and starts with the schema modeline. The examples
 /// name data in `../shared` (as `../../shared/…`, relative to `pipelines/`), in `demo/` (the
-/// demo's files, `scripts/fetch-demo.sh`) or on the hub; without the first two (a fresh clone)
-/// their files are not checked, unless `WANDA_REQUIRE_SHARED=1` (set by `.ci/run`).
+/// demo's files, `scripts/fetch-demo.sh`; Gemma 3's, `scripts/fetch-gemma3.sh`) or on the hub;
+/// without the first two (a fresh clone), or for an example whose `demo/` files are not fetched,
+/// the files are not checked, unless `WANDA_REQUIRE_SHARED=1` (set by `.ci/run`).
 #[test]
 fn every_example_pipeline_validates() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -134,10 +135,6 @@ fn every_example_pipeline_validates() {
         );
         eprintln!("note: {msg}; validating them without file checks");
     }
-    let options = ValidateOptions {
-        check_files,
-        ..ValidateOptions::default()
-    };
     for file in &files {
         let text = fs::read_to_string(file).expect("readable pipeline");
         assert_eq!(
@@ -146,8 +143,39 @@ fn every_example_pipeline_validates() {
             "{}: must start with the schema modeline",
             file.display()
         );
+        let missing = missing_demo_files(file, &text);
+        if check_files && !missing.is_empty() {
+            let msg = format!(
+                "{}: names {missing:?}, not fetched into demo/ (scripts/fetch-demo.sh, scripts/fetch-gemma3.sh)",
+                file.display()
+            );
+            assert!(
+                std::env::var("WANDA_REQUIRE_SHARED").map_or(true, |v| v != "1"),
+                "{msg}"
+            );
+            eprintln!("note: {msg}; validating it without file checks");
+        }
+        let options = ValidateOptions {
+            check_files: check_files && missing.is_empty(),
+            ..ValidateOptions::default()
+        };
         validate_with(file, &options).unwrap_or_else(|e| panic!("{}:\n{e}", file.display()));
     }
+}
+
+/// The `../demo/…` files the pipeline `file` (whose text is `text`) names that do not exist.
+fn missing_demo_files(file: &Path, text: &str) -> Vec<String> {
+    let folder = file.parent().expect("a pipeline's folder");
+    text.match_indices("../demo/")
+        .map(|(at, _)| {
+            let rest = &text[at..];
+            let end = rest
+                .find(|c: char| c.is_whitespace() || matches!(c, ',' | '}' | '"' | '\''))
+                .unwrap_or(rest.len());
+            rest[..end].to_string()
+        })
+        .filter(|path| !folder.join(path).exists())
+        .collect()
 }
 
 #[test]
