@@ -6,7 +6,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
-             gpt_oss gpt_oss-mxfp4; do
+             gpt_oss gpt_oss-mxfp4 glm4_moe; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -341,6 +341,18 @@ def config(family):
                              "beta_slow": 1.0, "truncate": False, "rope_theta": 150_000.0,
                              "original_max_position_embeddings": 32},
             **common)
+    if family == "glm4_moe":
+        # GLM-4.5: q/k/v biases (random, below), per-head q/k norms, RoPE on the first half of
+        # each head (its halves rotating), a dense first layer (112 wide) and then two layers
+        # of eight experts 48 wide in four groups of two, of which each token takes two from
+        # the best two groups by the biased sigmoid choice (random correction biases, below),
+        # renormalised and x2.5, beside a shared expert 2 x 48 wide added ungated.
+        common.update(num_hidden_layers=3)
+        return transformers.Glm4MoeConfig(
+            n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+            n_shared_experts=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+            first_k_dense_replace=1, norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
+            head_dim=16, partial_rotary_factor=0.5, pad_token_id=0, **common)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -408,6 +420,12 @@ def main():
             elif name.endswith("self_attn.sinks"):
                 # Sinks of the scores' size, so that each takes a visible share of its softmax.
                 p.uniform_(0.0, 2.0)
+        if model.config.model_type == "glm4_moe":
+            # Routers whose logits spread (transformers draws them at 0.02), and correction
+            # biases of the sigmoid scores' size, so that both decide which experts are chosen.
+            for layer in model.model.layers[model.config.first_k_dense_replace:]:
+                layer.mlp.gate.weight.normal_(0.0, 0.5)
+                layer.mlp.gate.e_score_correction_bias.uniform_(-0.3, 0.3)
     if family == "gpt_oss-mxfp4":
         mxfp4_experts(model)
     model.save_pretrained(out, safe_serialization=True)
@@ -439,7 +457,7 @@ def main():
             moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
             model.config.clip_qkv = clip
             print("without the q/k/v clamp the logits move by", moved)
-        if family.startswith(("glm", "cohere", "ernie")):
+        if family.startswith(("glm", "cohere", "ernie")) and family != "glm4_moe":
             module = sys.modules[type(model).__module__]
             interleaved = module.rotate_half
             def halves(x):
@@ -477,6 +495,20 @@ def main():
                 model.load_state_dict(saved)
                 if redo:
                     redo()
+                print(f"without the {what} the logits move by", moved)
+        if model.config.model_type == "glm4_moe":
+            moe_layers = model.model.layers[model.config.first_k_dense_replace:]
+            for what, undo in [
+                ("correction biases", lambda: [l.mlp.gate.e_score_correction_bias.zero_() for l in moe_layers]),
+                ("groups", lambda: [setattr(l.mlp.gate, "topk_group", 4) for l in moe_layers]),
+                ("routing scale", lambda: [setattr(l.mlp.gate, "routed_scaling_factor", 1.0) for l in moe_layers])]:
+                saved = {k: v.clone() for k, v in model.state_dict().items()}
+                routers = [(l.mlp.gate.topk_group, l.mlp.gate.routed_scaling_factor) for l in moe_layers]
+                undo()
+                moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+                model.load_state_dict(saved)
+                for l, (open_groups, scale) in zip(moe_layers, routers):
+                    l.mlp.gate.topk_group, l.mlp.gate.routed_scaling_factor = open_groups, scale
                 print(f"without the {what} the logits move by", moved)
         if getattr(model.config, "attn_logit_softcapping", None):
             for layer in model.model.layers:

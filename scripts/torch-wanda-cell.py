@@ -269,6 +269,66 @@ class ReferenceGptOssMoe(torch.nn.Module):
         return out.view(batch, seq, hidden), weights
 
 
+class ReferenceGlm4Moe(torch.nn.Module):
+    """GLM-4.5's mixture of experts (transformers 5.24's `Glm4MoeMoE`) over modules the
+    reference's find_layers sees, as transformers 4.54 held its experts: an nn.Linear router
+    `gate` (no bias; its `e_score_correction_bias` kept beside it) and, per expert, nn.Linear
+    `gate_proj`, `up_proj` and `down_proj` from the 3-D stacks; the shared expert is an MLP of
+    nn.Linear already. As transformers routes: the router in f32, sigmoid scores, the choice by
+    score plus correction within the best `topk_group` of `n_group` groups (each scored by its two
+    best), the chosen scores renormalised where `norm_topk_prob` says and times
+    `routed_scaling_factor`; each expert hit runs on its tokens in (choice, token) order; the
+    shared expert's output is added ungated."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        hidden, inter = config.hidden_size, config.moe_intermediate_size
+        router = block.gate
+        self.top_k, self.count = router.top_k, router.num_experts
+        self.groups, self.open = router.num_group, router.topk_group
+        self.normalize, self.scale = router.norm_topk_prob, router.routed_scaling_factor
+        self.gate = torch.nn.Linear(hidden, self.count, bias=False)
+        self.gate.weight.data = router.weight.data.clone()
+        self.register_buffer("correction", router.e_score_correction_bias.data.clone())
+        self.experts = torch.nn.ModuleList()
+        for e in range(self.count):
+            expert = torch.nn.Module()
+            for name, rows in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, 2 * inter))):
+                setattr(expert, name, torch.nn.Linear(hidden, inter, bias=False))
+                getattr(expert, name).weight.data = block.experts.gate_up_proj.data[e, rows].clone()
+            expert.down_proj = torch.nn.Linear(inter, hidden, bias=False)
+            expert.down_proj.weight.data = block.experts.down_proj.data[e].clone()
+            self.experts.append(expert)
+        self.act = block.experts.act_fn
+        self.shared_experts = block.shared_experts
+
+    def forward(self, hidden_states):
+        batch, seq, hidden = hidden_states.shape
+        x = hidden_states.view(-1, hidden)
+        logits = torch.nn.functional.linear(x.float(), self.gate.weight.float())
+        scores = logits.sigmoid()
+        choice = scores + self.correction
+        group_scores = choice.view(-1, self.groups, self.count // self.groups).topk(2, dim=-1)[0].sum(dim=-1)
+        group_idx = torch.topk(group_scores, k=self.open, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(-1, self.groups, self.count // self.groups).reshape(-1, self.count)
+        choice = choice.masked_fill(~score_mask.bool(), float("-inf"))
+        chosen = torch.topk(choice, k=self.top_k, dim=-1, sorted=False)[1]
+        weights = scores.gather(1, chosen)
+        if self.normalize:
+            weights /= weights.sum(dim=-1, keepdim=True) + 1e-20
+        weights = weights * self.scale
+        out = torch.zeros_like(x)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = int(e[0])
+            choice_pos, token = torch.where(mask[e])
+            expert, rows = self.experts[e], x[token]
+            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
+            out.index_add_(0, token, (y * weights[token, choice_pos, None]).to(x.dtype))
+        return out.view(batch, seq, hidden) + self.shared_experts(hidden_states)
+
+
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
 # checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
@@ -278,6 +338,9 @@ if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
 if model.config.model_type == "gpt_oss":
     for layer in model.model.layers:
         layer.mlp = ReferenceGptOssMoe(layer.mlp, model.config)
+if model.config.model_type == "glm4_moe":
+    for layer in model.model.layers[model.config.first_k_dense_replace:]:
+        layer.mlp = ReferenceGlm4Moe(layer.mlp, model.config)
 
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"
@@ -373,10 +436,14 @@ def run_layer(layer, x):
     return (out[0] if isinstance(out, tuple) else out)[0]
 
 
-# The layer's linears as the reference's find_layers sees them: every nn.Linear module, so a
-# checkpoint's stacked matrix (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's query_key_value)
-# is one linear.
-LINEARS = [n for n, m in layers[0].named_modules() if isinstance(m, torch.nn.Linear)]
+def linears(layer):
+    """The layer's linears as the reference's find_layers sees them: every nn.Linear module, so
+    a checkpoint's stacked matrix (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's
+    query_key_value) is one linear; a layer's own, as GLM-4.5's first layers are dense before
+    those with experts."""
+    return [n for n, m in layer.named_modules() if isinstance(m, torch.nn.Linear)]
+
+
 PREFIX = ("model.decoder.layers" if OPT else "gpt_neox.layers" if NEOX
           else "transformer.h" if TRANSFORMER_H else "model.layers")
 
@@ -597,10 +664,10 @@ def owl_layer_sparsities():
     global inps, outs
     ratios = []
     for layer in layers:
-        stats = {n: Stats(layer.get_submodule(n).weight.shape[1], scaler=True) for n in LINEARS}
+        stats = {n: Stats(layer.get_submodule(n).weight.shape[1], scaler=True) for n in linears(layer)}
         forward_all(layer, inps, outs, stats)
         score = torch.cat([(torch.abs(layer.get_submodule(n).weight.data)
-                            * torch.sqrt(stats[n].scaler.reshape((1, -1)))).flatten() for n in LINEARS])
+                            * torch.sqrt(stats[n].scaler.reshape((1, -1)))).flatten() for n in linears(layer)])
         thresh = torch.mean(score) * a.owl_m
         ratios.append(float((score > thresh).sum().item()) / score.numel() * 100)
         # The reference runs the dense layer a second time to get its outputs; they are the same.
@@ -763,7 +830,7 @@ with torch.no_grad():
         inps = layer0
     for i, layer in enumerate(layers):
         ratio = layer_sparsities[i] if a.owl else a.sparsity
-        subset = {n: layer.get_submodule(n) for n in LINEARS}
+        subset = {n: layer.get_submodule(n) for n in linears(layer)}
         if a.method == "magnitude" and not a.dsnot and not a.weight_update:
             for m in subset.values():
                 magnitude_prune(m, ratio)
@@ -795,7 +862,7 @@ prune_s = time.time() - t0
 
 zeros = total = 0
 for layer in layers:
-    for n in LINEARS:
+    for n in linears(layer):
         w = layer.get_submodule(n).weight.data
         zeros += int((w == 0).sum())
         total += w.numel()
@@ -810,7 +877,7 @@ if a.save_pruned:
     save_file({f"{PREFIX}.{i}.{checkpoint_name(n)}.weight":
                (layer.get_submodule(n).weight.data.t() if CONV1D
                 else layer.get_submodule(n).weight.data).float().contiguous()
-               for i, layer in enumerate(layers) for n in LINEARS}, a.save_pruned)
+               for i, layer in enumerate(layers) for n in linears(layer)}, a.save_pruned)
 
 # Evaluate.
 t0 = time.time()

@@ -372,9 +372,9 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
                 "statistics"
             },
             1,
-            b * s * m.i * F32,
+            b * s * m.mlp_width() * F32,
             Place::Device,
-            format!("{b} × {s} × {} × 4 B (squared MLP input)", m.i),
+            format!("{b} × {s} × {} × 4 B (squared MLP input)", m.mlp_width()),
         );
     }
     if hessians {
@@ -385,7 +385,9 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
                 format!("2·{}² + {}² + {}²", m.h, m.q, m.i),
             ),
             e => (
-                2 * m.h * m.h + m.q * m.q + e * (m.h * m.h + m.i * m.i) + m.shared * m.shared,
+                // A dense layer before those with experts (where it is the larger).
+                (2 * m.h * m.h + m.q * m.q + e * (m.h * m.h + m.i * m.i) + m.shared * m.shared)
+                    .max(2 * m.h * m.h + m.q * m.q + m.dense * m.dense),
                 // A shared expert's hidden input too, where there is one.
                 format!("2·{}² + {}² + {e}·({}² + {}²)", m.h, m.q, m.h, m.i)
                     + &match m.shared {
@@ -416,11 +418,11 @@ fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, met
     if run.dsnot {
         prune.push(
             "DSnoT activations on the host",
-            b * s * m.i * F32,
+            b * s * m.mlp_width() * F32,
             host,
             format!(
                 "{b} × {s} × {} × 4 B (one batch's MLP input, for its moments)",
-                m.i
+                m.mlp_width()
             ),
         );
     }
@@ -436,7 +438,7 @@ fn uses_hessians(run: &PruneRun, method: Method) -> bool {
 fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, method: Method) {
     let widest = m.widest_linear();
     let (method_bytes, method_formula) = if uses_hessians(run, method) {
-        let cols = m.h.max(m.i).max(m.q);
+        let cols = m.h.max(m.mlp_width()).max(m.q);
         let hessian = cols * cols * 8 * 3;
         let formula = format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)");
         match method {
@@ -675,6 +677,9 @@ struct Dims {
     experts: u64,
     /// A shared expert's width ([`ModelShape::shared_expert_size`]; 0 without one).
     shared: u64,
+    /// The MLP width of the first layers where they have a dense MLP before those with
+    /// experts ([`ModelShape::dense_layers`]); 0 where all layers are alike.
+    dense: u64,
 }
 
 impl Dims {
@@ -682,6 +687,12 @@ impl Dims {
         let h = shape.hidden_size as u64;
         let i = shape.intermediate_size as u64;
         let q = (shape.num_attention_heads * shape.head_dim) as u64;
+        let dense = match shape.dense_layers {
+            0 => 0,
+            _ => shape.dense_intermediate_size as u64,
+        };
+        // The widest MLP linears: an expert's, or a dense layer's.
+        let wide = i.max(dense);
         Self {
             h,
             i,
@@ -691,13 +702,19 @@ impl Dims {
             v: shape.vocab_size as u64,
             layers: shape.num_hidden_layers as u64,
             linears_per_layer: shape.linear_parameters_per_layer(),
-            in_out: [(h, q), (h, i), (i, h)],
+            in_out: [(h, q), (h, wide), (wide, h)],
             mlp_buffers: if shape.gated_mlp { 3 } else { 2 },
             parallel_residual: shape.parallel_residual,
             mlp_linears: if shape.gated_mlp { 3 } else { 2 },
             experts: shape.experts as u64,
             shared: shape.shared_expert_size as u64,
+            dense,
         }
+    }
+
+    /// The widest MLP input of any layer: an expert's (or the one MLP's), or a dense layer's.
+    fn mlp_width(&self) -> u64 {
+        self.i.max(self.dense)
     }
 
     /// Weights of the largest linear.
@@ -868,7 +885,7 @@ fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
     }
     // A shared expert runs over every token after the routed ones have freed their buffers,
     // so the MLP's buffers are as wide as the wider of the two.
-    let width = m.i.max(m.shared);
+    let width = m.mlp_width().max(m.shared);
     parts.push((m.mlp_buffers, b * s * width * f));
     // Experts: at most every token goes to one expert, whose gathered inputs and weighted
     // outputs are held beside the block's output.
@@ -928,6 +945,9 @@ mod tests {
             parallel_residual: false,
             experts: 0,
             shared_expert_size: 0,
+            shared_expert_gated: false,
+            dense_layers: 0,
+            dense_intermediate_size: 0,
         }
     }
 
@@ -1161,6 +1181,9 @@ mod tests {
             parallel_residual: false,
             experts: 0,
             shared_expert_size: 0,
+            shared_expert_gated: false,
+            dense_layers: 0,
+            dense_intermediate_size: 0,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1247,6 +1270,9 @@ mod tests {
             parallel_residual: false,
             experts: 0,
             shared_expert_size: 0,
+            shared_expert_gated: false,
+            dense_layers: 0,
+            dense_intermediate_size: 0,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

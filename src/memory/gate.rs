@@ -361,6 +361,9 @@ mod tests {
             parallel_residual: false,
             experts: 0,
             shared_expert_size: 0,
+            shared_expert_gated: false,
+            dense_layers: 0,
+            dense_intermediate_size: 0,
         }
     }
 

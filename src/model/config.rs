@@ -372,6 +372,24 @@ pub struct HfLlamaConfig {
     /// Qwen3-MoE: the layers with a dense MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlp_only_layers: Option<Vec<usize>>,
+    /// GLM-4.5 (DeepSeek-V3's keys): routed experts per layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_routed_experts: Option<usize>,
+    /// GLM-4.5: shared experts, one MLP `n_shared_experts · moe_intermediate_size` wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_shared_experts: Option<usize>,
+    /// GLM-4.5: the factor of the routing weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_scaling_factor: Option<f64>,
+    /// GLM-4.5: groups of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_group: Option<usize>,
+    /// GLM-4.5: the groups a token's experts come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_group: Option<usize>,
+    /// GLM-4.5: the first layers with a dense MLP instead of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_k_dense_replace: Option<usize>,
     /// GPT-OSS: the clamp of its experts' gate and up projections (default 7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swiglu_limit: Option<f64>,
@@ -1200,6 +1218,14 @@ impl LlamaConfig {
     /// enter as ALiBi's bias (BLOOM).
     pub fn rotary(&self) -> bool {
         !(self.extras.learned_positions || self.extras.alibi)
+    }
+
+    /// The experts of layer `i`: the model's, unless `i` is one of the first layers with a
+    /// dense MLP ([`crate::model::moe::Experts::first_dense_layers`]); `None` for a dense layer.
+    pub fn layer_experts(&self, i: usize) -> Option<crate::model::moe::Experts> {
+        self.extras
+            .experts
+            .filter(|experts| i >= experts.first_dense_layers)
     }
 
     /// Whether layer `i` rotates its queries and keys: the model does, and the layer is not

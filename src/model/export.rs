@@ -572,9 +572,13 @@ pub(crate) trait TensorValues {
     ) -> Result<(), ExportError>;
 }
 
+/// One kind of layer's tensors (with experts or not), with the name prefix of the layer they
+/// were read from.
+type LayerTemplate = (bool, String, Vec<(String, HostTensor)>);
+
 /// Every tensor to save, in order, under the checkpoint names of `family`; a decoder layer's
-/// names and shapes are those of layer 0 (all layers have one shape), checked again when each
-/// layer is written. Shapes only: no values are copied here.
+/// names and shapes are those of the first layer of its kind (all layers with experts have one
+/// shape, all with a dense MLP another), checked again when each layer is written.
 fn plan<B: Backend>(
     model: &impl Layers<B>,
     config: &LlamaConfig,
@@ -591,18 +595,28 @@ fn plan<B: Backend>(
         EMBED_NAME,
         shell.embed_tokens.weight.dims().to_vec(),
     )];
-    if model.layer_count() > 0 {
-        let layer = model.layer(0).map_err(layer_error)?;
-        let template = layer_tensors(&layer, 0, fused, experts, false);
-        for i in 0..model.layer_count() {
-            let prefix = format!("model.layers.{i}.");
-            out.extend(template.iter().map(|(name, t)| PlannedTensor {
-                name: name.replacen("model.layers.0.", &prefix, 1),
-                shape: t.shape.clone(),
-                layer: Some(i),
-            }));
+    // Each kind of layer (with experts or with a dense MLP) takes the names and shapes of its
+    // first layer.
+    let mut templates: Vec<LayerTemplate> = Vec::new();
+    for i in 0..model.layer_count() {
+        let kind = config.layer_experts(i).is_some();
+        if !templates.iter().any(|(k, ..)| *k == kind) {
+            let layer = model.layer(i).map_err(layer_error)?;
+            let tensors = layer_tensors(&layer, i, fused, experts, false);
+            templates.push((kind, format!("model.layers.{i}."), tensors));
         }
+        let (_, first, template) = templates
+            .iter()
+            .find(|(k, ..)| *k == kind)
+            .expect("pushed above");
+        let prefix = format!("model.layers.{i}.");
+        out.extend(template.iter().map(|(name, t)| PlannedTensor {
+            name: name.replacen(first, &prefix, 1),
+            shape: t.shape.clone(),
+            layer: Some(i),
+        }));
     }
+    drop(templates);
     // As `head_tensors` orders them; linear weights in PyTorch's `[out, in]`.
     if let Some(table) = &shell.embed_positions {
         out.push(planned(POSITIONS_NAME, table.dims().to_vec()));
@@ -724,7 +738,7 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
         match found {
             Some(t) if t.shape == tensor.shape => Ok(t),
             _ => Err(ExportError::Layers(format!(
-                "tensor `{}` is missing or not of shape {:?} like layer 0's",
+                "tensor `{}` is missing or not of shape {:?} like the first layer of its kind",
                 tensor.name, tensor.shape
             ))),
         }

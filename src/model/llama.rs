@@ -24,17 +24,8 @@ use super::kernels::{
 use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
-use super::moe::{SharedExpert, SparseMoe};
+use super::moe::{SharedExpert, SparseMoe, CORRECTION, ROUTER, SHARED_EXPERT, SHARED_GATE};
 use super::sink_attention::attention_with_sinks;
-
-/// The router of a layer with experts, named relative to the layer.
-const ROUTER: &str = "mlp.gate";
-
-/// A layer's shared expert (Qwen2-MoE's), named relative to the layer.
-const SHARED_EXPERT: &str = "mlp.shared_expert";
-
-/// The gate of a shared expert's output, named relative to the layer.
-const SHARED_GATE: &str = "mlp.shared_expert_gate";
 
 /// The attention sinks of a layer (GPT-OSS's), named relative to the layer.
 pub(crate) const SINKS: &str = "self_attn.sinks";
@@ -537,7 +528,7 @@ impl<B: Backend> Mlp<B> {
 
     /// Its linears as [`DecoderLayer::linears`] lists them, named under `prefix` (e.g.
     /// `mlp.experts.3`): gate (where it has one) and up reading `input`, down reading `hidden`.
-    fn linears(
+    pub(crate) fn linears(
         &self,
         prefix: &str,
         input: LinearInput,
@@ -555,7 +546,7 @@ impl<B: Backend> Mlp<B> {
     }
 
     /// Mutable access to `gate_proj`, `up_proj` or `down_proj`.
-    fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
+    pub(crate) fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
         match name {
             "gate_proj" => self.gate_proj.as_mut(),
             "up_proj" => Some(&mut self.up_proj),
@@ -758,7 +749,7 @@ impl<B: Backend> DecoderLayer<B> {
                 activation: config.extras.activation,
             })
         };
-        let mlp = match config.extras.experts {
+        let mlp = match config.layer_experts(i) {
             None => FeedForward::Dense(mlp(
                 "mlp",
                 inter,
@@ -778,9 +769,15 @@ impl<B: Backend> DecoderLayer<B> {
                     .map(|width| {
                         Ok(SharedExpert {
                             mlp: mlp(SHARED_EXPERT, width, true, false)?,
-                            gate: linear(SHARED_GATE, h, 1, false)?,
+                            gate: (!routing.shared_ungated)
+                                .then(|| linear(SHARED_GATE, h, 1, false))
+                                .transpose()?,
                         })
                     })
+                    .transpose()?,
+                correction: routing
+                    .sigmoid
+                    .map(|_| vector(CORRECTION, routing.count))
                     .transpose()?,
                 routing,
             }),
@@ -1008,19 +1005,7 @@ impl<B: Backend> DecoderLayer<B> {
         let (input, hidden) = (LinearInput::MlpIn, LinearInput::MlpHidden);
         match &self.mlp {
             FeedForward::Dense(m) => linears.extend(m.linears("mlp", input, hidden)),
-            FeedForward::Experts(moe) => {
-                linears.push((ROUTER.into(), input, &moe.router));
-                for (e, m) in moe.experts.iter().enumerate() {
-                    let prefix = format!("mlp.experts.{e}");
-                    let (expert_in, expert_hidden) =
-                        (LinearInput::ExpertIn(e), LinearInput::ExpertHidden(e));
-                    linears.extend(m.linears(&prefix, expert_in, expert_hidden));
-                }
-                if let Some(shared) = &moe.shared {
-                    linears.extend(shared.mlp.linears(SHARED_EXPERT, input, hidden));
-                    linears.push((SHARED_GATE.into(), input, &shared.gate));
-                }
-            }
+            FeedForward::Experts(moe) => linears.extend(moe.linears()),
         }
         linears
     }
@@ -1050,13 +1035,18 @@ impl<B: Backend> DecoderLayer<B> {
     }
 
     /// The layer's tensors that are neither linears nor norms, with their names relative to the
-    /// layer: GPT-OSS's attention sinks, one per head.
+    /// layer: GPT-OSS's attention sinks, one per head; a sigmoid router's correction biases,
+    /// one per expert.
     pub fn vectors(&self) -> Vec<(&'static str, &[f32])> {
-        self.self_attn
-            .sinks
-            .as_deref()
+        let correction = match &self.mlp {
+            FeedForward::Experts(moe) => moe.correction.as_deref(),
+            FeedForward::Dense(_) => None,
+        };
+        let sinks = self.self_attn.sinks.as_deref();
+        sinks
             .map(|sinks| (SINKS, sinks))
             .into_iter()
+            .chain(correction.map(|bias| (CORRECTION, bias)))
             .collect()
     }
 
@@ -1072,22 +1062,7 @@ impl<B: Backend> DecoderLayer<B> {
                 let proj = name.strip_prefix("mlp.")?;
                 return match &mut self.mlp {
                     FeedForward::Dense(m) => m.linear_mut(proj),
-                    FeedForward::Experts(moe) => match proj.strip_prefix("experts.") {
-                        None if proj == "gate" => Some(&mut moe.router),
-                        None => {
-                            let shared = moe.shared.as_mut()?;
-                            match proj.strip_prefix("shared_expert.") {
-                                Some(proj) => shared.mlp.linear_mut(proj),
-                                None => (proj == "shared_expert_gate").then_some(&mut shared.gate),
-                            }
-                        }
-                        Some(rest) => {
-                            let (e, proj) = rest.split_once('.')?;
-                            moe.experts
-                                .get_mut(e.parse::<usize>().ok()?)?
-                                .linear_mut(proj)
-                        }
-                    },
+                    FeedForward::Experts(moe) => moe.linear_mut(proj),
                 };
             }
         })

@@ -1,7 +1,8 @@
 //! Sparse mixture-of-experts feed-forward blocks (Mixtral's `block_sparse_moe`): a router
 //! (`gate`, a linear `hidden → experts`) scores every token, the token goes to its `top_k`
 //! experts by softmax probability, and the block returns the experts' outputs weighted by those
-//! probabilities (renormalised over the `top_k` where the family says so). Each expert is the
+//! probabilities (renormalised over the `top_k` where the family says so), or as DeepSeek-V3's
+//! router does by grouped sigmoid scores ([`SigmoidRouting`], GLM-4.5's). Each expert is the
 //! decoder's gated MLP, or GPT-OSS's clamped GLU with biases ([`ClampedGlu`]).
 //!
 //! Calibration sees each expert's inputs as the reference code's forward hooks on the expert's
@@ -16,6 +17,18 @@ use serde::{Deserialize, Serialize};
 use super::host::to_host_f32;
 use super::kernels::{project, project_all, LinearInput};
 use super::llama::Mlp;
+
+/// The router of a layer with experts, named relative to the layer.
+pub(crate) const ROUTER: &str = "mlp.gate";
+
+/// A layer's shared expert (Qwen2-MoE's), named relative to the layer.
+pub(crate) const SHARED_EXPERT: &str = "mlp.shared_expert";
+
+/// The gate of a shared expert's output, named relative to the layer.
+pub(crate) const SHARED_GATE: &str = "mlp.shared_expert_gate";
+
+/// A sigmoid router's correction biases ([`SigmoidRouting`]), named relative to the layer.
+pub(crate) const CORRECTION: &str = "mlp.gate.e_score_correction_bias";
 
 /// How a family routes tokens to its experts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -34,9 +47,22 @@ pub struct Experts {
     /// experts' outputs (Qwen3-MoE's and OLMoE's routers return them so; Mixtral's keep f32).
     pub round_weights: bool,
     /// The width of a shared expert every token goes through beside the routed ones, its output
-    /// gated by `sigmoid(shared_expert_gate(x))` (Qwen2-MoE's); `None` without one.
+    /// gated by `sigmoid(shared_expert_gate(x))` (Qwen2-MoE's) unless `shared_ungated`; `None`
+    /// without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<usize>,
+    /// Whether the shared expert's output is added as it is, without a gate (GLM-4.5's
+    /// `shared_experts`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_ungated: bool,
+    /// Tokens are routed by grouped sigmoid scores instead of the softmax (DeepSeek-V3's router,
+    /// GLM-4.5's); `None`: the softmax.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigmoid: Option<SigmoidRouting>,
+    /// The first layers have one dense MLP of the decoder's `intermediate_size` instead of
+    /// experts (GLM-4.5's `first_k_dense_replace`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first_dense_layers: usize,
     /// Whether the router and every expert's linears carry biases (GPT-OSS).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub biased: bool,
@@ -44,6 +70,27 @@ pub struct Experts {
     /// decoder's gated MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clamped_glu: Option<ClampedGlu>,
+}
+
+/// `serde`'s test for a count left out of a config when it is 0.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// DeepSeek-V3's router (transformers' `DeepseekV3TopkRouter`, GLM-4.5's `Glm4MoeTopkRouter`):
+/// per token the sigmoid of each router logit, computed in f32; the experts are chosen by that
+/// score plus the expert's correction bias (`e_score_correction_bias`), among the
+/// `groups_per_token` of `groups` equal groups whose two best such scores sum highest; each
+/// chosen expert's weight is its sigmoid, renormalised over the chosen where
+/// [`Experts::normalize`] says, times `scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SigmoidRouting {
+    /// Groups of experts (`n_group`).
+    pub groups: usize,
+    /// Groups a token's experts come from (`topk_group`).
+    pub groups_per_token: usize,
+    /// The factor of the routing weights (`routed_scaling_factor`).
+    pub scale: f64,
 }
 
 /// GPT-OSS's expert activation: with `g = min(gate, limit)` and `u = clamp(up, ±limit)`, the
@@ -76,13 +123,13 @@ impl ClampedGlu {
 }
 
 /// An expert every token goes through (Qwen2-MoE's `shared_expert`), its output times
-/// `sigmoid(gate(x))`.
+/// `sigmoid(gate(x))` where it has a gate.
 #[derive(Module, Debug)]
 pub(crate) struct SharedExpert<B: Backend> {
     /// The expert, a gated MLP; its down projection reads [`LinearInput::MlpHidden`].
     pub mlp: Mlp<B>,
-    /// `shared_expert_gate`, `[hidden, 1]`.
-    pub gate: Linear<B>,
+    /// `shared_expert_gate`, `[hidden, 1]`; `None` where the output is added ungated (GLM-4.5).
+    pub gate: Option<Linear<B>>,
 }
 
 /// One decoder layer's experts and their router.
@@ -97,6 +144,10 @@ pub(crate) struct SparseMoe<B: Backend> {
     /// How tokens are routed.
     #[module(skip)]
     pub routing: Experts,
+    /// Each expert's bias of the scores experts are chosen by, with sigmoid routing
+    /// (`mlp.gate.e_score_correction_bias`), held on the host.
+    #[module(skip)]
+    pub correction: Option<Vec<f32>>,
 }
 
 /// The tokens routed to one expert, in token order, with the weight of its output in each.
@@ -108,30 +159,19 @@ pub(crate) struct Routed {
     pub weights: Vec<f32>,
 }
 
-/// Routes `tokens` tokens by their router logits (`[tokens, experts]`, row-major): per token
-/// the softmax in f32, the `per_token` most probable experts (the lower index first among
-/// equals), their probabilities renormalised in f32 where `routing` says so. Returns per expert
-/// the tokens it receives.
-pub(crate) fn route(logits: &[f32], routing: Experts) -> Vec<Routed> {
+/// Routes `tokens` tokens by their router logits (`[tokens, experts]`, row-major), per token
+/// by the softmax ([`softmax_choice`]) or by grouped sigmoid scores with the experts'
+/// `correction` biases ([`sigmoid_choice`]) as `routing` says. Returns per expert the tokens it
+/// receives.
+pub(crate) fn route(logits: &[f32], routing: Experts, correction: Option<&[f32]>) -> Vec<Routed> {
     let n = routing.count;
     let mut routed = vec![Routed::default(); n];
-    let mut order: Vec<usize> = Vec::with_capacity(n);
     for (token, row) in logits.chunks_exact(n.max(1)).enumerate() {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exp: Vec<f64> = row.iter().map(|&l| f64::from(l - max).exp()).collect();
-        let total: f64 = exp.iter().sum();
-        let probs: Vec<f32> = exp.iter().map(|&e| (e / total) as f32).collect();
-        order.clear();
-        order.extend(0..n);
-        // Stable: equal probabilities keep the lower expert first.
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-        let chosen = &order[..routing.per_token.min(n)];
-        let sum: f32 = chosen.iter().map(|&e| probs[e]).sum();
-        for &e in chosen {
-            let weight = match routing.normalize {
-                true => probs[e] / sum,
-                false => probs[e],
-            };
+        let chosen = match routing.sigmoid {
+            None => softmax_choice(row, routing),
+            Some(sigmoid) => sigmoid_choice(row, routing, sigmoid, correction),
+        };
+        for (e, weight) in chosen {
             routed[e].tokens.push(token);
             routed[e].weights.push(weight);
         }
@@ -139,7 +179,115 @@ pub(crate) fn route(logits: &[f32], routing: Experts) -> Vec<Routed> {
     routed
 }
 
+/// One token's experts with their weights by the softmax of its logits in f32: the
+/// `per_token` most probable (the lower index first among equals), their probabilities
+/// renormalised in f32 where `routing` says so.
+fn softmax_choice(row: &[f32], routing: Experts) -> Vec<(usize, f32)> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f64> = row.iter().map(|&l| f64::from(l - max).exp()).collect();
+    let total: f64 = exp.iter().sum();
+    let probs: Vec<f32> = exp.iter().map(|&e| (e / total) as f32).collect();
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    // Stable: equal probabilities keep the lower expert first.
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    order.truncate(routing.per_token);
+    let sum: f32 = order.iter().map(|&e| probs[e]).sum();
+    order
+        .into_iter()
+        .map(|e| match routing.normalize {
+            true => (e, probs[e] / sum),
+            false => (e, probs[e]),
+        })
+        .collect()
+}
+
+/// One token's experts with their weights by [`SigmoidRouting`], in f32 as transformers
+/// computes them: the sigmoid of each logit; the choice by sigmoid plus `correction`, within
+/// the best groups by the sum of their two best choice scores (the lower index first among
+/// equals); the chosen sigmoids, divided by their sum (plus 1e-20) where `routing.normalize`
+/// says, times the scale.
+fn sigmoid_choice(
+    row: &[f32],
+    routing: Experts,
+    sigmoid: SigmoidRouting,
+    correction: Option<&[f32]>,
+) -> Vec<(usize, f32)> {
+    let scores: Vec<f32> = row.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+    let choice: Vec<f32> = match correction {
+        Some(bias) => scores.iter().zip(bias).map(|(s, b)| s + b).collect(),
+        None => scores.clone(),
+    };
+    let size = row.len() / sigmoid.groups.max(1);
+    let group_scores: Vec<f32> = choice
+        .chunks(size.max(1))
+        .map(|group| {
+            let mut best = group.to_vec();
+            best.sort_by(|a, b| b.total_cmp(a));
+            best.iter().take(2).sum()
+        })
+        .collect();
+    let mut groups: Vec<usize> = (0..group_scores.len()).collect();
+    groups.sort_by(|&a, &b| group_scores[b].total_cmp(&group_scores[a]));
+    groups.truncate(sigmoid.groups_per_token);
+    let mut order: Vec<usize> = (0..row.len())
+        .filter(|e| groups.contains(&(e / size.max(1))))
+        .collect();
+    order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]));
+    order.truncate(routing.per_token);
+    let sum = match routing.normalize {
+        true => order.iter().map(|&e| scores[e]).sum::<f32>() + 1e-20,
+        false => 1.0,
+    };
+    let scale = sigmoid.scale as f32;
+    order
+        .into_iter()
+        .map(|e| (e, scores[e] / sum * scale))
+        .collect()
+}
+
 impl<B: Backend> SparseMoe<B> {
+    /// The block's linears with their names relative to the layer and the input they read: the
+    /// router, each expert's three, then the shared expert's three and its gate.
+    pub fn linears(&self) -> Vec<(String, LinearInput, &Linear<B>)> {
+        let (input, hidden) = (LinearInput::MlpIn, LinearInput::MlpHidden);
+        let mut linears = vec![(ROUTER.to_string(), input, &self.router)];
+        for (e, m) in self.experts.iter().enumerate() {
+            let prefix = format!("mlp.experts.{e}");
+            linears.extend(m.linears(
+                &prefix,
+                LinearInput::ExpertIn(e),
+                LinearInput::ExpertHidden(e),
+            ));
+        }
+        if let Some(shared) = &self.shared {
+            linears.extend(shared.mlp.linears(SHARED_EXPERT, input, hidden));
+            linears.extend(shared.gate.iter().map(|g| (SHARED_GATE.into(), input, g)));
+        }
+        linears
+    }
+
+    /// Mutable access to the linear named `mlp.<proj>` in [`SparseMoe::linears`].
+    pub fn linear_mut(&mut self, proj: &str) -> Option<&mut Linear<B>> {
+        match proj.strip_prefix("experts.") {
+            None if proj == "gate" => Some(&mut self.router),
+            None => {
+                let shared = self.shared.as_mut()?;
+                match proj.strip_prefix("shared_expert.") {
+                    Some(proj) => shared.mlp.linear_mut(proj),
+                    None => (proj == "shared_expert_gate")
+                        .then_some(shared.gate.as_mut())
+                        .flatten(),
+                }
+            }
+            Some(rest) => {
+                let (e, proj) = rest.split_once('.')?;
+                self.experts
+                    .get_mut(e.parse::<usize>().ok()?)?
+                    .linear_mut(proj)
+            }
+        }
+    }
+
     /// The block's output, showing `observe` each expert's inputs (those of its gate and up
     /// projections, then of its down projection) sample by sample; with `output` false the
     /// down projections are skipped and `None` returned (calibration's first pass).
@@ -155,8 +303,22 @@ impl<B: Backend> SparseMoe<B> {
         let [batch, seq, hidden] = x.dims();
         let device = x.device();
         let flat = x.reshape([batch * seq, hidden]);
-        let logits = project(&self.router, flat.clone().unsqueeze::<3>()).cast(FloatDType::F32);
-        let routed = route(&to_host_f32(logits), self.routing);
+        let logits = match self.routing.sigmoid {
+            // The sigmoid router computes in f32 from the input in f32, as transformers keeps
+            // it (`_keep_in_fp32_modules_strict`).
+            Some(_) => flat
+                .clone()
+                .cast(FloatDType::F32)
+                .matmul(self.router.weight.val().cast(FloatDType::F32)),
+            None => project(&self.router, flat.clone().unsqueeze::<3>())
+                .cast(FloatDType::F32)
+                .reshape([batch * seq, self.routing.count]),
+        };
+        let routed = route(
+            &to_host_f32(logits),
+            self.routing,
+            self.correction.as_deref(),
+        );
         let mut out = output.then(|| flat.zeros_like());
         for (e, (expert, routed)) in self.experts.iter().zip(&routed).enumerate() {
             if routed.tokens.is_empty() {
@@ -207,8 +369,11 @@ impl<B: Backend> SparseMoe<B> {
             &inner.clone().reshape([batch, seq, inner.dims()[2]]),
         );
         let routed = out?;
-        let gate = burn::tensor::activation::sigmoid(project(&shared.gate, x));
-        let y = project(&shared.mlp.down_proj, inner) * gate;
+        let y = project(&shared.mlp.down_proj, inner);
+        let y = match &shared.gate {
+            Some(gate) => y * burn::tensor::activation::sigmoid(project(gate, x)),
+            None => y,
+        };
         Some((routed.unsqueeze::<3>() + y).reshape([batch, seq, hidden]))
     }
 
@@ -272,6 +437,9 @@ mod tests {
         width: 5,
         round_weights: false,
         shared: None,
+        shared_ungated: false,
+        sigmoid: None,
+        first_dense_layers: 0,
         biased: false,
         clamped_glu: None,
     };
@@ -283,7 +451,7 @@ mod tests {
         // the lower index first), weights e/(e + 1) and 1/(e + 1).
         let l = |v: f64| v.ln() as f32;
         let logits = [0.0, l(2.0), l(3.0), l(4.0), 1.0, 0.0, 0.0, 0.0];
-        let routed = route(&logits, TWO_OF_FOUR);
+        let routed = route(&logits, TWO_OF_FOUR, None);
         assert_eq!(routed[0].tokens, vec![1]);
         assert_eq!(routed[1].tokens, vec![1]);
         assert_eq!(routed[2].tokens, vec![0]);
@@ -301,6 +469,7 @@ mod tests {
                 normalize: false,
                 ..TWO_OF_FOUR
             },
+            None,
         );
         close(raw[3].weights[0], 0.4);
         close(raw[0].weights[0], e / (e + 3.0));
@@ -338,6 +507,7 @@ mod tests {
                 .collect(),
             routing: TWO_OF_FOUR,
             shared: None,
+            correction: None,
         };
         let values: Vec<f32> = (0..batch * seq * hidden)
             .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)
@@ -366,7 +536,7 @@ mod tests {
         for (t, token) in values.chunks(hidden).enumerate() {
             let logits = matvec(&host(&moe.router), token, 4);
             let mut want = vec![0.0f32; hidden];
-            for (e, r) in route(&logits, TWO_OF_FOUR).iter().enumerate() {
+            for (e, r) in route(&logits, TWO_OF_FOUR, None).iter().enumerate() {
                 if r.tokens.is_empty() {
                     continue;
                 }

@@ -39,8 +39,16 @@ pub struct ModelShape {
     /// `H × E`); 0 for one MLP.
     pub experts: usize,
     /// The width of a shared expert beside the routed ones (three `H × S` matrices and a
-    /// gate `H × 1`); 0 without one.
+    /// gate `H × 1` unless ungated); 0 without one.
     pub shared_expert_size: usize,
+    /// Whether the shared expert's output passes a gate `H × 1` (Qwen2-MoE's; GLM-4.5's has
+    /// none).
+    pub shared_expert_gated: bool,
+    /// The first layers that have one dense MLP `dense_intermediate_size` wide instead of
+    /// experts (GLM-4.5's `first_k_dense_replace`); 0 where all layers are alike.
+    pub dense_layers: usize,
+    /// The MLP width of those dense layers.
+    pub dense_intermediate_size: usize,
 }
 
 impl ModelShape {
@@ -66,6 +74,12 @@ impl ModelShape {
             parallel_residual: config.extras.parallel_residual,
             experts: config.extras.experts.map_or(0, |e| e.count),
             shared_expert_size: config.extras.experts.and_then(|e| e.shared).unwrap_or(0),
+            shared_expert_gated: config.extras.experts.is_some_and(|e| !e.shared_ungated),
+            dense_layers: config
+                .extras
+                .experts
+                .map_or(0, |e| e.first_dense_layers.min(config.num_hidden_layers)),
+            dense_intermediate_size: config.intermediate_size,
         };
         let e = &config.extras;
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with
@@ -121,6 +135,9 @@ impl ModelShape {
             + expert_bias
             + sinks)
             * config.num_hidden_layers as u64
+            // The dense layers' MLPs in place of their experts.
+            + shape.dense_layers as u64 * shape.dense_mlp_parameters()
+            - shape.dense_layers as u64 * shape.expert_parameters()
             + shape.embedding_and_head_parameters()
             + positions
             // The final norm, and BLOOM's norm of the embeddings.
@@ -162,11 +179,23 @@ impl ModelShape {
 
     /// Parameters of the prunable linears of one layer:
     /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H + 3·H·I` (`2·H·I` in an MLP without a gate; with `E`
-    /// experts, `E·3·H·I + H·E`, the router's).
+    /// experts, `E·3·H·I + H·E`, the router's, and the shared expert's); the larger layer's
+    /// where the first layers have a dense MLP.
     pub fn linear_parameters_per_layer(&self) -> u64 {
         let h = self.hidden_size as u64;
         let q = (self.num_attention_heads * self.head_dim) as u64;
         let kv = (self.num_key_value_heads * self.head_dim) as u64;
+        let mlp = match self.dense_layers {
+            0 => self.expert_parameters(),
+            _ => self.expert_parameters().max(self.dense_mlp_parameters()),
+        };
+        h * q + 2 * h * kv + q * h + mlp
+    }
+
+    /// The linears of a layer's MLP: one MLP `I` wide, or `E` experts with their router and
+    /// the shared expert with its gate.
+    fn expert_parameters(&self) -> u64 {
+        let h = self.hidden_size as u64;
         let mlp = self.mlp_matrices() * h * self.intermediate_size as u64;
         let mlp = match self.experts as u64 {
             0 => mlp,
@@ -174,19 +203,25 @@ impl ModelShape {
         };
         let shared = match self.shared_expert_size as u64 {
             0 => 0,
-            s => self.mlp_matrices() * h * s + h,
+            s => self.mlp_matrices() * h * s + if self.shared_expert_gated { h } else { 0 },
         };
-        h * q + 2 * h * kv + q * h + mlp + shared
+        mlp + shared
     }
 
-    /// Parameters of one decoder layer: its linears, their biases where the architecture has
-    /// them, and its `norms` RMSNorm gains.
+    /// The linears of a dense layer's MLP before the layers with experts.
+    fn dense_mlp_parameters(&self) -> u64 {
+        self.mlp_matrices() * (self.hidden_size * self.dense_intermediate_size) as u64
+    }
+
+    /// Parameters of one decoder layer with the model's MLP (its experts, where it has them):
+    /// its linears, their biases where the architecture has them, and its `norms` RMSNorm
+    /// gains.
     fn layer_parameters(&self, qkv_bias: bool, o_bias: bool, norms: usize) -> u64 {
         let h = self.hidden_size as u64;
         let q = (self.num_attention_heads * self.head_dim) as u64;
         let kv = (self.num_key_value_heads * self.head_dim) as u64;
         let bias = if qkv_bias { q + 2 * kv } else { 0 } + if o_bias { h } else { 0 };
-        self.linear_parameters_per_layer() + bias + norms as u64
+        h * q + 2 * h * kv + q * h + self.expert_parameters() + bias + norms as u64
     }
 }
 

@@ -774,36 +774,42 @@ fn prune_linear(
     }
 }
 
-/// Decoder layer `i` taken from `model` to be pruned ([`Layers::take_layer`]), the first one
-/// checked against the `skip` patterns ([`check_skip_against`]); a refused pattern puts it
-/// back, so the model is left as it was.
+/// Decoder layer `i` taken from `model` to be pruned ([`Layers::take_layer`]); before the
+/// first one, the `skip` patterns are checked ([`check_skip_in`]), so a refused pattern leaves
+/// the model as it was.
 fn take_checked_layer<B: Backend>(
     model: &mut impl Layers<B>,
     i: usize,
     skip: &[String],
 ) -> Result<DecoderLayer<B>, PruneError> {
-    let layer = model.take_layer(i)?;
-    if i == 0 {
-        if let Err(refused) = check_skip_against(skip, model.layer_count(), &layer) {
-            model.set_layer(i, layer)?;
-            return Err(refused);
-        }
+    if i == 0 && !skip.is_empty() {
+        check_skip_in(model, skip)?;
     }
-    Ok(layer)
+    Ok(model.take_layer(i)?)
 }
 
-/// [`check_skip`] with the linears of `layer`, one of the model's `layers` layers.
-fn check_skip_against<B: Backend>(
-    skip: &[String],
-    layers: usize,
-    layer: &DecoderLayer<B>,
-) -> Result<(), PruneError> {
-    let names: Vec<String> = layer
-        .linears()
-        .into_iter()
-        .map(|(name, _, _)| name)
-        .collect();
-    check_skip(skip, layers, &names)
+/// [`check_skip`] with the linears of `model`'s layer 0 and, where a pattern matches none of
+/// them, also those of its last layer: a mixture of experts' first layers can have a dense MLP
+/// (GLM-4.5's `first_k_dense_replace`), its router and experts only in the later ones. Each
+/// layer is read and let go in turn (a streamed model holds one at a time).
+fn check_skip_in<B: Backend>(model: &impl Layers<B>, skip: &[String]) -> Result<(), PruneError> {
+    let layers = model.layer_count();
+    let names = |i| -> Result<Vec<String>, PruneError> {
+        let layer = model.layer(i)?;
+        Ok(layer
+            .linears()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect())
+    };
+    let mut all = names(0)?;
+    match check_skip(skip, layers, &all) {
+        Err(_) if layers > 1 => {
+            all.extend(names(layers - 1)?);
+            check_skip(skip, layers, &all)
+        }
+        checked => checked,
+    }
 }
 
 /// How a pruned linear goes back to the device.

@@ -132,6 +132,7 @@ fn every_family_gives_transformers_logits() {
         "ernie4_5",
         "gpt_oss",
         "gpt_oss-mxfp4",
+        "glm4_moe",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -679,6 +680,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("gpt_neo", false),
         ("ernie4_5", false),
         ("gpt_oss", false),
+        ("glm4_moe", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -740,6 +742,11 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
                 _ => 6 + usize::from(gated),
             };
             assert_eq!(resident.layers[0].linears().len(), linears);
+            if family == "glm4_moe" {
+                // After the dense first layer: the router, eight experts' three, the shared
+                // expert's three and no gate of its output.
+                assert_eq!(resident.layers[1].linears().len(), 4 + 1 + 8 * 3 + 3);
+            }
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);
             assert_eq!(

@@ -63,6 +63,9 @@ fn shape(
         parallel_residual: false,
         experts: 0,
         shared_expert_size: 0,
+        shared_expert_gated: false,
+        dense_layers: 0,
+        dense_intermediate_size: 0,
     }
 }
 

@@ -110,6 +110,9 @@ impl Family for GptOss {
             // The router's softmax is taken in the model's dtype.
             round_weights: true,
             shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: true,
             clamped_glu: Some(glu),
         };

@@ -15,6 +15,7 @@ pub mod gemma;
 pub mod gemma2;
 pub mod gemma3;
 pub mod glm;
+pub mod glm4_moe;
 pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod gpt_neo;
@@ -639,11 +640,14 @@ pub enum Architecture {
     /// alternating sliding and full layers, experts with biases and a clamped GLU stacked in
     /// 3-D tensors).
     GptOss,
+    /// `Glm4MoeForCausalLM` (GLM-4.5, GLM-4.5-Air, GLM-4.6: partial rotary, sigmoid-routed
+    /// experts in groups beside an ungated shared one, the first layers dense).
+    Glm4Moe,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 37] = [
+    pub const ALL: [Architecture; 38] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -681,6 +685,7 @@ impl Architecture {
         Architecture::GptNeo,
         Architecture::Ernie4_5,
         Architecture::GptOss,
+        Architecture::Glm4Moe,
     ];
 
     /// The family's adapter.
@@ -713,6 +718,7 @@ impl Architecture {
             Architecture::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Architecture::Olmoe => &olmoe::Olmoe,
             Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
+            Architecture::Glm4Moe => &glm4_moe::Glm4Moe,
             Architecture::Starcoder2 => &starcoder2::Starcoder2,
             Architecture::Gptj => &gptj::Gptj,
             Architecture::Nemotron => &nemotron::Nemotron,

@@ -52,6 +52,9 @@ impl Family for Olmoe {
             width: hf.intermediate_size.unwrap_or(2048),
             round_weights: true,
             shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
         };
@@ -102,6 +105,9 @@ mod tests {
             width: 1024,
             round_weights: true,
             shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
         };

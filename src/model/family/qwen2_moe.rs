@@ -55,6 +55,9 @@ impl Family for Qwen2Moe {
             width: hf.moe_intermediate_size.unwrap_or(1408),
             round_weights: true,
             shared: Some(shared),
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
         };
@@ -112,6 +115,9 @@ mod tests {
             width: 1408,
             round_weights: true,
             shared: Some(5632),
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
         };

@@ -47,6 +47,9 @@ impl Family for Qwen3Moe {
             width: hf.moe_intermediate_size.unwrap_or(768),
             round_weights: true,
             shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
         };
@@ -120,6 +123,9 @@ mod tests {
             width: 768,
             round_weights: true,
             shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
         };
