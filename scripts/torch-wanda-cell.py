@@ -305,7 +305,9 @@ class ReferenceGlm4Moe(torch.nn.Module):
     def forward(self, hidden_states):
         batch, seq, hidden = hidden_states.shape
         x = hidden_states.view(-1, hidden)
-        logits = torch.nn.functional.linear(x.float(), self.gate.weight.float())
+        # Through the module, so that its hooks see the router's input (f32 in f32 runs, as
+        # transformers keeps the router).
+        logits = self.gate(x).float()
         scores = logits.sigmoid()
         choice = scores + self.correction
         group_scores = choice.view(-1, self.groups, self.count // self.groups).topk(2, dim=-1)[0].sum(dim=-1)
