@@ -158,6 +158,23 @@ model = model.eval().to(DT)
 model.config.use_cache = False
 
 
+def linear_experts(stacks, count, hidden, inter, names):
+    """transformers 5's 3-D expert stacks (`gate_up_proj` `[experts, 2·inter, hidden]`, gate rows
+    first, and `down_proj`) as transformers 4's per-expert nn.Linear modules, named `names`
+    (gate, up, down)."""
+    gate, up, down = names
+    experts = torch.nn.ModuleList()
+    for e in range(count):
+        expert = torch.nn.Module()
+        for name, rows in ((gate, slice(0, inter)), (up, slice(inter, 2 * inter))):
+            setattr(expert, name, torch.nn.Linear(hidden, inter, bias=False))
+            getattr(expert, name).weight.data = stacks.gate_up_proj.data[e, rows].clone()
+        setattr(expert, down, torch.nn.Linear(inter, hidden, bias=False))
+        getattr(expert, down).weight.data = stacks.down_proj.data[e].clone()
+        experts.append(expert)
+    return experts
+
+
 class ReferenceMoe(torch.nn.Module):
     """A sparse mixture of experts as transformers 4.4x builds it, whose modules the reference's
     find_layers sees: an nn.Linear router `gate` and experts of nn.Linear (Mixtral's `w1`, `w3`,
@@ -180,16 +197,7 @@ class ReferenceMoe(torch.nn.Module):
         self.names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
         self.gate = torch.nn.Linear(hidden, self.count, bias=False)
         self.gate.weight.data = block.gate.weight.data.clone()
-        self.experts = torch.nn.ModuleList()
-        gate, up, down = self.names
-        for e in range(self.count):
-            expert = torch.nn.Module()
-            for name, rows in ((gate, slice(0, inter)), (up, slice(inter, 2 * inter))):
-                setattr(expert, name, torch.nn.Linear(hidden, inter, bias=False))
-                getattr(expert, name).weight.data = block.experts.gate_up_proj.data[e, rows].clone()
-            setattr(expert, down, torch.nn.Linear(inter, hidden, bias=False))
-            getattr(expert, down).weight.data = block.experts.down_proj.data[e].clone()
-            self.experts.append(expert)
+        self.experts = linear_experts(block.experts, self.count, hidden, inter, self.names)
         self.act = block.experts.act_fn
         # Qwen2-MoE's shared expert and its gate: nn.Linear modules already.
         self.shared_expert = getattr(block, "shared_expert", None)
@@ -290,15 +298,8 @@ class ReferenceGlm4Moe(torch.nn.Module):
         self.gate = torch.nn.Linear(hidden, self.count, bias=False)
         self.gate.weight.data = router.weight.data.clone()
         self.register_buffer("correction", router.e_score_correction_bias.data.clone())
-        self.experts = torch.nn.ModuleList()
-        for e in range(self.count):
-            expert = torch.nn.Module()
-            for name, rows in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, 2 * inter))):
-                setattr(expert, name, torch.nn.Linear(hidden, inter, bias=False))
-                getattr(expert, name).weight.data = block.experts.gate_up_proj.data[e, rows].clone()
-            expert.down_proj = torch.nn.Linear(inter, hidden, bias=False)
-            expert.down_proj.weight.data = block.experts.down_proj.data[e].clone()
-            self.experts.append(expert)
+        self.experts = linear_experts(block.experts, self.count, hidden, inter,
+                                      ("gate_proj", "up_proj", "down_proj"))
         self.act = block.experts.act_fn
         self.shared_experts = block.shared_experts
 

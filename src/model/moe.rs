@@ -217,9 +217,9 @@ fn sigmoid_choice(
         Some(bias) => scores.iter().zip(bias).map(|(s, b)| s + b).collect(),
         None => scores.clone(),
     };
-    let size = row.len() / sigmoid.groups.max(1);
+    let size = (row.len() / sigmoid.groups.max(1)).max(1);
     let group_scores: Vec<f32> = choice
-        .chunks(size.max(1))
+        .chunks(size)
         .map(|group| {
             let mut best = group.to_vec();
             best.sort_by(|a, b| b.total_cmp(a));
@@ -230,7 +230,7 @@ fn sigmoid_choice(
     groups.sort_by(|&a, &b| group_scores[b].total_cmp(&group_scores[a]));
     groups.truncate(sigmoid.groups_per_token);
     let mut order: Vec<usize> = (0..row.len())
-        .filter(|e| groups.contains(&(e / size.max(1))))
+        .filter(|e| groups.contains(&(e / size)))
         .collect();
     order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]));
     order.truncate(routing.per_token);
@@ -473,6 +473,43 @@ mod tests {
         );
         close(raw[3].weights[0], 0.4);
         close(raw[0].weights[0], e / (e + 3.0));
+    }
+
+    #[test]
+    fn sigmoid_routing_chooses_by_corrected_scores_within_the_best_groups() {
+        // Four experts in two groups of two, one group open, two experts a token, renormalised
+        // and scaled by 2. The sigmoids are 0.5, σ(1) = 0.731, σ(2) = 0.881, σ(-1) = 0.269; a
+        // correction of +0.6 on expert 3 makes the second group's sum 0.881 + 0.869 = 1.750
+        // beat the first's 1.231, so the token goes to experts 2 and 3, weighted by their
+        // sigmoids (not the corrected scores): 2·σ(2)/(σ(2) + σ(-1)) and 2·σ(-1)/(σ(2) + σ(-1)).
+        let routing = Experts {
+            sigmoid: Some(SigmoidRouting {
+                groups: 2,
+                groups_per_token: 1,
+                scale: 2.0,
+            }),
+            ..TWO_OF_FOUR
+        };
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let routed = route(&[0.0, 1.0, 2.0, -1.0], routing, Some(&[0.0, 0.0, 0.0, 0.6]));
+        assert!(routed[0].tokens.is_empty() && routed[1].tokens.is_empty());
+        let (two, three) = (sig(2.0), sig(-1.0));
+        let close = |a: f32, b: f64| assert!((f64::from(a) - b).abs() < 1e-6, "{a} vs {b}");
+        close(routed[2].weights[0], 2.0 * two / (two + three));
+        close(routed[3].weights[0], 2.0 * three / (two + three));
+        // Without the corrections the first group wins (1.231 against 0.881 + 0.269 = 1.150),
+        // and without renormalising the weights are 2·σ.
+        let plain = route(
+            &[0.0, 1.0, 2.0, -1.0],
+            Experts {
+                normalize: false,
+                ..routing
+            },
+            None,
+        );
+        close(plain[0].weights[0], 2.0 * 0.5);
+        close(plain[1].weights[0], 2.0 * sig(1.0));
+        assert!(plain[2].tokens.is_empty() && plain[3].tokens.is_empty());
     }
 
     /// A seeded `[in, out]` linear without a bias.

@@ -87,6 +87,14 @@ impl Family for Glm4Moe {
                 ),
             ));
         }
+        let routing = SigmoidRouting {
+            groups: hf.n_group.unwrap_or(1),
+            groups_per_token: hf.topk_group.unwrap_or(1),
+            scale: positive_number(
+                "routed_scaling_factor",
+                hf.routed_scaling_factor.unwrap_or(1.0),
+            )?,
+        };
         let experts = super::checked_experts(
             Experts {
                 count: hf.n_routed_experts.unwrap_or(128),
@@ -97,21 +105,14 @@ impl Family for Glm4Moe {
                 round_weights: false,
                 shared: Some(shared * width),
                 shared_ungated: true,
-                sigmoid: Some(SigmoidRouting {
-                    groups: hf.n_group.unwrap_or(1),
-                    groups_per_token: hf.topk_group.unwrap_or(1),
-                    scale: positive_number(
-                        "routed_scaling_factor",
-                        hf.routed_scaling_factor.unwrap_or(1.0),
-                    )?,
-                }),
+                sigmoid: Some(routing),
                 first_dense_layers,
                 biased: false,
                 clamped_glu: None,
             },
             "n_routed_experts",
         )?;
-        check_groups(experts)?;
+        check_groups(&experts, routing)?;
         Ok(DecoderExtras {
             experts: Some(experts),
             rotary_dim: super::partial_rotary(
@@ -151,13 +152,10 @@ impl Family for Glm4Moe {
     }
 }
 
-/// Refuses groups transformers' router cannot form: `n_group` must divide the experts into
+/// Refuses groups of `experts` that transformers' router cannot form by `routing`: `n_group` must divide the experts into
 /// groups of at least two (each group is scored by its two best experts), `topk_group` be
 /// between 1 and `n_group`, and the chosen groups hold at least `num_experts_per_tok` experts.
-fn check_groups(experts: Experts) -> Result<(), ConfigError> {
-    let Some(routing) = experts.sigmoid else {
-        return Ok(());
-    };
+fn check_groups(experts: &Experts, routing: SigmoidRouting) -> Result<(), ConfigError> {
     let groups = routing.groups;
     if groups == 0 || !experts.count.is_multiple_of(groups) || experts.count / groups < 2 {
         return Err(invalid(
