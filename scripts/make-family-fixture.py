@@ -6,7 +6,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
-             gpt_oss gpt_oss-mxfp4 glm4_moe; do
+             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -353,6 +353,35 @@ def config(family):
             n_shared_experts=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
             first_k_dense_replace=1, norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
             head_dim=16, partial_rotary_factor=0.5, pad_token_id=0, **common)
+    if family in ("deepseek_v2", "deepseek_v3"):
+        # DeepSeek's multi-head latent attention: keys and values from a 32-wide latent (normed,
+        # then kv_b_proj), each head's query and key 16 dimensions without position and 8
+        # rotated (one key head of them shared), values 12 wide; YaRN whose mscale_all_dim
+        # scales the softmax. A dense first layer (112 wide), then eight experts 48 wide in four
+        # groups of two, two a token, x2.5, beside a shared expert
+        # 2 x 48 wide added ungated.
+        # V2 (V2-Lite's layout): q_proj, softmax routing (group_limited_greedy: from the one
+        # group with the best probability; never renormalised), complex (neighbour-pair)
+        # rotation.
+        # V3: queries through a 24-wide latent (q_a_proj, q_a_layernorm, q_b_proj), biases on
+        # q_a/kv_a/o (attention_bias), sigmoid routing with correction biases, renormalised,
+        # interleaved rotation (rope_interleave), YaRN's cosines scaled too (mscale != mscale_all_dim).
+        common.update(num_hidden_layers=3, num_key_value_heads=4)
+        mla = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
+                   n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                   n_shared_experts=2, n_group=4, routed_scaling_factor=2.5,
+                   first_k_dense_replace=1, pad_token_id=0)
+        yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                "beta_fast": 32.0, "beta_slow": 1.0, "rope_theta": 10_000.0}
+        if family == "deepseek_v2":
+            return transformers.DeepseekV2Config(
+                q_lora_rank=None, topk_method="group_limited_greedy", norm_topk_prob=False,
+                topk_group=1,
+                rope_parameters={**yarn, "mscale": 0.707, "mscale_all_dim": 0.707},
+                **mla, **common)
+        return transformers.DeepseekV3Config(
+            q_lora_rank=24, topk_group=2, norm_topk_prob=True, attention_bias=True, rope_interleave=True,
+            rope_parameters={**yarn, "mscale": 1.0, "mscale_all_dim": 0.8}, **mla, **common)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -415,17 +444,18 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight", "ln_2.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie")) and name.endswith((".bias", "_bias")):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie", "deepseek_v3")) and name.endswith((".bias", "_bias")):
                 p.uniform_(-0.5, 0.5)
             elif name.endswith("self_attn.sinks"):
                 # Sinks of the scores' size, so that each takes a visible share of its softmax.
                 p.uniform_(0.0, 2.0)
-        if model.config.model_type == "glm4_moe":
+        if model.config.model_type in ("glm4_moe", "deepseek_v2", "deepseek_v3"):
             # Routers whose logits spread (transformers draws them at 0.02), and correction
             # biases of the sigmoid scores' size, so that both decide which experts are chosen.
             for layer in model.model.layers[model.config.first_k_dense_replace:]:
                 layer.mlp.gate.weight.normal_(0.0, 0.5)
-                layer.mlp.gate.e_score_correction_bias.uniform_(-0.3, 0.3)
+                if hasattr(layer.mlp.gate, "e_score_correction_bias"):
+                    layer.mlp.gate.e_score_correction_bias.uniform_(-0.3, 0.3)
     if family == "gpt_oss-mxfp4":
         mxfp4_experts(model)
     model.save_pretrained(out, safe_serialization=True)
@@ -510,6 +540,30 @@ def main():
                 for l, (open_groups, scale) in zip(moe_layers, routers):
                     l.mlp.gate.topk_group, l.mlp.gate.routed_scaling_factor = open_groups, scale
                 print(f"without the {what} the logits move by", moved)
+        if model.config.model_type in ("deepseek_v2", "deepseek_v3"):
+            attns = [l.self_attn for l in model.model.layers]
+            scalings = [a.scaling for a in attns]
+            for a in attns:
+                a.scaling = a.qk_head_dim ** -0.5
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            for a, scaling in zip(attns, scalings):
+                a.scaling = scaling
+            print("without mscale_all_dim's softmax factor the logits move by", moved)
+            gates = [l.mlp.gate for l in model.model.layers[model.config.first_k_dense_replace:]]
+            saved = [(g.topk_group, g.routed_scaling_factor) for g in gates]
+            for what, undo in [("groups", lambda g: setattr(g, "topk_group", 4)),
+                               ("routing scale", lambda g: setattr(g, "routed_scaling_factor", 1.0))]:
+                for g in gates:
+                    undo(g)
+                moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+                for g, (open_groups, scale) in zip(gates, saved):
+                    g.topk_group, g.routed_scaling_factor = open_groups, scale
+                print(f"without the {what} the logits move by", moved)
+        if model.config.model_type == "deepseek_v3":
+            model.config.rope_interleave = False
+            moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            model.config.rope_interleave = True
+            print("rotating halves instead of neighbours moves the logits by", moved)
         if getattr(model.config, "attn_logit_softcapping", None):
             for layer in model.model.layers:
                 layer.self_attn.attn_logit_softcapping = None

@@ -308,7 +308,19 @@ class ReferenceGlm4Moe(torch.nn.Module):
         x = hidden_states.view(-1, hidden)
         # Through the module, so that its hooks see the router's input (f32 in f32 runs, as
         # transformers keeps the router).
-        logits = self.gate(x).float()
+        weights, chosen = self.route(self.gate(x).float())
+        out = torch.zeros_like(x)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = int(e[0])
+            choice_pos, token = torch.where(mask[e])
+            expert, rows = self.experts[e], x[token]
+            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
+            out.index_add_(0, token, (y * weights[token, choice_pos, None]).to(x.dtype))
+        return out.view(batch, seq, hidden) + self.shared_experts(hidden_states)
+
+    def route(self, logits):
+        """The chosen experts' weights and indices, `[tokens, top_k]` each, from f32 logits."""
         scores = logits.sigmoid()
         choice = scores + self.correction
         group_scores = choice.view(-1, self.groups, self.count // self.groups).topk(2, dim=-1)[0].sum(dim=-1)
@@ -320,16 +332,33 @@ class ReferenceGlm4Moe(torch.nn.Module):
         weights = scores.gather(1, chosen)
         if self.normalize:
             weights /= weights.sum(dim=-1, keepdim=True) + 1e-20
-        weights = weights * self.scale
-        out = torch.zeros_like(x)
-        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
-        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-            e = int(e[0])
-            choice_pos, token = torch.where(mask[e])
-            expert, rows = self.experts[e], x[token]
-            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
-            out.index_add_(0, token, (y * weights[token, choice_pos, None]).to(x.dtype))
-        return out.view(batch, seq, hidden) + self.shared_experts(hidden_states)
+        return weights * self.scale, chosen
+
+
+class ReferenceDeepseekV2Moe(ReferenceGlm4Moe):
+    """DeepSeek-V2's mixture of experts (transformers 5.24's `DeepseekV2Moe`) over the same
+    modules as GLM-4.5's, routed as `DeepseekV2TopkRouter` routes: the softmax of the f32
+    logits; `greedy` the top-k, `group_limited_greedy` the top-k within the `topk_group` groups
+    with the best probability; never renormalised; times `routed_scaling_factor`."""
+
+    def __init__(self, block, config):
+        router = block.gate
+        router.norm_topk_prob = False
+        router.e_score_correction_bias = torch.zeros(router.num_experts)
+        super().__init__(block, config)
+        self.method = router.topk_method
+
+    def route(self, logits):
+        scores = logits.softmax(dim=-1, dtype=torch.float32)
+        if self.method == "group_limited_greedy":
+            size = self.count // self.groups
+            group_scores = scores.view(-1, self.groups, size).max(dim=-1).values
+            group_idx = torch.topk(group_scores, k=self.open, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = group_mask.unsqueeze(-1).expand(-1, self.groups, size).reshape(-1, self.count)
+            scores = scores.masked_fill(~score_mask.bool(), 0.0)
+        weights, chosen = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+        return weights * self.scale, chosen
 
 
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
@@ -341,9 +370,13 @@ if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
 if model.config.model_type == "gpt_oss":
     for layer in model.model.layers:
         layer.mlp = ReferenceGptOssMoe(layer.mlp, model.config)
-if model.config.model_type == "glm4_moe":
+if model.config.model_type in ("glm4_moe", "deepseek_v3"):
+    # DeepSeek-V3's router is GLM-4.5's (`DeepseekV3TopkRouter`).
     for layer in model.model.layers[model.config.first_k_dense_replace:]:
         layer.mlp = ReferenceGlm4Moe(layer.mlp, model.config)
+if model.config.model_type == "deepseek_v2":
+    for layer in model.model.layers[model.config.first_k_dense_replace:]:
+        layer.mlp = ReferenceDeepseekV2Moe(layer.mlp, model.config)
 
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"

@@ -948,6 +948,7 @@ mod tests {
             shared_expert_gated: false,
             dense_layers: 0,
             dense_intermediate_size: 0,
+            latent_attention: None,
         }
     }
 
@@ -1184,6 +1185,7 @@ mod tests {
             shared_expert_gated: false,
             dense_layers: 0,
             dense_intermediate_size: 0,
+            latent_attention: None,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1273,6 +1275,7 @@ mod tests {
             shared_expert_gated: false,
             dense_layers: 0,
             dense_intermediate_size: 0,
+            latent_attention: None,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

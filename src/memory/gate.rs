@@ -364,6 +364,7 @@ mod tests {
             shared_expert_gated: false,
             dense_layers: 0,
             dense_intermediate_size: 0,
+            latent_attention: None,
         }
     }
 

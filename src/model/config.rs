@@ -390,6 +390,31 @@ pub struct HfLlamaConfig {
     /// GLM-4.5: the first layers with a dense MLP instead of experts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_k_dense_replace: Option<usize>,
+    /// DeepSeek: the queries' latent width; `Some(None)` where it is null (queries projected
+    /// directly, DeepSeek-V2-Lite), `None` where absent.
+    #[serde(default, deserialize_with = "present")]
+    pub q_lora_rank: Option<Option<usize>>,
+    /// DeepSeek: the keys' and values' latent width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_lora_rank: Option<usize>,
+    /// DeepSeek: a head's query and key dimensions without position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_nope_head_dim: Option<usize>,
+    /// DeepSeek: a head's rotated query and key dimensions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_rope_head_dim: Option<usize>,
+    /// DeepSeek: a head's value width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v_head_dim: Option<usize>,
+    /// DeepSeek-V2: `greedy` or `group_limited_greedy` routing (V3's `noaux_tc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_method: Option<String>,
+    /// DeepSeek: `softmax` (V2) or `sigmoid` (V3) router scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring_func: Option<String>,
+    /// DeepSeek-V3: whether rotated dimensions pair up as neighbours (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_interleave: Option<bool>,
     /// GPT-OSS: the clamp of its experts' gate and up projections (default 7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swiglu_limit: Option<f64>,
@@ -527,7 +552,10 @@ impl HfLlamaConfig {
                 format!("({num_kv_heads}) must divide num_attention_heads ({num_heads})"),
             ));
         }
-        let head_dim = match self.head_dim {
+        // The family's own checks first: they name its keys (DeepSeek's head width is the sum
+        // of two of them).
+        let extras = family.extras(self)?;
+        let head_dim = match family.head_dim(self) {
             Some(d) => d,
             None => {
                 if !self.hidden_size.is_multiple_of(num_heads) {
@@ -560,7 +588,6 @@ impl HfLlamaConfig {
             Some(s) => resolve_rope_scaling(s, self, family)?,
         };
         let biases = family.attention_biases(self);
-        let extras = family.extras(self)?;
         if let RopeScaling::LongRope {
             short_factor,
             long_factor,
@@ -671,8 +698,12 @@ impl HfLlamaConfig {
 
 /// Deserialises a key that is present, null or not, as `Some` (absent keys take the field's
 /// default, `None`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>, D::Error> {
-    Option::<f64>::deserialize(d).map(Some)
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// Deserialises `sliding_window_pattern` as the period of the full layers: a count (Gemma 3's

@@ -170,6 +170,9 @@ pub struct DecoderExtras {
     /// `self_attn.sinks`, one per query head).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attention_sinks: bool,
+    /// DeepSeek's multi-head latent attention in place of per-head q/k/v projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latent_attention: Option<crate::model::latent_attention::LatentAttention>,
 }
 
 /// Granite's factors ([`DecoderExtras::multipliers`]), each applied as transformers applies it

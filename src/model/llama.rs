@@ -21,6 +21,7 @@ use super::kernels::{
     kernels, linear_forward, project, project_all, HeadWeights, LayerWeights, LogitScale,
     ModelWeights, NormWeights, ATTENTION_BLOCK_BYTES,
 };
+use super::latent_attention::{LatentSelfAttention, SelfAttention};
 use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
@@ -302,17 +303,7 @@ impl<B: Backend> Attention<B> {
         let q = rotate(split(q, heads, &self.q_norm));
         let k = rotate(split(k, kv_heads, &self.k_norm));
         let v = split(v, kv_heads, &None);
-        let (k, v) = match ctx.cache {
-            Some(slot) => {
-                let (k, v) = match slot.take() {
-                    Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
-                    None => (k, v),
-                };
-                *slot = Some((k.clone(), v.clone()));
-                (k, v)
-            }
-            None => (k, v),
-        };
+        let (k, v) = extend_cache(ctx.cache, k, v);
         let groups = heads / kv_heads;
         let k = repeat_kv(k, groups);
         let v = repeat_kv(v, groups);
@@ -346,6 +337,28 @@ impl<B: Backend> Attention<B> {
         observe(LinearInput::AttnOut, &out);
         project(&self.o_proj, out)
     }
+}
+
+/// The keys and values a layer attends with: `k` and `v` after those of the cache, where there
+/// is one, which then holds them all.
+///
+/// # Shapes
+/// - `k`: `[batch, heads, new, k_dim]`, `v`: `[batch, heads, new, v_dim]` → `[batch, heads,
+///   cached + new, _]` each
+pub(crate) fn extend_cache<B: Backend>(
+    cache: Option<&mut Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let Some(slot) = cache else {
+        return (k, v);
+    };
+    let (k, v) = match slot.take() {
+        Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
+        None => (k, v),
+    };
+    *slot = Some((k.clone(), v.clone()));
+    (k, v)
 }
 
 /// How attention scores are formed beyond causality: a sliding window, a scale other than
@@ -673,7 +686,7 @@ fn pre_norm<B: Backend>(norm: &Option<Norm<B>>, x: Tensor<B, 3>) -> Tensor<B, 3>
 #[derive(Module, Debug)]
 pub struct DecoderLayer<B: Backend> {
     /// Attention block.
-    pub(crate) self_attn: Attention<B>,
+    pub(crate) self_attn: SelfAttention<B>,
     /// Feed-forward block.
     pub(crate) mlp: FeedForward<B>,
     /// Norm before attention; `None` where attention reads the residual stream itself
@@ -782,8 +795,16 @@ impl<B: Backend> DecoderLayer<B> {
                 routing,
             }),
         };
-        Ok(DecoderLayer {
-            self_attn: Attention {
+        let self_attn = match config.extras.latent_attention {
+            Some(shape) => SelfAttention::Latent(LatentSelfAttention::assemble(
+                shape,
+                h,
+                heads,
+                config.qkv_bias,
+                &linear,
+                &norm,
+            )?),
+            None => SelfAttention::Heads(Attention {
                 q_proj: linear("self_attn.q_proj", h, heads * d, config.qkv_bias)?,
                 k_proj: linear("self_attn.k_proj", h, kv * d, config.qkv_bias)?,
                 v_proj: linear("self_attn.v_proj", h, kv * d, config.qkv_bias)?,
@@ -806,7 +827,10 @@ impl<B: Backend> DecoderLayer<B> {
                     .attention_sinks
                     .then(|| vector(SINKS, heads))
                     .transpose()?,
-            },
+            }),
+        };
+        Ok(DecoderLayer {
+            self_attn,
             mlp,
             input_layernorm: pre_norm("input_layernorm")?,
             post_attention_layernorm: if sandwich {
@@ -954,7 +978,7 @@ impl<B: Backend> DecoderLayer<B> {
     /// The borrowed view of this layer that the kernels read; `None` for a layer with
     /// experts, which only the generic path runs.
     fn weights(&self) -> Option<LayerWeights<'_, B>> {
-        let a = &self.self_attn;
+        let a = self.self_attn.heads()?;
         let FeedForward::Dense(m) = &self.mlp else {
             return None;
         };
@@ -995,13 +1019,7 @@ impl<B: Backend> DecoderLayer<B> {
     /// seven, six in an MLP without a gate; with experts, the four of attention, the router
     /// and each expert's three.
     pub fn linears(&self) -> Vec<(String, LinearInput, &Linear<B>)> {
-        let a = &self.self_attn;
-        let mut linears = vec![
-            ("self_attn.q_proj".into(), LinearInput::AttnIn, &a.q_proj),
-            ("self_attn.k_proj".into(), LinearInput::AttnIn, &a.k_proj),
-            ("self_attn.v_proj".into(), LinearInput::AttnIn, &a.v_proj),
-            ("self_attn.o_proj".into(), LinearInput::AttnOut, &a.o_proj),
-        ];
+        let mut linears = self.self_attn.linears();
         let (input, hidden) = (LinearInput::MlpIn, LinearInput::MlpHidden);
         match &self.mlp {
             FeedForward::Dense(m) => linears.extend(m.linears("mlp", input, hidden)),
@@ -1014,7 +1032,6 @@ impl<B: Backend> DecoderLayer<B> {
     /// layer norms (four with output norms, Gemma's names), then the per-head q/k norms where
     /// the family has them.
     pub fn norms(&self) -> Vec<(&'static str, &Norm<B>)> {
-        let a = &self.self_attn;
         let mut norms: Vec<_> = self
             .input_layernorm
             .iter()
@@ -1029,8 +1046,7 @@ impl<B: Backend> DecoderLayer<B> {
                 norms.push(("post_feedforward_layernorm", &out.mlp));
             }
         }
-        norms.extend(a.q_norm.as_ref().map(|n| ("self_attn.q_norm", n)));
-        norms.extend(a.k_norm.as_ref().map(|n| ("self_attn.k_norm", n)));
+        norms.extend(self.self_attn.norms());
         norms
     }
 
@@ -1042,7 +1058,7 @@ impl<B: Backend> DecoderLayer<B> {
             FeedForward::Experts(moe) => moe.correction.as_deref(),
             FeedForward::Dense(_) => None,
         };
-        let sinks = self.self_attn.sinks.as_deref();
+        let sinks = self.self_attn.heads().and_then(|a| a.sinks.as_deref());
         sinks
             .map(|sinks| (SINKS, sinks))
             .into_iter()
@@ -1052,20 +1068,14 @@ impl<B: Backend> DecoderLayer<B> {
 
     /// Mutable access to the linear named as in [`DecoderLayer::linears`].
     pub fn linear_mut(&mut self, name: &str) -> Option<&mut Linear<B>> {
-        let a = &mut self.self_attn;
-        Some(match name {
-            "self_attn.q_proj" => &mut a.q_proj,
-            "self_attn.k_proj" => &mut a.k_proj,
-            "self_attn.v_proj" => &mut a.v_proj,
-            "self_attn.o_proj" => &mut a.o_proj,
-            _ => {
-                let proj = name.strip_prefix("mlp.")?;
-                return match &mut self.mlp {
-                    FeedForward::Dense(m) => m.linear_mut(proj),
-                    FeedForward::Experts(moe) => moe.linear_mut(proj),
-                };
-            }
-        })
+        if name.starts_with("self_attn.") {
+            return self.self_attn.linear_mut(name);
+        }
+        let proj = name.strip_prefix("mlp.")?;
+        match &mut self.mlp {
+            FeedForward::Dense(m) => m.linear_mut(proj),
+            FeedForward::Experts(moe) => moe.linear_mut(proj),
+        }
     }
 }
 

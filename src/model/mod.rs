@@ -18,6 +18,7 @@ pub mod family;
 pub mod gguf;
 pub mod host;
 pub mod kernels;
+pub mod latent_attention;
 pub mod llama;
 pub mod moe;
 pub mod mxfp4;

@@ -70,6 +70,10 @@ pub struct Experts {
     /// decoder's gated MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clamped_glu: Option<ClampedGlu>,
+    /// Tokens are routed by the softmax within the best groups and the weights scaled
+    /// (DeepSeek-V2's router); `None`: over all experts, unscaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_softmax: Option<LimitedSoftmax>,
 }
 
 /// `serde`'s test for a count left out of a config when it is 0.
@@ -86,6 +90,21 @@ fn is_zero(n: &usize) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SigmoidRouting {
     /// Groups of experts (`n_group`).
+    pub groups: usize,
+    /// Groups a token's experts come from (`topk_group`).
+    pub groups_per_token: usize,
+    /// The factor of the routing weights (`routed_scaling_factor`).
+    pub scale: f64,
+}
+
+/// DeepSeek-V2's router (transformers' `DeepseekV2TopkRouter`): per token the softmax of the
+/// router logits in f32; the experts chosen by that probability among the `groups_per_token`
+/// of `groups` equal groups whose best probability is highest (`group_limited_greedy`; one
+/// group open to all is `greedy`); each chosen expert's weight its probability, renormalised
+/// where [`Experts::normalize`] says (DeepSeek-V2's never is), times `scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LimitedSoftmax {
+    /// Groups of experts (`n_group`; 1 under `greedy`).
     pub groups: usize,
     /// Groups a token's experts come from (`topk_group`).
     pub groups_per_token: usize,
@@ -180,25 +199,52 @@ pub(crate) fn route(logits: &[f32], routing: Experts, correction: Option<&[f32]>
 }
 
 /// One token's experts with their weights by the softmax of its logits in f32: the
-/// `per_token` most probable (the lower index first among equals), their probabilities
-/// renormalised in f32 where `routing` says so.
+/// `per_token` most probable (the lower index first among equals), within the best groups by
+/// their best probability where the routing is [`LimitedSoftmax`]; their probabilities
+/// renormalised in f32 where `routing` says so, times the limited softmax's scale.
 fn softmax_choice(row: &[f32], routing: Experts) -> Vec<(usize, f32)> {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let exp: Vec<f64> = row.iter().map(|&l| f64::from(l - max).exp()).collect();
     let total: f64 = exp.iter().sum();
     let probs: Vec<f32> = exp.iter().map(|&e| (e / total) as f32).collect();
-    let mut order: Vec<usize> = (0..row.len()).collect();
+    let mut order: Vec<usize> = match routing.limited_softmax {
+        Some(limit) => {
+            let size = (row.len() / limit.groups.max(1)).max(1);
+            let best = |group: usize| {
+                probs[group * size..(group + 1) * size]
+                    .iter()
+                    .copied()
+                    .fold(f32::NEG_INFINITY, f32::max)
+            };
+            let open = best_groups(limit.groups, limit.groups_per_token, best);
+            (0..row.len())
+                .filter(|e| open.contains(&(e / size)))
+                .collect()
+        }
+        None => (0..row.len()).collect(),
+    };
     // Stable: equal probabilities keep the lower expert first.
     order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
     order.truncate(routing.per_token);
     let sum: f32 = order.iter().map(|&e| probs[e]).sum();
+    let scale = routing.limited_softmax.map_or(1.0, |l| l.scale as f32);
     order
         .into_iter()
         .map(|e| match routing.normalize {
-            true => (e, probs[e] / sum),
-            false => (e, probs[e]),
+            true => (e, probs[e] / sum * scale),
+            false => (e, probs[e] * scale),
         })
         .collect()
+}
+
+/// The `open` of `groups` groups with the highest `score` (the lower index first among
+/// equals).
+fn best_groups(groups: usize, open: usize, score: impl Fn(usize) -> f32) -> Vec<usize> {
+    let scores: Vec<f32> = (0..groups).map(score).collect();
+    let mut order: Vec<usize> = (0..groups).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    order.truncate(open);
+    order
 }
 
 /// One token's experts with their weights by [`SigmoidRouting`], in f32 as transformers
@@ -218,17 +264,11 @@ fn sigmoid_choice(
         None => scores.clone(),
     };
     let size = (row.len() / sigmoid.groups.max(1)).max(1);
-    let group_scores: Vec<f32> = choice
-        .chunks(size)
-        .map(|group| {
-            let mut best = group.to_vec();
-            best.sort_by(|a, b| b.total_cmp(a));
-            best.iter().take(2).sum()
-        })
-        .collect();
-    let mut groups: Vec<usize> = (0..group_scores.len()).collect();
-    groups.sort_by(|&a, &b| group_scores[b].total_cmp(&group_scores[a]));
-    groups.truncate(sigmoid.groups_per_token);
+    let groups = best_groups(sigmoid.groups, sigmoid.groups_per_token, |group| {
+        let mut best = choice[group * size..(group + 1) * size].to_vec();
+        best.sort_by(|a, b| b.total_cmp(a));
+        best.iter().take(2).sum()
+    });
     let mut order: Vec<usize> = (0..row.len())
         .filter(|e| groups.contains(&(e / size)))
         .collect();
@@ -303,14 +343,15 @@ impl<B: Backend> SparseMoe<B> {
         let [batch, seq, hidden] = x.dims();
         let device = x.device();
         let flat = x.reshape([batch * seq, hidden]);
-        let logits = match self.routing.sigmoid {
-            // The sigmoid router computes in f32 from the input in f32, as transformers keeps
-            // it (`_keep_in_fp32_modules_strict`).
-            Some(_) => flat
+        let in_f32 = self.routing.sigmoid.is_some() || self.routing.limited_softmax.is_some();
+        let logits = match in_f32 {
+            // DeepSeek's routers compute in f32 from the input in f32, as transformers keeps
+            // them (`_keep_in_fp32_modules_strict`, `F.linear` of f32 casts).
+            true => flat
                 .clone()
                 .cast(FloatDType::F32)
                 .matmul(self.router.weight.val().cast(FloatDType::F32)),
-            None => project(&self.router, flat.clone().unsqueeze::<3>())
+            false => project(&self.router, flat.clone().unsqueeze::<3>())
                 .cast(FloatDType::F32)
                 .reshape([batch * seq, self.routing.count]),
         };
@@ -442,6 +483,7 @@ mod tests {
         first_dense_layers: 0,
         biased: false,
         clamped_glu: None,
+        limited_softmax: None,
     };
 
     #[test]
@@ -510,6 +552,34 @@ mod tests {
         close(plain[0].weights[0], 2.0 * 0.5);
         close(plain[1].weights[0], 2.0 * sig(1.0));
         assert!(plain[2].tokens.is_empty() && plain[3].tokens.is_empty());
+    }
+
+    #[test]
+    fn limited_softmax_routes_within_the_best_group_and_scales_unnormalised() {
+        // Logits ln 1, ln 2, ln 3, ln 4: probabilities 0.1, 0.2, 0.3, 0.4. In two groups of
+        // two with one open, the token's best probability (0.4, expert 3) opens the second
+        // group: experts 3 and 2, weighted 3·0.4 and 3·0.3, not renormalised. A logit of
+        // ln 4.5 on expert 0 gives the first group the best probability (4.5 of 13.5 against
+        // 4), so experts 0 and 1 (3·4.5/13.5 and 3·2/13.5), though expert 3 outranks expert 1.
+        let routing = Experts {
+            normalize: false,
+            limited_softmax: Some(LimitedSoftmax {
+                groups: 2,
+                groups_per_token: 1,
+                scale: 3.0,
+            }),
+            ..TWO_OF_FOUR
+        };
+        let l = |v: f64| v.ln() as f32;
+        let close = |a: f32, b: f64| assert!((f64::from(a) - b).abs() < 1e-6, "{a} vs {b}");
+        let routed = route(&[l(1.0), l(2.0), l(3.0), l(4.0)], routing, None);
+        assert!(routed[0].tokens.is_empty() && routed[1].tokens.is_empty());
+        close(routed[3].weights[0], 3.0 * 0.4);
+        close(routed[2].weights[0], 3.0 * 0.3);
+        let routed = route(&[l(4.5), l(2.0), l(3.0), l(4.0)], routing, None);
+        assert!(routed[2].tokens.is_empty() && routed[3].tokens.is_empty());
+        close(routed[0].weights[0], 3.0 * 4.5 / 13.5);
+        close(routed[1].weights[0], 3.0 * 2.0 / 13.5);
     }
 
     /// A seeded `[in, out]` linear without a bias.

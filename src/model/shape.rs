@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::config::LlamaConfig;
+use super::latent_attention::LatentAttention;
 
 /// The dimensions of a Llama-family decoder that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -49,6 +50,8 @@ pub struct ModelShape {
     pub dense_layers: usize,
     /// The MLP width of those dense layers.
     pub dense_intermediate_size: usize,
+    /// DeepSeek's latent attention in place of q/k/v projections per head.
+    pub latent_attention: Option<LatentAttention>,
 }
 
 impl ModelShape {
@@ -80,6 +83,7 @@ impl ModelShape {
                 .experts
                 .map_or(0, |e| e.first_dense_layers.min(config.num_hidden_layers)),
             dense_intermediate_size: config.intermediate_size,
+            latent_attention: config.extras.latent_attention,
         };
         let e = &config.extras;
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with
@@ -182,14 +186,25 @@ impl ModelShape {
     /// experts, `E·3·H·I + H·E`, the router's, and the shared expert's); the larger layer's
     /// where the first layers have a dense MLP.
     pub fn linear_parameters_per_layer(&self) -> u64 {
-        let h = self.hidden_size as u64;
-        let q = (self.num_attention_heads * self.head_dim) as u64;
-        let kv = (self.num_key_value_heads * self.head_dim) as u64;
         let mlp = match self.dense_layers {
             0 => self.expert_parameters(),
             _ => self.expert_parameters().max(self.dense_mlp_parameters()),
         };
-        h * q + 2 * h * kv + q * h + mlp
+        self.attention_parameters(false, false) + mlp
+    }
+
+    /// The attention block's linears, with their biases where `qkv_bias` and `o_bias` say:
+    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H`, or the latent attention's (its norms' gains
+    /// included).
+    fn attention_parameters(&self, qkv_bias: bool, o_bias: bool) -> u64 {
+        let h = self.hidden_size as u64;
+        if let Some(latent) = self.latent_attention {
+            return latent.parameters(self.hidden_size, self.num_attention_heads, qkv_bias);
+        }
+        let q = (self.num_attention_heads * self.head_dim) as u64;
+        let kv = (self.num_key_value_heads * self.head_dim) as u64;
+        let bias = if qkv_bias { q + 2 * kv } else { 0 } + if o_bias { h } else { 0 };
+        h * q + 2 * h * kv + q * h + bias
     }
 
     /// The linears of a layer's MLP: one MLP `I` wide, or `E` experts with their router and
@@ -217,11 +232,7 @@ impl ModelShape {
     /// its linears, their biases where the architecture has them, and its `norms` RMSNorm
     /// gains.
     fn layer_parameters(&self, qkv_bias: bool, o_bias: bool, norms: usize) -> u64 {
-        let h = self.hidden_size as u64;
-        let q = (self.num_attention_heads * self.head_dim) as u64;
-        let kv = (self.num_key_value_heads * self.head_dim) as u64;
-        let bias = if qkv_bias { q + 2 * kv } else { 0 } + if o_bias { h } else { 0 };
-        h * q + 2 * h * kv + q * h + self.expert_parameters() + bias + norms as u64
+        self.attention_parameters(qkv_bias, o_bias) + self.expert_parameters() + norms as u64
     }
 }
 

@@ -133,6 +133,8 @@ fn every_family_gives_transformers_logits() {
         "gpt_oss",
         "gpt_oss-mxfp4",
         "glm4_moe",
+        "deepseek_v2",
+        "deepseek_v3",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
@@ -681,6 +683,8 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("ernie4_5", false),
         ("gpt_oss", false),
         ("glm4_moe", false),
+        ("deepseek_v2", false),
+        ("deepseek_v3", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -739,13 +743,27 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
                 "mixtral" | "qwen3_moe" | "olmoe" | "gpt_oss" => 4 + 1 + 4 * 3,
                 // And the shared expert's three and its gate.
                 "qwen2_moe" => 4 + 1 + 4 * 3 + 4,
+                // Latent attention's q_proj, kv_a_proj_with_mqa, kv_b_proj and o_proj (V3:
+                // q_a_proj and q_b_proj for q_proj), then the dense MLP's three.
+                "deepseek_v2" => 4 + 3,
+                "deepseek_v3" => 5 + 3,
                 _ => 6 + usize::from(gated),
             };
             assert_eq!(resident.layers[0].linears().len(), linears);
-            if family == "glm4_moe" {
-                // After the dense first layer: the router, eight experts' three, the shared
-                // expert's three and no gate of its output.
-                assert_eq!(resident.layers[1].linears().len(), 4 + 1 + 8 * 3 + 3);
+            // After the dense first layer: the router, eight experts' three, the shared
+            // expert's three and no gate of its output.
+            let attention = match family {
+                "glm4_moe" => Some(4),
+                "deepseek_v2" => Some(4),
+                "deepseek_v3" => Some(5),
+                _ => None,
+            };
+            if let Some(attention) = attention {
+                assert_eq!(
+                    resident.layers[1].linears().len(),
+                    attention + 1 + 8 * 3 + 3,
+                    "{family}"
+                );
             }
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);

@@ -66,6 +66,7 @@ fn shape(
         shared_expert_gated: false,
         dense_layers: 0,
         dense_intermediate_size: 0,
+        latent_attention: None,
     }
 }
 

@@ -214,6 +214,7 @@ mod tests {
             shared_expert_gated: false,
             dense_layers: 0,
             dense_intermediate_size: 0,
+            latent_attention: None,
         }
     }
 
@@ -236,6 +237,7 @@ mod tests {
             shared_expert_gated: false,
             dense_layers: 0,
             dense_intermediate_size: 0,
+            latent_attention: None,
         }
     }
 

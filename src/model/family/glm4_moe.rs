@@ -109,10 +109,11 @@ impl Family for Glm4Moe {
                 first_dense_layers,
                 biased: false,
                 clamped_glu: None,
+                limited_softmax: None,
             },
             "n_routed_experts",
         )?;
-        check_groups(&experts, routing)?;
+        super::check_groups(&experts, routing.groups, routing.groups_per_token, 2)?;
         Ok(DecoderExtras {
             experts: Some(experts),
             rotary_dim: super::partial_rotary(
@@ -150,35 +151,6 @@ impl Family for Glm4Moe {
         ]);
         keys
     }
-}
-
-/// Refuses groups of `experts` that transformers' router cannot form by `routing`: `n_group` must divide the experts into
-/// groups of at least two (each group is scored by its two best experts), `topk_group` be
-/// between 1 and `n_group`, and the chosen groups hold at least `num_experts_per_tok` experts.
-fn check_groups(experts: &Experts, routing: SigmoidRouting) -> Result<(), ConfigError> {
-    let groups = routing.groups;
-    if groups == 0 || !experts.count.is_multiple_of(groups) || experts.count / groups < 2 {
-        return Err(invalid(
-            "n_group",
-            format!(
-                "is {groups}; it must divide the {} experts (n_routed_experts) into groups of \
-                 at least 2",
-                experts.count
-            ),
-        ));
-    }
-    let open = routing.groups_per_token;
-    if open == 0 || open > groups || open * (experts.count / groups) < experts.per_token {
-        return Err(invalid(
-            "topk_group",
-            format!(
-                "is {open}; it must be between 1 and n_group ({groups}), and its groups hold at \
-                 least num_experts_per_tok ({}) experts",
-                experts.per_token
-            ),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -115,6 +115,7 @@ impl Family for GptOss {
             first_dense_layers: 0,
             biased: true,
             clamped_glu: Some(glu),
+            limited_softmax: None,
         };
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(experts, "num_local_experts")?),

@@ -73,6 +73,7 @@ impl Family for Mixtral {
                     first_dense_layers: 0,
                     biased: false,
                     clamped_glu: None,
+                    limited_softmax: None,
                 },
                 "num_local_experts",
             )?),
@@ -125,6 +126,7 @@ mod tests {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert_eq!(c.layer_window(0), None);

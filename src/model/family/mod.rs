@@ -8,6 +8,7 @@
 pub mod arcee;
 pub mod bloom;
 pub mod cohere;
+pub mod deepseek;
 pub mod ernie4_5;
 pub mod exaone4;
 pub mod falcon;
@@ -178,6 +179,39 @@ pub(crate) fn checked_experts(
         return Err(invalid("intermediate_size", "must be at least 1".into()));
     }
     Ok(experts)
+}
+
+/// Refuses groups of `experts` that transformers' grouped routers cannot form: `n_group`
+/// (`groups`) must divide the experts into groups of at least `smallest` (2 where a group is
+/// scored by its two best experts), `topk_group` (`open`) be between 1 and `n_group`, and the
+/// open groups hold at least `num_experts_per_tok` experts.
+pub(crate) fn check_groups(
+    experts: &crate::model::moe::Experts,
+    groups: usize,
+    open: usize,
+    smallest: usize,
+) -> Result<(), ConfigError> {
+    if groups == 0 || !experts.count.is_multiple_of(groups) || experts.count / groups < smallest {
+        return Err(invalid(
+            "n_group",
+            format!(
+                "is {groups}; it must divide the {} experts (n_routed_experts) into groups of \
+                 at least {smallest}",
+                experts.count
+            ),
+        ));
+    }
+    if open == 0 || open > groups || open * (experts.count / groups) < experts.per_token {
+        return Err(invalid(
+            "topk_group",
+            format!(
+                "is {open}; it must be between 1 and n_group ({groups}), and its groups hold at \
+                 least num_experts_per_tok ({}) experts",
+                experts.per_token
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The experts of a family whose router reads Qwen's keys (Qwen2-MoE, Qwen3-MoE, OLMoE):
@@ -444,6 +478,12 @@ pub trait Family: Sync {
         hf.num_key_value_heads
     }
 
+    /// The width of a head's queries and keys: `head_dim` unless the family derives it; `None`:
+    /// `hidden_size / num_attention_heads`.
+    fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        hf.head_dim
+    }
+
     /// The MLP's width: `intermediate_size` (OPT: `ffn_dim`) unless the family fixes it.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
         hf.intermediate_size.or(hf.ffn_dim)
@@ -643,11 +683,17 @@ pub enum Architecture {
     /// `Glm4MoeForCausalLM` (GLM-4.5, GLM-4.5-Air, GLM-4.6: partial rotary, sigmoid-routed
     /// experts in groups beside an ungated shared one, the first layers dense).
     Glm4Moe,
+    /// `DeepseekV2ForCausalLM` (DeepSeek-V2, V2-Lite, V2.5: latent attention, softmax-routed
+    /// experts beside an ungated shared one).
+    DeepseekV2,
+    /// `DeepseekV3ForCausalLM` (DeepSeek-V3, R1, Kimi K2: latent attention, sigmoid-routed
+    /// experts in groups).
+    DeepseekV3,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 38] = [
+    pub const ALL: [Architecture; 40] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -686,6 +732,8 @@ impl Architecture {
         Architecture::Ernie4_5,
         Architecture::GptOss,
         Architecture::Glm4Moe,
+        Architecture::DeepseekV2,
+        Architecture::DeepseekV3,
     ];
 
     /// The family's adapter.
@@ -719,6 +767,8 @@ impl Architecture {
             Architecture::Olmoe => &olmoe::Olmoe,
             Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Architecture::Glm4Moe => &glm4_moe::Glm4Moe,
+            Architecture::DeepseekV2 => &deepseek::DeepseekV2,
+            Architecture::DeepseekV3 => &deepseek::DeepseekV3,
             Architecture::Starcoder2 => &starcoder2::Starcoder2,
             Architecture::Gptj => &gptj::Gptj,
             Architecture::Nemotron => &nemotron::Nemotron,

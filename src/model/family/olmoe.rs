@@ -57,6 +57,7 @@ impl Family for Olmoe {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         Ok(DecoderExtras {
             qk_norm_across_heads: true,
@@ -110,6 +111,7 @@ mod tests {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm && c.extras.qk_norm_across_heads);

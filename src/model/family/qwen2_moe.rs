@@ -60,6 +60,7 @@ impl Family for Qwen2Moe {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -120,6 +121,7 @@ mod tests {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qkv_bias && !c.o_bias);

@@ -52,6 +52,7 @@ impl Family for Qwen3Moe {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -128,6 +129,7 @@ mod tests {
             first_dense_layers: 0,
             biased: false,
             clamped_glu: None,
+            limited_softmax: None,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm);

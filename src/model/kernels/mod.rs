@@ -177,6 +177,10 @@ pub enum LinearInput {
     ExpertIn(usize),
     /// Expert `e`'s `act(gate) * up` → its `down_proj`.
     ExpertHidden(usize),
+    /// The queries' normed latent of a latent attention → `q_b_proj` (DeepSeek's).
+    QueryLatent,
+    /// The keys' and values' normed latent of a latent attention → `kv_b_proj`.
+    KeyValueLatent,
 }
 
 /// A borrowed norm: per-channel gain `[hidden]` and the epsilon added to the mean square;

@@ -463,7 +463,7 @@ fn cached_decoding_matches(config: &LlamaConfig) {
     let ids = [3i64, 17, 5, 9, 30];
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids.to_vec(), [1, 5]), &device);
     let full: Vec<f32> = model.forward(tokens).into_data().to_vec().unwrap();
-    let mut cache = KvCache::new(2);
+    let mut cache = KvCache::new(config.num_hidden_layers);
     let mut stepped = Vec::new();
     let prefix =
         Tensor::<B, 2, Int>::from_data(TensorData::new(ids[..3].to_vec(), [1, 3]), &device);
@@ -487,6 +487,20 @@ fn cached_decoding_matches(config: &LlamaConfig) {
     assert_eq!(cache.len(), 5);
     for (a, b) in full.iter().zip(&stepped) {
         assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    }
+}
+
+/// DeepSeek's latent attention decodes from its cache as in one pass: V2's direct queries and
+/// V3's query latent, each with its rotated key shared by the heads.
+#[test]
+fn latent_attention_decodes_with_its_cache_as_in_one_pass() {
+    for json in [
+        include_str!("../../../tests/fixtures/models/tiny-deepseek_v2/config.json"),
+        include_str!("../../../tests/fixtures/models/tiny-deepseek_v3/config.json"),
+    ] {
+        let config = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
+        assert!(config.extras.latent_attention.is_some());
+        cached_decoding_matches(&config);
     }
 }
 

@@ -1,0 +1,431 @@
+//! DeepSeek-V2 (`DeepseekV2ForCausalLM`: DeepSeek-V2, V2-Lite, V2.5, DeepSeek-Coder-V2) and
+//! DeepSeek-V3 (`DeepseekV3ForCausalLM`: DeepSeek-V3, R1, Kimi K2), as transformers runs them:
+//! - multi-head latent attention ([`crate::model::latent_attention`]) from `q_lora_rank`
+//!   (null: queries projected directly), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`
+//!   and `v_head_dim`, biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj` where
+//!   `attention_bias` says; rotated dimensions paired as neighbours (V2's complex rotation, V3's
+//!   `rope_interleave`, default true); the softmax scaled by YaRN's `mscale_all_dim` factor
+//!   squared;
+//! - from layer `first_k_dense_replace` on, `n_routed_experts` SwiGLU experts of
+//!   `moe_intermediate_size` beside an ungated shared expert `n_shared_experts` times as wide
+//!   (`mlp.shared_experts`); before it, dense SwiGLU MLPs of `intermediate_size`;
+//! - V2 routes by the softmax ([`crate::model::moe::LimitedSoftmax`]: `greedy`, or
+//!   `group_limited_greedy` within the best `topk_group` of `n_group` groups), never
+//!   renormalised, times `routed_scaling_factor`; V3 as GLM-4.5 does
+//!   ([`crate::model::moe::SigmoidRouting`], with `mlp.gate.e_score_correction_bias`).
+//!
+//! V3's multi-token-prediction layer (`model.layers.<num_hidden_layers>`) is not part of the
+//! decoder, as in transformers; a saved copy has none and says so.
+
+use std::collections::BTreeMap;
+
+use super::{AttentionBiases, Family};
+use crate::model::config::{
+    invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
+use crate::model::latent_attention::LatentAttention;
+use crate::model::moe::{Experts, LimitedSoftmax, SigmoidRouting};
+
+/// `DeepseekV2ForCausalLM`.
+pub struct DeepseekV2;
+
+/// `DeepseekV3ForCausalLM`.
+pub struct DeepseekV3;
+
+/// The decoder's name of the shared expert and the checkpoint's.
+const SHARED: (&str, &str) = (".mlp.shared_expert.", ".mlp.shared_experts.");
+
+/// What differs between the two config classes' defaults.
+struct Defaults {
+    /// The family's name in errors.
+    name: &'static str,
+    /// `q_lora_rank` where the key is absent.
+    q_lora_rank: usize,
+    intermediate_size: usize,
+    moe_intermediate_size: usize,
+    n_routed_experts: usize,
+    n_shared_experts: usize,
+    first_k_dense_replace: usize,
+    routed_scaling_factor: f64,
+}
+
+const V2: Defaults = Defaults {
+    name: "DeepSeek-V2",
+    q_lora_rank: 1536,
+    intermediate_size: 11008,
+    moe_intermediate_size: 1407,
+    n_routed_experts: 64,
+    n_shared_experts: 2,
+    first_k_dense_replace: 0,
+    routed_scaling_factor: 1.0,
+};
+
+const V3: Defaults = Defaults {
+    name: "DeepSeek-V3",
+    q_lora_rank: 1536,
+    intermediate_size: 18432,
+    moe_intermediate_size: 2048,
+    n_routed_experts: 256,
+    n_shared_experts: 1,
+    first_k_dense_replace: 3,
+    routed_scaling_factor: 2.5,
+};
+
+/// The latent attention a config describes, its rotation paired as neighbours where
+/// `interleaved`; each width must be positive and the rotated one even.
+fn latent_attention(
+    hf: &HfLlamaConfig,
+    defaults: &Defaults,
+    interleaved: bool,
+) -> Result<LatentAttention, ConfigError> {
+    let width = |key: &str, value: Option<usize>, default: usize| match value.unwrap_or(default) {
+        0 => Err(invalid(key, "must be at least 1".into())),
+        w => Ok(w),
+    };
+    let q_lora_rank = match hf.q_lora_rank {
+        None => Some(defaults.q_lora_rank),
+        Some(rank) => rank.map(|r| width("q_lora_rank", Some(r), 0)).transpose()?,
+    };
+    let qk_rope_head_dim = width("qk_rope_head_dim", hf.qk_rope_head_dim, 64)?;
+    if !qk_rope_head_dim.is_multiple_of(2) {
+        return Err(invalid(
+            "qk_rope_head_dim",
+            format!("is {qk_rope_head_dim}; the rotated dimensions pair up, so it must be even"),
+        ));
+    }
+    let mut latent = LatentAttention {
+        q_lora_rank,
+        kv_lora_rank: width("kv_lora_rank", hf.kv_lora_rank, 512)?,
+        qk_nope_head_dim: width("qk_nope_head_dim", hf.qk_nope_head_dim, 128)?,
+        qk_rope_head_dim,
+        v_head_dim: width("v_head_dim", hf.v_head_dim, 128)?,
+        mscale_all_dim: None,
+        scale: None,
+        interleaved,
+    };
+    // transformers' `yarn_apply_mscale`: under any scaled RoPE with a non-zero
+    // `mscale_all_dim`, the softmax factor times `(0.1 · mscale_all_dim · ln factor + 1)²`.
+    let rope = hf
+        .rope_scaling
+        .as_ref()
+        .or(hf.rope_parameters.as_ref().and_then(|p| p.global()));
+    if let Some(rope) = rope {
+        let kind = rope.rope_type.as_deref().or(rope.kind.as_deref());
+        let all_dim = rope.mscale_all_dim.filter(|m| *m != 0.0);
+        if let (Some(all_dim), Some(kind)) = (all_dim, kind.filter(|k| *k != "default")) {
+            let factor = rope.factor.ok_or_else(|| {
+                invalid(
+                    "rope_scaling.factor",
+                    format!("is missing; the `{kind}` scaling needs it"),
+                )
+            })?;
+            let mscale = if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * all_dim * factor.ln() + 1.0
+            };
+            latent.mscale_all_dim = Some(all_dim);
+            latent.scale = Some((latent.qk_head_dim() as f64).powf(-0.5) * mscale * mscale);
+        }
+    }
+    Ok(latent)
+}
+
+/// The experts of a DeepSeek config, routed as `sigmoid` or `limited` says, with `defaults`
+/// where keys are absent; refuses counts transformers cannot route.
+fn experts(
+    hf: &HfLlamaConfig,
+    defaults: &Defaults,
+    sigmoid: Option<SigmoidRouting>,
+    limited: Option<LimitedSoftmax>,
+    normalize: bool,
+) -> Result<Experts, ConfigError> {
+    let width = hf
+        .moe_intermediate_size
+        .unwrap_or(defaults.moe_intermediate_size);
+    let shared = hf.n_shared_experts.unwrap_or(defaults.n_shared_experts);
+    if shared == 0 {
+        return Err(invalid(
+            "n_shared_experts",
+            format!(
+                "must be at least 1: {}'s layer always has its shared expert",
+                defaults.name
+            ),
+        ));
+    }
+    let first_dense_layers = hf
+        .first_k_dense_replace
+        .unwrap_or(defaults.first_k_dense_replace);
+    if first_dense_layers > hf.num_hidden_layers {
+        return Err(invalid(
+            "first_k_dense_replace",
+            format!(
+                "is {first_dense_layers}, more than the {} layers (num_hidden_layers)",
+                hf.num_hidden_layers
+            ),
+        ));
+    }
+    let per_token = hf.num_experts_per_tok.ok_or_else(|| {
+        invalid(
+            "num_experts_per_tok",
+            "is missing; transformers' router needs it".into(),
+        )
+    })?;
+    let experts = super::checked_experts(
+        Experts {
+            count: hf.n_routed_experts.unwrap_or(defaults.n_routed_experts),
+            per_token,
+            normalize,
+            width,
+            // The routers' weights stay in f32 and multiply the experts' outputs so.
+            round_weights: false,
+            shared: Some(shared * width),
+            shared_ungated: true,
+            sigmoid,
+            first_dense_layers,
+            biased: false,
+            clamped_glu: None,
+            limited_softmax: limited,
+        },
+        "n_routed_experts",
+    )?;
+    if let Some(r) = sigmoid {
+        super::check_groups(&experts, r.groups, r.groups_per_token, 2)?;
+    }
+    if let Some(r) = limited {
+        super::check_groups(&experts, r.groups, r.groups_per_token, 1)?;
+    }
+    Ok(experts)
+}
+
+/// `routed_scaling_factor`, positive, or `defaults`'.
+fn routing_scale(hf: &HfLlamaConfig, defaults: &Defaults) -> Result<f64, ConfigError> {
+    positive_number(
+        "routed_scaling_factor",
+        hf.routed_scaling_factor
+            .unwrap_or(defaults.routed_scaling_factor),
+    )
+}
+
+/// The checks and keys both config classes share: SwiGLU, a key and value per head (the
+/// latent expands into every head's), and `scoring_func`, where given, the class's own.
+fn check_common(hf: &HfLlamaConfig, name: &str, scoring: &str) -> Result<(), ConfigError> {
+    super::refuse_all_but_silu(hf, name)?;
+    super::refuse_grouped_heads(hf, name)?;
+    if hf.mlp_bias == Some(true) {
+        return Err(invalid(
+            "mlp_bias",
+            format!("is true; {name}'s experts carry no biases, so this tool runs it only false"),
+        ));
+    }
+    match hf.scoring_func.as_deref() {
+        None => Ok(()),
+        Some(s) if s == scoring => Ok(()),
+        Some(other) => Err(invalid(
+            "scoring_func",
+            format!("is `{other}`; {name}'s router in transformers scores by `{scoring}`"),
+        )),
+    }
+}
+
+/// The `config.json` keys of a saved copy that both classes share.
+fn common_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+    let mut keys = super::expert_hf_keys(config, "n_routed_experts");
+    if let Some(experts) = config.extras.experts {
+        keys.extend([
+            ("moe_intermediate_size", experts.width.into()),
+            (
+                "n_shared_experts",
+                (experts.shared.unwrap_or(0) / experts.width.max(1)).into(),
+            ),
+            ("first_k_dense_replace", experts.first_dense_layers.into()),
+        ]);
+    }
+    if let Some(latent) = config.extras.latent_attention {
+        keys.extend([
+            ("q_lora_rank", latent.q_lora_rank.into()),
+            ("kv_lora_rank", latent.kv_lora_rank.into()),
+            ("qk_nope_head_dim", latent.qk_nope_head_dim.into()),
+            ("qk_rope_head_dim", latent.qk_rope_head_dim.into()),
+            ("v_head_dim", latent.v_head_dim.into()),
+            // transformers' own: the rotated width (it sets it so itself).
+            ("head_dim", latent.qk_rope_head_dim.into()),
+        ]);
+        let mut rope = config.rope_scaling_json();
+        if let (Some(map), Some(all_dim)) = (rope.as_object_mut(), latent.mscale_all_dim) {
+            map.insert("mscale_all_dim".into(), all_dim.into());
+        }
+        keys.insert("rope_scaling", rope);
+    }
+    keys.insert("attention_bias", config.qkv_bias.into());
+    keys
+}
+
+impl Family for DeepseekV2 {
+    fn hf_class(&self) -> &'static str {
+        "DeepseekV2ForCausalLM"
+    }
+
+    fn model_type(&self) -> &'static str {
+        "deepseek_v2"
+    }
+
+    fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
+        latent_biases(hf)
+    }
+
+    fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        qk_head_dim(hf)
+    }
+
+    fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        hf.intermediate_size.or(Some(V2.intermediate_size))
+    }
+
+    fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
+        shared_expert_name(name)
+    }
+
+    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
+        check_common(hf, V2.name, "softmax")?;
+        let limited = match hf.topk_method.as_deref().unwrap_or("greedy") {
+            "greedy" => LimitedSoftmax {
+                groups: 1,
+                groups_per_token: 1,
+                scale: routing_scale(hf, &V2)?,
+            },
+            "group_limited_greedy" => LimitedSoftmax {
+                groups: group_key(hf.n_group, "n_group")?,
+                groups_per_token: group_key(hf.topk_group, "topk_group")?,
+                scale: routing_scale(hf, &V2)?,
+            },
+            other => {
+                return Err(invalid(
+                    "topk_method",
+                    format!(
+                        "is `{other}`; DeepSeek-V2 routes by `greedy` or `group_limited_greedy`"
+                    ),
+                ))
+            }
+        };
+        // transformers' V2 router never renormalises, whatever `norm_topk_prob` says.
+        let experts = experts(hf, &V2, None, Some(limited), false)?;
+        let latent = latent_attention(hf, &V2, true)?;
+        Ok(DecoderExtras {
+            experts: Some(experts),
+            rotary_dim: Some(latent.qk_rope_head_dim),
+            latent_attention: Some(latent),
+            ..DecoderExtras::default()
+        })
+    }
+
+    fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+        let mut keys = common_hf_keys(config);
+        if let Some(limited) = config.extras.experts.and_then(|e| e.limited_softmax) {
+            let method = match limited.groups {
+                1 => "greedy",
+                _ => "group_limited_greedy",
+            };
+            keys.extend([
+                ("topk_method", method.into()),
+                ("n_group", limited.groups.into()),
+                ("topk_group", limited.groups_per_token.into()),
+                ("routed_scaling_factor", limited.scale.into()),
+            ]);
+        }
+        keys
+    }
+}
+
+impl Family for DeepseekV3 {
+    fn hf_class(&self) -> &'static str {
+        "DeepseekV3ForCausalLM"
+    }
+
+    fn model_type(&self) -> &'static str {
+        "deepseek_v3"
+    }
+
+    fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
+        latent_biases(hf)
+    }
+
+    fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        qk_head_dim(hf)
+    }
+
+    fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
+        hf.intermediate_size.or(Some(V3.intermediate_size))
+    }
+
+    fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
+        shared_expert_name(name)
+    }
+
+    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
+        check_common(hf, V3.name, "sigmoid")?;
+        let routing = SigmoidRouting {
+            groups: hf.n_group.unwrap_or(8),
+            groups_per_token: hf.topk_group.unwrap_or(4),
+            scale: routing_scale(hf, &V3)?,
+        };
+        let normalize = hf.norm_topk_prob.unwrap_or(true);
+        let experts = experts(hf, &V3, Some(routing), None, normalize)?;
+        let latent = latent_attention(hf, &V3, hf.rope_interleave.unwrap_or(true))?;
+        Ok(DecoderExtras {
+            experts: Some(experts),
+            rotary_dim: Some(latent.qk_rope_head_dim),
+            latent_attention: Some(latent),
+            ..DecoderExtras::default()
+        })
+    }
+
+    fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+        let mut keys = common_hf_keys(config);
+        if let Some(routing) = config.extras.experts.and_then(|e| e.sigmoid) {
+            keys.extend([
+                ("n_group", routing.groups.into()),
+                ("topk_group", routing.groups_per_token.into()),
+                ("routed_scaling_factor", routing.scale.into()),
+            ]);
+        }
+        let interleaved = config.extras.latent_attention.is_none_or(|l| l.interleaved);
+        keys.extend([
+            ("rope_interleave", interleaved.into()),
+            // A saved copy holds no multi-token-prediction layer.
+            ("num_nextn_predict_layers", 0.into()),
+        ]);
+        keys
+    }
+}
+
+/// `attention_bias` (default false) on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
+fn latent_biases(hf: &HfLlamaConfig) -> AttentionBiases {
+    let bias = hf.attention_bias.unwrap_or(false);
+    AttentionBiases { qkv: bias, o: bias }
+}
+
+/// A head's query and key width, `qk_nope_head_dim + qk_rope_head_dim` (defaults 128 and 64):
+/// transformers' `head_dim` is the rotated part alone.
+fn qk_head_dim(hf: &HfLlamaConfig) -> Option<usize> {
+    Some(hf.qk_nope_head_dim.unwrap_or(128) + hf.qk_rope_head_dim.unwrap_or(64))
+}
+
+/// The checkpoint's name of the decoder's shared-expert tensor `name`.
+fn shared_expert_name(name: &str) -> Option<String> {
+    name.contains(SHARED.0)
+        .then(|| name.replacen(SHARED.0, SHARED.1, 1))
+}
+
+/// A group count `group_limited_greedy` needs (`key`): present.
+fn group_key(value: Option<usize>, key: &str) -> Result<usize, ConfigError> {
+    value.ok_or_else(|| {
+        invalid(
+            key,
+            "is missing; `group_limited_greedy` routing needs n_group and topk_group".into(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;
