@@ -6,7 +6,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
-             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3; do
+             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -353,7 +353,7 @@ def config(family):
             n_shared_experts=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
             first_k_dense_replace=1, norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
             head_dim=16, partial_rotary_factor=0.5, pad_token_id=0, **common)
-    if family in ("deepseek_v2", "deepseek_v3"):
+    if family in ("deepseek_v2", "deepseek_v3", "deepseek_v3-fp8"):
         # DeepSeek's multi-head latent attention: keys and values from a 32-wide latent (normed,
         # then kv_b_proj), each head's query and key 16 dimensions without position and 8
         # rotated (one key head of them shared), values 12 wide; YaRN whose mscale_all_dim
@@ -413,6 +413,64 @@ def mxfp4_experts(model):
             model.mxfp4[f"model.layers.{i}.mlp.experts.{proj}"] = (blocks, scales)
 
 
+def fp8_blocks(w):
+    """`w` (a matrix) as E4M3 values and the f32 scale of each 128 x 128 block (its largest
+    magnitude over 448), as DeepSeek's FP8 checkpoints hold it; returns (values, scales,
+    values x scales in f32)."""
+    rows, cols = w.shape
+    br, bc = -(-rows // 128), -(-cols // 128)
+    scales = torch.zeros(br, bc)
+    for i in range(br):
+        for j in range(bc):
+            block = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            scales[i, j] = block.abs().max().clamp(min=1e-12) / 448.0
+    expanded = scales.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
+    values = (w / expanded).to(torch.float8_e4m3fn)
+    return values, scales, values.float() * expanded
+
+
+def fp8_layers(model):
+    """Every linear of every layer but the router quantised to block-scaled FP8 in place (the
+    experts' 3-D stacks as the checkpoint's per-expert matrices), kept in `model.fp8` by the
+    saved checkpoint's names, so the logits are those of the dequantised checkpoint."""
+    model.fp8 = {}
+    for i, layer in enumerate(model.model.layers):
+        for name, p in layer.named_parameters():
+            saved = f"model.layers.{i}.{name}"
+            if p.dim() == 2 and "norm" not in name and name != "mlp.gate.weight":
+                values, scales, p.data = fp8_blocks(p.data)
+                model.fp8[saved] = (values, scales)
+            elif name == "mlp.experts.gate_up_proj":
+                inter = p.shape[1] // 2
+                for e in range(p.shape[0]):
+                    for proj, rows in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, None))):
+                        values, scales, p.data[e, rows] = fp8_blocks(p.data[e, rows])
+                        model.fp8[f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"] = (values, scales)
+            elif name == "mlp.experts.down_proj":
+                for e in range(p.shape[0]):
+                    values, scales, p.data[e] = fp8_blocks(p.data[e])
+                    model.fp8[f"model.layers.{i}.mlp.experts.{e}.down_proj.weight"] = (values, scales)
+
+
+def store_fp8(model, out):
+    """Rewrites the saved checkpoint with each quantised weight as its E4M3 values and
+    `weight_scale_inv`, and the config's `quantization_config` as DeepSeek-V3's."""
+    from safetensors.torch import load_file, save_file
+    path = f"{out}/model.safetensors"
+    tensors = load_file(path)
+    for name, (values, scales) in model.fp8.items():
+        assert name in tensors, name
+        tensors[name] = values
+        tensors[f"{name}_scale_inv"] = scales
+    save_file(tensors, path, metadata={"format": "pt"})
+    with open(f"{out}/config.json") as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                  "quant_method": "fp8", "weight_block_size": [128, 128]}
+    with open(f"{out}/config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 def store_mxfp4(model, out):
     """Rewrites the saved checkpoint with each expert stack as MXFP4 `_blocks` and `_scales`
     in place of its f32 values, and the config's `quantization_config` as the hub's."""
@@ -458,9 +516,13 @@ def main():
                     layer.mlp.gate.e_score_correction_bias.uniform_(-0.3, 0.3)
     if family == "gpt_oss-mxfp4":
         mxfp4_experts(model)
+    if family == "deepseek_v3-fp8":
+        fp8_layers(model)
     model.save_pretrained(out, safe_serialization=True)
     if family == "gpt_oss-mxfp4":
         store_mxfp4(model, out)
+    if family == "deepseek_v3-fp8":
+        store_fp8(model, out)
     with open(f"{out}/tokenizer.json", "w") as f:
         json.dump(tokenizer_json(), f)
     with torch.no_grad():

@@ -15,6 +15,7 @@ pub mod expert_stacks;
 pub mod export;
 pub mod extras;
 pub mod family;
+pub mod fp8;
 pub mod gguf;
 pub mod host;
 pub mod kernels;

@@ -66,7 +66,7 @@ pub enum WeightError {
         expected: Vec<usize>,
     },
     /// A dtype this loader does not read.
-    #[error("tensor `{name}` in `{path}` has dtype `{dtype}`; supported: F32, F16, BF16")]
+    #[error("tensor `{name}` in `{path}` has dtype `{dtype}`; supported: F32, F16, BF16 and block-scaled F8_E4M3")]
     Dtype {
         /// Tensor name.
         name: String,
@@ -544,6 +544,9 @@ impl SafetensorsSource {
         let Some(stored) = self.stored(name) else {
             return self.read_mxfp4(name, None);
         };
+        if stored.dtype == Dtype::F8_E4M3 {
+            return self.read_fp8(&stored, transposed, |v| v).map(Some);
+        }
         let data = stored
             .widened(stored.matrix(transposed), |v| v)
             .ok_or_else(|| stored.unsupported())?;
@@ -561,6 +564,16 @@ impl SafetensorsSource {
             let dequantised = self.read_mxfp4(name, None)?;
             return Ok(dequantised.map(|t| HostData::from_transposed(t, dtype)));
         };
+        if stored.dtype == Dtype::F8_E4M3 {
+            // Value and scale each in the model's dtype, as transformers multiplies them.
+            let round: fn(f32) -> f32 = match dtype {
+                DType::F16 => |v| f16::from_f32(v).to_f32(),
+                DType::BF16 => |v| bf16::from_f32(v).to_f32(),
+                _ => |v| v,
+            };
+            let t = self.read_fp8(&stored, true, round)?;
+            return Ok(Some(HostData::from_transposed(t, dtype)));
+        }
         let data = match dtype {
             DType::F16 => stored.narrowed(Dtype::F16, f16::from_le_bytes, f16::from_f32),
             DType::BF16 => stored.narrowed(Dtype::BF16, bf16::from_le_bytes, bf16::from_f32),
@@ -630,6 +643,44 @@ impl SafetensorsSource {
             shape: t.shape[1..].to_vec(),
             data: t.data,
         }))
+    }
+
+    /// The E4M3 matrix `stored` dequantised by its block scales (`<name>_scale_inv`, f32, bf16,
+    /// f16 or E8M0; [`super::fp8`]), value and scale rounded by `round`; transposed where
+    /// `transposed`.
+    fn read_fp8(
+        &self,
+        stored: &Stored<'_>,
+        transposed: bool,
+        round: fn(f32) -> f32,
+    ) -> Result<HostTensor, WeightError> {
+        let bad = |reason: String| WeightError::BadSafetensors {
+            path: stored.path.display().to_string(),
+            reason: format!("FP8 tensor `{}`: {reason}", stored.name),
+        };
+        let scales_name = format!("{}{}", stored.name, super::fp8::SCALES);
+        let scales = self
+            .stored(&scales_name)
+            .ok_or_else(|| bad(format!("its block scales `{scales_name}` are missing")))?;
+        let values = match scales.dtype {
+            Dtype::F8_E8M0 => scales
+                .bytes
+                .iter()
+                .map(|&b| super::mxfp4::e8m0(b))
+                .collect(),
+            _ => scales
+                .widened(None, |v| v)
+                .ok_or_else(|| scales.unsupported())?,
+        };
+        super::fp8::dequantize(
+            stored.bytes,
+            stored.shape,
+            &values,
+            scales.shape,
+            transposed,
+            round,
+        )
+        .map_err(bad)
     }
 
     /// Where the tensor `name` lies in its shard's map, and its type and shape.
@@ -805,7 +856,8 @@ impl WeightSource for SafetensorsSource {
     /// Elements of the floating-point tensors of one to three dimensions: integer and boolean
     /// ones are buffers, not parameters (old GPT-NeoX checkpoints keep a `[1, 1, 2048, 2048]`
     /// causal mask per layer), and so are GPT-2's float masks, `[1, 1, 1024, 1024]`, and its
-    /// scalar `masked_bias`. MXFP4 blocks count two parameters a byte.
+    /// scalar `masked_bias`, and a sigmoid router's `e_score_correction_bias`. MXFP4 blocks count
+    /// two parameters a byte; FP8 weights one, their block scales none.
     fn parameter_count(&self) -> u64 {
         self.shards
             .iter()
@@ -814,9 +866,13 @@ impl WeightSource for SafetensorsSource {
                 let elements = info.shape.iter().product::<usize>() as u64;
                 let float = matches!(
                     info.dtype,
-                    Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
+                    Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64 | Dtype::F8_E4M3
                 );
-                if float && (1..=3).contains(&info.shape.len()) {
+                // FP8 block scales, and a sigmoid router's correction biases (a buffer in
+                // transformers).
+                let scales = name.ends_with(super::fp8::SCALES)
+                    || name.ends_with(".e_score_correction_bias");
+                if float && !scales && (1..=3).contains(&info.shape.len()) {
                     elements
                 } else if info.dtype == Dtype::U8 && name.ends_with(super::mxfp4::BLOCKS) {
                     2 * elements
@@ -1232,259 +1288,4 @@ fn layer_with<B: Backend>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decoding_and_transposing_in_one_pass_equals_the_two_passes() {
-        let (rows, cols) = (70, 45);
-        let values: Vec<f32> = (0..rows * cols).map(|k| k as f32 * 0.25 - 300.0).collect();
-        let bytes: Vec<u8> = values
-            .iter()
-            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-            .collect();
-        let element = |b: [u8; 2]| half::bf16::from_le_bytes(b).to_f32();
-        let decoded = decode(&bytes, None, element);
-        assert_eq!(
-            decode(&bytes, Some([rows, cols]), element),
-            transpose(&decoded, rows, cols)
-        );
-    }
-
-    #[test]
-    fn transpose_non_square() {
-        // [[1, 2, 3], [4, 5, 6]] → [[1, 4], [2, 5], [3, 6]]
-        let t = transpose(&[1., 2., 3., 4., 5., 6.], 2, 3);
-        assert_eq!(t, vec![1., 4., 2., 5., 3., 6.]);
-        let big: Vec<f32> = (0..(70 * 45)).map(|x| x as f32).collect();
-        let back = transpose(&transpose(&big, 70, 45), 45, 70);
-        assert_eq!(big, back);
-        // Several bands of output rows and partial tiles at both edges.
-        let (rows, cols) = (37, 150);
-        let wide: Vec<u32> = (0..(rows * cols) as u32).collect();
-        let t = transpose(&wide, rows, cols);
-        for r in 0..rows {
-            for c in 0..cols {
-                assert_eq!(t[c * rows + r], wide[r * cols + c], "({r}, {c})");
-            }
-        }
-        // Into a buffer that held other values: every one is overwritten.
-        let mut into = vec![u32::MAX; rows * cols];
-        transpose_into(&mut into, &wide, rows, cols);
-        assert_eq!(into, t);
-    }
-
-    /// A checkpoint without a single tensor.
-    struct EmptySource;
-
-    impl WeightSource for EmptySource {
-        fn name(&self) -> String {
-            "empty.gguf".into()
-        }
-        fn tensor(&self, _name: &str) -> Result<Option<HostTensor>, WeightError> {
-            Ok(None)
-        }
-        fn parameter_count(&self) -> u64 {
-            0
-        }
-    }
-
-    /// One stacked `qkv_proj` (q, k and v of 2 rows each, 2 columns), counting reads.
-    struct StackedSource {
-        reads: std::sync::atomic::AtomicUsize,
-    }
-
-    impl WeightSource for StackedSource {
-        fn name(&self) -> String {
-            "stacked".into()
-        }
-        fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-            if name != "model.layers.0.self_attn.qkv_proj.weight" {
-                return Ok(None);
-            }
-            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(Some(HostTensor {
-                shape: vec![6, 2],
-                data: (0..12).map(|v| v as f32).collect(),
-            }))
-        }
-        fn parameter_count(&self) -> u64 {
-            12
-        }
-    }
-
-    #[test]
-    fn split_parts_are_the_stacks_rows_and_the_stack_is_read_once() {
-        let config = crate::model::config::HfLlamaConfig::from_json(
-            r#"{"architectures":["Phi3ForCausalLM"],"hidden_size":2,"intermediate_size":2,
-            "num_hidden_layers":1,"num_attention_heads":1,"num_key_value_heads":1,"head_dim":2,
-            "vocab_size":4,"rms_norm_eps":1e-5}"#,
-        )
-        .unwrap()
-        .resolve()
-        .unwrap();
-        let inner = Arc::new(StackedSource {
-            reads: std::sync::atomic::AtomicUsize::new(0),
-        });
-        let split = SplitSource::for_family(&config, inner.clone());
-        let part = |p: &str| {
-            split
-                .tensor(&format!("model.layers.0.self_attn.{p}.weight"))
-                .unwrap()
-                .unwrap()
-        };
-        let (q, k, v) = (part("q_proj"), part("k_proj"), part("v_proj"));
-        assert_eq!((q.shape, q.data), (vec![2, 2], vec![0., 1., 2., 3.]));
-        assert_eq!((k.shape, k.data), (vec![2, 2], vec![4., 5., 6., 7.]));
-        assert_eq!((v.shape, v.data), (vec![2, 2], vec![8., 9., 10., 11.]));
-        assert_eq!(inner.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
-        // The last part let the stack go: asking again reads it again.
-        part("q_proj");
-        assert_eq!(inner.reads.load(std::sync::atomic::Ordering::SeqCst), 2);
-    }
-
-    /// Regression (fuzz finding `fuzz/regressions/gguf/oom-layer-count`): a file claiming
-    /// billions of layers aborted on a memory reservation sized by that count.
-    #[test]
-    fn a_huge_layer_count_without_tensors_is_an_error_not_an_abort() {
-        let mut config = crate::model::config::HfLlamaConfig::from_json(
-            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":24,
-            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":32,
-            "rms_norm_eps":1e-5,"tie_word_embeddings":true}"#,
-        )
-        .unwrap()
-        .resolve()
-        .unwrap();
-        config.num_hidden_layers = 3_000_000_000;
-        let device = Default::default();
-        let err =
-            build_llama::<burn::backend::NdArray<f32>>(&config, &EmptySource, &device).unwrap_err();
-        let message = err.to_string();
-        assert!(message.contains("empty.gguf"), "{message}");
-        assert!(message.contains("model.layers.0."), "{message}");
-    }
-
-    /// Values every conversion must keep to the bit: ties of f16's and bf16's rounding, f16's
-    /// subnormals and values below them, the largest finite ones and beyond, infinities.
-    fn awkward_values(count: usize) -> Vec<f32> {
-        let special = [
-            0.0,
-            -0.0,
-            1.003_906_2,
-            1.000_488_3,
-            -1.000_488_3,
-            5.96e-8,
-            2.98e-8,
-            6.1e-5,
-            -3.0e-6,
-            65504.0,
-            65520.0,
-            1.0e20,
-            -3.4e38,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            1.0e-40,
-        ];
-        (0..count)
-            .map(|k| match special.get(k) {
-                Some(&v) => v,
-                None => ((k as f32) * 0.618_034).sin() * 10f32.powi((k % 13) as i32 - 6),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn weights_read_in_the_devices_type_equal_the_f32_route_to_the_bit() {
-        use safetensors::tensor::TensorView;
-        let (rows, cols) = (7, 5);
-        let values = awkward_values(rows * cols);
-        let stored: [(Dtype, Vec<u8>); 3] = [
-            (
-                Dtype::F32,
-                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            ),
-            (
-                Dtype::F16,
-                values
-                    .iter()
-                    .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-                    .collect(),
-            ),
-            (
-                Dtype::BF16,
-                values
-                    .iter()
-                    .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
-                    .collect(),
-            ),
-        ];
-        let dir = tempfile::tempdir().unwrap();
-        let views: Vec<(String, TensorView)> = stored
-            .iter()
-            .map(|(dtype, bytes)| {
-                let view = TensorView::new(*dtype, vec![rows, cols], bytes).unwrap();
-                (format!("{dtype:?}.weight"), view)
-            })
-            .collect();
-        safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
-        let source = SafetensorsSource::open(dir.path()).unwrap();
-        let bits = |data: &TensorData| -> Vec<u32> {
-            match data.dtype {
-                DType::F32 => data
-                    .as_slice::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect(),
-                DType::F16 => data
-                    .as_slice::<f16>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits().into())
-                    .collect(),
-                DType::BF16 => data
-                    .as_slice::<bf16>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits().into())
-                    .collect(),
-                other => panic!("no weight is read as {other:?}"),
-            }
-        };
-        for (dtype, _) in &stored {
-            let name = format!("{dtype:?}.weight");
-            for target in [DType::F32, DType::F16, DType::BF16] {
-                let direct = source.tensor_transposed_in(&name, target).unwrap().unwrap();
-                let by_f32 = HostData::from_transposed(
-                    source.tensor_transposed(&name).unwrap().unwrap(),
-                    target,
-                );
-                assert_eq!(direct.shape, [rows, cols]);
-                assert_eq!(direct.data.shape, by_f32.data.shape);
-                assert_eq!(direct.data.shape, Shape::new([cols, rows]));
-                assert_eq!(direct.data.dtype, target, "{dtype:?} → {target:?}");
-                assert_eq!(
-                    bits(&direct.data),
-                    bits(&by_f32.data),
-                    "{dtype:?} → {target:?}"
-                );
-            }
-        }
-        // The narrowing itself is half's rounding: 1 + 2⁻¹¹ is a tie that goes to even in f16.
-        let tie = narrowed(TensorData::new(vec![1.000_488_3f32], [1]), DType::F16);
-        assert_eq!(tie.as_slice::<f16>().unwrap(), [f16::from_f32(1.0)]);
-    }
-
-    #[test]
-    fn shard_names_with_paths_are_refused() {
-        let ok =
-            r#"{"weight_map":{"a":"m-1.safetensors","b":"m-2.safetensors","c":"m-1.safetensors"}}"#;
-        assert_eq!(
-            shard_files(ok).unwrap(),
-            vec!["m-1.safetensors", "m-2.safetensors"]
-        );
-        let bad = r#"{"weight_map":{"a":"../etc/passwd"}}"#;
-        assert!(shard_files(bad).unwrap_err().contains("`../etc/passwd`"));
-        assert!(shard_files("{}").unwrap_err().contains("weight_map"));
-    }
-}
+mod tests;
