@@ -1,4 +1,4 @@
-//! Block-scaled FP8, the form DeepSeek-V3, R1 and Kimi K2 are released in (and other
+//! Block-scaled FP8, the form DeepSeek-V3 and R1 are released in (and other
 //! "fine-grained FP8" checkpoints: `quantization_config.quant_method: fp8`,
 //! `weight_block_size: [128, 128]`): a linear's `weight` is stored as E4M3 floats (`F8_E4M3`,
 //! `[out, in]`) beside `weight_scale_inv` (`[⌈out/128⌉, ⌈in/128⌉]`, f32, bf16 or E8M0), the factor

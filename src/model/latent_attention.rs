@@ -1,4 +1,4 @@
-//! DeepSeek's multi-head latent attention (MLA; DeepSeek-V2 and V3, Kimi K2), as transformers
+//! DeepSeek's multi-head latent attention (MLA; DeepSeek-V2 and V3), as transformers
 //! computes it (`DeepseekV2Attention`, `DeepseekV3Attention`):
 //! - queries straight from the layer's input (`q_proj`, DeepSeek-V2-Lite) or through a latent
 //!   (`q_a_proj`, an RMSNorm `q_a_layernorm`, `q_b_proj`); each head's query is

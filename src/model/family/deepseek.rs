@@ -1,5 +1,5 @@
 //! DeepSeek-V2 (`DeepseekV2ForCausalLM`: DeepSeek-V2, V2-Lite, V2.5, DeepSeek-Coder-V2) and
-//! DeepSeek-V3 (`DeepseekV3ForCausalLM`: DeepSeek-V3, R1, Kimi K2), as transformers runs them:
+//! DeepSeek-V3 (`DeepseekV3ForCausalLM`: DeepSeek-V3, R1), as transformers runs them:
 //! - multi-head latent attention ([`crate::model::latent_attention`]) from `q_lora_rank`
 //!   (null: queries projected directly), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`
 //!   and `v_head_dim`, biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj` where

@@ -686,7 +686,7 @@ pub enum Architecture {
     /// `DeepseekV2ForCausalLM` (DeepSeek-V2, V2-Lite, V2.5: latent attention, softmax-routed
     /// experts beside an ungated shared one).
     DeepseekV2,
-    /// `DeepseekV3ForCausalLM` (DeepSeek-V3, R1, Kimi K2: latent attention, sigmoid-routed
+    /// `DeepseekV3ForCausalLM` (DeepSeek-V3, R1: latent attention, sigmoid-routed
     /// experts in groups).
     DeepseekV3,
 }
