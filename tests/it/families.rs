@@ -965,17 +965,20 @@ fn an_expert_no_calibration_token_reaches_is_pruned_from_zero_statistics() {
     }
 }
 
-/// DeepSeek-V3 as the hub holds it, every layer linear but the router in block-scaled FP8
-/// (`tiny-deepseek_v3-fp8`: E4M3 weights beside their `weight_scale_inv`): its parameters are
-/// counted one to an E4M3 value and none to a scale, as the config counts them; a copy saves
-/// the dequantised weights unquantised under the f32 checkpoint's names (`tiny-deepseek_v3`),
-/// its config without the checkpoint's `quantization_config`, and loads back to the same logits.
-#[test]
-fn a_deepseek_fp8_checkpoint_loads_dequantised_and_saves_unquantised() {
+/// Loads the quantised fixture `quantised` and saves it in f32 as the save stage does (the
+/// checkpoint's own config.json as the base of the saved one), checking what every quantised
+/// checkpoint must give: a header parameter count equal to the config's, a copy under the
+/// unquantised fixture's (`unquantised`) tensor names whose config has no
+/// `quantization_config`, and that loads back to the same logits. Returns the quantised source
+/// and the copy's, with the folder that holds the copy.
+fn saves_unquantised(
+    quantised: &str,
+    unquantised: &str,
+) -> (SafetensorsSource, SafetensorsSource, tempfile::TempDir) {
     use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::shape::ModelShape;
 
-    let folder = Path::new(FIXTURES).join("tiny-deepseek_v3-fp8");
+    let folder = Path::new(FIXTURES).join(quantised);
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
         .unwrap()
         .resolve()
@@ -983,7 +986,8 @@ fn a_deepseek_fp8_checkpoint_loads_dequantised_and_saves_unquantised() {
     let source = SafetensorsSource::open(&folder).unwrap();
     assert_eq!(
         source.parameter_count(),
-        ModelShape::from_config(&config).parameters
+        ModelShape::from_config(&config).parameters,
+        "{quantised}"
     );
     let device = Default::default();
     let loaded = model::load::<B>(&ModelRef::Folder(folder.clone()), &device).unwrap();
@@ -995,65 +999,47 @@ fn a_deepseek_fp8_checkpoint_loads_dequantised_and_saves_unquantised() {
     spec.base_config = Some(serde_json::from_str(&base).unwrap());
     assert!(base.contains("quantization_config"));
     save_hf_folder(&loaded.model, &config, &tokenizer, &copy, &spec).unwrap();
-    let unquantised = Path::new(FIXTURES).join("tiny-deepseek_v3");
-    assert_eq!(tensor_names(&copy), tensor_names(&unquantised));
-    let saved_config = std::fs::read_to_string(copy.join("config.json")).unwrap();
-    assert!(!saved_config.contains("quantization_config"));
-    // The saved weight is the E4M3 values times their scale.
-    let name = "model.layers.1.self_attn.kv_b_proj.weight";
-    let saved = SafetensorsSource::open(&copy).unwrap();
-    let dequantised = saved.tensor(name).unwrap().unwrap();
-    assert_eq!(source.tensor(name).unwrap().unwrap(), dequantised);
-    let original = SafetensorsSource::open(&unquantised).unwrap();
-    let exact = original.tensor(name).unwrap().unwrap();
-    assert_ne!(exact.data, dequantised.data, "nothing was quantised");
-    let reloaded = model::load::<B>(&ModelRef::Folder(copy), &device).unwrap();
-    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
-    assert_eq!(
-        crate::common::logits(&loaded.model, &ids),
-        crate::common::logits(&reloaded.model, &ids)
-    );
-}
-
-/// GPT-OSS as the hub holds it, its experts in MXFP4 (`tiny-gpt_oss-mxfp4`, made by
-/// transformers' own dequantisation): its parameters are counted two to a packed byte, as the
-/// config counts them; a copy saves the experts unquantised, stacked as the f32 checkpoint
-/// (`tiny-gpt_oss`) names and shapes them, holding the dequantised values, its config without
-/// the checkpoint's `quantization_config`, and loads back to the same logits.
-#[test]
-fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
-    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::shape::ModelShape;
-
-    let folder = Path::new(FIXTURES).join("tiny-gpt_oss-mxfp4");
-    let config = HfLlamaConfig::from_file(&folder.join("config.json"))
-        .unwrap()
-        .resolve()
-        .unwrap();
-    let source = SafetensorsSource::open(&folder).unwrap();
-    assert_eq!(
-        source.parameter_count(),
-        ModelShape::from_config(&config).parameters
-    );
-    let device = Default::default();
-    let loaded = model::load::<B>(&ModelRef::Folder(folder.clone()), &device).unwrap();
-    let store = tempfile::tempdir().unwrap();
-    let copy = store.path().join("copy");
-    let tokenizer = std::fs::read_to_string(folder.join("tokenizer.json")).unwrap();
-    // As the save stage does: the checkpoint's own config.json as the base of the saved one.
-    let mut spec = SaveSpec::new(SaveDtype::F32);
-    let base = std::fs::read_to_string(folder.join("config.json")).unwrap();
-    spec.base_config = Some(serde_json::from_str(&base).unwrap());
-    assert!(base.contains("quantization_config"));
-    save_hf_folder(&loaded.model, &config, &tokenizer, &copy, &spec).unwrap();
-    let unquantised = Path::new(FIXTURES).join("tiny-gpt_oss");
+    let unquantised = Path::new(FIXTURES).join(unquantised);
     assert_eq!(tensor_names(&copy), tensor_names(&unquantised));
     let saved_config = std::fs::read_to_string(copy.join("config.json")).unwrap();
     assert!(
         !saved_config.contains("quantization_config"),
         "{saved_config}"
     );
-    let saved = SafetensorsSource::open(&copy).unwrap();
+    let reloaded = model::load::<B>(&ModelRef::Folder(copy.clone()), &device).unwrap();
+    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
+    assert_eq!(
+        crate::common::logits(&loaded.model, &ids),
+        crate::common::logits(&reloaded.model, &ids)
+    );
+    (source, SafetensorsSource::open(&copy).unwrap(), store)
+}
+
+/// DeepSeek-V3 as the hub holds it, every layer linear but the router in block-scaled FP8
+/// (`tiny-deepseek_v3-fp8`: E4M3 weights beside their `weight_scale_inv`): its parameters are
+/// counted one to an E4M3 value and none to a scale, as the config counts them; a copy saves
+/// the dequantised weights unquantised under the f32 checkpoint's names (`tiny-deepseek_v3`)
+/// and loads back to the same logits ([`saves_unquantised`]).
+#[test]
+fn a_deepseek_fp8_checkpoint_loads_dequantised_and_saves_unquantised() {
+    let (source, saved, _store) = saves_unquantised("tiny-deepseek_v3-fp8", "tiny-deepseek_v3");
+    // The saved weight is the E4M3 values times their scale, not the unquantised weight.
+    let name = "model.layers.1.self_attn.kv_b_proj.weight";
+    let dequantised = saved.tensor(name).unwrap().unwrap();
+    assert_eq!(source.tensor(name).unwrap().unwrap(), dequantised);
+    let original = SafetensorsSource::open(&Path::new(FIXTURES).join("tiny-deepseek_v3")).unwrap();
+    let exact = original.tensor(name).unwrap().unwrap();
+    assert_ne!(exact.data, dequantised.data, "nothing was quantised");
+}
+
+/// GPT-OSS as the hub holds it, its experts in MXFP4 (`tiny-gpt_oss-mxfp4`, made by
+/// transformers' own dequantisation): its parameters are counted two to a packed byte, as the
+/// config counts them; a copy saves the experts unquantised, stacked as the f32 checkpoint
+/// (`tiny-gpt_oss`) names and shapes them, holding the dequantised values, and loads back to
+/// the same logits ([`saves_unquantised`]).
+#[test]
+fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
+    let (source, saved, _store) = saves_unquantised("tiny-gpt_oss-mxfp4", "tiny-gpt_oss");
     for stack in ["gate_up_proj", "down_proj", "gate_up_proj_bias"] {
         let name = format!("model.layers.1.mlp.experts.{stack}");
         let dequantised = source.tensor(&name).unwrap().unwrap();
@@ -1067,10 +1053,4 @@ fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
         }
         assert!(source.tensor_entry(&name, 4).is_err(), "{name}");
     }
-    let reloaded = model::load::<B>(&ModelRef::Folder(copy), &device).unwrap();
-    let ids = [1i64, 5, 9, 3, 31, 0, 17, 64, 95, 2];
-    assert_eq!(
-        crate::common::logits(&loaded.model, &ids),
-        crate::common::logits(&reloaded.model, &ids)
-    );
 }

@@ -26,21 +26,15 @@ use crate::model::config::{
 use crate::model::latent_attention::LatentAttention;
 use crate::model::moe::{Experts, LimitedSoftmax, SigmoidRouting};
 
-/// `DeepseekV2ForCausalLM`.
-pub struct DeepseekV2;
-
-/// `DeepseekV3ForCausalLM`.
-pub struct DeepseekV3;
-
-/// The decoder's name of the shared expert and the checkpoint's.
-const SHARED: (&str, &str) = (".mlp.shared_expert.", ".mlp.shared_experts.");
-
-/// What differs between the two config classes' defaults.
-struct Defaults {
+/// A DeepSeek config class: its names and what differs between the two classes' class.
+pub struct Deepseek {
+    /// The router and rotation of this version.
+    version: Version,
     /// The family's name in errors.
     name: &'static str,
     /// `q_lora_rank` where the key is absent.
     q_lora_rank: usize,
+    /// The config class's defaults of the keys they name.
     intermediate_size: usize,
     moe_intermediate_size: usize,
     n_routed_experts: usize,
@@ -49,7 +43,18 @@ struct Defaults {
     routed_scaling_factor: f64,
 }
 
-const V2: Defaults = Defaults {
+/// Which of DeepSeek's classes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// Softmax routing, the rotation always by neighbours.
+    V2,
+    /// Sigmoid routing, the rotation as `rope_interleave` says.
+    V3,
+}
+
+/// `DeepseekV2ForCausalLM`.
+pub const DEEPSEEK_V2: Deepseek = Deepseek {
+    version: Version::V2,
     name: "DeepSeek-V2",
     q_lora_rank: 1536,
     intermediate_size: 11008,
@@ -60,7 +65,9 @@ const V2: Defaults = Defaults {
     routed_scaling_factor: 1.0,
 };
 
-const V3: Defaults = Defaults {
+/// `DeepseekV3ForCausalLM`.
+pub const DEEPSEEK_V3: Deepseek = Deepseek {
+    version: Version::V3,
     name: "DeepSeek-V3",
     q_lora_rank: 1536,
     intermediate_size: 18432,
@@ -71,11 +78,14 @@ const V3: Defaults = Defaults {
     routed_scaling_factor: 2.5,
 };
 
+/// The decoder's name of the shared expert and the checkpoint's.
+const SHARED: (&str, &str) = (".mlp.shared_expert.", ".mlp.shared_experts.");
+
 /// The latent attention a config describes, its rotation paired as neighbours where
 /// `interleaved`; each width must be positive and the rotated one even.
 fn latent_attention(
     hf: &HfLlamaConfig,
-    defaults: &Defaults,
+    class: &Deepseek,
     interleaved: bool,
 ) -> Result<LatentAttention, ConfigError> {
     let width = |key: &str, value: Option<usize>, default: usize| match value.unwrap_or(default) {
@@ -83,7 +93,7 @@ fn latent_attention(
         w => Ok(w),
     };
     let q_lora_rank = match hf.q_lora_rank {
-        None => Some(defaults.q_lora_rank),
+        None => Some(class.q_lora_rank),
         Some(rank) => rank.map(|r| width("q_lora_rank", Some(r), 0)).transpose()?,
     };
     let qk_rope_head_dim = width("qk_rope_head_dim", hf.qk_rope_head_dim, 64)?;
@@ -131,31 +141,31 @@ fn latent_attention(
     Ok(latent)
 }
 
-/// The experts of a DeepSeek config, routed as `sigmoid` or `limited` says, with `defaults`
-/// where keys are absent; refuses counts transformers cannot route.
+/// The experts of a DeepSeek config, routed as `sigmoid` or `limited` says, with `class`'s
+/// defaults where keys are absent; refuses counts transformers cannot route.
 fn experts(
     hf: &HfLlamaConfig,
-    defaults: &Defaults,
+    class: &Deepseek,
     sigmoid: Option<SigmoidRouting>,
     limited: Option<LimitedSoftmax>,
     normalize: bool,
 ) -> Result<Experts, ConfigError> {
     let width = hf
         .moe_intermediate_size
-        .unwrap_or(defaults.moe_intermediate_size);
-    let shared = hf.n_shared_experts.unwrap_or(defaults.n_shared_experts);
+        .unwrap_or(class.moe_intermediate_size);
+    let shared = hf.n_shared_experts.unwrap_or(class.n_shared_experts);
     if shared == 0 {
         return Err(invalid(
             "n_shared_experts",
             format!(
                 "must be at least 1: {}'s layer always has its shared expert",
-                defaults.name
+                class.name
             ),
         ));
     }
     let first_dense_layers = hf
         .first_k_dense_replace
-        .unwrap_or(defaults.first_k_dense_replace);
+        .unwrap_or(class.first_k_dense_replace);
     if first_dense_layers > hf.num_hidden_layers {
         return Err(invalid(
             "first_k_dense_replace",
@@ -173,7 +183,7 @@ fn experts(
     })?;
     let experts = super::checked_experts(
         Experts {
-            count: hf.n_routed_experts.unwrap_or(defaults.n_routed_experts),
+            count: hf.n_routed_experts.unwrap_or(class.n_routed_experts),
             per_token,
             normalize,
             width,
@@ -198,12 +208,12 @@ fn experts(
     Ok(experts)
 }
 
-/// `routed_scaling_factor`, positive, or `defaults`'.
-fn routing_scale(hf: &HfLlamaConfig, defaults: &Defaults) -> Result<f64, ConfigError> {
+/// `routed_scaling_factor`, positive, or `class`'s default.
+fn routing_scale(hf: &HfLlamaConfig, class: &Deepseek) -> Result<f64, ConfigError> {
     positive_number(
         "routed_scaling_factor",
         hf.routed_scaling_factor
-            .unwrap_or(defaults.routed_scaling_factor),
+            .unwrap_or(class.routed_scaling_factor),
     )
 }
 
@@ -261,56 +271,86 @@ fn common_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Va
     keys
 }
 
-impl Family for DeepseekV2 {
+impl Deepseek {
+    /// V2's router ([`LimitedSoftmax`]): `greedy` or `group_limited_greedy`.
+    fn limited_softmax(&self, hf: &HfLlamaConfig) -> Result<LimitedSoftmax, ConfigError> {
+        let scale = routing_scale(hf, self)?;
+        match hf.topk_method.as_deref().unwrap_or("greedy") {
+            "greedy" => Ok(LimitedSoftmax {
+                groups: 1,
+                groups_per_token: 1,
+                scale,
+            }),
+            "group_limited_greedy" => Ok(LimitedSoftmax {
+                groups: group_key(hf.n_group, "n_group")?,
+                groups_per_token: group_key(hf.topk_group, "topk_group")?,
+                scale,
+            }),
+            other => Err(invalid(
+                "topk_method",
+                format!("is `{other}`; DeepSeek-V2 routes by `greedy` or `group_limited_greedy`"),
+            )),
+        }
+    }
+}
+
+impl Family for Deepseek {
     fn hf_class(&self) -> &'static str {
-        "DeepseekV2ForCausalLM"
+        match self.version {
+            Version::V2 => "DeepseekV2ForCausalLM",
+            Version::V3 => "DeepseekV3ForCausalLM",
+        }
     }
 
     fn model_type(&self) -> &'static str {
-        "deepseek_v2"
+        match self.version {
+            Version::V2 => "deepseek_v2",
+            Version::V3 => "deepseek_v3",
+        }
     }
 
+    /// `attention_bias` (default false) on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
-        latent_biases(hf)
+        let bias = hf.attention_bias.unwrap_or(false);
+        AttentionBiases { qkv: bias, o: bias }
     }
 
+    /// `qk_nope_head_dim + qk_rope_head_dim` (defaults 128 and 64): transformers' `head_dim`
+    /// is the rotated part alone.
     fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        qk_head_dim(hf)
+        Some(hf.qk_nope_head_dim.unwrap_or(128) + hf.qk_rope_head_dim.unwrap_or(64))
     }
 
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size.or(Some(V2.intermediate_size))
+        hf.intermediate_size.or(Some(self.intermediate_size))
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
-        shared_expert_name(name)
+        name.contains(SHARED.0)
+            .then(|| name.replacen(SHARED.0, SHARED.1, 1))
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        check_common(hf, V2.name, "softmax")?;
-        let limited = match hf.topk_method.as_deref().unwrap_or("greedy") {
-            "greedy" => LimitedSoftmax {
-                groups: 1,
-                groups_per_token: 1,
-                scale: routing_scale(hf, &V2)?,
-            },
-            "group_limited_greedy" => LimitedSoftmax {
-                groups: group_key(hf.n_group, "n_group")?,
-                groups_per_token: group_key(hf.topk_group, "topk_group")?,
-                scale: routing_scale(hf, &V2)?,
-            },
-            other => {
-                return Err(invalid(
-                    "topk_method",
-                    format!(
-                        "is `{other}`; DeepSeek-V2 routes by `greedy` or `group_limited_greedy`"
-                    ),
-                ))
+        let (experts, interleaved) = match self.version {
+            Version::V2 => {
+                check_common(hf, self.name, "softmax")?;
+                // transformers' V2 router never renormalises, whatever `norm_topk_prob` says.
+                let limited = self.limited_softmax(hf)?;
+                (experts(hf, self, None, Some(limited), false)?, true)
+            }
+            Version::V3 => {
+                check_common(hf, self.name, "sigmoid")?;
+                let routing = SigmoidRouting {
+                    groups: hf.n_group.unwrap_or(8),
+                    groups_per_token: hf.topk_group.unwrap_or(4),
+                    scale: routing_scale(hf, self)?,
+                };
+                let normalize = hf.norm_topk_prob.unwrap_or(true);
+                let experts = experts(hf, self, Some(routing), None, normalize)?;
+                (experts, hf.rope_interleave.unwrap_or(true))
             }
         };
-        // transformers' V2 router never renormalises, whatever `norm_topk_prob` says.
-        let experts = experts(hf, &V2, None, Some(limited), false)?;
-        let latent = latent_attention(hf, &V2, true)?;
+        let latent = latent_attention(hf, self, interleaved)?;
         Ok(DecoderExtras {
             experts: Some(experts),
             rotary_dim: Some(latent.qk_rope_head_dim),
@@ -321,7 +361,8 @@ impl Family for DeepseekV2 {
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
         let mut keys = common_hf_keys(config);
-        if let Some(limited) = config.extras.experts.and_then(|e| e.limited_softmax) {
+        let experts = config.extras.experts;
+        if let Some(limited) = experts.and_then(|e| e.limited_softmax) {
             let method = match limited.groups {
                 1 => "greedy",
                 _ => "group_limited_greedy",
@@ -333,88 +374,23 @@ impl Family for DeepseekV2 {
                 ("routed_scaling_factor", limited.scale.into()),
             ]);
         }
-        keys
-    }
-}
-
-impl Family for DeepseekV3 {
-    fn hf_class(&self) -> &'static str {
-        "DeepseekV3ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "deepseek_v3"
-    }
-
-    fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
-        latent_biases(hf)
-    }
-
-    fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        qk_head_dim(hf)
-    }
-
-    fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size.or(Some(V3.intermediate_size))
-    }
-
-    fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
-        shared_expert_name(name)
-    }
-
-    fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        check_common(hf, V3.name, "sigmoid")?;
-        let routing = SigmoidRouting {
-            groups: hf.n_group.unwrap_or(8),
-            groups_per_token: hf.topk_group.unwrap_or(4),
-            scale: routing_scale(hf, &V3)?,
-        };
-        let normalize = hf.norm_topk_prob.unwrap_or(true);
-        let experts = experts(hf, &V3, Some(routing), None, normalize)?;
-        let latent = latent_attention(hf, &V3, hf.rope_interleave.unwrap_or(true))?;
-        Ok(DecoderExtras {
-            experts: Some(experts),
-            rotary_dim: Some(latent.qk_rope_head_dim),
-            latent_attention: Some(latent),
-            ..DecoderExtras::default()
-        })
-    }
-
-    fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        let mut keys = common_hf_keys(config);
-        if let Some(routing) = config.extras.experts.and_then(|e| e.sigmoid) {
+        if let Some(routing) = experts.and_then(|e| e.sigmoid) {
             keys.extend([
                 ("n_group", routing.groups.into()),
                 ("topk_group", routing.groups_per_token.into()),
                 ("routed_scaling_factor", routing.scale.into()),
             ]);
         }
-        let interleaved = config.extras.latent_attention.is_none_or(|l| l.interleaved);
-        keys.extend([
-            ("rope_interleave", interleaved.into()),
-            // A saved copy holds no multi-token-prediction layer.
-            ("num_nextn_predict_layers", 0.into()),
-        ]);
+        if self.version == Version::V3 {
+            let interleaved = config.extras.latent_attention.is_none_or(|l| l.interleaved);
+            keys.extend([
+                ("rope_interleave", interleaved.into()),
+                // A saved copy holds no multi-token-prediction layer.
+                ("num_nextn_predict_layers", 0.into()),
+            ]);
+        }
         keys
     }
-}
-
-/// `attention_bias` (default false) on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
-fn latent_biases(hf: &HfLlamaConfig) -> AttentionBiases {
-    let bias = hf.attention_bias.unwrap_or(false);
-    AttentionBiases { qkv: bias, o: bias }
-}
-
-/// A head's query and key width, `qk_nope_head_dim + qk_rope_head_dim` (defaults 128 and 64):
-/// transformers' `head_dim` is the rotated part alone.
-fn qk_head_dim(hf: &HfLlamaConfig) -> Option<usize> {
-    Some(hf.qk_nope_head_dim.unwrap_or(128) + hf.qk_rope_head_dim.unwrap_or(64))
-}
-
-/// The checkpoint's name of the decoder's shared-expert tensor `name`.
-fn shared_expert_name(name: &str) -> Option<String> {
-    name.contains(SHARED.0)
-        .then(|| name.replacen(SHARED.0, SHARED.1, 1))
 }
 
 /// A group count `group_limited_greedy` needs (`key`): present.
