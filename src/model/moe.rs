@@ -11,7 +11,7 @@
 
 use burn::nn::Linear;
 use burn::prelude::*;
-use burn::tensor::{FloatDType, IndexingUpdateOp};
+use burn::tensor::{DType, FloatDType, IndexingUpdateOp};
 use serde::{Deserialize, Serialize};
 
 use super::host::to_host_f32;
@@ -385,9 +385,10 @@ impl<B: Backend> SparseMoe<B> {
                 observe,
             );
             if let Some(acc) = out.take() {
+                // In f32 whatever the device's type: the weights multiply in f32.
                 let weights = Tensor::<B, 2>::from_data(
                     TensorData::new(routed.weights.clone(), [n, 1]),
-                    &device,
+                    (&device, DType::F32),
                 );
                 let y = project(&expert.down_proj, inner).reshape([n, hidden]);
                 let weights = match self.routing.round_weights {

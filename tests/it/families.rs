@@ -1054,3 +1054,50 @@ fn a_gpt_oss_mxfp4_checkpoint_loads_dequantised_and_saves_unquantised() {
         assert!(source.tensor_entry(&name, 4).is_err(), "{name}");
     }
 }
+
+/// The families whose layers only the generic path runs (experts, latent attention) evaluate in
+/// fp16 and bf16 (burn-flex with 16-bit default tensors) near their f32 perplexity: routing
+/// weights made on the host stay f32 where they meet f32 products (GLM-4.5's and DeepSeek's
+/// panicked on a dtype mismatch in 16 bits before), and FP8 weights dequantise in the 16-bit type.
+#[test]
+fn expert_and_latent_families_evaluate_in_half_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("words.txt");
+    let words: Vec<String> = (0..400)
+        .map(|i| format!("w{}", (i * 37 + 11) % 95 + 1))
+        .collect();
+    std::fs::write(&text, words.join(" ")).unwrap();
+    for family in [
+        "mixtral",
+        "qwen2_moe",
+        "gpt_oss",
+        "glm4_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v3-fp8",
+    ] {
+        let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
+        let ppl = |device: &str| -> f64 {
+            let out = output_ok(
+                std::process::Command::new(env!("CARGO_BIN_EXE_wanda"))
+                    .args(["eval", "--json", "--seqlen", "32", "--windows", "8"])
+                    .args(["--device", device, "--model"])
+                    .arg(&folder)
+                    .arg("--text")
+                    .arg(&text),
+            );
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            json["perplexity"].as_f64().unwrap()
+        };
+        let f32 = ppl("cpu-flex");
+        for device in ["cpu-flex-f16", "cpu-flex-bf16"] {
+            let half = ppl(device);
+            let rel = (half - f32).abs() / f32;
+            eprintln!("{family} {device}: {half:.4} against f32 {f32:.4} ({rel:.2e})");
+            assert!(
+                rel < 0.05,
+                "{family} {device}: {half} vs f32 {f32} ({rel:.2e})"
+            );
+        }
+    }
+}
