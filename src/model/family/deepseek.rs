@@ -153,28 +153,11 @@ fn experts(
     let width = hf
         .moe_intermediate_size
         .unwrap_or(class.moe_intermediate_size);
-    let shared = hf.n_shared_experts.unwrap_or(class.n_shared_experts);
-    if shared == 0 {
-        return Err(invalid(
-            "n_shared_experts",
-            format!(
-                "must be at least 1: {}'s layer always has its shared expert",
-                class.name
-            ),
-        ));
-    }
-    let first_dense_layers = hf
-        .first_k_dense_replace
-        .unwrap_or(class.first_k_dense_replace);
-    if first_dense_layers > hf.num_hidden_layers {
-        return Err(invalid(
-            "first_k_dense_replace",
-            format!(
-                "is {first_dense_layers}, more than the {} layers (num_hidden_layers)",
-                hf.num_hidden_layers
-            ),
-        ));
-    }
+    let (shared, first_dense_layers) = super::shared_and_dense_layers(
+        hf,
+        class.name,
+        (class.n_shared_experts, class.first_k_dense_replace),
+    )?;
     let per_token = hf.num_experts_per_tok.ok_or_else(|| {
         invalid(
             "num_experts_per_tok",

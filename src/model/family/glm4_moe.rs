@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
 use crate::model::config::{
-    invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+    positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
 use crate::model::moe::{Experts, SigmoidRouting};
 
@@ -70,23 +70,7 @@ impl Family for Glm4Moe {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "GLM-4.5")?;
         let width = hf.moe_intermediate_size.unwrap_or(1408);
-        let shared = hf.n_shared_experts.unwrap_or(1);
-        if shared == 0 {
-            return Err(invalid(
-                "n_shared_experts",
-                "must be at least 1: GLM-4.5's layer always has its shared expert".into(),
-            ));
-        }
-        let first_dense_layers = hf.first_k_dense_replace.unwrap_or(1);
-        if first_dense_layers > hf.num_hidden_layers {
-            return Err(invalid(
-                "first_k_dense_replace",
-                format!(
-                    "is {first_dense_layers}, more than the {} layers (num_hidden_layers)",
-                    hf.num_hidden_layers
-                ),
-            ));
-        }
+        let (shared, first_dense_layers) = super::shared_and_dense_layers(hf, "GLM-4.5", (1, 1))?;
         let routing = SigmoidRouting {
             groups: hf.n_group.unwrap_or(1),
             groups_per_token: hf.topk_group.unwrap_or(1),

@@ -181,6 +181,34 @@ pub(crate) fn checked_experts(
     Ok(experts)
 }
 
+/// The shared experts (`n_shared_experts`, at least 1) and the dense first layers
+/// (`first_k_dense_replace`, at most `num_hidden_layers`) of a DeepSeek-style layout (GLM-4.5,
+/// DeepSeek-V2 and V3), `defaults` where the keys are absent; `family` names it in errors.
+pub(crate) fn shared_and_dense_layers(
+    hf: &HfLlamaConfig,
+    family: &str,
+    defaults: (usize, usize),
+) -> Result<(usize, usize), ConfigError> {
+    let shared = hf.n_shared_experts.unwrap_or(defaults.0);
+    if shared == 0 {
+        return Err(invalid(
+            "n_shared_experts",
+            format!("must be at least 1: {family}'s layer always has its shared expert"),
+        ));
+    }
+    let dense = hf.first_k_dense_replace.unwrap_or(defaults.1);
+    if dense > hf.num_hidden_layers {
+        return Err(invalid(
+            "first_k_dense_replace",
+            format!(
+                "is {dense}, more than the {} layers (num_hidden_layers)",
+                hf.num_hidden_layers
+            ),
+        ));
+    }
+    Ok((shared, dense))
+}
+
 /// Refuses groups of `experts` that transformers' grouped routers cannot form: `n_group`
 /// (`groups`) must divide the experts into groups of at least `smallest` (2 where a group is
 /// scored by its two best experts), `topk_group` (`open`) be between 1 and `n_group`, and the
