@@ -106,6 +106,13 @@ pub struct HfRopeScaling {
     pub long_factor: Option<Vec<f64>>,
 }
 
+impl HfRopeScaling {
+    /// The scaling's type: `rope_type`, else the legacy `type`.
+    pub fn type_name(&self) -> Option<&str> {
+        self.rope_type.as_deref().or(self.kind.as_deref())
+    }
+}
+
 /// Falcon's `config.json` keys (`FalconConfig`); each absent key takes transformers' default in
 /// [`crate::model::family::falcon`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -574,16 +581,11 @@ impl HfLlamaConfig {
                 format!("must be even and positive, got {head_dim}"),
             ));
         }
-        let parameters = self
-            .rope_parameters
-            .as_ref()
-            .and_then(HfRopeParameters::global);
         let rope_theta =
             positive_number("rope_theta", self.rope_base(family.default_rope_theta()))?;
         let rms_norm_eps = positive_number("rms_norm_eps", family.norm_eps(self))?;
         let default_scaling = family.default_rope_scaling();
-        let given = self.rope_scaling.as_ref().or(parameters);
-        let rope_scaling = match given.or(default_scaling.as_ref()) {
+        let rope_scaling = match self.given_rope_scaling().or(default_scaling.as_ref()) {
             None => RopeScaling::None,
             Some(s) => resolve_rope_scaling(s, self, family)?,
         };
@@ -668,6 +670,15 @@ impl HfLlamaConfig {
             eos_token_id: first_id(&self.eos_token_id),
             extras,
         })
+    }
+
+    /// The RoPE scaling the config gives: `rope_scaling`, else `rope_parameters` (its
+    /// full-attention layers' where it is given per layer type); `None` where it gives neither.
+    pub fn given_rope_scaling(&self) -> Option<&HfRopeScaling> {
+        self.rope_scaling.as_ref().or(self
+            .rope_parameters
+            .as_ref()
+            .and_then(HfRopeParameters::global))
     }
 
     /// The model's RoPE base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), else that of
@@ -765,18 +776,23 @@ pub(crate) fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
     }
 }
 
+/// transformers' `get_mscale` (`yarn_get_mscale`): `0.1 · m · ln(scale) + 1` above a scale of
+/// 1, else 1.
+pub(crate) fn yarn_mscale(scale: f64, m: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * m * scale.ln() + 1.0
+    }
+}
+
 /// The scaling `rope_scaling` (or `rope_parameters`) of `hf`, a config of `family`, describes.
 pub(crate) fn resolve_rope_scaling(
     s: &HfRopeScaling,
     hf: &HfLlamaConfig,
     family: &dyn Family,
 ) -> Result<RopeScaling, ConfigError> {
-    let kind = family.rope_type(
-        s.rope_type
-            .as_deref()
-            .or(s.kind.as_deref())
-            .unwrap_or("default"),
-    );
+    let kind = family.rope_type(s.type_name().unwrap_or("default"));
     let factor = || {
         s.factor
             .filter(|f| f.is_finite() && *f > 0.0)
@@ -816,20 +832,12 @@ pub(crate) fn resolve_rope_scaling(
                     "is missing; YaRN needs the pre-training context length".to_string(),
                 )
             })?;
-            // transformers' `get_mscale`: 0.1 · ln(scale) · mscale + 1 above a scale of 1.
-            let mscale = |scale: f64, m: f64| {
-                if scale <= 1.0 {
-                    1.0
-                } else {
-                    0.1 * m * scale.ln() + 1.0
-                }
-            };
             let attention_factor = match (s.attention_factor, s.mscale, s.mscale_all_dim) {
                 (Some(a), _, _) => a,
                 (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
-                    mscale(factor, m) / mscale(factor, all)
+                    yarn_mscale(factor, m) / yarn_mscale(factor, all)
                 }
-                _ => mscale(factor, 1.0),
+                _ => yarn_mscale(factor, 1.0),
             };
             Ok(RopeScaling::Yarn {
                 factor,

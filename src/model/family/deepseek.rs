@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
 use crate::model::config::{
-    invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+    invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
 use crate::model::latent_attention::LatentAttention;
 use crate::model::moe::{Experts, LimitedSoftmax, SigmoidRouting};
@@ -115,12 +115,8 @@ fn latent_attention(
     };
     // transformers' `yarn_apply_mscale`: under any scaled RoPE with a non-zero
     // `mscale_all_dim`, the softmax factor times `(0.1 · mscale_all_dim · ln factor + 1)²`.
-    let rope = hf
-        .rope_scaling
-        .as_ref()
-        .or(hf.rope_parameters.as_ref().and_then(|p| p.global()));
-    if let Some(rope) = rope {
-        let kind = rope.rope_type.as_deref().or(rope.kind.as_deref());
+    if let Some(rope) = hf.given_rope_scaling() {
+        let kind = rope.type_name();
         let all_dim = rope.mscale_all_dim.filter(|m| *m != 0.0);
         if let (Some(all_dim), Some(kind)) = (all_dim, kind.filter(|k| *k != "default")) {
             let factor = rope.factor.ok_or_else(|| {
@@ -129,11 +125,7 @@ fn latent_attention(
                     format!("is missing; the `{kind}` scaling needs it"),
                 )
             })?;
-            let mscale = if factor <= 1.0 {
-                1.0
-            } else {
-                0.1 * all_dim * factor.ln() + 1.0
-            };
+            let mscale = yarn_mscale(factor, all_dim);
             latent.mscale_all_dim = Some(all_dim);
             latent.scale = Some((latent.qk_head_dim() as f64).powf(-0.5) * mscale * mscale);
         }

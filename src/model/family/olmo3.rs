@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::Family;
 use crate::model::config::{
-    invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+    invalid, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig, LocalAttention,
 };
 
 /// `Olmo3ForCausalLM`.
@@ -47,7 +47,7 @@ impl Family for Olmo3 {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let local = hf.rope_parameters.as_ref().and_then(|p| p.local());
-        if let Some(kind) = local.and_then(|l| l.rope_type.as_deref().or(l.kind.as_deref())) {
+        if let Some(kind) = local.and_then(HfRopeScaling::type_name) {
             if kind != "default" {
                 return Err(invalid(
                     "rope_parameters.sliding_attention.rope_type",
