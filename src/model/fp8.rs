@@ -28,8 +28,8 @@ pub fn e4m3(b: u8) -> f32 {
 }
 
 /// The matrix of E4M3 `values` (`[rows, cols]`) times the scale of its 128 × 128 block
-/// (`scales`, `[⌈rows/128⌉, ⌈cols/128⌉]` row-major), value and scale each rounded by `round` (to
-/// the model's dtype; the identity for f32) and so their product; the values in `[cols, rows]`
+/// (`scales`, `[⌈rows/128⌉, ⌈cols/128⌉]` row-major), the scale and the product rounded by `round`
+/// (to the model's dtype; the identity for f32), as value and scale each in that dtype give it; the values in `[cols, rows]`
 /// order when `transposed` (the shape stays the stored one, as
 /// [`super::weights::WeightSource::tensor_transposed`] gives it). An error saying what does not fit when the shapes do not match.
 pub fn dequantize(
@@ -56,9 +56,11 @@ pub fn dequantize(
         return Err("values or scales hold fewer bytes than their shapes say".into());
     }
     let scales: Vec<f32> = scales.iter().map(|&s| round(s)).collect();
+    // Every E4M3 value is exact in f16 and bf16 (three mantissa bits, exponents 2^-9 to 2^8):
+    // only the scale and the product round.
     let value = |r: usize, c: usize| {
         let scale = scales[r / BLOCK * blocks[1] + c / BLOCK];
-        round(round(e4m3(values[r * cols + c])) * scale)
+        round(e4m3(values[r * cols + c]) * scale)
     };
     let data = match transposed {
         false => (0..rows)
@@ -96,6 +98,12 @@ mod tests {
             assert_eq!(e4m3(b), v, "{b:#04x}");
         }
         assert!(e4m3(0x7f).is_nan() && e4m3(0xff).is_nan());
+        // Each value is exact in f16 and bf16, so dequantising need not round it.
+        for b in (0..=255u8).filter(|b| b & 0x7f != 0x7f) {
+            let v = e4m3(b);
+            assert_eq!(half::f16::from_f32(v).to_f32(), v, "{b:#04x}");
+            assert_eq!(half::bf16::from_f32(v).to_f32(), v, "{b:#04x}");
+        }
     }
 
     #[test]
