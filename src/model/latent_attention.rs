@@ -66,20 +66,25 @@ impl LatentAttention {
         self.qk_nope_head_dim + self.qk_rope_head_dim
     }
 
-    /// The parameters of one layer's latent attention for a model `hidden` wide with `heads`
-    /// heads: its linears, their biases where `biased` (`q_a_proj`, `kv_a_proj_with_mqa` and
-    /// `o_proj` carry them under `attention_bias`), and the two latent norms' gains.
-    pub fn parameters(&self, hidden: usize, heads: usize, biased: bool) -> u64 {
+    /// The parameters of one layer's latent attention's linears for a model `hidden` wide with
+    /// `heads` heads, with their biases where `biased` (`q_a_proj`, `kv_a_proj_with_mqa` and
+    /// `o_proj` carry them under `attention_bias`).
+    pub fn linear_parameters(&self, hidden: usize, heads: usize, biased: bool) -> u64 {
         let (h, q, rope) = (hidden, heads * self.qk_head_dim(), self.qk_rope_head_dim);
         let kv_a = self.kv_lora_rank + rope;
         let queries = match self.q_lora_rank {
             None => h * q,
-            Some(r) => h * r + r + r * q + if biased { r } else { 0 },
+            Some(r) => h * r + r * q + if biased { r } else { 0 },
         };
-        let kv = h * kv_a + self.kv_lora_rank + self.kv_lora_rank * heads * self.kv_b_width();
+        let kv = h * kv_a + self.kv_lora_rank * heads * self.kv_b_width();
         let out = heads * self.v_head_dim * h;
         let bias = if biased { kv_a + h } else { 0 };
         (queries + kv + out + bias) as u64
+    }
+
+    /// The gains of the two latent norms (`q_a_layernorm` where there is one, `kv_a_layernorm`).
+    pub fn norm_parameters(&self) -> usize {
+        self.q_lora_rank.unwrap_or(0) + self.kv_lora_rank
     }
 
     /// The rows of `kv_b_proj` per head: its unrotated key and its value.

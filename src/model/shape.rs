@@ -111,7 +111,9 @@ impl ModelShape {
                 (config.num_attention_heads + config.num_key_value_heads) * config.head_dim
             }
         };
-        let layer_norms = norms * per_norm + qk_norms;
+        // DeepSeek's latent norms in place of q/k norms.
+        let latent_norms = e.latent_attention.map_or(0, |l| l.norm_parameters());
+        let layer_norms = norms * per_norm + qk_norms + latent_norms;
         // MLP biases: `I` for each matrix into the MLP, `H` for down_proj's.
         let mlp_bias = if e.mlp_bias {
             (shape.mlp_matrices() - 1) * config.intermediate_size as u64 + config.hidden_size as u64
@@ -194,12 +196,11 @@ impl ModelShape {
     }
 
     /// The attention block's linears, with their biases where `qkv_bias` and `o_bias` say:
-    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H`, or the latent attention's (its norms' gains
-    /// included).
+    /// `H·(nh·d) + 2·H·(kv·d) + (nh·d)·H`, or the latent attention's.
     fn attention_parameters(&self, qkv_bias: bool, o_bias: bool) -> u64 {
         let h = self.hidden_size as u64;
         if let Some(latent) = self.latent_attention {
-            return latent.parameters(self.hidden_size, self.num_attention_heads, qkv_bias);
+            return latent.linear_parameters(self.hidden_size, self.num_attention_heads, qkv_bias);
         }
         let q = (self.num_attention_heads * self.head_dim) as u64;
         let kv = (self.num_key_value_heads * self.head_dim) as u64;
