@@ -208,19 +208,9 @@ fn softmax_choice(row: &[f32], routing: Experts) -> Vec<(usize, f32)> {
     let total: f64 = exp.iter().sum();
     let probs: Vec<f32> = exp.iter().map(|&e| (e / total) as f32).collect();
     let mut order: Vec<usize> = match routing.limited_softmax {
-        Some(limit) => {
-            let size = (row.len() / limit.groups.max(1)).max(1);
-            let best = |group: usize| {
-                probs[group * size..(group + 1) * size]
-                    .iter()
-                    .copied()
-                    .fold(f32::NEG_INFINITY, f32::max)
-            };
-            let open = best_groups(limit.groups, limit.groups_per_token, best);
-            (0..row.len())
-                .filter(|e| open.contains(&(e / size)))
-                .collect()
-        }
+        Some(limit) => experts_of_best_groups(&probs, limit.groups, limit.groups_per_token, |g| {
+            g.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+        }),
         None => (0..row.len()).collect(),
     };
     // Stable: equal probabilities keep the lower expert first.
@@ -237,14 +227,22 @@ fn softmax_choice(row: &[f32], routing: Experts) -> Vec<(usize, f32)> {
         .collect()
 }
 
-/// The `open` of `groups` groups with the highest `score` (the lower index first among
-/// equals).
-fn best_groups(groups: usize, open: usize, score: impl Fn(usize) -> f32) -> Vec<usize> {
-    let scores: Vec<f32> = (0..groups).map(score).collect();
-    let mut order: Vec<usize> = (0..groups).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-    order.truncate(open);
-    order
+/// The experts, in index order, of the `open` of `groups` equal groups of `values` (one per
+/// expert) whose `score` is highest (the lower group first among equals).
+fn experts_of_best_groups(
+    values: &[f32],
+    groups: usize,
+    open: usize,
+    score: impl Fn(&[f32]) -> f32,
+) -> Vec<usize> {
+    let size = (values.len() / groups.max(1)).max(1);
+    let scores: Vec<f32> = values.chunks(size).map(score).collect();
+    let mut best: Vec<usize> = (0..scores.len()).collect();
+    best.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    best.truncate(open);
+    (0..values.len())
+        .filter(|e| best.contains(&(e / size)))
+        .collect()
 }
 
 /// One token's experts with their weights by [`SigmoidRouting`], in f32 as transformers
@@ -263,15 +261,12 @@ fn sigmoid_choice(
         Some(bias) => scores.iter().zip(bias).map(|(s, b)| s + b).collect(),
         None => scores.clone(),
     };
-    let size = (row.len() / sigmoid.groups.max(1)).max(1);
-    let groups = best_groups(sigmoid.groups, sigmoid.groups_per_token, |group| {
-        let mut best = choice[group * size..(group + 1) * size].to_vec();
-        best.sort_by(|a, b| b.total_cmp(a));
-        best.iter().take(2).sum()
-    });
-    let mut order: Vec<usize> = (0..row.len())
-        .filter(|e| groups.contains(&(e / size)))
-        .collect();
+    let mut order =
+        experts_of_best_groups(&choice, sigmoid.groups, sigmoid.groups_per_token, |group| {
+            let mut best = group.to_vec();
+            best.sort_by(|a, b| b.total_cmp(a));
+            best.iter().take(2).sum()
+        });
     order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]));
     order.truncate(routing.per_token);
     let sum = match routing.normalize {
