@@ -495,11 +495,18 @@ impl HfLlamaConfig {
 
     /// Parses `config.json` text; a key some family spells its own way ([`KEY_ALIASES`]) is
     /// read under the usual name where that is absent (a copy saved by this tool keeps both).
+    /// A vision-language config is read as its language model's
+    /// ([`super::vision_language::text_config`]).
     pub fn from_json(text: &str) -> Result<Self, String> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let Some(map) = value.as_object() else {
             return serde_json::from_str(text).map_err(|e| e.to_string());
         };
+        if let Some(class) = super::vision_language::of_config(map) {
+            let text = super::vision_language::text_config(map, class)?;
+            return Self::from_json(&serde_json::Value::Object(text).to_string())
+                .map_err(|e| format!("in `text_config`: {e}"));
+        }
         if !KEY_ALIASES
             .iter()
             .any(|(alias, _)| map.contains_key(*alias))

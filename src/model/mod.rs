@@ -30,6 +30,7 @@ pub mod sink_attention;
 pub mod stream;
 pub mod synth;
 pub mod tokenizer;
+pub mod vision_language;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -242,7 +243,7 @@ pub fn inspect(origin: &ModelRef) -> Result<(ModelShape, u64), LoadError> {
             Ok((shape, file_len(path)?))
         }
         ModelRef::Folder(folder) => {
-            let config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
+            let mut config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
             let has_weights = ["model.safetensors", "model.safetensors.index.json"]
                 .iter()
                 .any(|f| folder.join(f).exists());
@@ -250,7 +251,7 @@ pub fn inspect(origin: &ModelRef) -> Result<(ModelShape, u64), LoadError> {
                 // A folder with the config alone (as the hub serves it to estimates).
                 return Ok((ModelShape::from_config(&config), 0));
             }
-            let source = SafetensorsSource::open(folder)?;
+            let (source, _) = folder_checkpoint(folder, &mut config)?;
             let mut bytes = 0;
             for path in source.files() {
                 bytes += file_len(path)?;
@@ -336,9 +337,9 @@ fn load_folder<M>(
     folder: &Path,
     build: impl FnOnce(&LlamaConfig, Arc<dyn WeightSource>) -> Result<M, LoadError>,
 ) -> Result<Loaded<M>, LoadError> {
-    let config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
+    let mut config = HfLlamaConfig::from_file(&folder.join("config.json"))?.resolve()?;
     let tokenizer = Tokenizer::from_folder(folder)?;
-    let source = SafetensorsSource::open(folder)?;
+    let (source, hf_config) = folder_checkpoint(folder, &mut config)?;
     let parameter_count = source.parameter_count();
     let model = build(&config, weights::hf_source(&config, source))?;
     let tokenizer_files = TOKENIZER_FILES
@@ -355,11 +356,6 @@ fn load_folder<M>(
             })
         })
         .collect::<Result<_, _>>()?;
-    // Unreadable or not an object: saved copies then write only the keys this tool models.
-    let hf_config = std::fs::read_to_string(folder.join("config.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .filter(serde_json::Value::is_object);
     finish(
         origin,
         config,
@@ -368,6 +364,30 @@ fn load_folder<M>(
         parameter_count,
         (tokenizer_files, hf_config),
     )
+}
+
+/// The safetensors checkpoint of `folder`, whose `config.json` resolved to `config`, with that
+/// `config.json` as an object (`None` where unreadable or not an object: saved copies then write
+/// only the keys this tool models). Of a vision-language checkpoint, the language model alone:
+/// its tensors ([`SafetensorsSource::text_decoder_only`]) and its `text_config`, the head tied
+/// exactly where the checkpoint holds none, as transformers 5 loads it.
+fn folder_checkpoint(
+    folder: &Path,
+    config: &mut LlamaConfig,
+) -> Result<(SafetensorsSource, Option<serde_json::Value>), LoadError> {
+    let source = SafetensorsSource::open(folder)?;
+    let hf_config = std::fs::read_to_string(folder.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .filter(serde_json::Value::is_object);
+    let object = hf_config.as_ref().and_then(serde_json::Value::as_object);
+    let Some(class) = object.and_then(vision_language::of_config) else {
+        return Ok((source, hf_config));
+    };
+    let text = object.and_then(|o| vision_language::text_config(o, class).ok());
+    let source = source.text_decoder_only();
+    config.tie_word_embeddings = !source.has_tensor("lm_head.weight");
+    Ok((source, text.map(serde_json::Value::Object)))
 }
 
 /// The config files of a Hugging Face folder that travel with its tokenizer.

@@ -535,6 +535,9 @@ pub struct SafetensorsSource {
     shards: Vec<Shard>,
     /// tensor name → shard index
     index: BTreeMap<String, usize>,
+    /// The checkpoint's own name of each tensor the index holds under another
+    /// ([`Self::text_decoder_only`]).
+    renamed: BTreeMap<String, String>,
 }
 
 impl SafetensorsSource {
@@ -687,6 +690,7 @@ impl SafetensorsSource {
     fn stored<'s>(&'s self, name: &str) -> Option<Stored<'s>> {
         let (name, i) = self.locate(name)?;
         let shard = &self.shards[i];
+        let name = self.renamed.get(name).map_or(name, String::as_str);
         let info = shard
             .metadata
             .info(name)
@@ -712,6 +716,25 @@ impl SafetensorsSource {
         }
         let (_, headless) = name.split_once('.')?;
         self.index.get(headless).map(|&i| (headless, i))
+    }
+
+    /// The language model of a vision-language checkpoint
+    /// ([`crate::model::vision_language`]): its tensors under the family's own names, every
+    /// other tensor (the vision tower's, the projector's) neither read nor counted.
+    pub fn text_decoder_only(mut self) -> Self {
+        let index = std::mem::take(&mut self.index);
+        for (theirs, shard) in index {
+            if let Some(ours) = super::vision_language::text_tensor_name(&theirs) {
+                self.index.insert(ours.clone(), shard);
+                self.renamed.insert(ours, theirs);
+            }
+        }
+        self
+    }
+
+    /// Whether the checkpoint holds a tensor called `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.locate(name).is_some()
     }
 
     /// Opens the checkpoint in `folder`.
@@ -755,6 +778,7 @@ impl SafetensorsSource {
             folder: folder.to_path_buf(),
             shards,
             index,
+            renamed: BTreeMap::new(),
         })
     }
 
@@ -859,10 +883,14 @@ impl WeightSource for SafetensorsSource {
     /// scalar `masked_bias`, and a sigmoid router's `e_score_correction_bias`. MXFP4 blocks count
     /// two parameters a byte; FP8 weights one, their block scales none.
     fn parameter_count(&self) -> u64 {
-        self.shards
+        self.index
             .iter()
-            .flat_map(|s| s.metadata.tensors())
-            .map(|(name, info)| {
+            .map(|(name, &shard)| {
+                let name = self.renamed.get(name).unwrap_or(name);
+                let info = self.shards[shard]
+                    .metadata
+                    .info(name)
+                    .expect("the index was built from this shard's metadata");
                 let elements = info.shape.iter().product::<usize>() as u64;
                 let float = matches!(
                     info.dtype,

@@ -136,6 +136,10 @@ fn every_family_gives_transformers_logits() {
         "deepseek_v2",
         "deepseek_v3",
         "deepseek_v3-fp8",
+        // The language models of vision-language checkpoints (vision_language.rs).
+        "gemma3-vl",
+        "mistral3-vl",
+        "llava",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);

@@ -26,4 +26,5 @@ mod streaming;
 mod synth;
 mod table;
 mod tokenizer_files;
+mod vision_language;
 mod zeroshot;

@@ -1,0 +1,285 @@
+//! Vision-language checkpoints read as their language model: Gemma 3 4B–27B
+//! (`Gemma3ForConditionalGeneration`), Mistral Small 3.1 and 3.2
+//! (`Mistral3ForConditionalGeneration`) and LLaVA, Pixtral and their kin
+//! (`LlavaForConditionalGeneration`). Their `config.json` holds the language model's config
+//! under `text_config`, and their checkpoints its tensors under `language_model.` (transformers
+//! 5's own modules: `model.language_model.`) beside the vision tower and the projector.
+//!
+//! Pruning and perplexity concern the language model alone, so that is what is loaded: its
+//! config as a text-only checkpoint of its family would hold it ([`text_config`]), and its
+//! tensors under the family's own names ([`text_tensor_name`]); the vision tower and the
+//! projector are neither read nor counted. A saved copy is that text-only checkpoint
+//! (`Gemma3ForCausalLM`, `MistralForCausalLM`, `LlamaForCausalLM`), which transformers loads as
+//! it is.
+
+use serde_json::{Map, Value};
+
+/// A vision-language class whose language model this tool runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VisionLanguage {
+    /// The class `config.json` names in `architectures`.
+    pub class: &'static str,
+    /// Its `model_type`.
+    pub model_type: &'static str,
+    /// The language model's `model_type` where `text_config` names none (the config class's
+    /// default text config).
+    pub text_model_type: &'static str,
+    /// Whether the head is tied to the embeddings where neither the config nor its
+    /// `text_config` says (the config class's `tie_word_embeddings`).
+    pub ties_by_default: bool,
+}
+
+/// Every vision-language class this tool reads the language model of.
+pub const CLASSES: [VisionLanguage; 3] = [
+    VisionLanguage {
+        class: "Gemma3ForConditionalGeneration",
+        model_type: "gemma3",
+        text_model_type: "gemma3_text",
+        ties_by_default: true,
+    },
+    VisionLanguage {
+        class: "Mistral3ForConditionalGeneration",
+        model_type: "mistral3",
+        text_model_type: "mistral",
+        ties_by_default: true,
+    },
+    VisionLanguage {
+        class: "LlavaForConditionalGeneration",
+        model_type: "llava",
+        text_model_type: "llama",
+        ties_by_default: false,
+    },
+];
+
+/// The defaults of a text config class (transformers 5.24's) for the keys the decoder needs
+/// and its family does not default itself, by `model_type`. Configs saved by transformers 4
+/// write only the keys of a `text_config` that differ from these (Gemma 3 4B's names five).
+fn text_defaults(model_type: &str) -> &'static [(&'static str, f64)] {
+    match model_type {
+        "gemma3_text" => &[
+            ("vocab_size", 262_208.0),
+            ("hidden_size", 2304.0),
+            ("intermediate_size", 9216.0),
+            ("num_hidden_layers", 26.0),
+            ("num_attention_heads", 8.0),
+            ("num_key_value_heads", 4.0),
+            ("head_dim", 256.0),
+            ("max_position_embeddings", 131_072.0),
+            ("rms_norm_eps", 1e-6),
+            ("query_pre_attn_scalar", 256.0),
+            ("sliding_window", 4096.0),
+            ("bos_token_id", 2.0),
+            ("eos_token_id", 1.0),
+        ],
+        "mistral" => &[
+            ("vocab_size", 32_000.0),
+            ("hidden_size", 4096.0),
+            ("intermediate_size", 14_336.0),
+            ("num_hidden_layers", 32.0),
+            ("num_attention_heads", 32.0),
+            ("num_key_value_heads", 8.0),
+            ("max_position_embeddings", 131_072.0),
+            ("rms_norm_eps", 1e-6),
+            ("sliding_window", 4096.0),
+            ("bos_token_id", 1.0),
+            ("eos_token_id", 2.0),
+        ],
+        "llama" => &[
+            ("vocab_size", 32_000.0),
+            ("hidden_size", 4096.0),
+            ("intermediate_size", 11_008.0),
+            ("num_hidden_layers", 32.0),
+            ("num_attention_heads", 32.0),
+            ("max_position_embeddings", 2048.0),
+            ("rms_norm_eps", 1e-6),
+            ("bos_token_id", 1.0),
+            ("eos_token_id", 2.0),
+        ],
+        _ => &[],
+    }
+}
+
+/// The vision-language class a `config.json` object names (by `architectures`, else
+/// `model_type`), if it names one of [`CLASSES`].
+pub fn of_config(config: &Map<String, Value>) -> Option<&'static VisionLanguage> {
+    let name = config
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .or_else(|| config.get("model_type"))
+        .and_then(Value::as_str)?;
+    CLASSES
+        .iter()
+        .find(|c| c.class == name || c.model_type == name)
+}
+
+/// The language model's config of the vision-language `config` (of class `class`), as a
+/// text-only checkpoint of its family holds it: `text_config` with its `model_type` (the class's
+/// default where it names none), `architectures` the family's class, the text config class's
+/// defaults for the keys it leaves out ([`text_defaults`]), the weights' dtype of the whole
+/// model where it gives none, and `tie_word_embeddings` from the whole model's config, else
+/// `text_config`'s, else the class's default. An error names what is missing.
+pub fn text_config(
+    config: &Map<String, Value>,
+    class: &VisionLanguage,
+) -> Result<Map<String, Value>, String> {
+    let Some(Value::Object(text)) = config.get("text_config") else {
+        return Err(format!(
+            "`text_config` is missing or not an object; a {} config holds its language \
+             model's config there",
+            class.class
+        ));
+    };
+    let mut text = text.clone();
+    let model_type = text
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or(class.text_model_type)
+        .to_string();
+    let family =
+        crate::model::family::Architecture::from_hf_name(&model_type).ok_or_else(|| {
+            format!(
+                "`text_config.model_type` is `{model_type}`, not a decoder family this tool runs \
+             (the language model of a {} must be one of: {})",
+                class.class,
+                crate::model::family::Architecture::supported_hf_classes()
+            )
+        })?;
+    text.insert("model_type".into(), model_type.as_str().into());
+    text.insert("architectures".into(), vec![family.hf_class()].into());
+    for &(key, value) in text_defaults(&model_type) {
+        if !text.contains_key(key) {
+            let value = match value.fract() == 0.0 && value >= 1.0 {
+                true => Value::from(value as u64),
+                false => Value::from(value),
+            };
+            text.insert(key.into(), value);
+        }
+    }
+    for key in ["torch_dtype", "dtype"] {
+        if let (Some(dtype), false) = (config.get(key), text.contains_key(key)) {
+            text.insert(key.into(), dtype.clone());
+        }
+    }
+    let tie = config
+        .get("tie_word_embeddings")
+        .or_else(|| text.get("tie_word_embeddings"))
+        .and_then(Value::as_bool)
+        .unwrap_or(class.ties_by_default);
+    text.insert("tie_word_embeddings".into(), tie.into());
+    Ok(text)
+}
+
+/// The language model's name (the family's, e.g. `model.layers.0.mlp.up_proj.weight`) of the
+/// vision-language checkpoint's tensor `name`: `language_model.model.X` or transformers 5's
+/// `model.language_model.X` is `model.X`, `language_model.lm_head.X` is `lm_head.X`, and
+/// `lm_head.X` stays; `None` for the vision tower's and the projector's tensors.
+pub fn text_tensor_name(name: &str) -> Option<String> {
+    for (theirs, ours) in [
+        ("language_model.model.", "model."),
+        ("model.language_model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+        ("lm_head.", "lm_head."),
+    ] {
+        if let Some(rest) = name.strip_prefix(theirs) {
+            return Some(format!("{ours}{rest}"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(text: &str) -> Map<String, Value> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// Gemma 3 4B's config as the hub serves it, `text_config` with five keys.
+    const GEMMA3_4B: &str = r#"{"architectures":["Gemma3ForConditionalGeneration"],
+        "model_type":"gemma3","torch_dtype":"bfloat16","mm_tokens_per_image":256,
+        "text_config":{"hidden_size":2560,"intermediate_size":10240,"model_type":"gemma3_text",
+        "num_hidden_layers":34,"rope_scaling":{"factor":8.0,"rope_type":"linear"},
+        "sliding_window":1024},"vision_config":{"model_type":"siglip_vision_model"}}"#;
+
+    #[test]
+    fn a_sparse_text_config_takes_its_class_defaults_and_the_family_class() {
+        let config = object(GEMMA3_4B);
+        let class = of_config(&config).unwrap();
+        assert_eq!(class.class, "Gemma3ForConditionalGeneration");
+        let text = text_config(&config, class).unwrap();
+        assert_eq!(
+            text["architectures"],
+            serde_json::json!(["Gemma3ForCausalLM"])
+        );
+        assert_eq!(text["hidden_size"], 2560, "given keys win");
+        assert_eq!(text["sliding_window"], 1024);
+        assert_eq!(text["num_attention_heads"], 8, "the class default");
+        assert_eq!(text["head_dim"], 256);
+        assert_eq!(text["vocab_size"], 262_208);
+        assert_eq!(text["rms_norm_eps"], 1e-6);
+        assert_eq!(text["torch_dtype"], "bfloat16", "the whole model's dtype");
+        assert_eq!(text["tie_word_embeddings"], true, "Gemma3Config's default");
+        let hf = crate::model::config::HfLlamaConfig::from_json(&Value::Object(text).to_string())
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(
+            (hf.num_key_value_heads, hf.head_dim, hf.num_hidden_layers),
+            (4, 256, 34)
+        );
+    }
+
+    #[test]
+    fn the_tie_comes_from_the_whole_model_then_the_text_config_then_the_class() {
+        let with = |outer: &str, inner: &str| {
+            let config = object(&format!(
+                r#"{{"architectures":["Mistral3ForConditionalGeneration"]{outer},
+                "text_config":{{"model_type":"mistral"{inner}}}}}"#
+            ));
+            text_config(&config, of_config(&config).unwrap()).unwrap()["tie_word_embeddings"]
+                .clone()
+        };
+        assert_eq!(with(r#","tie_word_embeddings":false"#, ""), false);
+        assert_eq!(with("", r#","tie_word_embeddings":false"#), false);
+        assert_eq!(with("", ""), true, "Mistral3Config's default");
+    }
+
+    #[test]
+    fn a_missing_or_foreign_text_config_is_named() {
+        let config = object(r#"{"model_type":"llava"}"#);
+        let err = text_config(&config, of_config(&config).unwrap()).unwrap_err();
+        assert!(err.contains("`text_config` is missing"), "{err}");
+        let config = object(r#"{"model_type":"llava","text_config":{"model_type":"vicuna"}}"#);
+        let err = text_config(&config, of_config(&config).unwrap()).unwrap_err();
+        assert!(
+            err.contains("`text_config.model_type` is `vicuna`"),
+            "{err}"
+        );
+        assert!(of_config(&object(r#"{"model_type":"llama"}"#)).is_none());
+    }
+
+    #[test]
+    fn tensors_keep_the_language_models_names_and_drop_the_rest() {
+        let name = |n: &str| text_tensor_name(n);
+        assert_eq!(
+            name("language_model.model.layers.0.mlp.up_proj.weight").as_deref(),
+            Some("model.layers.0.mlp.up_proj.weight")
+        );
+        assert_eq!(
+            name("model.language_model.embed_tokens.weight").as_deref(),
+            Some("model.embed_tokens.weight")
+        );
+        assert_eq!(
+            name("language_model.lm_head.weight").as_deref(),
+            Some("lm_head.weight")
+        );
+        assert_eq!(name("lm_head.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(
+            name("vision_tower.vision_model.post_layernorm.weight"),
+            None
+        );
+        assert_eq!(name("model.vision_tower.patch_conv.weight"), None);
+        assert_eq!(name("multi_modal_projector.linear_1.weight"), None);
+    }
+}
