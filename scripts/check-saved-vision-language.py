@@ -3,7 +3,7 @@
 checkpoint transformers expects: it loads as the family's class with no missing or unexpected
 key, and copied back into the vision-language model it gives that model's logits exactly.
 
-    for f in gemma3-vl mistral3-vl llava; do
+    for f in gemma3-vl mistral3-vl llava qwen2_5-vl qwen3-vl; do
       target/debug/wanda prune --model tests/fixtures/models/tiny-$f --method wanda --sparsity 0.5 \
         --calib-text words.txt --nsamples 4 --seqlen 32 --eval-text words.txt --eval-seqlen 32 \
         --windows 4 --save /tmp/saved-$f
@@ -20,7 +20,9 @@ import transformers
 IDS = [1, 5, 9, 3, 31, 0, 17, 64, 95, 2, 40, 41, 7, 7, 80, 12]
 CLASSES = [("gemma3-vl", transformers.Gemma3ForConditionalGeneration),
            ("mistral3-vl", transformers.Mistral3ForConditionalGeneration),
-           ("llava", transformers.LlavaForConditionalGeneration)]
+           ("llava", transformers.LlavaForConditionalGeneration),
+           ("qwen2_5-vl", transformers.Qwen2_5_VLForConditionalGeneration),
+           ("qwen3-vl", transformers.Qwen3VLForConditionalGeneration)]
 
 
 def main():

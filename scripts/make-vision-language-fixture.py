@@ -3,7 +3,7 @@
 in tests/it/families.rs: the Rust side loads the folder's language model and must reproduce the
 logits transformers gives for text alone.
 
-    for f in gemma3-vl mistral3-vl llava; do
+    for f in gemma3-vl mistral3-vl llava qwen2_5-vl qwen3-vl; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-vision-language-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -15,6 +15,11 @@ logits transformers gives for text alone.
   head wins, as in transformers 5).
 - llava: LlavaForConditionalGeneration over a Llama whose `text_config` names only what differs
   from LlamaConfig's defaults, as llava-1.5's does.
+- qwen2_5-vl: Qwen2_5_VLForConditionalGeneration with its config written as the hub's are, the
+  language model's keys at the top level and multimodal RoPE as transformers 4's
+  `rope_scaling: {"type": "mrope", "mrope_section": …}`; its tensors under `model.` itself.
+- qwen3-vl: Qwen3VLForConditionalGeneration as transformers 5 writes it (`text_config` with
+  interleaved multimodal RoPE in `rope_parameters`; tensors under `model.language_model.`).
 
 Each holds a vision tower and a projector, which the Rust side must neither read nor count.
 The logits come from the folder reloaded by transformers, so they are what transformers makes of
@@ -87,6 +92,32 @@ def build(kind):
                   "num_key_value_heads": 2, "max_position_embeddings": 128,
                   "initializer_range": 0.25}
         return transformers.LlavaForConditionalGeneration(config), sparse
+    if kind == "qwen2_5-vl":
+        text = dict(TEXT, head_dim=16, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1_000_000.0})
+        vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                      out_hidden_size=64, fullatt_block_indexes=[0], window_size=28,
+                      patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+        config = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision,
+                                               image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+                                               vision_start_token_id=VOCAB - 3,
+                                               vision_end_token_id=VOCAB - 4,
+                                               tie_word_embeddings=False)
+        return transformers.Qwen2_5_VLForConditionalGeneration(config), "flat"
+    if kind == "qwen3-vl":
+        text = dict(TEXT, head_dim=16, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
+            "rope_theta": 5_000_000.0})
+        vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                      out_hidden_size=64, patch_size=14, spatial_merge_size=2,
+                      temporal_patch_size=2, deepstack_visual_indexes=[0],
+                      num_position_embeddings=16)
+        config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision,
+                                            image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+                                            vision_start_token_id=VOCAB - 3,
+                                            vision_end_token_id=VOCAB - 4,
+                                            tie_word_embeddings=False)
+        return transformers.Qwen3VLForConditionalGeneration(config), None
     raise SystemExit(f"unknown kind {kind}")
 
 
@@ -104,7 +135,17 @@ def main():
     path = f"{out}/config.json"
     with open(path) as f:
         config = json.load(f)
-    if sparse is not None:
+    if sparse == "flat":
+        # Qwen2.5-VL's hub config: the language model's keys at the top level, RoPE in
+        # transformers 4's keys.
+        text = config.pop("text_config")
+        rope = text.pop("rope_parameters")
+        for key in ("model_type", "architectures", "layer_types"):
+            text.pop(key, None)
+        config.update(text)
+        config["rope_theta"] = rope["rope_theta"]
+        config["rope_scaling"] = {"type": "mrope", "mrope_section": rope["mrope_section"]}
+    elif sparse is not None:
         config["text_config"] = sparse
     if kind == "mistral3-vl":
         # The outer default (tied) must lose to the checkpoint's own head.
@@ -122,6 +163,7 @@ def main():
     # named_parameters() lists a tied head once, under the embeddings.
     text_params = sum(p.numel() for n, p in reloaded.named_parameters()
                       if "language_model" in n or n.startswith("lm_head"))
+    print("written config:", json.dumps({k: v for k, v in config.items() if k != "vision_config"}))
     with open(f"{out}/logits.json", "w") as f:
         json.dump({"ids": IDS, "logits": [[round(v, 7) for v in row] for row in logits.tolist()],
                    "text_parameters": text_params,

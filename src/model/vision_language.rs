@@ -1,16 +1,23 @@
 //! Vision-language checkpoints read as their language model: Gemma 3 4B–27B
 //! (`Gemma3ForConditionalGeneration`), Mistral Small 3.1 and 3.2
-//! (`Mistral3ForConditionalGeneration`) and LLaVA, Pixtral and their kin
-//! (`LlavaForConditionalGeneration`). Their `config.json` holds the language model's config
-//! under `text_config`, and their checkpoints its tensors under `language_model.` (transformers
-//! 5's own modules: `model.language_model.`) beside the vision tower and the projector.
+//! (`Mistral3ForConditionalGeneration`), LLaVA, Pixtral and their kin
+//! (`LlavaForConditionalGeneration`), Qwen2-VL and Qwen2.5-VL
+//! (`Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`) and Qwen3-VL
+//! (`Qwen3VLForConditionalGeneration`). Their `config.json` holds the language model's config
+//! under `text_config` (Qwen2-VL's and Qwen2.5-VL's hub configs at the top level, beside
+//! `vision_config`), and their checkpoints its tensors under `language_model.` (transformers 5's
+//! own modules: `model.language_model.`; Qwen2-VL's and Qwen2.5-VL's under `model.` itself)
+//! beside the vision tower and the projector.
 //!
 //! Pruning and perplexity concern the language model alone, so that is what is loaded: its
 //! config as a text-only checkpoint of its family would hold it ([`text_config`]), and its
 //! tensors under the family's own names ([`text_tensor_name`]); the vision tower and the
 //! projector are neither read nor counted. A saved copy is that text-only checkpoint
-//! (`Gemma3ForCausalLM`, `MistralForCausalLM`, `LlamaForCausalLM`), which transformers loads as
-//! it is.
+//! (`Gemma3ForCausalLM`, `Qwen2ForCausalLM`, …), which transformers loads as it is.
+//!
+//! Qwen's multimodal RoPE (`mrope_section`) gives each frequency the temporal, height or width
+//! position of its section; for text alone the three positions are the token's own, so it is
+//! the family's plain RoPE, which is what the language model runs.
 
 use serde_json::{Map, Value};
 
@@ -27,27 +34,63 @@ pub struct VisionLanguage {
     /// Whether the head is tied to the embeddings where neither the config nor its
     /// `text_config` says (the config class's `tie_word_embeddings`).
     pub ties_by_default: bool,
+    /// The family the language model runs as, where its text config names a type of its own
+    /// (Qwen2.5-VL's `qwen2_5_vl_text` is Qwen2's decoder); `None`: the type it names.
+    pub text_family: Option<&'static str>,
+    /// Whether a config without `text_config` holds the language model's keys at its top level
+    /// (Qwen2-VL's and Qwen2.5-VL's hub configs).
+    pub flat: bool,
 }
 
 /// Every vision-language class this tool reads the language model of.
-pub const CLASSES: [VisionLanguage; 3] = [
+pub const CLASSES: [VisionLanguage; 6] = [
     VisionLanguage {
         class: "Gemma3ForConditionalGeneration",
         model_type: "gemma3",
         text_model_type: "gemma3_text",
         ties_by_default: true,
+        text_family: None,
+        flat: false,
     },
     VisionLanguage {
         class: "Mistral3ForConditionalGeneration",
         model_type: "mistral3",
         text_model_type: "mistral",
         ties_by_default: true,
+        text_family: None,
+        flat: false,
     },
     VisionLanguage {
         class: "LlavaForConditionalGeneration",
         model_type: "llava",
         text_model_type: "llama",
         ties_by_default: false,
+        text_family: None,
+        flat: false,
+    },
+    VisionLanguage {
+        class: "Qwen2VLForConditionalGeneration",
+        model_type: "qwen2_vl",
+        text_model_type: "qwen2_vl_text",
+        ties_by_default: false,
+        text_family: Some("qwen2"),
+        flat: true,
+    },
+    VisionLanguage {
+        class: "Qwen2_5_VLForConditionalGeneration",
+        model_type: "qwen2_5_vl",
+        text_model_type: "qwen2_5_vl_text",
+        ties_by_default: false,
+        text_family: Some("qwen2"),
+        flat: true,
+    },
+    VisionLanguage {
+        class: "Qwen3VLForConditionalGeneration",
+        model_type: "qwen3_vl",
+        text_model_type: "qwen3_vl_text",
+        ties_by_default: false,
+        text_family: Some("qwen3"),
+        flat: false,
     },
 ];
 
@@ -84,6 +127,32 @@ fn text_defaults(model_type: &str) -> &'static [(&'static str, f64)] {
             ("bos_token_id", 1.0),
             ("eos_token_id", 2.0),
         ],
+        "qwen2_vl_text" | "qwen2_5_vl_text" => &[
+            ("vocab_size", 152_064.0),
+            ("hidden_size", 8192.0),
+            ("intermediate_size", 29_568.0),
+            ("num_hidden_layers", 80.0),
+            ("num_attention_heads", 64.0),
+            ("num_key_value_heads", 8.0),
+            ("max_position_embeddings", 32_768.0),
+            ("rms_norm_eps", 1e-5),
+            ("rope_theta", 1e6),
+            ("max_window_layers", 80.0),
+            ("bos_token_id", 151_643.0),
+            ("eos_token_id", 151_645.0),
+        ],
+        "qwen3_vl_text" => &[
+            ("vocab_size", 151_936.0),
+            ("hidden_size", 4096.0),
+            ("intermediate_size", 22_016.0),
+            ("num_hidden_layers", 32.0),
+            ("num_attention_heads", 32.0),
+            ("num_key_value_heads", 32.0),
+            ("head_dim", 128.0),
+            ("max_position_embeddings", 128_000.0),
+            ("rms_norm_eps", 1e-6),
+            ("rope_theta", 500_000.0),
+        ],
         "llama" => &[
             ("vocab_size", 32_000.0),
             ("hidden_size", 4096.0),
@@ -113,46 +182,81 @@ pub fn of_config(config: &Map<String, Value>) -> Option<&'static VisionLanguage>
 }
 
 /// The language model's config of the vision-language `config` (of class `class`), as a
-/// text-only checkpoint of its family holds it: `text_config` with its `model_type` (the class's
+/// text-only checkpoint of its family holds it: `text_config` (for a [`VisionLanguage::flat`]
+/// class without one, the top level less `vision_config` and the image and video token ids) with its `model_type` (the class's
 /// default where it names none), `architectures` the family's class, the text config class's
-/// defaults for the keys it leaves out ([`text_defaults`]), the weights' dtype of the whole
-/// model where it gives none, and `tie_word_embeddings` from the whole model's config, else
-/// `text_config`'s, else the class's default. An error names what is missing.
+/// defaults for the keys it leaves out ([`text_defaults`]), multimodal RoPE as the plain RoPE it
+/// is for text ([`plain_rope`]), the weights' dtype of the whole model where it gives none, and
+/// `tie_word_embeddings` from the whole model's config, else `text_config`'s, else the class's
+/// default. An error names what is missing.
 pub fn text_config(
     config: &Map<String, Value>,
     class: &VisionLanguage,
 ) -> Result<Map<String, Value>, String> {
-    let Some(Value::Object(text)) = config.get("text_config") else {
-        return Err(format!(
-            "`text_config` is missing or not an object; a {} config holds its language \
-             model's config there",
-            class.class
-        ));
+    let mut text = match config.get("text_config") {
+        Some(Value::Object(text)) => text.clone(),
+        None if class.flat => {
+            let mut text = config.clone();
+            text.retain(|key, _| {
+                let wrapper =
+                    ["vision_config", "architectures", "model_type"].contains(&key.as_str());
+                let media_token = key.ends_with("_token_id")
+                    && ["image", "video", "vision"]
+                        .iter()
+                        .any(|p| key.starts_with(p));
+                !wrapper && !media_token
+            });
+            text
+        }
+        _ => {
+            return Err(format!(
+                "`text_config` is missing or not an object; a {} config holds its language \
+                 model's config there",
+                class.class
+            ))
+        }
     };
-    let mut text = text.clone();
     let model_type = text
         .get("model_type")
         .and_then(Value::as_str)
         .unwrap_or(class.text_model_type)
         .to_string();
-    let family =
-        crate::model::family::Architecture::from_hf_name(&model_type).ok_or_else(|| {
-            format!(
-                "`text_config.model_type` is `{model_type}`, not a decoder family this tool runs \
+    let runs_as = class.text_family.unwrap_or(&model_type);
+    let family = crate::model::family::Architecture::from_hf_name(runs_as).ok_or_else(|| {
+        format!(
+            "`text_config.model_type` is `{model_type}`, not a decoder family this tool runs \
              (the language model of a {} must be one of: {})",
-                class.class,
-                crate::model::family::Architecture::supported_hf_classes()
-            )
-        })?;
-    text.insert("model_type".into(), model_type.as_str().into());
-    text.insert("architectures".into(), vec![family.hf_class()].into());
+            class.class,
+            crate::model::family::Architecture::supported_hf_classes()
+        )
+    })?;
     for &(key, value) in text_defaults(&model_type) {
-        if !text.contains_key(key) {
+        let given =
+            text.contains_key(key) || (key == "rope_theta" && text.contains_key("rope_parameters"));
+        if !given {
             let value = match value.fract() == 0.0 && value >= 1.0 {
                 true => Value::from(value as u64),
                 false => Value::from(value),
             };
             text.insert(key.into(), value);
+        }
+    }
+    text.insert("model_type".into(), family.model_type().into());
+    text.insert("architectures".into(), vec![family.hf_class()].into());
+    for key in ["rope_scaling", "rope_parameters"] {
+        if let Some(Value::Object(rope)) = text.get_mut(key) {
+            plain_rope(rope);
+        }
+    }
+    // A legacy `rope_scaling` that said only `mrope` scales nothing.
+    if let Some(Value::Object(rope)) = text.get("rope_scaling") {
+        let kind = |k: &str| rope.get(k).and_then(Value::as_str);
+        let default = rope.keys().all(|k| k == "type" || k == "rope_type")
+            && [kind("type"), kind("rope_type")]
+                .iter()
+                .all(|t| matches!(t, None | Some("default")));
+        if default {
+            text.remove("rope_scaling");
         }
     }
     for key in ["torch_dtype", "dtype"] {
@@ -169,11 +273,30 @@ pub fn text_config(
     Ok(text)
 }
 
+/// Turns Qwen's multimodal RoPE in `rope` (a `rope_scaling` or `rope_parameters` object) into
+/// the plain RoPE it is for text: drops `mrope_section` and `mrope_interleaved`, and reads a
+/// `type`/`rope_type` of `mrope` (Qwen2-VL's legacy name) as `default`.
+fn plain_rope(rope: &mut Map<String, Value>) {
+    rope.remove("mrope_section");
+    rope.remove("mrope_interleaved");
+    for key in ["type", "rope_type"] {
+        if rope.get(key).and_then(Value::as_str) == Some("mrope") {
+            rope.insert(key.into(), "default".into());
+        }
+    }
+}
+
 /// The language model's name (the family's, e.g. `model.layers.0.mlp.up_proj.weight`) of the
 /// vision-language checkpoint's tensor `name`: `language_model.model.X` or transformers 5's
 /// `model.language_model.X` is `model.X`, `language_model.lm_head.X` is `lm_head.X`, and
-/// `lm_head.X` stays; `None` for the vision tower's and the projector's tensors.
+/// `lm_head.X` and the decoder's own `model.layers.`, `model.embed_tokens.` and `model.norm.`
+/// (Qwen2-VL's) stay; `None` for the vision tower's and the projector's tensors.
 pub fn text_tensor_name(name: &str) -> Option<String> {
+    for kept in ["model.layers.", "model.embed_tokens.", "model.norm."] {
+        if name.starts_with(kept) {
+            return Some(name.to_string());
+        }
+    }
     for (theirs, ours) in [
         ("language_model.model.", "model."),
         ("model.language_model.", "model."),
@@ -243,6 +366,61 @@ mod tests {
         assert_eq!(with(r#","tie_word_embeddings":false"#, ""), false);
         assert_eq!(with("", r#","tie_word_embeddings":false"#), false);
         assert_eq!(with("", ""), true, "Mistral3Config's default");
+    }
+
+    /// Qwen2.5-VL 7B's config as the hub serves it (abridged): the language model's keys at
+    /// the top level, multimodal RoPE in transformers 4's `rope_scaling`.
+    const QWEN2_5_VL_7B: &str = r#"{"architectures":["Qwen2_5_VLForConditionalGeneration"],
+        "model_type":"qwen2_5_vl","hidden_size":3584,"intermediate_size":18944,
+        "num_attention_heads":28,"num_hidden_layers":28,"num_key_value_heads":4,
+        "rms_norm_eps":1e-06,"rope_theta":1000000.0,"sliding_window":32768,
+        "use_sliding_window":false,"max_window_layers":28,"tie_word_embeddings":false,
+        "vocab_size":152064,"rope_scaling":{"type":"mrope","mrope_section":[16,24,24]},
+        "vision_config":{"depth":32,"hidden_size":1280}}"#;
+
+    #[test]
+    fn a_flat_qwen_config_is_qwen2_with_plain_rope() {
+        let config = object(QWEN2_5_VL_7B);
+        let text = text_config(&config, of_config(&config).unwrap()).unwrap();
+        assert_eq!(
+            text["architectures"],
+            serde_json::json!(["Qwen2ForCausalLM"])
+        );
+        assert_eq!(text["model_type"], "qwen2");
+        assert!(
+            text.get("rope_scaling").is_none(),
+            "mrope alone scales nothing"
+        );
+        assert!(text.get("vision_config").is_none());
+        assert_eq!(text["rope_theta"], 1e6);
+        let resolved =
+            crate::model::config::HfLlamaConfig::from_json(&Value::Object(text).to_string())
+                .unwrap()
+                .resolve()
+                .unwrap();
+        assert_eq!(resolved.head_dim, 128);
+        assert_eq!(
+            resolved.rope_scaling,
+            crate::model::config::RopeScaling::None
+        );
+        // transformers 5's form: the sections inside `rope_parameters`.
+        let mut rope = object(
+            r#"{"rope_type":"default","mrope_section":[2,3,3],"mrope_interleaved":true,"rope_theta":5e6}"#,
+        );
+        plain_rope(&mut rope);
+        assert_eq!(
+            Value::Object(rope),
+            serde_json::json!({"rope_type":"default","rope_theta":5e6})
+        );
+        assert_eq!(
+            text_tensor_name("model.layers.3.self_attn.q_proj.bias").as_deref(),
+            Some("model.layers.3.self_attn.q_proj.bias")
+        );
+        assert_eq!(text_tensor_name("visual.blocks.0.attn.qkv.weight"), None);
+        assert_eq!(
+            text_tensor_name("model.visual.blocks.0.attn.qkv.weight"),
+            None
+        );
     }
 
     #[test]

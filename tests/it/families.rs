@@ -140,6 +140,8 @@ fn every_family_gives_transformers_logits() {
         "gemma3-vl",
         "mistral3-vl",
         "llava",
+        "qwen2_5-vl",
+        "qwen3-vl",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let (ids, expected) = reference(&folder);
