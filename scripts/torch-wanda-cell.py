@@ -142,7 +142,12 @@ prune_n, prune_m = (0, 0) if a.pattern == "unstructured" else map(int, a.pattern
 t0 = time.time()
 DTYPE_KEY = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 if a.hf_model:
-    model = AutoModelForCausalLM.from_pretrained(a.hf_model, **{DTYPE_KEY: torch.float32})
+    try:
+        model = AutoModelForCausalLM.from_pretrained(a.hf_model, **{DTYPE_KEY: torch.float32})
+    except ValueError:
+        # A vision-language class that is no causal LM to the auto classes (LLaVA, Qwen-VL).
+        model = transformers.AutoModelForImageTextToText.from_pretrained(
+            a.hf_model, **{DTYPE_KEY: torch.float32})
     # The folder's tokenizer.json itself, as wanda reads it (AutoTokenizer would pick the
     # family's tokenizer class, which ignores a tokenizer.json of another kind).
     tok = transformers.PreTrainedTokenizerFast(
@@ -156,6 +161,12 @@ else:
         folder, gguf_file=name)
 model = model.eval().to(DT)
 model.config.use_cache = False
+if hasattr(model.config, "text_config") and hasattr(model.model, "language_model"):
+    # A vision-language model: its language model's layers are pruned, run through the whole
+    # model's own forward on text alone.
+    model.model.layers = model.model.language_model.layers
+    model.config.hidden_size = model.config.text_config.hidden_size
+    model.config.text_config.use_cache = False
 
 
 def linear_experts(stacks, count, hidden, inter, names):
