@@ -183,8 +183,9 @@ pub fn of_config(config: &Map<String, Value>) -> Option<&'static VisionLanguage>
 
 /// The language model's config of the vision-language `config` (of class `class`), as a
 /// text-only checkpoint of its family holds it: `text_config` (for a [`VisionLanguage::flat`]
-/// class without one, the top level less `vision_config` and the image and video token ids) with its `model_type` (the class's
-/// default where it names none), `architectures` the family's class, the text config class's
+/// class without one, the top level less `vision_config` and the image and video token ids)
+/// with its `model_type` (the class's default where it names none), `architectures` the
+/// family's class, the text config class's
 /// defaults for the keys it leaves out ([`text_defaults`]), multimodal RoPE as the plain RoPE it
 /// is for text ([`plain_rope`]), the weights' dtype of the whole model where it gives none, and
 /// `tie_word_embeddings` from the whole model's config, else `text_config`'s, else the class's
