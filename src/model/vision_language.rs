@@ -19,7 +19,7 @@
 //! position of its section; for text alone the three positions are the token's own, so it is
 //! the family's plain RoPE, which is what the language model runs.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// A vision-language class whose language model this tool runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,74 +97,74 @@ pub const CLASSES: [VisionLanguage; 6] = [
 /// The defaults of a text config class (transformers 5.24's) for the keys the decoder needs
 /// and its family does not default itself, by `model_type`. Configs saved by transformers 4
 /// write only the keys of a `text_config` that differ from these (Gemma 3 4B's names five).
-fn text_defaults(model_type: &str) -> &'static [(&'static str, f64)] {
+fn text_defaults(model_type: &str) -> Value {
     match model_type {
-        "gemma3_text" => &[
-            ("vocab_size", 262_208.0),
-            ("hidden_size", 2304.0),
-            ("intermediate_size", 9216.0),
-            ("num_hidden_layers", 26.0),
-            ("num_attention_heads", 8.0),
-            ("num_key_value_heads", 4.0),
-            ("head_dim", 256.0),
-            ("max_position_embeddings", 131_072.0),
-            ("rms_norm_eps", 1e-6),
-            ("query_pre_attn_scalar", 256.0),
-            ("sliding_window", 4096.0),
-            ("bos_token_id", 2.0),
-            ("eos_token_id", 1.0),
-        ],
-        "mistral" => &[
-            ("vocab_size", 32_000.0),
-            ("hidden_size", 4096.0),
-            ("intermediate_size", 14_336.0),
-            ("num_hidden_layers", 32.0),
-            ("num_attention_heads", 32.0),
-            ("num_key_value_heads", 8.0),
-            ("max_position_embeddings", 131_072.0),
-            ("rms_norm_eps", 1e-6),
-            ("sliding_window", 4096.0),
-            ("bos_token_id", 1.0),
-            ("eos_token_id", 2.0),
-        ],
-        "qwen2_vl_text" | "qwen2_5_vl_text" => &[
-            ("vocab_size", 152_064.0),
-            ("hidden_size", 8192.0),
-            ("intermediate_size", 29_568.0),
-            ("num_hidden_layers", 80.0),
-            ("num_attention_heads", 64.0),
-            ("num_key_value_heads", 8.0),
-            ("max_position_embeddings", 32_768.0),
-            ("rms_norm_eps", 1e-5),
-            ("rope_theta", 1e6),
-            ("max_window_layers", 80.0),
-            ("bos_token_id", 151_643.0),
-            ("eos_token_id", 151_645.0),
-        ],
-        "qwen3_vl_text" => &[
-            ("vocab_size", 151_936.0),
-            ("hidden_size", 4096.0),
-            ("intermediate_size", 22_016.0),
-            ("num_hidden_layers", 32.0),
-            ("num_attention_heads", 32.0),
-            ("num_key_value_heads", 32.0),
-            ("head_dim", 128.0),
-            ("max_position_embeddings", 128_000.0),
-            ("rms_norm_eps", 1e-6),
-            ("rope_theta", 500_000.0),
-        ],
-        "llama" => &[
-            ("vocab_size", 32_000.0),
-            ("hidden_size", 4096.0),
-            ("intermediate_size", 11_008.0),
-            ("num_hidden_layers", 32.0),
-            ("num_attention_heads", 32.0),
-            ("max_position_embeddings", 2048.0),
-            ("rms_norm_eps", 1e-6),
-            ("bos_token_id", 1.0),
-            ("eos_token_id", 2.0),
-        ],
-        _ => &[],
+        "gemma3_text" => json!({
+            "vocab_size": 262208,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 256,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-6,
+            "query_pre_attn_scalar": 256,
+            "sliding_window": 4096,
+            "bos_token_id": 2,
+            "eos_token_id": 1
+        }),
+        "mistral" => json!({
+            "vocab_size": 32000,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-6,
+            "sliding_window": 4096,
+            "bos_token_id": 1,
+            "eos_token_id": 2
+        }),
+        "qwen2_vl_text" | "qwen2_5_vl_text" => json!({
+            "vocab_size": 152064,
+            "hidden_size": 8192,
+            "intermediate_size": 29568,
+            "num_hidden_layers": 80,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1e6,
+            "max_window_layers": 80,
+            "bos_token_id": 151643,
+            "eos_token_id": 151645
+        }),
+        "qwen3_vl_text" => json!({
+            "vocab_size": 151936,
+            "hidden_size": 4096,
+            "intermediate_size": 22016,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "head_dim": 128,
+            "max_position_embeddings": 128000,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 500000.0
+        }),
+        "llama" => json!({
+            "vocab_size": 32000,
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "max_position_embeddings": 2048,
+            "rms_norm_eps": 1e-6,
+            "bos_token_id": 1,
+            "eos_token_id": 2
+        }),
+        _ => json!({}),
     }
 }
 
@@ -231,15 +231,13 @@ pub fn text_config(
             crate::model::family::Architecture::supported_hf_classes()
         )
     })?;
-    for &(key, value) in text_defaults(&model_type) {
-        let given =
-            text.contains_key(key) || (key == "rope_theta" && text.contains_key("rope_parameters"));
-        if !given {
-            let value = match value.fract() == 0.0 && value >= 1.0 {
-                true => Value::from(value as u64),
-                false => Value::from(value),
-            };
-            text.insert(key.into(), value);
+    if let Value::Object(defaults) = text_defaults(&model_type) {
+        for (key, value) in defaults {
+            let given = text.contains_key(&key)
+                || (key == "rope_theta" && text.contains_key("rope_parameters"));
+            if !given {
+                text.insert(key, value);
+            }
         }
     }
     text.insert("model_type".into(), family.model_type().into());
