@@ -41,15 +41,20 @@ def layer_of(name):
 
 
 def experts_apart(tensors):
-    """GPT-OSS's 3-D expert stacks (`…mlp.experts.gate_up_proj`, `[experts, in, 2·out]`, gate and
-    up interleaved; `…mlp.experts.down_proj`, `[experts, in, out]`) as each expert's linears,
-    `…mlp.experts.E.gate_proj.weight` and so on in `[out, in]`, as the reference saves them."""
-    for name in [n for n in tensors if n.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+    """GPT-OSS's and Llama 4's 3-D expert stacks (`…mlp.experts.gate_up_proj` and
+    `…feed_forward.experts.gate_up_proj`, `[experts, in, 2·out]`, gate and up interleaved
+    (GPT-OSS) or in halves (Llama 4); `…experts.down_proj`, `[experts, in, out]`) as each
+    expert's linears, `…experts.E.gate_proj.weight` and so on in `[out, in]`, as the reference
+    saves them."""
+    for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
         stack, prefix = tensors.pop(name), name[:-len("gate_up_proj" if name.endswith("gate_up_proj") else "down_proj")]
+        halves = ".feed_forward." in name
         for e in range(stack.shape[0]):
             if name.endswith("gate_up_proj"):
-                tensors[f"{prefix}{e}.gate_proj.weight"] = stack[e][:, 0::2].t()
-                tensors[f"{prefix}{e}.up_proj.weight"] = stack[e][:, 1::2].t()
+                half = stack.shape[-1] // 2
+                gate, up = (slice(0, half), slice(half, None)) if halves else (slice(0, None, 2), slice(1, None, 2))
+                tensors[f"{prefix}{e}.gate_proj.weight"] = stack[e][:, gate].t()
+                tensors[f"{prefix}{e}.up_proj.weight"] = stack[e][:, up].t()
             else:
                 tensors[f"{prefix}{e}.down_proj.weight"] = stack[e].t()
     return tensors

@@ -6,7 +6,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
-             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8; do
+             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8 llama4; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -382,6 +382,24 @@ def config(family):
         return transformers.DeepseekV3Config(
             q_lora_rank=24, topk_group=2, norm_topk_prob=True, attention_bias=True, rope_interleave=True,
             rope_parameters={**yarn, "mscale": 1.0, "mscale_all_dim": 0.8}, **mla, **common)
+    if family == "llama4":
+        # Llama 4: four layers, the fourth NoPE (no_rope_layer_interval 4); the three rotating
+        # ones pair neighbours under a llama3-scaled RoPE (all three bands: 8 < wavelengths < 32
+        # interpolated), scale queries and keys to unit RMS after it and attend within chunks of
+        # 6 (16 ids: three chunks); the NoPE one attends in full with a query temperature from
+        # position 3 on (floor_scale 4, attn_scale 0.5). Biases on all four attention projections
+        # (random, below). Layers 1 and 3 have four experts 48 wide (interleave_moe_layer_step 2),
+        # two a token by sigmoid of the top logits scaling their input, beside a shared expert 48
+        # wide; layers 0 and 2 one MLP 112 wide (intermediate_size_mlp).
+        common.update(num_hidden_layers=4, intermediate_size=48)
+        return transformers.Llama4TextConfig(
+            intermediate_size_mlp=112, num_local_experts=4, num_experts_per_tok=2,
+            interleave_moe_layer_step=2, attention_chunk_size=6, floor_scale=4, attn_scale=0.5,
+            head_dim=16, use_qk_norm=True, attention_bias=True, pad_token_id=0,
+            rope_parameters={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+                             "rope_theta": 10_000.0},
+            **common)
     raise SystemExit(f"unknown family {family}")
 
 
@@ -502,7 +520,7 @@ def main():
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "ln_f.weight", "ln_attn.weight", "ln_mlp.weight", "ln_1.weight", "ln_2.weight")):
                 p.uniform_(0.5, 1.5)
-            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie", "deepseek_v3")) and name.endswith((".bias", "_bias")):
+            elif family.startswith(("opt", "gpt_neox", "bloom", "falcon", "phi", "stablelm", "granite", "glm", "cohere", "qwen2_moe", "starcoder2", "gptj", "nemotron", "gpt", "arcee", "ernie", "deepseek_v3", "llama4")) and name.endswith((".bias", "_bias")):
                 p.uniform_(-0.5, 0.5)
             elif name.endswith("self_attn.sinks"):
                 # Sinks of the scores' size, so that each takes a visible share of its softmax.
@@ -602,6 +620,22 @@ def main():
                 for l, (open_groups, scale) in zip(moe_layers, routers):
                     l.mlp.gate.topk_group, l.mlp.gate.routed_scaling_factor = open_groups, scale
                 print(f"without the {what} the logits move by", moved)
+        if model.config.model_type == "llama4_text":
+            attns = [l.self_attn for l in model.model.layers]
+            norms = [getattr(a, "qk_norm", None) for a in attns]
+            for what, undo, redo in [
+                ("chunks", lambda: setattr(model.config, "attention_chunk_size", 1000),
+                 lambda: setattr(model.config, "attention_chunk_size", 6)),
+                ("query temperature", lambda: [setattr(a, "attn_temperature_tuning", False) for a in attns],
+                 lambda: [setattr(a, "attn_temperature_tuning", True) for a in attns]),
+                ("unit q/k norm", lambda: [delattr(a, "qk_norm") for a in attns if hasattr(a, "qk_norm")],
+                 lambda: [setattr(a, "qk_norm", n) for a, n in zip(attns, norms) if n is not None])]:
+                undo()
+                moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+                redo()
+                print(f"without the {what} the logits move by", moved)
+            again = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            assert again == 0.0, again
         if model.config.model_type in ("deepseek_v2", "deepseek_v3"):
             attns = [l.self_attn for l in model.model.layers]
             scalings = [a.scaling for a in attns]

@@ -372,6 +372,53 @@ class ReferenceDeepseekV2Moe(ReferenceGlm4Moe):
         return weights * self.scale, chosen
 
 
+class ReferenceLlama4Moe(torch.nn.Module):
+    """Llama 4's mixture of experts (transformers 5.24's `Llama4TextMoe`) over modules the
+    reference's find_layers sees: an nn.Linear router `router` and, per expert, the gate and up
+    projections its 3-D `gate_up_proj` (`[experts, hidden, 2·inter]`) holds in halves and its down
+    projection, each an nn.Linear; the shared expert is an MLP of nn.Linear already. As
+    transformers routes: the top-k router logits, their sigmoid in f32 returned in the model's
+    dtype, each scaling its expert's input; each expert hit runs on its tokens in (choice, token)
+    order (transformers runs every expert on every token, those not routed to it scaled to zero,
+    which add nothing), its outputs added to the shared expert's. Returns the block's output with
+    the router logits, as the decoder layer unpacks them."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.top_k, self.count = config.num_experts_per_tok, config.num_local_experts
+        self.router = torch.nn.Linear(hidden, self.count, bias=False)
+        self.router.weight.data = block.router.weight.data.clone()
+        stacked = block.experts
+        self.act = stacked.act_fn
+        self.experts = torch.nn.ModuleList()
+        for e in range(self.count):
+            expert = torch.nn.Module()
+            for name, cols in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, 2 * inter))):
+                linear = torch.nn.Linear(hidden, inter, bias=False)
+                linear.weight.data = stacked.gate_up_proj.data[e][:, cols].t().contiguous()
+                setattr(expert, name, linear)
+            expert.down_proj = torch.nn.Linear(inter, hidden, bias=False)
+            expert.down_proj.weight.data = stacked.down_proj.data[e].t().contiguous()
+            self.experts.append(expert)
+        self.shared_expert = block.shared_expert
+
+    def forward(self, hidden_states):
+        x = hidden_states.reshape(-1, hidden_states.shape[-1])
+        logits = self.router(x)
+        top, chosen = torch.topk(logits, self.top_k, dim=1)
+        weights = torch.sigmoid(top.float()).to(x.dtype)
+        out = self.shared_expert(x)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = int(e[0])
+            choice, token = torch.where(mask[e])
+            expert, rows = self.experts[e], x[token] * weights[token, choice, None]
+            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
+            out.index_add_(0, token, y)
+        return out, logits
+
+
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
 # checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
@@ -388,6 +435,10 @@ if model.config.model_type in ("glm4_moe", "deepseek_v3"):
 if model.config.model_type == "deepseek_v2":
     for layer in model.model.layers[model.config.first_k_dense_replace:]:
         layer.mlp = ReferenceDeepseekV2Moe(layer.mlp, model.config)
+if model.config.model_type == "llama4_text":
+    for layer in model.model.layers:
+        if layer.is_moe_layer:
+            layer.feed_forward = ReferenceLlama4Moe(layer.feed_forward, model.config)
 
 # OPT (the reference's main_opt.py / lib/prune_opt.py): layers under model.decoder, six linears.
 OPT = model.config.model_type == "opt"

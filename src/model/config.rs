@@ -449,6 +449,28 @@ pub struct HfLlamaConfig {
     /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
     #[serde(default)]
     pub use_bidirectional_attention: Option<bool>,
+    /// Llama 4: the width of the dense layers' MLP (the experts' is `intermediate_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate_size_mlp: Option<usize>,
+    /// Llama 4: every `n`-th layer has experts (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interleave_moe_layer_step: Option<usize>,
+    /// Llama 4: the layers with experts, where given (else from the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_layers: Option<Vec<usize>>,
+    /// Llama 4: positions per chunk of the chunked layers: `None` when the key is absent (8192),
+    /// `Some(None)` when it is null (no chunks).
+    #[serde(default, deserialize_with = "present")]
+    pub attention_chunk_size: Option<Option<usize>>,
+    /// Llama 4: whether the NoPE layers' queries take a temperature by position (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_temperature_tuning: Option<bool>,
+    /// Llama 4: positions per step of that temperature (default 8192).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_scale: Option<f64>,
+    /// Llama 4: the temperature's growth per step (default 0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_scale: Option<f64>,
 }
 
 /// `rope_parameters` as transformers 5 writes it: one set for the model, or one per layer type
@@ -816,10 +838,12 @@ pub(crate) fn resolve_rope_scaling(
         "llama3" => {
             let low = s.low_freq_factor.unwrap_or(1.0);
             let high = s.high_freq_factor.unwrap_or(4.0);
-            if high <= low {
+            // Equal factors leave no band between the kept and the divided frequencies (Llama 4
+            // Scout's 1 and 1).
+            if high < low {
                 return Err(invalid(
                     "rope_scaling.high_freq_factor",
-                    format!("({high}) must exceed low_freq_factor ({low})"),
+                    format!("({high}) must not be below low_freq_factor ({low})"),
                 ));
             }
             Ok(RopeScaling::Llama3 {
@@ -1267,11 +1291,10 @@ impl LlamaConfig {
     }
 
     /// The experts of layer `i`: the model's, unless `i` is one of the first layers with a
-    /// dense MLP ([`crate::model::moe::Experts::first_dense_layers`]); `None` for a dense layer.
+    /// dense MLP ([`crate::model::moe::Experts::first_dense_layers`]) or one between the layers
+    /// with experts ([`crate::model::moe::Experts::layer_step`]); `None` for a dense layer.
     pub fn layer_experts(&self, i: usize) -> Option<crate::model::moe::Experts> {
-        self.extras
-            .experts
-            .filter(|experts| i >= experts.first_dense_layers)
+        self.extras.experts.filter(|experts| experts.in_layer(i))
     }
 
     /// Whether layer `i` rotates its queries and keys: the model does, and the layer is not

@@ -1,11 +1,12 @@
-//! Experts stacked across a layer in 3-D tensors, as GPT-OSS's checkpoints hold them
-//! ([`crate::model::family::Family::stacks_experts`]): per layer
-//! - `mlp.experts.gate_up_proj`, `[experts, hidden, 2 · width]`: each expert's `[in, out]`
-//!   matrix of its gate and up projections, their outputs interleaved (the gate's in the even
-//!   columns, the up projection's in the odd ones), and `gate_up_proj_bias`,
-//!   `[experts, 2 · width]`, interleaved alike;
-//! - `mlp.experts.down_proj`, `[experts, width, hidden]`, each expert's `[in, out]` matrix, and
-//!   `down_proj_bias`, `[experts, hidden]`.
+//! Experts stacked across a layer in 3-D tensors, as GPT-OSS's and Llama 4's checkpoints hold
+//! them ([`crate::model::family::Family::expert_stacks`]): per layer, under the family's module
+//! (`mlp.experts`, Llama 4's `feed_forward.experts`)
+//! - `gate_up_proj`, `[experts, hidden, 2 · width]`: each expert's `[in, out]` matrix of its
+//!   gate and up projections, their outputs interleaved (GPT-OSS: the gate's in the even
+//!   columns, the up projection's in the odd ones) or in halves (Llama 4: the gate's first), and
+//!   `gate_up_proj_bias`, `[experts, 2 · width]`, alike (GPT-OSS);
+//! - `down_proj`, `[experts, width, hidden]`, each expert's `[in, out]` matrix, and
+//!   `down_proj_bias`, `[experts, hidden]` (GPT-OSS).
 //!
 //! The decoder sees each expert's `gate_proj`, `up_proj` and `down_proj` as linears of their own
 //! ([`ExpertStackSource`]), so calibration and pruning treat them as every other family's
@@ -16,18 +17,31 @@ use std::sync::{Arc, Mutex};
 use super::config::LlamaConfig;
 use super::weights::{HostTensor, WeightError, WeightSource};
 
-/// The stacked gate and up projections, relative to the layer.
-const GATE_UP: &str = "mlp.experts.gate_up_proj";
+/// How a family's checkpoints stack a layer's experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertStacks {
+    /// The checkpoint's module holding the stacks, relative to the layer (`mlp.experts`).
+    pub module: &'static str,
+    /// Whether `gate_up_proj` holds the gate's outputs as its first half and the up
+    /// projection's as its second (Llama 4) instead of interleaved (GPT-OSS).
+    pub halves: bool,
+}
 
-/// The stacked down projections, relative to the layer.
-const DOWN: &str = "mlp.experts.down_proj";
+/// The stacked gate and up projections, relative to the stacks' module.
+const GATE_UP: &str = "gate_up_proj";
+
+/// The stacked down projections, relative to the stacks' module.
+const DOWN: &str = "down_proj";
+
+/// The decoder's module of a layer's experts, relative to the layer.
+const EXPERTS: &str = "mlp.experts";
 
 /// One expert's linear in a stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
-    /// The gate projection: the even outputs of `gate_up_proj`.
+    /// The gate projection: the even outputs of `gate_up_proj`, or its first half.
     Gate,
-    /// The up projection: the odd outputs of `gate_up_proj`.
+    /// The up projection: the odd outputs of `gate_up_proj`, or its second half.
     Up,
     /// The down projection.
     Down,
@@ -43,17 +57,20 @@ impl Part {
         }
     }
 
-    /// `(step, first)`: the part's outputs are the stack's outputs `first`, `first + step`, …
-    fn outputs(self) -> (usize, usize) {
-        match self {
-            Part::Gate => (2, 0),
-            Part::Up => (2, 1),
-            Part::Down => (1, 0),
+    /// `(first, step)`: of a stack's `outputs` columns, the part's are `first`, `first + step`,
+    /// … up to `outputs / 2` of them (all of them for the down projection).
+    fn outputs(self, halves: bool, outputs: usize) -> (usize, usize) {
+        match (self, halves) {
+            (Part::Down, _) => (0, 1),
+            (Part::Gate, false) => (0, 2),
+            (Part::Up, false) => (1, 2),
+            (Part::Gate, true) => (0, 1),
+            (Part::Up, true) => (outputs / 2, 1),
         }
     }
 
-    /// The stack holding the part's weights, relative to the layer, with `_bias` for its
-    /// biases.
+    /// The stack holding the part's weights, relative to the stacks' module, with `_bias` for
+    /// its biases.
     fn stack(self, bias: bool) -> String {
         let stack = if self == Part::Down { DOWN } else { GATE_UP };
         match bias {
@@ -63,10 +80,10 @@ impl Part {
     }
 }
 
-/// Where the decoder's tensor `name` (`model.layers.N.mlp.experts.E.gate_proj.weight`) lies:
-/// the layer's prefix, the expert, the part and whether it is the bias.
-fn locate(name: &str) -> Option<(String, usize, Part, bool)> {
-    let (layer, rest) = name.split_once(".mlp.experts.")?;
+/// Where the tensor `name` (`model.layers.N.<module>.E.gate_proj.weight`, the stacks' module
+/// `module`) lies: the layer's prefix, the expert, the part and whether it is the bias.
+fn locate(name: &str, module: &str) -> Option<(String, usize, Part, bool)> {
+    let (layer, rest) = name.split_once(&format!(".{module}."))?;
     let (expert, rest) = rest.split_once('.')?;
     let (linear, kind) = rest.split_once('.')?;
     let part = [Part::Gate, Part::Up, Part::Down]
@@ -80,23 +97,22 @@ fn locate(name: &str) -> Option<(String, usize, Part, bool)> {
     Some((layer.to_string(), expert.parse().ok()?, part, bias))
 }
 
-/// The experts per layer where `config`'s family stores them stacked (GPT-OSS); `None` where
-/// each expert has linears of its own.
-pub fn stacked_experts(config: &LlamaConfig) -> Option<usize> {
+/// The experts per layer and how they are stacked where `config`'s family stores them stacked
+/// (GPT-OSS, Llama 4); `None` where each expert has linears of its own.
+pub fn stacked_experts(config: &LlamaConfig) -> Option<(usize, ExpertStacks)> {
     let experts = config.extras.experts.map(|e| e.count)?;
-    config
-        .architecture
-        .family()
-        .stacks_experts()
-        .then_some(experts)
+    let stacks = config.architecture.family().expert_stacks()?;
+    Some((experts, stacks))
 }
 
 /// A checkpoint with stacked experts seen with each expert's linears apart, in PyTorch's
-/// layout: `model.layers.N.mlp.experts.E.gate_proj.weight` is `[width, hidden]`, read from the
-/// even outputs of expert `E` in `gate_up_proj`. Every other name passes through.
+/// layout, under the checkpoint's names: `model.layers.N.<module>.E.gate_proj.weight` is
+/// `[width, hidden]`, read from expert `E`'s gate outputs in `<module>.gate_up_proj`. Every
+/// other name passes through.
 pub struct ExpertStackSource {
     inner: Arc<dyn WeightSource>,
     experts: usize,
+    stacks: ExpertStacks,
     /// The stack entries of the expert being read (its gate and up projections share one),
     /// each read from the checkpoint alone ([`WeightSource::tensor_entry`]), never a whole
     /// stack.
@@ -106,7 +122,7 @@ pub struct ExpertStackSource {
 impl ExpertStackSource {
     /// `inner` with its experts apart, where the family of `config` stacks them.
     pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
-        let Some(experts) = stacked_experts(config) else {
+        let Some((experts, stacks)) = stacked_experts(config) else {
             return inner;
         };
         // Shared as the other wrappers are, one thread at a time.
@@ -114,6 +130,7 @@ impl ExpertStackSource {
         let source = Arc::new(Self {
             inner,
             experts,
+            stacks,
             held: Mutex::new(Vec::new()),
         });
         source
@@ -144,10 +161,11 @@ impl ExpertStackSource {
     /// The values of the decoder's tensor `name` in `[in, out]` order (a weight; a bias as it
     /// is) with its PyTorch shape, where it is an expert's; `None` for any other name.
     fn part(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-        let Some((layer, expert, part, bias)) = locate(name) else {
+        let module = self.stacks.module;
+        let Some((layer, expert, part, bias)) = locate(name, module) else {
             return Ok(None);
         };
-        let stack_name = format!("{layer}.{}", part.stack(bias));
+        let stack_name = format!("{layer}.{module}.{}", part.stack(bias));
         if expert >= self.experts {
             return Err(WeightError::Shape {
                 name: stack_name,
@@ -159,28 +177,29 @@ impl ExpertStackSource {
         let Some(entry) = self.entry(&layer, &stack_name, expert)? else {
             return Ok(None);
         };
-        let (step, first) = part.outputs();
-        // A weight's entry is `[in, out · step]`, a bias's `[out · step]`.
+        // A weight's entry is `[in, out]`, a bias's `[out]`; gate and up share `out` evenly.
         let (rows, cols) = match (bias, &entry.shape[..]) {
             (true, &[cols]) => (1, cols),
             (false, &[rows, cols]) => (rows, cols),
             _ => (0, 0),
         };
-        if cols == 0 || cols % step != 0 {
+        let shared = part != Part::Down;
+        if cols == 0 || (shared && cols % 2 != 0) {
             return Err(WeightError::BadSafetensors {
                 path: self.inner.name(),
                 reason: format!(
-                    "`{stack_name}` holds experts of shape {:?}; a stack of weights is [experts, in, out] and of biases [experts, out], out even where gate and up interleave",
+                    "`{stack_name}` holds experts of shape {:?}; a stack of weights is [experts, in, out] and of biases [experts, out], out even where it holds gate and up",
                     entry.shape
                 ),
             });
         }
+        let outputs = if shared { cols / 2 } else { cols };
+        let (first, step) = part.outputs(self.stacks.halves, cols);
         let data: Vec<f32> = entry
             .data
             .chunks_exact(cols)
-            .flat_map(|row| row.iter().skip(first).step_by(step).copied())
+            .flat_map(|row| row.iter().skip(first).step_by(step).take(outputs).copied())
             .collect();
-        let outputs = cols / step;
         let shape = if bias {
             vec![outputs]
         } else {
@@ -236,13 +255,23 @@ impl WeightSource for ExpertStackSource {
 }
 
 /// Replaces each expert's linears in `tensors` (the layer's tensors under the decoder's names,
-/// prefixed `layer`, weights in PyTorch's layout) by the four stacks of the checkpoint's layout,
-/// where the first expert's gate projection was; nothing where an expert's tensor is missing.
-pub fn stack_experts(tensors: &mut Vec<(String, HostTensor)>, layer: &str, experts: usize) {
+/// prefixed `layer`, weights in PyTorch's layout) by the stacks of the checkpoint's layout
+/// `stacks` (under the decoder's module, `mlp.experts.gate_up_proj`, which a saved copy
+/// renames as the family does), where the first expert's gate projection was; nothing where an
+/// expert's weight is missing. Biases are stacked where the experts have them.
+pub fn stack_experts(
+    tensors: &mut Vec<(String, HostTensor)>,
+    layer: &str,
+    experts: usize,
+    stacks: ExpertStacks,
+) {
     let name = |e: usize, part: Part, bias: bool| {
         let kind = if bias { "bias" } else { "weight" };
-        format!("{layer}.mlp.experts.{e}.{}.{kind}", part.linear())
+        format!("{layer}.{EXPERTS}.{e}.{}.{kind}", part.linear())
     };
+    let biased = tensors
+        .iter()
+        .any(|(n, _)| *n == name(0, Part::Gate, true));
     let Some(first) = tensors
         .iter()
         .position(|(n, _)| *n == name(0, Part::Gate, false))
@@ -255,12 +284,12 @@ pub fn stack_experts(tensors: &mut Vec<(String, HostTensor)>, layer: &str, exper
             .position(|(n, _)| *n == name(e, part, bias))?;
         Some(tensors.remove(at).1)
     };
-    let mut stacks = Vec::new();
+    let mut stacked = Vec::new();
     for (parts, stack) in [
         (&[Part::Gate, Part::Up][..], GATE_UP),
         (&[Part::Down][..], DOWN),
     ] {
-        for bias in [false, true] {
+        for bias in [false, true].into_iter().filter(|&b| biased || !b) {
             let mut data = Vec::new();
             let mut shape = Vec::new();
             for e in 0..experts {
@@ -269,15 +298,22 @@ pub fn stack_experts(tensors: &mut Vec<(String, HostTensor)>, layer: &str, exper
                 let Some(taken) = taken else {
                     return;
                 };
-                // `[out, in]` (or `[out]`) parts, their outputs interleaved into `[in, out·n]`.
+                // `[out, in]` (or `[out]`) parts, their outputs interleaved or in turn (halves)
+                // into `[in, out·n]`.
                 let (outputs, inputs) = match taken[0].shape[..] {
                     [o, i] => (o, i),
                     [o] => (o, 1),
                     _ => return,
                 };
                 for i in 0..inputs {
-                    for o in 0..outputs {
-                        data.extend(taken.iter().map(|t| t.data[o * inputs + i]));
+                    if stacks.halves {
+                        for t in &taken {
+                            data.extend((0..outputs).map(|o| t.data[o * inputs + i]));
+                        }
+                    } else {
+                        for o in 0..outputs {
+                            data.extend(taken.iter().map(|t| t.data[o * inputs + i]));
+                        }
                     }
                 }
                 shape = match bias {
@@ -286,14 +322,14 @@ pub fn stack_experts(tensors: &mut Vec<(String, HostTensor)>, layer: &str, exper
                 };
             }
             let suffix = if bias { "_bias" } else { "" };
-            stacks.push((
-                format!("{layer}.{stack}{suffix}"),
+            stacked.push((
+                format!("{layer}.{EXPERTS}.{stack}{suffix}"),
                 HostTensor { shape, data },
             ));
         }
     }
     let at = first.min(tensors.len());
-    tensors.splice(at..at, stacks);
+    tensors.splice(at..at, stacked);
 }
 
 #[cfg(test)]
@@ -347,10 +383,17 @@ mod tests {
         }
     }
 
+    /// GPT-OSS's stacks: `mlp.experts`, gate and up interleaved.
+    const INTERLEAVED: ExpertStacks = ExpertStacks {
+        module: "mlp.experts",
+        halves: false,
+    };
+
     fn source() -> ExpertStackSource {
         ExpertStackSource {
             inner: Arc::new(Stacks(stacks())),
             experts: 2,
+            stacks: INTERLEAVED,
             held: Mutex::new(Vec::new()),
         }
     }
@@ -410,8 +453,56 @@ mod tests {
                 }
             }
         }
-        stack_experts(&mut tensors, "model.layers.0", 2);
+        stack_experts(&mut tensors, "model.layers.0", 2, INTERLEAVED);
         assert_eq!(tensors[0].0, "model.layers.0.input_layernorm.weight");
         assert_eq!(tensors[1..], stacks()[..]);
+    }
+
+    /// Llama 4's stacks under `feed_forward.experts`, without biases: expert 1's gate is the
+    /// first two columns of its `[3, 4]` block (values 12 … 23), its up projection the last
+    /// two; stacked again they give the checkpoint's values back.
+    #[test]
+    fn halves_hold_the_gate_then_the_up_projection() {
+        let halves = ExpertStacks {
+            module: "feed_forward.experts",
+            halves: true,
+        };
+        let renamed: Vec<(String, HostTensor)> = stacks()
+            .into_iter()
+            .filter(|(n, _)| !n.ends_with("_bias"))
+            .map(|(n, t)| (n.replace(".mlp.", ".feed_forward."), t))
+            .collect();
+        let s = ExpertStackSource {
+            inner: Arc::new(Stacks(renamed.clone())),
+            experts: 2,
+            stacks: halves,
+            held: Mutex::new(Vec::new()),
+        };
+        let get = |e: usize, name: &str| {
+            s.tensor(&format!("model.layers.0.feed_forward.experts.{e}.{name}.weight"))
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(
+            get(1, "gate_proj").data,
+            vec![12.0, 16.0, 20.0, 13.0, 17.0, 21.0]
+        );
+        assert_eq!(get(1, "up_proj").data, vec![14.0, 18.0, 22.0, 15.0, 19.0, 23.0]);
+        // Under the decoder's names, as a saved copy holds them before renaming.
+        let mut tensors = Vec::new();
+        for e in 0..2 {
+            for linear in ["gate_proj", "up_proj", "down_proj"] {
+                tensors.push((
+                    format!("model.layers.0.mlp.experts.{e}.{linear}.weight"),
+                    get(e, linear),
+                ));
+            }
+        }
+        stack_experts(&mut tensors, "model.layers.0", 2, halves);
+        let back: Vec<(String, HostTensor)> = tensors
+            .into_iter()
+            .map(|(n, t)| (n.replace(".mlp.", ".feed_forward."), t))
+            .collect();
+        assert_eq!(back, renamed);
     }
 }

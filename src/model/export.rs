@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::config::LlamaConfig;
-use super::expert_stacks::{stack_experts, stacked_experts};
+use super::expert_stacks::{stack_experts, stacked_experts, ExpertStacks};
 use super::family::FusedLinear;
 use super::kernels::kernels;
 use super::llama::{DecoderLayer, Llama, Norm};
@@ -275,12 +275,12 @@ fn linear_tensors<B: Backend>(
 
 /// The tensors of decoder layer `i` under the decoder's names, in PyTorch's layout: its linears
 /// (those the family stores stacked, `fused`, stacked again; its experts stacked where
-/// `stacked_experts` gives their count), then its norms and vectors.
+/// `stacked_experts` gives their count and layout), then its norms and vectors.
 fn layer_tensors<B: Backend>(
     layer: &DecoderLayer<B>,
     i: usize,
     fused: &[FusedLinear],
-    stacked_experts: Option<usize>,
+    stacked_experts: Option<(usize, ExpertStacks)>,
     norm_offset: bool,
 ) -> Vec<(String, HostTensor)> {
     let p = format!("model.layers.{i}");
@@ -298,8 +298,8 @@ fn layer_tensors<B: Backend>(
         };
         out.push((format!("{p}.{name}"), t));
     }
-    if let Some(experts) = stacked_experts {
-        stack_experts(&mut out, &p, experts);
+    if let Some((experts, stacks)) = stacked_experts {
+        stack_experts(&mut out, &p, experts, stacks);
     }
     let kv_heads = layer.self_attn.heads().map_or(1, |a| a.num_kv_heads);
     for f in fused {

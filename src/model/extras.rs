@@ -173,6 +173,9 @@ pub struct DecoderExtras {
     /// DeepSeek's multi-head latent attention in place of per-head q/k/v projections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latent_attention: Option<crate::model::latent_attention::LatentAttention>,
+    /// Llama 4's chunked attention, unit-RMS queries and keys, and NoPE query temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llama4_attention: Option<crate::model::llama4_attention::Llama4Attention>,
 }
 
 /// Granite's factors ([`DecoderExtras::multipliers`]), each applied as transformers applies it

@@ -22,6 +22,7 @@ use super::kernels::{
     ModelWeights, NormWeights, ATTENTION_BLOCK_BYTES,
 };
 use super::latent_attention::{LatentSelfAttention, SelfAttention};
+use super::llama4_attention::{chunk_mask, chunk_start, unit_rms, QueryTemperature};
 use super::{alibi, rope};
 
 pub use super::kernels::LinearInput;
@@ -244,6 +245,15 @@ pub(crate) struct Attention<B: Backend> {
     /// Each head's sink logit, which joins its softmax as a key no value follows (GPT-OSS's
     /// `self_attn.sinks`; [`crate::model::sink_attention`]).
     pub sinks: Option<Vec<f32>>,
+    /// A query sees only the keys of its own chunk of this many positions (Llama 4's chunked
+    /// layers; [`crate::model::llama4_attention`]).
+    pub chunk: Option<usize>,
+    /// Queries and keys are scaled to unit RMS over each head after RoPE, with this epsilon
+    /// (Llama 4's `use_qk_norm`).
+    pub unit_qk_norm: Option<f64>,
+    /// The queries' temperature by position (Llama 4's NoPE layers).
+    #[module(skip)]
+    pub temperature: Option<QueryTemperature>,
 }
 
 impl<B: Backend> Attention<B> {
@@ -259,15 +269,17 @@ impl<B: Backend> Attention<B> {
     ) -> Tensor<B, 3> {
         let [batch, seq, _hidden] = x.dims();
         let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        // A layer with its own RoPE base rotates from the position its cache has reached.
-        let own_tables = self.inv_freq.as_ref().map(|inv_freq| {
-            let offset = ctx
-                .cache
-                .as_ref()
-                .and_then(|slot| slot.as_ref())
-                .map_or(0, |(k, _)| k.dims()[2]);
-            rope::tables::<B>(inv_freq, 1.0, offset, seq, &x.device())
-        });
+        // The position the cache has reached: a layer with its own RoPE base rotates from
+        // there, and the queries' temperature counts from there.
+        let offset = ctx
+            .cache
+            .as_ref()
+            .and_then(|slot| slot.as_ref())
+            .map_or(0, |(k, _)| k.dims()[2]);
+        let own_tables = self
+            .inv_freq
+            .as_ref()
+            .map(|inv_freq| rope::tables::<B>(inv_freq, 1.0, offset, seq, &x.device()));
         let (cos, sin) = match &own_tables {
             Some((cos, sin)) => (cos, sin),
             None => (ctx.cos, ctx.sin),
@@ -302,14 +314,23 @@ impl<B: Backend> Attention<B> {
         });
         let q = rotate(split(q, heads, &self.q_norm));
         let k = rotate(split(k, kv_heads, &self.k_norm));
+        let (q, k) = match self.unit_qk_norm {
+            Some(eps) => (unit_rms(q, eps), unit_rms(k, eps)),
+            None => (q, k),
+        };
+        let q = match self.temperature {
+            Some(t) => t.apply(q, offset),
+            None => q,
+        };
         let v = split(v, kv_heads, &None);
         let (k, v) = extend_cache(ctx.cache, k, v);
         let groups = heads / kv_heads;
         let k = repeat_kv(k, groups);
         let v = repeat_kv(v, groups);
         // A backend's own attention kernel where there is one for this case (CUDA's flash
-        // kernel: no window, the default scale, no soft-cap, no ALiBi, no cache).
+        // kernel: no window or chunks, the default scale, no soft-cap, no ALiBi, no cache).
         let plain = self.sliding_window.is_none()
+            && self.chunk.is_none()
             && self.scale.is_none()
             && self.softcap.is_none()
             && self.alibi.is_none()
@@ -325,6 +346,7 @@ impl<B: Backend> Attention<B> {
                 v,
                 Scores {
                     window: self.sliding_window,
+                    chunk: self.chunk,
                     scale: self.scale,
                     softcap: self.softcap,
                     alibi: self.alibi.as_deref(),
@@ -361,12 +383,14 @@ pub(crate) fn extend_cache<B: Backend>(
     (k, v)
 }
 
-/// How attention scores are formed beyond causality: a sliding window, a scale other than
-/// `head_dim^-0.5`, a soft-cap, ALiBi's bias, sinks. The default is plain causal attention.
+/// How attention scores are formed beyond causality: a sliding window or chunks, a scale other
+/// than `head_dim^-0.5`, a soft-cap, ALiBi's bias, sinks. The default is plain causal attention.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Scores<'a> {
     /// Keys a query sees, itself included, when the attention slides.
     pub window: Option<usize>,
+    /// Positions per chunk when a query sees only the keys of its own chunk (Llama 4).
+    pub chunk: Option<usize>,
     /// The factor of `q·k` when it is not `head_dim^-0.5`.
     pub scale: Option<f64>,
     /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
@@ -423,7 +447,7 @@ fn causal_attention<B: Backend>(
     let [batch, heads, seq, _] = q.dims();
     let keys = k.dims()[2];
     let offset = keys - seq;
-    let window = scores.window;
+    let (window, chunk) = (scores.window, scores.chunk);
     let options = AttentionModuleOptions {
         scale: scores.scale,
         softcap: scores.softcap,
@@ -434,7 +458,12 @@ fn causal_attention<B: Backend>(
         let [_, _, seq, _] = q.dims();
         let keys = k.dims()[2];
         let device = k.device();
-        let mask = window.and_then(|w| window_mask::<B>(batch, heads, seq, keys, w, &device));
+        let window = window.and_then(|w| window_mask::<B>(batch, heads, seq, keys, w, &device));
+        let chunks = chunk.and_then(|c| chunk_mask::<B>([batch, heads, seq, keys], first_key, c, &device));
+        let mask = match (window, chunks) {
+            (Some(w), Some(c)) => Some(w.bool_or(c)),
+            (w, c) => w.or(c),
+        };
         let bias = scores.alibi.map(|slopes| {
             alibi::bias::<B>(slopes, first_key..first_key + keys, batch, seq, &device)
         });
@@ -451,8 +480,11 @@ fn causal_attention<B: Backend>(
         .map(|start| {
             let end = (start + rows).min(seq);
             // Query `i` sits at position `offset + i`: it sees keys up to there and, with a
-            // window, none `window` or more behind it.
-            let first_key = window.map_or(0, |w| (offset + start + 1).saturating_sub(w));
+            // window, none `window` or more behind it, with chunks none before its chunk's.
+            let first = offset + start;
+            let first_key = window
+                .map_or(0, |w| (first + 1).saturating_sub(w))
+                .max(chunk.map_or(0, |c| chunk_start(first, c)));
             let last_key = offset + end;
             block(
                 q.clone().slice(s![.., .., start..end, ..]),
@@ -790,11 +822,13 @@ impl<B: Backend> DecoderLayer<B> {
                     .transpose()?,
                 correction: routing
                     .sigmoid
+                    .filter(|sigmoid| !sigmoid.uncorrected)
                     .map(|_| vector(CORRECTION, routing.count))
                     .transpose()?,
                 routing,
             }),
         };
+        let llama4 = config.extras.llama4_attention.as_ref();
         let self_attn = match config.extras.latent_attention {
             Some(shape) => SelfAttention::Latent(LatentSelfAttention::assemble(
                 shape,
@@ -827,6 +861,15 @@ impl<B: Backend> DecoderLayer<B> {
                     .attention_sinks
                     .then(|| vector(SINKS, heads))
                     .transpose()?,
+                chunk: llama4
+                    .filter(|a| a.chunked_layers.get(i).copied().unwrap_or(false))
+                    .map(|a| a.chunk_size),
+                unit_qk_norm: llama4
+                    .filter(|a| a.unit_qk_norm && config.layer_rotary(i))
+                    .map(|_| config.rms_norm_eps),
+                temperature: llama4
+                    .and_then(|a| a.temperature)
+                    .filter(|_| !config.layer_rotary(i)),
             }),
         };
         Ok(DecoderLayer {
@@ -976,9 +1019,13 @@ impl<B: Backend> DecoderLayer<B> {
     }
 
     /// The borrowed view of this layer that the kernels read; `None` for a layer with
-    /// experts, which only the generic path runs.
+    /// experts or Llama 4's attention, which only the generic path runs.
     fn weights(&self) -> Option<LayerWeights<'_, B>> {
         let a = self.self_attn.heads()?;
+        // Llama 4's attention runs on the generic path alone.
+        if a.chunk.is_some() || a.unit_qk_norm.is_some() || a.temperature.is_some() {
+            return None;
+        }
         let FeedForward::Dense(m) = &self.mlp else {
             return None;
         };

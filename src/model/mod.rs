@@ -21,6 +21,7 @@ pub mod host;
 pub mod kernels;
 pub mod latent_attention;
 pub mod llama;
+pub mod llama4_attention;
 pub mod moe;
 pub mod mxfp4;
 pub mod rope;

@@ -74,6 +74,30 @@ pub struct Experts {
     /// (DeepSeek-V2's router); `None`: over all experts, unscaled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limited_softmax: Option<LimitedSoftmax>,
+    /// Only every `layer_step`-th layer has experts, layers `step − 1, 2·step − 1, …` (Llama 4's
+    /// `interleave_moe_layer_step`); the others a dense MLP of the decoder's
+    /// `intermediate_size`. 1: every layer past the dense first ones.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub layer_step: usize,
+    /// The routing weights scale each expert's input instead of its output, and the router
+    /// computes in the model's type (Llama 4's `Llama4TextMoe`: `experts(x · w)`, the experts'
+    /// outputs summed unweighted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scaled_inputs: bool,
+}
+
+impl Experts {
+    /// Whether layer `i` of a model with these experts has them: past the dense first layers,
+    /// and one of every [`Self::layer_step`].
+    pub fn in_layer(&self, i: usize) -> bool {
+        let step = self.layer_step.max(1);
+        i >= self.first_dense_layers && (i + 1).is_multiple_of(step)
+    }
+
+    /// The layers, of `layers`, that have a dense MLP instead.
+    pub fn dense_layers(&self, layers: usize) -> usize {
+        (0..layers).filter(|&i| !self.in_layer(i)).count()
+    }
 }
 
 /// `serde`'s test for a count left out of a config when it is 0.
@@ -81,12 +105,23 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
+/// `serde`'s default of [`Experts::layer_step`].
+fn one() -> usize {
+    1
+}
+
+/// `serde`'s test for a step left out of a config when it is 1.
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
 /// DeepSeek-V3's router (transformers' `DeepseekV3TopkRouter`, GLM-4.5's `Glm4MoeTopkRouter`):
 /// per token the sigmoid of each router logit, computed in f32; the experts are chosen by that
 /// score plus the expert's correction bias (`e_score_correction_bias`), among the
 /// `groups_per_token` of `groups` equal groups whose two best such scores sum highest; each
 /// chosen expert's weight is its sigmoid, renormalised over the chosen where
-/// [`Experts::normalize`] says, times `scale`.
+/// [`Experts::normalize`] says, times `scale`. Llama 4's router (`Llama4Router`) is the case of
+/// one group, no correction biases (`uncorrected`), no renormalisation and a scale of 1.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SigmoidRouting {
     /// Groups of experts (`n_group`).
@@ -95,6 +130,19 @@ pub struct SigmoidRouting {
     pub groups_per_token: usize,
     /// The factor of the routing weights (`routed_scaling_factor`).
     pub scale: f64,
+    /// The choice is by the sigmoids alone: the router has no correction biases (Llama 4's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub uncorrected: bool,
+}
+
+impl SigmoidRouting {
+    /// Llama 4's router: the sigmoids of the top logits, unscaled, in one group.
+    pub const LLAMA4: SigmoidRouting = SigmoidRouting {
+        groups: 1,
+        groups_per_token: 1,
+        scale: 1.0,
+        uncorrected: true,
+    };
 }
 
 /// DeepSeek-V2's router (transformers' `DeepseekV2TopkRouter`): per token the softmax of the
@@ -338,10 +386,13 @@ impl<B: Backend> SparseMoe<B> {
         let [batch, seq, hidden] = x.dims();
         let device = x.device();
         let flat = x.reshape([batch * seq, hidden]);
-        let in_f32 = self.routing.sigmoid.is_some() || self.routing.limited_softmax.is_some();
+        let routing = self.routing;
+        let in_f32 = !routing.scaled_inputs
+            && (routing.sigmoid.is_some() || routing.limited_softmax.is_some());
         let logits = match in_f32 {
             // DeepSeek's routers compute in f32 from the input in f32, as transformers keeps
-            // them (`_keep_in_fp32_modules_strict`, `F.linear` of f32 casts).
+            // them (`_keep_in_fp32_modules_strict`, `F.linear` of f32 casts); Llama 4's in the
+            // model's type.
             true => flat
                 .clone()
                 .cast(FloatDType::F32)
@@ -363,7 +414,22 @@ impl<B: Backend> SparseMoe<B> {
             let n = routed.tokens.len();
             let rows: Vec<i64> = routed.tokens.iter().map(|&t| t as i64).collect();
             let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
-            let input = flat.clone().select(0, rows.clone()).unsqueeze::<3>();
+            // In f32 whatever the device's type, rounded to it where the router returns them so.
+            let weights = Tensor::<B, 2>::from_data(
+                TensorData::new(routed.weights.clone(), [n, 1]),
+                (&device, DType::F32),
+            );
+            let weights = match routing.round_weights {
+                true => weights.cast(flat.dtype()).cast(FloatDType::F32),
+                false => weights,
+            };
+            let input = flat.clone().select(0, rows.clone());
+            // Llama 4 scales the expert's input by its weight, in the model's type.
+            let input = match routing.scaled_inputs {
+                true => input.clone() * weights.clone().cast(input.dtype()),
+                false => input,
+            }
+            .unsqueeze::<3>();
             observe_by_sample(
                 &input,
                 &routed.tokens,
@@ -380,18 +446,12 @@ impl<B: Backend> SparseMoe<B> {
                 observe,
             );
             if let Some(acc) = out.take() {
-                // In f32 whatever the device's type: the weights multiply in f32.
-                let weights = Tensor::<B, 2>::from_data(
-                    TensorData::new(routed.weights.clone(), [n, 1]),
-                    (&device, DType::F32),
-                );
                 let y = project(&expert.down_proj, inner).reshape([n, hidden]);
-                let weights = match self.routing.round_weights {
-                    true => weights.cast(y.dtype()).cast(FloatDType::F32),
-                    false => weights,
+                // The weights multiply the output in f32, unless they scaled the input.
+                let y = match routing.scaled_inputs {
+                    true => y,
+                    false => (y.cast(FloatDType::F32) * weights).cast(acc.dtype()),
                 };
-                let y = y.clone().cast(FloatDType::F32) * weights;
-                let y = y.cast(acc.dtype());
                 out = Some(acc.select_assign(0, rows, y, IndexingUpdateOp::Add));
             }
         }
@@ -480,6 +540,8 @@ mod tests {
         biased: false,
         clamped_glu: None,
         limited_softmax: None,
+        layer_step: 1,
+        scaled_inputs: false,
     };
 
     #[test]
@@ -525,6 +587,7 @@ mod tests {
                 groups: 2,
                 groups_per_token: 1,
                 scale: 2.0,
+                uncorrected: false,
             }),
             ..TWO_OF_FOUR
         };

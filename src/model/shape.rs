@@ -45,8 +45,9 @@ pub struct ModelShape {
     /// Whether the shared expert's output passes a gate `H × 1` (Qwen2-MoE's; GLM-4.5's has
     /// none).
     pub shared_expert_gated: bool,
-    /// The first layers that have one dense MLP `dense_intermediate_size` wide instead of
-    /// experts (GLM-4.5's `first_k_dense_replace`); 0 where all layers are alike.
+    /// The layers that have one dense MLP `dense_intermediate_size` wide instead of experts
+    /// (GLM-4.5's first `first_k_dense_replace`, Llama 4's between those with experts); 0 where
+    /// all layers are alike.
     pub dense_layers: usize,
     /// The MLP width of those dense layers.
     pub dense_intermediate_size: usize,
@@ -81,7 +82,7 @@ impl ModelShape {
             dense_layers: config
                 .extras
                 .experts
-                .map_or(0, |e| e.first_dense_layers.min(config.num_hidden_layers)),
+                .map_or(0, |e| e.dense_layers(config.num_hidden_layers)),
             dense_intermediate_size: config.intermediate_size,
             latent_attention: config.extras.latent_attention,
         };

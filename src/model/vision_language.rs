@@ -2,8 +2,9 @@
 //! (`Gemma3ForConditionalGeneration`), Mistral Small 3.1 and 3.2
 //! (`Mistral3ForConditionalGeneration`), LLaVA, Pixtral and their kin
 //! (`LlavaForConditionalGeneration`), Qwen2-VL and Qwen2.5-VL
-//! (`Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`) and Qwen3-VL
-//! (`Qwen3VLForConditionalGeneration`). Their `config.json` holds the language model's config
+//! (`Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`), Qwen3-VL
+//! (`Qwen3VLForConditionalGeneration`) and Llama 4 Scout and Maverick
+//! (`Llama4ForConditionalGeneration`). Their `config.json` holds the language model's config
 //! under `text_config` (Qwen2-VL's and Qwen2.5-VL's hub configs at the top level, beside
 //! `vision_config`), and their checkpoints its tensors under `language_model.` (transformers 5's
 //! own modules: `model.language_model.`; Qwen2-VL's and Qwen2.5-VL's under `model.` itself)
@@ -43,7 +44,7 @@ pub struct VisionLanguage {
 }
 
 /// Every vision-language class this tool reads the language model of.
-pub const CLASSES: [VisionLanguage; 6] = [
+pub const CLASSES: [VisionLanguage; 7] = [
     VisionLanguage {
         class: "Gemma3ForConditionalGeneration",
         model_type: "gemma3",
@@ -90,6 +91,14 @@ pub const CLASSES: [VisionLanguage; 6] = [
         text_model_type: "qwen3_vl_text",
         ties_by_default: false,
         text_family: Some("qwen3"),
+        flat: false,
+    },
+    VisionLanguage {
+        class: "Llama4ForConditionalGeneration",
+        model_type: "llama4",
+        text_model_type: "llama4_text",
+        ties_by_default: false,
+        text_family: None,
         flat: false,
     },
 ];
@@ -152,6 +161,15 @@ fn text_defaults(model_type: &str) -> Value {
             "max_position_embeddings": 128000,
             "rms_norm_eps": 1e-6,
             "rope_theta": 500000.0
+        }),
+        "llama4_text" => json!({
+            "vocab_size": 202048,
+            "hidden_size": 5120,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 40,
+            "max_position_embeddings": 131072,
+            "bos_token_id": 1,
+            "eos_token_id": 2
         }),
         "llama" => json!({
             "vocab_size": 32000,

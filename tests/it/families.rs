@@ -136,6 +136,7 @@ fn every_family_gives_transformers_logits() {
         "deepseek_v2",
         "deepseek_v3",
         "deepseek_v3-fp8",
+        "llama4",
         // The language models of vision-language checkpoints (vision_language.rs).
         "gemma3-vl",
         "mistral3-vl",
@@ -692,6 +693,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("glm4_moe", false),
         ("deepseek_v2", false),
         ("deepseek_v3", false),
+        ("llama4", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -741,7 +743,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             prune_alike(&mut resident, &mut streamed, method, &calibration);
             let gated = [
                 "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm", "qwen2", "cohere",
-                "exaone", "ernie",
+                "exaone", "ernie", "llama4",
             ]
             .iter()
             .any(|f| family.starts_with(f));
@@ -771,6 +773,12 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
                     attention + 1 + 8 * 3 + 3,
                     "{family}"
                 );
+            }
+            // Llama 4's layers alternate: dense, then the router, four experts' three and the
+            // shared expert's three.
+            if family == "llama4" {
+                assert_eq!(resident.layers[1].linears().len(), 4 + 1 + 4 * 3 + 3);
+                assert_eq!(resident.layers[2].linears().len(), 7);
             }
             let streamed = streamed.into_resident().unwrap();
             let pruned = crate::common::logits(&resident, &ids);
@@ -1081,6 +1089,7 @@ fn expert_and_latent_families_evaluate_in_half_precision() {
         "deepseek_v2",
         "deepseek_v3",
         "deepseek_v3-fp8",
+        "llama4",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let ppl = |device: &str| -> f64 {

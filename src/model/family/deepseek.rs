@@ -171,6 +171,8 @@ fn experts(
             biased: false,
             clamped_glu: None,
             limited_softmax: limited,
+            layer_step: 1,
+            scaled_inputs: false,
         },
         "n_routed_experts",
     )?;
@@ -319,6 +321,7 @@ impl Family for Deepseek {
                     groups: hf.n_group.unwrap_or(8),
                     groups_per_token: hf.topk_group.unwrap_or(4),
                     scale: routing_scale(hf, self)?,
+                    uncorrected: false,
                 };
                 let normalize = hf.norm_topk_prob.unwrap_or(true);
                 let experts = experts(hf, self, Some(routing), None, normalize)?;

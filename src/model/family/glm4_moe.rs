@@ -78,6 +78,7 @@ impl Family for Glm4Moe {
                 "routed_scaling_factor",
                 hf.routed_scaling_factor.unwrap_or(1.0),
             )?,
+            uncorrected: false,
         };
         let experts = super::checked_experts(
             Experts {
@@ -94,6 +95,8 @@ impl Family for Glm4Moe {
                 biased: false,
                 clamped_glu: None,
                 limited_softmax: None,
+                layer_step: 1,
+                scaled_inputs: false,
             },
             "n_routed_experts",
         )?;
@@ -184,7 +187,8 @@ mod tests {
             Some(SigmoidRouting {
                 groups: 1,
                 groups_per_token: 1,
-                scale: 1.0
+                scale: 1.0,
+                uncorrected: false,
             })
         );
         assert_eq!(c.layer_experts(0), None);

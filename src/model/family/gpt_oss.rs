@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
+use crate::model::expert_stacks::ExpertStacks;
 use crate::model::config::{invalid, LocalAttention};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
 use crate::model::moe::{ClampedGlu, Experts};
@@ -85,8 +86,11 @@ impl Family for GptOss {
         Some(format!("{layer}.mlp.router.{kind}"))
     }
 
-    fn stacks_experts(&self) -> bool {
-        true
+    fn expert_stacks(&self) -> Option<ExpertStacks> {
+        Some(ExpertStacks {
+            module: "mlp.experts",
+            halves: false,
+        })
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -116,6 +120,8 @@ impl Family for GptOss {
             biased: true,
             clamped_glu: Some(glu),
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(experts, "num_local_experts")?),

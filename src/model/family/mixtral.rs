@@ -74,6 +74,8 @@ impl Family for Mixtral {
                     biased: false,
                     clamped_glu: None,
                     limited_softmax: None,
+                    layer_step: 1,
+                    scaled_inputs: false,
                 },
                 "num_local_experts",
             )?),
@@ -127,6 +129,8 @@ mod tests {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert_eq!(c.layer_window(0), None);

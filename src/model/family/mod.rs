@@ -25,6 +25,7 @@ pub mod gpt_oss;
 pub mod gptj;
 pub mod granite;
 pub mod llama;
+pub mod llama4;
 pub mod mistral;
 pub mod mixtral;
 pub mod nemotron;
@@ -545,10 +546,11 @@ pub trait Family: Sync {
         &[]
     }
 
-    /// Whether the family's Hugging Face checkpoints store a layer's experts stacked in 3-D
-    /// tensors ([`crate::model::expert_stacks`], GPT-OSS's) instead of a linear per expert.
-    fn stacks_experts(&self) -> bool {
-        false
+    /// How the family's Hugging Face checkpoints stack a layer's experts in 3-D tensors
+    /// ([`crate::model::expert_stacks`], GPT-OSS's and Llama 4's); `None` where each expert has
+    /// linears of its own.
+    fn expert_stacks(&self) -> Option<crate::model::expert_stacks::ExpertStacks> {
+        None
     }
 
     /// The modules (checkpoint names relative to a layer, e.g. `attn.c_attn`) whose weights the
@@ -717,11 +719,14 @@ pub enum Architecture {
     /// `DeepseekV3ForCausalLM` (DeepSeek-V3, R1: latent attention, sigmoid-routed
     /// experts in groups).
     DeepseekV3,
+    /// `Llama4ForCausalLM` (Llama 4 Scout and Maverick's language model: chunked attention,
+    /// NoPE layers, sigmoid-routed experts scaling their inputs, stacked in 3-D tensors).
+    Llama4,
 }
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 40] = [
+    pub const ALL: [Architecture; 41] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -762,6 +767,7 @@ impl Architecture {
         Architecture::Glm4Moe,
         Architecture::DeepseekV2,
         Architecture::DeepseekV3,
+        Architecture::Llama4,
     ];
 
     /// The family's adapter.
@@ -797,6 +803,7 @@ impl Architecture {
             Architecture::Glm4Moe => &glm4_moe::Glm4Moe,
             Architecture::DeepseekV2 => &deepseek::DEEPSEEK_V2,
             Architecture::DeepseekV3 => &deepseek::DEEPSEEK_V3,
+            Architecture::Llama4 => &llama4::Llama4,
             Architecture::Starcoder2 => &starcoder2::Starcoder2,
             Architecture::Gptj => &gptj::Gptj,
             Architecture::Nemotron => &nemotron::Nemotron,

@@ -58,6 +58,8 @@ impl Family for Olmoe {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         Ok(DecoderExtras {
             qk_norm_across_heads: true,
@@ -112,6 +114,8 @@ mod tests {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm && c.extras.qk_norm_across_heads);

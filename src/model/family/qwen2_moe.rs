@@ -61,6 +61,8 @@ impl Family for Qwen2Moe {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -122,6 +124,8 @@ mod tests {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qkv_bias && !c.o_bias);

@@ -53,6 +53,8 @@ impl Family for Qwen3Moe {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -130,6 +132,8 @@ mod tests {
             biased: false,
             clamped_glu: None,
             limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm);

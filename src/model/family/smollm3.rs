@@ -100,7 +100,7 @@ fn local_attention(
 
 /// `true` for each NoPE layer: where `no_rope_layers` says 0, else every
 /// `no_rope_layer_interval`-th layer (`(i + 1) % interval == 0`, as `SmolLM3Config`).
-fn nope_layers(hf: &HfLlamaConfig) -> Result<Vec<bool>, ConfigError> {
+pub(crate) fn nope_layers(hf: &HfLlamaConfig) -> Result<Vec<bool>, ConfigError> {
     let layers = hf.num_hidden_layers;
     match &hf.no_rope_layers {
         Some(flags) => {

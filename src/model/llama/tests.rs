@@ -158,6 +158,9 @@ fn causal_gqa_attention_by_hand() {
         interleaved: false,
         alibi: None,
         clip_qkv: None,
+        chunk: None,
+        unit_qk_norm: None,
+        temperature: None,
         sinks: None,
     };
     let cos = t(vec![1.0; 4], [2, 2]);
@@ -208,9 +211,52 @@ fn alibi_adds_the_slope_times_the_key_position() {
     close(&out, &[2.0, 2.0 / (1.0 + e)], 1e-6);
 }
 
+/// Attention within chunks of 4 is each chunk's causal attention on its own: positions 0–3,
+/// 4–7 and 8–9 of 10 attend as three sequences.
+#[test]
+fn chunked_attention_is_each_chunks_attention_alone() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut random = |shape: [usize; 4]| {
+        let n = shape.iter().product();
+        t((0..n).map(|_| rng.random_range(-2.0..2.0)).collect(), shape)
+    };
+    let (q, k, v) = (random([1, 2, 10, 4]), random([1, 2, 10, 4]), random([1, 2, 10, 4]));
+    let scores = Scores {
+        chunk: Some(4),
+        ..Scores::default()
+    };
+    let chunked: Vec<f32> = blocked_attention(q.clone(), k.clone(), v.clone(), scores)
+        .into_data()
+        .to_vec()
+        .unwrap();
+    let part = |t: &Tensor<B, 4>, r: std::ops::Range<usize>| t.clone().slice(s![.., .., r, ..]);
+    let apart = Tensor::cat(
+        [0..4, 4..8, 8..10]
+            .into_iter()
+            .map(|r| {
+                blocked_attention(
+                    part(&q, r.clone()),
+                    part(&k, r.clone()),
+                    part(&v, r),
+                    Scores::default(),
+                )
+            })
+            .collect(),
+        2,
+    );
+    let apart: Vec<f64> = apart
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    close(&chunked, &apart, 1e-6);
+}
+
 /// Attention a few query rows at a time equals attention in one piece: causal, with a
-/// sliding window, with ALiBi, with sinks, and with queries that are the last of a longer key
-/// sequence (a cache).
+/// sliding window, within chunks, with ALiBi, with sinks, and with queries that are the last
+/// of a longer key sequence (a cache).
 #[test]
 fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
     let mut rng = StdRng::seed_from_u64(7);
@@ -220,22 +266,25 @@ fn attention_in_blocks_of_rows_equals_attention_in_one_piece() {
     };
     let slopes = [0.5, 0.25, 0.125];
     let sinks = [1.5, -0.5, 0.25];
-    for (seq, keys, window, softcap, alibi, sinks) in [
-        (10, 10, None, None, None, None),
-        (10, 13, None, None, None, None),
-        (10, 13, Some(4), None, None, None),
-        (9, 9, Some(3), None, None, None),
-        (10, 13, Some(4), Some(1.5), None, None),
-        (10, 13, None, None, Some(&slopes[..]), None),
-        (10, 13, Some(4), None, Some(&slopes[..]), None),
-        (10, 10, None, None, None, Some(&sinks[..])),
-        (10, 13, Some(4), None, None, Some(&sinks[..])),
+    for (seq, keys, window, chunk, softcap, alibi, sinks) in [
+        (10, 10, None, None, None, None, None),
+        (10, 13, None, None, None, None, None),
+        (10, 13, Some(4), None, None, None, None),
+        (9, 9, Some(3), None, None, None, None),
+        (10, 13, Some(4), None, Some(1.5), None, None),
+        (10, 13, None, None, None, Some(&slopes[..]), None),
+        (10, 13, Some(4), None, None, Some(&slopes[..]), None),
+        (10, 10, None, None, None, None, Some(&sinks[..])),
+        (10, 13, Some(4), None, None, None, Some(&sinks[..])),
+        (10, 10, None, Some(4), None, None, None),
+        (10, 13, None, Some(5), None, None, None),
     ] {
         let q = random([2, 3, seq, 4]);
         let k = random([2, 3, keys, 4]);
         let v = random([2, 3, keys, 4]);
         let scores = Scores {
             window,
+            chunk,
             scale: None,
             softcap,
             alibi,

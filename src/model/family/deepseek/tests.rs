@@ -113,7 +113,8 @@ fn v3_routes_by_grouped_sigmoid_scores_through_a_query_latent() {
         Some(SigmoidRouting {
             groups: 8,
             groups_per_token: 4,
-            scale: 2.5
+            scale: 2.5,
+            uncorrected: false,
         })
     );
     // transformers' count: the multi-token-prediction layer is not loaded, the correction
