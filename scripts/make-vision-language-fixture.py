@@ -3,7 +3,7 @@
 in tests/it/families.rs: the Rust side loads the folder's language model and must reproduce the
 logits transformers gives for text alone.
 
-    for f in gemma3-vl mistral3-vl llava qwen2_5-vl qwen3-vl; do
+    for f in gemma3-vl mistral3-vl llava qwen2_5-vl qwen3-vl llama4-vl; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-vision-language-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -20,6 +20,8 @@ logits transformers gives for text alone.
   `rope_scaling: {"type": "mrope", "mrope_section": …}`; its tensors under `model.` itself.
 - qwen3-vl: Qwen3VLForConditionalGeneration as transformers 5 writes it (`text_config` with
   interleaved multimodal RoPE in `rope_parameters`; tensors under `model.language_model.`).
+- llama4-vl: Llama4ForConditionalGeneration over the family fixture's Llama 4 language model
+  (`make-family-fixture.py llama4`), as transformers 5 writes it.
 
 Each holds a vision tower and a projector, which the Rust side must neither read nor count.
 The logits come from the folder reloaded by transformers, so they are what transformers makes of
@@ -118,7 +120,29 @@ def build(kind):
                                             vision_end_token_id=VOCAB - 4,
                                             tie_word_embeddings=False)
         return transformers.Qwen3VLForConditionalGeneration(config), None
+    if kind == "llama4-vl":
+        # Llama 4 as the hub releases it: the family fixture's language model (chunks, NoPE,
+        # unit-RMS q/k, query temperature, experts on every second layer; tensors under
+        # `model.language_model.`, the head `lm_head`) beside a one-layer vision tower.
+        text = family_fixture.config("llama4")
+        vision = transformers.Llama4VisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            image_size=28, patch_size=14, vision_output_dim=32, projector_input_dim=32,
+            projector_output_dim=32)
+        config = transformers.Llama4Config(text_config=text, vision_config=vision,
+                                           image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2,
+                                           eoi_token_index=VOCAB - 3)
+        return transformers.Llama4ForConditionalGeneration(config), None
     raise SystemExit(f"unknown kind {kind}")
+
+
+def text_logits(model):
+    """The logits of IDS alone, `[len(IDS), vocab]`; for Llama 4 its language model's, which
+    are the whole model's for text (its forward embeds the ids and calls that), since
+    transformers 5.24 fails to build the whole model's output (`image_outputs` missing)."""
+    if isinstance(model, transformers.Llama4ForConditionalGeneration):
+        return model.language_model(input_ids=torch.tensor([IDS])).logits[0]
+    return model(input_ids=torch.tensor([IDS])).logits[0]
 
 
 def main():
@@ -130,7 +154,7 @@ def main():
         for name, p in model.named_parameters():
             if "language_model" in name and name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
-        before = model(input_ids=torch.tensor([IDS])).logits[0]
+        before = text_logits(model)
     model.save_pretrained(out, safe_serialization=True)
     path = f"{out}/config.json"
     with open(path) as f:
@@ -156,9 +180,9 @@ def main():
         json.dump(family_fixture.tokenizer_json(), f)
     reloaded = type(model).from_pretrained(out).eval()
     with torch.no_grad():
-        logits = reloaded(input_ids=torch.tensor([IDS])).logits[0]
+        logits = text_logits(reloaded)
     print("the written config moves the logits by", float((logits - before).abs().max()))
-    tied = reloaded.lm_head.weight.data_ptr() == reloaded.get_input_embeddings().weight.data_ptr()
+    tied = reloaded.get_output_embeddings().weight.data_ptr() == reloaded.get_input_embeddings().weight.data_ptr()
     print("head tied:", tied)
     # named_parameters() lists a tied head once, under the embeddings.
     text_params = sum(p.numel() for n, p in reloaded.named_parameters()
