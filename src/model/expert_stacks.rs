@@ -269,9 +269,7 @@ pub fn stack_experts(
         let kind = if bias { "bias" } else { "weight" };
         format!("{layer}.{EXPERTS}.{e}.{}.{kind}", part.linear())
     };
-    let biased = tensors
-        .iter()
-        .any(|(n, _)| *n == name(0, Part::Gate, true));
+    let biased = tensors.iter().any(|(n, _)| *n == name(0, Part::Gate, true));
     let Some(first) = tensors
         .iter()
         .position(|(n, _)| *n == name(0, Part::Gate, false))
@@ -479,15 +477,20 @@ mod tests {
             held: Mutex::new(Vec::new()),
         };
         let get = |e: usize, name: &str| {
-            s.tensor(&format!("model.layers.0.feed_forward.experts.{e}.{name}.weight"))
-                .unwrap()
-                .unwrap()
+            s.tensor(&format!(
+                "model.layers.0.feed_forward.experts.{e}.{name}.weight"
+            ))
+            .unwrap()
+            .unwrap()
         };
         assert_eq!(
             get(1, "gate_proj").data,
             vec![12.0, 16.0, 20.0, 13.0, 17.0, 21.0]
         );
-        assert_eq!(get(1, "up_proj").data, vec![14.0, 18.0, 22.0, 15.0, 19.0, 23.0]);
+        assert_eq!(
+            get(1, "up_proj").data,
+            vec![14.0, 18.0, 22.0, 15.0, 19.0, 23.0]
+        );
         // Under the decoder's names, as a saved copy holds them before renaming.
         let mut tensors = Vec::new();
         for e in 0..2 {

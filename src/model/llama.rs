@@ -459,7 +459,8 @@ fn causal_attention<B: Backend>(
         let keys = k.dims()[2];
         let device = k.device();
         let window = window.and_then(|w| window_mask::<B>(batch, heads, seq, keys, w, &device));
-        let chunks = chunk.and_then(|c| chunk_mask::<B>([batch, heads, seq, keys], first_key, c, &device));
+        let chunks =
+            chunk.and_then(|c| chunk_mask::<B>([batch, heads, seq, keys], first_key, c, &device));
         let mask = match (window, chunks) {
             (Some(w), Some(c)) => Some(w.bool_or(c)),
             (w, c) => w.or(c),

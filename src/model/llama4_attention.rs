@@ -160,7 +160,10 @@ mod tests {
         let device = Default::default();
         let mask = chunk_mask::<Nd>([1, 1, 2, 4], 2, 3, &device).unwrap();
         let hidden: Vec<bool> = mask.into_data().to_vec().unwrap();
-        assert_eq!(hidden, [true, false, false, false, true, false, false, false]);
+        assert_eq!(
+            hidden,
+            [true, false, false, false, true, false, false, false]
+        );
         assert!(chunk_mask::<Nd>([1, 1, 2, 3], 3, 3, &device).is_none());
         assert_eq!(chunk_start(5, 3), 3);
         assert_eq!(chunk_start(6, 3), 6);

@@ -20,9 +20,9 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::expert_stacks::ExpertStacks;
 use crate::model::config::{invalid, LocalAttention};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
+use crate::model::expert_stacks::ExpertStacks;
 use crate::model::moe::{ClampedGlu, Experts};
 
 /// `GptOssForCausalLM`.

@@ -96,10 +96,7 @@ impl Family for Llama4 {
         let chunked_layers = chunked_layers(hf, &nope, chunk_size.is_some())?;
         let temperature = match hf.attn_temperature_tuning.unwrap_or(true) {
             true => Some(QueryTemperature {
-                floor_scale: positive_number(
-                    "floor_scale",
-                    hf.floor_scale.unwrap_or(8192.0),
-                )?,
+                floor_scale: positive_number("floor_scale", hf.floor_scale.unwrap_or(8192.0))?,
                 attn_scale: hf.attn_scale.unwrap_or(0.1),
             }),
             false => None,
@@ -356,10 +353,16 @@ mod tests {
         json["layer_types"] = std::iter::repeat_n("chunked_attention", 48)
             .collect::<Vec<_>>()
             .into();
-        assert!(resolve(&json).unwrap_err().to_string().contains("layer_types"));
+        assert!(resolve(&json)
+            .unwrap_err()
+            .to_string()
+            .contains("layer_types"));
         json["attention_chunk_size"] = 16.into();
         json["layer_types"][2] = "sliding_attention".into();
-        assert!(resolve(&json).unwrap_err().to_string().contains("sliding_attention"));
+        assert!(resolve(&json)
+            .unwrap_err()
+            .to_string()
+            .contains("sliding_attention"));
     }
 
     /// The decoder's names are the checkpoint's under `feed_forward`.

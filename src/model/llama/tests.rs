@@ -220,7 +220,11 @@ fn chunked_attention_is_each_chunks_attention_alone() {
         let n = shape.iter().product();
         t((0..n).map(|_| rng.random_range(-2.0..2.0)).collect(), shape)
     };
-    let (q, k, v) = (random([1, 2, 10, 4]), random([1, 2, 10, 4]), random([1, 2, 10, 4]));
+    let (q, k, v) = (
+        random([1, 2, 10, 4]),
+        random([1, 2, 10, 4]),
+        random([1, 2, 10, 4]),
+    );
     let scores = Scores {
         chunk: Some(4),
         ..Scores::default()
