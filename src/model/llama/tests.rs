@@ -543,6 +543,27 @@ fn cached_decoding_matches(config: &LlamaConfig) {
     }
 }
 
+/// Llama 4's layers decode from their cache as in one pass: the chunks (of 2, so that the five
+/// ids cross two boundaries) and the NoPE layer's temperature (stepping every 2 positions) count
+/// positions from the cache's length.
+#[test]
+fn llama4_attention_decodes_with_its_cache_as_in_one_pass() {
+    let mut json: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../tests/fixtures/models/tiny-llama4/config.json"
+    ))
+    .unwrap();
+    json["attention_chunk_size"] = 2.into();
+    json["floor_scale"] = 2.into();
+    let config = HfLlamaConfig::from_json(&json.to_string())
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let attention = config.extras.llama4_attention.as_ref().unwrap();
+    assert_eq!(attention.chunk_size, 2);
+    assert!(attention.temperature.is_some());
+    cached_decoding_matches(&config);
+}
+
 /// DeepSeek's latent attention decodes from its cache as in one pass: V2's direct queries and
 /// V3's query latent, each with its rotated key shared by the heads.
 #[test]
