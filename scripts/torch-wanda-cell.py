@@ -161,7 +161,13 @@ else:
         folder, gguf_file=name)
 model = model.eval().to(DT)
 model.config.use_cache = False
-if hasattr(model.config, "text_config") and hasattr(model.model, "language_model"):
+if type(model).__name__ == "Llama4ForConditionalGeneration":
+    # Llama 4 as released: its language model, a Llama4ForCausalLM, is what the whole model's
+    # forward runs on text alone (transformers 5.24's whole-model forward then fails to build its
+    # output, `image_outputs` missing).
+    model = model.language_model
+    model.config.use_cache = False
+elif hasattr(model.config, "text_config") and hasattr(model.model, "language_model"):
     # A vision-language model: its language model's layers are pruned, run through the whole
     # model's own forward on text alone.
     model.model.layers = model.model.language_model.layers
