@@ -19,7 +19,11 @@ kv head, 16384 GeGLU, a tied 256000-entry vocabulary, 6 of its 18 layers) or olm
 alone, an untied 100352-entry vocabulary, 8 of its 16 layers) or gpt-oss-20b-2l (gpt-oss-20b's
 layer, 2880 wide, 64 query heads of 64 sharing 8 kv heads with biases and sinks, a sliding then a
 full layer, 32 experts 2880 wide with biases of which 4 a token, an untied 201088-entry
-vocabulary, 2 of its 24 layers, unquantised).
+vocabulary, 2 of its 24 layers, unquantised) or llama4-scout-1l (Llama 4 Scout's layer, 5120
+wide, 40 query heads of 128 sharing 8 kv heads, chunked attention with unit-RMS q/k after its
+llama3-scaled RoPE, 16 experts 8192 wide of which 1 a token beside a shared expert, 1 of its 48
+layers, and a 49,152-entry vocabulary in place of its 202,048, so that f32 fits beside PyTorch's
+copy).
 """
 import shutil
 import sys
@@ -49,6 +53,13 @@ SHAPES = {
         vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=2,
         num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=32,
         num_experts_per_tok=4, sliding_window=128, max_position_embeddings=131072),
+    "llama4-scout-1l": lambda: transformers.Llama4TextConfig(
+        vocab_size=49152, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
+        num_hidden_layers=1, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+        num_local_experts=16, num_experts_per_tok=1, max_position_embeddings=10485760,
+        rope_parameters={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+                         "rope_theta": 500_000.0}),
     "falcon-7b-4l": lambda: transformers.FalconConfig(
         vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
         multi_query=True, parallel_attn=True, bias=False),
