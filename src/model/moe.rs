@@ -426,7 +426,10 @@ impl<B: Backend> SparseMoe<B> {
             let input = flat.clone().select(0, rows.clone());
             // Llama 4 scales the expert's input by its weight, in the model's type.
             let input = match routing.scaled_inputs {
-                true => input.clone() * weights.clone().cast(input.dtype()),
+                true => {
+                    let dtype = input.dtype();
+                    input * weights.clone().cast(dtype)
+                }
                 false => input,
             }
             .unsqueeze::<3>();
@@ -740,5 +743,98 @@ mod tests {
             }
         }
         assert_eq!(routed_rows.iter().sum::<usize>(), 2 * batch * seq);
+    }
+
+    /// Llama 4's routing by hand: each token goes to the expert of its best logit, whose
+    /// sigmoid scales the token before the expert (so calibration sees it scaled), and the
+    /// expert's output is added as it is.
+    #[test]
+    fn scaled_inputs_feed_each_expert_its_tokens_times_their_sigmoid() {
+        let (hidden, inter, seq) = (4, 3, 5);
+        let routing = Experts {
+            count: 2,
+            per_token: 1,
+            normalize: false,
+            width: inter,
+            round_weights: true,
+            sigmoid: Some(SigmoidRouting::LLAMA4),
+            scaled_inputs: true,
+            ..TWO_OF_FOUR
+        };
+        let moe = SparseMoe::<Nd> {
+            router: linear(hidden, 2, 0),
+            experts: (0..2)
+                .map(|e| Mlp {
+                    gate_proj: Some(linear(hidden, inter, 3 * e + 1)),
+                    up_proj: linear(hidden, inter, 3 * e + 2),
+                    down_proj: linear(inter, hidden, 3 * e + 3),
+                    activation: Activation::Silu,
+                })
+                .collect(),
+            routing,
+            shared: None,
+            correction: None,
+        };
+        let values: Vec<f32> = (0..seq * hidden)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let x = Tensor::<Nd, 3>::from_data(
+            TensorData::new(values.clone(), [1, seq, hidden]),
+            &Default::default(),
+        );
+        let mut seen = vec![Vec::new(); 2];
+        let out = moe
+            .forward_observed(
+                x,
+                &mut |input, t| {
+                    if let LinearInput::ExpertIn(e) = input {
+                        seen[e].extend(to_host_f32(t.clone()));
+                    }
+                },
+                true,
+            )
+            .unwrap();
+        let out = to_host_f32(out);
+        let host = |l: &Linear<Nd>| to_host_f32(l.weight.val());
+        let matvec = |w: &[f32], x: &[f32], outputs: usize| -> Vec<f32> {
+            (0..outputs)
+                .map(|o| {
+                    x.iter()
+                        .enumerate()
+                        .map(|(i, v)| v * w[i * outputs + o])
+                        .sum()
+                })
+                .collect()
+        };
+        let mut want_seen = vec![Vec::new(); 2];
+        for (t, token) in values.chunks(hidden).enumerate() {
+            let logits = matvec(&host(&moe.router), token, 2);
+            let e = usize::from(logits[1] > logits[0]);
+            let s = 1.0 / (1.0 + (-logits[e]).exp());
+            let scaled: Vec<f32> = token.iter().map(|v| v * s).collect();
+            let m = &moe.experts[e];
+            let gate = matvec(&host(m.gate_proj.as_ref().unwrap()), &scaled, inter);
+            let up = matvec(&host(&m.up_proj), &scaled, inter);
+            let act: Vec<f32> = gate
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
+            let want = matvec(&host(&m.down_proj), &act, hidden);
+            for (got, want) in out[t * hidden..(t + 1) * hidden].iter().zip(&want) {
+                assert!((got - want).abs() < 1e-5, "token {t}: {got} vs {want}");
+            }
+            want_seen[e].extend(scaled);
+        }
+        for e in 0..2 {
+            assert_eq!(seen[e].len(), want_seen[e].len(), "expert {e}");
+            for (got, want) in seen[e].iter().zip(&want_seen[e]) {
+                assert!((got - want).abs() < 1e-6, "expert {e}: {got} vs {want}");
+            }
+        }
+        assert!(
+            !want_seen[0].is_empty() && !want_seen[1].is_empty(),
+            "both experts hit"
+        );
     }
 }
