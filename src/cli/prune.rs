@@ -49,8 +49,9 @@ pub struct PruneArgs {
     /// `--reallocation`).
     #[arg(long)]
     pub channel_permutation: bool,
-    /// Leave these linears dense: a glob over their Hugging Face paths (`*`, `?`), e.g.
-    /// `model.layers.0.self_attn.*`; repeat the flag for more.
+    /// Leave these linears dense: a glob over their paths under Llama's names (`*`, `?`), e.g.
+    /// `model.layers.0.self_attn.*` or a router's `model.layers.*.mlp.gate`, whatever the
+    /// family's checkpoints call them; repeat the flag for more.
     #[arg(long, value_name = "GLOB")]
     pub skip: Vec<String>,
     /// How the sparsity is spread over decoder layers: `uniform`, `owl`, or a JSON list of

@@ -560,8 +560,9 @@ pub struct PruneOptions {
     /// are formed over input channels reordered by importance (RIA with an N:M pattern only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub channel_permutation: bool,
-    /// Linears left dense, as globs over their Hugging Face paths (`*` any run, `?` one
-    /// character), e.g. `model.layers.0.self_attn.*`. The reported sparsity counts them as dense.
+    /// Linears left dense, as globs over their paths under Llama's names (`*` any run, `?` one
+    /// character), e.g. `model.layers.0.self_attn.*` or a router's `model.layers.*.mlp.gate`,
+    /// whatever the family's checkpoints call them. The reported sparsity counts them as dense.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skip: Vec<String>,
     /// How `sparsity` is spread over the decoder layers: `uniform` (the default), `owl`

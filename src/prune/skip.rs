@@ -1,5 +1,6 @@
-//! Linears left dense: `prune: { skip: [glob…] }` names them by their Hugging Face path
-//! (`model.layers.0.self_attn.q_proj`), with `*` for any run of characters and `?` for one.
+//! Linears left dense: `prune: { skip: [glob…] }` names them by their path under Llama's names
+//! (`model.layers.0.self_attn.q_proj`, whatever the family's checkpoints call them), with `*` for
+//! any run of characters and `?` for one.
 
 use super::PruneError;
 
