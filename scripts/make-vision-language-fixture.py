@@ -3,7 +3,7 @@
 in tests/it/families.rs: the Rust side loads the folder's language model and must reproduce the
 logits transformers gives for text alone.
 
-    for f in gemma3-vl mistral3-vl llava qwen2_5-vl qwen3-vl llama4-vl; do
+    for f in gemma3-vl mistral3-vl llava qwen2_5-vl qwen3-vl qwen3-vl-moe llama4-vl; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-vision-language-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -20,6 +20,8 @@ logits transformers gives for text alone.
   `rope_scaling: {"type": "mrope", "mrope_section": …}`; its tensors under `model.` itself.
 - qwen3-vl: Qwen3VLForConditionalGeneration as transformers 5 writes it (`text_config` with
   interleaved multimodal RoPE in `rope_parameters`; tensors under `model.language_model.`).
+- qwen3-vl-moe: Qwen3VLMoeForConditionalGeneration, its experts stacked in 3-D tensors as
+  transformers 5 writes them.
 - llama4-vl: Llama4ForConditionalGeneration over the family fixture's Llama 4 language model
   (`make-family-fixture.py llama4`), as transformers 5 writes it.
 
@@ -120,6 +122,25 @@ def build(kind):
                                             vision_end_token_id=VOCAB - 4,
                                             tie_word_embeddings=False)
         return transformers.Qwen3VLForConditionalGeneration(config), None
+    if kind == "qwen3-vl-moe":
+        # Qwen3-VL-MoE (Qwen3-VL-30B-A3B's layout) as transformers 5 writes it: Qwen3-MoE's
+        # language model (three layers of four experts 48 wide, two a token, renormalised) with
+        # its experts stacked (`mlp.experts.gate_up_proj` [experts, hidden, 2 x 48], gate first),
+        # interleaved multimodal RoPE; tensors under `model.language_model.`.
+        text = dict(TEXT, head_dim=16, tie_word_embeddings=False, moe_intermediate_size=48,
+                    num_experts=4, num_experts_per_tok=2, rope_parameters={
+                        "rope_type": "default", "mrope_section": [2, 3, 3],
+                        "mrope_interleaved": True, "rope_theta": 5_000_000.0})
+        vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                      out_hidden_size=64, patch_size=14, spatial_merge_size=2,
+                      temporal_patch_size=2, deepstack_visual_indexes=[0],
+                      num_position_embeddings=16)
+        config = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision,
+                                               image_token_id=VOCAB - 1, video_token_id=VOCAB - 2,
+                                               vision_start_token_id=VOCAB - 3,
+                                               vision_end_token_id=VOCAB - 4,
+                                               tie_word_embeddings=False)
+        return transformers.Qwen3VLMoeForConditionalGeneration(config), None
     if kind == "llama4-vl":
         # Llama 4 as the hub releases it: the family fixture's language model (chunks, NoPE,
         # unit-RMS q/k, query temperature, experts on every second layer; tensors under

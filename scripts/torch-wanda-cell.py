@@ -209,7 +209,7 @@ class ReferenceMoe(torch.nn.Module):
             config, "moe_intermediate_size", config.intermediate_size)
         self.top_k = config.num_experts_per_tok
         self.count = config.num_local_experts if mixtral else config.num_experts
-        self.normalize = mixtral or config.norm_topk_prob
+        self.normalize = mixtral or getattr(config, "norm_topk_prob", True)
         self.round = not mixtral
         self.names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
         self.gate = torch.nn.Linear(hidden, self.count, bias=False)
@@ -428,9 +428,12 @@ class ReferenceLlama4Moe(torch.nn.Module):
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
 # checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
-if model.config.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe"):
+# A vision-language model's language model's config (Qwen3-VL-MoE's is Qwen3-MoE's, its router
+# always renormalising).
+TEXT_CONFIG = getattr(model.config, "text_config", model.config)
+if TEXT_CONFIG.model_type in ("mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_vl_moe_text"):
     for layer in model.model.layers:
-        layer.mlp = ReferenceMoe(layer.mlp, model.config)
+        layer.mlp = ReferenceMoe(layer.mlp, TEXT_CONFIG)
 if model.config.model_type == "gpt_oss":
     for layer in model.model.layers:
         layer.mlp = ReferenceGptOssMoe(layer.mlp, model.config)

@@ -25,6 +25,10 @@ pub struct ExpertStacks {
     /// Whether `gate_up_proj` holds the gate's outputs as its first half and the up
     /// projection's as its second (Llama 4) instead of interleaved (GPT-OSS).
     pub halves: bool,
+    /// Whether an expert's matrix may be stored `[out, in]`, transformers 5's own layout, which
+    /// it saves (Qwen3-VL-MoE): then it is, unless shaped `[in, out]` and not square (the hub's
+    /// layout, which transformers transposes on loading where the shapes tell them apart).
+    pub out_major: bool,
 }
 
 /// The stacked gate and up projections, relative to the stacks' module.
@@ -105,6 +109,29 @@ pub fn stacked_experts(config: &LlamaConfig) -> Option<(usize, ExpertStacks)> {
     Some((experts, stacks))
 }
 
+/// Transformers 5's stacks of a family whose own checkpoints keep a linear per expert:
+/// `mlp.experts.gate_up_proj` `[experts, hidden, 2 · width]` (the hub's) or `[experts,
+/// 2 · width, hidden]` (as transformers 5 saves it), the gate's half first, as Qwen3-VL-MoE's
+/// checkpoints hold Qwen3-MoE's experts.
+const TRANSFORMERS_STACKS: ExpertStacks = ExpertStacks {
+    module: EXPERTS,
+    halves: true,
+    out_major: true,
+};
+
+/// How a checkpoint of `config` stacks its experts: as its family's do, else, where the first
+/// layer with experts holds `mlp.experts.gate_up_proj` (`holds` says whether the checkpoint
+/// has a tensor), in transformers 5's halves (Qwen3-VL-MoE's); `None` where each expert has
+/// linears of its own.
+pub fn stacks_in(config: &LlamaConfig, holds: impl Fn(&str) -> bool) -> Option<ExpertStacks> {
+    config.extras.experts?;
+    if let Some(stacks) = config.architecture.family().expert_stacks() {
+        return Some(stacks);
+    }
+    let first = (0..config.num_hidden_layers).find(|&i| config.layer_experts(i).is_some())?;
+    holds(&format!("model.layers.{first}.{EXPERTS}.{GATE_UP}")).then_some(TRANSFORMERS_STACKS)
+}
+
 /// A checkpoint with stacked experts seen with each expert's linears apart, in PyTorch's
 /// layout, under the checkpoint's names: `model.layers.N.<module>.E.gate_proj.weight` is
 /// `[width, hidden]`, read from expert `E`'s gate outputs in `<module>.gate_up_proj`. Every
@@ -113,6 +140,8 @@ pub struct ExpertStackSource {
     inner: Arc<dyn WeightSource>,
     experts: usize,
     stacks: ExpertStacks,
+    /// The model's width: the inputs of `gate_up_proj`, the outputs of `down_proj`.
+    hidden: usize,
     /// The stack entries of the expert being read (its gate and up projections share one),
     /// each read from the checkpoint alone ([`WeightSource::tensor_entry`]), never a whole
     /// stack.
@@ -120,9 +149,14 @@ pub struct ExpertStackSource {
 }
 
 impl ExpertStackSource {
-    /// `inner` with its experts apart, where the family of `config` stacks them.
-    pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
-        let Some((experts, stacks)) = stacked_experts(config) else {
+    /// `inner`, a checkpoint of `config`, with its experts apart where it stacks them as
+    /// `stacks` says ([`stacks_in`]).
+    pub fn wrap(
+        config: &LlamaConfig,
+        stacks: Option<ExpertStacks>,
+        inner: Arc<dyn WeightSource>,
+    ) -> Arc<dyn WeightSource> {
+        let (Some(experts), Some(stacks)) = (config.extras.experts.map(|e| e.count), stacks) else {
             return inner;
         };
         // Shared as the other wrappers are, one thread at a time.
@@ -131,6 +165,7 @@ impl ExpertStackSource {
             inner,
             experts,
             stacks,
+            hidden: config.hidden_size,
             held: Mutex::new(Vec::new()),
         });
         source
@@ -177,11 +212,29 @@ impl ExpertStackSource {
         let Some(entry) = self.entry(&layer, &stack_name, expert)? else {
             return Ok(None);
         };
-        // A weight's entry is `[in, out]`, a bias's `[out]`; gate and up share `out` evenly.
+        // A weight's entry is `[in, out]` (or `[out, in]`, turned first), a bias's `[out]`;
+        // gate and up share `out` evenly.
         let (rows, cols) = match (bias, &entry.shape[..]) {
             (true, &[cols]) => (1, cols),
             (false, &[rows, cols]) => (rows, cols),
             _ => (0, 0),
+        };
+        // `[in, out]` unmistakably: a stack's inputs are the model's width for gate and up, its
+        // outputs for down.
+        let in_out = match part {
+            Part::Down => cols == self.hidden && rows != cols,
+            _ => rows == self.hidden && rows != cols,
+        };
+        let (entry, rows, cols) = match (bias, self.stacks.out_major && !in_out) {
+            (false, true) => {
+                let data = super::weights::transpose(&entry.data, rows, cols);
+                let turned = HostTensor {
+                    shape: vec![cols, rows],
+                    data,
+                };
+                (Arc::new(turned), cols, rows)
+            }
+            _ => (entry, rows, cols),
         };
         let shared = part != Part::Down;
         if cols == 0 || (shared && cols % 2 != 0) {
@@ -385,6 +438,7 @@ mod tests {
     const INTERLEAVED: ExpertStacks = ExpertStacks {
         module: "mlp.experts",
         halves: false,
+        out_major: false,
     };
 
     fn source() -> ExpertStackSource {
@@ -392,6 +446,7 @@ mod tests {
             inner: Arc::new(Stacks(stacks())),
             experts: 2,
             stacks: INTERLEAVED,
+            hidden: 3,
             held: Mutex::new(Vec::new()),
         }
     }
@@ -458,12 +513,14 @@ mod tests {
 
     /// Llama 4's stacks under `feed_forward.experts`, without biases: expert 1's gate is the
     /// first two columns of its `[3, 4]` block (values 12 … 23), its up projection the last
-    /// two; stacked again they give the checkpoint's values back.
+    /// two; stacked again they give the checkpoint's values back. Transformers 5's `[out, in]`
+    /// stacks (Qwen3-VL-MoE's as it saves them) give the same linears.
     #[test]
     fn halves_hold_the_gate_then_the_up_projection() {
         let halves = ExpertStacks {
             module: "feed_forward.experts",
             halves: true,
+            out_major: false,
         };
         let renamed: Vec<(String, HostTensor)> = stacks()
             .into_iter()
@@ -474,6 +531,7 @@ mod tests {
             inner: Arc::new(Stacks(renamed.clone())),
             experts: 2,
             stacks: halves,
+            hidden: 3,
             held: Mutex::new(Vec::new()),
         };
         let get = |e: usize, name: &str| {
@@ -502,6 +560,40 @@ mod tests {
             }
         }
         stack_experts(&mut tensors, "model.layers.0", 2, halves);
+        // The same stacks saved by transformers 5, each expert's matrix `[out, in]`, read alike.
+        let turned: Vec<(String, HostTensor)> = renamed
+            .iter()
+            .map(|(n, t)| {
+                let [e, rows, cols] = t.shape[..] else {
+                    unreachable!()
+                };
+                let data = t
+                    .data
+                    .chunks_exact(rows * cols)
+                    .flat_map(|m| super::super::weights::transpose(m, rows, cols))
+                    .collect();
+                let shape = vec![e, cols, rows];
+                (
+                    n.replace(".feed_forward.", ".mlp."),
+                    HostTensor { shape, data },
+                )
+            })
+            .collect();
+        let saved = ExpertStackSource {
+            inner: Arc::new(Stacks(turned)),
+            experts: 2,
+            stacks: TRANSFORMERS_STACKS,
+            hidden: 3,
+            held: Mutex::new(Vec::new()),
+        };
+        for (e, linear) in [(0, "gate_proj"), (1, "up_proj"), (1, "down_proj")] {
+            let name = format!("model.layers.0.mlp.experts.{e}.{linear}.weight");
+            assert_eq!(
+                saved.tensor(&name).unwrap().unwrap(),
+                get(e, linear),
+                "{name}"
+            );
+        }
         let back: Vec<(String, HostTensor)> = tensors
             .into_iter()
             .map(|(n, t)| (n.replace(".mlp.", ".feed_forward."), t))

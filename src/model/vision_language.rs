@@ -3,8 +3,9 @@
 //! (`Mistral3ForConditionalGeneration`), LLaVA, Pixtral and their kin
 //! (`LlavaForConditionalGeneration`), Qwen2-VL and Qwen2.5-VL
 //! (`Qwen2VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`), Qwen3-VL
-//! (`Qwen3VLForConditionalGeneration`) and Llama 4 Scout and Maverick
-//! (`Llama4ForConditionalGeneration`). Their `config.json` holds the language model's config
+//! (`Qwen3VLForConditionalGeneration`, and `Qwen3VLMoeForConditionalGeneration` over Qwen3-MoE,
+//! its experts stacked as transformers 5 writes them, [`crate::model::expert_stacks::stacks_in`])
+//! and Llama 4 Scout and Maverick (`Llama4ForConditionalGeneration`). Their `config.json` holds the language model's config
 //! under `text_config` (Qwen2-VL's and Qwen2.5-VL's hub configs at the top level, beside
 //! `vision_config`), and their checkpoints its tensors under `language_model.` (transformers 5's
 //! own modules: `model.language_model.`; Qwen2-VL's and Qwen2.5-VL's under `model.` itself)
@@ -44,7 +45,7 @@ pub struct VisionLanguage {
 }
 
 /// Every vision-language class this tool reads the language model of.
-pub const CLASSES: [VisionLanguage; 7] = [
+pub const CLASSES: [VisionLanguage; 8] = [
     VisionLanguage {
         class: "Gemma3ForConditionalGeneration",
         model_type: "gemma3",
@@ -91,6 +92,14 @@ pub const CLASSES: [VisionLanguage; 7] = [
         text_model_type: "qwen3_vl_text",
         ties_by_default: false,
         text_family: Some("qwen3"),
+        flat: false,
+    },
+    VisionLanguage {
+        class: "Qwen3VLMoeForConditionalGeneration",
+        model_type: "qwen3_vl_moe",
+        text_model_type: "qwen3_vl_moe_text",
+        ties_by_default: false,
+        text_family: Some("qwen3_moe"),
         flat: false,
     },
     VisionLanguage {
@@ -161,6 +170,23 @@ fn text_defaults(model_type: &str) -> Value {
             "max_position_embeddings": 128000,
             "rms_norm_eps": 1e-6,
             "rope_theta": 500000.0
+        }),
+        // Its router always renormalises (no `norm_topk_prob` key); transformers 5 writes
+        // `num_experts` as `num_local_experts`, which Qwen3-MoE reads after `num_experts`.
+        "qwen3_vl_moe_text" => json!({
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "max_position_embeddings": 128000,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 500000.0,
+            "moe_intermediate_size": 1408,
+            "num_experts_per_tok": 4,
+            "num_local_experts": 60,
+            "norm_topk_prob": true
         }),
         "llama4_text" => json!({
             "vocab_size": 202048,

@@ -264,7 +264,8 @@ impl TransposedSource {
 /// layout ([`TransposedSource`]), its stacked linears ([`SplitSource`]) and experts
 /// ([`ExpertStackSource`]) apart.
 pub fn hf_source(config: &LlamaConfig, checkpoint: SafetensorsSource) -> Arc<dyn WeightSource> {
-    let experts = ExpertStackSource::for_family(config, Arc::new(checkpoint));
+    let stacks = super::expert_stacks::stacks_in(config, |name| checkpoint.has_tensor(name));
+    let experts = ExpertStackSource::wrap(config, stacks, Arc::new(checkpoint));
     SplitSource::for_family(config, TransposedSource::for_family(config, experts))
 }
 

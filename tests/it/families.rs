@@ -143,6 +143,7 @@ fn every_family_gives_transformers_logits() {
         "llava",
         "qwen2_5-vl",
         "qwen3-vl",
+        "qwen3-vl-moe",
         "llama4-vl",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));

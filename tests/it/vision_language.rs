@@ -1,7 +1,8 @@
 //! Vision-language checkpoints read as their language model
 //! (`scripts/make-vision-language-fixture.py`: Gemma 3 with a `text_config` as sparse as the
 //! hub's, Mistral 3 with a head of its own, LLaVA over a Llama, Qwen2.5-VL's flat hub config,
-//! Qwen3-VL's multimodal RoPE and Llama 4's stacked experts), each with a vision tower and a
+//! Qwen3-VL's multimodal RoPE, Qwen3-VL-MoE's and Llama 4's stacked experts), each with a
+//! vision tower and a
 //! projector: the language model gives transformers' logits (in `families.rs`), its parameters
 //! alone are counted, and a saved copy is the text-only checkpoint of its family.
 
@@ -16,12 +17,13 @@ use crate::common::B;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models");
 
 /// The fixtures, with the class each one's saved copy must name.
-const FIXTURES_AND_TEXT_CLASSES: [(&str, &str); 6] = [
+const FIXTURES_AND_TEXT_CLASSES: [(&str, &str); 7] = [
     ("tiny-gemma3-vl", "Gemma3ForCausalLM"),
     ("tiny-mistral3-vl", "MistralForCausalLM"),
     ("tiny-llava", "LlamaForCausalLM"),
     ("tiny-qwen2_5-vl", "Qwen2ForCausalLM"),
     ("tiny-qwen3-vl", "Qwen3ForCausalLM"),
+    ("tiny-qwen3-vl-moe", "Qwen3MoeForCausalLM"),
     ("tiny-llama4-vl", "Llama4ForCausalLM"),
 ];
 

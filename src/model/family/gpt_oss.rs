@@ -90,6 +90,7 @@ impl Family for GptOss {
         Some(ExpertStacks {
             module: "mlp.experts",
             halves: false,
+            out_major: false,
         })
     }
 

@@ -76,6 +76,7 @@ impl Family for Llama4 {
         Some(ExpertStacks {
             module: "feed_forward.experts",
             halves: true,
+            out_major: false,
         })
     }
 
