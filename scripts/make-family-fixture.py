@@ -6,7 +6,8 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              falcon falcon-new falcon-sequential phi gemma stablelm stablelm-parallel olmo2 olmo3 \
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
-             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8 llama4; do
+             gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8 llama4 \
+             granitemoe granitemoeshared granitemoehybrid granitemoehybrid-moe; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -186,6 +187,31 @@ def config(family):
         return transformers.GraniteConfig(embedding_multiplier=3.0, residual_multiplier=0.4,
                                           attention_multiplier=0.1, logits_scaling=2.5,
                                           mlp_bias=True, pad_token_id=0, **common)
+    if family in ("granitemoe", "granitemoeshared"):
+        # Granite MoE (granite-3.x-1b-a400m): Granite's four factors, four experts 48 wide
+        # stacked [experts, out, in] (block_sparse_moe.input_linear, output_linear), two per
+        # token by the softmax over the top logits, a tied head; the shared class adds an
+        # ungated shared MLP 80 wide (shared_mlp).
+        common.update(tie_word_embeddings=True, intermediate_size=48)
+        shared = {} if family == "granitemoe" else dict(shared_intermediate_size=80)
+        cls = (transformers.GraniteMoeConfig if family == "granitemoe"
+               else transformers.GraniteMoeSharedConfig)
+        return cls(embedding_multiplier=3.0, residual_multiplier=0.4, attention_multiplier=0.1,
+                   logits_scaling=2.5, num_local_experts=4, num_experts_per_tok=2,
+                   pad_token_id=0, **shared, **common)
+    if family in ("granitemoehybrid", "granitemoehybrid-moe"):
+        # Granite 4.0 with attention layers only. granitemoehybrid: granite-4.0-micro's layout,
+        # no experts, the shared MLP 112 wide as the dense one, RoPE, untied.
+        # granitemoehybrid-moe: four experts 48 wide, two per token, beside the shared MLP 80
+        # wide, and no layer rotating (position_embedding_type nope, as the -h- models).
+        moe = family.endswith("-moe")
+        common.update(intermediate_size=48)
+        return transformers.GraniteMoeHybridConfig(
+            embedding_multiplier=3.0, residual_multiplier=0.4, attention_multiplier=0.1,
+            logits_scaling=2.5, num_local_experts=4 if moe else 0,
+            num_experts_per_tok=2 if moe else 0, shared_intermediate_size=80 if moe else 112,
+            layer_types=["attention"] * common["num_hidden_layers"],
+            position_embedding_type="nope" if moe else "rope", pad_token_id=0, **common)
     if family in ("glm", "glm4"):
         # GLM, GLM-4: interleaved RoPE on half of each head (8 of 16 dimensions), random q/k/v
         # biases, stacked gate_up_proj; GLM-4 adds its output norms. head_dim given: the config
@@ -577,7 +603,7 @@ def main():
             moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
             module.rotate_half = interleaved
             print("rotating halves instead of neighbours moves the logits by", moved)
-        if family == "granite":
+        if family.startswith("granite"):
             base = model.model
             for what, undo, redo in [
                 ("embedding", lambda: setattr(base, "embedding_multiplier", 1.0),
@@ -665,6 +691,21 @@ def main():
                 layer.self_attn.attn_logit_softcapping = None
             moved = float((model(torch.tensor([IDS])).logits[0] - logits).abs().max())
             print("without the attention soft-cap the logits move by", moved)
+        if family == "granitemoehybrid-moe":
+            rotating = transformers.GraniteMoeHybridForCausalLM(
+                config(family).__class__(**{**model.config.to_dict(), "position_embedding_type": "rope"})).eval()
+            rotating.load_state_dict(model.state_dict())
+            moved = float((rotating(torch.tensor([IDS])).logits[0] - logits).abs().max())
+            print("rotating the layers moves the logits by", moved)
+        if model.config.model_type.startswith("granitemoe"):
+            # Every expert must see tokens, or a fixture could not catch one misread.
+            routers = [l.block_sparse_moe.router for l in model.model.layers
+                       if getattr(l, "block_sparse_moe", None) is not None]
+            for r in routers:
+                x = model.model.embed_tokens(torch.tensor(IDS)) * model.config.embedding_multiplier
+                print("tokens per expert (first layer's inputs):",
+                      torch.bincount(r(x)[2].flatten(), minlength=r.num_experts).tolist())
+                break
     with open(f"{out}/logits.json", "w") as f:
         json.dump({"ids": IDS, "logits": [[round(v, 7) for v in row] for row in logits.tolist()],
                    "transformers": transformers.__version__, "torch": torch.__version__}, f)

@@ -367,6 +367,13 @@ pub struct HfLlamaConfig {
     /// Qwen2-MoE: the shared expert's MLP width.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_expert_intermediate_size: Option<usize>,
+    /// Granite MoE (shared), Granite 4.0: the width of the MLP every token goes through
+    /// (`shared_mlp`; 0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_intermediate_size: Option<usize>,
+    /// Granite 4.0: `rope`, or none (`nope`, null): then no layer rotates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_embedding_type: Option<String>,
     /// Qwen2-MoE: whether q, k and v carry biases (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qkv_bias: Option<bool>,
@@ -1169,8 +1176,13 @@ impl LlamaConfig {
         Some(match name {
             "self_attn.q_proj" => self.num_attention_heads * self.head_dim,
             "self_attn.k_proj" | "self_attn.v_proj" => self.num_key_value_heads * self.head_dim,
-            "self_attn.o_proj" | "mlp.down_proj" => self.hidden_size,
+            "self_attn.o_proj" | "mlp.down_proj" | "mlp.shared_expert.down_proj" => {
+                self.hidden_size
+            }
             "mlp.gate_proj" | "mlp.up_proj" => self.intermediate_size,
+            "mlp.shared_expert.gate_proj" | "mlp.shared_expert.up_proj" => {
+                self.extras.experts?.shared?
+            }
             _ => return None,
         })
     }

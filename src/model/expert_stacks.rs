@@ -1,12 +1,14 @@
-//! Experts stacked across a layer in 3-D tensors, as GPT-OSS's and Llama 4's checkpoints hold
-//! them ([`crate::model::family::Family::expert_stacks`]): per layer, under the family's module
-//! (`mlp.experts`, Llama 4's `feed_forward.experts`)
+//! Experts stacked across a layer in 3-D tensors, as GPT-OSS's, Llama 4's and Granite's
+//! checkpoints hold them ([`crate::model::family::Family::expert_stacks`]): per layer, under the
+//! family's names (`mlp.experts.gate_up_proj`, Llama 4's `feed_forward.experts.gate_up_proj`,
+//! Granite's `block_sparse_moe.input_linear.weight`)
 //! - `gate_up_proj`, `[experts, hidden, 2 · width]`: each expert's `[in, out]` matrix of its
 //!   gate and up projections, their outputs interleaved (GPT-OSS: the gate's in the even
 //!   columns, the up projection's in the odd ones) or in halves (Llama 4: the gate's first), and
 //!   `gate_up_proj_bias`, `[experts, 2 · width]`, alike (GPT-OSS);
 //! - `down_proj`, `[experts, width, hidden]`, each expert's `[in, out]` matrix, and
-//!   `down_proj_bias`, `[experts, hidden]` (GPT-OSS).
+//!   `down_proj_bias`, `[experts, hidden]` (GPT-OSS);
+//! - or each expert's matrices `[out, in]` (Granite's, and transformers 5's own layout).
 //!
 //! The decoder sees each expert's `gate_proj`, `up_proj` and `down_proj` as linears of their own
 //! ([`ExpertStackSource`]), so calibration and pruning treat them as every other family's
@@ -20,8 +22,15 @@ use super::weights::{HostTensor, WeightError, WeightSource};
 /// How a family's checkpoints stack a layer's experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpertStacks {
-    /// The checkpoint's module holding the stacks, relative to the layer (`mlp.experts`).
+    /// The module an expert's linears lie under once the family has renamed them, relative to
+    /// the layer (`mlp.experts`, Llama 4's `feed_forward.experts`): `<module>.E.gate_proj`.
     pub module: &'static str,
+    /// The checkpoint's stack of the gate and up projections, relative to the layer
+    /// (`mlp.experts.gate_up_proj`); its biases' stack has `_bias` appended.
+    pub gate_up: &'static str,
+    /// The checkpoint's stack of the down projections, relative to the layer
+    /// (`mlp.experts.down_proj`).
+    pub down: &'static str,
     /// Whether `gate_up_proj` holds the gate's outputs as its first half and the up
     /// projection's as its second (Llama 4) instead of interleaved (GPT-OSS).
     pub halves: bool,
@@ -30,12 +39,6 @@ pub struct ExpertStacks {
     /// layout, which transformers transposes on loading where the shapes tell them apart).
     pub out_major: bool,
 }
-
-/// The stacked gate and up projections, relative to the stacks' module.
-const GATE_UP: &str = "gate_up_proj";
-
-/// The stacked down projections, relative to the stacks' module.
-const DOWN: &str = "down_proj";
 
 /// The decoder's module of a layer's experts, relative to the layer.
 const EXPERTS: &str = "mlp.experts";
@@ -73,10 +76,14 @@ impl Part {
         }
     }
 
-    /// The stack holding the part's weights, relative to the stacks' module, with `_bias` for
-    /// its biases.
-    fn stack(self, bias: bool) -> String {
-        let stack = if self == Part::Down { DOWN } else { GATE_UP };
+    /// The stack of `stacks` holding the part's weights, relative to the layer, with `_bias`
+    /// for its biases.
+    fn stack(self, stacks: &ExpertStacks, bias: bool) -> String {
+        let stack = if self == Part::Down {
+            stacks.down
+        } else {
+            stacks.gate_up
+        };
         match bias {
             true => format!("{stack}_bias"),
             false => stack.to_string(),
@@ -115,6 +122,8 @@ pub fn stacked_experts(config: &LlamaConfig) -> Option<(usize, ExpertStacks)> {
 /// checkpoints hold Qwen3-MoE's experts.
 const TRANSFORMERS_STACKS: ExpertStacks = ExpertStacks {
     module: EXPERTS,
+    gate_up: "mlp.experts.gate_up_proj",
+    down: "mlp.experts.down_proj",
     halves: true,
     out_major: true,
 };
@@ -129,7 +138,8 @@ pub fn stacks_in(config: &LlamaConfig, holds: impl Fn(&str) -> bool) -> Option<E
         return Some(stacks);
     }
     let first = (0..config.num_hidden_layers).find(|&i| config.layer_experts(i).is_some())?;
-    holds(&format!("model.layers.{first}.{EXPERTS}.{GATE_UP}")).then_some(TRANSFORMERS_STACKS)
+    let gate_up = TRANSFORMERS_STACKS.gate_up;
+    holds(&format!("model.layers.{first}.{gate_up}")).then_some(TRANSFORMERS_STACKS)
 }
 
 /// A checkpoint with stacked experts seen with each expert's linears apart, in PyTorch's
@@ -200,7 +210,7 @@ impl ExpertStackSource {
         let Some((layer, expert, part, bias)) = locate(name, module) else {
             return Ok(None);
         };
-        let stack_name = format!("{layer}.{module}.{}", part.stack(bias));
+        let stack_name = format!("{layer}.{}", part.stack(&self.stacks, bias));
         if expert >= self.experts {
             return Err(WeightError::Shape {
                 name: stack_name,
@@ -309,9 +319,9 @@ impl WeightSource for ExpertStackSource {
 
 /// Replaces each expert's linears in `tensors` (the layer's tensors under the decoder's names,
 /// prefixed `layer`, weights in PyTorch's layout) by the stacks of the checkpoint's layout
-/// `stacks` (under the decoder's module, `mlp.experts.gate_up_proj`, which a saved copy
-/// renames as the family does), where the first expert's gate projection was; nothing where an
-/// expert's weight is missing. Biases are stacked where the experts have them.
+/// `stacks`, under its names (`mlp.experts.gate_up_proj`, Granite's
+/// `block_sparse_moe.input_linear.weight`), where the first expert's gate projection was;
+/// nothing where an expert's weight is missing. Biases are stacked where the experts have them.
 pub fn stack_experts(
     tensors: &mut Vec<(String, HostTensor)>,
     layer: &str,
@@ -337,8 +347,8 @@ pub fn stack_experts(
     };
     let mut stacked = Vec::new();
     for (parts, stack) in [
-        (&[Part::Gate, Part::Up][..], GATE_UP),
-        (&[Part::Down][..], DOWN),
+        (&[Part::Gate, Part::Up][..], stacks.gate_up),
+        (&[Part::Down][..], stacks.down),
     ] {
         for bias in [false, true].into_iter().filter(|&b| biased || !b) {
             let mut data = Vec::new();
@@ -350,13 +360,17 @@ pub fn stack_experts(
                     return;
                 };
                 // `[out, in]` (or `[out]`) parts, their outputs interleaved or in turn (halves)
-                // into `[in, out·n]`.
+                // into `[in, out·n]`, or in turn into `[out·n, in]` (out-major halves).
                 let (outputs, inputs) = match taken[0].shape[..] {
                     [o, i] => (o, i),
                     [o] => (o, 1),
                     _ => return,
                 };
-                for i in 0..inputs {
+                let out_major = stacks.out_major && stacks.halves && !bias;
+                if out_major {
+                    data.extend(taken.iter().flat_map(|t| t.data.iter().copied()));
+                }
+                for i in (0..inputs).filter(|_| !out_major) {
                     if stacks.halves {
                         for t in &taken {
                             data.extend((0..outputs).map(|o| t.data[o * inputs + i]));
@@ -367,14 +381,15 @@ pub fn stack_experts(
                         }
                     }
                 }
-                shape = match bias {
-                    true => vec![experts, outputs * parts.len()],
-                    false => vec![experts, inputs, outputs * parts.len()],
+                shape = match (bias, out_major) {
+                    (true, _) => vec![experts, outputs * parts.len()],
+                    (false, true) => vec![experts, outputs * parts.len(), inputs],
+                    (false, false) => vec![experts, inputs, outputs * parts.len()],
                 };
             }
             let suffix = if bias { "_bias" } else { "" };
             stacked.push((
-                format!("{layer}.{EXPERTS}.{stack}{suffix}"),
+                format!("{layer}.{stack}{suffix}"),
                 HostTensor { shape, data },
             ));
         }
@@ -437,6 +452,8 @@ mod tests {
     /// GPT-OSS's stacks: `mlp.experts`, gate and up interleaved.
     const INTERLEAVED: ExpertStacks = ExpertStacks {
         module: "mlp.experts",
+        gate_up: "mlp.experts.gate_up_proj",
+        down: "mlp.experts.down_proj",
         halves: false,
         out_major: false,
     };
@@ -519,6 +536,8 @@ mod tests {
     fn halves_hold_the_gate_then_the_up_projection() {
         let halves = ExpertStacks {
             module: "feed_forward.experts",
+            gate_up: "feed_forward.experts.gate_up_proj",
+            down: "feed_forward.experts.down_proj",
             halves: true,
             out_major: false,
         };
@@ -549,7 +568,7 @@ mod tests {
             get(1, "up_proj").data,
             vec![14.0, 18.0, 22.0, 15.0, 19.0, 23.0]
         );
-        // Under the decoder's names, as a saved copy holds them before renaming.
+        // Under the decoder's names, as a saved copy holds them before stacking.
         let mut tensors = Vec::new();
         for e in 0..2 {
             for linear in ["gate_proj", "up_proj", "down_proj"] {
@@ -559,7 +578,9 @@ mod tests {
                 ));
             }
         }
+        let apart = tensors.clone();
         stack_experts(&mut tensors, "model.layers.0", 2, halves);
+        assert_eq!(tensors, renamed, "stacked under the checkpoint's names");
         // The same stacks saved by transformers 5, each expert's matrix `[out, in]`, read alike.
         let turned: Vec<(String, HostTensor)> = renamed
             .iter()
@@ -580,7 +601,7 @@ mod tests {
             })
             .collect();
         let saved = ExpertStackSource {
-            inner: Arc::new(Stacks(turned)),
+            inner: Arc::new(Stacks(turned.clone())),
             experts: 2,
             stacks: TRANSFORMERS_STACKS,
             hidden: 3,
@@ -594,10 +615,9 @@ mod tests {
                 "{name}"
             );
         }
-        let back: Vec<(String, HostTensor)> = tensors
-            .into_iter()
-            .map(|(n, t)| (n.replace(".mlp.", ".feed_forward."), t))
-            .collect();
-        assert_eq!(back, renamed);
+        // Stacked out-major (as Granite's checkpoints hold them), the linears give those stacks.
+        let mut out_major = apart;
+        stack_experts(&mut out_major, "model.layers.0", 2, TRANSFORMERS_STACKS);
+        assert_eq!(out_major, turned);
     }
 }

@@ -137,6 +137,10 @@ fn every_family_gives_transformers_logits() {
         "deepseek_v3",
         "deepseek_v3-fp8",
         "llama4",
+        "granitemoe",
+        "granitemoeshared",
+        "granitemoehybrid",
+        "granitemoehybrid-moe",
         // The language models of vision-language checkpoints (vision_language.rs).
         "gemma3-vl",
         "mistral3-vl",
@@ -696,6 +700,10 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("deepseek_v2", false),
         ("deepseek_v3", false),
         ("llama4", false),
+        ("granitemoe", false),
+        ("granitemoeshared", false),
+        ("granitemoehybrid", false),
+        ("granitemoehybrid-moe", false),
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -751,7 +759,9 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
             .any(|f| family.starts_with(f));
             // With experts: attention's four, the router and four experts' three.
             let linears = match family {
-                "mixtral" | "qwen3_moe" | "olmoe" | "gpt_oss" => 4 + 1 + 4 * 3,
+                "mixtral" | "qwen3_moe" | "olmoe" | "gpt_oss" | "granitemoe" => 4 + 1 + 4 * 3,
+                // And the ungated shared MLP's three.
+                "granitemoeshared" | "granitemoehybrid-moe" => 4 + 1 + 4 * 3 + 3,
                 // And the shared expert's three and its gate.
                 "qwen2_moe" => 4 + 1 + 4 * 3 + 4,
                 // Latent attention's q_proj, kv_a_proj_with_mqa, kv_b_proj and o_proj (V3:
@@ -1092,6 +1102,7 @@ fn expert_and_latent_families_evaluate_in_half_precision() {
         "deepseek_v3",
         "deepseek_v3-fp8",
         "llama4",
+        "granitemoehybrid-moe",
     ] {
         let folder = Path::new(FIXTURES).join(format!("tiny-{family}"));
         let ppl = |device: &str| -> f64 {

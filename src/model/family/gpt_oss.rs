@@ -89,6 +89,8 @@ impl Family for GptOss {
     fn expert_stacks(&self) -> Option<ExpertStacks> {
         Some(ExpertStacks {
             module: "mlp.experts",
+            gate_up: "mlp.experts.gate_up_proj",
+            down: "mlp.experts.down_proj",
             halves: false,
             out_major: false,
         })

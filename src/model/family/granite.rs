@@ -37,30 +37,42 @@ impl Family for Granite {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        let factor = |key: &str, value: Option<f64>| positive_number(key, value.unwrap_or(1.0));
         Ok(DecoderExtras {
-            multipliers: Some(Multipliers {
-                embedding: factor("embedding_multiplier", hf.embedding_multiplier)?,
-                residual: factor("residual_multiplier", hf.residual_multiplier)?,
-                attention: factor("attention_multiplier", hf.attention_multiplier)?,
-                logits: factor("logits_scaling", hf.logits_scaling)?,
-            }),
+            multipliers: Some(multipliers(hf)?),
             ..super::llama_layer(hf, "Granite")?
         })
     }
 
     fn hf_keys(&self, config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
-        let mut keys = BTreeMap::from([("mlp_bias", config.extras.mlp_bias.into())]);
-        if let Some(m) = config.extras.multipliers {
-            keys.extend([
-                ("embedding_multiplier", m.embedding.into()),
-                ("residual_multiplier", m.residual.into()),
-                ("attention_multiplier", m.attention.into()),
-                ("logits_scaling", m.logits.into()),
-            ]);
-        }
+        let mut keys = multiplier_keys(config);
+        keys.insert("mlp_bias", config.extras.mlp_bias.into());
         keys
     }
+}
+
+/// Granite's four factors as `hf` gives them, each 1 where absent (Granite's MoE classes
+/// read them alike).
+pub(super) fn multipliers(hf: &HfLlamaConfig) -> Result<Multipliers, ConfigError> {
+    let factor = |key: &str, value: Option<f64>| positive_number(key, value.unwrap_or(1.0));
+    Ok(Multipliers {
+        embedding: factor("embedding_multiplier", hf.embedding_multiplier)?,
+        residual: factor("residual_multiplier", hf.residual_multiplier)?,
+        attention: factor("attention_multiplier", hf.attention_multiplier)?,
+        logits: factor("logits_scaling", hf.logits_scaling)?,
+    })
+}
+
+/// The `config.json` keys of a saved copy's factors.
+pub(super) fn multiplier_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde_json::Value> {
+    let Some(m) = config.extras.multipliers else {
+        return BTreeMap::new();
+    };
+    BTreeMap::from([
+        ("embedding_multiplier", m.embedding.into()),
+        ("residual_multiplier", m.residual.into()),
+        ("attention_multiplier", m.attention.into()),
+        ("logits_scaling", m.logits.into()),
+    ])
 }
 
 #[cfg(test)]

@@ -75,6 +75,8 @@ impl Family for Llama4 {
     fn expert_stacks(&self) -> Option<ExpertStacks> {
         Some(ExpertStacks {
             module: "feed_forward.experts",
+            gate_up: "feed_forward.experts.gate_up_proj",
+            down: "feed_forward.experts.down_proj",
             halves: true,
             out_major: false,
         })

@@ -24,6 +24,7 @@ pub mod gpt_neox;
 pub mod gpt_oss;
 pub mod gptj;
 pub mod granite;
+pub mod granitemoe;
 pub mod llama;
 pub mod llama4;
 pub mod mistral;
@@ -659,6 +660,14 @@ pub enum Architecture {
     /// `GraniteForCausalLM` (Granite 3.x: Llama's layer with factors of the embeddings, the
     /// residual adds, the attention scores and the logits).
     Granite,
+    /// `GraniteMoeForCausalLM` (Granite 3.x MoE: Granite's layer with routed experts stacked
+    /// in 3-D tensors).
+    GraniteMoe,
+    /// `GraniteMoeSharedForCausalLM` (Granite MoE with a shared MLP beside the experts).
+    GraniteMoeShared,
+    /// `GraniteMoeHybridForCausalLM` (Granite 4.0 whose layers are all attention layers: a
+    /// shared MLP, with or without experts, RoPE or none).
+    GraniteMoeHybrid,
     /// `GlmForCausalLM` (GLM-4-9B-chat-hf: Llama's layer with interleaved half rotation,
     /// q/k/v biases, stacked gate and up projections).
     Glm,
@@ -726,7 +735,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 41] = [
+    pub const ALL: [Architecture; 44] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -768,6 +777,9 @@ impl Architecture {
         Architecture::DeepseekV2,
         Architecture::DeepseekV3,
         Architecture::Llama4,
+        Architecture::GraniteMoe,
+        Architecture::GraniteMoeShared,
+        Architecture::GraniteMoeHybrid,
     ];
 
     /// The family's adapter.
@@ -791,6 +803,9 @@ impl Architecture {
             Architecture::Olmo3 => &olmo3::Olmo3,
             Architecture::SmolLm3 => &smollm3::SmolLm3,
             Architecture::Granite => &granite::Granite,
+            Architecture::GraniteMoe => &granitemoe::GRANITE_MOE,
+            Architecture::GraniteMoeShared => &granitemoe::GRANITE_MOE_SHARED,
+            Architecture::GraniteMoeHybrid => &granitemoe::GRANITE_MOE_HYBRID,
             Architecture::Glm => &glm::GLM,
             Architecture::Glm4 => &glm::GLM4,
             Architecture::Cohere => &cohere::COHERE,
