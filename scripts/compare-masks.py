@@ -60,7 +60,26 @@ def experts_apart(tensors):
     return tensors
 
 
-ours, theirs = experts_apart(load(a.ours)), load(a.theirs)
+def granite_experts_apart(tensors):
+    """Granite's expert stacks (`…block_sparse_moe.input_linear.weight`, `[experts, 2·out, in]`,
+    each expert's gate rows then its up rows; `…output_linear.weight`, `[experts, out, in]`) as
+    each expert's linears, `…block_sparse_moe.experts.E.gate_proj.weight` and so on, as the
+    reference saves them."""
+    for name in [n for n in tensors if n.endswith(("block_sparse_moe.input_linear.weight",
+                                                   "block_sparse_moe.output_linear.weight"))]:
+        stack = tensors.pop(name)
+        prefix = name[:name.index("block_sparse_moe.") + len("block_sparse_moe.")] + "experts."
+        for e in range(stack.shape[0]):
+            if name.endswith("input_linear.weight"):
+                half = stack.shape[1] // 2
+                tensors[f"{prefix}{e}.gate_proj.weight"] = stack[e][:half]
+                tensors[f"{prefix}{e}.up_proj.weight"] = stack[e][half:]
+            else:
+                tensors[f"{prefix}{e}.down_proj.weight"] = stack[e]
+    return tensors
+
+
+ours, theirs = granite_experts_apart(experts_apart(load(a.ours))), load(a.theirs)
 names = sorted((n for n in theirs if n in ours), key=lambda n: (layer_of(n), n))
 if not names:
     sys.exit("no tensor names in common")

@@ -425,6 +425,42 @@ class ReferenceLlama4Moe(torch.nn.Module):
         return out, logits
 
 
+class ReferenceGraniteMoe(torch.nn.Module):
+    """Granite's mixture of experts (transformers 5.24's `GraniteMoeMoE`, also in the shared and
+    hybrid classes) over modules the reference's find_layers sees: the router an nn.Linear under
+    the checkpoint's name (`router.layer`) and, per expert, the gate and up projections its 3-D
+    `gate_up_proj` (`[experts, 2·inter, hidden]`) holds in halves and its down projection, each
+    an nn.Linear. As transformers routes: the top-k router logits in f32, their softmax over the
+    k returned in the model's dtype; each expert hit runs on its tokens in (choice, token) order.
+    The shared MLP (`shared_mlp`) is the decoder layer's own, of nn.Linear already."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.top_k, self.count = config.num_experts_per_tok, config.num_local_experts
+        self.router = torch.nn.Module()
+        self.router.layer = torch.nn.Linear(hidden, self.count, bias=False)
+        self.router.layer.weight.data = block.router.weight.data.clone()
+        self.act = block.experts.act_fn
+        self.experts = linear_experts(block.experts, self.count, hidden, inter,
+                                      ("gate_proj", "up_proj", "down_proj"))
+
+    def forward(self, hidden_states):
+        batch, seq, hidden = hidden_states.shape
+        x = hidden_states.reshape(-1, hidden)
+        top, chosen = self.router.layer(x).float().topk(self.top_k, dim=-1)
+        weights = torch.softmax(top, dim=-1).type_as(x)
+        out = torch.zeros_like(x)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = int(e[0])
+            choice, token = torch.where(mask[e])
+            expert, rows = self.experts[e], x[token]
+            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
+            out.index_add_(0, token, (y * weights[token, choice, None]).to(out.dtype))
+        return out.view(batch, seq, hidden)
+
+
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
 # checkpoint's names (`block_sparse_moe`).
 MIXTRAL = model.config.model_type == "mixtral"
@@ -444,6 +480,10 @@ if model.config.model_type in ("glm4_moe", "deepseek_v3"):
 if model.config.model_type == "deepseek_v2":
     for layer in model.model.layers[model.config.first_k_dense_replace:]:
         layer.mlp = ReferenceDeepseekV2Moe(layer.mlp, model.config)
+if model.config.model_type in ("granitemoe", "granitemoeshared", "granitemoehybrid"):
+    for layer in model.model.layers:
+        if getattr(layer, "block_sparse_moe", None) is not None:
+            layer.block_sparse_moe = ReferenceGraniteMoe(layer.block_sparse_moe, model.config)
 if model.config.model_type == "llama4_text":
     for layer in model.model.layers:
         if layer.is_moe_layer:
