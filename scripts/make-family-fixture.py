@@ -201,11 +201,12 @@ def config(family):
                    pad_token_id=0, **shared, **common)
     if family in ("granitemoehybrid", "granitemoehybrid-moe"):
         # Granite 4.0 with attention layers only. granitemoehybrid: granite-4.0-micro's layout,
-        # no experts, the shared MLP 112 wide as the dense one, RoPE, untied.
+        # no experts, the shared MLP 112 wide as the dense one (intermediate_size the same, as
+        # micro's config has it and llama.cpp's converter needs), RoPE, untied.
         # granitemoehybrid-moe: four experts 48 wide, two per token, beside the shared MLP 80
         # wide, and no layer rotating (position_embedding_type nope, as the -h- models).
         moe = family.endswith("-moe")
-        common.update(intermediate_size=48)
+        common.update(intermediate_size=48 if moe else 112)
         return transformers.GraniteMoeHybridConfig(
             embedding_multiplier=3.0, residual_multiplier=0.4, attention_multiplier=0.1,
             logits_scaling=2.5, num_local_experts=4 if moe else 0,

@@ -8,7 +8,8 @@ loaded by transformers' own GGUF loader against the fixture's logits, as an inde
     for f in mixtral qwen2_moe qwen3_moe olmoe phi3 phi3-longrope phi4-mini gemma2 cohere \
              cohere-qknorm granite smollm3 glm4 gpt_neox gpt_neox-sequential phi stablelm \
              stablelm-parallel falcon falcon-new bloom olmo cohere2 starcoder2 nemotron gpt2 \
-             gpt_bigcode arcee exaone4 exaone4-full ernie4_5; do
+             gpt_bigcode arcee exaone4 exaone4-full ernie4_5 granitemoe granitemoeshared \
+             granitemoehybrid; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-gguf-fixture.py \
           tests/fixtures/models/tiny-$f tests/fixtures/gguf/tiny-$f.gguf
     done
@@ -20,7 +21,8 @@ What follows the converter (read from llama.cpp's convert_hf_to_gguf.py and gguf
   (their q/k/v stacks regrouped part by part), Phi `phi2`, StableLM `stablelm`, Falcon
   `falcon` (its stack as all queries, keys, values), OLMo 1 `olmo`, Cohere 2 `cohere2`,
   StarCoder2 `starcoder2` (no window: llama.cpp attends in full), Nemotron `nemotron` (norms
-  as `1 + w`);
+  as `1 + w`), Granite MoE and its shared class `granitemoe` (the stacked `input_linear`s split
+  into gate and up by rows);
 - tensor names from gguf-py's own TensorNameMap (not from the Rust side's table);
 - every layer's experts stacked into one `[experts, rows, cols]` tensor per projection
   (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`);
@@ -49,9 +51,10 @@ ARCH = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "o
         "stablelm": "stablelm", "falcon": "falcon", "bloom": "bloom", "olmo": "olmo",
         "cohere2": "cohere2", "starcoder2": "starcoder2", "nemotron": "nemotron", "gpt2": "gpt2",
         "gpt_bigcode": "starcoder", "arcee": "arcee", "exaone4": "exaone4",
-        "ernie4_5": "ernie4_5", "gpt_oss": "gpt-oss"}
+        "ernie4_5": "ernie4_5", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
+        "granitemoeshared": "granitemoe", "granitemoehybrid": "granite"}
 # LlamaModel and its subclasses (and OlmoModel) permute q/k rows for llama.cpp's interleaved RoPE.
-PERMUTED = ("llama", "granite", "smollm3", "olmo", "arcee")
+PERMUTED = ("llama", "granite", "granitemoe", "smollm3", "olmo", "arcee")
 
 
 def permute(w, n_head, n_head_kv):
@@ -156,8 +159,11 @@ def write(folder, out_path):
     w.add_bos_token_id(hp.get("bos_token_id", 1))
     w.add_eos_token_id(hp.get("eos_token_id", 2))
 
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper().replace("-", "_")], n_layer)
+    model_arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+    names = gguf.get_tensor_name_map(model_arch, n_layer)
     tensors = hf_tensors(folder)
+    if family.startswith("granitemoe"):
+        tensors = granite_split(tensors, hp)
     if arch == "phi3":
         tensors.update(longrope_tensors(w, hp))
     for name, t in sorted(tensors.items()):
@@ -171,8 +177,8 @@ def write(folder, out_path):
             name = name.removeprefix("transformer.")  # BloomModel.modify_tensors
         if arch == "gpt2" and name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
             t = t.T  # GPT2Model.modify_tensors: Conv1D's [in, out] as a linear's [out, in]
-        if name.startswith("rope_factors"):
-            w.add_tensor(name, t)
+        if name.startswith(("rope_factors", "blk.")):
+            w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
             continue
         if arch in PERMUTED and name.endswith(("q_proj.weight", "q_proj.bias")):
             t = permute(t, n_head, n_head)
@@ -196,6 +202,34 @@ def write(folder, out_path):
     w.write_tensors_to_file()
     w.close()
     return family
+
+
+def granite_split(tensors, hp):
+    """GraniteMoeModel.modify_tensors: each layer's `block_sparse_moe.input_linear` split by
+    rows into the experts' gate and up stacks, and `shared_mlp.input_linear` into the shared
+    MLP's gate and up (the rest mapped by gguf-py's names); without experts (Granite 4.0 whose
+    layers are all attention layers, written as `granite`) the shared MLP as the dense one."""
+    out = {}
+    dense = not hp.get("num_local_experts")
+    shared = ((gguf.MODEL_TENSOR.FFN_GATE, gguf.MODEL_TENSOR.FFN_UP) if dense
+              else (gguf.MODEL_TENSOR.FFN_GATE_SHEXP, gguf.MODEL_TENSOR.FFN_UP_SHEXP))
+    for name, t in tensors.items():
+        bid = name.split(".")[2] if name.startswith("model.layers.") else None
+        if dense and name.endswith("shared_mlp.output_linear.weight"):
+            out[gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_DOWN].format(bid=bid) + ".weight"] = t
+            continue
+        for suffix, width, parts in (
+                ("block_sparse_moe.input_linear.weight", hp["intermediate_size"],
+                 (gguf.MODEL_TENSOR.FFN_GATE_EXP, gguf.MODEL_TENSOR.FFN_UP_EXP)),
+                ("shared_mlp.input_linear.weight", hp.get("shared_intermediate_size"), shared)):
+            if name.endswith(suffix):
+                assert t.shape[-2] == 2 * width
+                for part, half in zip(parts, (t[..., :width, :], t[..., width:, :])):
+                    out[gguf.TENSOR_NAMES[part].format(bid=bid) + ".weight"] = half
+                break
+        else:
+            out[name] = t
+    return out
 
 
 def rope_parameters(hp):
@@ -235,7 +269,7 @@ def common_metadata(w, hp):
         w.add_value_length(head_dim)
     else:
         w.add_rope_dimension_count(hp["hidden_size"] // n_head)
-    if hp["model_type"] == "granite":
+    if hp["model_type"].startswith("granite"):
         # GraniteModel.set_gguf_parameters: each multiplier as a scale, where it is not 0.
         for key, add in (("attention_multiplier", w.add_attention_scale),
                          ("embedding_multiplier", w.add_embedding_scale),
@@ -243,6 +277,24 @@ def common_metadata(w, hp):
                          ("logits_scaling", w.add_logit_scale)):
             if hp.get(key):
                 add(hp[key])
+        if hp["model_type"] == "granite":
+            return
+        # GraniteMoeModel.set_gguf_parameters: TextModel's expert counts (0 written as 0), the
+        # shared width where it is not 0.
+        w.add_expert_count(hp["num_local_experts"])
+        w.add_expert_used_count(hp["num_experts_per_tok"])
+        if hp.get("shared_intermediate_size"):
+            w.add_expert_shared_feed_forward_length(hp["shared_intermediate_size"])
+        if hp["model_type"] == "granitemoehybrid":
+            # GraniteHybridModel.set_gguf_parameters (all layers attention, so written as
+            # `granite`): the Mamba mixer's keys, kv heads per layer, RoPE.
+            w.add_ssm_conv_kernel(hp["mamba_d_conv"])
+            w.add_ssm_state_size(hp["mamba_d_state"])
+            w.add_ssm_group_count(hp["mamba_n_groups"])
+            w.add_ssm_inner_size(hp["mamba_expand"] * hp["hidden_size"])
+            w.add_ssm_time_step_rank(hp["mamba_n_heads"])
+            w.add_head_count_kv([n_kv] * hp["num_hidden_layers"])
+            w.add_rope_scaling_finetuned(True)
         return
     if hp["model_type"] == "cohere":
         # CommandR2Model.set_gguf_parameters.

@@ -19,7 +19,10 @@
 //! global ones NoPE; or none sliding), ERNIE 4.5 as `ernie4_5` (interleaved RoPE, biases by
 //! presence), GPT-OSS as `gpt-oss` (gate and up apart, experts' biases stacked, sinks, the
 //! MXFP4 fixture's experts as ggml's MXFP4 blocks; YaRN rounded and the GLU constants fixed,
-//! as llama.cpp reads such a file).
+//! as llama.cpp reads such a file), Granite MoE as `granitemoe` (the stacked gate and up split
+//! by rows, its factors as scales; with `expert_shared_feed_forward_length`, the shared class),
+//! Granite 4.0 with attention layers only as `granite` (the shared MLP as the dense one, kv
+//! heads per layer, the Mamba mixer's keys beside).
 //! Each file must load as its family with the folder's shape and give transformers' logits; so must the files converted before llama.cpp stacked experts, and quantised stacks
 //! must read per expert.
 
@@ -34,7 +37,7 @@ use crate::common::{logits, max_difference, B};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The fixtures with a GGUF file, and the family each must load as.
-const FAMILIES: [(&str, Architecture); 33] = [
+const FAMILIES: [(&str, Architecture); 36] = [
     ("mixtral", Architecture::Mixtral),
     ("qwen2_moe", Architecture::Qwen2Moe),
     ("qwen3_moe", Architecture::Qwen3Moe),
@@ -68,6 +71,9 @@ const FAMILIES: [(&str, Architecture); 33] = [
     ("ernie4_5", Architecture::Ernie4_5),
     ("gpt_oss", Architecture::GptOss),
     ("gpt_oss-mxfp4", Architecture::GptOss),
+    ("granitemoe", Architecture::GraniteMoe),
+    ("granitemoeshared", Architecture::GraniteMoeShared),
+    ("granitemoehybrid", Architecture::Granite),
 ];
 
 fn gguf_path(family: &str) -> PathBuf {

@@ -166,6 +166,18 @@ impl Family for GraniteMoe {
         self.model_type
     }
 
+    /// llama.cpp's converter writes both MoE classes as `granitemoe` (the shared one with
+    /// `expert_shared_feed_forward_length`, which the GGUF reader turns into this class), and
+    /// Granite 4.0 with attention layers only as `granitemoe` or, without experts, `granite`.
+    fn gguf_arch(&self) -> Option<&'static str> {
+        (self.kind == Kind::Routed).then_some("granitemoe")
+    }
+
+    /// The converter is Granite's, which permutes q/k rows as Llama's.
+    fn gguf_interleaves_qk(&self) -> bool {
+        true
+    }
+
     /// Granite 4.0 without experts: the dense MLP is the shared one (of no width, `extras`
     /// refuses it under its own key).
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {

@@ -913,7 +913,8 @@ mod tests {
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
              stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee, exaone4, ernie4_5, gpt-oss"
+             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee, exaone4, ernie4_5, gpt-oss, \
+             granitemoe"
         );
     }
 }

@@ -148,6 +148,14 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         .get_u64(&key("expert_count"))
         .filter(|&n| n > 0)
         .map(|n| n as usize);
+    let shared_width = file
+        .get_u64(&key("expert_shared_feed_forward_length"))
+        .map(|v| v as usize);
+    // Granite MoE with a shared MLP is `granitemoe` with the shared width.
+    let architecture = match architecture {
+        Architecture::GraniteMoe if shared_width.is_some() => Architecture::GraniteMoeShared,
+        other => other,
+    };
     let architecture = with_experts(architecture, experts, &key("expert_count"))?;
     if let Some(gating) = file.get_u64(&key("expert_gating_func")).filter(|&g| g != 1) {
         return Err(ConfigError::Invalid {
@@ -196,9 +204,7 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         .filter(|_| partial)
         .map(|r| r as f64 / head_width as f64);
     let neox = architecture == Architecture::GptNeox;
-    let num_key_value_heads = file
-        .get_u64(&key("attention.head_count_kv"))
-        .map(|v| v as usize);
+    let num_key_value_heads = key_value_heads(file, &key("attention.head_count_kv"))?;
     let feed_forward_length = required("feed_forward_length")?;
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
@@ -267,6 +273,30 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
     Ok(config)
 }
 
+/// The key/value heads (`key`, `attention.head_count_kv`): one count, or one per layer, as
+/// llama.cpp writes Granite 4.0's (0 for a Mamba layer); counts that differ between layers are
+/// refused, a Mamba layer's 0 among them.
+fn key_value_heads(file: &GgufFile, key: &str) -> Result<Option<usize>, ConfigError> {
+    if let Some(n) = file.get_u64(key) {
+        return Ok(Some(n as usize));
+    }
+    let Some(per_layer) = file.get_i64_array(key) else {
+        return Ok(None);
+    };
+    match per_layer[..] {
+        [first, ..] if first > 0 && per_layer.iter().all(|&n| n == first) => {
+            Ok(Some(first as usize))
+        }
+        _ => Err(ConfigError::Invalid {
+            key: key.to_string(),
+            problem: format!(
+                "gives {per_layer:?} per layer; only one count for every layer runs (a 0 is a \
+                 Mamba layer, which does not run)"
+            ),
+        }),
+    }
+}
+
 /// The keys some families read beyond the shape, as llama.cpp's file gives them: biases and
 /// norms by presence (q/k/v biases apart or on a stacked `attn_qkv`, under each family's key), Granite's and Cohere's scales, the experts, Gemma 2's soft-caps
 /// (`head_dim` gives Granite's default attention scale; `experts` the expert count).
@@ -292,7 +322,11 @@ fn family_keys(
         embedding_multiplier: file.get_f64(&key("embedding_scale")),
         residual_multiplier: file.get_f64(&key("residual_scale")),
         attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
-            (architecture == Architecture::Granite).then(|| (head_dim as f64).powf(-0.5))
+            let granite = matches!(
+                architecture,
+                Architecture::Granite | Architecture::GraniteMoe | Architecture::GraniteMoeShared
+            );
+            granite.then(|| (head_dim as f64).powf(-0.5))
         }),
         logits_scaling: file.get_f64(&key("logit_scale")),
         logit_scale: file.get_f64(&key("logit_scale")),
@@ -305,6 +339,10 @@ fn family_keys(
             .get_u64(&key("expert_feed_forward_length"))
             .map(|v| v as usize),
         shared_expert_intermediate_size: file
+            .get_u64(&key("expert_shared_feed_forward_length"))
+            .map(|v| v as usize),
+        // Granite MoE's name for it.
+        shared_intermediate_size: file
             .get_u64(&key("expert_shared_feed_forward_length"))
             .map(|v| v as usize),
         qkv_bias: qkv_biases,
@@ -482,12 +520,17 @@ fn with_experts(
     experts: Option<usize>,
     key: &str,
 ) -> Result<Architecture, ConfigError> {
-    use Architecture::{GptOss, Llama, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe};
+    use Architecture::{
+        GptOss, GraniteMoe, GraniteMoeShared, Llama, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe,
+    };
     let invalid = |problem: String| ConfigError::Invalid {
         key: key.to_string(),
         problem,
     };
-    let sparse = matches!(family, Mixtral | Qwen2Moe | Qwen3Moe | Olmoe | GptOss);
+    let sparse = matches!(
+        family,
+        Mixtral | Qwen2Moe | Qwen3Moe | Olmoe | GptOss | GraniteMoe | GraniteMoeShared
+    );
     match experts {
         Some(_) if family == Llama => Ok(Mixtral),
         Some(n) if !sparse => Err(invalid(format!(
@@ -551,11 +594,13 @@ pub fn gguf_name(hf: &str, sandwich_norms: bool) -> Option<String> {
         "self_attn.k_norm" => "attn_k_norm",
         "self_attn.qkv_proj" => "attn_qkv",
         "mlp.gate_up_proj" => "ffn_up",
-        "mlp.gate" | "block_sparse_moe.gate" | "mlp.router" => "ffn_gate_inp",
+        "mlp.gate" | "block_sparse_moe.gate" | "mlp.router" | "block_sparse_moe.router.layer" => {
+            "ffn_gate_inp"
+        }
         "self_attn.sinks" => "attn_sinks",
         "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
         "mlp.shared_expert.up_proj" => "ffn_up_shexp",
-        "mlp.shared_expert.down_proj" => "ffn_down_shexp",
+        "mlp.shared_expert.down_proj" | "shared_mlp.output_linear" => "ffn_down_shexp",
         "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
         // GPT-NeoX's, BLOOM's and Falcon's names (Falcon-40B's MLP norm is llama.cpp's first).
         "attention.query_key_value" | "self_attention.query_key_value" => "attn_qkv",
@@ -871,6 +916,57 @@ mod tests {
         let m = config.extras.multipliers.unwrap();
         assert_eq!((m.embedding, m.residual, m.logits), (12.0, 1.0, 1.0));
         assert_eq!(m.attention, 0.25, "16^-0.5");
+    }
+
+    /// Granite 4.0's kv heads come one per layer: one count for all layers is read, counts
+    /// that differ or a Mamba layer's 0 are refused under the key; a Granite MoE file with the
+    /// shared width is the shared class, and its scores default to `head_dim^-0.5` too.
+    #[test]
+    fn kv_heads_per_layer_and_granite_moe_read_as_llama_cpp_writes_them() {
+        let file = |arch: &str, kv: Vec<i32>, shared: Option<u32>| {
+            let mut w = GgufWriter::new();
+            w.metadata(format!("{arch}.block_count"), kv.len() as u32)
+                .metadata(format!("{arch}.embedding_length"), 64u32)
+                .metadata(format!("{arch}.feed_forward_length"), 32u32)
+                .metadata(format!("{arch}.attention.head_count"), 4u32)
+                .metadata(format!("{arch}.attention.head_count_kv"), kv)
+                .metadata(format!("{arch}.vocab_size"), 8u32);
+            if arch == "granitemoe" {
+                w.metadata("granitemoe.expert_count", 4u32)
+                    .metadata("granitemoe.expert_used_count", 2u32);
+            }
+            if let Some(width) = shared {
+                w.metadata(format!("{arch}.expert_shared_feed_forward_length"), width);
+            }
+            GgufFile::from_bytes("g.gguf", w.to_bytes().unwrap()).unwrap()
+        };
+        let dense = config_from_metadata(&file("granite", vec![2, 2, 2], Some(32)), "granite");
+        let dense = dense.unwrap();
+        assert_eq!(
+            (dense.architecture, dense.num_key_value_heads),
+            (Architecture::Granite, 2)
+        );
+        for kv in [vec![2, 4], vec![0, 2]] {
+            let err = config_from_metadata(&file("granite", kv, None), "granite").unwrap_err();
+            let err = err.to_string();
+            assert!(
+                err.contains("granite.attention.head_count_kv") && err.contains("Mamba"),
+                "{err}"
+            );
+        }
+        let routed = config_from_metadata(&file("granitemoe", vec![2], None), "granitemoe");
+        let routed = routed.unwrap();
+        assert_eq!(routed.architecture, Architecture::GraniteMoe);
+        assert_eq!(routed.extras.experts.unwrap().shared, None);
+        assert_eq!(
+            routed.extras.multipliers.unwrap().attention,
+            0.25,
+            "16^-0.5"
+        );
+        let shared = config_from_metadata(&file("granitemoe", vec![2], Some(40)), "granitemoe");
+        let shared = shared.unwrap();
+        assert_eq!(shared.architecture, Architecture::GraniteMoeShared);
+        assert_eq!(shared.extras.experts.unwrap().shared, Some(40));
     }
 
     #[test]
