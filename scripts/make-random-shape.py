@@ -23,7 +23,9 @@ vocabulary, 2 of its 24 layers, unquantised) or llama4-scout-1l (Llama 4 Scout's
 wide, 40 query heads of 128 sharing 8 kv heads, chunked attention with unit-RMS q/k after its
 llama3-scaled RoPE, 16 experts 8192 wide of which 1 a token beside a shared expert, 1 of its 48
 layers, and a 49,152-entry vocabulary in place of its 202,048, so that f32 fits beside PyTorch's
-copy).
+copy) or granite-1b-a400m-8l (granite-3.1-1b-a400m's layer and factors, 1024 wide, 16 query
+heads sharing 8 kv heads, 32 experts 512 wide stacked, 8 a token, a tied 49155-entry vocabulary,
+8 of its 24 layers).
 """
 import shutil
 import sys
@@ -60,6 +62,12 @@ SHAPES = {
         rope_parameters={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 1.0, "original_max_position_embeddings": 8192,
                          "rope_theta": 500_000.0}),
+    "granite-1b-a400m-8l": lambda: transformers.GraniteMoeConfig(
+        vocab_size=49155, hidden_size=1024, intermediate_size=512, num_hidden_layers=8,
+        num_attention_heads=16, num_key_value_heads=8, num_local_experts=32,
+        num_experts_per_tok=8, embedding_multiplier=12.0, residual_multiplier=0.22,
+        attention_multiplier=0.015625, logits_scaling=6.0, tie_word_embeddings=True,
+        max_position_embeddings=131072, rope_theta=10_000_000.0),
     "falcon-7b-4l": lambda: transformers.FalconConfig(
         vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
         multi_query=True, parallel_attn=True, bias=False),

@@ -235,38 +235,43 @@ impl ExpertStackSource {
             Part::Down => cols == self.hidden && rows != cols,
             _ => rows == self.hidden && rows != cols,
         };
-        let (entry, rows, cols) = match (bias, self.stacks.out_major && !in_out) {
-            (false, true) => {
-                let data = super::weights::transpose(&entry.data, rows, cols);
-                let turned = HostTensor {
-                    shape: vec![cols, rows],
-                    data,
-                };
-                (Arc::new(turned), cols, rows)
-            }
-            _ => (entry, rows, cols),
+        // An `[out, in]` entry (out-major): the part's outputs are rows of it, picked whole and
+        // turned to `[in, out]` once; an `[in, out]` one's are columns.
+        let out_major = !bias && self.stacks.out_major && !in_out;
+        let (all_outputs, inputs) = if out_major {
+            (rows, cols)
+        } else {
+            (cols, rows)
         };
         let shared = part != Part::Down;
-        if cols == 0 || (shared && cols % 2 != 0) {
+        if all_outputs == 0 || (shared && all_outputs % 2 != 0) {
             return Err(WeightError::BadSafetensors {
                 path: self.inner.name(),
                 reason: format!(
-                    "`{stack_name}` holds experts of shape {:?}; a stack of weights is [experts, in, out] and of biases [experts, out], out even where it holds gate and up",
+                    "`{stack_name}` holds experts of shape {:?}; a stack of weights is [experts, in, out] (or [experts, out, in]) and of biases [experts, out], out even where it holds gate and up",
                     entry.shape
                 ),
             });
         }
-        let outputs = if shared { cols / 2 } else { cols };
-        let (first, step) = part.outputs(self.stacks.halves, cols);
-        let data: Vec<f32> = entry
-            .data
-            .chunks_exact(cols)
-            .flat_map(|row| row.iter().skip(first).step_by(step).take(outputs).copied())
-            .collect();
+        let outputs = if shared { all_outputs / 2 } else { all_outputs };
+        let (first, step) = part.outputs(self.stacks.halves, all_outputs);
+        let data: Vec<f32> = if out_major {
+            let mut picked = Vec::with_capacity(outputs * inputs);
+            for o in (first..).step_by(step).take(outputs) {
+                picked.extend_from_slice(&entry.data[o * inputs..(o + 1) * inputs]);
+            }
+            super::weights::transpose(&picked, outputs, inputs)
+        } else {
+            entry
+                .data
+                .chunks_exact(cols)
+                .flat_map(|row| row.iter().skip(first).step_by(step).take(outputs).copied())
+                .collect()
+        };
         let shape = if bias {
             vec![outputs]
         } else {
-            vec![outputs, rows]
+            vec![outputs, inputs]
         };
         Ok(Some(HostTensor { shape, data }))
     }
