@@ -364,25 +364,39 @@ pub fn stack_experts(
                 let Some(taken) = taken else {
                     return;
                 };
-                // `[out, in]` (or `[out]`) parts, their outputs interleaved or in turn (halves)
-                // into `[in, out·n]`, or in turn into `[out·n, in]` (out-major halves).
+                // `[out, in]` (or `[out]`) parts, their outputs interleaved or in turn (halves),
+                // into `[in, out·n]`, or into `[out·n, in]` where the stacks are out-major.
                 let (outputs, inputs) = match taken[0].shape[..] {
                     [o, i] => (o, i),
                     [o] => (o, 1),
                     _ => return,
                 };
-                let out_major = stacks.out_major && stacks.halves && !bias;
-                if out_major {
-                    data.extend(taken.iter().flat_map(|t| t.data.iter().copied()));
-                }
-                for i in (0..inputs).filter(|_| !out_major) {
-                    if stacks.halves {
+                let out_major = stacks.out_major && !bias;
+                match (out_major, stacks.halves) {
+                    (true, true) => {
                         for t in &taken {
-                            data.extend((0..outputs).map(|o| t.data[o * inputs + i]));
+                            data.extend_from_slice(&t.data);
                         }
-                    } else {
+                    }
+                    (true, false) => {
                         for o in 0..outputs {
-                            data.extend(taken.iter().map(|t| t.data[o * inputs + i]));
+                            for t in &taken {
+                                data.extend_from_slice(&t.data[o * inputs..(o + 1) * inputs]);
+                            }
+                        }
+                    }
+                    (false, true) => {
+                        for i in 0..inputs {
+                            for t in &taken {
+                                data.extend((0..outputs).map(|o| t.data[o * inputs + i]));
+                            }
+                        }
+                    }
+                    (false, false) => {
+                        for i in 0..inputs {
+                            for o in 0..outputs {
+                                data.extend(taken.iter().map(|t| t.data[o * inputs + i]));
+                            }
                         }
                     }
                 }
@@ -528,9 +542,29 @@ mod tests {
                 }
             }
         }
+        let apart = tensors.clone();
         stack_experts(&mut tensors, "model.layers.0", 2, INTERLEAVED);
         assert_eq!(tensors[0].0, "model.layers.0.input_layernorm.weight");
         assert_eq!(tensors[1..], stacks()[..]);
+        // Stacked out-major, each expert's `[2 · width, hidden]` (its gate's and up's rows
+        // interleaved), the stacks read back as the same linears.
+        let out_major = ExpertStacks {
+            out_major: true,
+            ..INTERLEAVED
+        };
+        let mut turned = apart.clone();
+        stack_experts(&mut turned, "model.layers.0", 2, out_major);
+        assert_eq!(turned[1].1.shape, vec![2, 4, 3]);
+        let read = ExpertStackSource {
+            inner: Arc::new(Stacks(turned)),
+            experts: 2,
+            stacks: out_major,
+            hidden: 3,
+            held: Mutex::new(Vec::new()),
+        };
+        for (name, t) in &apart[1..] {
+            assert_eq!(&read.tensor(name).unwrap().unwrap(), t, "{name}");
+        }
     }
 
     /// Llama 4's stacks under `feed_forward.experts`, without biases: expert 1's gate is the

@@ -148,12 +148,12 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         .get_u64(&key("expert_count"))
         .filter(|&n| n > 0)
         .map(|n| n as usize);
-    let shared_width = file
-        .get_u64(&key("expert_shared_feed_forward_length"))
-        .map(|v| v as usize);
     // Granite MoE with a shared MLP is `granitemoe` with the shared width.
+    let shared = file
+        .get(&key("expert_shared_feed_forward_length"))
+        .is_some();
     let architecture = match architecture {
-        Architecture::GraniteMoe if shared_width.is_some() => Architecture::GraniteMoeShared,
+        Architecture::GraniteMoe if shared => Architecture::GraniteMoeShared,
         other => other,
     };
     let architecture = with_experts(architecture, experts, &key("expert_count"))?;
@@ -308,6 +308,9 @@ fn family_keys(
     experts: Option<usize>,
 ) -> HfLlamaConfig {
     let present = |tensor: &str| Some(file.tensor_info(tensor).is_some());
+    let shared_width = file
+        .get_u64(&key("expert_shared_feed_forward_length"))
+        .map(|v| v as usize);
     let qkv_biases = Some(
         ["blk.0.attn_q.bias", "blk.0.attn_qkv.bias"]
             .iter()
@@ -338,13 +341,9 @@ fn family_keys(
         moe_intermediate_size: file
             .get_u64(&key("expert_feed_forward_length"))
             .map(|v| v as usize),
-        shared_expert_intermediate_size: file
-            .get_u64(&key("expert_shared_feed_forward_length"))
-            .map(|v| v as usize),
+        shared_expert_intermediate_size: shared_width,
         // Granite MoE's name for it.
-        shared_intermediate_size: file
-            .get_u64(&key("expert_shared_feed_forward_length"))
-            .map(|v| v as usize),
+        shared_intermediate_size: shared_width,
         qkv_bias: qkv_biases,
         // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's);
         // StarCoder2's and ERNIE 4.5's for the biases of every linear.
