@@ -192,14 +192,29 @@ def linear_experts(stacks, count, hidden, inter, names):
     return experts
 
 
+def routed_experts(experts, act, x, chosen, weights, count, names=("gate_proj", "up_proj", "down_proj")):
+    """The routed experts' summed output as transformers computes it: each expert hit run on
+    its tokens in (choice, token) order, `down(act(gate(x)) * up(x))` times the token's weight
+    for it, added in the model's dtype; so an expert's forward hooks see only its tokens."""
+    gate, up, down = names
+    out = torch.zeros_like(x)
+    mask = torch.nn.functional.one_hot(chosen, num_classes=count).permute(2, 1, 0)
+    for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+        e = int(e[0])
+        choice, token = torch.where(mask[e])
+        expert, rows = experts[e], x[token]
+        y = getattr(expert, down)(act(getattr(expert, gate)(rows)) * getattr(expert, up)(rows))
+        out.index_add_(0, token, (y * weights[token, choice, None]).to(x.dtype))
+    return out
+
+
 class ReferenceMoe(torch.nn.Module):
     """A sparse mixture of experts as transformers 4.4x builds it, whose modules the reference's
     find_layers sees: an nn.Linear router `gate` and experts of nn.Linear (Mixtral's `w1`, `w3`,
     `w2`; Qwen3-MoE's and OLMoE's `gate_proj`, `up_proj`, `down_proj`); transformers 5 keeps the
     experts in 3-D parameters no hook reaches. Its forward is that version's: softmax in f32,
     top-k, renormalised (Mixtral; Qwen3-MoE and OLMoE where `norm_topk_prob` says), the weights
-    rounded to the model's dtype (Qwen3-MoE, OLMoE), each expert hit run on its tokens in
-    (choice, token) order, so an expert's forward hooks see only the tokens routed to it."""
+    rounded to the model's dtype (Qwen3-MoE, OLMoE), the experts run by `routed_experts`."""
 
     def __init__(self, block, config):
         super().__init__()
@@ -229,16 +244,7 @@ class ReferenceMoe(torch.nn.Module):
             weights /= weights.sum(dim=-1, keepdim=True)
         if self.round:
             weights = weights.to(x.dtype)
-        out = torch.zeros_like(x)
-        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
-        gate, up, down = self.names
-        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-            e = int(e[0])
-            choice, token = torch.where(mask[e])
-            expert = self.experts[e]
-            rows = x[token]
-            y = getattr(expert, down)(self.act(getattr(expert, gate)(rows)) * getattr(expert, up)(rows))
-            out.index_add_(0, token, (y * weights[token, choice, None]).to(x.dtype))
+        out = routed_experts(self.experts, self.act, x, chosen, weights, self.count, self.names)
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out.view(batch, seq, hidden)
@@ -326,14 +332,7 @@ class ReferenceGlm4Moe(torch.nn.Module):
         # Through the module, so that its hooks see the router's input (f32 in f32 runs, as
         # transformers keeps the router).
         weights, chosen = self.route(self.gate(x).float())
-        out = torch.zeros_like(x)
-        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
-        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-            e = int(e[0])
-            choice_pos, token = torch.where(mask[e])
-            expert, rows = self.experts[e], x[token]
-            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
-            out.index_add_(0, token, (y * weights[token, choice_pos, None]).to(x.dtype))
+        out = routed_experts(self.experts, self.act, x, chosen, weights, self.count)
         return out.view(batch, seq, hidden) + self.shared_experts(hidden_states)
 
     def route(self, logits):
@@ -431,8 +430,8 @@ class ReferenceGraniteMoe(torch.nn.Module):
     the checkpoint's name (`router.layer`) and, per expert, the gate and up projections its 3-D
     `gate_up_proj` (`[experts, 2·inter, hidden]`) holds in halves and its down projection, each
     an nn.Linear. As transformers routes: the top-k router logits in f32, their softmax over the
-    k returned in the model's dtype; each expert hit runs on its tokens in (choice, token) order.
-    The shared MLP (`shared_mlp`) is the decoder layer's own, of nn.Linear already."""
+    k returned in the model's dtype, the experts run by `routed_experts`. The shared MLP
+    (`shared_mlp`) is the decoder layer's own, of nn.Linear already."""
 
     def __init__(self, block, config):
         super().__init__()
@@ -450,15 +449,7 @@ class ReferenceGraniteMoe(torch.nn.Module):
         x = hidden_states.reshape(-1, hidden)
         top, chosen = self.router.layer(x).float().topk(self.top_k, dim=-1)
         weights = torch.softmax(top, dim=-1).type_as(x)
-        out = torch.zeros_like(x)
-        mask = torch.nn.functional.one_hot(chosen, num_classes=self.count).permute(2, 1, 0)
-        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-            e = int(e[0])
-            choice, token = torch.where(mask[e])
-            expert, rows = self.experts[e], x[token]
-            y = expert.down_proj(self.act(expert.gate_proj(rows)) * expert.up_proj(rows))
-            out.index_add_(0, token, (y * weights[token, choice, None]).to(out.dtype))
-        return out.view(batch, seq, hidden)
+        return routed_experts(self.experts, self.act, x, chosen, weights, self.count).view(batch, seq, hidden)
 
 
 # Mixtures of experts: the reference's view of their experts (above); Mixtral's named in its
