@@ -269,9 +269,10 @@ pub struct HfLlamaConfig {
     /// Whether q/k/v/o carry biases (Llama); Qwen2 always has q/k/v biases.
     #[serde(default)]
     pub attention_bias: Option<bool>,
-    /// Mistral's sliding-window attention span.
-    #[serde(default)]
-    pub sliding_window: Option<usize>,
+    /// The sliding-window attention span (Mistral's): `None` when the key is absent (the
+    /// family's default, [`Self::window_or`]), `Some(None)` when it is null (no window).
+    #[serde(default, deserialize_with = "present")]
+    pub sliding_window: Option<Option<usize>>,
     /// Beginning-of-sequence token id.
     #[serde(default)]
     pub bos_token_id: Option<serde_json::Value>,
@@ -740,6 +741,13 @@ impl HfLlamaConfig {
             .or(self.hidden_act.as_deref())
             .or(self.activation_function.as_deref())
             .or(self.falcon.activation.as_deref())
+    }
+
+    /// The sliding window `sliding_window` gives: `default` where the key is absent (the window
+    /// the family's config class defaults to: 4096 for `MistralConfig`, none for most), `None`
+    /// where it is null.
+    pub fn window_or(&self, default: Option<usize>) -> Option<usize> {
+        self.sliding_window.unwrap_or(default)
     }
 }
 

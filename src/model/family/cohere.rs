@@ -62,7 +62,7 @@ impl Cohere {
                 ),
             ));
         }
-        let window = match hf.sliding_window {
+        let window = match hf.window_or(Some(4096)) {
             Some(window) => {
                 positive("sliding_window", window)?;
                 window
@@ -289,6 +289,10 @@ mod tests {
         assert_eq!(c.rope_theta, 50_000.0);
         // Command R7B: 8,028,033,024 parameters, Aya 23 8B's shape.
         assert_eq!(ModelShape::from_config(&c).parameters, 8_028_033_024);
+        // Without the key, `Cohere2Config`'s window, the same.
+        let absent = COMMAND_R7B.replace(r#""sliding_window":4096,"#, "");
+        assert_ne!(absent, COMMAND_R7B);
+        assert_eq!(resolve(&absent).unwrap(), c);
     }
 
     #[test]

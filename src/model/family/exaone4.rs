@@ -46,7 +46,7 @@ impl Family for Exaone4 {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "EXAONE 4")?;
-        let local = match hf.sliding_window {
+        let local = match hf.window_or(Some(4096)) {
             Some(window) => {
                 positive("sliding_window", window)?;
                 let every = hf.sliding_window_pattern.unwrap_or(GLOBAL_EVERY);
@@ -133,6 +133,11 @@ mod tests {
                 .unwrap();
         assert!(c.extras.local_attention.is_none() && c.extras.nope_layers.is_none());
         assert_eq!(c.to_hf_json()["sliding_window"], serde_json::Value::Null);
+        // Without the key, `Exaone4Config`'s window of 4,096.
+        let absent = EXAONE_32B.replace(r#""sliding_window":4096,"#, "");
+        assert_ne!(absent, EXAONE_32B);
+        let c = resolve(&absent).unwrap();
+        assert_eq!(c.extras.local_attention.unwrap().window, 4096);
         // The count form of the pattern is read too.
         let c = resolve(&EXAONE_32B.replace(r#""LLLG""#, "2")).unwrap();
         let local = c.extras.local_attention.unwrap();

@@ -129,7 +129,7 @@ pub(super) fn gemma_extras(
         scale_embeddings: true,
         query_pre_attn_scalar: Some(hf.query_pre_attn_scalar.unwrap_or(256.0)),
         local_attention: Some(LocalAttention {
-            window: hf.sliding_window.unwrap_or(4096),
+            window: hf.window_or(None).unwrap_or(4096),
             rope_theta: gemma.local_theta,
             layers,
         }),

@@ -129,7 +129,7 @@ impl Family for GptOss {
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(experts, "num_local_experts")?),
             local_attention: Some(LocalAttention {
-                window: hf.sliding_window.unwrap_or(128),
+                window: hf.window_or(None).unwrap_or(128),
                 rope_theta: None,
                 layers: super::sliding_layers(hf, GLOBAL_EVERY)?,
             }),

@@ -36,7 +36,7 @@ impl Family for Mixtral {
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.sliding_window
+        hf.window_or(None)
     }
 
     fn default_rope_theta(&self) -> f64 {

@@ -38,7 +38,7 @@ impl Family for Olmo2 {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         // OLMo 3's sliding layers (llama.cpp writes OLMo 3 as `olmo2` with a window) would
         // attend in full here.
-        if hf.sliding_window.is_some() {
+        if hf.window_or(None).is_some() {
             return Err(invalid(
                 "sliding_window",
                 "is set; OLMo 2 attends in full (an OLMo 3 GGUF? its sliding layers need \

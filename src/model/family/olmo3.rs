@@ -58,7 +58,7 @@ impl Family for Olmo3 {
         let layers = super::sliding_layers(hf, GLOBAL_EVERY)?;
         Ok(DecoderExtras {
             local_attention: Some(LocalAttention {
-                window: hf.sliding_window.unwrap_or(4096),
+                window: hf.window_or(None).unwrap_or(4096),
                 rope_theta: Some(local.and_then(|l| l.rope_theta).unwrap_or(DEFAULT_THETA)),
                 layers,
             }),

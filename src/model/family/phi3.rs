@@ -32,7 +32,7 @@ impl Family for Phi3 {
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.sliding_window
+        hf.window_or(None)
     }
 
     fn rope_type<'a>(&self, kind: &'a str) -> &'a str {

@@ -50,7 +50,7 @@ impl Family for Qwen2 {
 /// the layers from `max_window_layers` (28) on. They rotate as the full layers do.
 pub(super) fn qwen_extras(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
     super::refuse_all_but_silu(hf, family)?;
-    let window = match (hf.use_sliding_window, hf.sliding_window) {
+    let window = match (hf.use_sliding_window, hf.window_or(None)) {
         (Some(true), Some(window)) => window,
         _ => return Ok(DecoderExtras::default()),
     };

@@ -33,7 +33,7 @@ impl Family for Qwen3Moe {
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.sliding_window
+        hf.window_or(None)
             .filter(|_| hf.use_sliding_window == Some(true))
     }
 

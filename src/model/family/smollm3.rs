@@ -77,7 +77,7 @@ fn local_attention(
     hf: &HfLlamaConfig,
     nope: &[bool],
 ) -> Result<Option<LocalAttention>, ConfigError> {
-    let layers = match (&hf.layer_types, hf.use_sliding_window, hf.sliding_window) {
+    let layers = match (&hf.layer_types, hf.use_sliding_window, hf.window_or(None)) {
         (Some(_), _, _) => super::sliding_layers(hf, 1)?,
         (None, Some(true), Some(_)) => nope.to_vec(),
         _ => return Ok(None),
@@ -85,7 +85,7 @@ fn local_attention(
     if !layers.contains(&true) {
         return Ok(None);
     }
-    match hf.sliding_window {
+    match hf.window_or(None) {
         Some(window) if window > 0 => Ok(Some(LocalAttention {
             window,
             rope_theta: None,

@@ -60,7 +60,7 @@ impl Family for Starcoder2 {
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.sliding_window
+        hf.window_or(None)
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

@@ -233,11 +233,13 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         max_position_embeddings: file.get_u64(&key("context_length")).map(|v| v as usize),
         vocab_size,
         tie_word_embeddings: Some(file.tensor_info("output.weight").is_none()),
-        // Read for every family; only those that slide use it. 0 is none (Phi-4's).
-        sliding_window: file
-            .get_u64(&key("attention.sliding_window"))
-            .filter(|&w| w > 0)
-            .map(|v| v as usize),
+        // Read for every family; only those that slide use it. 0 is none (Phi-4's), and so
+        // is an absent key: llama.cpp writes the window of every model that has one.
+        sliding_window: Some(
+            file.get_u64(&key("attention.sliding_window"))
+                .filter(|&w| w > 0)
+                .map(|v| v as usize),
+        ),
         sliding_window_pattern: file
             .get_u64(&key("attention.sliding_window_pattern"))
             .map(|v| v as usize),
