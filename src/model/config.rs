@@ -580,7 +580,11 @@ impl HfLlamaConfig {
         })?;
         let family = architecture.family();
         let num_heads = self.num_attention_heads;
-        let num_kv_heads = family.key_value_heads(self).unwrap_or(num_heads);
+        let defaults = family.class_defaults();
+        let num_kv_heads = family
+            .key_value_heads(self)
+            .or(defaults.key_value_heads)
+            .unwrap_or(num_heads);
         let intermediate_size = family
             .intermediate_size(self)
             .ok_or_else(|| invalid("intermediate_size", "is missing".to_string()))?;
@@ -599,7 +603,7 @@ impl HfLlamaConfig {
         // The family's own checks first: they name its keys (DeepSeek's head width is the sum
         // of two of them).
         let extras = family.extras(self)?;
-        let head_dim = match family.head_dim(self) {
+        let head_dim = match super::family::given_head_dim(family, self) {
             Some(d) => d,
             None => {
                 if !self.hidden_size.is_multiple_of(num_heads) {
@@ -694,7 +698,9 @@ impl HfLlamaConfig {
             rms_norm_eps,
             rope_theta,
             rope_scaling,
-            max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
+            max_position_embeddings: self
+                .max_position_embeddings
+                .unwrap_or(defaults.max_positions),
             vocab_size: self.vocab_size,
             tie_word_embeddings: self
                 .tie_word_embeddings
@@ -1373,7 +1379,7 @@ mod tests {
     #[test]
     fn qwen2_has_qkv_bias_and_llama3_scaling_parses() {
         let json = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":8,"intermediate_size":16,
-            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10,
+            "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":2,"vocab_size":10,
             "rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,
             "high_freq_factor":4.0,"original_max_position_embeddings":8192}}"#;
         let c = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
@@ -1428,7 +1434,7 @@ mod tests {
     #[test]
     fn a_sliding_window_does_not_limit_the_context() {
         let json = r#"{"architectures":["MistralForCausalLM"],"hidden_size":8,"intermediate_size":16,
-            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10,
+            "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":2,"vocab_size":10,
             "max_position_embeddings":32768,"sliding_window":4096}"#;
         let c = HfLlamaConfig::from_json(json).unwrap().resolve().unwrap();
         assert_eq!(c.context_limit(), 32768);

@@ -2,6 +2,7 @@
 
 mod architecture;
 mod common;
+mod config_defaults;
 mod cuda_on_host;
 mod datasets;
 mod estimate_cli;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `ArceeForCausalLM`.
@@ -20,6 +20,14 @@ impl Family for Arcee {
 
     fn model_type(&self) -> &'static str {
         "arcee"
+    }
+
+    fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
+        hf.rms_norm_eps.unwrap_or(1e-5)
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(4096)
     }
 
     /// llama.cpp's `arcee`, whose converter (Llama's) interleaves the q/k rows.

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{
     invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
     LocalAttention,
@@ -105,6 +105,10 @@ impl Family for Cohere {
         } else {
             "cohere"
         }
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(8192)
     }
 
     /// llama.cpp's `command-r` (Command R, R+, Aya) and `cohere2` (Command R7B, Command A).

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{
     invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -41,6 +41,9 @@ pub struct Deepseek {
     n_shared_experts: usize,
     first_k_dense_replace: usize,
     routed_scaling_factor: f64,
+    /// `num_experts_per_tok`, where the class has a default (V2's has none: its router needs
+    /// the key).
+    num_experts_per_tok: Option<usize>,
 }
 
 /// Which of DeepSeek's classes.
@@ -63,6 +66,7 @@ pub const DEEPSEEK_V2: Deepseek = Deepseek {
     n_shared_experts: 2,
     first_k_dense_replace: 0,
     routed_scaling_factor: 1.0,
+    num_experts_per_tok: None,
 };
 
 /// `DeepseekV3ForCausalLM`.
@@ -76,6 +80,7 @@ pub const DEEPSEEK_V3: Deepseek = Deepseek {
     n_shared_experts: 1,
     first_k_dense_replace: 3,
     routed_scaling_factor: 2.5,
+    num_experts_per_tok: Some(8),
 };
 
 /// The decoder's name of the shared expert and the checkpoint's.
@@ -150,12 +155,15 @@ fn experts(
         class.name,
         (class.n_shared_experts, class.first_k_dense_replace),
     )?;
-    let per_token = hf.num_experts_per_tok.ok_or_else(|| {
-        invalid(
-            "num_experts_per_tok",
-            "is missing; transformers' router needs it".into(),
-        )
-    })?;
+    let per_token = hf
+        .num_experts_per_tok
+        .or(class.num_experts_per_tok)
+        .ok_or_else(|| {
+            invalid(
+                "num_experts_per_tok",
+                "is missing; transformers' router needs it".into(),
+            )
+        })?;
     let experts = super::checked_experts(
         Experts {
             count: hf.n_routed_experts.unwrap_or(class.n_routed_experts),
@@ -283,6 +291,17 @@ impl Family for Deepseek {
         match self.version {
             Version::V2 => "deepseek_v2",
             Version::V3 => "deepseek_v3",
+        }
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        match self.version {
+            Version::V2 => ClassDefaults::LLAMA,
+            Version::V3 => ClassDefaults {
+                key_value_heads: Some(128),
+                head_dim: None,
+                max_positions: 4096,
+            },
         }
     }
 

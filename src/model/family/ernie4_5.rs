@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Ernie4_5ForCausalLM`.
@@ -20,6 +20,14 @@ impl Family for Ernie4_5 {
 
     fn model_type(&self) -> &'static str {
         "ernie4_5"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(2),
+            head_dim: Some(128),
+            max_positions: 131_072,
+        }
     }
 
     /// llama.cpp's `ernie4_5` (q/k rows as transformers has them: its graph rotates

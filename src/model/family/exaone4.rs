@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{
     positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -28,6 +28,13 @@ impl Family for Exaone4 {
 
     fn model_type(&self) -> &'static str {
         "exaone4"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(32),
+            ..ClassDefaults::LLAMA
+        }
     }
 
     /// llama.cpp's `exaone4` (q/k rows as transformers has them; which layers slide as a bool
@@ -50,7 +57,9 @@ impl Family for Exaone4 {
             Some(window) => {
                 positive("sliding_window", window)?;
                 let every = hf.sliding_window_pattern.unwrap_or(GLOBAL_EVERY);
-                positive("sliding_window_pattern", every)?;
+                if hf.layer_types.is_none() {
+                    positive("sliding_window_pattern", every)?;
+                }
                 Some(LocalAttention {
                     window,
                     rope_theta: None,

@@ -12,7 +12,7 @@
 //! sliding layers to this layer. GGUF files of architecture `gemma` load too (llama.cpp stores
 //! the norms as `1 + w`).
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig};
 
 /// `GemmaForCausalLM`.
@@ -25,6 +25,14 @@ impl Family for Gemma {
 
     fn model_type(&self) -> &'static str {
         "gemma"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(16),
+            head_dim: Some(256),
+            max_positions: 8192,
+        }
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::gemma3::{gemma_extras, gemma_hf_keys, Gemma};
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Gemma2ForCausalLM`.
@@ -23,6 +23,14 @@ impl Family for Gemma2 {
 
     fn model_type(&self) -> &'static str {
         "gemma2"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(4),
+            head_dim: Some(256),
+            max_positions: 8192,
+        }
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {

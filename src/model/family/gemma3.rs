@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -28,6 +28,14 @@ impl Family for Gemma3 {
 
     fn model_type(&self) -> &'static str {
         "gemma3_text"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(4),
+            head_dim: Some(256),
+            max_positions: 131_072,
+        }
     }
 
     /// `Gemma3Config.default_theta["global"]`.
@@ -187,7 +195,8 @@ mod tests {
         );
         assert_eq!(c.layer_window(0), Some(512));
         assert_eq!(c.layer_window(5), None);
-        assert_eq!(c.context_limit(), 2048);
+        // `Gemma3TextConfig`'s context where the config names none.
+        assert_eq!(c.context_limit(), 131_072);
         assert!(c.layer_inv_freq(5).is_none());
         // Layer 0 rotates with base 10000: its second frequency is 10000^(-2/256).
         let f = c.layer_inv_freq(0).unwrap();
@@ -227,7 +236,7 @@ mod tests {
         assert!(config("").extras.final_softcap.is_none());
         let e = HfLlamaConfig::from_json(
             r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":8,"intermediate_size":8,
-            "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,
+            "num_hidden_layers":1,"num_attention_heads":1,"num_key_value_heads":1,"vocab_size":4,
             "attn_logit_softcapping":-1.0}"#,
         )
         .unwrap()
@@ -236,7 +245,7 @@ mod tests {
         assert!(e.to_string().contains("attn_logit_softcapping"), "{e}");
         let e = HfLlamaConfig::from_json(
             r#"{"architectures":["Gemma3ForCausalLM"],"hidden_size":8,"intermediate_size":8,
-            "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":4,
+            "num_hidden_layers":1,"num_attention_heads":1,"num_key_value_heads":1,"vocab_size":4,
             "hidden_activation":"relu"}"#,
         )
         .unwrap()

@@ -9,14 +9,14 @@
 //!   (`post_self_attn_layernorm`, `post_mlp_layernorm`; its `post_attention_layernorm` is the
 //!   MLP's input norm), the decoder's sandwich norms under GLM-4's names.
 //!
-//! `GlmConfig` defaults `head_dim` to 128 and `Glm4Config` its kv heads to 2 whatever the
-//! widths; a config without `head_dim` is refused unless `hidden_size / num_attention_heads` is
-//! 128, and absent kv heads are 2.
+//! `GlmConfig` and `Glm4Config` default `head_dim` to 128 and the kv heads to 2 whatever the
+//! widths, and so do these (a checkpoint of other widths is then refused by its shapes, as
+//! transformers refuses it).
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, FusedLinear};
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use super::{AttentionBiases, ClassDefaults, Family, FusedLinear};
+use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// GLM's layer: `GlmForCausalLM`, or with output norms `Glm4ForCausalLM`.
 pub struct Glm {
@@ -66,6 +66,14 @@ impl Family for Glm {
         }
     }
 
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(2),
+            head_dim: Some(DEFAULT_HEAD_DIM),
+            max_positions: 131_072,
+        }
+    }
+
     /// q/k/v biases from `attention_bias` (default true), none on `o_proj`.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
@@ -81,10 +89,6 @@ impl Family for Glm {
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1.5625e-7)
-    }
-
-    fn key_value_heads(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.num_key_value_heads.or(Some(2))
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
@@ -105,19 +109,9 @@ impl Family for Glm {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let family = if self.output_norms { "GLM-4" } else { "GLM" };
         super::refuse_all_but_silu(hf, family)?;
-        if hf.head_dim.is_none()
-            && hf.hidden_size / hf.num_attention_heads.max(1) != DEFAULT_HEAD_DIM
-        {
-            return Err(invalid(
-                "head_dim",
-                format!(
-                    "is missing; {family}'s config class takes {DEFAULT_HEAD_DIM} then, not \
-                     hidden_size / num_attention_heads: write the model's head_dim"
-                ),
-            ));
-        }
         Ok(DecoderExtras {
             rotary_dim: super::partial_rotary(
+                self,
                 hf,
                 hf.partial_rotary_factor,
                 "partial_rotary_factor",
@@ -198,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn glms_class_defaults_are_read_and_a_missing_head_dim_is_refused() {
+    fn glms_class_defaults_are_read_whatever_the_widths() {
         let without = GLM4_9B
             .replace("\"head_dim\":128,", "")
             .replace("\"num_key_value_heads\":2,", "")
@@ -211,10 +205,10 @@ mod tests {
             (128, 2, 64)
         );
         assert!(c.qkv_bias);
-        let err =
+        // 4096 / 64 = 64, but the class's 128 it is, and the rotated half of it.
+        let c =
             resolve(&without.replace("\"num_attention_heads\":32", "\"num_attention_heads\":64"))
-                .unwrap_err()
-                .to_string();
-        assert!(err.contains("`head_dim`"), "{err}");
+                .unwrap();
+        assert_eq!((c.head_dim, c.rotary_dim()), (128, 64));
     }
 }

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{
     positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -38,6 +38,14 @@ impl Family for Glm4Moe {
         "glm4_moe"
     }
 
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(8),
+            head_dim: None,
+            max_positions: 131_072,
+        }
+    }
+
     /// q/k/v biases from `attention_bias` (default false), none on `o_proj`.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
@@ -48,10 +56,6 @@ impl Family for Glm4Moe {
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
-    }
-
-    fn key_value_heads(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.num_key_value_heads.or(Some(8))
     }
 
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
@@ -104,6 +108,7 @@ impl Family for Glm4Moe {
         Ok(DecoderExtras {
             experts: Some(experts),
             rotary_dim: super::partial_rotary(
+                self,
                 hf,
                 hf.partial_rotary_factor,
                 "partial_rotary_factor",

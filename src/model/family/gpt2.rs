@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, FusedLinear};
+use super::{AttentionBiases, ClassDefaults, Family, FusedLinear};
 use crate::model::config::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -116,6 +116,10 @@ impl Family for Gpt2 {
 
     fn model_type(&self) -> &'static str {
         "gpt2"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(1024)
     }
 
     /// llama.cpp's `gpt2`, whose converter transposes the `Conv1D` weights into linears.

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::gpt2::{gpt2_hf_keys, gpt2_layer, gpt2_name};
-use super::{AttentionBiases, Family, FusedLinear};
+use super::{AttentionBiases, ClassDefaults, Family, FusedLinear};
 use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTBigCodeForCausalLM`.
@@ -25,6 +25,10 @@ impl Family for GptBigCode {
 
     fn model_type(&self) -> &'static str {
         "gpt_bigcode"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(1024)
     }
 
     /// llama.cpp's `starcoder` (multi-query only: its converter writes one kv head).

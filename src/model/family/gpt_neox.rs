@@ -80,7 +80,7 @@ impl Family for GptNeox {
         let activation = super::gelu_activation(hf, "hidden_act", "GPT-NeoX", Activation::Gelu)?;
         super::refuse_grouped_heads(hf, "GPT-NeoX")?;
         let rotary_dim =
-            super::partial_rotary(hf, hf.rotary_pct, "rotary_pct", DEFAULT_ROTARY_PCT)?;
+            super::partial_rotary(self, hf, hf.rotary_pct, "rotary_pct", DEFAULT_ROTARY_PCT)?;
         Ok(DecoderExtras {
             activation,
             layer_norm: true,

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{invalid, LocalAttention};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
 use crate::model::expert_stacks::ExpertStacks;
@@ -42,6 +42,14 @@ impl Family for GptOss {
 
     fn model_type(&self) -> &'static str {
         "gpt_oss"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(8),
+            head_dim: Some(64),
+            max_positions: 131_072,
+        }
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{
     invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -40,16 +40,16 @@ impl Family for Llama4 {
         "llama4_text"
     }
 
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(8),
+            head_dim: Some(128),
+            max_positions: 131_072,
+        }
+    }
+
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
-    }
-
-    fn key_value_heads(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.num_key_value_heads.or(Some(8))
-    }
-
-    fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.head_dim.or(Some(128))
     }
 
     /// The dense layers' width, `intermediate_size_mlp` (default 16384); the experts' is

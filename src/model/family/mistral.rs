@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{HfLlamaConfig, LlamaConfig};
 
 /// `MistralConfig`'s window where a config leaves `sliding_window` out.
@@ -19,6 +19,14 @@ impl Family for Mistral {
 
     fn model_type(&self) -> &'static str {
         "mistral"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(8),
+            head_dim: None,
+            max_positions: 131_072,
+        }
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
@@ -43,7 +51,7 @@ mod tests {
         let key = window.map_or(String::new(), |w| format!(r#","sliding_window":{w}"#));
         let json = format!(
             r#"{{"architectures":["MistralForCausalLM"],"hidden_size":8,"intermediate_size":16,
-            "num_hidden_layers":1,"num_attention_heads":2,"vocab_size":10{key}}}"#
+            "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":2,"vocab_size":10{key}}}"#
         );
         HfLlamaConfig::from_json(&json).unwrap().resolve().unwrap()
     }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::moe::Experts;
 
@@ -28,6 +28,18 @@ impl Family for Mixtral {
 
     fn model_type(&self) -> &'static str {
         "mixtral"
+    }
+
+    fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
+        hf.rms_norm_eps.unwrap_or(1e-5)
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(8),
+            head_dim: None,
+            max_positions: 131_072,
+        }
     }
 
     /// llama.cpp writes Mixtral as `llama` (with an expert count), q/k rows interleaved.

@@ -53,6 +53,42 @@ use super::config::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig,
 };
 
+/// What a family's transformers config class takes for the keys of the model's shape that a
+/// config leaves out (or sets to null, as the classes that replace a null do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassDefaults {
+    /// `num_key_value_heads`; `None`: one per query head.
+    pub key_value_heads: Option<usize>,
+    /// `head_dim`; `None`: `hidden_size / num_attention_heads`.
+    pub head_dim: Option<usize>,
+    /// `max_position_embeddings` (GPT-2's `n_positions`).
+    pub max_positions: usize,
+}
+
+impl ClassDefaults {
+    /// `LlamaConfig`'s: a kv head per query head, `hidden_size / num_attention_heads` wide, and
+    /// 2,048 positions.
+    pub const LLAMA: ClassDefaults = ClassDefaults {
+        key_value_heads: None,
+        head_dim: None,
+        max_positions: 2048,
+    };
+
+    /// Llama's, with `max_positions` positions.
+    pub const fn positions(max_positions: usize) -> ClassDefaults {
+        ClassDefaults {
+            max_positions,
+            ..ClassDefaults::LLAMA
+        }
+    }
+}
+
+/// The head width a config gives, read the family's way, else its class's default; `None`:
+/// `hidden_size / num_attention_heads`.
+pub(crate) fn given_head_dim(family: &dyn Family, hf: &HfLlamaConfig) -> Option<usize> {
+    family.head_dim(hf).or(family.class_defaults().head_dim)
+}
+
 /// Which projections of the attention block carry a bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionBiases {
@@ -439,6 +475,7 @@ pub(crate) fn refuse_qk_layernorm(hf: &HfLlamaConfig, family: &str) -> Result<()
 /// (transformers 5), else `own` (the family's key, named `key` in errors), else `default`. As
 /// transformers takes it, `int(head_dim · share)`, which must be even and at least 2.
 pub(crate) fn partial_rotary(
+    family: &dyn Family,
     hf: &HfLlamaConfig,
     own: Option<f64>,
     key: &str,
@@ -454,9 +491,8 @@ pub(crate) fn partial_rotary(
     if !(share > 0.0 && share <= 1.0) {
         return Err(invalid(key, format!("must be in (0, 1], got {share}")));
     }
-    let head_dim = hf
-        .head_dim
-        .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let head_dim =
+        given_head_dim(family, hf).unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
     let rotary = (head_dim as f64 * share) as usize;
     if rotary == 0 || !rotary.is_multiple_of(2) {
         return Err(invalid(
@@ -522,6 +558,12 @@ pub trait Family: Sync {
     /// Whether the LM head reuses the token embeddings when `tie_word_embeddings` is absent.
     fn ties_embeddings_by_default(&self) -> bool {
         false
+    }
+
+    /// The config class's kv heads, head width and context length where a config gives none
+    /// (`tests/it/config_defaults.rs` holds every family to its class).
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::LLAMA
     }
 
     /// The checkpoint's name for the tensor the decoder calls `name` (Llama's names:

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `NemotronForCausalLM`.
@@ -28,6 +28,10 @@ impl Family for Nemotron {
         "nemotron"
     }
 
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(4096)
+    }
+
     /// llama.cpp's `nemotron` (its norms stored as `1 + w`, the rotated part of a head as
     /// `rope.dimension_count`).
     fn gguf_arch(&self) -> Option<&'static str> {
@@ -42,6 +46,7 @@ impl Family for Nemotron {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let activation = super::relu2_activation(hf, "Nemotron")?;
         let rotary_dim = super::partial_rotary(
+            self,
             hf,
             hf.partial_rotary_factor,
             "partial_rotary_factor",

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::moe::Experts;
 
@@ -21,6 +21,10 @@ impl Family for Olmoe {
 
     fn model_type(&self) -> &'static str {
         "olmoe"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(4096)
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {

@@ -75,6 +75,7 @@ impl Family for Phi {
         super::refuse_qk_layernorm(hf, "Phi")?;
         super::refuse_tied_biased_head(hf, "Phi")?;
         let rotary_dim = super::partial_rotary(
+            self,
             hf,
             hf.partial_rotary_factor,
             "partial_rotary_factor",

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Family, FusedLinear};
+use super::{ClassDefaults, Family, FusedLinear};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Phi3ForCausalLM`.
@@ -25,6 +25,14 @@ impl Family for Phi3 {
 
     fn model_type(&self) -> &'static str {
         "phi3"
+    }
+
+    fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
+        hf.rms_norm_eps.unwrap_or(1e-5)
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults::positions(4096)
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {
@@ -46,6 +54,7 @@ impl Family for Phi3 {
         super::refuse_all_but_silu(hf, "Phi-3")?;
         Ok(DecoderExtras {
             rotary_dim: super::partial_rotary(
+                self,
                 hf,
                 hf.partial_rotary_factor,
                 "partial_rotary_factor",

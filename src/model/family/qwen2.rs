@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{
     positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -23,6 +23,14 @@ impl Family for Qwen2 {
 
     fn model_type(&self) -> &'static str {
         "qwen2"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(32),
+            head_dim: None,
+            max_positions: 32_768,
+        }
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {
@@ -50,7 +58,7 @@ impl Family for Qwen2 {
 /// the layers from `max_window_layers` (28) on. They rotate as the full layers do.
 pub(super) fn qwen_extras(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExtras, ConfigError> {
     super::refuse_all_but_silu(hf, family)?;
-    let window = match (hf.use_sliding_window, hf.window_or(None)) {
+    let window = match (hf.use_sliding_window, hf.window_or(Some(4096))) {
         (Some(true), Some(window)) => window,
         _ => return Ok(DecoderExtras::default()),
     };

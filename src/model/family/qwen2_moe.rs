@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::qwen2::{qwen_extras, qwen_hf_keys};
 use super::qwen3_moe::refuse_dense_layers;
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::moe::Experts;
 
@@ -25,6 +25,14 @@ impl Family for Qwen2Moe {
 
     fn model_type(&self) -> &'static str {
         "qwen2_moe"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(16),
+            head_dim: None,
+            max_positions: 32_768,
+        }
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {

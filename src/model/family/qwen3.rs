@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::qwen2::{qwen_extras, qwen_hf_keys};
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen3ForCausalLM`.
@@ -19,6 +19,14 @@ impl Family for Qwen3 {
 
     fn model_type(&self) -> &'static str {
         "qwen3"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(32),
+            head_dim: Some(128),
+            max_positions: 32_768,
+        }
     }
 
     fn gguf_arch(&self) -> Option<&'static str> {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::moe::Experts;
 
@@ -24,6 +24,14 @@ impl Family for Qwen3Moe {
         "qwen3_moe"
     }
 
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(4),
+            head_dim: None,
+            max_positions: 32_768,
+        }
+    }
+
     fn gguf_arch(&self) -> Option<&'static str> {
         Some("qwen3moe")
     }
@@ -33,7 +41,7 @@ impl Family for Qwen3Moe {
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.window_or(None)
+        hf.window_or(Some(4096))
             .filter(|_| hf.use_sliding_window == Some(true))
     }
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{ClassDefaults, Family};
 use crate::model::config::{
     invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -21,6 +21,14 @@ impl Family for SmolLm3 {
 
     fn model_type(&self) -> &'static str {
         "smollm3"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(4),
+            head_dim: None,
+            max_positions: 32_768,
+        }
     }
 
     /// llama.cpp's `smollm3`, which fixes the NoPE layers at every fourth (the released

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `StableLmForCausalLM`.
@@ -29,6 +29,14 @@ impl Family for StableLm {
 
     fn model_type(&self) -> &'static str {
         "stablelm"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(32),
+            head_dim: None,
+            max_positions: 4096,
+        }
     }
 
     /// llama.cpp's `stablelm`.
@@ -60,6 +68,7 @@ impl Family for StableLm {
         super::refuse_all_but_silu(hf, "StableLM")?;
         super::refuse_qk_layernorm(hf, "StableLM")?;
         let rotary_dim = super::partial_rotary(
+            self,
             hf,
             hf.partial_rotary_factor,
             "partial_rotary_factor",

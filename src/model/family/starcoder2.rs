@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, ClassDefaults, Family};
 use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Starcoder2ForCausalLM`.
@@ -33,6 +33,14 @@ impl Family for Starcoder2 {
 
     fn model_type(&self) -> &'static str {
         "starcoder2"
+    }
+
+    fn class_defaults(&self) -> ClassDefaults {
+        ClassDefaults {
+            key_value_heads: Some(2),
+            head_dim: None,
+            max_positions: 4096,
+        }
     }
 
     /// llama.cpp's `starcoder2` (its graph attends in full: no window in the file).

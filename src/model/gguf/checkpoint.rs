@@ -198,13 +198,18 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         .get_u64(&key("attention.key_length"))
         .map(|v| v as usize);
     let head_width = key_length.unwrap_or(hidden_size / num_attention_heads.max(1));
-    let head_dim = key_length.or(if partial { None } else { rotated });
+    // Always given, and so are the kv heads (llama.cpp's default: one per query head): a
+    // config class's own defaults are for `config.json`s that leave them out.
+    let head_dim = key_length
+        .or(if partial { None } else { rotated })
+        .or(Some(head_width));
     // The rotated share of a head: `partial_rotary_factor`, or GPT-NeoX's `rotary_pct`.
     let rotary_share = rotated
         .filter(|_| partial)
         .map(|r| r as f64 / head_width as f64);
     let neox = architecture == Architecture::GptNeox;
-    let num_key_value_heads = key_value_heads(file, &key("attention.head_count_kv"))?;
+    let num_key_value_heads =
+        key_value_heads(file, &key("attention.head_count_kv"))?.or(Some(num_attention_heads));
     let feed_forward_length = required("feed_forward_length")?;
     let hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
