@@ -87,6 +87,28 @@ pub struct Experts {
 }
 
 impl Experts {
+    /// Mixtral's routing: `per_token` of `count` experts `width` wide chosen by the softmax
+    /// over all of them, their probabilities renormalised and kept in f32, on every layer,
+    /// with nothing beside them. The other families change a field or two of it.
+    pub const fn softmax(count: usize, per_token: usize, width: usize) -> Experts {
+        Experts {
+            count,
+            per_token,
+            normalize: true,
+            width,
+            round_weights: false,
+            shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
+            biased: false,
+            clamped_glu: None,
+            limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
+        }
+    }
+
     /// Whether layer `i` of a model with these experts has them: past the dense first layers,
     /// and one of every [`Self::layer_step`].
     pub fn in_layer(&self, i: usize) -> bool {
@@ -530,22 +552,7 @@ mod tests {
 
     type Nd = NdArray<f32>;
 
-    const TWO_OF_FOUR: Experts = Experts {
-        count: 4,
-        per_token: 2,
-        normalize: true,
-        width: 5,
-        round_weights: false,
-        shared: None,
-        shared_ungated: false,
-        sigmoid: None,
-        first_dense_layers: 0,
-        biased: false,
-        clamped_glu: None,
-        limited_softmax: None,
-        layer_step: 1,
-        scaled_inputs: false,
-    };
+    const TWO_OF_FOUR: Experts = Experts::softmax(4, 2, 5);
 
     #[test]
     fn routing_picks_the_two_most_probable_and_renormalises() {

@@ -166,21 +166,19 @@ fn experts(
         })?;
     let experts = super::checked_experts(
         Experts {
-            count: hf.n_routed_experts.unwrap_or(class.n_routed_experts),
-            per_token,
             normalize,
-            width,
             // The routers' weights stay in f32 and multiply the experts' outputs so.
             round_weights: false,
             shared: Some(shared * width),
             shared_ungated: true,
             sigmoid,
             first_dense_layers,
-            biased: false,
-            clamped_glu: None,
             limited_softmax: limited,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(
+                hf.n_routed_experts.unwrap_or(class.n_routed_experts),
+                per_token,
+                width,
+            )
         },
         "n_routed_experts",
     )?;

@@ -86,21 +86,18 @@ impl Family for Glm4Moe {
         };
         let experts = super::checked_experts(
             Experts {
-                count: hf.n_routed_experts.unwrap_or(128),
-                per_token: hf.num_experts_per_tok.unwrap_or(8),
                 normalize: hf.norm_topk_prob.unwrap_or(true),
-                width,
                 // The router's weights stay in f32 and multiply the experts' outputs so.
                 round_weights: false,
                 shared: Some(shared * width),
                 shared_ungated: true,
                 sigmoid: Some(routing),
                 first_dense_layers,
-                biased: false,
-                clamped_glu: None,
-                limited_softmax: None,
-                layer_step: 1,
-                scaled_inputs: false,
+                ..Experts::softmax(
+                    hf.n_routed_experts.unwrap_or(128),
+                    hf.num_experts_per_tok.unwrap_or(8),
+                    width,
+                )
             },
             "n_routed_experts",
         )?;

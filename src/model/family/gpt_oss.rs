@@ -118,21 +118,15 @@ impl Family for GptOss {
             }
         }
         let experts = Experts {
-            count: hf.num_local_experts.or(hf.num_experts).unwrap_or(128),
-            per_token: hf.num_experts_per_tok.unwrap_or(4),
-            normalize: true,
-            width: self.intermediate_size(hf).unwrap_or(2880),
             // The router's softmax is taken in the model's dtype.
             round_weights: true,
-            shared: None,
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
             biased: true,
             clamped_glu: Some(glu),
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(
+                hf.num_local_experts.or(hf.num_experts).unwrap_or(128),
+                hf.num_experts_per_tok.unwrap_or(4),
+                self.intermediate_size(hf).unwrap_or(2880),
+            )
         };
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(experts, "num_local_experts")?),

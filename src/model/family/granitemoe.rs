@@ -250,20 +250,14 @@ impl Family for GraniteMoe {
             });
         }
         let experts = Experts {
-            count: hf.num_local_experts.unwrap_or(8),
-            per_token: hf.num_experts_per_tok.unwrap_or(2),
-            normalize: true,
-            width: hf.intermediate_size.unwrap_or(0),
             round_weights: true,
             shared: (shared > 0).then_some(shared),
             shared_ungated: true,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(
+                hf.num_local_experts.unwrap_or(8),
+                hf.num_experts_per_tok.unwrap_or(2),
+                hf.intermediate_size.unwrap_or(0),
+            )
         };
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(experts, "num_local_experts")?),

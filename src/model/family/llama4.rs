@@ -198,21 +198,19 @@ fn experts(hf: &HfLlamaConfig) -> Result<Option<Experts>, ConfigError> {
     };
     let experts = super::checked_experts(
         Experts {
-            count: hf.num_local_experts.unwrap_or(16),
-            per_token: hf.num_experts_per_tok.unwrap_or(1),
             normalize: false,
-            width: hf.intermediate_size.unwrap_or(8192),
             // The sigmoids return in the model's type.
             round_weights: true,
             shared: Some(hf.intermediate_size.unwrap_or(8192)),
             shared_ungated: true,
             sigmoid: Some(SigmoidRouting::LLAMA4),
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
             layer_step: step,
             scaled_inputs: true,
+            ..Experts::softmax(
+                hf.num_local_experts.unwrap_or(16),
+                hf.num_experts_per_tok.unwrap_or(1),
+                hf.intermediate_size.unwrap_or(8192),
+            )
         },
         "num_local_experts",
     )?;

@@ -73,22 +73,11 @@ impl Family for Mixtral {
         super::refuse_all_but_silu(hf, "Mixtral")?;
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(
-                Experts {
-                    count: hf.num_local_experts.unwrap_or(8),
-                    per_token: hf.num_experts_per_tok.unwrap_or(2),
-                    normalize: true,
-                    width: hf.intermediate_size.unwrap_or(14_336),
-                    round_weights: false,
-                    shared: None,
-                    shared_ungated: false,
-                    sigmoid: None,
-                    first_dense_layers: 0,
-                    biased: false,
-                    clamped_glu: None,
-                    limited_softmax: None,
-                    layer_step: 1,
-                    scaled_inputs: false,
-                },
+                Experts::softmax(
+                    hf.num_local_experts.unwrap_or(8),
+                    hf.num_experts_per_tok.unwrap_or(2),
+                    hf.intermediate_size.unwrap_or(14_336),
+                ),
                 "num_local_experts",
             )?),
             ..DecoderExtras::default()
@@ -128,22 +117,7 @@ mod tests {
     fn mixtral_8x7b_routes_two_of_eight_experts() {
         let c = resolve(MIXTRAL_8X7B).unwrap();
         assert_eq!(c.architecture, Architecture::Mixtral);
-        let experts = Experts {
-            count: 8,
-            per_token: 2,
-            normalize: true,
-            width: 14_336,
-            round_weights: false,
-            shared: None,
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
-        };
+        let experts = Experts::softmax(8, 2, 14_336);
         assert_eq!(c.extras.experts, Some(experts));
         assert_eq!(c.layer_window(0), None);
         // The model card's 46.7B: 2 × 32000 × 4096 + 32 × (4096 × (4096 + 2 × 1024 + 4096)

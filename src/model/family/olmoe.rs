@@ -50,20 +50,9 @@ impl Family for Olmoe {
             ));
         }
         let defaults = Experts {
-            count: 64,
-            per_token: 8,
             normalize: false,
-            width: hf.intermediate_size.unwrap_or(2048),
             round_weights: true,
-            shared: None,
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(64, 8, hf.intermediate_size.unwrap_or(2048))
         };
         Ok(DecoderExtras {
             qk_norm_across_heads: true,
@@ -106,20 +95,9 @@ mod tests {
         let c = resolve(OLMOE_1B_7B).unwrap();
         assert_eq!(c.architecture, Architecture::Olmoe);
         let experts = Experts {
-            count: 64,
-            per_token: 8,
             normalize: false,
-            width: 1024,
             round_weights: true,
-            shared: None,
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(64, 8, 1024)
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm && c.extras.qk_norm_across_heads);

@@ -57,20 +57,10 @@ impl Family for Qwen2Moe {
             ));
         }
         let defaults = Experts {
-            count: 60,
-            per_token: 4,
             normalize: false,
-            width: hf.moe_intermediate_size.unwrap_or(1408),
             round_weights: true,
             shared: Some(shared),
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(60, 4, hf.moe_intermediate_size.unwrap_or(1408))
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -120,20 +110,10 @@ mod tests {
         let c = resolve(QWEN1_5_MOE_A2_7B).unwrap();
         assert_eq!(c.architecture, Architecture::Qwen2Moe);
         let experts = Experts {
-            count: 60,
-            per_token: 4,
             normalize: false,
-            width: 1408,
             round_weights: true,
             shared: Some(5632),
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(60, 4, 1408)
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qkv_bias && !c.o_bias);

@@ -49,20 +49,9 @@ impl Family for Qwen3Moe {
         super::refuse_all_but_silu(hf, "Qwen3-MoE")?;
         refuse_dense_layers(hf)?;
         let defaults = Experts {
-            count: 128,
-            per_token: 8,
             normalize: false,
-            width: hf.moe_intermediate_size.unwrap_or(768),
             round_weights: true,
-            shared: None,
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(128, 8, hf.moe_intermediate_size.unwrap_or(768))
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -128,20 +117,8 @@ mod tests {
         let c = resolve(QWEN3_30B_A3B).unwrap();
         assert_eq!(c.architecture, Architecture::Qwen3Moe);
         let experts = Experts {
-            count: 128,
-            per_token: 8,
-            normalize: true,
-            width: 768,
             round_weights: true,
-            shared: None,
-            shared_ungated: false,
-            sigmoid: None,
-            first_dense_layers: 0,
-            biased: false,
-            clamped_glu: None,
-            limited_softmax: None,
-            layer_step: 1,
-            scaled_inputs: false,
+            ..Experts::softmax(128, 8, 768)
         };
         assert_eq!(c.extras.experts, Some(experts));
         assert!(c.qk_norm);
