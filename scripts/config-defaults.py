@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """What transformers makes of a config with a key left out, for every fixture family.
 
-For each text fixture in tests/fixtures/models, and each key of its config.json that a config
-may leave out (everything but the shape, names and bookkeeping), this drops that one key, has
-the family's transformers config class read what is left, and records the values a forward pass
-depends on: the RoPE base, the norms' epsilon, whether the head is tied, each layer's sliding
-window, the head width, the kv heads, the context length, the activation, the soft-caps, the
-rotated dimensions, the query scale and the experts' routing. `tests/it/config_defaults.rs`
-(one JSON line a case, after a line naming the transformers version) resolves the
-same configs and asserts the same values, so a default of wanda's that differs
-from the config class's fails there.
+For each fixture in tests/fixtures/models, and each key of its config.json (of a
+vision-language model's: of its language model's config) that a config may leave out
+(everything but the shape, names and bookkeeping), this drops that one key, has the model's
+transformers config class read what is left, and records the values a forward pass of its
+language model depends on: the RoPE base, the norms' epsilon, whether the head is tied, each
+layer's sliding window, the head width, the kv heads, the context length, the activation, the
+soft-caps, the rotated dimensions, the query scale and the experts' routing.
+`tests/it/config_defaults.rs` reads the file it writes (a line naming the transformers
+version, then one JSON line a case), resolves the same configs and asserts the same values, so
+a default of wanda's that differs from the config class's fails there.
 
 Run from the repository root in a venv with transformers:
-    ~/.cache/wanda-ab-venv/bin/python scripts/config-defaults.py > tests/fixtures/config-defaults.jsonl
+    ~/.cache/wanda-ab-venv/bin/python scripts/config-defaults.py \
+        > tests/fixtures/config-defaults.jsonl
 """
 
 import copy
@@ -155,26 +157,35 @@ def main():
         if not config_path.exists():
             continue
         config = json.loads(config_path.read_text())
-        if "text_config" in config or "vision_config" in config:
-            continue  # the vision-language wrappers: their text configs are families here
         # transformers' own encoding of a non-finite float (Granite 4.0's Mamba
         # `time_step_limit`), which its class then refuses to read back.
         config = {k: v for k, v in config.items() if "__float__" not in json.dumps(v)}
         cls = CONFIG_MAPPING[config["model_type"]]
-        for key in sorted(config):
-            if key in KEEP:
+        # A vision-language wrapper: the keys of its language model's config, nested in
+        # `text_config` or (Qwen2.5-VL's) beside `vision_config`.
+        vision = "vision_config" in config
+        nested = isinstance(config.get("text_config"), dict)
+        for key in sorted(config["text_config"] if nested else config):
+            if key in KEEP or key in ("vision_config", "text_config") or key.endswith("token_id"):
                 continue
             # A copy of its own: the class writes into the dictionaries it is given.
-            stripped = copy.deepcopy({k: v for k, v in config.items() if k != key})
+            stripped = copy.deepcopy(config)
+            del (stripped["text_config"] if nested else stripped)[key]
             try:
                 resolved = cls.from_dict(stripped)
             except Exception as e:  # the class refuses it: nothing to hold wanda to
                 print(f"{folder.name} without {key}: {type(e).__name__}: {e}", file=sys.stderr)
                 continue
+            values = semantics(resolved.get_text_config() if vision else resolved)
+            if vision:
+                # Whether the head is tied is the whole model's config's to say (and the
+                # checkpoint's: docs/family-notes.md), not its language config's.
+                values.pop("tie_word_embeddings", None)
             cases.append({
                 "fixture": folder.name,
+                "vision_language": vision,
                 "without": key,
-                "transformers": semantics(resolved),
+                "transformers": values,
             })
     print(json.dumps({"transformers_version": transformers.__version__}))
     for case in cases:
