@@ -5,7 +5,7 @@ For each fixture in tests/fixtures/models, and each key of its config.json (of a
 vision-language model's: of its language model's config) that a config may leave out
 (everything but the shape, names and bookkeeping), this drops that one key, has the model's
 transformers config class read what is left, and records the values a forward pass of its
-language model depends on: the RoPE base, the norms' epsilon, whether the head is tied, each
+language model depends on: the RoPE base and scaling, the norms' epsilon, whether the head is tied, each
 layer's sliding window, the head width, the kv heads, the context length, the activation, the
 soft-caps, the rotated dimensions, the query scale and the experts' routing.
 `tests/it/config_defaults.rs` reads the file it writes (a line naming the transformers
@@ -124,6 +124,10 @@ def semantics(c):
     params = getattr(c, "rope_parameters", None)
     if isinstance(params, dict) and "full_attention" in params:
         params = params["full_attention"]
+    if isinstance(params, dict):  # the scaling of the full layers' RoPE
+        out["rope"] = {k: params[k] for k in ("rope_type", "factor",
+                                              "original_max_position_embeddings")
+                       if params.get(k) is not None}
     if factor is None and isinstance(params, dict):
         factor = params.get("partial_rotary_factor")
     if factor is not None:

@@ -900,7 +900,7 @@ pub(crate) fn resolve_rope_scaling(
                 truncate: s.truncate.unwrap_or(true),
             })
         }
-        "longrope" => resolve_long_rope(s, hf),
+        "longrope" => resolve_long_rope(s, hf, family),
         other => Err(invalid(
             "rope_scaling.rope_type",
             format!(
@@ -911,13 +911,18 @@ pub(crate) fn resolve_rope_scaling(
 }
 
 /// LongRoPE's scaling as transformers' `_compute_longrope_parameters` reads it: the context
-/// length from the top-level `original_max_position_embeddings` (Phi-3's) first, then from
-/// `rope_scaling`; `factor` given or `max_position_embeddings / original`; the attention factor
-/// given or `√(1 + ln factor / ln original)` (1 at a factor of at most 1); one short and one
-/// long factor per rotated pair.
-fn resolve_long_rope(s: &HfRopeScaling, hf: &HfLlamaConfig) -> Result<RopeScaling, ConfigError> {
+/// length from the top-level `original_max_position_embeddings` (Phi-3's, 4096 where absent)
+/// first, then from `rope_scaling`; `factor` given or `max_position_embeddings / original`; the
+/// attention factor given or `√(1 + ln factor / ln original)` (1 at a factor of at most 1); one
+/// short and one long factor per rotated pair.
+fn resolve_long_rope(
+    s: &HfRopeScaling,
+    hf: &HfLlamaConfig,
+    family: &dyn Family,
+) -> Result<RopeScaling, ConfigError> {
     let original = hf
         .original_max_position_embeddings
+        .or(family.original_positions_by_default())
         .or(s.original_max_position_embeddings)
         .filter(|&o| o > 1)
         .ok_or_else(|| {
@@ -929,7 +934,12 @@ fn resolve_long_rope(s: &HfRopeScaling, hf: &HfLlamaConfig) -> Result<RopeScalin
         })?;
     let factor = match s.factor {
         Some(f) => positive_number("rope_scaling.factor", f)?,
-        None => hf.max_position_embeddings.unwrap_or(2048) as f64 / original as f64,
+        None => {
+            let positions = hf
+                .max_position_embeddings
+                .unwrap_or(family.class_defaults().max_positions);
+            positions as f64 / original as f64
+        }
     };
     let attention_factor = match s.attention_factor {
         Some(a) => positive_number("rope_scaling.attention_factor", a)?,

@@ -118,6 +118,11 @@ fn ours(c: &LlamaConfig, key: &str) -> Value {
     let e = &c.extras;
     match key {
         "rope_theta" => c.rope_theta.into(),
+        // The scaling's type, factor and original context, as `config.json` writes them.
+        "rope" => match c.rope_scaling_json() {
+            Value::Null => serde_json::json!({ "rope_type": "default" }),
+            scaling => scaling,
+        },
         "norm_eps" => c.rms_norm_eps.into(),
         "tie_word_embeddings" => c.tie_word_embeddings.into(),
         "windows" => (0..c.num_hidden_layers)
@@ -153,9 +158,12 @@ fn theirs(key: &str, value: &Value) -> Value {
 }
 
 /// Whether two recorded values agree: numbers to a relative 1e-12 (the script's floats went
-/// through Python's and serde's decimal forms), the rest exactly.
+/// through Python's and serde's decimal forms), objects in the keys `b` has, the rest exactly.
 fn agree(a: &Value, b: &Value) -> bool {
     match (a, b) {
+        (Value::Object(a), Value::Object(b)) => b
+            .iter()
+            .all(|(k, want)| a.get(k).is_some_and(|got| agree(got, want))),
         (Value::Number(x), Value::Number(y)) => {
             let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
             (x - y).abs() <= 1e-12 * x.abs().max(y.abs())

@@ -632,6 +632,13 @@ pub trait Family: Sync {
         kind
     }
 
+    /// The top-level `original_max_position_embeddings` the config class takes where a config
+    /// leaves it out, which LongRoPE then reads over its own (Phi-3's 4096); `None` where the
+    /// class has no such key.
+    fn original_positions_by_default(&self) -> Option<usize> {
+        None
+    }
+
     /// Keys of Llama's `config.json` that the family's config class refuses (Falcon's
     /// `head_dim` is a read-only property), left out of a saved copy.
     fn hf_keys_refused(&self) -> &'static [&'static str] {

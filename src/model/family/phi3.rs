@@ -31,6 +31,12 @@ impl Family for Phi3 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }
 
+    /// `Phi3Config`'s `original_max_position_embeddings`, which LongRoPE reads over
+    /// `rope_scaling`'s.
+    fn original_positions_by_default(&self) -> Option<usize> {
+        Some(4096)
+    }
+
     fn class_defaults(&self) -> ClassDefaults {
         ClassDefaults::positions(4096)
     }
@@ -170,9 +176,23 @@ mod tests {
 
     #[test]
     fn longrope_errors_name_the_key() {
+        // No context length anywhere is `Phi3Config`'s 4096, as transformers reads it; one
+        // under 2 is an error.
+        let c = resolve(
+            r#""rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,1]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            c.rope_scaling,
+            RopeScaling::LongRope {
+                original_max_position_embeddings: 4096,
+                ..
+            }
+        ));
         for (extra, key) in [
             (
-                r#""rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,1]}"#,
+                r#""original_max_position_embeddings":1,
+                "rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,1]}"#,
                 "original_max_position_embeddings",
             ),
             (
