@@ -28,12 +28,13 @@ from transformers import CONFIG_MAPPING
 
 FIXTURES = pathlib.Path("tests/fixtures/models")
 
-# Keys that are the model's shape or names, or that no forward pass reads.
+# Keys that are the model's shape or names, or that no forward pass reads (and every
+# `*token_id`, left out by name in `main`).
 KEEP = {
     "architectures", "model_type", "hidden_size", "n_embd", "d_model", "num_hidden_layers",
-    "n_layer", "num_layers", "num_attention_heads", "n_head", "num_heads", "vocab_size", "intermediate_size",
-    "ffn_dim", "n_inner", "transformers_version", "dtype", "torch_dtype", "initializer_range",
-    "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout",
+    "n_layer", "num_layers", "num_attention_heads", "n_head", "num_heads", "vocab_size",
+    "intermediate_size", "ffn_dim", "n_inner", "transformers_version", "dtype", "torch_dtype",
+    "initializer_range", "use_cache", "attention_dropout",
     "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop", "dropout", "activation_dropout",
     "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     "summary_first_dropout", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
@@ -43,7 +44,7 @@ KEEP = {
     "scale_attn_by_inverse_layer_idx", "use_return_dict", "return_dict", "name_or_path",
     "pretraining_tp", "max_window_layers", "keys_to_ignore_at_inference", "id2label",
     "label2id", "tokenizer_class", "router_aux_loss_factor", "aux_loss_alpha", "seq_aux",
-    "use_flash_attention", "_attn_implementation", "decoder_start_token_id",
+    "use_flash_attention", "_attn_implementation",
 }
 
 
@@ -63,11 +64,17 @@ def first(c, *names):
     return None
 
 
-def rope_theta(c):
+def full_rope_parameters(c):
+    """`rope_parameters`, its full-attention layers' where it is given per layer type."""
     params = getattr(c, "rope_parameters", None)
     if isinstance(params, dict) and "full_attention" in params:
         params = params["full_attention"]
-    if isinstance(params, dict) and params.get("rope_theta") is not None:
+    return params if isinstance(params, dict) else None
+
+
+def rope_theta(c):
+    params = full_rope_parameters(c)
+    if params and params.get("rope_theta") is not None:
         return float(params["rope_theta"])
     theta = getattr(c, "rope_theta", None)
     return None if theta is None else float(theta)
@@ -116,19 +123,15 @@ def semantics(c):
         "kv_heads": kv_heads(c),
         "max_position_embeddings": getattr(c, "max_position_embeddings", None),
         "activation": first(c, "hidden_activation", "hidden_act", "activation_function"),
-        "attn_softcap": getattr(c, "attn_logit_softcapping", "absent"),
-        "final_softcap": getattr(c, "final_logit_softcapping", "absent"),
         "query_pre_attn_scalar": getattr(c, "query_pre_attn_scalar", None),
     }
     factor = first(c, "partial_rotary_factor", "rotary_pct")
-    params = getattr(c, "rope_parameters", None)
-    if isinstance(params, dict) and "full_attention" in params:
-        params = params["full_attention"]
-    if isinstance(params, dict):  # the scaling of the full layers' RoPE
+    params = full_rope_parameters(c)
+    if params:  # the scaling of the full layers' RoPE
         out["rope"] = {k: params[k] for k in ("rope_type", "factor",
                                               "original_max_position_embeddings")
                        if params.get(k) is not None}
-    if factor is None and isinstance(params, dict):
+    if factor is None and params:
         factor = params.get("partial_rotary_factor")
     if factor is not None:
         out["rotary_dim"] = int(head_dim * factor)
@@ -142,15 +145,13 @@ def semantics(c):
     elif experts and (out["experts_per_token"] or 0) > experts:
         out["unrunnable"] = "num_experts_per_tok"
     for key in list(out):
-        if out[key] is None or out[key] == "absent":
+        if out[key] is None or isinstance(out[key], float) and not math.isfinite(out[key]):
             del out[key]
-        elif isinstance(out[key], float) and not math.isfinite(out[key]):
-            del out[key]
-    # A soft-cap the class sets to None is a case of its own: no capping.
+    # The soft-caps where the class has them, None (no capping) a value of its own.
     for key, attr in (("attn_softcap", "attn_logit_softcapping"),
                       ("final_softcap", "final_logit_softcapping")):
-        if hasattr(c, attr) and getattr(c, attr) is None:
-            out[key] = None
+        if hasattr(c, attr):
+            out[key] = getattr(c, attr)
     return out
 
 
@@ -187,7 +188,6 @@ def main():
                 values.pop("tie_word_embeddings", None)
             cases.append({
                 "fixture": folder.name,
-                "vision_language": vision,
                 "without": key,
                 "transformers": values,
             })

@@ -13,8 +13,6 @@ use wanda::model::vision_language;
 struct Case {
     fixture: String,
     without: String,
-    #[serde(default)]
-    vision_language: bool,
     transformers: Map<String, Value>,
 }
 
@@ -182,16 +180,9 @@ fn config_without(case: &Case) -> Result<String, String> {
     );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut config: Map<String, Value> = serde_json::from_str(&text).unwrap();
-    if !case.vision_language {
-        assert!(
-            config.remove(&case.without).is_some(),
-            "{path}: no `{}`",
-            case.without
-        );
-        return Ok(serde_json::to_string(&config).unwrap());
-    }
+    let class = vision_language::of_config(&config);
     let holder = match config.get_mut("text_config") {
-        Some(Value::Object(text)) => text,
+        Some(Value::Object(text)) if class.is_some() => text,
         _ => &mut config,
     };
     assert!(
@@ -199,9 +190,10 @@ fn config_without(case: &Case) -> Result<String, String> {
         "{path}: no `{}`",
         case.without
     );
-    let class = vision_language::of_config(&config).expect("a vision-language class");
-    let text = vision_language::text_config(&config, class)?;
-    Ok(Value::Object(text).to_string())
+    match class {
+        None => Ok(serde_json::to_string(&config).unwrap()),
+        Some(class) => Ok(Value::Object(vision_language::text_config(&config, class)?).to_string()),
+    }
 }
 
 #[test]

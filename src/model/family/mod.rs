@@ -54,7 +54,8 @@ use super::config::{
 };
 
 /// What a family's transformers config class takes for the keys of the model's shape that a
-/// config leaves out (or sets to null, as the classes that replace a null do).
+/// config leaves out. A null is read the same way here, where some classes read it otherwise
+/// (`MistralConfig` takes a null `num_key_value_heads` as one per query head).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassDefaults {
     /// `num_key_value_heads`; `None`: one per query head.
