@@ -357,7 +357,13 @@ impl OnBackend for BenchJob {
                             .into_scalar();
                     }
                 });
-                let path = if fused { "fused linear" } else { "Burn matmul" };
+                let path = match fused {
+                    true => format!(
+                        "fused linear, {}",
+                        wanda::model::kernels::product_kernel_name()
+                    ),
+                    false => "Burn matmul".to_string(),
+                };
                 let dtype = format!("{:?}", a.dtype()).to_lowercase();
                 Ok(figure(
                     &format!("B6 gemm {m}x{k}·{k}x{n} {dtype} ({path})"),

@@ -35,6 +35,7 @@ mod product;
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
 use held::{dims_of, head_ref, hold_head, hold_layer, layer_ref, Held, HeldLayer};
+pub use product::kernel_name as product_kernel_name;
 use product::{matmul, View};
 
 /// The backend these kernels serve.

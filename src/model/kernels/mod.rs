@@ -42,7 +42,7 @@ use burn::tensor::ops::FloatTensor;
 
 use super::config::Activation;
 
-pub use fused::{ATTENTION_ROWS, HEAD_ROWS};
+pub use fused::{product_kernel_name, ATTENTION_ROWS, HEAD_ROWS};
 
 /// Bytes of f32 scores that one block of query rows may hold where attention materialises
 /// them: the generic path's blocks (which also hold their softmax, each this size at most) and

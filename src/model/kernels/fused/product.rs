@@ -1,7 +1,11 @@
-//! Matrix products of the fused kernels: `gemm` calls over strided views of f32 slices, one band
-//! of rows per core, whose bits do not depend on the CPU they run on ([`depth_blocks`]).
+//! Matrix products of the fused kernels over strided views of f32 slices: the kernel of
+//! [`avx512`] where the CPU has AVX-512F, else `gemm` calls, one band of rows per core; their
+//! bits do not depend on the CPU they run on ([`depth_blocks`]).
 
 use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Rows per core below which a product is left to gemm's own threading.
 const BAND_ROWS: usize = 64;
@@ -48,6 +52,15 @@ impl<'a> View<'a> {
     }
 }
 
+/// The kernel [`matmul`] runs on this CPU, as the benchmarks name it.
+pub fn kernel_name() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return "AVX-512 kernel";
+    }
+    "gemm crate"
+}
+
 /// `dst = (accumulate ? dst : 0) + a · b`, with `dst` row-major `[a.rows, b.cols]` at row stride
 /// `dst_stride`.
 pub(super) fn matmul(
@@ -68,6 +81,23 @@ pub(super) fn matmul(
     if m == 0 || n == 0 {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return avx512::matmul(dst, dst_stride, accumulate, a, b, parallel);
+    }
+    crate_matmul(dst, dst_stride, accumulate, a, b, parallel);
+}
+
+/// [`matmul`] by the `gemm` crate (its AVX2 kernels on x86), once the bounds are checked.
+fn crate_matmul(
+    dst: &mut [f32],
+    dst_stride: usize,
+    accumulate: bool,
+    a: View,
+    b: View,
+    parallel: bool,
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
     let threads = rayon::current_num_threads();
     if parallel && m >= BAND_ROWS * threads {
         // Each core multiplies its own band of rows with gemm's one-thread kernel: the same
@@ -85,7 +115,7 @@ pub(super) fn matmul(
                         rows,
                         ..a
                     };
-                    matmul(dst, dst_stride, accumulate, a, b, false);
+                    crate_matmul(dst, dst_stride, accumulate, a, b, false);
                 }
             });
         return;
@@ -170,17 +200,30 @@ mod tests {
     /// order by fused multiply-adds from zero, then added to what `dst` held.
     fn blocked_reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let mut dst = vec![0.0f32; m * n];
+        blocked_into(&mut dst, n, a, b, m, k, n);
+        dst
+    }
+
+    /// [`blocked_reference`] added to `dst` (row stride `stride`) block by block.
+    fn blocked_into(
+        dst: &mut [f32],
+        stride: usize,
+        a: &[f32],
+        b: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
         for depth in depth_blocks(k) {
             for i in 0..m {
                 for j in 0..n {
                     let sum = depth
                         .clone()
                         .fold(0.0f32, |acc, p| a[i * k + p].mul_add(b[p * n + j], acc));
-                    dst[i * n + j] += sum;
+                    dst[i * stride + j] += sum;
                 }
             }
         }
-        dst
     }
 
     /// The products of one call equal, to the bit, the blocked sums above: nothing of gemm's
@@ -213,6 +256,99 @@ mod tests {
             let reference = blocked_reference(&a, &b, m, k, n);
             let differing = dst.iter().zip(&reference).filter(|(x, y)| x != y).count();
             assert_eq!(differing, 0, "[{m} × {k}] · [{k} × {n}]");
+        }
+    }
+
+    /// A `rows × cols` operand held at strides `(row_stride, col_stride)` inside a larger slice
+    /// (padding between rows, or stored transposed), with values that make every product's
+    /// rounding count.
+    fn strided(
+        rows: usize,
+        cols: usize,
+        transposed: bool,
+        seed: usize,
+    ) -> (Vec<f32>, usize, usize) {
+        let (row_stride, col_stride) = match transposed {
+            true => (1, rows + 3),
+            false => (cols + 5, 1),
+        };
+        let len = (rows.max(1) - 1) * row_stride + (cols.max(1) - 1) * col_stride + 1;
+        let data = (0..len)
+            .map(|i| (((i + seed) * 7919) % 1013) as f32 / 97.0 - 5.0)
+            .collect();
+        (data, row_stride, col_stride)
+    }
+
+    /// Every kernel this CPU runs (the `gemm` crate's; [`avx512`]'s where the CPU has AVX-512F),
+    /// on one thread and on all, gives the blocked sums to the bit: over shapes that leave
+    /// partial register tiles, more than one depth block and more than one packed block of
+    /// columns, bands split by rows and by columns, strided and transposed operands, and a
+    /// destination with padding that must stay as it was.
+    #[test]
+    fn every_kernel_gives_the_blocked_sums_to_the_bit() {
+        type Kernel = fn(&mut [f32], usize, bool, View, View, bool);
+        let mut kernels: Vec<(&str, Kernel)> = vec![("gemm crate", crate_matmul)];
+        #[cfg(target_arch = "x86_64")]
+        if avx512::cpu_has() {
+            kernels.push(("avx512", avx512::matmul));
+        }
+        for (m, k, n) in [
+            (1, 1, 1),
+            (13, 37, 33),
+            (12, 512, 32),
+            (25, 1000, 70),
+            (64, 1024, 515),
+            (300, 600, 40),
+            (7, 130, 1100),
+        ] {
+            for (transposed, accumulate, parallel) in [
+                (false, false, false),
+                (false, true, true),
+                (true, false, true),
+                (true, true, false),
+            ] {
+                let (a, ars, acs) = strided(m, k, false, 1);
+                let (b, brs, bcs) = strided(k, n, transposed, 2);
+                let a_view = View {
+                    data: &a,
+                    rows: m,
+                    cols: k,
+                    row_stride: ars,
+                    col_stride: acs,
+                };
+                let b_view = View {
+                    data: &b,
+                    rows: k,
+                    cols: n,
+                    row_stride: brs,
+                    col_stride: bcs,
+                };
+                let dense_a: Vec<f32> = (0..m * k).map(|e| a[e / k * ars + e % k * acs]).collect();
+                let dense_b: Vec<f32> = (0..k * n).map(|e| b[e / n * brs + e % n * bcs]).collect();
+                let stride = n + 2;
+                let start: Vec<f32> = (0..m * stride).map(|i| (i % 17) as f32 - 8.0).collect();
+                let mut expected = start.clone();
+                if !accumulate {
+                    for row in expected.chunks_mut(stride) {
+                        row[..n].fill(0.0);
+                    }
+                }
+                blocked_into(&mut expected, stride, &dense_a, &dense_b, m, k, n);
+                for (name, kernel) in &kernels {
+                    let mut dst = start.clone();
+                    kernel(&mut dst, stride, accumulate, a_view, b_view, parallel);
+                    let differing = dst
+                        .iter()
+                        .zip(&expected)
+                        .filter(|(x, y)| x.to_bits() != y.to_bits())
+                        .count();
+                    assert_eq!(
+                        differing, 0,
+                        "{name}: [{m} × {k}] · [{k} × {n}], transposed b {transposed}, \
+                         accumulate {accumulate}, parallel {parallel}"
+                    );
+                }
+            }
         }
     }
 
