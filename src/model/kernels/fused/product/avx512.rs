@@ -56,6 +56,15 @@ struct Dst {
 }
 
 impl Dst {
+    /// All of `dst`, row-major at `stride`.
+    fn of(dst: &mut [f32], stride: usize) -> Dst {
+        Dst {
+            ptr: dst.as_mut_ptr(),
+            len: dst.len(),
+            stride,
+        }
+    }
+
     /// The destination from column `start` of its first row on.
     fn at_column(self, start: usize) -> Dst {
         assert!(start <= self.len, "column outside the destination");
@@ -90,11 +99,7 @@ pub(super) fn matmul(
 ) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let threads = rayon::current_num_threads();
-    let out = Dst {
-        ptr: dst.as_mut_ptr(),
-        len: dst.len(),
-        stride: dst_stride,
-    };
+    let out = Dst::of(dst, dst_stride);
     if !parallel || threads < 2 || m * k * n < PARALLEL_WORK {
         return serial(out, accumulate, a, b);
     }
@@ -111,12 +116,7 @@ pub(super) fn matmul(
                         rows: band.min(m - start),
                         ..a
                     };
-                    let out = Dst {
-                        ptr: dst.as_mut_ptr(),
-                        len: dst.len(),
-                        stride: dst_stride,
-                    };
-                    serial(out, accumulate, a, b);
+                    serial(Dst::of(dst, dst_stride), accumulate, a, b);
                 }
             });
     } else {
@@ -194,8 +194,8 @@ fn aligned(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 
 /// Rows `depth` of `b`'s columns `first..first + columns` into `packed`: panel after panel of
 /// [`NR`] columns, each `depth.len()` rows of [`NR`], zeros past the last column. `b` is read
-/// along its contiguous dimension (a panel at a time, rows 128 bytes long at a stride the
-/// prefetcher did not follow, missed the cache at every row).
+/// along its contiguous dimension, in runs as long as the block is wide (a panel at a time
+/// would read 128 bytes per row of `b`).
 fn pack_b(
     packed: &mut [f32],
     b: View,
@@ -241,7 +241,7 @@ fn pack_b(
 /// step), zeros past `rows`.
 fn pack_a(panel: &mut [f32], a: View, depth: std::ops::Range<usize>, i0: usize, rows: usize) {
     if a.col_stride == 1 && rows == MR {
-        // Each row read in order (a gather across rows missed the cache at every step).
+        // Each row read in order, rather than a gather across the rows at every step.
         for i in 0..MR {
             let start = (i0 + i) * a.row_stride + depth.start;
             let row = &a.data[start..start + depth.len()];
