@@ -10,10 +10,10 @@ use std::sync::OnceLock;
 
 use burn::backend::NdArray;
 
-use crate::model::config::HfLlamaConfig;
-use crate::model::gguf::{tokenizer_json as gguf_tokenizer_json, GgufFile};
-use crate::model::tokenizer::Tokenizer;
-use crate::model::weights::{shard_files, SafetensorsSource, WeightSource};
+use crate::model::arch::HfLlamaConfig;
+use crate::model::checkpoint::gguf::{tokenizer_json as gguf_tokenizer_json, GgufFile};
+use crate::model::checkpoint::Tokenizer;
+use crate::model::checkpoint::{shard_files, SafetensorsSource, WeightSource};
 use crate::model::{load, ModelRef};
 use crate::pipeline::{validate_source, ValidateOptions};
 

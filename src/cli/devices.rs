@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use wanda::memory::device::{self, DeviceMemory};
-use wanda::model::shape::gib;
+use wanda::model::arch::gib;
 
 /// Arguments of `wanda devices`.
 #[derive(Debug, clap::Args)]

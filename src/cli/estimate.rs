@@ -20,7 +20,7 @@ use wanda::memory::device::DeviceKind;
 use wanda::memory::device::{DeviceChoice, DeviceSpec, Precision as DevicePrecision};
 use wanda::memory::estimate::{estimate_prune, render, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
-use wanda::model::shape::{gib, Breakdown, ModelShape, Place};
+use wanda::model::arch::{gib, Breakdown, ModelShape, Place};
 use wanda::model::{self, ModelRef};
 use wanda::prune::weight_update::WeightUpdate;
 use wanda::prune::Method;

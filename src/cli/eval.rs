@@ -137,7 +137,7 @@ impl OnBackend for EvalArgs {
                 format!("the text has fewer than {} tokens to dump", self.seqlen)
             })?;
             let logits = loaded.model.forward(window_tokens::<B>(window, &device));
-            let values = wanda::model::host::to_host_f32(logits);
+            let values = wanda::model::kernels::to_host_f32(logits);
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             std::fs::write(path, bytes)
                 .with_context(|| format!("cannot write logits to `{}`", path.display()))?;
@@ -184,7 +184,7 @@ impl EvalArgs {
     /// Scores the `--zeroshot` tasks; writes `--log-samples`.
     fn zeroshot<B: Backend>(
         &self,
-        loaded: &model::Loaded<wanda::model::llama::Llama<B>>,
+        loaded: &model::Loaded<wanda::model::decoder::Llama<B>>,
     ) -> anyhow::Result<ZeroshotOutput> {
         let hub = HubRequest::default();
         let source = match &self.task_data {

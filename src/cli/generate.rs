@@ -10,8 +10,8 @@ use rand::SeedableRng;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::model::llama::KvCache;
-use wanda::model::sample::pick;
+use wanda::model::decoder::KvCache;
+use wanda::model::decoder::pick;
 use wanda::model::{self, ModelRef};
 
 /// Arguments of `wanda generate`.
@@ -70,7 +70,7 @@ impl OnBackend for GenerateArgs {
             let logits = loaded.model.forward_cached(tokens, &mut cache);
             let [_, seq, vocab] = logits.dims();
             let last =
-                wanda::model::host::to_host_f32(logits.narrow(1, seq - 1, 1).reshape([vocab]));
+                wanda::model::kernels::to_host_f32(logits.narrow(1, seq - 1, 1).reshape([vocab]));
             let next = pick(&last, self.temperature, &mut rng);
             if Some(next) == loaded.config.eos_token_id {
                 break;

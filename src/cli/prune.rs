@@ -15,7 +15,7 @@ use wanda::data::calibration::CalibrationSet;
 use wanda::data::sets::DatasetName;
 use wanda::eval::perplexity::PerplexityReport;
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::model::export::{replaceable_destination, SaveDtype};
+use wanda::model::checkpoint::{replaceable_destination, SaveDtype};
 use wanda::model::ModelRef;
 use wanda::pipeline::plan::{validate_source, Plan, ValidateOptions};
 use wanda::pipeline::record::RunRecord;

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use wanda::model::export::SaveDtype;
-use wanda::model::synth::{synthesize, SynthOptions, SynthShape};
-use wanda::model::tokenizer::Tokenizer;
+use wanda::model::checkpoint::SaveDtype;
+use wanda::model::checkpoint::{synthesize, SynthOptions, SynthShape};
+use wanda::model::checkpoint::Tokenizer;
 
 /// Arguments of `wanda synth`.
 #[derive(Debug, clap::Args)]

@@ -10,6 +10,7 @@ pub mod parquet;
 pub mod pyrandom;
 pub mod records;
 pub mod rows;
+mod rows_error;
 pub mod sets;
 pub mod text;
 pub mod token_cache;

@@ -10,7 +10,7 @@ use parquet::data_type::{ByteArray, ByteArrayType};
 use parquet::file::reader::{FileReader, RowGroupReader};
 use parquet::file::serialized_reader::SerializedFileReader;
 
-use super::rows::RowsError;
+use super::rows_error::RowsError;
 
 /// Rows decoded per read call.
 const BATCH: usize = 1024;

@@ -9,8 +9,8 @@ use burn::tensor::FloatDType;
 use serde::Serialize;
 
 use crate::model::kernels::kernels;
-use crate::model::llama::Llama;
-use crate::model::stream::{Layers, StreamError};
+use crate::model::decoder::Llama;
+use crate::model::checkpoint::{Layers, StreamError};
 use crate::sys::phases::PhaseClock;
 
 /// Errors of the perplexity evaluation.
@@ -39,7 +39,7 @@ pub enum PerplexityError {
         max: usize,
     },
     /// A streamed layer could not be read (the message of the
-    /// [`crate::model::stream::StreamError`]).
+    /// [`crate::model::checkpoint::StreamError`]).
     #[error("{0}")]
     Layers(String),
     /// The windows gave a non-finite loss.
@@ -98,7 +98,7 @@ pub fn window_nll<B: Backend>(logits: Tensor<B, 3>, window: &[u32]) -> f64 {
     let targets: Vec<i64> = window[1..].iter().map(|&t| i64::from(t)).collect();
     let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [seq - 1, 1]), &device);
     let picked = log_softmax(predicted, 1).gather(1, targets);
-    let values = crate::model::host::to_host_f32(picked);
+    let values = crate::model::kernels::to_host_f32(picked);
     -values.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 

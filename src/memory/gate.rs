@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::device::DeviceKind;
 use super::estimate::{estimate_prune, Estimate, PruneRun};
-use crate::model::shape::{gib, ModelShape, Place};
+use crate::model::arch::{gib, ModelShape, Place};
 
 /// A setting the gate may reduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

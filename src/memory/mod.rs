@@ -1,5 +1,5 @@
 //! Memory accounting: the per-run memory log, the estimators and the gate (the model shape and
-//! breakdown types they use live in [`crate::model::shape`]).
+//! breakdown types they use live in [`crate::model::arch`]).
 
 pub mod calculator;
 pub mod device;

@@ -1,7 +1,7 @@
 //! The CUDA memory pool the estimator models: CubeCL 0.10's (what burn-cuda 0.21 allocates
 //! through), read from `cubecl-runtime`'s `MemoryManagement` and `cubecl-cuda`'s device setup.
 //!
-//! - Weights are persistent allocations ([`crate::model::host::weight_tensor`]): exactly their
+//! - Weights are persistent allocations ([`crate::model::kernels::weight_tensor`]): exactly their
 //!   bytes, rounded to [`ALIGNMENT`], and a slot freed by one layer is taken by the next layer's
 //!   tensor of the same size. They are not modelled here.
 //! - Every other tensor is a slice of a page of one of a ladder of sliced pools. With `M` the

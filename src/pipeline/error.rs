@@ -7,8 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::de::{DeError, DeErrorKind};
-use super::plan::ArtifactKind;
-use super::spec::StageKind;
+use super::kinds::{ArtifactKind, StageKind};
 use super::yaml::Origin;
 
 /// Everything wrong with a pipeline file, found before anything is allocated.

@@ -9,11 +9,12 @@
 pub mod attempt;
 mod data_spec;
 mod de;
+mod kinds;
 pub mod error;
 pub mod inputs;
 pub mod plan;
 pub mod record;
-pub mod render;
+
 pub mod runner;
 pub mod schema;
 pub mod spec;
@@ -21,10 +22,10 @@ pub mod yaml;
 
 pub use error::{Diagnostic, Problem, ValidationError};
 pub use plan::{
-    validate, validate_source, validate_with, ArtifactKind, Cell, CellId, Override, Plan, Scope,
+    validate, validate_source, validate_with, ArtifactKind, Cell, CellId, GraphFormat, Override, Plan,
+    Scope,
     StageNode, ValidateOptions,
 };
 pub use record::{cell_is_finished, RecordError, RunRecord};
-pub use render::GraphFormat;
 pub use schema::{schema, schema_json};
 pub use spec::{PipelineSpec, StageKind, StageOptions, StageSpec};

@@ -22,12 +22,13 @@ use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 pub use super::data_spec::{CalibrationSpec, EvaluationSpec};
+pub use super::kinds::StageKind;
 use super::de::{from_entry, from_node};
 use super::error::{nearest, Diagnostic, Problem};
 use super::yaml::{KeyPath, Node, Origin, Value};
 pub use crate::memory::device::DeviceSpec;
 pub use crate::memory::gate::{Floor, ReduceKey};
-pub use crate::model::export::SaveDtype;
+pub use crate::model::checkpoint::SaveDtype;
 use crate::model::ModelRef;
 pub use crate::prune::dsnot::DsnotOptions;
 pub use crate::prune::profile::Profile;
@@ -177,58 +178,7 @@ impl ModelSpec {
     }
 }
 
-/// The kinds of stage, in their implicit (map-form) order.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum StageKind {
-    /// Read the model.
-    Load,
-    /// Predict peak memory from the config.
-    Estimate,
-    /// Compare the estimate with the budget; reduce nsamples/seqlen or halt.
-    Gate,
-    /// Sample calibration sequences.
-    Calibrate,
-    /// Prune the model.
-    Prune,
-    /// Measure perplexity.
-    Eval,
-    /// Write the outputs (and optionally the weights).
-    Save,
-}
-
 impl StageKind {
-    /// Every kind in the implicit order.
-    pub const ALL: [StageKind; 7] = [
-        StageKind::Load,
-        StageKind::Estimate,
-        StageKind::Gate,
-        StageKind::Calibrate,
-        StageKind::Prune,
-        StageKind::Eval,
-        StageKind::Save,
-    ];
-
-    /// The name used in pipeline files.
-    pub fn name(self) -> &'static str {
-        match self {
-            StageKind::Load => "load",
-            StageKind::Estimate => "estimate",
-            StageKind::Gate => "gate",
-            StageKind::Calibrate => "calibrate",
-            StageKind::Prune => "prune",
-            StageKind::Eval => "eval",
-            StageKind::Save => "save",
-        }
-    }
-
-    /// The kind with this name.
-    pub fn from_name(name: &str) -> Option<StageKind> {
-        StageKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
     /// The option keys this kind accepts (from its options type's schema).
     pub fn option_names(self) -> Vec<String> {
         let schema = match self {
@@ -260,12 +210,6 @@ impl StageKind {
             StageKind::Eval => StageOptions::Eval(from_entry(node, path, origin)?),
             StageKind::Save => StageOptions::Save(from_entry(node, path, origin)?),
         })
-    }
-}
-
-impl fmt::Display for StageKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

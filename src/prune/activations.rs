@@ -5,7 +5,7 @@
 
 use burn::prelude::*;
 
-use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
+use crate::model::decoder::{DecoderLayer, LayerContext, LinearInput};
 
 /// How calibration samples pass through the layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

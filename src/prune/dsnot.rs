@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::mask::per_output_or_nm_mask;
 use super::{check_shape, PruneError, Sparsity};
-use crate::model::weights::transpose;
+use crate::model::kernels::transpose;
 
 /// DSnoT's settings; [`Default`] gives the reference's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]

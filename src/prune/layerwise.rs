@@ -33,11 +33,11 @@ use super::sparsegpt::{obs_saliency, prune_sparsegpt, Hessian};
 use super::wanda::{checked_norms, prune_wanda, wanda_scores, InputNorms};
 use super::weight_update::{ablation_sample_weight, prune_with_update, UpdateMetric, WeightUpdate};
 use super::{Method, MethodOptions, PruneError, Sparsity};
-use crate::model::family::FusedLinear;
-use crate::model::host::{take_param, to_host_f32, weight_tensor};
+use crate::model::arch::FusedLinear;
+use crate::model::kernels::{take_param, to_host_f32, weight_tensor};
 use crate::model::kernels::{kernels, Lowest};
-use crate::model::llama::{DecoderLayer, LayerContext, LinearInput};
-use crate::model::stream::Layers;
+use crate::model::decoder::{DecoderLayer, LayerContext, LinearInput};
+use crate::model::checkpoint::Layers;
 use crate::sys::phases::PhaseClock;
 
 /// The sparsity report of a pruned model: per linear (HF path), per layer, and total.
@@ -442,7 +442,7 @@ fn column_sum_sq<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
 /// through a layer at once and where their activations wait between layers (a batch size
 /// alone: on the device). `progress(step, steps)` is called after each layer of each pass.
 /// Layers are taken one at a time and put back pruned, so a streamed model
-/// ([`crate::model::stream`]) holds one layer in memory. Under OWL a first pass runs the
+/// ([`crate::model::checkpoint`]) holds one layer in memory. Under OWL a first pass runs the
 /// calibration samples through the dense model for the outlier ratios (the first half of the
 /// steps), and then the pruning pass runs as usual.
 pub fn prune_model<B: Backend>(
@@ -1342,7 +1342,7 @@ mod tests {
     /// and with Burn's ops (Flex).
     fn one_pass_equals_two<B: Backend>() {
         let device = Default::default();
-        let config = crate::model::config::HfLlamaConfig::from_json(
+        let config = crate::model::arch::HfLlamaConfig::from_json(
             r#"{"architectures":["LlamaForCausalLM"],"hidden_size":16,"intermediate_size":24,
             "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,
             "vocab_size":32,"rms_norm_eps":1e-5}"#,
@@ -1350,7 +1350,7 @@ mod tests {
         .unwrap()
         .resolve()
         .unwrap();
-        let model = crate::model::llama::Llama::<B>::init_random(&config, 3, &device);
+        let model = crate::model::decoder::Llama::<B>::init_random(&config, 3, &device);
         let layer = &model.layers[0];
         let (seq, hidden) = (12, 16);
         let inputs = || {

@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use rayon::prelude::*;
 
 use super::{check_finite, check_shape, PruneError, Sparsity};
-use crate::model::weights::{transpose, transpose_into};
+use crate::model::kernels::{transpose, transpose_into};
 
 /// Weights pruned out of `len` at `ratio`: Python's `int(len * ratio)`, the product taken in f64.
 ///

@@ -47,8 +47,8 @@ pub mod weight_update;
 pub use method::{Method, MethodOptions};
 pub use pattern::{Pattern, Sparsity};
 
-impl From<crate::model::stream::StreamError> for PruneError {
-    fn from(e: crate::model::stream::StreamError) -> Self {
+impl From<crate::model::checkpoint::StreamError> for PruneError {
+    fn from(e: crate::model::checkpoint::StreamError) -> Self {
         PruneError::Layers(e.to_string())
     }
 }
@@ -172,7 +172,7 @@ pub enum PruneError {
         reason: String,
     },
     /// A streamed layer could not be read or stored (the message of the
-    /// [`crate::model::stream::StreamError`]).
+    /// [`crate::model::checkpoint::StreamError`]).
     #[error("{0}")]
     Layers(String),
     /// SparseGPT produced a NaN or infinite weight.

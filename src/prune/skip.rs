@@ -29,7 +29,7 @@ pub fn glob_matches(pattern: &str, name: &str) -> bool {
     p[i..].iter().all(|&c| c == '*')
 }
 
-/// The path of linear `name` (as [`crate::model::llama::DecoderLayer::linears`] names it) in
+/// The path of linear `name` (as [`crate::model::decoder::DecoderLayer::linears`] names it) in
 /// decoder layer `layer`.
 pub fn linear_path(layer: usize, name: &str) -> String {
     format!("model.layers.{layer}.{name}")

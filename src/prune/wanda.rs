@@ -192,7 +192,7 @@ pub fn variant_mask(
     let [in_features, out_features] = dims;
     let numel = scores.len().max(1) as f64;
     // One sorted channel (ascending, stable) and its cumulative sums per output channel.
-    let columns = crate::model::weights::transpose(scores, in_features, out_features);
+    let columns = crate::model::kernels::transpose(scores, in_features, out_features);
     let mut sorted = columns.clone();
     let mut cumsum = vec![0.0f64; columns.len()];
     let totals: Vec<f64> = (0..out_features)

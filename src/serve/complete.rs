@@ -13,11 +13,11 @@ use rand::rngs::StdRng;
 use serde_json::{Map, Value};
 
 use super::openai::{ApiError, Choice, CompletionRequest, Logprobs, Prompt};
-use crate::model::config::LlamaConfig;
-use crate::model::host::to_host_f32;
-use crate::model::llama::{KvCache, Llama};
-use crate::model::sample::pick;
-use crate::model::tokenizer::Tokenizer;
+use crate::model::arch::LlamaConfig;
+use crate::model::kernels::to_host_f32;
+use crate::model::decoder::{KvCache, Llama};
+use crate::model::decoder::pick;
+use crate::model::checkpoint::Tokenizer;
 
 /// Rows of logits on the host at once (`HEAD_BLOCK × vocab × 4` bytes) past
 /// [`WHOLE_FORWARD_LOGITS`].

@@ -10,7 +10,7 @@ use crate::data::sets::{DataSource, Role};
 use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
 use crate::memory::device::DeviceChoice;
 use crate::memory::estimate::{estimate_prune, PruneRun};
-use crate::model::shape::{ModelShape, Place};
+use crate::model::arch::{ModelShape, Place};
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{EstimateOptions, EvalOptions, PipelineSpec, StageOptions};

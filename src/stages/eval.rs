@@ -9,7 +9,7 @@ use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity_in_groups;
 use crate::eval::zeroshot::{self, TaskSource};
-use crate::model::stream::Decoder;
+use crate::model::checkpoint::Decoder;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;

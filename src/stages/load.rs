@@ -8,7 +8,7 @@ use burn::prelude::Backend;
 use rayon::prelude::*;
 
 use super::{PipelineExecutor, StageError};
-use crate::model::stream::Decoder;
+use crate::model::checkpoint::Decoder;
 use crate::model::{self, ModelRef};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::{LoadOptions, LoadVerify, Settings};

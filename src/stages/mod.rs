@@ -22,7 +22,7 @@ use crate::data::calibration::CalibrationSet;
 use crate::eval::perplexity::PerplexityReport;
 use crate::memory::device::DeviceChoice;
 use crate::memory::gate::GateDecision;
-use crate::model::stream::{Decoder, Layers};
+use crate::model::checkpoint::{Decoder, Layers};
 use crate::model::Loaded;
 use crate::pipeline::plan::{Cell, Plan, Scope, StageNode};
 use crate::pipeline::record::{DataRecord, Hashes, RunRecord};

@@ -5,7 +5,7 @@
 use burn::prelude::Backend;
 
 use crate::memory::log::MemoryLog;
-use crate::model::stream::Layers;
+use crate::model::checkpoint::Layers;
 use crate::prune::layerwise::prune_model;
 use crate::prune::{Method, MethodOptions, PruneError, Sparsity};
 

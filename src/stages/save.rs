@@ -6,8 +6,8 @@
 use burn::prelude::Backend;
 
 use super::PipelineExecutor;
-pub use crate::model::export::RECIPE_FILE;
-use crate::model::export::{save_hf_folder, SaveSpec};
+pub use crate::model::checkpoint::RECIPE_FILE;
+use crate::model::checkpoint::{save_hf_folder, SaveSpec};
 use crate::pipeline::plan::{Cell, StageNode};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::SaveOptions;

@@ -4,8 +4,8 @@
 //! A default of wanda's that is not the class's fails here with the fixture and the key.
 
 use serde_json::{Map, Value};
-use wanda::model::config::{HfLlamaConfig, LlamaConfig};
-use wanda::model::vision_language;
+use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
+use wanda::model::family::vision_language;
 
 /// One fixture's config without `without`, and what transformers read from it (from the
 /// language model's config where the fixture is a vision-language model).

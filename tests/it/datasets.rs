@@ -14,7 +14,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use wanda::data::hub::HubRequest;
 use wanda::data::sets::{calibration_set, evaluation_ids, DataError, DataSource, DatasetName};
-use wanda::model::tokenizer::Tokenizer;
+use wanda::model::checkpoint::Tokenizer;
 use wanda::pipeline::RunRecord;
 
 use crate::common::fake_hub::{walk, FakeHub, FakeRepo, COMMIT};

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use burn::backend::Flex;
 use burn::prelude::*;
-use wanda::model::config::HfLlamaConfig;
-use wanda::model::host::to_host_f32;
-use wanda::model::stream::{Layers, StreamedLlama};
-use wanda::model::weights::{build_llama, SafetensorsSource, WeightSource};
+use wanda::model::arch::HfLlamaConfig;
+use wanda::model::kernels::to_host_f32;
+use wanda::model::checkpoint::{Layers, StreamedLlama};
+use wanda::model::checkpoint::{build_llama, SafetensorsSource, WeightSource};
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
 use wanda::prune::{Method, MethodOptions, Sparsity};
@@ -335,8 +335,8 @@ fn prune_and_save(folder: &Path, args: &[&str], saved: &Path) {
 
 #[test]
 fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
-    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::weights::hf_source;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::checkpoint::hf_source;
 
     let folder = Path::new(FIXTURES).join("tiny-phi3");
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -351,7 +351,7 @@ fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
     // The same weights as a split checkpoint: Mistral's layer is Phi-3's, linears apart.
     let dir = tempfile::tempdir().unwrap();
     let mut twin_config = config.clone();
-    twin_config.architecture = wanda::model::family::Architecture::Mistral;
+    twin_config.architecture = wanda::model::arch::Architecture::Mistral;
     let twin_folder = dir.path().join("twin");
     save_hf_folder(
         &stacked,
@@ -479,7 +479,7 @@ fn stacked_linears_are_pruned_as_the_one_matrix_the_checkpoint_holds() {
         .unwrap();
         let mut parts_off_half = 0;
         for (i, (d, p)) in dense.layers.iter().zip(&pruned.layers).enumerate() {
-            let weights = |layer: &wanda::model::llama::DecoderLayer<B>, name: &str| {
+            let weights = |layer: &wanda::model::decoder::DecoderLayer<B>, name: &str| {
                 let (_, _, l) = layer
                     .linears()
                     .into_iter()
@@ -575,8 +575,8 @@ fn a_saved_bloom_keeps_both_spellings_of_its_keys_and_loads_again() {
 /// bias, and the copy gives the pruned model's logits back.
 #[test]
 fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
-    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::weights::hf_source;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::checkpoint::hf_source;
 
     let folder = Path::new(FIXTURES).join("tiny-opt");
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -654,8 +654,8 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 /// logits back.
 #[test]
 fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
-    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::weights::hf_source;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::checkpoint::hf_source;
 
     for (family, parallel) in [
         ("gpt_neox", true),
@@ -937,7 +937,7 @@ fn an_opt_window_past_its_position_table_is_refused() {
 /// at least the sparsity asked.
 #[test]
 fn an_expert_no_calibration_token_reaches_is_pruned_from_zero_statistics() {
-    use wanda::model::llama::Llama;
+    use wanda::model::decoder::Llama;
 
     let config = HfLlamaConfig::from_json(
         r#"{"architectures":["MixtralForCausalLM"],"hidden_size":8,"intermediate_size":6,
@@ -1001,8 +1001,8 @@ fn saves_unquantised(
     quantised: &str,
     unquantised: &str,
 ) -> (SafetensorsSource, SafetensorsSource, tempfile::TempDir) {
-    use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-    use wanda::model::shape::ModelShape;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+    use wanda::model::arch::ModelShape;
 
     let folder = Path::new(FIXTURES).join(quantised);
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))

@@ -28,8 +28,8 @@
 
 use std::path::{Path, PathBuf};
 
-use wanda::model::family::Architecture;
-use wanda::model::gguf::{GgufFile, GgufValue, GgufWriter};
+use wanda::model::arch::Architecture;
+use wanda::model::checkpoint::gguf::{GgufFile, GgufValue, GgufWriter};
 use wanda::model::{self, ModelRef};
 
 use crate::common::{logits, max_difference, B};
@@ -123,19 +123,19 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
     let from_folder = model::inspect(&ModelRef::Folder(folder(family))).unwrap().0;
     assert_eq!(loaded.config.architecture, arch, "{family}");
     let config =
-        wanda::model::config::HfLlamaConfig::from_file(&folder(family).join("config.json"))
+        wanda::model::arch::HfLlamaConfig::from_file(&folder(family).join("config.json"))
             .unwrap()
             .resolve()
             .unwrap();
     // A file that cannot hold the folder's GLU constants (GPT-OSS's: llama.cpp fixes them)
     // has its own reference under llama.cpp's.
     let own_glu = own_reference_config(family).and_then(|c| {
-        Some(wanda::model::moe::ClampedGlu {
+        Some(wanda::model::arch::ClampedGlu {
             alpha: c.get("swiglu_alpha")?.as_f64()?,
             limit: c.get("swiglu_limit")?.as_f64()?,
         })
     });
-    let experts = config.extras.experts.map(|e| wanda::model::moe::Experts {
+    let experts = config.extras.experts.map(|e| wanda::model::arch::Experts {
         clamped_glu: own_glu.or(e.clamped_glu),
         ..e
     });
@@ -150,20 +150,20 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
         "{family}"
     );
     // GGUF holds the logit scale and Granite's factors as f32s.
-    let f32_factors = |c: &wanda::model::config::LlamaConfig| {
+    let f32_factors = |c: &wanda::model::arch::LlamaConfig| {
         c.extras
             .multipliers
             .map(|m| [m.embedding, m.residual, m.attention, m.logits].map(|f| f as f32))
     };
     assert_eq!(f32_factors(got), f32_factors(want), "{family}");
-    let f32_scale = |c: &wanda::model::config::LlamaConfig| c.extras.logit_scale.map(|s| s as f32);
+    let f32_scale = |c: &wanda::model::arch::LlamaConfig| c.extras.logit_scale.map(|s| s as f32);
     assert_eq!(f32_scale(got), f32_scale(want), "{family}");
     assert_eq!(
         (got.head_dim, got.rotary_dim()),
         (want.head_dim, want.rotary_dim()),
         "{family}"
     );
-    let windows = |c: &wanda::model::config::LlamaConfig| {
+    let windows = |c: &wanda::model::arch::LlamaConfig| {
         (0..c.num_hidden_layers)
             .map(|l| c.layer_window(l))
             .collect::<Vec<_>>()
@@ -410,8 +410,8 @@ fn expert_metadata_errors_name_the_key() {
 /// loaded whole.
 #[test]
 fn gguf_files_stream_and_prune_like_the_model_in_memory() {
-    use wanda::model::host::to_host_f32;
-    use wanda::model::stream::Layers;
+    use wanda::model::kernels::to_host_f32;
+    use wanda::model::checkpoint::Layers;
     use wanda::prune::layerwise::prune_model;
     use wanda::prune::{Method, MethodOptions, Sparsity};
 

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use wanda::model::config::{HfLlamaConfig, LlamaConfig};
-use wanda::model::export::hf_tensors;
-use wanda::model::family::Architecture;
-use wanda::model::gguf::{gguf_name, GgufValue, GgufWriter};
-use wanda::model::llama::Llama;
+use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
+use wanda::model::checkpoint::hf_tensors;
+use wanda::model::arch::Architecture;
+use wanda::model::checkpoint::gguf::{gguf_name, GgufValue, GgufWriter};
+use wanda::model::decoder::Llama;
 use wanda::model::{self, ModelRef};
 
 use crate::common::{logits, tiny_model, B};
@@ -191,7 +191,7 @@ fn olmo2_gguf_loads_with_identical_logits() {
 
     // The metadata again with keys more (the config is refused before any tensor is read).
     let with_all = |keys: &[(&str, GgufValue)]| {
-        let file = wanda::model::gguf::GgufFile::open(&path).unwrap();
+        let file = wanda::model::checkpoint::gguf::GgufFile::open(&path).unwrap();
         let mut w = GgufWriter::new();
         for (k, v) in file.metadata() {
             w.metadata(k.clone(), v.clone());
@@ -295,7 +295,7 @@ fn load_error_with_metadata(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     write_gguf(&path, &config, &model, Quant::F32);
-    let mut metadata = wanda::model::gguf::GgufFile::open(&path)
+    let mut metadata = wanda::model::checkpoint::gguf::GgufFile::open(&path)
         .unwrap()
         .metadata()
         .clone();

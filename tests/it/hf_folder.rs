@@ -1,6 +1,6 @@
 //! A tiny random Llama saved as a Hugging Face folder loads back with identical logits.
 
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
+use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::{self, ModelRef};
 
 use crate::common::{logits, tiny_config, tiny_model, tiny_tokenizer_json, B};

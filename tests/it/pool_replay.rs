@@ -14,7 +14,7 @@ use cubecl_runtime::memory_management::{
 use cubecl_runtime::storage::BytesStorage;
 use wanda::memory::device::{DeviceKind, Precision};
 use wanda::memory::estimate::{estimate_prune, PruneRun};
-use wanda::model::shape::{ModelShape, Place};
+use wanda::model::arch::{ModelShape, Place};
 use wanda::prune::Method;
 
 /// Bytes CubeCL's manager reserves for `stages` (each a list of allocations alive together)

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use burn::prelude::*;
-use wanda::model::llama::{DecoderLayer, LayerContext, LinearInput, Llama};
+use wanda::model::decoder::{DecoderLayer, LayerContext, LinearInput, Llama};
 use wanda::prune::layerwise::{measure, prune_model};
 use wanda::prune::sparsegpt::SparseGptOptions;
 use wanda::prune::wanda::{wanda_mask, InputNorms};

@@ -3,7 +3,7 @@
 //! reproduces them, λ = 0 is uniform, DSnoT without cycles is its initial method and refines only
 //! what it should, a sequential update keeps its method's mask and moves the kept weights.
 
-use wanda::model::llama::Llama;
+use wanda::model::decoder::Llama;
 use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::{prune_model, ModelSparsity};
 use wanda::prune::profile::{OwlOptions, Profile};

@@ -210,7 +210,7 @@ stages:
 fn gated_peak(pipeline: &Path, batch: usize) -> u64 {
     use wanda::memory::device::DeviceChoice;
     use wanda::memory::estimate::estimate_prune;
-    use wanda::model::shape::Place;
+    use wanda::model::arch::Place;
     let plan = wanda::pipeline::plan::validate(pipeline).unwrap();
     let (shape, _) =
         wanda::model::inspect(&wanda::model::ModelRef::Folder(plan.base_dir.join("tiny"))).unwrap();

@@ -4,9 +4,9 @@
 //! digest remembered between runs.
 
 use wanda::eval::perplexity::perplexity;
-use wanda::model::config::HfLlamaConfig;
-use wanda::model::gguf::GgufCheckpoint;
-use wanda::model::tokenizer::Tokenizer;
+use wanda::model::arch::HfLlamaConfig;
+use wanda::model::checkpoint::gguf::GgufCheckpoint;
+use wanda::model::checkpoint::Tokenizer;
 use wanda::model::{self, ModelRef};
 use wanda::pipeline::RunRecord;
 use wanda::stages::{RECIPE_FILE, SPARSITY_FILE};

@@ -8,12 +8,12 @@ use std::process::Command;
 use std::sync::Arc;
 
 use wanda::eval::perplexity::{perplexity, perplexity_in_groups, STREAMED_WINDOW_GROUP};
-use wanda::model::config::{HfLlamaConfig, LlamaConfig};
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-use wanda::model::host::to_host_f32;
-use wanda::model::llama::Llama;
-use wanda::model::stream::{Layers, StreamedLlama};
-use wanda::model::weights::{build_llama, SafetensorsSource, WeightSource};
+use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
+use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+use wanda::model::kernels::to_host_f32;
+use wanda::model::decoder::Llama;
+use wanda::model::checkpoint::{Layers, StreamedLlama};
+use wanda::model::checkpoint::{build_llama, SafetensorsSource, WeightSource};
 use wanda::pipeline::RunRecord;
 use wanda::prune::layerwise::{prune_model, ModelSparsity};
 use wanda::prune::{Method, MethodOptions, Sparsity};

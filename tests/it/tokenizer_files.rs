@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use wanda::model::tokenizer::Tokenizer;
+use wanda::model::checkpoint::Tokenizer;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

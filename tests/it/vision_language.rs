@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-use wanda::model::weights::{SafetensorsSource, WeightSource};
+use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+use wanda::model::checkpoint::{SafetensorsSource, WeightSource};
 use wanda::model::{self, ModelRef};
 
 use crate::common::B;

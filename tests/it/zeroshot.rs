@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use wanda::data::hub::HubRequest;
 use wanda::eval::zeroshot::{self, Task, TaskSource};
-use wanda::model::stream::Layers;
+use wanda::model::checkpoint::Layers;
 use wanda::model::{self, Loaded, ModelRef};
 use wanda::pipeline::RunRecord;
 

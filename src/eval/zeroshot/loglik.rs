@@ -16,8 +16,8 @@ use burn::tensor::FloatDType;
 use super::tasks::py_isspace;
 use crate::data::TextEncoder;
 use crate::model::kernels::kernels;
-use crate::model::llama::Llama;
-use crate::model::stream::{Layers, StreamError};
+use crate::model::decoder::Llama;
+use crate::model::checkpoint::{Layers, StreamError};
 
 /// Padded tokens per forward pass (a streamed model reads every layer once per pass); the
 /// memory estimate counts one pass of this many tokens.
@@ -369,7 +369,7 @@ fn token_nlls<B: Backend>(model: &Llama<B>, rows: Tensor<B, 2>, targets: &[u32])
     let index = Tensor::<B, 2, Int>::from_data(TensorData::new(index, [count, 1]), &device);
     let logits = logits.reshape([count, vocab]).cast(FloatDType::F32);
     let picked = log_softmax(logits, 1).gather(1, index);
-    crate::model::host::to_host_f32(picked)
+    crate::model::kernels::to_host_f32(picked)
         .iter()
         .map(|&v| -f64::from(v))
         .collect()

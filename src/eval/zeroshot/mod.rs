@@ -19,8 +19,8 @@ use crate::data::hub::HubRequest;
 use crate::data::records::Record;
 use crate::data::sets::{self, DataError, Provenance};
 use crate::data::TextEncoder;
-use crate::model::config::LlamaConfig;
-use crate::model::stream::Layers;
+use crate::model::arch::LlamaConfig;
+use crate::model::checkpoint::Layers;
 use loglik::{encode_pair, loglikelihoods, EncodedPair};
 pub use tasks::{Document, Task, LM_EVAL_VERSION};
 

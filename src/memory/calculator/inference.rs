@@ -2,7 +2,7 @@
 //! running statistics) and logits (formulas in the parent module's documentation).
 
 use super::{product, scaled, Precision, CUDA_CONTEXT_BYTES, FP32_BYTES};
-use crate::model::shape::{Breakdown, ModelShape, Place};
+use crate::model::arch::{Breakdown, ModelShape, Place};
 
 /// What an inference estimate is for.
 #[derive(Debug, Clone, PartialEq, Eq)]

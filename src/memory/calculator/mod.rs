@@ -1,5 +1,5 @@
 //! The memory calculators users know from other frameworks — inference and training (LoRA,
-//! QLoRA, ZeRO, tensor and pipeline parallelism) from a [`ModelShape`](crate::model::shape::ModelShape) alone — behind
+//! QLoRA, ZeRO, tensor and pipeline parallelism) from a [`ModelShape`](crate::model::arch::ModelShape) alone — behind
 //! `wanda estimate --mode inference|training`. Pipelines never use it: their own estimate is
 //! [`crate::memory::estimate`]. [`inference`] and [`training`] hold the two calculators; this
 //! file their shared types and helpers.
@@ -190,7 +190,7 @@ pub fn fits_on(total_bytes: u64, headroom: f64) -> Vec<u64> {
 mod tests {
     use super::training::{LORA_TARGETS, OPTIMIZERS};
     use super::*;
-    use crate::model::shape::{gib, Breakdown, ModelShape, Place};
+    use crate::model::arch::{gib, Breakdown, ModelShape, Place};
 
     /// H=4, I=6, L=2, a=2, kv=1, d=2, V=10, untied. Parameters: linears per layer
     /// 4·4 + 2·4·2 + 4·4 + 3·4·6 = 120, × 2 layers = 240; embeddings + head 2·10·4 = 80;

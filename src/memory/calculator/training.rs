@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{product, scaled, split, Precision, CUDA_CONTEXT_BYTES, FP16_BYTES, FP32_BYTES};
-use crate::model::shape::{Breakdown, ModelShape, Place};
+use crate::model::arch::{Breakdown, ModelShape, Place};
 
 /// Every optimizer, in the order error messages list them.
 pub(super) const OPTIMIZERS: [Optimizer; 15] = [

@@ -1,7 +1,7 @@
 //! BLOOM (`BloomForCausalLM`: BigScience's BLOOM, 560M … 176B, and BLOOMZ; SparseGPT's second
 //! family): a pre-norm layer with
 //! - ALiBi in place of positions: each head's attention scores get `slope_h · key position`
-//!   added ([`crate::model::alibi`]); nothing rotates and no position is embedded;
+//!   added ([`crate::model::arch::alibi`]); nothing rotates and no position is embedded;
 //! - a LayerNorm of the token embeddings before the first layer
 //!   (`word_embeddings_layernorm`);
 //! - LayerNorms (epsilon `layer_norm_epsilon`), a bias on every linear, an MLP without a gate
@@ -17,10 +17,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, FusedLinear};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, Family};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `BloomForCausalLM`.
 pub struct Bloom;
@@ -119,8 +118,8 @@ impl Family for Bloom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// bigscience/bloom-560m's `config.json`, as the hub has it.
     const BLOOM_560M: &str = r#"{"apply_residual_connection_post_layernorm":false,

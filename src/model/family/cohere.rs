@@ -17,10 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{
-    invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-    LocalAttention,
-};
+use crate::model::arch::{invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
 
 /// Cohere's layer: `CohereForCausalLM`, or with sliding NoPE-full layers `Cohere2ForCausalLM`.
 pub struct Cohere {
@@ -181,9 +178,9 @@ impl Family for Cohere {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::kernels::LogitScale;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::LogitScale;
+    use crate::model::arch::ModelShape;
 
     /// CohereForAI/aya-23-8B's `config.json`, as the hub has it.
     const AYA_23_8B: &str = r#"{"architectures":["CohereForCausalLM"],"attention_bias":false,

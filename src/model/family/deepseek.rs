@@ -1,6 +1,6 @@
 //! DeepSeek-V2 (`DeepseekV2ForCausalLM`: DeepSeek-V2, V2-Lite, V2.5, DeepSeek-Coder-V2) and
 //! DeepSeek-V3 (`DeepseekV3ForCausalLM`: DeepSeek-V3, R1), as transformers runs them:
-//! - multi-head latent attention ([`crate::model::latent_attention`]) from `q_lora_rank`
+//! - multi-head latent attention ([`crate::model::decoder`]) from `q_lora_rank`
 //!   (null: queries projected directly), `kv_lora_rank`, `qk_nope_head_dim`, `qk_rope_head_dim`
 //!   and `v_head_dim`, biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj` where
 //!   `attention_bias` says; rotated dimensions paired as neighbours (V2's complex rotation, V3's
@@ -9,10 +9,10 @@
 //! - from layer `first_k_dense_replace` on, `n_routed_experts` SwiGLU experts of
 //!   `moe_intermediate_size` beside an ungated shared expert `n_shared_experts` times as wide
 //!   (`mlp.shared_experts`); before it, dense SwiGLU MLPs of `intermediate_size`;
-//! - V2 routes by the softmax ([`crate::model::moe::LimitedSoftmax`]: `greedy`, or
+//! - V2 routes by the softmax ([`crate::model::arch::LimitedSoftmax`]: `greedy`, or
 //!   `group_limited_greedy` within the best `topk_group` of `n_group` groups), never
 //!   renormalised, times `routed_scaling_factor`; V3 as GLM-4.5 does
-//!   ([`crate::model::moe::SigmoidRouting`], with `mlp.gate.e_score_correction_bias`).
+//!   ([`crate::model::arch::SigmoidRouting`], with `mlp.gate.e_score_correction_bias`).
 //!
 //! V3's multi-token-prediction layer (`model.layers.<num_hidden_layers>`) is not part of the
 //! decoder, as in transformers; a saved copy has none and says so.
@@ -20,11 +20,9 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::config::{
-    invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
-use crate::model::latent_attention::LatentAttention;
-use crate::model::moe::{Experts, LimitedSoftmax, SigmoidRouting};
+use crate::model::arch::{invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::LatentAttention;
+use crate::model::arch::{Experts, LimitedSoftmax, SigmoidRouting};
 
 /// A DeepSeek config class: its names and what differs between the two classes' class.
 pub struct Deepseek {

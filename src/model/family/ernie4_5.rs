@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Ernie4_5ForCausalLM`.
 pub struct Ernie4_5;
@@ -72,8 +72,8 @@ impl Family for Ernie4_5 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// A config of ERNIE-4.5-0.3B's layout: 18 layers 1,024 wide, 16 heads of 128 over 2 kv
     /// heads, SwiGLU 3,072 wide, tied, no biases.

@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{
-    positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
-};
+use crate::model::arch::{positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
 
 /// `Exaone4ForCausalLM`.
 pub struct Exaone4;
@@ -97,8 +95,8 @@ impl Family for Exaone4 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// A config of EXAONE-4.0-32B's layout: 64 layers 5,120 wide, 40 heads of 128 over 8 kv
     /// heads, three local layers (window 4,096) to one global, `"LLLG"`.

@@ -22,10 +22,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, FusedLinear};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, Family};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `FalconForCausalLM`.
 pub struct Falcon;
@@ -218,8 +217,8 @@ impl Family for Falcon {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// tiiuae/falcon-7b's `config.json`, as the hub has it.
     const FALCON_7B: &str = r#"{"alibi":false,"apply_residual_connection_post_layernorm":false,

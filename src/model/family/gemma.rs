@@ -13,7 +13,7 @@
 //! the norms as `1 + w`).
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig};
 
 /// `GemmaForCausalLM`.
 pub struct Gemma;
@@ -68,9 +68,9 @@ impl Family for Gemma {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::LlamaConfig;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::LlamaConfig;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// google/gemma-7b's `config.json`, as the hub has it.
     const GEMMA_7B: &str = r#"{"architectures":["GemmaForCausalLM"],"attention_bias":false,

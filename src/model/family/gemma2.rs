@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::gemma3::{gemma_extras, gemma_hf_keys, Gemma};
 use super::{ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Gemma2ForCausalLM`.
 pub struct Gemma2;

@@ -14,9 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
-};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
 
 /// `Gemma3ForCausalLM`.
 pub struct Gemma3;
@@ -174,7 +172,7 @@ pub(super) fn gemma_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serd
 mod tests {
     use super::*;
 
-    fn config(extra: &str) -> crate::model::config::LlamaConfig {
+    fn config(extra: &str) -> crate::model::arch::LlamaConfig {
         HfLlamaConfig::from_json(&format!(
             r#"{{"architectures":["Gemma3ForCausalLM"],"hidden_size":640,"intermediate_size":2048,
             "num_hidden_layers":7,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":256,

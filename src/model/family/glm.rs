@@ -1,7 +1,7 @@
 //! GLM (`GlmForCausalLM`, model type `glm`: THUDM's GLM-4-9B-chat-hf) and GLM-4
 //! (`Glm4ForCausalLM`, model type `glm4`: the GLM-4-0414 9B and 32B models): Llama's layer with
 //! - interleaved RoPE on the first half of each head (`partial_rotary_factor`, default 0.5):
-//!   dimensions `(2i, 2i + 1)` turn together ([`crate::model::rope::apply_interleaved`]);
+//!   dimensions `(2i, 2i + 1)` turn together ([`crate::model::arch::rope::apply_interleaved`]);
 //! - biases on the q, k and v projections (`attention_bias`, default true), never on `o_proj`;
 //! - the MLP's gate and up projections stacked in `mlp.gate_up_proj` (gate rows first), held
 //!   apart and pruned as the one matrix, as Phi-3's;
@@ -15,8 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family, FusedLinear};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, ClassDefaults, Family};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// GLM's layer: `GlmForCausalLM`, or with output norms `Glm4ForCausalLM`.
 pub struct Glm {
@@ -134,8 +135,8 @@ impl Family for Glm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// A config of GLM-4-9B-0414's shape.
     const GLM4_9B: &str = r#"{"architectures":["Glm4ForCausalLM"],"attention_bias":true,

@@ -3,7 +3,7 @@
 //!   where `use_qk_norm` says, and RoPE on the first `partial_rotary_factor` (default 0.5) of
 //!   each head, its halves rotating (not GLM-4's neighbours);
 //! - from layer `first_k_dense_replace` (default 1) on, `n_routed_experts` SwiGLU experts of
-//!   `moe_intermediate_size` routed as DeepSeek-V3 routes ([`crate::model::moe::SigmoidRouting`]:
+//!   `moe_intermediate_size` routed as DeepSeek-V3 routes ([`crate::model::arch::SigmoidRouting`]:
 //!   sigmoid scores, the choice biased by `mlp.gate.e_score_correction_bias`, within the best
 //!   `topk_group` of `n_group` groups, renormalised where `norm_topk_prob` says, times
 //!   `routed_scaling_factor`; the router in f32), beside a shared expert
@@ -18,10 +18,8 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::config::{
-    positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
-use crate::model::moe::{Experts, SigmoidRouting};
+use crate::model::arch::{positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{Experts, SigmoidRouting};
 
 /// `Glm4MoeForCausalLM`.
 pub struct Glm4Moe;
@@ -145,8 +143,8 @@ impl Family for Glm4Moe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// zai-org/GLM-4.5-Air's `config.json`.
     const GLM_4_5_AIR: &str = r#"{"architectures":["Glm4MoeForCausalLM"],

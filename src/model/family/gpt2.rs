@@ -9,7 +9,7 @@
 //! - an MLP without a gate, `c_proj(gelu_new(c_fc(x)))`, `n_inner` wide (default 4 × hidden);
 //! - a tied head;
 //! - every linear a `Conv1D`, whose weight is stored transposed, `[in, out]`: loading turns it
-//!   into PyTorch's `[out, in]` ([`crate::model::weights::TransposedSource`]), saving turns it
+//!   into PyTorch's `[out, in]` ([`crate::model::checkpoint::TransposedSource`]), saving turns it
 //!   back;
 //! - the key names `n_embd`, `n_layer`, `n_head`, `n_positions`, `n_inner` and every tensor
 //!   under `transformer.` (`wte`, `wpe`, `h.N`, `ln_f`; the hub's files leave the prefix out).
@@ -19,10 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family, FusedLinear};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, ClassDefaults, Family};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPT2LMHeadModel`.
 pub struct Gpt2;
@@ -170,8 +169,8 @@ impl Family for Gpt2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// openai-community/gpt2's `config.json`, as the hub has it (its task parameters left out).
     const GPT2: &str = r#"{"activation_function":"gelu_new","architectures":["GPT2LMHeadModel"],

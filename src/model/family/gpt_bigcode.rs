@@ -12,8 +12,9 @@
 use std::collections::BTreeMap;
 
 use super::gpt2::{gpt2_hf_keys, gpt2_layer, gpt2_name};
-use super::{AttentionBiases, ClassDefaults, Family, FusedLinear};
-use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, ClassDefaults, Family};
+use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTBigCodeForCausalLM`.
 pub struct GptBigCode;
@@ -85,8 +86,8 @@ impl Family for GptBigCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// bigcode/starcoderbase-1b's `config.json` (its inference-runner keys left out).
     const STARCODERBASE_1B: &str = r#"{"activation_function":"gelu_pytorch_tanh",

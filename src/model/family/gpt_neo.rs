@@ -10,10 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::config::{
-    invalid, positive, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-    LocalAttention,
-};
+use crate::model::arch::{invalid, positive, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
 
 /// `GPTNeoForCausalLM`.
 pub struct GptNeo;
@@ -165,8 +162,8 @@ impl Family for GptNeo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// EleutherAI/gpt-neo-125m's `config.json` (its task parameters left out).
     const GPT_NEO_125M: &str = r#"{"activation_function":"gelu_new",

@@ -15,8 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, FusedLinear};
-use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, Family};
+use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTNeoXForCausalLM`.
 pub struct GptNeox;
@@ -107,8 +108,8 @@ impl Family for GptNeox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// EleutherAI/pythia-160m's `config.json`, as the hub has it.
     const PYTHIA_160M: &str = r#"{"architectures":["GPTNeoXForCausalLM"],"bos_token_id":0,

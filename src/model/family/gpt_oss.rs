@@ -2,28 +2,28 @@
 //! pre-norm layer with
 //! - attention with biases on all four projections (`attention_bias`, default true) and a
 //!   learned sink logit per head in its softmax (`self_attn.sinks`,
-//!   [`crate::model::sink_attention`]); sliding layers (`layer_types`, by default every other
+//!   [`crate::model::decoder`]); sliding layers (`layer_types`, by default every other
 //!   one from the first) see the last `sliding_window` (128) positions; every layer rotates
 //!   with YaRN (×32 over 4096 positions, `truncate: false`, where the config says no other);
 //! - a mixture of `num_local_experts` experts of `intermediate_size`, `num_experts_per_tok` a
 //!   token, chosen by a router with a bias (`mlp.router`), their probabilities renormalised over
 //!   the chosen ones; each expert's linears carry biases, and its activation is the clamped GLU
 //!   `(clamp(up, ±7) + 1) · g · σ(1.702 g)`, `g = min(gate, 7)` (`swiglu_limit`,
-//!   `swiglu_alpha`; [`crate::model::moe::ClampedGlu`]).
+//!   `swiglu_alpha`; [`crate::model::arch::ClampedGlu`]).
 //!
 //! The checkpoints stack each layer's experts in 3-D tensors, their gate and up projections
-//! interleaved ([`crate::model::expert_stacks`]); the released ones hold those stacks in MXFP4
-//! ([`crate::model::mxfp4`]), dequantised on loading as transformers does. Each expert's gate,
+//! interleaved ([`crate::model::checkpoint`]); the released ones hold those stacks in MXFP4
+//! ([`crate::model::checkpoint`]), dequantised on loading as transformers does. Each expert's gate,
 //! up and down projections are pruned as matrices of their own, as every other family's
 //! experts (`mlp.experts.E.gate_proj`); a saved copy stacks them back, unquantised.
 
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{invalid, LocalAttention};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
-use crate::model::expert_stacks::ExpertStacks;
-use crate::model::moe::{ClampedGlu, Experts};
+use crate::model::arch::{invalid, LocalAttention};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
+use crate::model::arch::ExpertStacks;
+use crate::model::arch::{ClampedGlu, Experts};
 
 /// `GptOssForCausalLM`.
 pub struct GptOss;
@@ -88,7 +88,7 @@ impl Family for GptOss {
     }
 
     /// The router is `mlp.router`; the experts' names are the decoder's, which
-    /// [`crate::model::expert_stacks`] reads from the stacks.
+    /// [`crate::model::checkpoint`] reads from the stacks.
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         let (layer, kind) = name.split_once(".mlp.gate.")?;
         Some(format!("{layer}.mlp.router.{kind}"))
@@ -159,9 +159,9 @@ impl Family for GptOss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::RopeScaling;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::RopeScaling;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// openai/gpt-oss-20b's `config.json`, as the hub has it (24 alternating `layer_types`).
     fn gpt_oss_20b() -> String {

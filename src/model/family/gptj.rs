@@ -12,9 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTJForCausalLM`.
 pub struct Gptj;
@@ -116,8 +114,8 @@ impl Family for Gptj {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// EleutherAI/gpt-j-6b's `config.json`, as the hub has it (its task parameters left out).
     const GPT_J_6B: &str = r#"{"activation_function":"gelu_new",

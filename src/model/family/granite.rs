@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{
-    positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers,
-};
+use crate::model::arch::{positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers};
 
 /// `GraniteForCausalLM`.
 pub struct Granite;
@@ -78,9 +76,9 @@ pub(super) fn multiplier_keys(config: &LlamaConfig) -> BTreeMap<&'static str, se
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::kernels::LogitScale;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::LogitScale;
+    use crate::model::arch::ModelShape;
 
     /// A config of Granite-3.1-8B's shape and factors.
     const GRANITE_8B: &str = r#"{"architectures":["GraniteForCausalLM"],"attention_bias":false,

@@ -19,10 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{Family, FusedLinear};
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
-use crate::model::expert_stacks::ExpertStacks;
-use crate::model::moe::Experts;
+use crate::model::arch::FusedLinear;
+use super::{Family};
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::ExpertStacks;
+use crate::model::arch::Experts;
 
 /// One of Granite's MoE config classes.
 pub struct GraniteMoe {
@@ -295,9 +296,9 @@ impl Family for GraniteMoe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::kernels::LogitScale;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::LogitScale;
+    use crate::model::arch::ModelShape;
 
     /// A config of granite-3.1-1b-a400m's shape and factors.
     const GRANITE_1B_A400M: &str = r#"{"architectures":["GraniteMoeForCausalLM"],

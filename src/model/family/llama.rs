@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `LlamaForCausalLM`.
 pub struct Llama;

@@ -1,7 +1,7 @@
 //! Llama 4 (`Llama4ForCausalLM`, model type `llama4_text`: the language model of Llama 4 Scout
 //! and Maverick, whose released checkpoints are `Llama4ForConditionalGeneration`,
-//! [`crate::model::vision_language`]):
-//! - attention ([`crate::model::llama4_attention`]) with RoPE on neighbouring pairs on the
+//! [`crate::model::family::vision_language`]):
+//! - attention ([`crate::model::decoder`]) with RoPE on neighbouring pairs on the
 //!   layers `no_rope_layers` marks 1 (by default three of every four) and none on the others
 //!   (NoPE); the rotating layers attend within chunks of `attention_chunk_size` (8192) and scale
 //!   queries and keys to unit RMS after RoPE (`use_qk_norm`); the NoPE layers attend in full
@@ -11,19 +11,17 @@
 //!   SwiGLU experts of `intermediate_size`, stacked in 3-D tensors
 //!   (`feed_forward.experts.gate_up_proj`, gate then up, and `down_proj`), each token going to
 //!   its `num_experts_per_tok` best by router logit with the logit's sigmoid scaling the expert's
-//!   input ([`crate::model::moe::Experts::scaled_inputs`]), beside an ungated shared expert of
+//!   input ([`crate::model::arch::Experts::scaled_inputs`]), beside an ungated shared expert of
 //!   `intermediate_size`; the other layers one SwiGLU MLP of `intermediate_size_mlp`;
 //! - the layer's modules under `feed_forward` (`feed_forward.router` the router).
 
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{
-    invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
-use crate::model::expert_stacks::ExpertStacks;
-use crate::model::llama4_attention::{Llama4Attention, QueryTemperature};
-use crate::model::moe::{Experts, SigmoidRouting};
+use crate::model::arch::{invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::ExpertStacks;
+use crate::model::arch::{Llama4Attention, QueryTemperature};
+use crate::model::arch::{Experts, SigmoidRouting};
 
 /// `Llama4ForCausalLM`.
 pub struct Llama4;
@@ -257,8 +255,8 @@ fn chunked_layers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// meta-llama/Llama-4-Scout-17B-16E-Instruct's `text_config`, as the hub has it (its
     /// 48 `no_rope_layers` flags written out below), as a text-only config.

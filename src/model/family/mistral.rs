@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{HfLlamaConfig, LlamaConfig};
 
 /// `MistralConfig`'s window where a config leaves `sliding_window` out.
 const MISTRAL_WINDOW: usize = 4096;
@@ -44,10 +44,10 @@ impl Family for Mistral {
 
 #[cfg(test)]
 mod tests {
-    use crate::model::config::HfLlamaConfig;
+    use crate::model::arch::HfLlamaConfig;
 
     /// A Mistral config, `sliding_window` as `window` says (`None`: the key left out).
-    fn resolve(window: Option<&str>) -> crate::model::config::LlamaConfig {
+    fn resolve(window: Option<&str>) -> crate::model::arch::LlamaConfig {
         let key = window.map_or(String::new(), |w| format!(r#","sliding_window":{w}"#));
         let json = format!(
             r#"{{"architectures":["MistralForCausalLM"],"hidden_size":8,"intermediate_size":16,

@@ -1,6 +1,6 @@
 //! Mixtral (`MixtralForCausalLM`, model type `mixtral`: Mixtral-8x7B, Mixtral-8x22B and their
 //! instruct models): Mistral's attention, sliding where `sliding_window` says, with a sparse
-//! mixture of SwiGLU experts instead of the MLP ([`crate::model::moe`]): a router
+//! mixture of SwiGLU experts instead of the MLP ([`crate::model::decoder`]): a router
 //! (`block_sparse_moe.gate`) sends each token to its `num_experts_per_tok` most probable of
 //! `num_local_experts` experts, their probabilities renormalised over the chosen ones. An
 //! expert's `w1`, `w3` and `w2` are the decoder's `gate_proj`, `up_proj` and `down_proj`.
@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
-use crate::model::moe::Experts;
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::Experts;
 
 /// `MixtralForCausalLM`.
 pub struct Mixtral;
@@ -95,8 +95,8 @@ impl Family for Mixtral {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// mistralai/Mixtral-8x7B-v0.1's `config.json`, as the hub has it.
     const MIXTRAL_8X7B: &str = r#"{"architectures":["MixtralForCausalLM"],

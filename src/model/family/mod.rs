@@ -1,4 +1,4 @@
-//! Decoder families. Every family runs on the one shared decoder ([`crate::model::llama`]), its
+//! Decoder families. Every family runs on the one shared decoder ([`crate::model::decoder`]), its
 //! fast kernels, pruning, streaming, the estimator and `save`; a family says only what is its
 //! own: its names in `config.json` and in GGUF files, and the config decisions that differ
 //! between families (which projections carry biases, sliding-window attention, per-head q/k
@@ -44,14 +44,16 @@ pub mod qwen3_moe;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;
+pub mod vision_language;
+
+mod hf_json;
+mod registry;
+mod resolve;
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 
-use super::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig,
-};
+use crate::model::arch::{FusedLinear, invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
 
 /// What a family's transformers config class takes for the keys of the model's shape that a
 /// config leaves out. A null is read the same way here, where some classes read it otherwise
@@ -97,55 +99,6 @@ pub struct AttentionBiases {
     pub qkv: bool,
     /// The output projection.
     pub o: bool,
-}
-
-/// A checkpoint tensor that stacks several of the decoder's linears by rows (names relative to
-/// the layer, without `.weight`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FusedLinear {
-    /// The checkpoint's name, e.g. `self_attn.qkv_proj`.
-    pub fused: &'static str,
-    /// The linears it holds, in row order.
-    pub parts: &'static [&'static str],
-    /// Whether the rows go by key/value head instead of part by part: each kv head's block
-    /// holds its rows of every part in turn (its query heads', its key's, its value's), then
-    /// the next kv head's (GPT-NeoX's and BLOOM's `query_key_value`, head by head; Falcon's
-    /// grouped by kv head).
-    pub per_kv_head: bool,
-}
-
-impl FusedLinear {
-    /// Where each part's rows lie in the stack: per part, in `parts` order, one range of rows
-    /// (stacked part by part) or one per kv head (`kv_heads` blocks of every part's
-    /// `rows / kv_heads` rows in turn), given each part's rows; `None` where a part's rows do
-    /// not split evenly over the kv heads. Loading reads a part from its ranges
-    /// ([`crate::model::weights::SplitSource`]), saving writes each part into them.
-    pub fn row_ranges(
-        &self,
-        part_rows: &[usize],
-        kv_heads: usize,
-    ) -> Option<Vec<Vec<std::ops::Range<usize>>>> {
-        let blocks = if self.per_kv_head { kv_heads.max(1) } else { 1 };
-        if part_rows.iter().any(|rows| !rows.is_multiple_of(blocks)) {
-            return None;
-        }
-        // Each part's rows in one block, and the rows of a whole block.
-        let widths: Vec<usize> = part_rows.iter().map(|rows| rows / blocks).collect();
-        let block: usize = widths.iter().sum();
-        let mut offset = 0;
-        Some(
-            widths
-                .iter()
-                .map(|&width| {
-                    let ranges = (0..blocks)
-                        .map(|b| b * block + offset..b * block + offset + width)
-                        .collect();
-                    offset += width;
-                    ranges
-                })
-                .collect(),
-        )
-    }
 }
 
 /// The checkpoint's name of the decoder's tensor `name` in a family that keeps its tensors under
@@ -199,9 +152,9 @@ pub(crate) static QUERY_KEY_VALUE_BY_KV_HEAD: [FusedLinear; 1] = [FusedLinear {
 /// `experts` where its counts make sense: at least one expert, and between one and all of them
 /// per token (`count_key` names the config's key for the count).
 pub(crate) fn checked_experts(
-    experts: crate::model::moe::Experts,
+    experts: crate::model::arch::Experts,
     count_key: &str,
-) -> Result<crate::model::moe::Experts, ConfigError> {
+) -> Result<crate::model::arch::Experts, ConfigError> {
     if experts.count == 0 {
         return Err(invalid(count_key, "must be at least 1".into()));
     }
@@ -253,7 +206,7 @@ pub(crate) fn shared_and_dense_layers(
 /// scored by its two best experts), `topk_group` (`open`) be between 1 and `n_group`, and the
 /// open groups hold at least `num_experts_per_tok` experts.
 pub(crate) fn check_groups(
-    experts: &crate::model::moe::Experts,
+    experts: &crate::model::arch::Experts,
     groups: usize,
     open: usize,
     smallest: usize,
@@ -288,9 +241,9 @@ pub(crate) fn check_groups(
 /// them; checked as [`checked_experts`].
 pub(crate) fn topk_experts(
     hf: &HfLlamaConfig,
-    defaults: crate::model::moe::Experts,
-) -> Result<crate::model::moe::Experts, ConfigError> {
-    let experts = crate::model::moe::Experts {
+    defaults: crate::model::arch::Experts,
+) -> Result<crate::model::arch::Experts, ConfigError> {
+    let experts = crate::model::arch::Experts {
         count: hf
             .num_experts
             .or(hf.num_local_experts)
@@ -591,9 +544,9 @@ pub trait Family: Sync {
     }
 
     /// How the family's Hugging Face checkpoints stack a layer's experts in 3-D tensors
-    /// ([`crate::model::expert_stacks`], GPT-OSS's and Llama 4's); `None` where each expert has
+    /// ([`crate::model::checkpoint`], GPT-OSS's and Llama 4's); `None` where each expert has
     /// linears of its own.
-    fn expert_stacks(&self) -> Option<crate::model::expert_stacks::ExpertStacks> {
+    fn expert_stacks(&self) -> Option<crate::model::arch::ExpertStacks> {
         None
     }
 
@@ -659,272 +612,10 @@ pub trait Family: Sync {
     }
 }
 
-/// The decoder family a checkpoint belongs to: the serialisable name of a [`Family`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Architecture {
-    /// `LlamaForCausalLM` (Llama 1/2/3, SmolLM, TinyLlama, …).
-    Llama,
-    /// `MistralForCausalLM`.
-    Mistral,
-    /// `Qwen2ForCausalLM` (q/k/v projections carry a bias).
-    Qwen2,
-    /// `Qwen3ForCausalLM` (per-head q/k RMSNorm).
-    Qwen3,
-    /// `Phi3ForCausalLM` (stacked `qkv_proj` and `gate_up_proj`).
-    Phi3,
-    /// `Gemma2ForCausalLM` (Gemma 3's layer without q/k norms, with soft-capped attention
-    /// scores and logits).
-    Gemma2,
-    /// `Gemma3ForCausalLM` (Gemma 3's text decoder: four `1 + w` norms per layer, GELU,
-    /// scaled embeddings, interleaved local and global attention).
-    Gemma3,
-    /// `OPTForCausalLM` (LayerNorms, biases everywhere, a ReLU MLP without a gate, learned
-    /// positions).
-    Opt,
-    /// `GPTNeoXForCausalLM` (Pythia, GPT-NeoX-20B: parallel residual, partial rotary, a
-    /// GELU MLP without a gate, q/k/v stacked head by head).
-    GptNeox,
-    /// `BloomForCausalLM` (ALiBi instead of positions, a LayerNorm of the embeddings,
-    /// LayerNorms, biases everywhere, a GELU MLP without a gate, q/k/v stacked head by head).
-    Bloom,
-    /// `FalconForCausalLM` (Falcon-7B's multi-query parallel layer with one norm, the new
-    /// architecture's grouped heads and two norms, q/k/v stacked by kv head).
-    Falcon,
-    /// `GemmaForCausalLM` (Gemma 1: Llama's layer with `1 + w` norms, GeGLU, scaled
-    /// embeddings, a tied head).
-    Gemma,
-    /// `PhiForCausalLM` (phi-1, phi-1.5, Phi-2: a parallel layer on one LayerNorm, partial
-    /// rotary, biases everywhere, the LM head's too).
-    Phi,
-    /// `StableLmForCausalLM` (StableLM-3B-4E1T, StableLM 2: Llama's layer with LayerNorms,
-    /// partial rotary, q/k/v biases, optionally parallel on one norm).
-    StableLm,
-    /// `Olmo2ForCausalLM` (OLMo 2: Llama's layer with output norms instead of pre-norms and
-    /// q/k norms across the heads).
-    Olmo2,
-    /// `Olmo3ForCausalLM` (OLMo 3: OLMo 2's layer with sliding-window attention on three
-    /// layers of four and RoPE per layer type).
-    Olmo3,
-    /// `SmolLM3ForCausalLM` (SmolLM3: Llama's layer with NoPE layers, a tied head).
-    SmolLm3,
-    /// `GraniteForCausalLM` (Granite 3.x: Llama's layer with factors of the embeddings, the
-    /// residual adds, the attention scores and the logits).
-    Granite,
-    /// `GraniteMoeForCausalLM` (Granite 3.x MoE: Granite's layer with routed experts stacked
-    /// in 3-D tensors).
-    GraniteMoe,
-    /// `GraniteMoeSharedForCausalLM` (Granite MoE with a shared MLP beside the experts).
-    GraniteMoeShared,
-    /// `GraniteMoeHybridForCausalLM` (Granite 4.0 whose layers are all attention layers: a
-    /// shared MLP, with or without experts, RoPE or none).
-    GraniteMoeHybrid,
-    /// `GlmForCausalLM` (GLM-4-9B-chat-hf: Llama's layer with interleaved half rotation,
-    /// q/k/v biases, stacked gate and up projections).
-    Glm,
-    /// `Glm4ForCausalLM` (GLM-4-0414: GLM's layer with output norms).
-    Glm4,
-    /// `CohereForCausalLM` (Command R, Aya: a parallel layer on one bias-free LayerNorm,
-    /// interleaved RoPE, scaled logits).
-    Cohere,
-    /// `Cohere2ForCausalLM` (Command R7B: Cohere's layer, sliding layers that alone rotate).
-    Cohere2,
-    /// `OlmoForCausalLM` (OLMo 1: Llama's layer with LayerNorms without gain or bias, q/k/v
-    /// clamped).
-    Olmo,
-    /// `MixtralForCausalLM` (Mistral's attention with a sparse mixture of SwiGLU experts).
-    Mixtral,
-    /// `Qwen3MoeForCausalLM` (Qwen3's attention with a sparse mixture of SwiGLU experts).
-    Qwen3Moe,
-    /// `OlmoeForCausalLM` (q/k norms across the heads, a sparse mixture of SwiGLU experts).
-    Olmoe,
-    /// `Qwen2MoeForCausalLM` (Qwen2's attention, routed experts beside a gated shared one).
-    Qwen2Moe,
-    /// `Starcoder2ForCausalLM` (StarCoder2: Llama's attention with biases, LayerNorms, a tanh
-    /// GELU MLP without a gate, a sliding window).
-    Starcoder2,
-    /// `GPTJForCausalLM` (GPT-J: a parallel layer on one LayerNorm, interleaved partial
-    /// rotary, an ungated MLP with biases, the LM head's bias).
-    Gptj,
-    /// `NemotronForCausalLM` (Nemotron, Minitron: Llama's attention with `1 + w` LayerNorms,
-    /// partial rotary, a squared-ReLU MLP without a gate).
-    Nemotron,
-    /// `GPT2LMHeadModel` (GPT-2: learned positions, LayerNorms, biases everywhere, a GELU MLP
-    /// without a gate, `Conv1D` weights stored transposed, q/k/v stacked part by part).
-    Gpt2,
-    /// `ArceeForCausalLM` (AFM-4.5B: Llama's layer with a squared-ReLU MLP without a gate).
-    Arcee,
-    /// `Exaone4ForCausalLM` (EXAONE 4.0: output norms alone, per-head q/k norms, local layers
-    /// that alone rotate).
-    Exaone4,
-    /// `GPTNeoForCausalLM` (GPT-Neo: GPT-2's layer with unscaled scores and alternating
-    /// global and local layers).
-    GptNeo,
-    /// `Ernie4_5ForCausalLM` (ERNIE 4.5: Llama's layer with interleaved RoPE and biases from
-    /// `use_bias`).
-    Ernie4_5,
-    /// `GPTBigCodeForCausalLM` (StarCoder 1, SantaCoder: GPT-2's layer with multi-query
-    /// attention and plain linears).
-    GptBigCode,
-    /// `GptOssForCausalLM` (gpt-oss-20b, gpt-oss-120b: attention with biases and sinks,
-    /// alternating sliding and full layers, experts with biases and a clamped GLU stacked in
-    /// 3-D tensors).
-    GptOss,
-    /// `Glm4MoeForCausalLM` (GLM-4.5, GLM-4.5-Air, GLM-4.6: partial rotary, sigmoid-routed
-    /// experts in groups beside an ungated shared one, the first layers dense).
-    Glm4Moe,
-    /// `DeepseekV2ForCausalLM` (DeepSeek-V2, V2-Lite, V2.5: latent attention, softmax-routed
-    /// experts beside an ungated shared one).
-    DeepseekV2,
-    /// `DeepseekV3ForCausalLM` (DeepSeek-V3, R1: latent attention, sigmoid-routed
-    /// experts in groups).
-    DeepseekV3,
-    /// `Llama4ForCausalLM` (Llama 4 Scout and Maverick's language model: chunked attention,
-    /// NoPE layers, sigmoid-routed experts scaling their inputs, stacked in 3-D tensors).
-    Llama4,
-}
-
-impl Architecture {
-    /// Every family this tool runs.
-    pub const ALL: [Architecture; 44] = [
-        Architecture::Llama,
-        Architecture::Mistral,
-        Architecture::Qwen2,
-        Architecture::Qwen3,
-        Architecture::Phi3,
-        Architecture::Gemma2,
-        Architecture::Gemma3,
-        Architecture::Opt,
-        Architecture::GptNeox,
-        Architecture::Bloom,
-        Architecture::Falcon,
-        Architecture::Gemma,
-        Architecture::Phi,
-        Architecture::StableLm,
-        Architecture::Olmo2,
-        Architecture::Olmo3,
-        Architecture::SmolLm3,
-        Architecture::Granite,
-        Architecture::Glm,
-        Architecture::Glm4,
-        Architecture::Cohere,
-        Architecture::Cohere2,
-        Architecture::Olmo,
-        Architecture::Mixtral,
-        Architecture::Qwen3Moe,
-        Architecture::Olmoe,
-        Architecture::Qwen2Moe,
-        Architecture::Starcoder2,
-        Architecture::Gptj,
-        Architecture::Nemotron,
-        Architecture::Gpt2,
-        Architecture::GptBigCode,
-        Architecture::Arcee,
-        Architecture::Exaone4,
-        Architecture::GptNeo,
-        Architecture::Ernie4_5,
-        Architecture::GptOss,
-        Architecture::Glm4Moe,
-        Architecture::DeepseekV2,
-        Architecture::DeepseekV3,
-        Architecture::Llama4,
-        Architecture::GraniteMoe,
-        Architecture::GraniteMoeShared,
-        Architecture::GraniteMoeHybrid,
-    ];
-
-    /// The family's adapter.
-    pub fn family(self) -> &'static dyn Family {
-        match self {
-            Architecture::Llama => &llama::Llama,
-            Architecture::Mistral => &mistral::Mistral,
-            Architecture::Qwen2 => &qwen2::Qwen2,
-            Architecture::Qwen3 => &qwen3::Qwen3,
-            Architecture::Phi3 => &phi3::Phi3,
-            Architecture::Gemma2 => &gemma2::Gemma2,
-            Architecture::Gemma3 => &gemma3::Gemma3,
-            Architecture::Opt => &opt::Opt,
-            Architecture::GptNeox => &gpt_neox::GptNeox,
-            Architecture::Bloom => &bloom::Bloom,
-            Architecture::Falcon => &falcon::Falcon,
-            Architecture::Gemma => &gemma::Gemma,
-            Architecture::Phi => &phi::Phi,
-            Architecture::StableLm => &stablelm::StableLm,
-            Architecture::Olmo2 => &olmo2::Olmo2,
-            Architecture::Olmo3 => &olmo3::Olmo3,
-            Architecture::SmolLm3 => &smollm3::SmolLm3,
-            Architecture::Granite => &granite::Granite,
-            Architecture::GraniteMoe => &granitemoe::GRANITE_MOE,
-            Architecture::GraniteMoeShared => &granitemoe::GRANITE_MOE_SHARED,
-            Architecture::GraniteMoeHybrid => &granitemoe::GRANITE_MOE_HYBRID,
-            Architecture::Glm => &glm::GLM,
-            Architecture::Glm4 => &glm::GLM4,
-            Architecture::Cohere => &cohere::COHERE,
-            Architecture::Cohere2 => &cohere::COHERE2,
-            Architecture::Olmo => &olmo::Olmo,
-            Architecture::Mixtral => &mixtral::Mixtral,
-            Architecture::Qwen3Moe => &qwen3_moe::Qwen3Moe,
-            Architecture::Olmoe => &olmoe::Olmoe,
-            Architecture::Qwen2Moe => &qwen2_moe::Qwen2Moe,
-            Architecture::Glm4Moe => &glm4_moe::Glm4Moe,
-            Architecture::DeepseekV2 => &deepseek::DEEPSEEK_V2,
-            Architecture::DeepseekV3 => &deepseek::DEEPSEEK_V3,
-            Architecture::Llama4 => &llama4::Llama4,
-            Architecture::Starcoder2 => &starcoder2::Starcoder2,
-            Architecture::Gptj => &gptj::Gptj,
-            Architecture::Nemotron => &nemotron::Nemotron,
-            Architecture::Gpt2 => &gpt2::Gpt2,
-            Architecture::GptBigCode => &gpt_bigcode::GptBigCode,
-            Architecture::GptOss => &gpt_oss::GptOss,
-            Architecture::Arcee => &arcee::Arcee,
-            Architecture::Exaone4 => &exaone4::Exaone4,
-            Architecture::GptNeo => &gpt_neo::GptNeo,
-            Architecture::Ernie4_5 => &ernie4_5::Ernie4_5,
-        }
-    }
-
-    /// The Hugging Face class name, as written in `config.json` `architectures`.
-    pub fn hf_class(self) -> &'static str {
-        self.family().hf_class()
-    }
-
-    /// The Hugging Face `model_type`.
-    pub fn model_type(self) -> &'static str {
-        self.family().model_type()
-    }
-
-    /// The family a `config.json` names, by class name or `model_type`.
-    pub fn from_hf_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| {
-            let family = a.family();
-            family.hf_class() == name || family.model_type() == name
-        })
-    }
-
-    /// The family of a GGUF file's `general.architecture`.
-    pub fn from_gguf_arch(arch: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|a| a.family().gguf_arch() == Some(arch))
-    }
-
-    /// The class names this tool runs, for error messages.
-    pub fn supported_hf_classes() -> String {
-        Self::ALL.map(Architecture::hf_class).join(", ")
-    }
-
-    /// The GGUF architectures this tool reads, for error messages.
-    pub fn supported_gguf_archs() -> String {
-        let archs: Vec<&str> = Self::ALL
-            .iter()
-            .filter_map(|a| a.family().gguf_arch())
-            .collect();
-        archs.join(", ")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::arch::Architecture;
 
     /// q of 4 rows, k and v of 2, over 2 kv heads: part by part, `[q q q q k k v v]`; by kv
     /// head, `[q q k v | q q k v]`.

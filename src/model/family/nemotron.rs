@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `NemotronForCausalLM`.
 pub struct Nemotron;
@@ -75,9 +75,9 @@ impl Family for Nemotron {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::Activation;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Activation;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// nvidia/Minitron-4B-Base's `config.json`, as the hub has it.
     const MINITRON_4B: &str = r#"{"architectures":["NemotronForCausalLM"],

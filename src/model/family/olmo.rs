@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{
-    positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::arch::{positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `OlmoForCausalLM`.
 pub struct Olmo;
@@ -63,8 +61,8 @@ impl Family for Olmo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// allenai/OLMo-7B-0424-hf's `config.json`, as the hub has it.
     const OLMO_7B_0424: &str = r#"{"architectures":["OlmoForCausalLM"],

@@ -8,7 +8,7 @@
 //! - an untied head.
 
 use super::Family;
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig};
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig};
 
 /// `Olmo2ForCausalLM`.
 pub struct Olmo2;
@@ -65,9 +65,9 @@ pub(super) fn olmo2_layer(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::LlamaConfig;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::LlamaConfig;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// allenai/OLMo-2-1124-7B's `config.json`, as the hub has it.
     const OLMO_2_7B: &str = r#"{"architectures":["Olmo2ForCausalLM"],"attention_bias":false,

@@ -1,15 +1,15 @@
 //! OLMoE (`OlmoeForCausalLM`, model type `olmoe`: AI2's OLMoE-1B-7B-0924 and 0125 and their
 //! instruct models): Llama's pre-norm layer with RMSNorms of the queries and keys across all
 //! heads of a position (OLMo 2's), and a sparse mixture of `num_experts` SwiGLU experts of
-//! `intermediate_size` in every layer ([`crate::model::moe`]), each token sent to
+//! `intermediate_size` in every layer ([`crate::model::decoder`]), each token sent to
 //! `num_experts_per_tok` of them, their probabilities renormalised where `norm_topk_prob` says
 //! (not by default) and rounded to the model's dtype. Checkpoint names are the decoder's.
 
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
-use crate::model::moe::Experts;
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::Experts;
 
 /// `OlmoeForCausalLM`.
 pub struct Olmoe;
@@ -71,8 +71,8 @@ impl Family for Olmoe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// allenai/OLMoE-1B-7B-0924's `config.json`, as the hub has it.
     const OLMOE_1B_7B: &str = r#"{"architectures":["OlmoeForCausalLM"],

@@ -15,9 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::config::{
-    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
-};
+use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `OPTForCausalLM`.
 pub struct Opt;
@@ -134,8 +132,8 @@ impl Family for Opt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// OPT-125m's `config.json`, as the hub has it.
     const OPT_125M: &str = r#"{"_name_or_path":"facebook/opt-125m","_remove_final_layer_norm":false,

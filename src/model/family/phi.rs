@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `PhiForCausalLM`.
 pub struct Phi;
@@ -106,8 +106,8 @@ impl Family for Phi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// microsoft/phi-2's `config.json`, as the hub has it.
     const PHI_2: &str = r#"{"_name_or_path":"microsoft/phi-2","architectures":["PhiForCausalLM"],

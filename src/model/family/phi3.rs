@@ -1,19 +1,20 @@
 //! Phi-3: Llama's layer, stored with the query, key and value projections stacked in one
 //! `self_attn.qkv_proj` and the MLP's gate and up projections in one `mlp.gate_up_proj` (rows
 //! in that order), with a sliding window. The decoder holds them as the separate matrices they
-//! are; loading splits them ([`crate::model::weights::SplitSource`]), pruning selects over each
-//! stack as the one matrix the reference code sees ([`crate::model::llama::DecoderLayer::stacked`]),
+//! are; loading splits them ([`crate::model::checkpoint::SplitSource`]), pruning selects over each
+//! stack as the one matrix the reference code sees ([`crate::model::decoder::DecoderLayer::stacked`]),
 //! and saving stacks them again.
 //!
 //! The 128k models (Phi-3-mini/medium-128k, Phi-3.5-mini, Phi-4-mini) scale RoPE by LongRoPE
-//! ([`crate::model::config::RopeScaling::LongRope`]; the class reads the legacy `su` and `yarn`
+//! ([`crate::model::arch::RopeScaling::LongRope`]; the class reads the legacy `su` and `yarn`
 //! types as LongRoPE), and Phi-4-mini rotates only the first `partial_rotary_factor` (0.75) of
 //! each head.
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family, FusedLinear};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::FusedLinear;
+use super::{ClassDefaults, Family};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Phi3ForCausalLM`.
 pub struct Phi3;
@@ -92,7 +93,7 @@ impl Family for Phi3 {
 
 #[cfg(test)]
 mod tests {
-    use crate::model::config::{HfLlamaConfig, LlamaConfig, RopeScaling};
+    use crate::model::arch::{HfLlamaConfig, LlamaConfig, RopeScaling};
 
     /// A Phi-3.5-mini-shaped config with `extra` keys (two rotated pairs a head: head_dim 4).
     fn resolve(extra: &str) -> Result<LlamaConfig, String> {

@@ -1,7 +1,7 @@
 //! Qwen2-MoE (`Qwen2MoeForCausalLM`, model type `qwen2_moe`: Qwen1.5-MoE-A2.7B,
 //! Qwen2-57B-A14B): Qwen2's attention (q/k/v biases from `qkv_bias`, default true; its sliding
 //! layers) with, in every layer, `num_experts` routed SwiGLU experts of `moe_intermediate_size`
-//! ([`crate::model::moe`]; `num_experts_per_tok` per token, renormalised where `norm_topk_prob`
+//! ([`crate::model::decoder`]; `num_experts_per_tok` per token, renormalised where `norm_topk_prob`
 //! says, the weights rounded to the model's dtype) beside a shared expert of
 //! `shared_expert_intermediate_size` that every token goes through, its output times
 //! `sigmoid(shared_expert_gate(x))`. Checkpoint names are the decoder's (`mlp.shared_expert.*`,
@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use super::qwen2::{qwen_extras, qwen_hf_keys};
 use super::qwen3_moe::refuse_dense_layers;
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
-use crate::model::moe::Experts;
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::Experts;
 
 /// `Qwen2MoeForCausalLM`.
 pub struct Qwen2Moe;
@@ -51,7 +51,7 @@ impl Family for Qwen2Moe {
         refuse_dense_layers(hf)?;
         let shared = hf.shared_expert_intermediate_size.unwrap_or(5632);
         if shared == 0 {
-            return Err(crate::model::config::invalid(
+            return Err(crate::model::arch::invalid(
                 "shared_expert_intermediate_size",
                 "must be at least 1".into(),
             ));
@@ -85,8 +85,8 @@ impl Family for Qwen2Moe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// Qwen/Qwen1.5-MoE-A2.7B's `config.json`, as the hub has it.
     const QWEN1_5_MOE_A2_7B: &str = r#"{"architectures":["Qwen2MoeForCausalLM"],

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::qwen2::{qwen_extras, qwen_hf_keys};
 use super::{ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen3ForCausalLM`.
 pub struct Qwen3;

@@ -1,7 +1,7 @@
 //! Qwen3-MoE (`Qwen3MoeForCausalLM`, model type `qwen3_moe`: Qwen3-30B-A3B, Qwen3-235B-A22B,
 //! Qwen3-Coder-30B-A3B): Qwen3's attention (per-head q/k RMSNorms, a `head_dim` of its own) with
 //! a sparse mixture of `num_experts` SwiGLU experts of `moe_intermediate_size` in every layer
-//! ([`crate::model::moe`]), each token sent to `num_experts_per_tok` of them, their
+//! ([`crate::model::decoder`]), each token sent to `num_experts_per_tok` of them, their
 //! probabilities renormalised where `norm_topk_prob` says and rounded to the model's dtype.
 //! Sliding-window attention on every layer where `use_sliding_window` says (no released model
 //! does). Checkpoint names are the decoder's (`mlp.gate`, `mlp.experts.E.gate_proj`).
@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
-use crate::model::moe::Experts;
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::Experts;
 
 /// `Qwen3MoeForCausalLM`.
 pub struct Qwen3Moe;
@@ -91,8 +91,8 @@ pub(super) fn refuse_dense_layers(hf: &HfLlamaConfig) -> Result<(), ConfigError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// Qwen/Qwen3-30B-A3B's `config.json`, as the hub has it.
     const QWEN3_30B_A3B: &str = r#"{"architectures":["Qwen3MoeForCausalLM"],

@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::config::{
-    invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
-};
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
 
 /// `SmolLM3ForCausalLM`.
 pub struct SmolLm3;
@@ -139,8 +137,8 @@ pub(crate) fn nope_layers(hf: &HfLlamaConfig) -> Result<Vec<bool>, ConfigError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// HuggingFaceTB/SmolLM3-3B's `config.json`, as the hub has it (its 36 flags written out
     /// below).

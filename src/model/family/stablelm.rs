@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::config::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `StableLmForCausalLM`.
 pub struct StableLm;
@@ -101,8 +101,8 @@ impl Family for StableLm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// stabilityai/stablelm-2-1_6b's `config.json`, as the hub has it.
     const STABLELM_2_1_6B: &str = r#"{"architectures":["StableLmForCausalLM"],

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::config::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Starcoder2ForCausalLM`.
 pub struct Starcoder2;
@@ -94,8 +94,8 @@ impl Family for Starcoder2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::family::Architecture;
-    use crate::model::shape::ModelShape;
+    use crate::model::arch::Architecture;
+    use crate::model::arch::ModelShape;
 
     /// bigcode/starcoder2-3b's `config.json`, as the hub has it.
     const STARCODER2_3B: &str = r#"{"architectures":["Starcoder2ForCausalLM"],

@@ -22,10 +22,10 @@ use rayon::prelude::*;
 
 use super::vecmath;
 use super::{
-    HeadWeights, Kernels, LayerWeights, LinearInput, LogitScale, ModelWeights, NormWeights,
+    HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights,
 };
-use crate::model::config::Activation;
-use crate::model::rope;
+use crate::model::arch::{Activation, LogitScale};
+use crate::model::arch::rope;
 
 mod head;
 mod held;

@@ -28,9 +28,14 @@ mod cublas_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fused;
+mod host;
 #[cfg(feature = "cuda")]
 mod nvrtc;
+mod transpose;
 mod vecmath;
+
+pub use host::*;
+pub use transpose::*;
 
 use std::any::Any;
 
@@ -40,7 +45,7 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 
-use super::config::Activation;
+use crate::model::arch::{Activation, LogitScale};
 
 pub use fused::{product_kernel_name, ATTENTION_ROWS, HEAD_ROWS};
 
@@ -294,25 +299,6 @@ pub struct HeadWeights<'a, B: Backend> {
     pub logit_scale: Option<LogitScale>,
 }
 
-/// How a head scales its logits, in f32 as transformers does.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LogitScale {
-    /// `l · s` (Cohere's `logit_scale`).
-    Times(f32),
-    /// `l / s` (Granite's `logits_scaling`).
-    Over(f32),
-}
-
-impl LogitScale {
-    /// `logit` scaled.
-    pub fn apply(self, logit: f32) -> f32 {
-        match self {
-            LogitScale::Times(s) => logit * s,
-            LogitScale::Over(s) => logit / s,
-        }
-    }
-}
-
 /// The borrowed weights of a whole decoder.
 pub struct ModelWeights<'a, B: Backend> {
     /// Decoder layers, in order.
@@ -354,7 +340,7 @@ pub trait Kernels<B: Backend>: Sync {
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
-    /// - `cos`, `sin`: `[seq, rotary]` as made by [`super::rope::tables`] (`rotary`: the
+    /// - `cos`, `sin`: `[seq, rotary]` as made by [`crate::model::arch::rope::tables`] (`rotary`: the
     ///   dimensions of a head that rotate, `head_dim` but in GPT-NeoX)
     fn layer_forward(
         &self,

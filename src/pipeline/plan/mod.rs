@@ -26,7 +26,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::pipeline::error::{nearest, Diagnostic, PathKind, Problem, ValidationError};
-use crate::pipeline::render::{self, GraphFormat};
+pub use crate::pipeline::kinds::ArtifactKind;
 use crate::pipeline::spec::{
     self, Parsed, Pattern, PipelineSpec, StageKind, StageLayout, StageOptions, StageSpec, Sweep,
 };
@@ -34,56 +34,14 @@ use crate::pipeline::yaml::{self, Entry, KeyPath, Node, Origin, Seg, Value};
 
 mod checks;
 mod graph;
+mod render;
 mod sweep;
+
+pub use render::GraphFormat;
 
 use checks::{check_cell, CellProblems, Checker};
 use graph::{build_graph, check_stage_graph};
 use sweep::{expand_cells, resolve_sweep_keys, Owner, Target};
-
-/// What a stage needs or makes. Checked at plan time, before any tensor exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArtifactKind {
-    /// Model weights in memory (dense after `load`, pruned after `prune`).
-    Model,
-    /// A peak-memory estimate.
-    Estimate,
-    /// The effective settings after the gate (nsamples, seqlen).
-    EffectiveSettings,
-    /// Calibration sequences.
-    Calibration,
-    /// Evaluation results.
-    Metrics,
-    /// Weights written to disk.
-    SavedModel,
-}
-
-impl ArtifactKind {
-    /// The stage kind that produces it.
-    pub fn producer_kind(self) -> StageKind {
-        match self {
-            ArtifactKind::Model => StageKind::Load,
-            ArtifactKind::Estimate => StageKind::Estimate,
-            ArtifactKind::EffectiveSettings => StageKind::Gate,
-            ArtifactKind::Calibration => StageKind::Calibrate,
-            ArtifactKind::Metrics => StageKind::Eval,
-            ArtifactKind::SavedModel => StageKind::Save,
-        }
-    }
-}
-
-impl fmt::Display for ArtifactKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ArtifactKind::Model => "a model",
-            ArtifactKind::Estimate => "a memory estimate",
-            ArtifactKind::EffectiveSettings => "effective settings",
-            ArtifactKind::Calibration => "calibration data",
-            ArtifactKind::Metrics => "metrics",
-            ArtifactKind::SavedModel => "a saved model",
-        })
-    }
-}
 
 /// The artifacts a stage needs from upstream; `prune` needs calibration unless it is plain
 /// `magnitude` (see [`crate::pipeline::spec::PruneOptions::needs_calibration`]).

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
 use burn::prelude::*;
-use wanda::model::config::{HfLlamaConfig, LlamaConfig};
-use wanda::model::export::{save_hf_folder, SaveDtype, SaveSpec};
-use wanda::model::llama::Llama;
+use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
+use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+use wanda::model::decoder::Llama;
 
 /// Every file below `dir` (in its subfolders too), sorted.
 pub fn files_below(dir: &Path) -> Vec<PathBuf> {

@@ -1,8 +1,8 @@
 //! DeepSeek's configs as the hub has them, resolved; each count checked against transformers'.
 
 use super::*;
-use crate::model::family::Architecture;
-use crate::model::shape::ModelShape;
+use crate::model::arch::Architecture;
+use crate::model::arch::ModelShape;
 
 /// deepseek-ai/DeepSeek-V2-Lite's `config.json` (without `auto_map`).
 const V2_LITE: &str = r#"{"architectures":["DeepseekV2ForCausalLM"],"attention_bias":false,

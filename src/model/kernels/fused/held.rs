@@ -11,7 +11,7 @@ use super::{
     contiguous, Dims, HeadNormRef, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef,
     LogitScale, Nd, NormRef, NormWeights,
 };
-use crate::model::config::Activation;
+use crate::model::arch::Activation;
 
 /// The primitives of a model's weights, held while their slices are borrowed.
 pub(super) struct Held {

@@ -42,7 +42,7 @@ pub(super) fn values(x: NdArrayTensor) -> Result<Vec<f32>, NdArrayTensor> {
 /// [`Kernels::host_transposed`](super::super::Kernels::host_transposed), read from the buffer.
 pub(super) fn transposed(x: &Tensor<Nd, 2>) -> Option<Vec<f32>> {
     let (primitive, [rows, cols]) = matrix_of(x)?;
-    Some(crate::model::weights::transpose(
+    Some(crate::model::kernels::transpose(
         contiguous(&primitive)?,
         rows,
         cols,

@@ -1,0 +1,115 @@
+//! The settings of the attention variants a config describes: DeepSeek's latent attention and
+//! Llama 4's chunked attention with its query temperature ([`crate::model::decoder`] runs them).
+
+use burn::prelude::*;
+use burn::tensor::FloatDType;
+use serde::{Deserialize, Serialize};
+
+/// The latent attention's widths and factors, as a DeepSeek config gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatentAttention {
+    /// The queries' latent width (`q_lora_rank`); `None`: queries are projected directly.
+    pub q_lora_rank: Option<usize>,
+    /// The keys' and values' latent width (`kv_lora_rank`).
+    pub kv_lora_rank: usize,
+    /// The dimensions of a head's query and key without position (`qk_nope_head_dim`).
+    pub qk_nope_head_dim: usize,
+    /// The rotated dimensions of a head's query and of the shared key (`qk_rope_head_dim`).
+    pub qk_rope_head_dim: usize,
+    /// A head's value width (`v_head_dim`).
+    pub v_head_dim: usize,
+    /// YaRN's `mscale_all_dim` as the config gives it (0 or absent: none), kept for a saved
+    /// copy.
+    pub mscale_all_dim: Option<f64>,
+    /// The factor of `q·k` where it is not `(qk_nope + qk_rope)^-0.5`: that times
+    /// `(0.1 · mscale_all_dim · ln factor + 1)²` under a scaled RoPE.
+    pub scale: Option<f64>,
+    /// Whether the rotated dimensions pair up as neighbours (DeepSeek-V2's complex rotation,
+    /// V3's `rope_interleave`) instead of as halves.
+    pub interleaved: bool,
+}
+
+impl LatentAttention {
+    /// A head's query and key width, `qk_nope_head_dim + qk_rope_head_dim`.
+    pub fn qk_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+
+    /// The parameters of one layer's latent attention's linears for a model `hidden` wide with
+    /// `heads` heads, with their biases where `biased` (`q_a_proj`, `kv_a_proj_with_mqa` and
+    /// `o_proj` carry them under `attention_bias`).
+    pub fn linear_parameters(&self, hidden: usize, heads: usize, biased: bool) -> u64 {
+        let (h, q, rope) = (hidden, heads * self.qk_head_dim(), self.qk_rope_head_dim);
+        let kv_a = self.kv_lora_rank + rope;
+        let queries = match self.q_lora_rank {
+            None => h * q,
+            Some(r) => h * r + r * q + if biased { r } else { 0 },
+        };
+        let kv = h * kv_a + self.kv_lora_rank * heads * self.kv_b_width();
+        let out = heads * self.v_head_dim * h;
+        let bias = if biased { kv_a + h } else { 0 };
+        (queries + kv + out + bias) as u64
+    }
+
+    /// The gains of the two latent norms (`q_a_layernorm` where there is one, `kv_a_layernorm`).
+    pub fn norm_parameters(&self) -> usize {
+        self.q_lora_rank.unwrap_or(0) + self.kv_lora_rank
+    }
+
+    /// The rows of `kv_b_proj` per head: its unrotated key and its value.
+    pub(crate) fn kv_b_width(&self) -> usize {
+        self.qk_nope_head_dim + self.v_head_dim
+    }
+}
+
+/// Llama 4's attention additions ([`crate::model::arch::DecoderExtras::llama4_attention`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Llama4Attention {
+    /// Positions per chunk of the chunked layers (`attention_chunk_size`).
+    pub chunk_size: usize,
+    /// Per layer: `true` where it attends within chunks (`chunked_attention`).
+    pub chunked_layers: Vec<bool>,
+    /// Whether the rotating layers scale queries and keys to unit RMS after RoPE
+    /// (`use_qk_norm`); the epsilon is the model's `rms_norm_eps`.
+    pub unit_qk_norm: bool,
+    /// The NoPE layers' query temperature (`attn_temperature_tuning`); `None` without it.
+    pub temperature: Option<QueryTemperature>,
+}
+
+/// The temperature of a NoPE layer's queries (`floor_scale`, `attn_scale`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct QueryTemperature {
+    /// Positions per step of the temperature (`floor_scale`).
+    pub floor_scale: f64,
+    /// The temperature's growth per step, on a log scale (`attn_scale`).
+    pub attn_scale: f64,
+}
+
+impl QueryTemperature {
+    /// The factor of the queries at position `p`, in f32 as transformers computes it:
+    /// `log1p(floor((p + 1) / floor_scale)) · attn_scale + 1` (1 before `floor_scale − 1`).
+    pub fn factor(self, p: usize) -> f32 {
+        let steps = ((p as f32 + 1.0) / self.floor_scale as f32).floor();
+        steps.ln_1p() * self.attn_scale as f32 + 1.0
+    }
+
+    /// `q` with each position's queries times its factor, multiplied in f32 and returned in
+    /// `q`'s type; the queries are positions `offset, offset + 1, …`.
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, heads, seq, head_dim]` → same
+    pub fn apply<B: Backend>(self, q: Tensor<B, 4>, offset: usize) -> Tensor<B, 4> {
+        let seq = q.dims()[2];
+        let factors: Vec<f32> = (offset..offset + seq).map(|p| self.factor(p)).collect();
+        if factors.iter().all(|&f| f == 1.0) {
+            return q;
+        }
+        let dtype = q.dtype();
+        let factors = Tensor::<B, 1>::from_data(
+            TensorData::new(factors, [seq]),
+            (&q.device(), burn::tensor::DType::F32),
+        )
+        .reshape([1, 1, seq, 1]);
+        (q.cast(FloatDType::F32) * factors).cast(dtype)
+    }
+}

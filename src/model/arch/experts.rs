@@ -1,0 +1,186 @@
+//! How a family routes tokens to its experts: the routers' settings and the experts' activation, as a
+//! config gives them ([`crate::model::decoder`] runs them).
+
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// How a family routes tokens to its experts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Experts {
+    /// Experts per layer (Mixtral's `num_local_experts`).
+    pub count: usize,
+    /// Experts each token goes to (`num_experts_per_tok`).
+    pub per_token: usize,
+    /// Whether the chosen experts' probabilities are renormalised to sum to one (Mixtral
+    /// always; `norm_topk_prob` elsewhere).
+    pub normalize: bool,
+    /// Each expert's MLP width (Mixtral's `intermediate_size`, Qwen3-MoE's
+    /// `moe_intermediate_size`).
+    pub width: usize,
+    /// Whether the routing weights are rounded to the model's dtype before they multiply the
+    /// experts' outputs (Qwen3-MoE's and OLMoE's routers return them so; Mixtral's keep f32).
+    pub round_weights: bool,
+    /// The width of a shared expert every token goes through beside the routed ones, its output
+    /// gated by `sigmoid(shared_expert_gate(x))` (Qwen2-MoE's) unless `shared_ungated`; `None`
+    /// without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<usize>,
+    /// Whether the shared expert's output is added as it is, without a gate (GLM-4.5's
+    /// `shared_experts`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_ungated: bool,
+    /// Tokens are routed by grouped sigmoid scores instead of the softmax (DeepSeek-V3's router,
+    /// GLM-4.5's); `None`: the softmax.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigmoid: Option<SigmoidRouting>,
+    /// The first layers have one dense MLP of the decoder's `intermediate_size` instead of
+    /// experts (GLM-4.5's `first_k_dense_replace`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first_dense_layers: usize,
+    /// Whether the router and every expert's linears carry biases (GPT-OSS).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub biased: bool,
+    /// The experts' clamped GLU in place of the decoder's activation (GPT-OSS); `None`: the
+    /// decoder's gated MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clamped_glu: Option<ClampedGlu>,
+    /// Tokens are routed by the softmax within the best groups and the weights scaled
+    /// (DeepSeek-V2's router); `None`: over all experts, unscaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_softmax: Option<LimitedSoftmax>,
+    /// Only every `layer_step`-th layer has experts, layers `step − 1, 2·step − 1, …` (Llama 4's
+    /// `interleave_moe_layer_step`); the others a dense MLP of the decoder's
+    /// `intermediate_size`. 1: every layer past the dense first ones.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub layer_step: usize,
+    /// The routing weights scale each expert's input instead of its output, and the router
+    /// computes in the model's type (Llama 4's `Llama4TextMoe`: `experts(x · w)`, the experts'
+    /// outputs summed unweighted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scaled_inputs: bool,
+}
+
+impl Experts {
+    /// Mixtral's routing: `per_token` of `count` experts `width` wide chosen by the softmax
+    /// over all of them, their probabilities renormalised and kept in f32, on every layer,
+    /// with nothing beside them. The other families change a field or two of it.
+    pub const fn softmax(count: usize, per_token: usize, width: usize) -> Experts {
+        Experts {
+            count,
+            per_token,
+            normalize: true,
+            width,
+            round_weights: false,
+            shared: None,
+            shared_ungated: false,
+            sigmoid: None,
+            first_dense_layers: 0,
+            biased: false,
+            clamped_glu: None,
+            limited_softmax: None,
+            layer_step: 1,
+            scaled_inputs: false,
+        }
+    }
+
+    /// Whether layer `i` of a model with these experts has them: past the dense first layers,
+    /// and one of every [`Self::layer_step`].
+    pub fn in_layer(&self, i: usize) -> bool {
+        let step = self.layer_step.max(1);
+        i >= self.first_dense_layers && (i + 1).is_multiple_of(step)
+    }
+
+    /// The layers, of `layers`, that have a dense MLP instead.
+    pub fn dense_layers(&self, layers: usize) -> usize {
+        (0..layers).filter(|&i| !self.in_layer(i)).count()
+    }
+}
+
+/// `serde`'s test for a count left out of a config when it is 0.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// `serde`'s default of [`Experts::layer_step`].
+fn one() -> usize {
+    1
+}
+
+/// `serde`'s test for a step left out of a config when it is 1.
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
+/// DeepSeek-V3's router (transformers' `DeepseekV3TopkRouter`, GLM-4.5's `Glm4MoeTopkRouter`):
+/// per token the sigmoid of each router logit, computed in f32; the experts are chosen by that
+/// score plus the expert's correction bias (`e_score_correction_bias`), among the
+/// `groups_per_token` of `groups` equal groups whose two best such scores sum highest; each
+/// chosen expert's weight is its sigmoid, renormalised over the chosen where
+/// [`Experts::normalize`] says, times `scale`. Llama 4's router (`Llama4Router`) is the case of
+/// one group, no correction biases (`uncorrected`), no renormalisation and a scale of 1.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SigmoidRouting {
+    /// Groups of experts (`n_group`).
+    pub groups: usize,
+    /// Groups a token's experts come from (`topk_group`).
+    pub groups_per_token: usize,
+    /// The factor of the routing weights (`routed_scaling_factor`).
+    pub scale: f64,
+    /// The choice is by the sigmoids alone: the router has no correction biases (Llama 4's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub uncorrected: bool,
+}
+
+impl SigmoidRouting {
+    /// Llama 4's router: the sigmoids of the top logits, unscaled, in one group.
+    pub const LLAMA4: SigmoidRouting = SigmoidRouting {
+        groups: 1,
+        groups_per_token: 1,
+        scale: 1.0,
+        uncorrected: true,
+    };
+}
+
+/// DeepSeek-V2's router (transformers' `DeepseekV2TopkRouter`): per token the softmax of the
+/// router logits in f32; the experts chosen by that probability among the `groups_per_token`
+/// of `groups` equal groups whose best probability is highest (`group_limited_greedy`; one
+/// group open to all is `greedy`); each chosen expert's weight its probability, renormalised
+/// where [`Experts::normalize`] says (DeepSeek-V2's never is), times `scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LimitedSoftmax {
+    /// Groups of experts (`n_group`; 1 under `greedy`).
+    pub groups: usize,
+    /// Groups a token's experts come from (`topk_group`).
+    pub groups_per_token: usize,
+    /// The factor of the routing weights (`routed_scaling_factor`).
+    pub scale: f64,
+}
+
+/// GPT-OSS's expert activation: with `g = min(gate, limit)` and `u = clamp(up, ±limit)`, the
+/// down projection reads `(u + 1) · g · σ(alpha · g)` (transformers' `GptOssExperts`,
+/// `swiglu_limit` and `swiglu_alpha`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClampedGlu {
+    /// The gain inside the sigmoid (`swiglu_alpha`, 1.702).
+    pub alpha: f64,
+    /// The clamp of the gate (above) and the up projection (both sides) (`swiglu_limit`, 7).
+    pub limit: f64,
+}
+
+impl ClampedGlu {
+    /// `(clamp(up, ±limit) + 1) · g · σ(alpha · g)`, `g = min(gate, limit)`, in the tensors'
+    /// type, as transformers computes it.
+    ///
+    /// # Shapes
+    /// - `gate`, `up`: any, the same → same
+    pub fn apply<B: Backend, const D: usize>(
+        self,
+        gate: Tensor<B, D>,
+        up: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let gate = gate.clamp_max(self.limit);
+        let up = up.clamp(-self.limit, self.limit);
+        let glu = gate.clone() * burn::tensor::activation::sigmoid(gate * self.alpha);
+        (up + 1.0) * glu
+    }
+}

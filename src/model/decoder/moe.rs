@@ -1,0 +1,667 @@
+//! Sparse mixture-of-experts feed-forward blocks (Mixtral's `block_sparse_moe`): a router
+//! (`gate`, a linear `hidden → experts`) scores every token, the token goes to its `top_k`
+//! experts by softmax probability, and the block returns the experts' outputs weighted by those
+//! probabilities (renormalised over the `top_k` where the family says so), or as DeepSeek-V3's
+//! router does by grouped sigmoid scores ([`SigmoidRouting`], GLM-4.5's). Each expert is the
+//! decoder's gated MLP, or GPT-OSS's clamped GLU with biases ([`ClampedGlu`]).
+//!
+//! Calibration sees each expert's inputs as the reference code's forward hooks on the expert's
+//! linears see them: only the tokens routed to it, one sample at a time
+//! ([`LinearInput::ExpertIn`], [`LinearInput::ExpertHidden`]).
+
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::{DType, FloatDType, IndexingUpdateOp};
+
+use crate::model::kernels::to_host_f32;
+use crate::model::kernels::{project, project_all, LinearInput};
+use crate::model::decoder::Mlp;
+use crate::model::arch::{Experts, SigmoidRouting};
+
+/// The router of a layer with experts, named relative to the layer.
+pub(crate) const ROUTER: &str = "mlp.gate";
+
+/// A layer's shared expert (Qwen2-MoE's), named relative to the layer.
+pub(crate) const SHARED_EXPERT: &str = "mlp.shared_expert";
+
+/// The gate of a shared expert's output, named relative to the layer.
+pub(crate) const SHARED_GATE: &str = "mlp.shared_expert_gate";
+
+/// A sigmoid router's correction biases ([`SigmoidRouting`]), named relative to the layer.
+pub(crate) const CORRECTION: &str = "mlp.gate.e_score_correction_bias";
+
+/// An expert every token goes through (Qwen2-MoE's `shared_expert`), its output times
+/// `sigmoid(gate(x))` where it has a gate.
+#[derive(Module, Debug)]
+pub(crate) struct SharedExpert<B: Backend> {
+    /// The expert, a gated MLP; its down projection reads [`LinearInput::MlpHidden`].
+    pub mlp: Mlp<B>,
+    /// `shared_expert_gate`, `[hidden, 1]`; `None` where the output is added ungated (GLM-4.5).
+    pub gate: Option<Linear<B>>,
+}
+
+/// One decoder layer's experts and their router.
+#[derive(Module, Debug)]
+pub(crate) struct SparseMoe<B: Backend> {
+    /// The router, `[hidden, experts]`.
+    pub router: Linear<B>,
+    /// The experts, each a gated MLP.
+    pub experts: Vec<Mlp<B>>,
+    /// The shared expert, where the family has one.
+    pub shared: Option<SharedExpert<B>>,
+    /// How tokens are routed.
+    #[module(skip)]
+    pub routing: Experts,
+    /// Each expert's bias of the scores experts are chosen by, with sigmoid routing
+    /// (`mlp.gate.e_score_correction_bias`), held on the host.
+    #[module(skip)]
+    pub correction: Option<Vec<f32>>,
+}
+
+/// The tokens routed to one expert, in token order, with the weight of its output in each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Routed {
+    /// Rows of the flattened `[batch · seq]` tokens.
+    pub tokens: Vec<usize>,
+    /// The weight of the expert's output for each token.
+    pub weights: Vec<f32>,
+}
+
+/// Routes `tokens` tokens by their router logits (`[tokens, experts]`, row-major), per token
+/// by the softmax ([`softmax_choice`]) or by grouped sigmoid scores with the experts'
+/// `correction` biases ([`sigmoid_choice`]) as `routing` says. Returns per expert the tokens it
+/// receives.
+pub(crate) fn route(logits: &[f32], routing: Experts, correction: Option<&[f32]>) -> Vec<Routed> {
+    let n = routing.count;
+    let mut routed = vec![Routed::default(); n];
+    for (token, row) in logits.chunks_exact(n.max(1)).enumerate() {
+        let chosen = match routing.sigmoid {
+            None => softmax_choice(row, routing),
+            Some(sigmoid) => sigmoid_choice(row, routing, sigmoid, correction),
+        };
+        for (e, weight) in chosen {
+            routed[e].tokens.push(token);
+            routed[e].weights.push(weight);
+        }
+    }
+    routed
+}
+
+/// One token's experts with their weights by the softmax of its logits in f32: the
+/// `per_token` most probable (the lower index first among equals), within the best groups by
+/// their best probability where the routing is [`LimitedSoftmax`]; their probabilities
+/// renormalised in f32 where `routing` says so, times the limited softmax's scale.
+fn softmax_choice(row: &[f32], routing: Experts) -> Vec<(usize, f32)> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f64> = row.iter().map(|&l| f64::from(l - max).exp()).collect();
+    let total: f64 = exp.iter().sum();
+    let probs: Vec<f32> = exp.iter().map(|&e| (e / total) as f32).collect();
+    let mut order: Vec<usize> = match routing.limited_softmax {
+        Some(limit) => experts_of_best_groups(&probs, limit.groups, limit.groups_per_token, |g| {
+            g.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+        }),
+        None => (0..row.len()).collect(),
+    };
+    // Stable: equal probabilities keep the lower expert first.
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    order.truncate(routing.per_token);
+    let sum: f32 = order.iter().map(|&e| probs[e]).sum();
+    let scale = routing.limited_softmax.map_or(1.0, |l| l.scale as f32);
+    order
+        .into_iter()
+        .map(|e| match routing.normalize {
+            true => (e, probs[e] / sum * scale),
+            false => (e, probs[e] * scale),
+        })
+        .collect()
+}
+
+/// The experts, in index order, of the `open` of `groups` equal groups of `values` (one per
+/// expert) whose `score` is highest (the lower group first among equals).
+fn experts_of_best_groups(
+    values: &[f32],
+    groups: usize,
+    open: usize,
+    score: impl Fn(&[f32]) -> f32,
+) -> Vec<usize> {
+    let size = (values.len() / groups.max(1)).max(1);
+    let scores: Vec<f32> = values.chunks(size).map(score).collect();
+    let mut best: Vec<usize> = (0..scores.len()).collect();
+    best.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    best.truncate(open);
+    (0..values.len())
+        .filter(|e| best.contains(&(e / size)))
+        .collect()
+}
+
+/// One token's experts with their weights by [`SigmoidRouting`], in f32 as transformers
+/// computes them: the sigmoid of each logit; the choice by sigmoid plus `correction`, within
+/// the best groups by the sum of their two best choice scores (the lower index first among
+/// equals); the chosen sigmoids, divided by their sum (plus 1e-20) where `routing.normalize`
+/// says, times the scale.
+fn sigmoid_choice(
+    row: &[f32],
+    routing: Experts,
+    sigmoid: SigmoidRouting,
+    correction: Option<&[f32]>,
+) -> Vec<(usize, f32)> {
+    let scores: Vec<f32> = row.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+    let choice: Vec<f32> = match correction {
+        Some(bias) => scores.iter().zip(bias).map(|(s, b)| s + b).collect(),
+        None => scores.clone(),
+    };
+    let mut order =
+        experts_of_best_groups(&choice, sigmoid.groups, sigmoid.groups_per_token, |group| {
+            let mut best = group.to_vec();
+            best.sort_by(|a, b| b.total_cmp(a));
+            best.iter().take(2).sum()
+        });
+    order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]));
+    order.truncate(routing.per_token);
+    let sum = match routing.normalize {
+        true => order.iter().map(|&e| scores[e]).sum::<f32>() + 1e-20,
+        false => 1.0,
+    };
+    let scale = sigmoid.scale as f32;
+    order
+        .into_iter()
+        .map(|e| (e, scores[e] / sum * scale))
+        .collect()
+}
+
+impl<B: Backend> SparseMoe<B> {
+    /// The block's linears with their names relative to the layer and the input they read: the
+    /// router, each expert's three, then the shared expert's three and its gate.
+    pub fn linears(&self) -> Vec<(String, LinearInput, &Linear<B>)> {
+        let (input, hidden) = (LinearInput::MlpIn, LinearInput::MlpHidden);
+        let mut linears = vec![(ROUTER.to_string(), input, &self.router)];
+        for (e, m) in self.experts.iter().enumerate() {
+            let prefix = format!("mlp.experts.{e}");
+            linears.extend(m.linears(
+                &prefix,
+                LinearInput::ExpertIn(e),
+                LinearInput::ExpertHidden(e),
+            ));
+        }
+        if let Some(shared) = &self.shared {
+            linears.extend(shared.mlp.linears(SHARED_EXPERT, input, hidden));
+            linears.extend(shared.gate.iter().map(|g| (SHARED_GATE.into(), input, g)));
+        }
+        linears
+    }
+
+    /// Mutable access to the linear named `mlp.<proj>` in [`SparseMoe::linears`].
+    pub fn linear_mut(&mut self, proj: &str) -> Option<&mut Linear<B>> {
+        match proj.strip_prefix("experts.") {
+            None if proj == "gate" => Some(&mut self.router),
+            None => {
+                let shared = self.shared.as_mut()?;
+                match proj.strip_prefix("shared_expert.") {
+                    Some(proj) => shared.mlp.linear_mut(proj),
+                    None => (proj == "shared_expert_gate")
+                        .then_some(shared.gate.as_mut())
+                        .flatten(),
+                }
+            }
+            Some(rest) => {
+                let (e, proj) = rest.split_once('.')?;
+                self.experts
+                    .get_mut(e.parse::<usize>().ok()?)?
+                    .linear_mut(proj)
+            }
+        }
+    }
+
+    /// The block's output, showing `observe` each expert's inputs (those of its gate and up
+    /// projections, then of its down projection) sample by sample; with `output` false the
+    /// down projections are skipped and `None` returned (calibration's first pass).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub fn forward_observed(
+        &self,
+        x: Tensor<B, 3>,
+        observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+        output: bool,
+    ) -> Option<Tensor<B, 3>> {
+        let [batch, seq, hidden] = x.dims();
+        let device = x.device();
+        let flat = x.reshape([batch * seq, hidden]);
+        let routing = self.routing;
+        let in_f32 = !routing.scaled_inputs
+            && (routing.sigmoid.is_some() || routing.limited_softmax.is_some());
+        let logits = match in_f32 {
+            // DeepSeek's routers compute in f32 from the input in f32, as transformers keeps
+            // them (`_keep_in_fp32_modules_strict`, `F.linear` of f32 casts); Llama 4's in the
+            // model's type.
+            true => flat
+                .clone()
+                .cast(FloatDType::F32)
+                .matmul(self.router.weight.val().cast(FloatDType::F32)),
+            false => project(&self.router, flat.clone().unsqueeze::<3>())
+                .cast(FloatDType::F32)
+                .reshape([batch * seq, self.routing.count]),
+        };
+        let routed = route(
+            &to_host_f32(logits),
+            self.routing,
+            self.correction.as_deref(),
+        );
+        let mut out = output.then(|| flat.zeros_like());
+        for (e, (expert, routed)) in self.experts.iter().zip(&routed).enumerate() {
+            if routed.tokens.is_empty() {
+                continue;
+            }
+            let n = routed.tokens.len();
+            let rows: Vec<i64> = routed.tokens.iter().map(|&t| t as i64).collect();
+            let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
+            // In f32 whatever the device's type, rounded to it where the router returns them so.
+            let weights = Tensor::<B, 2>::from_data(
+                TensorData::new(routed.weights.clone(), [n, 1]),
+                (&device, DType::F32),
+            );
+            let weights = match routing.round_weights {
+                true => weights.cast(flat.dtype()).cast(FloatDType::F32),
+                false => weights,
+            };
+            let input = flat.clone().select(0, rows.clone());
+            // Llama 4 scales the expert's input by its weight, in the model's type.
+            let input = match routing.scaled_inputs {
+                true => {
+                    let dtype = input.dtype();
+                    input * weights.clone().cast(dtype)
+                }
+                false => input,
+            }
+            .unsqueeze::<3>();
+            observe_by_sample(
+                &input,
+                &routed.tokens,
+                seq,
+                LinearInput::ExpertIn(e),
+                observe,
+            );
+            let inner = self.expert_hidden(expert, input);
+            observe_by_sample(
+                &inner,
+                &routed.tokens,
+                seq,
+                LinearInput::ExpertHidden(e),
+                observe,
+            );
+            if let Some(acc) = out.take() {
+                let y = project(&expert.down_proj, inner).reshape([n, hidden]);
+                // The weights multiply the output in f32, unless they scaled the input.
+                let y = match routing.scaled_inputs {
+                    true => y,
+                    false => (y.cast(FloatDType::F32) * weights).cast(acc.dtype()),
+                };
+                out = Some(acc.select_assign(0, rows, y, IndexingUpdateOp::Add));
+            }
+        }
+        let Some(shared) = &self.shared else {
+            return out.map(|o| o.reshape([batch, seq, hidden]));
+        };
+        // Every token's input, which the layer showed as the MLP's.
+        let x = flat.unsqueeze::<3>();
+        let inner = shared.mlp.hidden(x.clone());
+        observe(
+            LinearInput::MlpHidden,
+            &inner.clone().reshape([batch, seq, inner.dims()[2]]),
+        );
+        let routed = out?;
+        let y = project(&shared.mlp.down_proj, inner);
+        let y = match &shared.gate {
+            Some(gate) => y * burn::tensor::activation::sigmoid(project(gate, x)),
+            None => y,
+        };
+        Some((routed.unsqueeze::<3>() + y).reshape([batch, seq, hidden]))
+    }
+
+    /// The input of an expert's down projection: the decoder's gated MLP, or the family's
+    /// clamped GLU ([`Experts::clamped_glu`]).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]` → `[batch, seq, width]`
+    fn expert_hidden(&self, expert: &Mlp<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        match (self.routing.clamped_glu, &expert.gate_proj) {
+            (Some(glu), Some(gate)) => {
+                let [gate, up] = project_all([gate, &expert.up_proj], x);
+                glu.apply(gate, up)
+            }
+            _ => expert.hidden(x),
+        }
+    }
+}
+
+/// Shows `observe` the rows of `x` (`[1, rows, width]`, the tokens `tokens` of a batch of
+/// sequences of `seq` tokens, in token order) one sample at a time, as `[1, n, width]`.
+fn observe_by_sample<B: Backend>(
+    x: &Tensor<B, 3>,
+    tokens: &[usize],
+    seq: usize,
+    input: LinearInput,
+    observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
+) {
+    let width = x.dims()[2];
+    let mut start = 0;
+    while start < tokens.len() {
+        let sample = tokens[start] / seq.max(1);
+        let end = start
+            + tokens[start..]
+                .iter()
+                .take_while(|&&t| t / seq.max(1) == sample)
+                .count();
+        if start == 0 && end == tokens.len() {
+            observe(input, x);
+        } else {
+            observe(input, &x.clone().slice([0..1, start..end, 0..width]));
+        }
+        start = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use burn::module::Param;
+
+    use super::*;
+    use crate::model::arch::LimitedSoftmax;
+    use crate::model::arch::Activation;
+
+    type Nd = NdArray<f32>;
+
+    const TWO_OF_FOUR: Experts = Experts::softmax(4, 2, 5);
+
+    #[test]
+    fn routing_picks_the_two_most_probable_and_renormalises() {
+        // Token 0: logits 0, ln 2, ln 3, ln 4 → probabilities 0.1, 0.2, 0.3, 0.4: experts 3
+        // and 2, weights 0.4/0.7 and 0.3/0.7. Token 1: expert 0 and then 1 (equal to 2 and 3,
+        // the lower index first), weights e/(e + 1) and 1/(e + 1).
+        let l = |v: f64| v.ln() as f32;
+        let logits = [0.0, l(2.0), l(3.0), l(4.0), 1.0, 0.0, 0.0, 0.0];
+        let routed = route(&logits, TWO_OF_FOUR, None);
+        assert_eq!(routed[0].tokens, vec![1]);
+        assert_eq!(routed[1].tokens, vec![1]);
+        assert_eq!(routed[2].tokens, vec![0]);
+        assert_eq!(routed[3].tokens, vec![0]);
+        let close = |a: f32, b: f64| assert!((f64::from(a) - b).abs() < 1e-6, "{a} vs {b}");
+        close(routed[3].weights[0], 4.0 / 7.0);
+        close(routed[2].weights[0], 3.0 / 7.0);
+        let e = std::f64::consts::E;
+        close(routed[0].weights[0], e / (e + 1.0));
+        close(routed[1].weights[0], 1.0 / (e + 1.0));
+        // Without renormalising, the softmax probabilities themselves.
+        let raw = route(
+            &logits,
+            Experts {
+                normalize: false,
+                ..TWO_OF_FOUR
+            },
+            None,
+        );
+        close(raw[3].weights[0], 0.4);
+        close(raw[0].weights[0], e / (e + 3.0));
+    }
+
+    #[test]
+    fn sigmoid_routing_chooses_by_corrected_scores_within_the_best_groups() {
+        // Four experts in two groups of two, one group open, two experts a token, renormalised
+        // and scaled by 2. The sigmoids are 0.5, σ(1) = 0.731, σ(2) = 0.881, σ(-1) = 0.269; a
+        // correction of +0.6 on expert 3 makes the second group's sum 0.881 + 0.869 = 1.750
+        // beat the first's 1.231, so the token goes to experts 2 and 3, weighted by their
+        // sigmoids (not the corrected scores): 2·σ(2)/(σ(2) + σ(-1)) and 2·σ(-1)/(σ(2) + σ(-1)).
+        let routing = Experts {
+            sigmoid: Some(SigmoidRouting {
+                groups: 2,
+                groups_per_token: 1,
+                scale: 2.0,
+                uncorrected: false,
+            }),
+            ..TWO_OF_FOUR
+        };
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let routed = route(&[0.0, 1.0, 2.0, -1.0], routing, Some(&[0.0, 0.0, 0.0, 0.6]));
+        assert!(routed[0].tokens.is_empty() && routed[1].tokens.is_empty());
+        let (two, three) = (sig(2.0), sig(-1.0));
+        let close = |a: f32, b: f64| assert!((f64::from(a) - b).abs() < 1e-6, "{a} vs {b}");
+        close(routed[2].weights[0], 2.0 * two / (two + three));
+        close(routed[3].weights[0], 2.0 * three / (two + three));
+        // Without the corrections the first group wins (1.231 against 0.881 + 0.269 = 1.150),
+        // and without renormalising the weights are 2·σ.
+        let plain = route(
+            &[0.0, 1.0, 2.0, -1.0],
+            Experts {
+                normalize: false,
+                ..routing
+            },
+            None,
+        );
+        close(plain[0].weights[0], 2.0 * 0.5);
+        close(plain[1].weights[0], 2.0 * sig(1.0));
+        assert!(plain[2].tokens.is_empty() && plain[3].tokens.is_empty());
+    }
+
+    #[test]
+    fn limited_softmax_routes_within_the_best_group_and_scales_unnormalised() {
+        // Logits ln 1, ln 2, ln 3, ln 4: probabilities 0.1, 0.2, 0.3, 0.4. In two groups of
+        // two with one open, the token's best probability (0.4, expert 3) opens the second
+        // group: experts 3 and 2, weighted 3·0.4 and 3·0.3, not renormalised. A logit of
+        // ln 4.5 on expert 0 gives the first group the best probability (4.5 of 13.5 against
+        // 4), so experts 0 and 1 (3·4.5/13.5 and 3·2/13.5), though expert 3 outranks expert 1.
+        let routing = Experts {
+            normalize: false,
+            limited_softmax: Some(LimitedSoftmax {
+                groups: 2,
+                groups_per_token: 1,
+                scale: 3.0,
+            }),
+            ..TWO_OF_FOUR
+        };
+        let l = |v: f64| v.ln() as f32;
+        let close = |a: f32, b: f64| assert!((f64::from(a) - b).abs() < 1e-6, "{a} vs {b}");
+        let routed = route(&[l(1.0), l(2.0), l(3.0), l(4.0)], routing, None);
+        assert!(routed[0].tokens.is_empty() && routed[1].tokens.is_empty());
+        close(routed[3].weights[0], 3.0 * 0.4);
+        close(routed[2].weights[0], 3.0 * 0.3);
+        let routed = route(&[l(4.5), l(2.0), l(3.0), l(4.0)], routing, None);
+        assert!(routed[2].tokens.is_empty() && routed[3].tokens.is_empty());
+        close(routed[0].weights[0], 3.0 * 4.5 / 13.5);
+        close(routed[1].weights[0], 3.0 * 2.0 / 13.5);
+    }
+
+    /// A seeded `[in, out]` linear without a bias.
+    fn linear(inputs: usize, outputs: usize, seed: usize) -> Linear<Nd> {
+        let values: Vec<f32> = (0..inputs * outputs)
+            .map(|i| (((i * 37 + seed * 101) % 61) as f32 - 30.0) / 40.0)
+            .collect();
+        Linear {
+            weight: Param::from_tensor(Tensor::from_data(
+                TensorData::new(values, [inputs, outputs]),
+                &Default::default(),
+            )),
+            bias: None,
+        }
+    }
+
+    /// Each token's output by hand: every expert's SwiGLU on the token alone, weighted by
+    /// the routing of its own logits; each expert's observed rows are the tokens routed to
+    /// it, sample by sample.
+    #[test]
+    fn the_block_weights_each_tokens_chosen_experts_and_shows_them_their_tokens() {
+        let (hidden, inter, batch, seq) = (6, 5, 2, 7);
+        let moe = SparseMoe::<Nd> {
+            router: linear(hidden, 4, 0),
+            experts: (0..4)
+                .map(|e| Mlp {
+                    gate_proj: Some(linear(hidden, inter, 3 * e + 1)),
+                    up_proj: linear(hidden, inter, 3 * e + 2),
+                    down_proj: linear(inter, hidden, 3 * e + 3),
+                    activation: Activation::Silu,
+                })
+                .collect(),
+            routing: TWO_OF_FOUR,
+            shared: None,
+            correction: None,
+        };
+        let values: Vec<f32> = (0..batch * seq * hidden)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 10.0)
+            .collect();
+        let x = Tensor::<Nd, 3>::from_data(
+            TensorData::new(values.clone(), [batch, seq, hidden]),
+            &Default::default(),
+        );
+        let mut seen: Vec<(LinearInput, usize)> = Vec::new();
+        let out = moe
+            .forward_observed(x, &mut |input, t| seen.push((input, t.dims()[1])), true)
+            .unwrap();
+        let out = to_host_f32(out);
+        let host = |l: &Linear<Nd>| to_host_f32(l.weight.val());
+        let matvec = |w: &[f32], x: &[f32], outputs: usize| -> Vec<f32> {
+            (0..outputs)
+                .map(|o| {
+                    x.iter()
+                        .enumerate()
+                        .map(|(i, v)| v * w[i * outputs + o])
+                        .sum()
+                })
+                .collect()
+        };
+        let mut routed_rows = [0usize; 4];
+        for (t, token) in values.chunks(hidden).enumerate() {
+            let logits = matvec(&host(&moe.router), token, 4);
+            let mut want = vec![0.0f32; hidden];
+            for (e, r) in route(&logits, TWO_OF_FOUR, None).iter().enumerate() {
+                if r.tokens.is_empty() {
+                    continue;
+                }
+                routed_rows[e] += 1;
+                let m = &moe.experts[e];
+                let gate = matvec(&host(m.gate_proj.as_ref().unwrap()), token, inter);
+                let up = matvec(&host(&m.up_proj), token, inter);
+                let act: Vec<f32> = gate
+                    .iter()
+                    .zip(&up)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                for (w, y) in want
+                    .iter_mut()
+                    .zip(matvec(&host(&m.down_proj), &act, hidden))
+                {
+                    *w += r.weights[0] * y;
+                }
+            }
+            for (got, want) in out[t * hidden..(t + 1) * hidden].iter().zip(&want) {
+                assert!((got - want).abs() < 1e-4, "token {t}: {got} vs {want}");
+            }
+        }
+        // Each expert saw its tokens once as its input and once as its down projection's,
+        // in at most one piece per sample.
+        for (e, &rows) in routed_rows.iter().enumerate() {
+            for input in [LinearInput::ExpertIn(e), LinearInput::ExpertHidden(e)] {
+                let pieces: Vec<usize> = seen
+                    .iter()
+                    .filter(|(i, _)| *i == input)
+                    .map(|(_, n)| *n)
+                    .collect();
+                assert_eq!(pieces.iter().sum::<usize>(), rows, "{input:?}");
+                assert!(pieces.len() <= batch, "{input:?}");
+            }
+        }
+        assert_eq!(routed_rows.iter().sum::<usize>(), 2 * batch * seq);
+    }
+
+    /// Llama 4's routing by hand: each token goes to the expert of its best logit, whose
+    /// sigmoid scales the token before the expert (so calibration sees it scaled), and the
+    /// expert's output is added as it is.
+    #[test]
+    fn scaled_inputs_feed_each_expert_its_tokens_times_their_sigmoid() {
+        let (hidden, inter, seq) = (4, 3, 5);
+        let routing = Experts {
+            count: 2,
+            per_token: 1,
+            normalize: false,
+            width: inter,
+            round_weights: true,
+            sigmoid: Some(SigmoidRouting::LLAMA4),
+            scaled_inputs: true,
+            ..TWO_OF_FOUR
+        };
+        let moe = SparseMoe::<Nd> {
+            router: linear(hidden, 2, 0),
+            experts: (0..2)
+                .map(|e| Mlp {
+                    gate_proj: Some(linear(hidden, inter, 3 * e + 1)),
+                    up_proj: linear(hidden, inter, 3 * e + 2),
+                    down_proj: linear(inter, hidden, 3 * e + 3),
+                    activation: Activation::Silu,
+                })
+                .collect(),
+            routing,
+            shared: None,
+            correction: None,
+        };
+        let values: Vec<f32> = (0..seq * hidden)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let x = Tensor::<Nd, 3>::from_data(
+            TensorData::new(values.clone(), [1, seq, hidden]),
+            &Default::default(),
+        );
+        let mut seen = vec![Vec::new(); 2];
+        let out = moe
+            .forward_observed(
+                x,
+                &mut |input, t| {
+                    if let LinearInput::ExpertIn(e) = input {
+                        seen[e].extend(to_host_f32(t.clone()));
+                    }
+                },
+                true,
+            )
+            .unwrap();
+        let out = to_host_f32(out);
+        let host = |l: &Linear<Nd>| to_host_f32(l.weight.val());
+        let matvec = |w: &[f32], x: &[f32], outputs: usize| -> Vec<f32> {
+            (0..outputs)
+                .map(|o| {
+                    x.iter()
+                        .enumerate()
+                        .map(|(i, v)| v * w[i * outputs + o])
+                        .sum()
+                })
+                .collect()
+        };
+        let mut want_seen = vec![Vec::new(); 2];
+        for (t, token) in values.chunks(hidden).enumerate() {
+            let logits = matvec(&host(&moe.router), token, 2);
+            let e = usize::from(logits[1] > logits[0]);
+            let s = 1.0 / (1.0 + (-logits[e]).exp());
+            let scaled: Vec<f32> = token.iter().map(|v| v * s).collect();
+            let m = &moe.experts[e];
+            let gate = matvec(&host(m.gate_proj.as_ref().unwrap()), &scaled, inter);
+            let up = matvec(&host(&m.up_proj), &scaled, inter);
+            let act: Vec<f32> = gate
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
+            let want = matvec(&host(&m.down_proj), &act, hidden);
+            for (got, want) in out[t * hidden..(t + 1) * hidden].iter().zip(&want) {
+                assert!((got - want).abs() < 1e-5, "token {t}: {got} vs {want}");
+            }
+            want_seen[e].extend(scaled);
+        }
+        for e in 0..2 {
+            assert_eq!(seen[e].len(), want_seen[e].len(), "expert {e}");
+            for (got, want) in seen[e].iter().zip(&want_seen[e]) {
+                assert!((got - want).abs() < 1e-6, "expert {e}: {got} vs {want}");
+            }
+        }
+        assert!(
+            !want_seen[0].is_empty() && !want_seen[1].is_empty(),
+            "both experts hit"
+        );
+    }
+}
