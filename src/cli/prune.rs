@@ -23,7 +23,7 @@ use wanda::pipeline::runner::{self, RunOptions};
 use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::ModelSparsity;
 use wanda::prune::profile::{OwlOptions, Profile};
-use wanda::prune::weight_update::WeightUpdate;
+use wanda::prune::WeightUpdate;
 use wanda::prune::{Method, MethodOptions, Pattern, Sparsity};
 use wanda::stages::PipelineExecutor;
 

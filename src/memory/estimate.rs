@@ -72,7 +72,7 @@ use crate::model::arch::{gib, Breakdown, ModelShape, Place};
 use crate::prune::device_select;
 use crate::prune::dsnot::DsnotOptions;
 use crate::prune::profile::{OwlOptions, Profile};
-use crate::prune::weight_update::WeightUpdate;
+use crate::prune::WeightUpdate;
 use crate::prune::{Method, MethodOptions};
 
 /// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.

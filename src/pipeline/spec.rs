@@ -32,7 +32,7 @@ pub use crate::model::checkpoint::SaveDtype;
 use crate::model::ModelRef;
 pub use crate::prune::dsnot::DsnotOptions;
 pub use crate::prune::profile::Profile;
-pub use crate::prune::weight_update::WeightUpdate;
+pub use crate::prune::WeightUpdate;
 pub use crate::prune::{Method, MethodOptions, Pattern};
 
 /// Top-level keys that are not settings.

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use super::dsnot::DsnotOptions;
 use super::profile::Profile;
 use super::sparsegpt::SparseGptOptions;
-use super::weight_update::WeightUpdate;
 
 /// A pruning method.
 #[derive(
@@ -109,6 +108,28 @@ impl MethodOptions {
     /// to order a mask. A zeroing method's pruned linears go back as the masks of their zeros.
     pub fn only_zeroes(&self, method: Method) -> bool {
         self.weight_update.is_none() && (method != Method::Sparsegpt || self.dsnot.is_some())
+    }
+}
+
+/// How the weights a method keeps are updated after its mask: the Wanda paper's ablation.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightUpdate {
+    /// The mask chosen once from the dense weights, then SparseGPT's update (`*_seq`).
+    Sequential,
+    /// The metric recomputed from the updated weights, block by block (`*_iter`).
+    Iterative,
+}
+
+impl WeightUpdate {
+    /// The name used in pipeline files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightUpdate::Sequential => "sequential",
+            WeightUpdate::Iterative => "iterative",
+        }
     }
 }
 

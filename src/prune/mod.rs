@@ -44,7 +44,7 @@ pub mod sparsegpt;
 pub mod wanda;
 pub mod weight_update;
 
-pub use method::{Method, MethodOptions};
+pub use method::{Method, MethodOptions, WeightUpdate};
 pub use pattern::{Pattern, Sparsity};
 
 impl From<crate::model::checkpoint::StreamError> for PruneError {

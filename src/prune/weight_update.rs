@@ -16,35 +16,11 @@
 //! the pruning driver sums Wanda's norms with it under a weight update. The Hessian is
 //! SparseGPT's, `2/n Σ x xᵀ`.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use super::magnitude::magnitude_mask;
 use super::sparsegpt::{prune_with_obs, Hessian, ObsMask, SparseGptOptions, SparseGptOutcome};
 use super::wanda::{wanda_mask, InputNorms};
-use super::{Method, PruneError, Sparsity};
-
-/// How the weights a method keeps are updated after its mask: the Wanda paper's ablation.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum WeightUpdate {
-    /// The mask chosen once from the dense weights, then SparseGPT's update (`*_seq`).
-    Sequential,
-    /// The metric recomputed from the updated weights, block by block (`*_iter`).
-    Iterative,
-}
-
-impl WeightUpdate {
-    /// The name used in pipeline files and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            WeightUpdate::Sequential => "sequential",
-            WeightUpdate::Iterative => "iterative",
-        }
-    }
-}
+use super::{Method, PruneError, Sparsity, WeightUpdate};
 
 /// The pruning metric a weight update starts from.
 #[derive(Debug, Clone, Copy)]

@@ -7,7 +7,7 @@ use wanda::model::decoder::Llama;
 use wanda::prune::dsnot::{DsnotLayers, DsnotOptions};
 use wanda::prune::layerwise::{prune_model, ModelSparsity};
 use wanda::prune::profile::{OwlOptions, Profile};
-use wanda::prune::weight_update::WeightUpdate;
+use wanda::prune::WeightUpdate;
 use wanda::prune::{Method, MethodOptions, PruneError, Sparsity};
 
 use crate::common::{tiny_config, tiny_model, B};

@@ -17,8 +17,8 @@ struct File {
     defines: BTreeSet<String>,
     /// Its `use` leaves, absolute: (name it brings in, where from); `*` for a glob.
     uses: Vec<(String, ModPath)>,
-    /// Every path it writes, absolute.
-    paths: Vec<ModPath>,
+    /// Every path it writes, absolute, with whether its inline test module writes it.
+    paths: Vec<(ModPath, bool)>,
 }
 
 /// The crate's files and the arrows between them.
@@ -27,6 +27,9 @@ pub struct Graph {
     /// `from -> to`, files by `rel`, a module's arrows to its own descendants left out (a face
     /// holds its parts).
     pub edges: BTreeMap<String, BTreeSet<String>>,
+    /// The arrows of the files' inline test modules (`from` is the file): a test module is a
+    /// module nothing imports, so it closes no circle, but it keeps to the floors.
+    pub test_edges: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// `text` without comments, and with every string and char literal emptied, so that neither
@@ -146,9 +149,15 @@ fn leaves_into(prefix: &[String], tree: &str, out: &mut Vec<Vec<String>>) {
     }
 }
 
-/// `path` as written in the module `here` made absolute; `None` for paths into other crates.
-/// `in_inline_module`: written inside an inline `mod x { … }` of the file (its tests).
-fn absolute(path: &[String], here: &ModPath, in_inline_module: bool) -> Option<ModPath> {
+/// `path` as written in the module `here` (whose files declares the modules `children`) made
+/// absolute; `None` for paths into other crates. `in_inline_module`: written inside an inline
+/// `mod x { … }` of the file (its tests).
+fn absolute(
+    path: &[String],
+    here: &ModPath,
+    children: &BTreeSet<String>,
+    in_inline_module: bool,
+) -> Option<ModPath> {
     let mut base = here.clone();
     if in_inline_module {
         base.push("tests".into());
@@ -160,6 +169,9 @@ fn absolute(path: &[String], here: &ModPath, in_inline_module: bool) -> Option<M
             let ups = path.iter().take_while(|s| *s == "super").count();
             base.truncate(base.len().saturating_sub(ups));
             Some([base, path[ups..].to_vec()].concat())
+        }
+        first if !in_inline_module && children.contains(first) => {
+            Some([here.clone(), path.to_vec()].concat())
         }
         _ => None,
     }
@@ -239,6 +251,15 @@ impl Graph {
                         && code[*at..].split('\n').next().unwrap().trim_end().ends_with('{')
                 })
                 .map_or(code.len(), |(at, _)| at);
+            let children: BTreeSet<String> = code[..inline_start]
+                .lines()
+                .filter_map(|line| {
+                    let line = line.trim();
+                    let rest = line.strip_prefix("pub ").unwrap_or(line);
+                    let rest = rest.strip_prefix("pub(crate) ").unwrap_or(rest);
+                    rest.strip_prefix("mod ")?.strip_suffix(';').map(String::from)
+                })
+                .collect();
             let mut uses = Vec::new();
             let mut paths = Vec::new();
             let mut use_spans = Vec::new();
@@ -261,14 +282,14 @@ impl Graph {
                     if last != "self" {
                         written.push(last.clone());
                     }
-                    if let Some(abs) = absolute(&written, &here, at > inline_start) {
+                    if let Some(abs) = absolute(&written, &here, &children, at > inline_start) {
                         let name = if last == "self" {
                             written.last().cloned().unwrap_or_default()
                         } else {
                             alias
                         };
                         if last != "*" || !written.starts_with(&["super".to_string()]) {
-                            paths.push(abs.clone());
+                            paths.push((abs.clone(), at > inline_start));
                         }
                         if at < inline_start {
                             uses.push((name, abs));
@@ -280,8 +301,8 @@ impl Graph {
                 if use_spans.iter().any(|s| s.contains(&at)) {
                     continue;
                 }
-                if let Some(abs) = absolute(&path, &here, at > inline_start) {
-                    paths.push(abs);
+                if let Some(abs) = absolute(&path, &here, &children, at > inline_start) {
+                    paths.push((abs, at > inline_start));
                 }
             }
             let defines = definitions(&code[..inline_start]);
@@ -298,21 +319,26 @@ impl Graph {
         let mut graph = Graph {
             files: parsed,
             edges: BTreeMap::new(),
+            test_edges: BTreeMap::new(),
         };
-        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let (mut edges, mut test_edges) = (BTreeMap::new(), BTreeMap::new());
         for (module, file) in &graph.files {
-            for path in &file.paths {
+            for (path, in_test) in &file.paths {
                 let Some(target) = graph.resolve(path, 0) else {
                     continue;
                 };
                 let descends = target.len() > module.len() && target.starts_with(module);
                 if target != *module && !descends {
                     let to = graph.files[&target].rel.clone();
-                    edges.entry(file.rel.clone()).or_default().insert(to);
+                    let into = if *in_test { &mut test_edges } else { &mut edges };
+                    into.entry(file.rel.clone())
+                        .or_insert_with(BTreeSet::new)
+                        .insert(to);
                 }
             }
         }
         graph.edges = edges;
+        graph.test_edges = test_edges;
         graph
     }
 

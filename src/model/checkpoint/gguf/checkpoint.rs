@@ -12,7 +12,7 @@ use crate::model::arch::{ConfigError, HfFalconKeys, HfLlamaConfig, HfRopeScaling
 use crate::model::arch::{Architecture, FusedLinear};
 use crate::model::checkpoint::Tokenizer;
 use crate::model::checkpoint::{HostTensor, WeightError, WeightSource};
-use crate::model::LoadError;
+use crate::model::checkpoint::LoadError;
 
 /// An opened GGUF checkpoint.
 pub struct GgufCheckpoint {
