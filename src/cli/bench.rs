@@ -19,9 +19,9 @@ use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::model::kernels;
-use wanda::model::decoder::Llama;
 use wanda::model::checkpoint::SynthShape;
+use wanda::model::decoder::Llama;
+use wanda::model::kernels;
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
 use wanda::prune::{MethodOptions, Pattern, Sparsity};
@@ -387,7 +387,12 @@ fn attention_figure<B: Backend>(
     let random = || Tensor::<B, 4>::random(dims, burn::tensor::Distribution::Default, device);
     let (q, k, v) = (random(), random(), random());
     let blocked = || {
-        wanda::model::decoder::blocked_attention(q.clone(), k.clone(), v.clone(), Default::default())
+        wanda::model::decoder::blocked_attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            Default::default(),
+        )
     };
     let fast = kernels::kernels::<B>().causal_attention(&q, &k, &v);
     let (path, gap) = match &fast {

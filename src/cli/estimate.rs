@@ -22,8 +22,8 @@ use wanda::memory::estimate::{estimate_prune, render, Estimate, PruneRun};
 use wanda::memory::log::MemoryLog;
 use wanda::model::arch::{gib, Breakdown, ModelShape, Place};
 use wanda::model::{self, ModelRef};
-use wanda::prune::WeightUpdate;
 use wanda::prune::Method;
+use wanda::prune::WeightUpdate;
 use wanda::stages::probe::probe_prune;
 
 /// Arguments of `wanda estimate`.

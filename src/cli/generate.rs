@@ -10,8 +10,8 @@ use rand::SeedableRng;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
-use wanda::model::decoder::KvCache;
 use wanda::model::decoder::pick;
+use wanda::model::decoder::KvCache;
 use wanda::model::{self, ModelRef};
 
 /// Arguments of `wanda generate`.

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use wanda::model::checkpoint::SaveDtype;
-use wanda::model::checkpoint::{synthesize, SynthOptions, SynthShape};
 use wanda::model::checkpoint::Tokenizer;
+use wanda::model::checkpoint::{synthesize, SynthOptions, SynthShape};
 
 /// Arguments of `wanda synth`.
 #[derive(Debug, clap::Args)]

@@ -8,9 +8,9 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::FloatDType;
 use serde::Serialize;
 
-use crate::model::kernels::kernels;
-use crate::model::decoder::Llama;
 use crate::model::checkpoint::{Layers, StreamError};
+use crate::model::decoder::Llama;
+use crate::model::kernels::kernels;
 use crate::sys::phases::PhaseClock;
 
 /// Errors of the perplexity evaluation.

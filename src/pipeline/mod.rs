@@ -9,9 +9,9 @@
 pub mod attempt;
 mod data_spec;
 mod de;
-mod kinds;
 pub mod error;
 pub mod inputs;
+mod kinds;
 pub mod plan;
 pub mod record;
 
@@ -22,9 +22,8 @@ pub mod yaml;
 
 pub use error::{Diagnostic, Problem, ValidationError};
 pub use plan::{
-    validate, validate_source, validate_with, ArtifactKind, Cell, CellId, GraphFormat, Override, Plan,
-    Scope,
-    StageNode, ValidateOptions,
+    validate, validate_source, validate_with, ArtifactKind, Cell, CellId, GraphFormat, Override,
+    Plan, Scope, StageNode, ValidateOptions,
 };
 pub use record::{cell_is_finished, RecordError, RunRecord};
 pub use schema::{schema, schema_json};

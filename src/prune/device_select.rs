@@ -31,6 +31,9 @@ use burn::tensor::{DType, FloatDType};
 
 use super::mask::{per_output_count, threshold_position};
 use super::report::MatrixSparsity;
+use super::{Method, MethodOptions, PruneError, Sparsity};
+use crate::model::decoder::LinearInput;
+use crate::model::kernels::{kernels, Lowest};
 
 /// Bisection steps between two checks of whether every group's interval has closed (each check
 /// waits for the device).
@@ -407,6 +410,199 @@ fn any<B: Backend, const D: usize>(t: Tensor<B, D, Bool>) -> bool {
         .expect("converted to i64 above")
         .first()
         .is_some_and(|&v| v != 0)
+}
+
+/// A selection rule [`device_select`] runs on the weights' device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum DeviceRule {
+    /// Wanda's per-output-channel rule at `ratio`: by the backend's selection kernel where
+    /// `kernel` is set and the backend has one
+    /// ([`Kernels::lowest_scores`](crate::model::kernels::Kernels::lowest_scores)), else by
+    /// bisection.
+    PerOutput { ratio: f64, kernel: bool },
+    /// Magnitude's per-matrix threshold at `ratio`: by the backend's selection kernel where
+    /// `kernel` is set and the backend has one, else by bisection.
+    MatrixThreshold { ratio: f64, kernel: bool },
+    /// The `n` lowest of every `m` input rows of each output, of Wanda's scores (`wanda`) or
+    /// magnitude's: by the backend's selection kernel only.
+    Groups { n: usize, m: usize, wanda: bool },
+}
+
+/// The environment variable that says where the selection runs: `auto` (the default: on the
+/// device on a GPU), `on` (on the device on any backend), `off` (on the host), `bisection` (on
+/// the device, by Burn's operations only: to compare with the backend's kernels).
+pub(super) const DEVICE_SELECT_VAR: &str = "WANDA_DEVICE_SELECT";
+
+/// Where the selection runs ([`DEVICE_SELECT_VAR`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SelectOn {
+    /// On the host, on a copy of each weight.
+    Host,
+    /// On the weights' device, by the backend's selection kernels where it has them.
+    Device,
+    /// On the weights' device, by bisection in Burn's operations only.
+    DeviceBisection,
+}
+
+/// Where the selection runs ([`DEVICE_SELECT_VAR`]; by default on the device where the
+/// backend's kernels say so), read once per run, before any work.
+pub(super) fn device_selects<B: Backend>() -> Result<SelectOn, PruneError> {
+    let device = |on: bool| if on { SelectOn::Device } else { SelectOn::Host };
+    match std::env::var(DEVICE_SELECT_VAR).as_deref() {
+        Err(_) | Ok("auto") => Ok(device(kernels::<B>().selects_on_device())),
+        Ok("on") => Ok(SelectOn::Device),
+        Ok("off") => Ok(SelectOn::Host),
+        Ok("bisection") => Ok(SelectOn::DeviceBisection),
+        Ok(other) => Err(PruneError::InvalidOptions {
+            reason: format!(
+                "environment variable {DEVICE_SELECT_VAR}=`{other}`: use auto, on, off or \
+                 bisection"
+            ),
+        }),
+    }
+}
+
+/// The rule the device runs for `method` (refined by DSnoT when `options` say so) at
+/// `sparsity`, where the device selects (`on`, see [`device_selects`]) and has the method's
+/// rule: Wanda's per-output (without the variant) and magnitude's per-matrix unstructured
+/// selection, and with the backend's selection kernel ([`SelectOn::Device`]) the N:M rule of
+/// both (Wanda's variant leaves N:M as it is).
+pub(super) fn device_rule(
+    on: SelectOn,
+    method: Method,
+    options: &MethodOptions,
+    sparsity: Sparsity,
+) -> Option<DeviceRule> {
+    if on == SelectOn::Host || options.dsnot.is_some() || options.weight_update.is_some() {
+        return None;
+    }
+    match (sparsity, method) {
+        (Sparsity::Unstructured { ratio }, Method::Wanda) if !options.use_variant => {
+            Some(DeviceRule::PerOutput {
+                ratio,
+                kernel: on == SelectOn::Device,
+            })
+        }
+        (Sparsity::Unstructured { ratio }, Method::Magnitude) => {
+            Some(DeviceRule::MatrixThreshold {
+                ratio,
+                kernel: on == SelectOn::Device,
+            })
+        }
+        (Sparsity::NM { n, m }, Method::Wanda | Method::Magnitude) if on == SelectOn::Device => {
+            Some(DeviceRule::Groups {
+                n,
+                m,
+                wanda: method == Method::Wanda,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The zeros `rule` selects on the weights' device in each of `asked` (a layer's linears with
+/// the input each reads), Wanda's by the input norms `norms_of` gives (`None`: none); `None` for a linear the host
+/// is to select (no rule, or see [`device_select`]). Each rule runs the backend's selection
+/// kernels where the rule says so and there are some (on CUDA); otherwise magnitude's bisects,
+/// and Wanda's per-output rule selects consecutive linears with the same input rows (q, k, v
+/// and o) together while they hold at most a [`PIECE`] of weights
+/// ([`per_output_zeros_together`]). The N:M rule runs only the backend's kernel.
+///
+/// # Shapes
+/// - each weight `[in, out]` → its zeros `[in, out]`
+pub(super) fn select_on_device<B: Backend>(
+    rule: Option<DeviceRule>,
+    asked: &[(Tensor<B, 2>, LinearInput)],
+    norms_of: &dyn Fn(&(Tensor<B, 2>, LinearInput)) -> Option<Vec<f32>>,
+) -> Vec<Option<Tensor<B, 2, Bool>>> {
+    match rule {
+        None => vec![None; asked.len()],
+        Some(DeviceRule::MatrixThreshold { ratio, kernel }) => asked
+            .iter()
+            .map(|(w, _)| {
+                let [rows, cols] = w.dims();
+                let len = rows * cols;
+                let by_kernel = (kernel && ratio > 0.0 && len > 0).then(|| {
+                    // The 1-based rank of the host's threshold.
+                    let k = threshold_position(len, ratio) + 1;
+                    let ones = vec![1.0; rows];
+                    kernels::<B>().lowest_scores(w, &ones, Lowest::MatrixThreshold(k))
+                });
+                by_kernel
+                    .flatten()
+                    .or_else(|| matrix_threshold_zeros(w, ratio, magnitude_score))
+            })
+            .collect(),
+        Some(DeviceRule::Groups { n, m, wanda }) => asked
+            .iter()
+            .map(|entry| {
+                // Norms of 1 make the kernel's scores magnitude's, `|w|`, exactly.
+                let norms = if wanda {
+                    norms_of(entry)?
+                } else {
+                    vec![1.0; entry.0.dims()[0]]
+                };
+                kernels::<B>().lowest_scores(&entry.0, &norms, Lowest::PerGroup { n, m })
+            })
+            .collect(),
+        Some(DeviceRule::PerOutput { ratio, kernel }) => {
+            let mut zeros = Vec::with_capacity(asked.len());
+            // Consecutive weights of the same rows, and their scorers, not yet selected.
+            let mut group = Vec::new();
+            for entry in asked {
+                let Some(norms) = norms_of(entry) else {
+                    select_group(&mut group, ratio, &mut zeros);
+                    zeros.push(None);
+                    continue;
+                };
+                let [rows, cols] = entry.0.dims();
+                let k = per_output_count(rows, ratio);
+                let selected = kernel
+                    .then(|| kernels::<B>().lowest_scores(&entry.0, &norms, Lowest::PerColumn(k)))
+                    .flatten();
+                if let Some(mask) = selected {
+                    select_group(&mut group, ratio, &mut zeros);
+                    zeros.push(Some(mask));
+                    continue;
+                }
+                let column = norms_column::<B>(&norms, &entry.0.device());
+                let score = move |w: Tensor<B, 2>| wanda_score(w, &column);
+                let held: usize = group.iter().map(|(w, _)| w.dims()[1]).sum::<usize>() * rows;
+                let fits = group
+                    .first()
+                    .is_some_and(|(w, _)| w.dims()[0] == rows && held + rows * cols <= PIECE);
+                if !fits {
+                    select_group(&mut group, ratio, &mut zeros);
+                }
+                group.push((&entry.0, score));
+            }
+            select_group(&mut group, ratio, &mut zeros);
+            zeros
+        }
+    }
+}
+
+/// Wanda's zeros of each weight of `group` (weights of the same rows, each with its scorer),
+/// selected together where there are several, appended to `zeros`; `group` is left empty.
+pub(super) fn select_group<B: Backend>(
+    group: &mut Vec<(&Tensor<B, 2>, impl Fn(Tensor<B, 2>) -> Tensor<B, 2>)>,
+    ratio: f64,
+    zeros: &mut Vec<Option<Tensor<B, 2, Bool>>>,
+) {
+    match group.len() {
+        0 => {}
+        1 => {
+            let (w, score) = group.pop().expect("one weight");
+            zeros.push(per_output_zeros(w, ratio, score));
+        }
+        n => {
+            let scores: Vec<_> = group.drain(..).map(|(w, score)| score(w.clone())).collect();
+            match per_output_zeros_together(scores, ratio) {
+                Some(each) => zeros.extend(each.into_iter().map(Some)),
+                None => zeros.extend(std::iter::repeat_n(None, n)),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

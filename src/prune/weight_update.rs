@@ -16,7 +16,6 @@
 //! the pruning driver sums Wanda's norms with it under a weight update. The Hessian is
 //! SparseGPT's, `2/n Σ x xᵀ`.
 
-
 use super::magnitude::magnitude_mask;
 use super::sparsegpt::{prune_with_obs, Hessian, ObsMask, SparseGptOptions, SparseGptOutcome};
 use super::wanda::{wanda_mask, InputNorms};

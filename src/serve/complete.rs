@@ -14,10 +14,10 @@ use serde_json::{Map, Value};
 
 use super::openai::{ApiError, Choice, CompletionRequest, Logprobs, Prompt};
 use crate::model::arch::LlamaConfig;
-use crate::model::kernels::to_host_f32;
-use crate::model::decoder::{KvCache, Llama};
-use crate::model::decoder::pick;
 use crate::model::checkpoint::Tokenizer;
+use crate::model::decoder::pick;
+use crate::model::decoder::{KvCache, Llama};
+use crate::model::kernels::to_host_f32;
 
 /// Rows of logits on the host at once (`HEAD_BLOCK × vocab × 4` bytes) past
 /// [`WHOLE_FORWARD_LOGITS`].

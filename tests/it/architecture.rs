@@ -157,7 +157,9 @@ fn no_file_imports_in_a_circle_and_model_floors_point_down() {
     // The graph saw real arrows, through faces (a wrong resolver would pass vacuously).
     let layer = &graph.edges["model/decoder/layer.rs"];
     assert!(layer.contains("model/arch/config.rs"), "{layer:?}");
-    assert!(graph.edges["stages/prune.rs"].iter().any(|to| to.starts_with("prune/")));
+    assert!(graph.edges["stages/prune.rs"]
+        .iter()
+        .any(|to| to.starts_with("prune/")));
     let circles = graph.circles();
     assert!(
         circles.is_empty(),
@@ -170,7 +172,9 @@ fn no_file_imports_in_a_circle_and_model_floors_point_down() {
     );
     let mut upward = Vec::new();
     for (from, targets) in graph.edges.iter().chain(&graph.test_edges) {
-        let Some(own) = model_floor(from) else { continue };
+        let Some(own) = model_floor(from) else {
+            continue;
+        };
         for to in targets {
             if model_floor(to).is_some_and(|floor| floor > own) {
                 upward.push(format!("{from} uses {to}"));
@@ -184,9 +188,15 @@ fn no_file_imports_in_a_circle_and_model_floors_point_down() {
         upward.join("\n")
     );
     let entries = std::fs::read_dir(src.join("model")).unwrap().count();
-    assert!(entries <= 7, "src/model has {entries} entries; keep at most 7 (its floors and face)");
+    assert!(
+        entries <= 7,
+        "src/model has {entries} entries; keep at most 7 (its floors and face)"
+    );
     for floor in MODEL_FLOORS {
-        assert!(src.join("model").join(floor).join("mod.rs").is_file(), "no face for {floor}");
+        assert!(
+            src.join("model").join(floor).join("mod.rs").is_file(),
+            "no face for {floor}"
+        );
     }
 }
 
@@ -219,17 +229,36 @@ fn paths_resolve_through_faces_to_the_file_that_defines_them() {
         ["b/deep.rs"],
         "through b's face to the file that defines Thing; comments and strings are not code"
     );
-    assert_eq!(graph.edges["b/deep.rs"].iter().collect::<Vec<_>>(), ["a/inner.rs"]);
-    assert_eq!(graph.circles(), [vec!["a/inner.rs".to_string(), "b/deep.rs".to_string()]]);
+    assert_eq!(
+        graph.edges["b/deep.rs"].iter().collect::<Vec<_>>(),
+        ["a/inner.rs"]
+    );
+    assert_eq!(
+        graph.circles(),
+        [vec!["a/inner.rs".to_string(), "b/deep.rs".to_string()]]
+    );
 }
 
 #[test]
 fn use_trees_expand_to_their_leaves() {
     let leaves = graph::use_leaves("crate::{a::{b, c as d}, e::*, f::{self}}");
     let joined: Vec<String> = leaves.iter().map(|l| l.join("::")).collect();
-    assert_eq!(joined, ["crate::a::b", "crate::a::c as d", "crate::e::*", "crate::f::self"]);
+    assert_eq!(
+        joined,
+        [
+            "crate::a::b",
+            "crate::a::c as d",
+            "crate::e::*",
+            "crate::f::self"
+        ]
+    );
     assert_eq!(graph::module_of("model/arch/mod.rs"), ["model", "arch"]);
-    let code = graph::code_only("let s = \"crate::x\"; // super::y\nlet c = '\"'; let r = r#\"self::z\"#; x::<'a>()");
-    assert!(!code.contains("crate::x") && !code.contains("super::y") && !code.contains("self::z"), "{code}");
+    let code = graph::code_only(
+        "let s = \"crate::x\"; // super::y\nlet c = '\"'; let r = r#\"self::z\"#; x::<'a>()",
+    );
+    assert!(
+        !code.contains("crate::x") && !code.contains("super::y") && !code.contains("self::z"),
+        "{code}"
+    );
     assert!(code.contains("x::<'a>()"), "{code}");
 }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use burn::backend::Flex;
 use burn::prelude::*;
 use wanda::model::arch::HfLlamaConfig;
-use wanda::model::kernels::to_host_f32;
-use wanda::model::checkpoint::{Layers, StreamedLlama};
 use wanda::model::checkpoint::{build_llama, SafetensorsSource, WeightSource};
+use wanda::model::checkpoint::{Layers, StreamedLlama};
+use wanda::model::kernels::to_host_f32;
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
 use wanda::prune::{Method, MethodOptions, Sparsity};
@@ -335,8 +335,8 @@ fn prune_and_save(folder: &Path, args: &[&str], saved: &Path) {
 
 #[test]
 fn a_phi3_checkpoint_prunes_like_its_split_twin_and_saves_stacked() {
-    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::checkpoint::hf_source;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 
     let folder = Path::new(FIXTURES).join("tiny-phi3");
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -575,8 +575,8 @@ fn a_saved_bloom_keeps_both_spellings_of_its_keys_and_loads_again() {
 /// bias, and the copy gives the pruned model's logits back.
 #[test]
 fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
-    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::checkpoint::hf_source;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 
     let folder = Path::new(FIXTURES).join("tiny-opt");
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))
@@ -654,8 +654,8 @@ fn an_opt_checkpoint_streams_prunes_and_saves_under_its_own_names() {
 /// logits back.
 #[test]
 fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
-    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::checkpoint::hf_source;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 
     for (family, parallel) in [
         ("gpt_neox", true),
@@ -1001,8 +1001,8 @@ fn saves_unquantised(
     quantised: &str,
     unquantised: &str,
 ) -> (SafetensorsSource, SafetensorsSource, tempfile::TempDir) {
-    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
     use wanda::model::arch::ModelShape;
+    use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 
     let folder = Path::new(FIXTURES).join(quantised);
     let config = HfLlamaConfig::from_file(&folder.join("config.json"))

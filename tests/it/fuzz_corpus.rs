@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use wanda::fuzzing::{run, TARGETS};
-use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 use wanda::model::checkpoint::gguf::{GgmlType, GgufWriter};
+use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 
 use crate::common::{tiny_config, tiny_model, tiny_tokenizer_json};
 use crate::gguf_model::{config as gguf_config, write_gguf, Quant};

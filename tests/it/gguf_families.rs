@@ -122,11 +122,10 @@ fn gguf_logits(path: &Path, family: &str, arch: Architecture) -> Vec<f32> {
         .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     let from_folder = model::inspect(&ModelRef::Folder(folder(family))).unwrap().0;
     assert_eq!(loaded.config.architecture, arch, "{family}");
-    let config =
-        wanda::model::arch::HfLlamaConfig::from_file(&folder(family).join("config.json"))
-            .unwrap()
-            .resolve()
-            .unwrap();
+    let config = wanda::model::arch::HfLlamaConfig::from_file(&folder(family).join("config.json"))
+        .unwrap()
+        .resolve()
+        .unwrap();
     // A file that cannot hold the folder's GLU constants (GPT-OSS's: llama.cpp fixes them)
     // has its own reference under llama.cpp's.
     let own_glu = own_reference_config(family).and_then(|c| {
@@ -410,8 +409,8 @@ fn expert_metadata_errors_name_the_key() {
 /// loaded whole.
 #[test]
 fn gguf_files_stream_and_prune_like_the_model_in_memory() {
-    use wanda::model::kernels::to_host_f32;
     use wanda::model::checkpoint::Layers;
+    use wanda::model::kernels::to_host_f32;
     use wanda::prune::layerwise::prune_model;
     use wanda::prune::{Method, MethodOptions, Sparsity};
 

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
-use wanda::model::checkpoint::hf_tensors;
 use wanda::model::arch::Architecture;
+use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
 use wanda::model::checkpoint::gguf::{gguf_name, GgufValue, GgufWriter};
+use wanda::model::checkpoint::hf_tensors;
 use wanda::model::decoder::Llama;
 use wanda::model::{self, ModelRef};
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use wanda::eval::perplexity::{perplexity, perplexity_in_groups, STREAMED_WINDOW_GROUP};
 use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
-use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
-use wanda::model::kernels::to_host_f32;
-use wanda::model::decoder::Llama;
-use wanda::model::checkpoint::{Layers, StreamedLlama};
 use wanda::model::checkpoint::{build_llama, SafetensorsSource, WeightSource};
+use wanda::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
+use wanda::model::checkpoint::{Layers, StreamedLlama};
+use wanda::model::decoder::Llama;
+use wanda::model::kernels::to_host_f32;
 use wanda::pipeline::RunRecord;
 use wanda::prune::layerwise::{prune_model, ModelSparsity};
 use wanda::prune::{Method, MethodOptions, Sparsity};

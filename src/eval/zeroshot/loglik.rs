@@ -15,9 +15,9 @@ use burn::tensor::FloatDType;
 
 use super::tasks::py_isspace;
 use crate::data::TextEncoder;
-use crate::model::kernels::kernels;
-use crate::model::decoder::Llama;
 use crate::model::checkpoint::{Layers, StreamError};
+use crate::model::decoder::Llama;
+use crate::model::kernels::kernels;
 
 /// Padded tokens per forward pass (a streamed model reads every layer once per pass); the
 /// memory estimate counts one pass of this many tokens.

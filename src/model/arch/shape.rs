@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use crate::model::arch::LlamaConfig;
 use crate::model::arch::LatentAttention;
+use crate::model::arch::LlamaConfig;
 
 /// The dimensions of a Llama-family decoder that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use burn::tensor::DType;
 
+use crate::model::arch::FusedLinear;
 use crate::model::arch::LlamaConfig;
 use crate::model::checkpoint::ExpertStackSource;
-use crate::model::arch::FusedLinear;
 
 use super::{HostData, HostTensor, SafetensorsSource, WeightError, WeightSource};
 

@@ -1,15 +1,14 @@
 //! Building a [`Llama`] (whole, its shell, or one layer) from a [`WeightSource`].
 
-
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
 use burn::tensor::DType;
 
-use crate::model::arch::LlamaConfig;
-use crate::model::kernels::weight_tensor;
-use crate::model::decoder::{DecoderLayer, Llama, Norm};
 use crate::model::arch::rope;
+use crate::model::arch::LlamaConfig;
+use crate::model::decoder::{DecoderLayer, Llama, Norm};
+use crate::model::kernels::weight_tensor;
 use crate::sys::phases::PhaseClock;
 
 use super::{Shaped, WeightError, WeightSource};

@@ -16,8 +16,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::model::arch::LlamaConfig;
 use crate::model::arch::ExpertStacks;
+use crate::model::arch::LlamaConfig;
 use crate::model::checkpoint::{HostTensor, WeightError, WeightSource};
 
 /// The decoder's module of a layer's experts, relative to the layer.
@@ -288,7 +288,9 @@ impl WeightSource for ExpertStackSource {
         dtype: burn::tensor::DType,
     ) -> Result<Option<crate::model::checkpoint::HostData>, WeightError> {
         match self.part(name)? {
-            Some(t) => Ok(Some(crate::model::checkpoint::HostData::from_transposed(t, dtype))),
+            Some(t) => Ok(Some(crate::model::checkpoint::HostData::from_transposed(
+                t, dtype,
+            ))),
             None => self.inner.tensor_transposed_in(name, dtype),
         }
     }

@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
 
-use crate::model::arch::LlamaConfig;
-use crate::model::checkpoint::{stack_experts, stacked_experts};
 use crate::model::arch::ExpertStacks;
 use crate::model::arch::FusedLinear;
-use crate::model::kernels::kernels;
-use crate::model::decoder::{DecoderLayer, Llama, Norm};
-use crate::model::checkpoint::Layers;
-use crate::model::kernels::transpose;
+use crate::model::arch::LlamaConfig;
 use crate::model::checkpoint::HostTensor;
+use crate::model::checkpoint::Layers;
 use crate::model::checkpoint::{encode, SaveDtype};
+use crate::model::checkpoint::{stack_experts, stacked_experts};
+use crate::model::decoder::{DecoderLayer, Llama, Norm};
+use crate::model::kernels::kernels;
+use crate::model::kernels::transpose;
 
 /// Errors while saving a model folder.
 #[derive(Debug, thiserror::Error)]

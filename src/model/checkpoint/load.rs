@@ -7,11 +7,11 @@ use burn::prelude::*;
 
 use crate::data::hub;
 
-use crate::model::arch::{HfLlamaConfig, LlamaConfig};
-use crate::model::decoder::Llama;
 use crate::model::arch::ModelShape;
+use crate::model::arch::{HfLlamaConfig, LlamaConfig};
 use crate::model::checkpoint::Tokenizer;
 use crate::model::checkpoint::{LoadError, SafetensorsSource, SplitSource, WeightSource};
+use crate::model::decoder::Llama;
 
 /// Where a model comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,7 +302,8 @@ fn folder_checkpoint(
     let Some(class) = object.and_then(crate::model::family::vision_language::of_config) else {
         return Ok((source, hf_config));
     };
-    let text = object.and_then(|o| crate::model::family::vision_language::text_config(o, class).ok());
+    let text =
+        object.and_then(|o| crate::model::family::vision_language::text_config(o, class).ok());
     let source = source.text_decoder_only();
     config.tie_word_embeddings = !source.has_tensor("lm_head.weight");
     Ok((source, text.map(serde_json::Value::Object)))

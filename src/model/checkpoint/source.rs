@@ -1,7 +1,6 @@
 //! What every checkpoint format answers ([`WeightSource`]): a tensor by its Hugging Face name,
 //! as f32 or in its stored type ([`HostTensor`], [`HostData`]), and the errors of reading one.
 
-
 use burn::prelude::*;
 use burn::tensor::DType;
 

@@ -26,10 +26,10 @@ use rayon::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::model::arch::LlamaConfig;
-use crate::model::checkpoint::{encode, SaveDtype};
-use crate::model::kernels::{take_param, to_host_f32, weight_tensor};
-use crate::model::decoder::{DecoderLayer, Llama, Norm};
 use crate::model::checkpoint::{build_layer, build_shell, WeightError, WeightSource};
+use crate::model::checkpoint::{encode, SaveDtype};
+use crate::model::decoder::{DecoderLayer, Llama, Norm};
+use crate::model::kernels::{take_param, to_host_f32, weight_tensor};
 
 /// Errors of a streamed model's layers.
 #[derive(Debug, thiserror::Error)]
@@ -560,8 +560,8 @@ fn read_layer<B: Backend>(
 mod tests {
     use super::*;
     use crate::model::arch::HfLlamaConfig;
-    use crate::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
     use crate::model::checkpoint::{build_llama, SafetensorsSource};
+    use crate::model::checkpoint::{save_hf_folder, SaveDtype, SaveSpec};
 
     type B = NdArray<f32>;
 
@@ -671,7 +671,8 @@ mod tests {
         let (config, source) = checkpoint(dir.path());
         let device = Default::default();
         let f32_layer =
-            crate::model::checkpoint::build_layer::<B>(&config, source.as_ref(), 0, &device).unwrap();
+            crate::model::checkpoint::build_layer::<B>(&config, source.as_ref(), 0, &device)
+                .unwrap();
         // The same layer rounded to bf16 values, as a bf16 checkpoint loads.
         let mut bf16_layer = f32_layer.clone();
         for (name, _, _) in f32_layer.linears() {

@@ -14,9 +14,12 @@ use std::path::Path;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::model::arch::{LlamaConfig, RopeScaling};
-use crate::model::checkpoint::{io, pretty_json, write_atomically, write_weights, ExportError, PlannedTensor, SaveDtype, TensorValues, SYNTH_FILE};
 use crate::model::arch::Architecture;
+use crate::model::arch::{LlamaConfig, RopeScaling};
+use crate::model::checkpoint::{
+    io, pretty_json, write_atomically, write_weights, ExportError, PlannedTensor, SaveDtype,
+    TensorValues, SYNTH_FILE,
+};
 
 /// A published model configuration to copy the shape of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]

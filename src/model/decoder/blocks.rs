@@ -9,14 +9,14 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::FloatDType;
 
-use crate::model::arch::{Activation, LlamaConfig};
-use crate::model::kernels::{kernels, project, project_all, NormWeights, ATTENTION_BLOCK_BYTES};
-use crate::model::decoder::{chunk_mask, chunk_start, unit_rms};
 use crate::model::arch::QueryTemperature;
 use crate::model::arch::{alibi, rope};
+use crate::model::arch::{Activation, LlamaConfig};
+use crate::model::decoder::{chunk_mask, chunk_start, unit_rms};
+use crate::model::kernels::{kernels, project, project_all, NormWeights, ATTENTION_BLOCK_BYTES};
 
-pub use crate::model::kernels::LinearInput;
 use crate::model::decoder::attention_with_sinks;
+pub use crate::model::kernels::LinearInput;
 
 /// The attention sinks of a layer (GPT-OSS's), named relative to the layer.
 pub(crate) const SINKS: &str = "self_attn.sinks";

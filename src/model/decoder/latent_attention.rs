@@ -17,10 +17,12 @@
 use burn::nn::Linear;
 use burn::prelude::*;
 
-use crate::model::kernels::{project, LinearInput};
-use crate::model::decoder::{blocked_attention, extend_cache, Attention, LayerContext, Norm, Scores};
 use crate::model::arch::rope;
 use crate::model::arch::LatentAttention;
+use crate::model::decoder::{
+    blocked_attention, extend_cache, Attention, LayerContext, Norm, Scores,
+};
+use crate::model::kernels::{project, LinearInput};
 
 /// The checkpoint's names of the latent attention's parts, relative to the layer.
 const Q_PROJ: &str = "self_attn.q_proj";

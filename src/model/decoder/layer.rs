@@ -11,16 +11,20 @@ use burn::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::model::arch::LlamaConfig;
+use crate::model::arch::rope;
 use crate::model::arch::FusedLinear;
-use crate::model::kernels::{kernels, linear_forward, project, HeadWeights, LayerWeights, ModelWeights};
+use crate::model::arch::LlamaConfig;
 use crate::model::arch::LogitScale;
 use crate::model::decoder::{LatentSelfAttention, SelfAttention};
-use crate::model::arch::rope;
+use crate::model::kernels::{
+    kernels, linear_forward, project, HeadWeights, LayerWeights, ModelWeights,
+};
 
-pub use crate::model::kernels::LinearInput;
 use super::blocks::{Attention, KvCache, LayerContext, Mlp, Norm, SINKS};
-use crate::model::decoder::{SharedExpert, SparseMoe, CORRECTION, ROUTER, SHARED_EXPERT, SHARED_GATE};
+use crate::model::decoder::{
+    SharedExpert, SparseMoe, CORRECTION, ROUTER, SHARED_EXPERT, SHARED_GATE,
+};
+pub use crate::model::kernels::LinearInput;
 /// A layer's feed-forward block: one MLP, or a sparse mixture of experts (Mixtral).
 // One per layer: the variants' sizes matter less than reaching the MLP without a box.
 #[allow(clippy::large_enum_variant)]

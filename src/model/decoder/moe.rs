@@ -13,10 +13,10 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, IndexingUpdateOp};
 
+use crate::model::arch::{Experts, SigmoidRouting};
+use crate::model::decoder::Mlp;
 use crate::model::kernels::to_host_f32;
 use crate::model::kernels::{project, project_all, LinearInput};
-use crate::model::decoder::Mlp;
-use crate::model::arch::{Experts, SigmoidRouting};
 
 /// The router of a layer with experts, named relative to the layer.
 pub(crate) const ROUTER: &str = "mlp.gate";
@@ -367,8 +367,8 @@ mod tests {
     use burn::module::Param;
 
     use super::*;
-    use crate::model::arch::LimitedSoftmax;
     use crate::model::arch::Activation;
+    use crate::model::arch::LimitedSoftmax;
 
     type Nd = NdArray<f32>;
 

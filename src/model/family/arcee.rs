@@ -56,9 +56,9 @@ impl Family for Arcee {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::{Activation, RopeScaling};
     use crate::model::arch::Architecture;
     use crate::model::arch::ModelShape;
+    use crate::model::arch::{Activation, RopeScaling};
 
     /// An Arcee config of AFM-4.5B's layout: 36 layers 2,560 wide, 20 query heads of 128 over 4
     /// kv heads, an ungated squared-ReLU MLP 18,432 wide, YaRN ×16 from 4,096 to 65,536 positions.

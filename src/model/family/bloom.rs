@@ -17,9 +17,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::arch::FusedLinear;
 use super::{AttentionBiases, Family};
-use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::FusedLinear;
+use crate::model::arch::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
 
 /// `BloomForCausalLM`.
 pub struct Bloom;

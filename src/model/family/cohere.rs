@@ -17,7 +17,10 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+    LocalAttention,
+};
 
 /// Cohere's layer: `CohereForCausalLM`, or with sliding NoPE-full layers `Cohere2ForCausalLM`.
 pub struct Cohere {

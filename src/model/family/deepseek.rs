@@ -20,8 +20,10 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::arch::{invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::LatentAttention;
+use crate::model::arch::{
+    invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
 use crate::model::arch::{Experts, LimitedSoftmax, SigmoidRouting};
 
 /// A DeepSeek config class: its names and what differs between the two classes' class.

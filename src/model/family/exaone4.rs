@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+};
 
 /// `Exaone4ForCausalLM`.
 pub struct Exaone4;

@@ -68,8 +68,8 @@ impl Family for Gemma {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::LlamaConfig;
     use crate::model::arch::Architecture;
+    use crate::model::arch::LlamaConfig;
     use crate::model::arch::ModelShape;
 
     /// google/gemma-7b's `config.json`, as the hub has it.

@@ -14,7 +14,9 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+};
 
 /// `Gemma3ForCausalLM`.
 pub struct Gemma3;

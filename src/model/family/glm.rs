@@ -15,8 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::arch::FusedLinear;
 use super::{AttentionBiases, ClassDefaults, Family};
+use crate::model::arch::FusedLinear;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// GLM's layer: `GlmForCausalLM`, or with output norms `Glm4ForCausalLM`.

@@ -19,9 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::arch::FusedLinear;
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::FusedLinear;
+use crate::model::arch::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
 
 /// `GPT2LMHeadModel`.
 pub struct Gpt2;

@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 
 use super::gpt2::{gpt2_hf_keys, gpt2_layer, gpt2_name};
-use crate::model::arch::FusedLinear;
 use super::{AttentionBiases, ClassDefaults, Family};
+use crate::model::arch::FusedLinear;
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTBigCodeForCausalLM`.

@@ -10,7 +10,10 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::arch::{invalid, positive, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    invalid, positive, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+    LocalAttention,
+};
 
 /// `GPTNeoForCausalLM`.
 pub struct GptNeo;

@@ -15,8 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::arch::FusedLinear;
 use super::{AttentionBiases, Family};
+use crate::model::arch::FusedLinear;
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTNeoXForCausalLM`.

@@ -20,10 +20,10 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, LocalAttention};
-use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
 use crate::model::arch::ExpertStacks;
+use crate::model::arch::{invalid, LocalAttention};
 use crate::model::arch::{ClampedGlu, Experts};
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
 
 /// `GptOssForCausalLM`.
 pub struct GptOss;
@@ -159,9 +159,9 @@ impl Family for GptOss {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::RopeScaling;
     use crate::model::arch::Architecture;
     use crate::model::arch::ModelShape;
+    use crate::model::arch::RopeScaling;
 
     /// openai/gpt-oss-20b's `config.json`, as the hub has it (24 alternating `layer_types`).
     fn gpt_oss_20b() -> String {

@@ -12,7 +12,9 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, Family};
-use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
 
 /// `GPTJForCausalLM`.
 pub struct Gptj;

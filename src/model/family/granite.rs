@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::arch::{positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers};
+use crate::model::arch::{
+    positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers,
+};
 
 /// `GraniteForCausalLM`.
 pub struct Granite;

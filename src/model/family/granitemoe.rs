@@ -19,11 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::arch::FusedLinear;
-use super::{Family};
-use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use super::Family;
 use crate::model::arch::ExpertStacks;
 use crate::model::arch::Experts;
+use crate::model::arch::FusedLinear;
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// One of Granite's MoE config classes.
 pub struct GraniteMoe {

@@ -18,10 +18,12 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::ExpertStacks;
-use crate::model::arch::{Llama4Attention, QueryTemperature};
+use crate::model::arch::{
+    invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
 use crate::model::arch::{Experts, SigmoidRouting};
+use crate::model::arch::{Llama4Attention, QueryTemperature};
 
 /// `Llama4ForCausalLM`.
 pub struct Llama4;

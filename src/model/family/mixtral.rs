@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::Experts;
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `MixtralForCausalLM`.
 pub struct Mixtral;

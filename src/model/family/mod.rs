@@ -52,8 +52,10 @@ mod resolve;
 
 use std::collections::BTreeMap;
 
-
-use crate::model::arch::{FusedLinear, invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig};
+use crate::model::arch::{
+    invalid, Activation, ConfigError, DecoderExtras, FusedLinear, HfLlamaConfig, HfRopeScaling,
+    LlamaConfig,
+};
 
 /// What a family's transformers config class takes for the keys of the model's shape that a
 /// config leaves out. A null is read the same way here, where some classes read it otherwise

@@ -65,8 +65,8 @@ pub(super) fn olmo2_layer(hf: &HfLlamaConfig, family: &str) -> Result<DecoderExt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::LlamaConfig;
     use crate::model::arch::Architecture;
+    use crate::model::arch::LlamaConfig;
     use crate::model::arch::ModelShape;
 
     /// allenai/OLMo-2-1124-7B's `config.json`, as the hub has it.

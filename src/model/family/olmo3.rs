@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    invalid, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig, LocalAttention,
+};
 
 /// `Olmo3ForCausalLM`.
 pub struct Olmo3;
@@ -92,9 +94,9 @@ impl Family for Olmo3 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::RopeScaling;
     use crate::model::arch::Architecture;
     use crate::model::arch::ModelShape;
+    use crate::model::arch::RopeScaling;
 
     /// A config in the form of the Olmo 3 7B release: the old top-level `rope_theta` and
     /// `rope_scaling` (YaRN ×8 over 8192 positions), 32 layers of which every fourth attends

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::Experts;
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `OlmoeForCausalLM`.
 pub struct Olmoe;

@@ -15,7 +15,9 @@
 use std::collections::BTreeMap;
 
 use super::Family;
-use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
+use crate::model::arch::{
+    invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
+};
 
 /// `OPTForCausalLM`.
 pub struct Opt;

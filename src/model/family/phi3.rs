@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::arch::FusedLinear;
 use super::{ClassDefaults, Family};
+use crate::model::arch::FusedLinear;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Phi3ForCausalLM`.

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::arch::{positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+};
 
 /// `Qwen2ForCausalLM`.
 pub struct Qwen2;

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use super::qwen2::{qwen_extras, qwen_hf_keys};
 use super::qwen3_moe::refuse_dense_layers;
 use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::Experts;
+use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen2MoeForCausalLM`.
 pub struct Qwen2Moe;

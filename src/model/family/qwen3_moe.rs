@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::Experts;
+use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen3MoeForCausalLM`.
 pub struct Qwen3Moe;

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 
 use super::{ClassDefaults, Family};
-use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
+use crate::model::arch::{
+    invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
+};
 
 /// `SmolLM3ForCausalLM`.
 pub struct SmolLm3;

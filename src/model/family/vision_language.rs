@@ -442,10 +442,7 @@ mod tests {
                 .resolve()
                 .unwrap();
         assert_eq!(resolved.head_dim, 128);
-        assert_eq!(
-            resolved.rope_scaling,
-            crate::model::arch::RopeScaling::None
-        );
+        assert_eq!(resolved.rope_scaling, crate::model::arch::RopeScaling::None);
         // transformers 5's form: the sections inside `rope_parameters`.
         let mut rope = object(
             r#"{"rope_type":"default","mrope_section":[2,3,3],"mrope_interleaved":true,"rope_theta":5e6}"#,

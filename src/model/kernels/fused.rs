@@ -21,11 +21,9 @@ use burn::tensor::TensorPrimitive;
 use rayon::prelude::*;
 
 use super::vecmath;
-use super::{
-    HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights,
-};
-use crate::model::arch::{Activation, LogitScale};
+use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
 use crate::model::arch::rope;
+use crate::model::arch::{Activation, LogitScale};
 
 mod head;
 mod held;

@@ -50,7 +50,9 @@ pub fn code_only(text: &str) -> String {
         } else if let Some(hashes) = raw_string_start(rest) {
             let close = format!("\"{}", "#".repeat(hashes));
             let body = 2 + hashes;
-            let end = rest[body..].find(&close).map_or(rest.len(), |e| body + e + close.len());
+            let end = rest[body..]
+                .find(&close)
+                .map_or(rest.len(), |e| body + e + close.len());
             out.push_str("\"\"");
             out.extend(rest[..end].chars().filter(|&c| c == '\n'));
             i += end;
@@ -79,7 +81,9 @@ fn raw_string_start(text: &str) -> Option<usize> {
     let t = text.strip_prefix('b').unwrap_or(text);
     let t = t.strip_prefix('r')?;
     let hashes = t.len() - t.trim_start_matches('#').len();
-    t[hashes..].starts_with('"').then_some(hashes + text.len() - t.len() - 1)
+    t[hashes..]
+        .starts_with('"')
+        .then_some(hashes + text.len() - t.len() - 1)
 }
 
 /// The length of a char literal starting `text` (`'a'`, `'\n'`, `'\u{1F}'`), `None` for a
@@ -218,7 +222,9 @@ fn definitions(code: &str) -> BTreeSet<String> {
             rest = rest.split_once(')').map_or("", |(_, r)| r);
         }
         let rest = rest.trim_start().trim_start_matches("unsafe ");
-        let rest = rest.trim_start_matches("const fn ").trim_start_matches("async ");
+        let rest = rest
+            .trim_start_matches("const fn ")
+            .trim_start_matches("async ");
         for kind in KINDS {
             if let Some(tail) = rest.strip_prefix(kind) {
                 let name: String = tail
@@ -240,7 +246,11 @@ impl Graph {
     pub fn read(src: &Path, files: &[std::path::PathBuf]) -> Graph {
         let mut parsed = BTreeMap::new();
         for path in files {
-            let rel = path.strip_prefix(src).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = path
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             let here = module_of(&rel);
             let code = code_only(&std::fs::read_to_string(path).unwrap());
             let inline_start = code
@@ -248,7 +258,12 @@ impl Graph {
                 .find(|(at, _)| {
                     let line_start = code[..*at].rfind('\n').map_or(0, |i| i + 1);
                     code[line_start..*at].trim().is_empty()
-                        && code[*at..].split('\n').next().unwrap().trim_end().ends_with('{')
+                        && code[*at..]
+                            .split('\n')
+                            .next()
+                            .unwrap()
+                            .trim_end()
+                            .ends_with('{')
                 })
                 .map_or(code.len(), |(at, _)| at);
             let children: BTreeSet<String> = code[..inline_start]
@@ -257,7 +272,9 @@ impl Graph {
                     let line = line.trim();
                     let rest = line.strip_prefix("pub ").unwrap_or(line);
                     let rest = rest.strip_prefix("pub(crate) ").unwrap_or(rest);
-                    rest.strip_prefix("mod ")?.strip_suffix(';').map(String::from)
+                    rest.strip_prefix("mod ")?
+                        .strip_suffix(';')
+                        .map(String::from)
                 })
                 .collect();
             let mut uses = Vec::new();
@@ -330,7 +347,11 @@ impl Graph {
                 let descends = target.len() > module.len() && target.starts_with(module);
                 if target != *module && !descends {
                     let to = graph.files[&target].rel.clone();
-                    let into = if *in_test { &mut test_edges } else { &mut edges };
+                    let into = if *in_test {
+                        &mut test_edges
+                    } else {
+                        &mut edges
+                    };
                     into.entry(file.rel.clone())
                         .or_insert_with(BTreeSet::new)
                         .insert(to);
@@ -391,7 +412,8 @@ impl Graph {
     /// The circles of files (strongly connected parts of more than one file), each sorted.
     pub fn circles(&self) -> Vec<Vec<String>> {
         let nodes: Vec<&String> = self.files.values().map(|f| &f.rel).collect();
-        let index: BTreeMap<&String, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let index: BTreeMap<&String, usize> =
+            nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
         let adjacency: Vec<Vec<usize>> = nodes
             .iter()
             .map(|n| {
@@ -419,7 +441,8 @@ impl Graph {
 fn strongly_connected(adjacency: &[Vec<usize>]) -> Vec<Vec<usize>> {
     let n = adjacency.len();
     let (mut index, mut low) = (vec![usize::MAX; n], vec![0; n]);
-    let (mut on_stack, mut stack, mut out, mut counter) = (vec![false; n], Vec::new(), Vec::new(), 0);
+    let (mut on_stack, mut stack, mut out, mut counter) =
+        (vec![false; n], Vec::new(), Vec::new(), 0);
     for root in 0..n {
         if index[root] != usize::MAX {
             continue;

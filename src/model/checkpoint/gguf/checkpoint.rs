@@ -8,11 +8,13 @@
 use std::path::{Path, PathBuf};
 
 use super::{tokenizer_json, GgufFile};
-use crate::model::arch::{ConfigError, HfFalconKeys, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling};
 use crate::model::arch::{Architecture, FusedLinear};
+use crate::model::arch::{
+    ConfigError, HfFalconKeys, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
+};
+use crate::model::checkpoint::LoadError;
 use crate::model::checkpoint::Tokenizer;
 use crate::model::checkpoint::{HostTensor, WeightError, WeightSource};
-use crate::model::checkpoint::LoadError;
 
 /// An opened GGUF checkpoint.
 pub struct GgufCheckpoint {

@@ -6,8 +6,8 @@ use super::super::blocks::{
 };
 use super::*;
 use crate::model::arch::{Activation, HfLlamaConfig};
-use burn::tensor::FloatDType;
 use burn::backend::NdArray;
+use burn::tensor::FloatDType;
 
 type B = NdArray<f32>;
 

@@ -1,0 +1,539 @@
+//! A Hugging Face `config.json` as a plain serde struct ([`HfLlamaConfig`]): the keys every
+//! family's config class may hold, read as they are written; resolving them into a
+//! [`super::LlamaConfig`] is the family's ([`crate::model::family`]).
+
+use serde::{Deserialize, Serialize};
+
+/// `rope_scaling` as it appears in `config.json`, or `rope_parameters` as transformers 5
+/// writes it (the same keys plus `rope_theta`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HfRopeScaling {
+    /// RoPE base (`rope_parameters` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// `rope_type` (newer configs) …
+    #[serde(default)]
+    pub rope_type: Option<String>,
+    /// … or `type` (older configs).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// Scaling factor.
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// Llama-3: low-frequency factor.
+    #[serde(default)]
+    pub low_freq_factor: Option<f64>,
+    /// Llama-3: high-frequency factor.
+    #[serde(default)]
+    pub high_freq_factor: Option<f64>,
+    /// Llama-3: context length the model was pre-trained with.
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
+    /// The share of each head's dimensions that rotate (`rope_parameters` only; GPT-NeoX).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
+    /// YaRN: rotations above which dimensions extrapolate (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_fast: Option<f64>,
+    /// YaRN: rotations below which dimensions interpolate (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta_slow: Option<f64>,
+    /// YaRN: the factor of the cosines and sines (default from `factor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_factor: Option<f64>,
+    /// YaRN: `mscale` of the default attention factor (with `mscale_all_dim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mscale: Option<f64>,
+    /// YaRN: `mscale_all_dim` of the default attention factor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mscale_all_dim: Option<f64>,
+    /// YaRN: whether the correction range is rounded out to whole dimensions (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncate: Option<bool>,
+    /// LongRoPE: the divisor of each rotated pair's frequency within the pre-training context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_factor: Option<Vec<f64>>,
+    /// LongRoPE: the divisor of each rotated pair's frequency past the pre-training context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_factor: Option<Vec<f64>>,
+}
+
+impl HfRopeScaling {
+    /// The scaling's type: `rope_type`, else the legacy `type`.
+    pub fn type_name(&self) -> Option<&str> {
+        self.rope_type.as_deref().or(self.kind.as_deref())
+    }
+}
+
+/// Falcon's `config.json` keys (`FalconConfig`); each absent key takes transformers' default in
+/// [`crate::model::family::falcon`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfFalconKeys {
+    /// The MLP activation (default `gelu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<String>,
+    /// The MLP's width (default 4 × hidden).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn_hidden_size: Option<usize>,
+    /// Whether every linear carries a bias (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bias: Option<bool>,
+    /// ALiBi instead of RoPE (default false; Falcon's ALiBi scales the bias with the scores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alibi: Option<bool>,
+    /// One key/value head for all query heads (default true; Falcon-7B, GPT-BigCode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multi_query: Option<bool>,
+    /// Attention and MLP read the layer's input side by side (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_attn: Option<bool>,
+    /// Falcon-40B's and 180B's layer: grouped key/value heads and, by default, a norm each for
+    /// attention and MLP (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_decoder_architecture: Option<bool>,
+    /// Key/value heads of the new decoder architecture (default the query heads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_kv_heads: Option<usize>,
+    /// Norms a parallel layer of the new architecture has (default 2; 1: shared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_ln_in_parallel_attn: Option<usize>,
+}
+
+/// Keys some families spell their own way (BLOOM, Falcon, StarCoder2, GPT-J, Nemotron, GPT-Neo),
+/// and the name they are read under.
+pub const KEY_ALIASES: [(&str, &str); 11] = [
+    ("n_embed", "hidden_size"),
+    ("n_embd", "hidden_size"),
+    ("n_positions", "max_position_embeddings"),
+    ("n_inner", "intermediate_size"),
+    ("n_layer", "num_hidden_layers"),
+    ("n_head", "num_attention_heads"),
+    ("num_layers", "num_hidden_layers"),
+    ("num_heads", "num_attention_heads"),
+    ("layer_norm_epsilon", "layer_norm_eps"),
+    ("norm_epsilon", "layer_norm_eps"),
+    ("norm_eps", "layer_norm_eps"),
+];
+
+/// A Hugging Face `config.json` for a Llama-family model; field names equal the file's keys.
+/// Unknown keys are ignored (real configs carry many that do not affect inference).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfLlamaConfig {
+    /// Class names, e.g. `["LlamaForCausalLM"]`.
+    #[serde(default)]
+    pub architectures: Option<Vec<String>>,
+    /// e.g. `llama`.
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// Width of the residual stream (BLOOM's older configs: `n_embed`, [`KEY_ALIASES`]).
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    #[serde(default)]
+    pub intermediate_size: Option<usize>,
+    /// OPT's name for the width of the MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn_dim: Option<usize>,
+    /// Number of decoder layers (BLOOM: `n_layer`).
+    pub num_hidden_layers: usize,
+    /// Number of query heads (BLOOM: `n_head`).
+    pub num_attention_heads: usize,
+    /// Number of key/value heads (GQA); defaults to the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Per-head width; defaults to `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// RMSNorm epsilon.
+    #[serde(default)]
+    pub rms_norm_eps: Option<f64>,
+    /// RoPE base.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// GPT-NeoX's name for the RoPE base (`rope_theta` wins where both are given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_emb_base: Option<f64>,
+    /// GPT-NeoX: the share of each head's dimensions that rotate (the rest pass through).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_pct: Option<f64>,
+    /// Phi, StableLM: the share of each head's dimensions that rotate, outside
+    /// `rope_parameters` (transformers 4's configs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
+    /// StableLM: whether q, k and v carry biases (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_qkv_bias: Option<bool>,
+    /// GPT-J: how many dimensions of each head rotate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_dim: Option<usize>,
+    /// StarCoder2: whether every linear carries a bias (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_bias: Option<bool>,
+    /// GPT-Neo: which layers attend globally and which locally, `[[["global", "local"], 12]]`
+    /// (the pattern, repeated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_types: Option<serde_json::Value>,
+    /// GPT-Neo: the span of its local layers' attention (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_size: Option<usize>,
+    /// GPT-2, GPT-BigCode: whether attention scores are scaled by `head_dim^-0.5` (default
+    /// true; false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_attn_weights: Option<bool>,
+    /// GPT-2: whether each layer's scores are also divided by its index + 1 (default false;
+    /// true is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_attn_by_inverse_layer_idx: Option<bool>,
+    /// Phi, StableLM: per-head LayerNorms of q and k (default false; true is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_layernorm: Option<bool>,
+    /// GPT-NeoX: attention and MLP both read the layer's input and add to it together
+    /// (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_parallel_residual: Option<bool>,
+    /// GPT-NeoX's LayerNorm epsilon (BLOOM: `layer_norm_epsilon`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_norm_eps: Option<f64>,
+    /// BLOOM: the residual is the normed input instead of the input (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_residual_connection_post_layernorm: Option<bool>,
+    /// Falcon's fields: its own names of the MLP activation, width and biases, and its layouts.
+    #[serde(flatten)]
+    pub falcon: HfFalconKeys,
+    /// RoPE scaling.
+    #[serde(default)]
+    pub rope_scaling: Option<HfRopeScaling>,
+    /// RoPE base and scaling as transformers 5 writes them (in place of `rope_theta` and
+    /// `rope_scaling`), once for the model or per layer type (Gemma 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_parameters: Option<HfRopeParameters>,
+    /// Longest context the model supports.
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
+    /// Phi-3: the pre-training context length, outside `rope_scaling` (where both are given,
+    /// this one wins, as transformers reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_max_position_embeddings: Option<usize>,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Whether the LM head reuses the token embeddings.
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+    /// Whether q/k/v/o carry biases (Llama); Qwen2 always has q/k/v biases.
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
+    /// The sliding-window attention span (Mistral's): `None` when the key is absent (the
+    /// family's default, [`Self::window_or`]), `Some(None)` when it is null (no window).
+    #[serde(default, deserialize_with = "present")]
+    pub sliding_window: Option<Option<usize>>,
+    /// Beginning-of-sequence token id.
+    #[serde(default)]
+    pub bos_token_id: Option<serde_json::Value>,
+    /// End-of-sequence token id(s).
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+    /// Activation of the MLP's gate (`silu`, or `gelu_pytorch_tanh` for Gemma).
+    #[serde(default)]
+    pub hidden_act: Option<String>,
+    /// OPT's name for the MLP activation (`relu`); Falcon's is `activation`, read with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_function: Option<String>,
+    /// OPT: whether every linear carries a bias (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_bias: Option<bool>,
+    /// OPT: norms before attention and the MLP (default true; false is OPT-350m's post-norm
+    /// layout, which is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub do_layer_norm_before: Option<bool>,
+    /// OPT: width of the token embeddings, projected to `hidden_size` when it differs
+    /// (OPT-350m; refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_embed_proj_dim: Option<usize>,
+    /// OPT: whether the LayerNorms have gains and biases (default true; false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_norm_elementwise_affine: Option<bool>,
+    /// OPT: whether the final LayerNorm is left out (default false; true is refused).
+    #[serde(
+        default,
+        rename = "_remove_final_layer_norm",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub remove_final_layer_norm: Option<bool>,
+    /// Gemma's name for the MLP activation (takes precedence over `hidden_act`).
+    #[serde(default)]
+    pub hidden_activation: Option<String>,
+    /// Gemma: queries are scaled by `query_pre_attn_scalar^-0.5` instead of `head_dim^-0.5`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 3: the RoPE base of the sliding-window layers.
+    #[serde(default)]
+    pub rope_local_base_freq: Option<f64>,
+    /// Llama, Granite, SmolLM3: whether the MLP's linears carry biases (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_bias: Option<bool>,
+    /// Granite: the factor of the token embeddings (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_multiplier: Option<f64>,
+    /// Granite: the factor of the attention and MLP outputs before each residual add
+    /// (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_multiplier: Option<f64>,
+    /// Granite: the factor of the attention scores `q·k` (default 1, not `head_dim^-0.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_multiplier: Option<f64>,
+    /// Granite: the divisor of the logits (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logits_scaling: Option<f64>,
+    /// SmolLM3: per layer, 1 where it rotates queries and keys, 0 where it does not (NoPE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_rope_layers: Option<Vec<u8>>,
+    /// SmolLM3: without `no_rope_layers`, every `n`-th layer is NoPE (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_rope_layer_interval: Option<usize>,
+    /// SmolLM3, Qwen2, Qwen3: whether `sliding_window` applies (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_sliding_window: Option<bool>,
+    /// Qwen2, Qwen3: without `layer_types`, the layers from this one on slide (default 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_window_layers: Option<usize>,
+    /// OLMo: queries, keys and values are clamped to `±clip_qkv` after their projections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_qkv: Option<f64>,
+    /// Cohere: the factor of the logits (default 0.0625).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_scale: Option<f64>,
+    /// Cohere: per-head LayerNorms of the queries and keys (Command R+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_qk_norm: Option<bool>,
+    /// Mixtral: experts per layer (and Qwen3-MoE's, as transformers 5 writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_local_experts: Option<usize>,
+    /// Mixtral: experts each token goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<usize>,
+    /// Qwen3-MoE, OLMoE: experts per layer (transformers 5 writes Qwen3-MoE's as
+    /// `num_local_experts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    /// Qwen3-MoE, Qwen2-MoE: each expert's MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen2-MoE: the shared expert's MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Granite MoE (shared), Granite 4.0: the width of the MLP every token goes through
+    /// (`shared_mlp`; 0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_intermediate_size: Option<usize>,
+    /// Granite 4.0: `rope`, or none (`nope`, null): then no layer rotates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_embedding_type: Option<String>,
+    /// Qwen2-MoE: whether q, k and v carry biases (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qkv_bias: Option<bool>,
+    /// Qwen3-MoE, OLMoE: whether the chosen experts' probabilities are renormalised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
+    /// Qwen3-MoE: every `n`-th layer has experts (default 1), unless in `mlp_only_layers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_sparse_step: Option<usize>,
+    /// Qwen3-MoE: the layers with a dense MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_only_layers: Option<Vec<usize>>,
+    /// GLM-4.5 (DeepSeek-V3's keys): routed experts per layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_routed_experts: Option<usize>,
+    /// GLM-4.5: shared experts, one MLP `n_shared_experts · moe_intermediate_size` wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_shared_experts: Option<usize>,
+    /// GLM-4.5: the factor of the routing weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_scaling_factor: Option<f64>,
+    /// GLM-4.5: groups of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_group: Option<usize>,
+    /// GLM-4.5: the groups a token's experts come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_group: Option<usize>,
+    /// GLM-4.5: the first layers with a dense MLP instead of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_k_dense_replace: Option<usize>,
+    /// DeepSeek: the queries' latent width; `Some(None)` where it is null (queries projected
+    /// directly, DeepSeek-V2-Lite), `None` where absent.
+    #[serde(default, deserialize_with = "present")]
+    pub q_lora_rank: Option<Option<usize>>,
+    /// DeepSeek: the keys' and values' latent width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_lora_rank: Option<usize>,
+    /// DeepSeek: a head's query and key dimensions without position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_nope_head_dim: Option<usize>,
+    /// DeepSeek: a head's rotated query and key dimensions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_rope_head_dim: Option<usize>,
+    /// DeepSeek: a head's value width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v_head_dim: Option<usize>,
+    /// DeepSeek-V2: `greedy` or `group_limited_greedy` routing (V3's `noaux_tc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_method: Option<String>,
+    /// DeepSeek: `softmax` (V2) or `sigmoid` (V3) router scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring_func: Option<String>,
+    /// DeepSeek-V3: whether rotated dimensions pair up as neighbours (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_interleave: Option<bool>,
+    /// GPT-OSS: the clamp of its experts' gate and up projections (default 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_limit: Option<f64>,
+    /// GPT-OSS: the gain inside its experts' sigmoid (default 1.702).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_alpha: Option<f64>,
+    /// Gemma 3: `sliding_attention` or `full_attention` per layer.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3 (older configs): every `n`-th layer attends in full, the others slide;
+    /// EXAONE 4 writes it as letters, `"LLLG"` for 4 ([`pattern_period`]).
+    #[serde(
+        default,
+        alias = "_sliding_window_pattern",
+        deserialize_with = "pattern_period"
+    )]
+    pub sliding_window_pattern: Option<usize>,
+    /// Gemma: soft-capping of the final logits, `cap · tanh(logit / cap)`: `None` when the
+    /// key is absent (the family's default), `Some(None)` when it is null (no capping).
+    #[serde(default, deserialize_with = "present")]
+    pub final_logit_softcapping: Option<Option<f64>>,
+    /// Gemma: soft-capping of the attention scores, as `final_logit_softcapping`.
+    #[serde(default, deserialize_with = "present")]
+    pub attn_logit_softcapping: Option<Option<f64>>,
+    /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
+    #[serde(default)]
+    pub use_bidirectional_attention: Option<bool>,
+    /// Llama 4: the width of the dense layers' MLP (the experts' is `intermediate_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate_size_mlp: Option<usize>,
+    /// Llama 4: every `n`-th layer has experts (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interleave_moe_layer_step: Option<usize>,
+    /// Llama 4: the layers with experts, where given (else from the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_layers: Option<Vec<usize>>,
+    /// Llama 4: positions per chunk of the chunked layers: `None` when the key is absent (8192),
+    /// `Some(None)` when it is null (no chunks).
+    #[serde(default, deserialize_with = "present")]
+    pub attention_chunk_size: Option<Option<usize>>,
+    /// Llama 4: whether the NoPE layers' queries take a temperature by position (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_temperature_tuning: Option<bool>,
+    /// Llama 4: positions per step of that temperature (default 8192).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_scale: Option<f64>,
+    /// Llama 4: the temperature's growth per step (default 0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_scale: Option<f64>,
+}
+
+/// `rope_parameters` as transformers 5 writes it: one set for the model, or one per layer type
+/// (`full_attention`, `sliding_attention`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HfRopeParameters {
+    /// One set per layer type.
+    PerLayerType(std::collections::BTreeMap<String, HfRopeScaling>),
+    /// One set for every layer.
+    Model(Box<HfRopeScaling>),
+}
+
+impl HfRopeParameters {
+    /// The parameters of the full-attention layers (or of every layer).
+    pub fn global(&self) -> Option<&HfRopeScaling> {
+        match self {
+            HfRopeParameters::Model(p) => Some(p.as_ref()),
+            HfRopeParameters::PerLayerType(map) => map.get("full_attention"),
+        }
+    }
+
+    /// The parameters of the sliding-window layers, when given per layer type.
+    pub fn local(&self) -> Option<&HfRopeScaling> {
+        match self {
+            HfRopeParameters::Model(_) => None,
+            HfRopeParameters::PerLayerType(map) => map.get("sliding_attention"),
+        }
+    }
+}
+
+impl HfLlamaConfig {
+    /// The RoPE scaling the config gives: `rope_scaling`, else `rope_parameters` (its
+    /// full-attention layers' where it is given per layer type); `None` where it gives neither.
+    pub fn given_rope_scaling(&self) -> Option<&HfRopeScaling> {
+        self.rope_scaling.as_ref().or(self
+            .rope_parameters
+            .as_ref()
+            .and_then(HfRopeParameters::global))
+    }
+
+    /// The model's RoPE base: `rope_theta` (or GPT-NeoX's `rotary_emb_base`), else that of
+    /// `rope_parameters` (its full-attention layers' where it is given per layer type), else
+    /// `default` (the family's). Not yet checked.
+    pub fn rope_base(&self, default: f64) -> f64 {
+        self.rope_theta
+            .or(self.rotary_emb_base)
+            .or_else(|| {
+                self.rope_parameters
+                    .as_ref()
+                    .and_then(HfRopeParameters::global)
+                    .and_then(|p| p.rope_theta)
+            })
+            .unwrap_or(default)
+    }
+
+    /// The MLP activation the config names (`hidden_activation`, else `hidden_act`, else
+    /// `activation_function`), `None` when it names none.
+    pub fn activation_name(&self) -> Option<&str> {
+        self.hidden_activation
+            .as_deref()
+            .or(self.hidden_act.as_deref())
+            .or(self.activation_function.as_deref())
+            .or(self.falcon.activation.as_deref())
+    }
+
+    /// The sliding window `sliding_window` gives: `default` where the key is absent (the window
+    /// the family's config class defaults to: 4096 for `MistralConfig`, none for most), `None`
+    /// where it is null.
+    pub fn window_or(&self, default: Option<usize>) -> Option<usize> {
+        self.sliding_window.unwrap_or(default)
+    }
+}
+
+/// Deserialises a key that is present, null or not, as `Some` (absent keys take the field's
+/// default, `None`).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Deserialises `sliding_window_pattern` as the period of the full layers: a count (Gemma 3's
+/// every `n`-th layer), or EXAONE 4's letters, local layers (`L`) then the one global (`G`):
+/// `"LLLG"` is 4. Any other string is an error that shows it.
+fn pattern_period<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Pattern {
+        Count(usize),
+        Letters(String),
+    }
+    match Option::<Pattern>::deserialize(d)? {
+        None => Ok(None),
+        Some(Pattern::Count(n)) => Ok(Some(n)),
+        Some(Pattern::Letters(letters)) => match letters.strip_suffix('G') {
+            Some(local) if local.chars().all(|c| c == 'L') => Ok(Some(letters.len())),
+            _ => Err(serde::de::Error::custom(format!(
+                "sliding_window_pattern `{letters}` is not local layers (`L`) then one global \
+                 (`G`), e.g. `LLLG`"
+            ))),
+        },
+    }
+}
