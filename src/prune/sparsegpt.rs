@@ -263,53 +263,15 @@ pub fn prune_with_obs(
     mask_rule: ObsMask<'_>,
 ) -> Result<SparseGptOutcome, PruneError> {
     let [in_features, out_features] = dims;
-    sparsity.validate()?;
-    check_shape("the weight", weight.len(), dims)?;
-    check_finite("the weight", weight)?;
-    if hessian.in_features() != in_features {
-        return Err(PruneError::FeatureMismatch {
-            what: "the hessian",
-            expected: in_features,
-            got: hessian.in_features(),
-        });
-    }
+    check_obs_inputs(weight, dims, hessian, sparsity, options, mask_rule)?;
     let SparseGptOptions {
         blocksize,
         percdamp,
     } = *options;
-    if blocksize == 0 {
-        return Err(PruneError::InvalidOptions {
-            reason: "`blocksize` must be at least 1".into(),
-        });
-    }
-    if !(percdamp.is_finite() && percdamp >= 0.0) {
-        return Err(PruneError::InvalidOptions {
-            reason: format!("`percdamp` must be a finite non-negative number, got `{percdamp}`"),
-        });
-    }
-    match mask_rule {
-        ObsMask::Saliency => {}
-        ObsMask::Metric(scale) => {
-            check_shape("the metric's channel scale", scale.len(), [in_features, 1])?
-        }
-        ObsMask::Fixed(mask) => check_shape("the mask", mask.len(), dims)?,
-    }
     let fixed = match mask_rule {
         ObsMask::Fixed(mask) => Some(mask),
         _ => None,
     };
-    if let (Sparsity::NM { n, m }, None) = (sparsity, fixed) {
-        if in_features % m != 0 {
-            return Err(PruneError::IndivisibleGroups { in_features, n, m });
-        }
-        if blocksize % m != 0 {
-            return Err(PruneError::InvalidOptions {
-                reason: format!(
-                    "`blocksize` {blocksize} must be a multiple of the group size {m} of `{n}:{m}`"
-                ),
-            });
-        }
-    }
     let n = in_features;
     let out = out_features;
     if n == 0 || out == 0 {
@@ -387,36 +349,8 @@ pub fn prune_with_obs(
             }
         }
         if i2 < n {
-            // Lazy batch update: W[j] −= Σ_k U[i1 + k, j] · Err[k] for j ≥ i2, as dot products
-            // of each j's gathered coefficients with the errors packed eight outputs at a time.
-            coef.clear();
-            for j in i2..n {
-                coef.extend((i1..i2).map(|r| u[r * n + j]));
-            }
-            pack_by_eight_columns(&err, count, out, &mut packed_err);
-            // Rows in pairs, each group of errors loaded once for both ([`dots_1or2x8`]).
-            let group = |g: usize| &packed_err[g * count * LANES..(g + 1) * count * LANES];
-            let subtract = |chunk: &mut [f64], acc: [f64; LANES]| {
-                for (wv, a) in chunk.iter_mut().zip(acc) {
-                    *wv -= a;
-                }
-            };
-            w[i2 * out..]
-                .par_chunks_mut(2 * out)
-                .zip(coef.par_chunks(2 * count))
-                .for_each(|(rows, cs)| {
-                    let (first, second) = rows.split_at_mut(out);
-                    let (c0, c1) = cs.split_at(count);
-                    let c1 = (!second.is_empty()).then_some(c1);
-                    let mut second = second.chunks_mut(LANES);
-                    for (g, chunk0) in first.chunks_mut(LANES).enumerate() {
-                        let (acc0, acc1) = dots_1or2x8(c0, c1, group(g));
-                        subtract(chunk0, acc0);
-                        if let (Some(acc1), Some(chunk1)) = (acc1, second.next()) {
-                            subtract(chunk1, acc1);
-                        }
-                    }
-                });
+            let scratch = (&mut coef, &mut packed_err);
+            lazy_batch_update(&mut w, (i1, i2), [n, out], &u, &err, scratch);
         }
     }
 
@@ -437,6 +371,105 @@ pub fn prune_with_obs(
         loss,
         dead_channels,
     })
+}
+
+/// Checks [`prune_with_obs`]'s inputs: the shapes, finite weights, the options, and N:M groups
+/// that divide the inputs and the blocks where the mask is chosen here.
+fn check_obs_inputs(
+    weight: &[f32],
+    dims: [usize; 2],
+    hessian: &Hessian,
+    sparsity: Sparsity,
+    options: &SparseGptOptions,
+    mask_rule: ObsMask<'_>,
+) -> Result<(), PruneError> {
+    let [in_features, _] = dims;
+    sparsity.validate()?;
+    check_shape("the weight", weight.len(), dims)?;
+    check_finite("the weight", weight)?;
+    if hessian.in_features() != in_features {
+        return Err(PruneError::FeatureMismatch {
+            what: "the hessian",
+            expected: in_features,
+            got: hessian.in_features(),
+        });
+    }
+    let SparseGptOptions {
+        blocksize,
+        percdamp,
+    } = *options;
+    if blocksize == 0 {
+        return Err(PruneError::InvalidOptions {
+            reason: "`blocksize` must be at least 1".into(),
+        });
+    }
+    if !(percdamp.is_finite() && percdamp >= 0.0) {
+        return Err(PruneError::InvalidOptions {
+            reason: format!("`percdamp` must be a finite non-negative number, got `{percdamp}`"),
+        });
+    }
+    match mask_rule {
+        ObsMask::Saliency => {}
+        ObsMask::Metric(scale) => {
+            check_shape("the metric's channel scale", scale.len(), [in_features, 1])?
+        }
+        ObsMask::Fixed(mask) => check_shape("the mask", mask.len(), dims)?,
+    }
+    if let (Sparsity::NM { n, m }, false) = (sparsity, matches!(mask_rule, ObsMask::Fixed(_))) {
+        if in_features % m != 0 {
+            return Err(PruneError::IndivisibleGroups { in_features, n, m });
+        }
+        if blocksize % m != 0 {
+            return Err(PruneError::InvalidOptions {
+                reason: format!(
+                    "`blocksize` {blocksize} must be a multiple of the group size {m} of `{n}:{m}`"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The lazy batch update of the rows past block `i1..i2` of `w` (`[n, out]`): `W[j] −=
+/// Σ_k U[i1 + k, j] · Err[k]` for `j ≥ i2`, with `scratch` (the coefficients, the packed errors)
+/// reused between blocks.
+fn lazy_batch_update(
+    w: &mut [f64],
+    (i1, i2): (usize, usize),
+    [n, out]: [usize; 2],
+    u: &[f64],
+    err: &[f64],
+    (coef, packed_err): (&mut Vec<f64>, &mut Vec<f64>),
+) {
+    let count = i2 - i1;
+    coef.clear();
+    for j in i2..n {
+        coef.extend((i1..i2).map(|r| u[r * n + j]));
+    }
+    pack_by_eight_columns(err, count, out, packed_err);
+    // Rows in pairs, each group of errors loaded once for both ([`dots_1or2x8`]).
+    let group = |g: usize| &packed_err[g * count * LANES..(g + 1) * count * LANES];
+    let subtract = |chunk: &mut [f64], acc: [f64; LANES]| {
+        for (wv, a) in chunk.iter_mut().zip(acc) {
+            *wv -= a;
+        }
+    };
+    w[i2 * out..]
+        .par_chunks_mut(2 * out)
+        .zip(coef.par_chunks(2 * count))
+        .for_each(|(rows, cs)| {
+            let (first, second) = rows.split_at_mut(out);
+            let (c0, c1) = cs.split_at(count);
+            let c1 = (!second.is_empty()).then_some(c1);
+            let mut second = second.chunks_mut(LANES);
+            for (g, chunk0) in first.chunks_mut(LANES).enumerate() {
+                let (acc0, acc1) = dots_1or2x8(c0, c1, group(g));
+                subtract(chunk0, acc0);
+                if let (Some(acc1), Some(chunk1)) = (acc1, second.next()) {
+                    subtract(chunk1, acc1);
+                }
+            }
+        });
 }
 
 /// Steps 1–2 of [`prune_sparsegpt`]: dead channels get `H_ii = 1`, the diagonal is dampened by

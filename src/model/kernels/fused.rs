@@ -25,9 +25,11 @@ use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormW
 use crate::model::arch::rope;
 use crate::model::arch::{Activation, LogitScale};
 
+mod attention;
 mod head;
 mod held;
 mod host;
+mod norm;
 mod product;
 
 pub use head::HEAD_ROWS;
@@ -35,6 +37,8 @@ use head::{fused_hidden_nll, fused_token_nlls};
 use held::{dims_of, head_ref, hold_head, hold_layer, layer_ref, Held, HeldLayer};
 pub use product::kernel_name as product_kernel_name;
 use product::{matmul, View};
+use attention::{attend_block, rope, Mask, Packing, RopeTables};
+use norm::{head_norm_in_place, norm_rows, pre_norm_rows, rms_norm_in_place};
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;
@@ -184,258 +188,6 @@ impl HeadRef<'_> {
         self.positions
             .is_none_or(|table| (count + self.position_offset) * self.hidden <= table.len())
     }
-}
-
-/// `out` = `x` through `norm`, row by row: `x / sqrt(mean(x²) + eps) * weight`, or, where
-/// the norm is centred, a LayerNorm (`(x − mean) / sqrt(var + eps) * weight + bias`).
-///
-/// # Shapes
-/// - `x`, `out`: `[rows, norm.weight.len()]`
-fn norm_rows(x: &[f32], norm: NormRef, eps: f64, out: &mut [f32]) {
-    /// Rows per parallel job.
-    const ROWS: usize = 16;
-    let width = norm.weight.len();
-    x.par_chunks(ROWS * width)
-        .zip(out.par_chunks_mut(ROWS * width))
-        .for_each(|(x, out)| {
-            for (row, dst) in x.chunks(width).zip(out.chunks_mut(width)) {
-                if norm.centred {
-                    vecmath::layer_norm_row(row, norm.weight, norm.bias, eps as f32, dst)
-                } else {
-                    vecmath::rms_norm_row(row, norm.weight, eps as f32, dst)
-                }
-            }
-        });
-}
-
-/// [`norm_rows`] where the layer has the norm, else a copy of `x` (OLMo 2's attention and MLP
-/// read the residual stream itself).
-fn pre_norm_rows(x: &[f32], norm: Option<NormRef>, eps: f64, out: &mut [f32]) {
-    match norm {
-        Some(norm) => norm_rows(x, norm, eps, out),
-        None => out.copy_from_slice(x),
-    }
-}
-
-/// [`norm_rows`] of an RMSNorm in place: every `weight.len()`-wide row of `x` normalised (the
-/// per-head q/k norms of Qwen3, whose rows are heads).
-fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f64) {
-    /// Rows per parallel job.
-    const ROWS: usize = 64;
-    let width = weight.len();
-    x.par_chunks_mut(ROWS * width).for_each(|x| {
-        let mut row_copy = vec![0.0f32; width];
-        for row in x.chunks_mut(width) {
-            row_copy.copy_from_slice(row);
-            vecmath::rms_norm_row(&row_copy, weight, eps as f32, row);
-        }
-    });
-}
-
-/// A q/k norm in place over `x`'s rows (a position's heads).
-fn head_norm_in_place(x: &mut [f32], norm: HeadNormRef, eps: f64) {
-    /// Rows per parallel job.
-    const ROWS: usize = 64;
-    let Some(group) = norm.group else {
-        return rms_norm_in_place(x, norm.gain, eps);
-    };
-    let width = norm.gain.len();
-    x.par_chunks_mut(ROWS * width).for_each(|x| {
-        let mut part_copy = vec![0.0f32; group];
-        for row in x.chunks_mut(width) {
-            for (part, gain) in row.chunks_mut(group).zip(norm.gain.chunks(group)) {
-                part_copy.copy_from_slice(part);
-                vecmath::layer_norm_row(&part_copy, gain, None, eps as f32, part);
-            }
-        }
-    });
-}
-
-/// Rotary tables of one call: the first `half` entries of every `stride`-long row are the
-/// cosines (sines) of position `row`, one per pair of rotated dimensions (`half` is
-/// `head_dim / 2`, fewer where only part of a head rotates, GPT-NeoX); the rows of the
-/// activations are consecutive sequences of `seq` positions each.
-#[derive(Clone, Copy)]
-struct RopeTables<'a> {
-    cos: &'a [f32],
-    sin: &'a [f32],
-    stride: usize,
-    half: usize,
-    seq: usize,
-    /// Which rows each row sees: `None` for causal attention over its sequence.
-    packing: Option<Packing<'a>>,
-}
-
-/// Rotates the first `2 · t.half` dimensions of every head of `x` in place, the rest passing
-/// through: pair `i` is `(i, i + half)` (HF "rotate half" layout), or `(2i, 2i + 1)` where
-/// `interleaved` (GLM); rows are positions `0..seq` of consecutive sequences.
-///
-/// # Shapes
-/// - `x`: `[sequences * seq, heads * head_dim]`
-fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables, interleaved: bool) {
-    let half = t.half;
-    for (row_index, row) in x.chunks_mut(heads * head_dim).enumerate() {
-        let pos = row_index % t.seq;
-        let (c, s) = (
-            &t.cos[pos * t.stride..][..half],
-            &t.sin[pos * t.stride..][..half],
-        );
-        for head in row.chunks_mut(head_dim) {
-            if interleaved {
-                for (i, pair) in head[..2 * half].chunks_exact_mut(2).enumerate() {
-                    let (a, b) = (pair[0], pair[1]);
-                    pair[0] = a * c[i] - b * s[i];
-                    pair[1] = b * c[i] + a * s[i];
-                }
-            } else {
-                let (x1, x2) = head[..2 * half].split_at_mut(half);
-                for i in 0..half {
-                    let (a, b) = (x1[i], x2[i]);
-                    x1[i] = a * c[i] - b * s[i];
-                    x2[i] = b * c[i] + a * s[i];
-                }
-            }
-        }
-    }
-}
-
-/// Causal grouped-query attention of the query heads that share kv head `group`, for the
-/// query rows `first..first + rows` (`rows` below), which see the keys `0..first + rows`, or
-/// only the last `window` of them up to their own position when the attention slides. With
-/// ALiBi each head's scaled scores get its slope times the key's position added, the
-/// position in the unpacked sequence where continuations are packed.
-///
-/// The group's queries are stacked position-major (row `r · per_group + h` is head `h` at
-/// position `first + r`), so one product per block serves every head of the group, and the
-/// output rows come out in the attention output's own layout.
-///
-/// # Shapes
-/// - `q`: `[seq, heads * head_dim]`, `k`, `v`: `[seq, kv_heads * head_dim]`
-/// - returns `[rows, per_group * head_dim]`, the group's columns of the attention output
-fn attend_block(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    group: usize,
-    rows: std::ops::Range<usize>,
-    d: &Dims<'_>,
-    mask: Mask,
-) -> Vec<f32> {
-    let (first, rows) = (rows.start, rows.len());
-    let hd = d.head_dim;
-    let per_group = d.heads / d.kv_heads;
-    let (q_stride, kv_stride, width) = (d.heads * hd, d.kv_heads * hd, per_group * hd);
-    // Soft-capped scores and those ALiBi biases are scaled first; the softmax then scales by
-    // one.
-    let prescaled = d.softcap.is_some() || d.alibi.is_some();
-    let scale = if prescaled { 1.0 } else { d.scale };
-    let keys = first + rows;
-    let mut stacked = Vec::with_capacity(rows * width);
-    for r in first..keys {
-        stacked.extend_from_slice(&q[r * q_stride + group * width..][..width]);
-    }
-    let k_t = View {
-        data: &k[group * hd..],
-        rows: hd,
-        cols: keys,
-        row_stride: 1,
-        col_stride: kv_stride,
-    };
-    let stacked_rows = rows * per_group;
-    let mut scores = vec![0.0f32; stacked_rows * keys];
-    matmul(
-        &mut scores,
-        keys,
-        false,
-        View::dense(&stacked, stacked_rows, hd),
-        k_t,
-        false,
-    );
-    let mut live = Vec::new();
-    for (i, row) in scores.chunks_mut(keys).enumerate() {
-        let visible = first + i / per_group + 1;
-        if let Some(cap) = d.softcap {
-            vecmath::soft_cap(&mut row[..visible], d.scale, cap);
-        }
-        if let Some(slopes) = d.alibi {
-            let slope = slopes[group * per_group + i % per_group];
-            // Packed, the row's own branch follows the shared context in its sequence.
-            let (own, shared) = match mask {
-                Mask::Packed(p) => {
-                    let own = p.own_start[visible - 1];
-                    (own, p.prefix.min(own))
-                }
-                Mask::Causal { .. } => (0, 0),
-            };
-            let prescale = if d.softcap.is_some() { 1.0 } else { d.scale };
-            let bias = |keys: &mut [f32], first: usize| {
-                for (j, s) in keys.iter_mut().enumerate() {
-                    *s = *s * prescale + slope * (first + j) as f32;
-                }
-            };
-            let (context, own_keys) = row[..visible].split_at_mut(own);
-            bias(context, 0);
-            bias(own_keys, shared);
-        }
-        if let Mask::Packed(p) = mask {
-            // The shared context and the row's own branch, side by side in their order: the
-            // softmax of exactly the keys the unpacked sequence has.
-            let own = p.own_start[visible - 1];
-            let shared = p.prefix.min(own);
-            live.clear();
-            live.extend_from_slice(&row[..shared]);
-            live.extend_from_slice(&row[own..visible]);
-            let n = live.len();
-            vecmath::softmax_row(&mut live, n, scale);
-            row[..shared].copy_from_slice(&live[..shared]);
-            row[shared..own].fill(0.0);
-            row[own..visible].copy_from_slice(&live[shared..]);
-            row[visible..].fill(0.0);
-            continue;
-        }
-        // A sliding window hides the keys before its start, as the causal mask the later ones.
-        let start = match mask {
-            Mask::Causal { window: Some(w) } => visible.saturating_sub(w),
-            _ => 0,
-        };
-        row[..start].fill(0.0);
-        vecmath::softmax_row(&mut row[start..], visible - start, scale);
-    }
-    let v_block = View {
-        data: &v[group * hd..],
-        rows: keys,
-        cols: hd,
-        row_stride: kv_stride,
-        col_stride: 1,
-    };
-    // `stacked` is free again: it takes the output, in the same layout.
-    matmul(
-        &mut stacked,
-        hd,
-        false,
-        View::dense(&scores, stacked_rows, keys),
-        v_block,
-        false,
-    );
-    stacked
-}
-
-/// The keys each query row of [`attend_block`] sees.
-#[derive(Clone, Copy)]
-enum Mask<'a> {
-    /// Its position and the ones before, or only the last `window` of them.
-    Causal { window: Option<usize> },
-    /// The shared context and its own branch.
-    Packed(Packing<'a>),
-}
-
-/// Continuations that share a context, packed into one sequence: the context's `prefix` rows,
-/// then each branch's rows. Row `r` sees the context and the rows of its own branch from
-/// `own_start[r]` (0 for a context row) up to itself.
-#[derive(Clone, Copy)]
-struct Packing<'a> {
-    prefix: usize,
-    own_start: &'a [usize],
 }
 
 /// Work buffers of the layer pass, sized on first use and reused by every layer of a forward

@@ -243,220 +243,230 @@ pub(super) fn check_stage_options(
 ) {
     let id = &stage.id;
     let at = |option: &str| option_origin(tree, layout, option);
+    let missing = |section: &str| Diagnostic {
+        origin: layout.origin.clone(),
+        problem: Problem::MissingSection {
+            stage: id.clone(),
+            section: section.into(),
+        },
+    };
     match &stage.options {
         StageOptions::Calibrate(_) if spec.settings.calibration.is_none() => {
-            problems.push(Diagnostic {
-                origin: layout.origin.clone(),
-                problem: Problem::MissingSection {
-                    stage: id.clone(),
-                    section: "calibration".into(),
-                },
-            })
+            problems.push(missing("calibration"))
         }
-        StageOptions::Eval(e) if e.perplexity && spec.settings.evaluation.is_none() => problems
-            .push(Diagnostic {
-                origin: layout.origin.clone(),
-                problem: Problem::MissingSection {
-                    stage: id.clone(),
-                    section: "evaluation".into(),
-                },
-            }),
-        StageOptions::Gate(g) => {
-            if !(0.0..1.0).contains(&g.headroom) {
-                problems.push(Diagnostic {
-                    origin: at("headroom"),
-                    problem: Problem::OutOfRange {
-                        key: format!("{id}.headroom"),
-                        value: g.headroom.to_string(),
-                        allowed: "[0, 1)".into(),
-                    },
-                });
-            }
-            // Only a floor written out is checked against the setting: a default floor above a
-            // small setting just means the gate cannot reduce that setting.
-            let floor_origin = |field: &str| {
-                node_at(tree, &layout.node_path)
-                    .and_then(|n| n.get("floor"))
-                    .and_then(|f| f.entry(field))
-                    .map(|e| e.value.origin.clone())
-            };
-            let calibration = spec.settings.calibration.as_ref();
-            for (field, floor, setting) in [
-                (
-                    "nsamples",
-                    g.floor.nsamples,
-                    calibration.map(|c| c.nsamples),
-                ),
-                ("seqlen", g.floor.seqlen, calibration.map(|c| c.seqlen)),
-            ] {
-                let ceiling = setting.unwrap_or(usize::MAX);
-                let Some(origin) = floor_origin(field) else {
-                    continue;
-                };
-                if floor == 0 || floor > ceiling {
-                    problems.push(Diagnostic {
-                        origin,
-                        problem: Problem::OutOfRange {
-                            key: format!("{id}.floor.{field}"),
-                            value: floor.to_string(),
-                            allowed: match setting {
-                                Some(s) => format!("[1, {s}] (at most `calibration.{field}`)"),
-                                None => "1 or more".into(),
-                            },
-                        },
-                    });
-                }
-            }
+        StageOptions::Eval(e) if e.perplexity && spec.settings.evaluation.is_none() => {
+            problems.push(missing("evaluation"))
         }
+        StageOptions::Gate(g) => check_gate_options(tree, spec, id, layout, g, problems),
         StageOptions::Prune(p) => {
-            if let Some(s) = p.sparsity {
-                if !(0.0..1.0).contains(&s) {
-                    problems.push(Diagnostic {
-                        origin: at("sparsity"),
-                        problem: Problem::SparsityOutOfRange {
-                            key: format!("{id}.sparsity"),
-                            value: s,
-                        },
-                    });
-                }
-            }
-            match p.pattern {
-                Pattern::NM { n, m } if n == 0 || n >= m => problems.push(Diagnostic {
-                    origin: at("pattern"),
-                    problem: Problem::PatternNotBelow {
-                        key: format!("{id}.pattern"),
-                        n,
-                        m,
-                    },
-                }),
-                Pattern::NM { n, m } => {
-                    let implied = f64::from(n) / f64::from(m);
-                    if let Some(s) = p.sparsity.filter(|s| (s - implied).abs() > 1e-9) {
-                        problems.push(Diagnostic {
-                            origin: at("sparsity"),
-                            problem: Problem::PatternContradictsSparsity {
-                                stage: id.clone(),
-                                sparsity: s,
-                                n,
-                                m,
-                                implied,
-                            },
-                        });
-                    }
-                }
-                Pattern::Unstructured if p.sparsity.is_none() => problems.push(Diagnostic {
-                    origin: layout.origin.clone(),
-                    problem: Problem::MissingSparsity { stage: id.clone() },
-                }),
-                Pattern::Unstructured => {}
-            }
-            if p.use_variant && p.method != spec::Method::Wanda {
+            check_sparsity_and_pattern(id, p, &layout.origin, &at, problems);
+            if let Some((option, reason, fix)) = prune_option_conflict(p) {
                 problems.push(Diagnostic {
-                    origin: at("use_variant"),
+                    origin: at(option),
                     problem: Problem::IncompatibleOption {
-                        key: format!("{id}.use_variant"),
-                        reason: format!(
-                            "the variant is Wanda's, and this stage prunes by `{}`",
-                            p.method.name()
-                        ),
-                        fix: "remove `use_variant`, or use `method: wanda`".into(),
-                    },
-                });
-            } else if p.channel_permutation
-                && (p.method != spec::Method::Ria || p.pattern == Pattern::Unstructured)
-            {
-                problems.push(Diagnostic {
-                    origin: at("channel_permutation"),
-                    problem: Problem::IncompatibleOption {
-                        key: format!("{id}.channel_permutation"),
-                        reason: format!(
-                            "the permutation regroups RIA's N:M groups, and this stage prunes by \
-                             `{}` with pattern `{}`",
-                            p.method.name(),
-                            p.pattern
-                        ),
-                        fix: "remove `channel_permutation`, or use `method: ria` with an N:M \
-                              pattern"
-                            .into(),
-                    },
-                });
-            } else if p.dsnot.is_some() && (p.method == spec::Method::Ria || p.use_variant) {
-                problems.push(Diagnostic {
-                    origin: at("dsnot"),
-                    problem: Problem::IncompatibleOption {
-                        key: format!("{id}.dsnot"),
-                        reason: if p.use_variant {
-                            "dsnot refines the per-row mask, and `use_variant` chooses another"
-                                .into()
-                        } else {
-                            "dsnot refines a wanda, magnitude or sparsegpt mask, and this stage \
-                             prunes by `ria`"
-                                .into()
-                        },
-                        fix: "remove `dsnot`, or use `method: wanda` without `use_variant`".into(),
-                    },
-                });
-            } else if let Some((update, reason)) = p.weight_update.zip(weight_update_conflict(p)) {
-                problems.push(Diagnostic {
-                    origin: at("weight_update"),
-                    problem: Problem::IncompatibleOption {
-                        key: format!("{id}.weight_update"),
-                        reason: format!(
-                            "`weight_update: {}` updates what magnitude or wanda keeps, and {reason}",
-                            update.name()
-                        ),
-                        fix: "remove `weight_update`, or use `method: wanda` or `magnitude` \
-                              without `use_variant`, `dsnot` or `profile`"
-                            .into(),
-                    },
-                });
-            } else if !p.profile.is_uniform() && p.pattern != Pattern::Unstructured {
-                problems.push(Diagnostic {
-                    origin: at("profile"),
-                    problem: Problem::IncompatibleOption {
-                        key: format!("{id}.profile"),
-                        reason: format!(
-                            "the profile sets a sparsity per layer, and pattern `{}` fixes one",
-                            p.pattern
-                        ),
-                        fix: "remove `profile`, or use `pattern: unstructured` with a `sparsity`"
-                            .into(),
-                    },
-                });
-            } else if let Err(e) =
-                p.profile
-                    .validate()
-                    .and_then(|()| match (p.profile.declared_mean(), p.sparsity) {
-                        (Some(mean), Some(s)) => p.profile.explicit_ratios_mean_check(mean, s),
-                        _ => Ok(()),
-                    })
-            {
-                problems.push(Diagnostic {
-                    origin: at("profile"),
-                    problem: Problem::IncompatibleOption {
-                        key: format!("{id}.profile"),
-                        reason: e.to_string(),
-                        fix: "give each layer a ratio in [0, 1), once, with their mean at \
-                              `sparsity`"
-                            .into(),
-                    },
-                });
-            } else if p.use_variant && p.pattern != Pattern::Unstructured {
-                problems.push(Diagnostic {
-                    origin: at("use_variant"),
-                    problem: Problem::IncompatibleOption {
-                        key: format!("{id}.use_variant"),
-                        reason: format!(
-                            "the variant chooses per-row sparsity, which pattern `{}` fixes",
-                            p.pattern
-                        ),
-                        fix: "remove `use_variant`, or use `pattern: unstructured`".into(),
+                        key: format!("{id}.{option}"),
+                        reason,
+                        fix: fix.into(),
                     },
                 });
             }
         }
         _ => {}
     }
+}
+
+/// The gate's headroom in [0, 1), and each floor written out between 1 and its setting.
+fn check_gate_options(
+    tree: &Node,
+    spec: &PipelineSpec,
+    id: &str,
+    layout: &StageLayout,
+    g: &spec::GateOptions,
+    problems: &mut Vec<Diagnostic>,
+) {
+    if !(0.0..1.0).contains(&g.headroom) {
+        problems.push(Diagnostic {
+            origin: option_origin(tree, layout, "headroom"),
+            problem: Problem::OutOfRange {
+                key: format!("{id}.headroom"),
+                value: g.headroom.to_string(),
+                allowed: "[0, 1)".into(),
+            },
+        });
+    }
+    // Only a floor written out is checked against the setting: a default floor above a
+    // small setting just means the gate cannot reduce that setting.
+    let floor_origin = |field: &str| {
+        node_at(tree, &layout.node_path)
+            .and_then(|n| n.get("floor"))
+            .and_then(|f| f.entry(field))
+            .map(|e| e.value.origin.clone())
+    };
+    let calibration = spec.settings.calibration.as_ref();
+    for (field, floor, setting) in [
+        (
+            "nsamples",
+            g.floor.nsamples,
+            calibration.map(|c| c.nsamples),
+        ),
+        ("seqlen", g.floor.seqlen, calibration.map(|c| c.seqlen)),
+    ] {
+        let ceiling = setting.unwrap_or(usize::MAX);
+        let Some(origin) = floor_origin(field) else {
+            continue;
+        };
+        if floor == 0 || floor > ceiling {
+            problems.push(Diagnostic {
+                origin,
+                problem: Problem::OutOfRange {
+                    key: format!("{id}.floor.{field}"),
+                    value: floor.to_string(),
+                    allowed: match setting {
+                        Some(s) => format!("[1, {s}] (at most `calibration.{field}`)"),
+                        None => "1 or more".into(),
+                    },
+                },
+            });
+        }
+    }
+}
+
+/// A prune stage's sparsity in [0, 1), its N:M pattern below one and agreeing with the
+/// sparsity, and a sparsity where the pattern is unstructured.
+fn check_sparsity_and_pattern(
+    id: &str,
+    p: &spec::PruneOptions,
+    stage_origin: &Origin,
+    at: &dyn Fn(&str) -> Origin,
+    problems: &mut Vec<Diagnostic>,
+) {
+    if let Some(s) = p.sparsity.filter(|s| !(0.0..1.0).contains(s)) {
+        problems.push(Diagnostic {
+            origin: at("sparsity"),
+            problem: Problem::SparsityOutOfRange {
+                key: format!("{id}.sparsity"),
+                value: s,
+            },
+        });
+    }
+    match p.pattern {
+        Pattern::NM { n, m } if n == 0 || n >= m => problems.push(Diagnostic {
+            origin: at("pattern"),
+            problem: Problem::PatternNotBelow {
+                key: format!("{id}.pattern"),
+                n,
+                m,
+            },
+        }),
+        Pattern::NM { n, m } => {
+            let implied = f64::from(n) / f64::from(m);
+            if let Some(s) = p.sparsity.filter(|s| (s - implied).abs() > 1e-9) {
+                problems.push(Diagnostic {
+                    origin: at("sparsity"),
+                    problem: Problem::PatternContradictsSparsity {
+                        stage: id.to_string(),
+                        sparsity: s,
+                        n,
+                        m,
+                        implied,
+                    },
+                });
+            }
+        }
+        Pattern::Unstructured if p.sparsity.is_none() => problems.push(Diagnostic {
+            origin: stage_origin.clone(),
+            problem: Problem::MissingSparsity {
+                stage: id.to_string(),
+            },
+        }),
+        Pattern::Unstructured => {}
+    }
+}
+
+/// The first option of a prune stage that its other options rule out: the option, why, and the
+/// fix.
+fn prune_option_conflict(p: &spec::PruneOptions) -> Option<(&'static str, String, &'static str)> {
+    if p.use_variant && p.method != spec::Method::Wanda {
+        return Some((
+            "use_variant",
+            format!(
+                "the variant is Wanda's, and this stage prunes by `{}`",
+                p.method.name()
+            ),
+            "remove `use_variant`, or use `method: wanda`",
+        ));
+    }
+    if p.channel_permutation && (p.method != spec::Method::Ria || p.pattern == Pattern::Unstructured)
+    {
+        return Some((
+            "channel_permutation",
+            format!(
+                "the permutation regroups RIA's N:M groups, and this stage prunes by `{}` with \
+                 pattern `{}`",
+                p.method.name(),
+                p.pattern
+            ),
+            "remove `channel_permutation`, or use `method: ria` with an N:M pattern",
+        ));
+    }
+    if p.dsnot.is_some() && (p.method == spec::Method::Ria || p.use_variant) {
+        let reason = if p.use_variant {
+            "dsnot refines the per-row mask, and `use_variant` chooses another"
+        } else {
+            "dsnot refines a wanda, magnitude or sparsegpt mask, and this stage prunes by `ria`"
+        };
+        return Some((
+            "dsnot",
+            reason.into(),
+            "remove `dsnot`, or use `method: wanda` without `use_variant`",
+        ));
+    }
+    if let Some((update, reason)) = p.weight_update.zip(weight_update_conflict(p)) {
+        return Some((
+            "weight_update",
+            format!(
+                "`weight_update: {}` updates what magnitude or wanda keeps, and {reason}",
+                update.name()
+            ),
+            "remove `weight_update`, or use `method: wanda` or `magnitude` without \
+             `use_variant`, `dsnot` or `profile`",
+        ));
+    }
+    if !p.profile.is_uniform() && p.pattern != Pattern::Unstructured {
+        return Some((
+            "profile",
+            format!(
+                "the profile sets a sparsity per layer, and pattern `{}` fixes one",
+                p.pattern
+            ),
+            "remove `profile`, or use `pattern: unstructured` with a `sparsity`",
+        ));
+    }
+    let profile = p
+        .profile
+        .validate()
+        .and_then(|()| match (p.profile.declared_mean(), p.sparsity) {
+            (Some(mean), Some(s)) => p.profile.explicit_ratios_mean_check(mean, s),
+            _ => Ok(()),
+        });
+    if let Err(e) = profile {
+        return Some((
+            "profile",
+            e.to_string(),
+            "give each layer a ratio in [0, 1), once, with their mean at `sparsity`",
+        ));
+    }
+    if p.use_variant && p.pattern != Pattern::Unstructured {
+        return Some((
+            "use_variant",
+            format!(
+                "the variant chooses per-row sparsity, which pattern `{}` fixes",
+                p.pattern
+            ),
+            "remove `use_variant`, or use `pattern: unstructured`",
+        ));
+    }
+    None
 }
 
 /// Why a prune stage's `weight_update` cannot run (the reference updates magnitude's and
