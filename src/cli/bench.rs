@@ -491,19 +491,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             seqlen,
             windows,
         } => child_figures(
-            &[
-                "eval".into(),
-                "--model".into(),
-                model.clone(),
-                "--text".into(),
-                path(text),
-                "--seqlen".into(),
-                seqlen.to_string(),
-                "--windows".into(),
-                windows.to_string(),
-                "--device".into(),
-                device,
-            ],
+            &child_args(
+                "eval",
+                &[
+                    ("--model", model.clone()),
+                    ("--text", path(text)),
+                    ("--seqlen", seqlen.to_string()),
+                    ("--windows", windows.to_string()),
+                    ("--device", device),
+                ],
+            ),
             args.repeats,
             &[
                 ("B2 perplexity", "", "/perplexity", 1.0),
@@ -530,33 +527,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             let names = ["prune wall", "eval wall", "peak RSS", "perplexity"]
                 .map(|n| format!("prune cell ({cell}) {n}"));
             child_figures(
-                &[
-                    "prune".into(),
-                    "--model".into(),
-                    model.clone(),
-                    "--calib-text".into(),
-                    path(calib_text),
-                    "--nsamples".into(),
-                    nsamples.to_string(),
-                    "--seqlen".into(),
-                    seqlen.to_string(),
-                    "--seed".into(),
-                    "0".into(),
-                    "--eval-text".into(),
-                    path(eval_text),
-                    "--eval-seqlen".into(),
-                    seqlen.to_string(),
-                    "--windows".into(),
-                    windows.to_string(),
-                    "--method".into(),
-                    method.to_string(),
-                    "--sparsity".into(),
-                    sparsity.to_string(),
-                    "--pattern".into(),
-                    pattern.clone(),
-                    "--device".into(),
-                    device,
-                ],
+                &child_args(
+                    "prune",
+                    &[
+                        ("--model", model.clone()),
+                        ("--calib-text", path(calib_text)),
+                        ("--nsamples", nsamples.to_string()),
+                        ("--seqlen", seqlen.to_string()),
+                        ("--seed", "0".into()),
+                        ("--eval-text", path(eval_text)),
+                        ("--eval-seqlen", seqlen.to_string()),
+                        ("--windows", windows.to_string()),
+                        ("--method", method.to_string()),
+                        ("--sparsity", sparsity.to_string()),
+                        ("--pattern", pattern.clone()),
+                        ("--device", device),
+                    ],
+                ),
                 args.repeats,
                 &[
                     (&names[0], "s", "/prune_seconds", 1.0),
@@ -574,8 +561,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             },
         )?],
     };
-    for fig in &figures {
-        if args.json {
+    print_figures(&figures, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `wanda` arguments: `subcommand`, then each flag with its value.
+fn child_args(subcommand: &str, flags: &[(&str, String)]) -> Vec<String> {
+    std::iter::once(subcommand.to_string())
+        .chain(flags.iter().flat_map(|(flag, value)| [flag.to_string(), value.clone()]))
+        .collect()
+}
+
+/// Prints each figure: a JSON line, or its median, range and device.
+fn print_figures(figures: &[Figure], json: bool) -> anyhow::Result<()> {
+    for fig in figures {
+        if json {
             println!("{}", serde_json::to_string(fig)?);
         } else {
             println!(
@@ -590,5 +590,5 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
