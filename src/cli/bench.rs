@@ -214,6 +214,21 @@ fn measure(repeats: usize, work: f64, mut f: impl FnMut()) -> Vec<f64> {
         .collect()
 }
 
+/// [`measure`] of work that may fail: the first error, where a run failed.
+fn measure_fallible<E>(
+    repeats: usize,
+    work: f64,
+    mut f: impl FnMut() -> Result<(), E>,
+) -> Result<Vec<f64>, E> {
+    let mut failure = None;
+    let runs = measure(repeats, work, || {
+        if let Err(e) = f() {
+            failure.get_or_insert(e);
+        }
+    });
+    failure.map_or(Ok(runs), Err)
+}
+
 pub struct BenchJob {
     what: BenchKind,
     repeats: usize,
@@ -247,69 +262,17 @@ impl OnBackend for BenchJob {
             }
             BenchKind::PruneLayer {
                 shape,
-                cell:
-                    PruneSettings {
-                        method,
-                        sparsity,
-                        pattern,
-                    },
+                cell,
                 tokens,
-            } => {
-                let pattern: Pattern = pattern.parse()?;
-                let sparsity = Sparsity::from_pattern(pattern, sparsity)?;
-                // One layer at full width; a small vocabulary keeps the embeddings out of the way.
-                let config = shape.config(256, Some(1));
-                let dense = Llama::<B>::init_random(&config, 0, &device);
-                let window: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % 256).collect();
-                let mut failure = None;
-                // Rates of one layer per second, turned back into seconds per layer.
-                let rates = measure(self.repeats, 1.0, || {
-                    let mut model = dense.clone();
-                    if let Err(e) = prune_model(
-                        &mut model,
-                        method,
-                        &MethodOptions::default(),
-                        sparsity,
-                        std::slice::from_ref(&window),
-                        1,
-                        |_, _| {},
-                    ) {
-                        failure.get_or_insert(e);
-                    }
-                });
-                if let Some(e) = failure {
-                    return Err(e.into());
-                }
-                let runs = rates.into_iter().map(|rate| 1.0 / rate).collect();
-                Ok(figure(
-                    &format!(
-                        "B7 prune one {} layer ({method} {sparsity})",
-                        clap::ValueEnum::to_possible_value(&shape)
-                            .map(|v| v.get_name().to_string())
-                            .unwrap_or_default()
-                    ),
-                    "s",
-                    runs,
-                    choice.label(),
-                ))
-            }
+            } => prune_layer_figure::<B>(&device, choice, self.repeats, (shape, cell, tokens)),
             BenchKind::IndexDocuments { file, column } => {
                 let bytes = std::fs::metadata(&file)
                     .with_context(|| format!("cannot read `{}`", file.display()))?
                     .len();
-                let mut failure = None;
                 let mut documents = 0;
-                let runs = measure(
-                    self.repeats,
-                    bytes as f64 / 1e6,
-                    || match DocumentStore::rebuild(&file, &column) {
-                        Ok(store) => documents = store.len(),
-                        Err(e) => failure = Some(e),
-                    },
-                );
-                if let Some(e) = failure {
-                    return Err(e.into());
-                }
+                let runs = measure_fallible(self.repeats, bytes as f64 / 1e6, || {
+                    DocumentStore::rebuild(&file, &column).map(|store| documents = store.len())
+                })?;
                 eprintln!("{documents} documents, {bytes} bytes");
                 Ok(figure("index_documents", "MB/s", runs, choice.label()))
             }
@@ -318,15 +281,9 @@ impl OnBackend for BenchJob {
                 let (_, bytes) = model::inspect(&origin)
                     .with_context(|| format!("cannot read model `{origin}`"))?;
                 anyhow::ensure!(bytes > 0, "`{origin}` has no local checkpoint to load");
-                let mut failure = None;
-                let runs = measure(self.repeats, bytes as f64 / 1e6, || {
-                    if let Err(e) = model::load::<B>(&origin, &device) {
-                        failure.get_or_insert(e);
-                    }
-                });
-                if let Some(e) = failure {
-                    return Err(e.into());
-                }
+                let runs = measure_fallible(self.repeats, bytes as f64 / 1e6, || {
+                    model::load::<B>(&origin, &device).map(drop)
+                })?;
                 Ok(figure("B9 load", "MB/s", runs, choice.label()))
             }
             BenchKind::Attention {
@@ -338,42 +295,97 @@ impl OnBackend for BenchJob {
                 attention_figure::<B>(&device, choice, self.repeats, [batch, heads, seq, head_dim])
             }
             BenchKind::Gemm { m, k, n } => {
-                let a =
-                    Tensor::<B, 2>::random([m, k], burn::tensor::Distribution::Default, &device);
-                let b =
-                    Tensor::<B, 2>::random([k, n], burn::tensor::Distribution::Default, &device);
-                let flops = 2.0 * (m * k * n) as f64;
-                // The product the model's linears run: the fused one where it applies.
-                let kernels = wanda::model::kernels::kernels::<B>();
-                let fused = kernels.matmul(&a, &b).is_some();
-                let runs = measure(self.repeats, flops / 1e9, || {
-                    if fused {
-                        let _ = kernels.matmul(&a, &b);
-                    } else {
-                        let _ = a
-                            .clone()
-                            .matmul(b.clone())
-                            .slice([0..1, 0..1])
-                            .into_scalar();
-                    }
-                });
-                let path = match fused {
-                    true => format!(
-                        "fused linear, {}",
-                        wanda::model::kernels::product_kernel_name()
-                    ),
-                    false => "Burn matmul".to_string(),
-                };
-                let dtype = format!("{:?}", a.dtype()).to_lowercase();
-                Ok(figure(
-                    &format!("B6 gemm {m}x{k}·{k}x{n} {dtype} ({path})"),
-                    "GFLOP/s",
-                    runs,
-                    choice.label(),
-                ))
+                gemm_figure::<B>(&device, choice, self.repeats, [m, k, n])
             }
         }
     }
+}
+
+/// B7 (see [`BenchKind::PruneLayer`]) on backend `B`: seconds to prune one layer of `shape`
+/// by `cell`, calibrated on one window of `tokens` tokens.
+fn prune_layer_figure<B: Backend>(
+    device: &B::Device,
+    choice: DeviceChoice,
+    repeats: usize,
+    (shape, cell, tokens): (SynthShape, PruneSettings, usize),
+) -> anyhow::Result<Figure> {
+    let PruneSettings {
+        method,
+        sparsity,
+        pattern,
+    } = cell;
+    let pattern: Pattern = pattern.parse()?;
+    let sparsity = Sparsity::from_pattern(pattern, sparsity)?;
+    // One layer at full width; a small vocabulary keeps the embeddings out of the way.
+    let config = shape.config(256, Some(1));
+    let dense = Llama::<B>::init_random(&config, 0, device);
+    let window: Vec<u32> = (0..tokens as u32).map(|t| (t * 37 + 11) % 256).collect();
+    // Rates of one layer per second, turned back into seconds per layer.
+    let rates = measure_fallible(repeats, 1.0, || {
+        let mut model = dense.clone();
+        prune_model(
+            &mut model,
+            method,
+            &MethodOptions::default(),
+            sparsity,
+            std::slice::from_ref(&window),
+            1,
+            |_, _| {},
+        )
+        .map(drop)
+    })?;
+    let runs = rates.into_iter().map(|rate| 1.0 / rate).collect();
+    Ok(figure(
+        &format!(
+            "B7 prune one {} layer ({method} {sparsity})",
+            clap::ValueEnum::to_possible_value(&shape)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
+        ),
+        "s",
+        runs,
+        choice.label(),
+    ))
+}
+
+/// B6 (see [`BenchKind::Gemm`]) on backend `B`: GFLOP/s of the product the model's linears run.
+fn gemm_figure<B: Backend>(
+    device: &B::Device,
+    choice: DeviceChoice,
+    repeats: usize,
+    [m, k, n]: [usize; 3],
+) -> anyhow::Result<Figure> {
+    let a = Tensor::<B, 2>::random([m, k], burn::tensor::Distribution::Default, device);
+    let b = Tensor::<B, 2>::random([k, n], burn::tensor::Distribution::Default, device);
+    let flops = 2.0 * (m * k * n) as f64;
+    // The product the model's linears run: the fused one where it applies.
+    let kernels = wanda::model::kernels::kernels::<B>();
+    let fused = kernels.matmul(&a, &b).is_some();
+    let runs = measure(repeats, flops / 1e9, || {
+        if fused {
+            let _ = kernels.matmul(&a, &b);
+        } else {
+            let _ = a
+                .clone()
+                .matmul(b.clone())
+                .slice([0..1, 0..1])
+                .into_scalar();
+        }
+    });
+    let path = match fused {
+        true => format!(
+            "fused linear, {}",
+            wanda::model::kernels::product_kernel_name()
+        ),
+        false => "Burn matmul".to_string(),
+    };
+    let dtype = format!("{:?}", a.dtype()).to_lowercase();
+    Ok(figure(
+        &format!("B6 gemm {m}x{k}·{k}x{n} {dtype} ({path})"),
+        "GFLOP/s",
+        runs,
+        choice.label(),
+    ))
 }
 
 /// B10 (see [`BenchKind::Attention`]) on backend `B`.
@@ -568,7 +580,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 /// `wanda` arguments: `subcommand`, then each flag with its value.
 fn child_args(subcommand: &str, flags: &[(&str, String)]) -> Vec<String> {
     std::iter::once(subcommand.to_string())
-        .chain(flags.iter().flat_map(|(flag, value)| [flag.to_string(), value.clone()]))
+        .chain(
+            flags
+                .iter()
+                .flat_map(|(flag, value)| [flag.to_string(), value.clone()]),
+        )
         .collect()
 }
 

@@ -32,13 +32,13 @@ mod host;
 mod norm;
 mod product;
 
+use attention::{attend_block, rope, Mask, Packing, RopeTables};
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
 use held::{dims_of, head_ref, hold_head, hold_layer, layer_ref, Held, HeldLayer};
+use norm::{head_norm_in_place, norm_rows, pre_norm_rows, rms_norm_in_place};
 pub use product::kernel_name as product_kernel_name;
 use product::{matmul, View};
-use attention::{attend_block, rope, Mask, Packing, RopeTables};
-use norm::{head_norm_in_place, norm_rows, pre_norm_rows, rms_norm_in_place};
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;

@@ -396,7 +396,8 @@ fn prune_option_conflict(p: &spec::PruneOptions) -> Option<(&'static str, String
             "remove `use_variant`, or use `method: wanda`",
         ));
     }
-    if p.channel_permutation && (p.method != spec::Method::Ria || p.pattern == Pattern::Unstructured)
+    if p.channel_permutation
+        && (p.method != spec::Method::Ria || p.pattern == Pattern::Unstructured)
     {
         return Some((
             "channel_permutation",
@@ -442,13 +443,13 @@ fn prune_option_conflict(p: &spec::PruneOptions) -> Option<(&'static str, String
             "remove `profile`, or use `pattern: unstructured` with a `sparsity`",
         ));
     }
-    let profile = p
-        .profile
-        .validate()
-        .and_then(|()| match (p.profile.declared_mean(), p.sparsity) {
-            (Some(mean), Some(s)) => p.profile.explicit_ratios_mean_check(mean, s),
-            _ => Ok(()),
-        });
+    let profile =
+        p.profile
+            .validate()
+            .and_then(|()| match (p.profile.declared_mean(), p.sparsity) {
+                (Some(mean), Some(s)) => p.profile.explicit_ratios_mean_check(mean, s),
+                _ => Ok(()),
+            });
     if let Err(e) = profile {
         return Some((
             "profile",
