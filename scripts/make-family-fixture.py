@@ -7,7 +7,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
              gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8 llama4 \
-             granitemoe granitemoeshared granitemoehybrid granitemoehybrid-moe; do
+             granitemoe granitemoeshared granitemoehybrid granitemoehybrid-moe ministral; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
 
@@ -223,6 +223,15 @@ def config(family):
     if family == "mistral":
         # A window shorter than the ids, so the sliding window shows in the logits.
         return transformers.MistralConfig(sliding_window=6, **common)
+    if family == "ministral":
+        # Ministral (Ministral-8B-Instruct-2410): Mistral's config, a window on the sliding
+        # layers of `layer_types` only (window 5 < 16 ids: a sliding layer, a full one, a
+        # sliding one), every layer on the same RoPE, no biases; `head_dim` given, as the
+        # released config does (MinistralAttention reads no default for it).
+        common.update(num_hidden_layers=3)
+        return transformers.MinistralConfig(
+            sliding_window=5, rope_theta=100_000.0, head_dim=16,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], **common)
     if family == "gemma3":
         # Gemma 3's text decoder: a sliding layer, a global one, a sliding one (window 6 < 16
         # ids), the local and global RoPE bases apart, head_dim 32 ≠ hidden / heads, queries

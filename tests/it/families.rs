@@ -87,6 +87,7 @@ fn every_family_gives_transformers_logits() {
         "qwen2",
         "qwen3",
         "mistral",
+        "ministral",
         "phi3",
         "gemma2",
         "gemma3",
@@ -669,6 +670,7 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
         ("stablelm-parallel", true),
         ("olmo2", false),
         ("olmo3", false),
+        ("ministral", false),
         ("phi3-longrope", false),
         ("phi4-mini", false),
         ("smollm3", false),
@@ -752,8 +754,19 @@ fn checkpoints_under_their_own_names_stream_prune_and_save_alike() {
                 StreamedLlama::<B>::open(&config, source.clone(), &device, layers.path()).unwrap();
             prune_alike(&mut resident, &mut streamed, method, &calibration);
             let gated = [
-                "stablelm", "olmo", "phi3", "phi4", "smollm3", "granite", "glm", "qwen2", "cohere",
-                "exaone", "ernie", "llama4",
+                "stablelm",
+                "olmo",
+                "phi3",
+                "phi4",
+                "smollm3",
+                "granite",
+                "glm",
+                "qwen2",
+                "cohere",
+                "exaone",
+                "ernie",
+                "llama4",
+                "ministral",
             ]
             .iter()
             .any(|f| family.starts_with(f));

@@ -10,6 +10,9 @@ pub enum Architecture {
     Llama,
     /// `MistralForCausalLM`.
     Mistral,
+    /// `MinistralForCausalLM` (Ministral-8B: Mistral's config, the window on the sliding
+    /// layers of `layer_types` only).
+    Ministral,
     /// `Qwen2ForCausalLM` (q/k/v projections carry a bias).
     Qwen2,
     /// `Qwen3ForCausalLM` (per-head q/k RMSNorm).
@@ -129,7 +132,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every family this tool runs.
-    pub const ALL: [Architecture; 44] = [
+    pub const ALL: [Architecture; 45] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -174,5 +177,6 @@ impl Architecture {
         Architecture::GraniteMoe,
         Architecture::GraniteMoeShared,
         Architecture::GraniteMoeHybrid,
+        Architecture::Ministral,
     ];
 }

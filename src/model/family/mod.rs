@@ -27,6 +27,7 @@ pub mod granite;
 pub mod granitemoe;
 pub mod llama;
 pub mod llama4;
+pub mod ministral;
 pub mod mistral;
 pub mod mixtral;
 pub mod nemotron;

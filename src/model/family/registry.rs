@@ -11,6 +11,7 @@ impl Architecture {
         match self {
             Architecture::Llama => &llama::Llama,
             Architecture::Mistral => &mistral::Mistral,
+            Architecture::Ministral => &ministral::Ministral,
             Architecture::Qwen2 => &qwen2::Qwen2,
             Architecture::Qwen3 => &qwen3::Qwen3,
             Architecture::Phi3 => &phi3::Phi3,
