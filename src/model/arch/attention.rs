@@ -113,3 +113,38 @@ impl QueryTemperature {
         (q.cast(FloatDType::F32) * factors).cast(dtype)
     }
 }
+
+/// How one layer's attention runs beside its weights: one description, made from the config
+/// ([`super::LlamaConfig::attention_settings`]), that the decoder's generic path holds and
+/// lends whole to the fused kernels.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AttentionSettings {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Per-head width.
+    pub head_dim: usize,
+    /// Each position attends to itself and the `window − 1` before it, when set (Mistral's
+    /// `sliding_window`, as transformers masks it: key `j` is seen from query `i` iff
+    /// `i − window < j ≤ i`).
+    pub sliding_window: Option<usize>,
+    /// The factor of `q·k` when it is not `head_dim^-0.5` (Gemma's `query_pre_attn_scalar`).
+    pub scale: Option<f64>,
+    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
+    pub softcap: Option<f64>,
+    /// This layer's own rotary inverse frequencies, when they are not the model's (Gemma 3's
+    /// sliding layers): the layer then rotates with tables of its own.
+    pub inv_freq: Option<Vec<f32>>,
+    /// Whether queries and keys are rotated (false where positions are learned, OPT, or
+    /// enter as ALiBi's bias, BLOOM).
+    pub rotary: bool,
+    /// Whether rotated dimensions pair up as neighbours, `(2i, 2i + 1)`, instead of as the
+    /// halves `(i, i + d/2)` (GLM's interleaved RoPE).
+    pub interleaved: bool,
+    /// ALiBi's slope of each query head, where positions enter as its bias of the scores
+    /// (BLOOM).
+    pub alibi: Option<Vec<f32>>,
+    /// Queries, keys and values are clamped to `±clip` after their projections (OLMo).
+    pub clip_qkv: Option<f32>,
+}

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::architecture::Architecture;
+use super::attention::AttentionSettings;
 use super::extras::{DecoderExtras, LogitScale};
 
 /// Errors while reading or resolving a model configuration.
@@ -193,6 +194,23 @@ pub struct LlamaConfig {
 }
 
 impl LlamaConfig {
+    /// Layer `i`'s attention settings: its heads, window, scale, soft-cap, rotation and bias.
+    pub fn attention_settings(&self, i: usize) -> AttentionSettings {
+        AttentionSettings {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            sliding_window: self.layer_window(i),
+            scale: self.query_scale(),
+            softcap: self.extras.attn_softcap,
+            inv_freq: self.layer_inv_freq(i),
+            rotary: self.layer_rotary(i),
+            interleaved: self.extras.interleaved_rotary,
+            alibi: self.alibi_slopes(),
+            clip_qkv: self.extras.clip_qkv.map(|c| c as f32),
+        }
+    }
+
     /// The scaling as `config.json`'s `rope_scaling` writes it (`null` without one).
     pub fn rope_scaling_json(&self) -> serde_json::Value {
         match &self.rope_scaling {

@@ -227,7 +227,7 @@ fn layer_tensors<B: Backend>(
     if let Some((experts, stacks)) = stacked_experts {
         stack_experts(&mut out, &p, experts, stacks);
     }
-    let kv_heads = layer.self_attn.heads().map_or(1, |a| a.num_kv_heads);
+    let kv_heads = layer.self_attn.heads().map_or(1, |a| a.settings.kv_heads);
     for f in fused {
         for kind in ["weight", "bias"] {
             stack(

@@ -11,7 +11,7 @@ use burn::tensor::FloatDType;
 
 use crate::model::arch::QueryTemperature;
 use crate::model::arch::{alibi, rope};
-use crate::model::arch::{Activation, LlamaConfig};
+use crate::model::arch::{Activation, AttentionSettings, LlamaConfig};
 use crate::model::decoder::{chunk_mask, chunk_start, unit_rms};
 use crate::model::kernels::{kernels, project, project_all, NormWeights, ATTENTION_BLOCK_BYTES};
 
@@ -203,34 +203,9 @@ pub(crate) struct Attention<B: Backend> {
     pub q_norm: Option<Norm<B>>,
     /// RMSNorm of the keys before RoPE, `[head_dim]` or `[kv_heads * head_dim]`.
     pub k_norm: Option<Norm<B>>,
-    /// Query heads.
-    pub num_heads: usize,
-    /// Key/value heads.
-    pub num_kv_heads: usize,
-    /// Per-head width.
-    pub head_dim: usize,
-    /// Each position attends to itself and the `window − 1` before it, when set (Mistral's
-    /// `sliding_window`, as transformers masks it: key `j` is seen from query `i` iff
-    /// `i − window < j ≤ i`).
-    pub sliding_window: Option<usize>,
-    /// The factor of `q·k` when it is not `head_dim^-0.5` (Gemma's `query_pre_attn_scalar`).
-    pub scale: Option<f64>,
-    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
-    pub softcap: Option<f64>,
-    /// This layer's own rotary inverse frequencies, when they are not the model's (Gemma 3's
-    /// sliding layers): the layer then rotates with tables of its own.
-    pub inv_freq: Option<Vec<f32>>,
-    /// Whether queries and keys are rotated (false where positions are learned, OPT, or
-    /// enter as ALiBi's bias, BLOOM).
-    pub rotary: bool,
-    /// Whether rotated dimensions pair up as neighbours, `(2i, 2i + 1)`, instead of as the
-    /// halves `(i, i + d/2)` (GLM's interleaved RoPE).
-    pub interleaved: bool,
-    /// ALiBi's slope of each query head, where positions enter as its bias of the scores
-    /// (BLOOM).
-    pub alibi: Option<Vec<f32>>,
-    /// Queries, keys and values are clamped to `±clip` after their projections (OLMo).
-    pub clip_qkv: Option<f32>,
+    /// Heads, window, scale, soft-cap, rotation and bias: what the fused kernels read too.
+    #[module(skip)]
+    pub settings: AttentionSettings,
     /// Each head's sink logit, which joins its softmax as a key no value follows (GPT-OSS's
     /// `self_attn.sinks`; [`crate::model::decoder`]).
     pub sinks: Option<Vec<f32>>,
@@ -257,7 +232,12 @@ impl<B: Backend> Attention<B> {
         observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
     ) -> Tensor<B, 3> {
         let [batch, seq, _hidden] = x.dims();
-        let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let AttentionSettings {
+            heads,
+            kv_heads,
+            head_dim,
+            ..
+        } = self.settings;
         // The position the cache has reached: a layer with its own RoPE base rotates from
         // there, and the queries' temperature counts from there.
         let offset = ctx
@@ -266,6 +246,7 @@ impl<B: Backend> Attention<B> {
             .and_then(|slot| slot.as_ref())
             .map_or(0, |(k, _)| k.dims()[2]);
         let own_tables = self
+            .settings
             .inv_freq
             .as_ref()
             .map(|inv_freq| rope::tables::<B>(inv_freq, 1.0, offset, seq, &x.device()));
@@ -287,16 +268,16 @@ impl<B: Backend> Attention<B> {
             t.reshape([batch, seq, n, head_dim]).swap_dims(1, 2)
         };
         let rotate = |t: Tensor<B, 4>| {
-            if self.rotary && self.interleaved {
+            if self.settings.rotary && self.settings.interleaved {
                 rope::apply_interleaved(t, cos, sin)
-            } else if self.rotary {
+            } else if self.settings.rotary {
                 rope::apply(t, cos, sin)
             } else {
                 t
             }
         };
         let [q, k, v] = project_all([&self.q_proj, &self.k_proj, &self.v_proj], x).map(|t| {
-            match self.clip_qkv {
+            match self.settings.clip_qkv {
                 Some(c) => t.clamp(-c, c),
                 None => t,
             }
@@ -318,11 +299,11 @@ impl<B: Backend> Attention<B> {
         let v = repeat_kv(v, groups);
         // A backend's own attention kernel where there is one for this case (CUDA's flash
         // kernel: no window or chunks, the default scale, no soft-cap, no ALiBi, no cache).
-        let plain = self.sliding_window.is_none()
+        let plain = self.settings.sliding_window.is_none()
             && self.chunk.is_none()
-            && self.scale.is_none()
-            && self.softcap.is_none()
-            && self.alibi.is_none()
+            && self.settings.scale.is_none()
+            && self.settings.softcap.is_none()
+            && self.settings.alibi.is_none()
             && self.sinks.is_none();
         let fast = (plain && k.dims()[2] == seq)
             .then(|| kernels::<B>().causal_attention(&q, &k, &v))
@@ -334,11 +315,11 @@ impl<B: Backend> Attention<B> {
                 k,
                 v,
                 Scores {
-                    window: self.sliding_window,
+                    window: self.settings.sliding_window,
                     chunk: self.chunk,
-                    scale: self.scale,
-                    softcap: self.softcap,
-                    alibi: self.alibi.as_deref(),
+                    scale: self.settings.scale,
+                    softcap: self.settings.softcap,
+                    alibi: self.settings.alibi.as_deref(),
                     sinks: self.sinks.as_deref(),
                 },
             ),

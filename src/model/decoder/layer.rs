@@ -223,17 +223,7 @@ impl<B: Backend> DecoderLayer<B> {
                 o_proj: linear("self_attn.o_proj", heads * d, h, config.o_bias)?,
                 q_norm: head_norm("self_attn.q_norm", heads)?,
                 k_norm: head_norm("self_attn.k_norm", kv)?,
-                num_heads: heads,
-                num_kv_heads: kv,
-                head_dim: d,
-                sliding_window: config.layer_window(i),
-                scale: config.query_scale(),
-                softcap: config.extras.attn_softcap,
-                inv_freq: config.layer_inv_freq(i),
-                rotary: config.layer_rotary(i),
-                interleaved: config.extras.interleaved_rotary,
-                alibi: config.alibi_slopes(),
-                clip_qkv: config.extras.clip_qkv.map(|c| c as f32),
+                settings: config.attention_settings(i),
                 sinks: config
                     .extras
                     .attention_sinks
@@ -419,7 +409,6 @@ impl<B: Backend> DecoderLayer<B> {
             post_norm: self.post_attention_layernorm.as_ref().map(Norm::weights),
             q_norm: a.q_norm.as_ref().map(Norm::weights),
             k_norm: a.k_norm.as_ref().map(Norm::weights),
-            sliding_window: a.sliding_window,
             output_norms: self
                 .output_norms
                 .as_ref()
@@ -427,16 +416,7 @@ impl<B: Backend> DecoderLayer<B> {
             activation: m.activation,
             parallel_residual: self.parallel_residual,
             residual_scale: self.residual_scale,
-            scale: a.scale,
-            softcap: a.softcap,
-            inv_freq: a.inv_freq.as_deref(),
-            rotary: a.rotary,
-            interleaved_rotary: a.interleaved,
-            alibi: a.alibi.as_deref(),
-            clip_qkv: a.clip_qkv,
-            heads: a.num_heads,
-            kv_heads: a.num_kv_heads,
-            head_dim: a.head_dim,
+            attention: &a.settings,
         })
     }
 

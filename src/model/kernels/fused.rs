@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use super::vecmath;
 use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
 use crate::model::arch::rope;
-use crate::model::arch::{Activation, LogitScale};
+use crate::model::arch::{Activation, AttentionSettings, LogitScale};
 
 mod attention;
 mod head;
@@ -109,18 +109,12 @@ struct LayerRef<'a> {
     /// Cohere).
     q_norm: Option<HeadNormRef<'a>>,
     k_norm: Option<HeadNormRef<'a>>,
-    /// Keys a query sees, itself included, when the attention slides.
-    window: Option<usize>,
+    /// Heads, window, scale, soft-cap, rotation and bias, as the decoder describes them.
+    attention: &'a AttentionSettings,
     /// Norms of the attention and MLP outputs before the residual adds (Gemma).
     output_norms: Option<[&'a [f32]; 2]>,
     /// The MLP gate's activation.
     activation: Activation,
-    /// The layer's own rotary inverse frequencies (Gemma 3's local layers).
-    inv_freq: Option<&'a [f32]>,
-    /// Whether queries and keys are rotated (not where positions are learned, OPT).
-    rotary: bool,
-    /// Whether rotated dimensions pair up as neighbours (GLM) instead of as halves.
-    interleaved_rotary: bool,
     /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
     parallel_residual: bool,
     /// The factor of the attention and MLP outputs before each residual add (Granite).
@@ -261,7 +255,7 @@ fn layer_forward(
                 match tables.packing {
                     Some(p) => Mask::Packed(p),
                     None => Mask::Causal {
-                        window: layer.window,
+                        window: layer.attention.sliding_window,
                     },
                 },
             )
@@ -384,9 +378,10 @@ fn project_qkv(
         head_norm_in_place(q, q_norm, d.eps);
         head_norm_in_place(k, k_norm, d.eps);
     }
-    if layer.rotary {
-        rope(q, d.heads, d.head_dim, tables, layer.interleaved_rotary);
-        rope(k, d.kv_heads, d.head_dim, tables, layer.interleaved_rotary);
+    if layer.attention.rotary {
+        let interleaved = layer.attention.interleaved;
+        rope(q, d.heads, d.head_dim, tables, interleaved);
+        rope(k, d.kv_heads, d.head_dim, tables, interleaved);
     }
 }
 
@@ -469,11 +464,11 @@ fn run_layers(
     let local = model
         .layers
         .iter()
-        .find_map(|l| l.inv_freq)
+        .find_map(|l| l.attention.inv_freq.as_deref())
         .map(|f| (f, rope::angles(f, 1.0, positions)));
     let mut scratch = Scratch::default();
     for layer in &model.layers {
-        let (cos, sin, stride) = match (layer.inv_freq, &local) {
+        let (cos, sin, stride) = match (layer.attention.inv_freq.as_deref(), &local) {
             (Some(own), Some((f, (cos, sin)))) if own == *f => (cos, sin, f.len()),
             _ => (&cos, &sin, inv_freq.len()),
         };
@@ -717,7 +712,7 @@ fn fused_layer(
     observe: &mut dyn FnMut(LinearInput, &Tensor<Nd, 3>),
 ) -> Option<Vec<f32>> {
     let [batch, seq, hidden] = x.dims();
-    let head_dim = layer.head_dim;
+    let head_dim = layer.attention.head_dim;
     // The tables' width: the dimensions of a head that rotate.
     let rotary = cos.dims()[1];
     if cos.dims() != [seq, rotary] || sin.dims() != [seq, rotary] || rotary > head_dim {
@@ -733,7 +728,7 @@ fn fused_layer(
     let refs = layer_ref(&held, &layer_index)?;
     // A layer with frequencies of its own rotates by its own tables (positions from 0: the
     // generic path calls without a cache only).
-    let own = layer.inv_freq.map(|f| {
+    let own = layer.attention.inv_freq.as_deref().map(|f| {
         let positions: Vec<usize> = (0..seq).collect();
         (rope::angles(f, 1.0, &positions), f.len())
     });
@@ -870,7 +865,10 @@ fn fused_packed_hidden(
         start += len;
     }
     with_decoder(model, |refs| {
-        if refs.layers.iter().any(|l| l.window.is_some())
+        if refs
+            .layers
+            .iter()
+            .any(|l| l.attention.sliding_window.is_some())
             || tokens.iter().any(|&t| t as usize >= refs.head.vocab)
             || !refs
                 .head

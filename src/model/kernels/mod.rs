@@ -45,7 +45,7 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 
-use crate::model::arch::{Activation, LogitScale};
+use crate::model::arch::{Activation, AttentionSettings, LogitScale};
 
 pub use fused::{product_kernel_name, ATTENTION_ROWS, HEAD_ROWS};
 
@@ -229,9 +229,6 @@ pub struct LayerWeights<'a, B: Backend> {
     pub q_norm: Option<NormWeights<'a, B>>,
     /// Key norm, `[head_dim]` or `[kv_heads * head_dim]`.
     pub k_norm: Option<NormWeights<'a, B>>,
-    /// Keys a query sees, itself included, when the attention slides (Mistral, Gemma 3's
-    /// local layers).
-    pub sliding_window: Option<usize>,
     /// Norms of the attention and the MLP output, applied before each residual add (Gemma).
     pub output_norms: Option<[NormWeights<'a, B>; 2]>,
     /// The MLP gate's activation.
@@ -240,28 +237,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub parallel_residual: bool,
     /// The factor of the attention and MLP outputs before each residual add (Granite).
     pub residual_scale: Option<f32>,
-    /// The factor of `q·k` when it is not `head_dim^-0.5`.
-    pub scale: Option<f64>,
-    /// Scaled scores `s` become `cap · tanh(s / cap)` before the mask (Gemma 2).
-    pub softcap: Option<f64>,
-    /// The layer's own rotary inverse frequencies, when not the model's (Gemma 3's local
-    /// layers).
-    pub inv_freq: Option<&'a [f32]>,
-    /// Whether queries and keys are rotated (false where positions are learned, OPT, or enter
-    /// as ALiBi's bias, BLOOM).
-    pub rotary: bool,
-    /// Whether rotated dimensions pair up as neighbours (GLM) instead of as halves.
-    pub interleaved_rotary: bool,
-    /// ALiBi's slope of each query head (BLOOM).
-    pub alibi: Option<&'a [f32]>,
-    /// Queries, keys and values clamped to `±clip` after their projections (OLMo).
-    pub clip_qkv: Option<f32>,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Per-head width.
-    pub head_dim: usize,
+    /// Heads, window, scale, soft-cap, rotation and bias: the decoder's own description.
+    pub attention: &'a AttentionSettings,
 }
 
 impl<B: Backend> LayerWeights<'_, B> {

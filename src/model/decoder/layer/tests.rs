@@ -5,7 +5,7 @@ use super::super::blocks::{
     attention_block_rows, blocked_attention, causal_attention, repeat_kv, Scores,
 };
 use super::*;
-use crate::model::arch::{Activation, HfLlamaConfig};
+use crate::model::arch::{Activation, AttentionSettings, HfLlamaConfig};
 use burn::backend::NdArray;
 use burn::tensor::FloatDType;
 
@@ -151,17 +151,13 @@ fn causal_gqa_attention_by_hand() {
         o_proj: linear_from(vec![1., 0., 0., 1., 1., 0., 0., 1.], 4, 2),
         q_norm: None,
         k_norm: None,
-        num_heads: 2,
-        num_kv_heads: 1,
-        head_dim: 2,
-        sliding_window: None,
-        scale: None,
-        softcap: None,
-        inv_freq: None,
-        rotary: true,
-        interleaved: false,
-        alibi: None,
-        clip_qkv: None,
+        settings: AttentionSettings {
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 2,
+            rotary: true,
+            ..AttentionSettings::default()
+        },
         chunk: None,
         unit_qk_norm: None,
         temperature: None,

@@ -11,7 +11,7 @@ use super::{
     contiguous, Dims, HeadNormRef, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef,
     LogitScale, Nd, NormRef, NormWeights,
 };
-use crate::model::arch::Activation;
+use crate::model::arch::{Activation, AttentionSettings};
 
 /// The primitives of a model's weights, held while their slices are borrowed.
 pub(super) struct Held {
@@ -134,11 +134,8 @@ pub(super) struct HeldLayer<'m> {
     q_norm: Option<HeldHeadNorm>,
     k_norm: Option<HeldHeadNorm>,
     output_norms: Option<[usize; 2]>,
-    window: Option<usize>,
+    attention: &'m AttentionSettings,
     activation: Activation,
-    inv_freq: Option<&'m [f32]>,
-    rotary: bool,
-    interleaved_rotary: bool,
     parallel_residual: bool,
     residual_scale: Option<f32>,
 }
@@ -175,11 +172,8 @@ pub(super) fn hold_layer<'m>(
             None => None,
         },
         output_norms,
-        window: layer.sliding_window,
+        attention: layer.attention,
         activation: layer.activation,
-        inv_freq: layer.inv_freq,
-        rotary: layer.rotary,
-        interleaved_rotary: layer.interleaved_rotary,
         parallel_residual: layer.parallel_residual,
         residual_scale: layer.residual_scale,
     })
@@ -217,29 +211,27 @@ pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRe
             Some([a, m]) => Some([held.slice(a)?, held.slice(m)?]),
             None => None,
         },
-        window: l.window,
+        attention: l.attention,
         activation: l.activation,
-        inv_freq: l.inv_freq,
-        rotary: l.rotary,
-        interleaved_rotary: l.interleaved_rotary,
         parallel_residual: l.parallel_residual,
         residual_scale: l.residual_scale,
     })
 }
 
 pub(super) fn dims_of<'a>(layer: &LayerWeights<'a, Nd>, hidden: usize, eps: f64) -> Dims<'a> {
+    let a = layer.attention;
     Dims {
         hidden,
-        heads: layer.heads,
-        kv_heads: layer.kv_heads,
-        head_dim: layer.head_dim,
+        heads: a.heads,
+        kv_heads: a.kv_heads,
+        head_dim: a.head_dim,
         eps,
-        scale: layer
+        scale: a
             .scale
-            .map_or(1.0 / (layer.head_dim as f32).sqrt(), |s| s as f32),
-        softcap: layer.softcap.map(|c| c as f32),
-        alibi: layer.alibi,
-        clip_qkv: layer.clip_qkv,
+            .map_or(1.0 / (a.head_dim as f32).sqrt(), |s| s as f32),
+        softcap: a.softcap.map(|c| c as f32),
+        alibi: a.alibi.as_deref(),
+        clip_qkv: a.clip_qkv,
     }
 }
 
