@@ -148,3 +148,47 @@ pub struct AttentionSettings {
     /// Queries, keys and values are clamped to `±clip` after their projections (OLMo).
     pub clip_qkv: Option<f32>,
 }
+
+/// DeepSeek's `config.json` keys of its latent attention ([`LatentAttention`]); flattened into
+/// [`super::HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfLatentKeys {
+    /// DeepSeek: the queries' latent width; `Some(None)` where it is null (queries projected
+    /// directly, DeepSeek-V2-Lite), `None` where absent.
+    #[serde(default, deserialize_with = "super::keys::present")]
+    pub q_lora_rank: Option<Option<usize>>,
+    /// DeepSeek: the keys' and values' latent width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_lora_rank: Option<usize>,
+    /// DeepSeek: a head's query and key dimensions without position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_nope_head_dim: Option<usize>,
+    /// DeepSeek: a head's rotated query and key dimensions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_rope_head_dim: Option<usize>,
+    /// DeepSeek: a head's value width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v_head_dim: Option<usize>,
+    /// DeepSeek-V3: whether rotated dimensions pair up as neighbours (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_interleave: Option<bool>,
+}
+
+/// Llama 4's `config.json` keys of its chunked attention and query temperature
+/// ([`Llama4Attention`]); flattened into [`super::HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfChunkedKeys {
+    /// Llama 4: positions per chunk of the chunked layers: `None` when the key is absent (8192),
+    /// `Some(None)` when it is null (no chunks).
+    #[serde(default, deserialize_with = "super::keys::present")]
+    pub attention_chunk_size: Option<Option<usize>>,
+    /// Llama 4: whether the NoPE layers' queries take a temperature by position (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_temperature_tuning: Option<bool>,
+    /// Llama 4: positions per step of that temperature (default 8192).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_scale: Option<f64>,
+    /// Llama 4: the temperature's growth per step (default 0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_scale: Option<f64>,
+}

@@ -184,3 +184,78 @@ impl ClampedGlu {
         (up + 1.0) * glu
     }
 }
+
+/// The `config.json` keys of mixtures of experts, each family reading its own (Mixtral's
+/// `num_local_experts`, DeepSeek's `n_routed_experts`, Llama 4's `interleave_moe_layer_step`,
+/// …); flattened into [`super::HfLlamaConfig`], so they sit at the top level of the file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfExpertKeys {
+    /// Mixtral: experts per layer (and Qwen3-MoE's, as transformers 5 writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_local_experts: Option<usize>,
+    /// Mixtral: experts each token goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<usize>,
+    /// Qwen3-MoE, OLMoE: experts per layer (transformers 5 writes Qwen3-MoE's as
+    /// `num_local_experts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    /// Qwen3-MoE, Qwen2-MoE: each expert's MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen2-MoE: the shared expert's MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Granite MoE (shared), Granite 4.0: the width of the MLP every token goes through
+    /// (`shared_mlp`; 0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_intermediate_size: Option<usize>,
+    /// Qwen3-MoE, OLMoE: whether the chosen experts' probabilities are renormalised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
+    /// Qwen3-MoE: every `n`-th layer has experts (default 1), unless in `mlp_only_layers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_sparse_step: Option<usize>,
+    /// Qwen3-MoE: the layers with a dense MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_only_layers: Option<Vec<usize>>,
+    /// GLM-4.5 (DeepSeek-V3's keys): routed experts per layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_routed_experts: Option<usize>,
+    /// GLM-4.5: shared experts, one MLP `n_shared_experts · moe_intermediate_size` wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_shared_experts: Option<usize>,
+    /// GLM-4.5: the factor of the routing weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_scaling_factor: Option<f64>,
+    /// GLM-4.5: groups of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_group: Option<usize>,
+    /// GLM-4.5: the groups a token's experts come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_group: Option<usize>,
+    /// GLM-4.5: the first layers with a dense MLP instead of experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_k_dense_replace: Option<usize>,
+    /// DeepSeek-V2: `greedy` or `group_limited_greedy` routing (V3's `noaux_tc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_method: Option<String>,
+    /// DeepSeek: `softmax` (V2) or `sigmoid` (V3) router scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring_func: Option<String>,
+    /// GPT-OSS: the clamp of its experts' gate and up projections (default 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_limit: Option<f64>,
+    /// GPT-OSS: the gain inside its experts' sigmoid (default 1.702).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swiglu_alpha: Option<f64>,
+    /// Llama 4: the width of the dense layers' MLP (the experts' is `intermediate_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate_size_mlp: Option<usize>,
+    /// Llama 4: every `n`-th layer has experts (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interleave_moe_layer_step: Option<usize>,
+    /// Llama 4: the layers with experts, where given (else from the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_layers: Option<Vec<usize>>,
+}

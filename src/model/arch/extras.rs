@@ -227,3 +227,22 @@ impl LogitScale {
         }
     }
 }
+
+/// Granite's `config.json` factors ([`Multipliers`]); flattened into
+/// [`super::HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfMultiplierKeys {
+    /// Granite: the factor of the token embeddings (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_multiplier: Option<f64>,
+    /// Granite: the factor of the attention and MLP outputs before each residual add
+    /// (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residual_multiplier: Option<f64>,
+    /// Granite: the factor of the attention scores `q·k` (default 1, not `head_dim^-0.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_multiplier: Option<f64>,
+    /// Granite: the divisor of the logits (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logits_scaling: Option<f64>,
+}

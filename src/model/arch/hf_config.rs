@@ -4,6 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::attention::HfChunkedKeys;
+use super::attention::HfLatentKeys;
+use super::experts::HfExpertKeys;
+use super::extras::HfMultiplierKeys;
+
 /// `rope_scaling` as it appears in `config.json`, or `rope_parameters` as transformers 5
 /// writes it (the same keys plus `rope_theta`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -130,9 +135,6 @@ pub struct HfLlamaConfig {
     /// Width of the MLP.
     #[serde(default)]
     pub intermediate_size: Option<usize>,
-    /// OPT's name for the width of the MLP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ffn_dim: Option<usize>,
     /// Number of decoder layers (BLOOM: `n_layer`).
     pub num_hidden_layers: usize,
     /// Number of query heads (BLOOM: `n_head`).
@@ -199,6 +201,21 @@ pub struct HfLlamaConfig {
     /// Falcon's fields: its own names of the MLP activation, width and biases, and its layouts.
     #[serde(flatten)]
     pub falcon: HfFalconKeys,
+    /// OPT's own keys ([`HfOptKeys`]).
+    #[serde(flatten)]
+    pub opt: HfOptKeys,
+    /// Granite's factors ([`HfMultiplierKeys`]).
+    #[serde(flatten)]
+    pub multipliers: HfMultiplierKeys,
+    /// Llama 4's chunked attention keys ([`HfChunkedKeys`]).
+    #[serde(flatten)]
+    pub chunked: HfChunkedKeys,
+    /// DeepSeek's latent attention keys ([`HfLatentKeys`]).
+    #[serde(flatten)]
+    pub latent: HfLatentKeys,
+    /// The keys of mixtures of experts ([`HfExpertKeys`]).
+    #[serde(flatten)]
+    pub experts: HfExpertKeys,
     /// RoPE scaling.
     #[serde(default)]
     pub rope_scaling: Option<HfRopeScaling>,
@@ -223,7 +240,7 @@ pub struct HfLlamaConfig {
     pub attention_bias: Option<bool>,
     /// The sliding-window attention span (Mistral's): `None` when the key is absent (the
     /// family's default, [`Self::window_or`]), `Some(None)` when it is null (no window).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::keys::present")]
     pub sliding_window: Option<Option<usize>>,
     /// Beginning-of-sequence token id.
     #[serde(default)]
@@ -237,27 +254,6 @@ pub struct HfLlamaConfig {
     /// OPT's name for the MLP activation (`relu`); Falcon's is `activation`, read with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation_function: Option<String>,
-    /// OPT: whether every linear carries a bias (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable_bias: Option<bool>,
-    /// OPT: norms before attention and the MLP (default true; false is OPT-350m's post-norm
-    /// layout, which is refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub do_layer_norm_before: Option<bool>,
-    /// OPT: width of the token embeddings, projected to `hidden_size` when it differs
-    /// (OPT-350m; refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub word_embed_proj_dim: Option<usize>,
-    /// OPT: whether the LayerNorms have gains and biases (default true; false is refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layer_norm_elementwise_affine: Option<bool>,
-    /// OPT: whether the final LayerNorm is left out (default false; true is refused).
-    #[serde(
-        default,
-        rename = "_remove_final_layer_norm",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub remove_final_layer_norm: Option<bool>,
     /// Gemma's name for the MLP activation (takes precedence over `hidden_act`).
     #[serde(default)]
     pub hidden_activation: Option<String>,
@@ -270,19 +266,6 @@ pub struct HfLlamaConfig {
     /// Llama, Granite, SmolLM3: whether the MLP's linears carry biases (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlp_bias: Option<bool>,
-    /// Granite: the factor of the token embeddings (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub embedding_multiplier: Option<f64>,
-    /// Granite: the factor of the attention and MLP outputs before each residual add
-    /// (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub residual_multiplier: Option<f64>,
-    /// Granite: the factor of the attention scores `q·k` (default 1, not `head_dim^-0.5`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attention_multiplier: Option<f64>,
-    /// Granite: the divisor of the logits (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logits_scaling: Option<f64>,
     /// SmolLM3: per layer, 1 where it rotates queries and keys, 0 where it does not (NoPE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_rope_layers: Option<Vec<u8>>,
@@ -304,90 +287,12 @@ pub struct HfLlamaConfig {
     /// Cohere: per-head LayerNorms of the queries and keys (Command R+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qk_norm: Option<bool>,
-    /// Mixtral: experts per layer (and Qwen3-MoE's, as transformers 5 writes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_local_experts: Option<usize>,
-    /// Mixtral: experts each token goes to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_experts_per_tok: Option<usize>,
-    /// Qwen3-MoE, OLMoE: experts per layer (transformers 5 writes Qwen3-MoE's as
-    /// `num_local_experts`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_experts: Option<usize>,
-    /// Qwen3-MoE, Qwen2-MoE: each expert's MLP width.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub moe_intermediate_size: Option<usize>,
-    /// Qwen2-MoE: the shared expert's MLP width.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_expert_intermediate_size: Option<usize>,
-    /// Granite MoE (shared), Granite 4.0: the width of the MLP every token goes through
-    /// (`shared_mlp`; 0: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_intermediate_size: Option<usize>,
     /// Granite 4.0: `rope`, or none (`nope`, null): then no layer rotates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position_embedding_type: Option<String>,
     /// Qwen2-MoE: whether q, k and v carry biases (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qkv_bias: Option<bool>,
-    /// Qwen3-MoE, OLMoE: whether the chosen experts' probabilities are renormalised.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub norm_topk_prob: Option<bool>,
-    /// Qwen3-MoE: every `n`-th layer has experts (default 1), unless in `mlp_only_layers`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decoder_sparse_step: Option<usize>,
-    /// Qwen3-MoE: the layers with a dense MLP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mlp_only_layers: Option<Vec<usize>>,
-    /// GLM-4.5 (DeepSeek-V3's keys): routed experts per layer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n_routed_experts: Option<usize>,
-    /// GLM-4.5: shared experts, one MLP `n_shared_experts · moe_intermediate_size` wide.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n_shared_experts: Option<usize>,
-    /// GLM-4.5: the factor of the routing weights.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub routed_scaling_factor: Option<f64>,
-    /// GLM-4.5: groups of experts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n_group: Option<usize>,
-    /// GLM-4.5: the groups a token's experts come from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topk_group: Option<usize>,
-    /// GLM-4.5: the first layers with a dense MLP instead of experts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_k_dense_replace: Option<usize>,
-    /// DeepSeek: the queries' latent width; `Some(None)` where it is null (queries projected
-    /// directly, DeepSeek-V2-Lite), `None` where absent.
-    #[serde(default, deserialize_with = "present")]
-    pub q_lora_rank: Option<Option<usize>>,
-    /// DeepSeek: the keys' and values' latent width.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_lora_rank: Option<usize>,
-    /// DeepSeek: a head's query and key dimensions without position.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub qk_nope_head_dim: Option<usize>,
-    /// DeepSeek: a head's rotated query and key dimensions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub qk_rope_head_dim: Option<usize>,
-    /// DeepSeek: a head's value width.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub v_head_dim: Option<usize>,
-    /// DeepSeek-V2: `greedy` or `group_limited_greedy` routing (V3's `noaux_tc`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topk_method: Option<String>,
-    /// DeepSeek: `softmax` (V2) or `sigmoid` (V3) router scores.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scoring_func: Option<String>,
-    /// DeepSeek-V3: whether rotated dimensions pair up as neighbours (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_interleave: Option<bool>,
-    /// GPT-OSS: the clamp of its experts' gate and up projections (default 7).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub swiglu_limit: Option<f64>,
-    /// GPT-OSS: the gain inside its experts' sigmoid (default 1.702).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub swiglu_alpha: Option<f64>,
     /// Gemma 3: `sliding_attention` or `full_attention` per layer.
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
@@ -401,36 +306,14 @@ pub struct HfLlamaConfig {
     pub sliding_window_pattern: Option<usize>,
     /// Gemma: soft-capping of the final logits, `cap · tanh(logit / cap)`: `None` when the
     /// key is absent (the family's default), `Some(None)` when it is null (no capping).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::keys::present")]
     pub final_logit_softcapping: Option<Option<f64>>,
     /// Gemma: soft-capping of the attention scores, as `final_logit_softcapping`.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::keys::present")]
     pub attn_logit_softcapping: Option<Option<f64>>,
     /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
     #[serde(default)]
     pub use_bidirectional_attention: Option<bool>,
-    /// Llama 4: the width of the dense layers' MLP (the experts' is `intermediate_size`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intermediate_size_mlp: Option<usize>,
-    /// Llama 4: every `n`-th layer has experts (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interleave_moe_layer_step: Option<usize>,
-    /// Llama 4: the layers with experts, where given (else from the step).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub moe_layers: Option<Vec<usize>>,
-    /// Llama 4: positions per chunk of the chunked layers: `None` when the key is absent (8192),
-    /// `Some(None)` when it is null (no chunks).
-    #[serde(default, deserialize_with = "present")]
-    pub attention_chunk_size: Option<Option<usize>>,
-    /// Llama 4: whether the NoPE layers' queries take a temperature by position (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attn_temperature_tuning: Option<bool>,
-    /// Llama 4: positions per step of that temperature (default 8192).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub floor_scale: Option<f64>,
-    /// Llama 4: the temperature's growth per step (default 0.1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attn_scale: Option<f64>,
 }
 
 /// `rope_parameters` as transformers 5 writes it: one set for the model, or one per layer type
@@ -505,16 +388,6 @@ impl HfLlamaConfig {
     }
 }
 
-/// Deserialises a key that is present, null or not, as `Some` (absent keys take the field's
-/// default, `None`).
-fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
-
 /// Deserialises `sliding_window_pattern` as the period of the full layers: a count (Gemma 3's
 /// every `n`-th layer), or EXAONE 4's letters, local layers (`L`) then the one global (`G`):
 /// `"LLLG"` is 4. Any other string is an error that shows it.
@@ -536,4 +409,34 @@ fn pattern_period<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize
             ))),
         },
     }
+}
+
+/// OPT's `config.json` keys (`OPTConfig`): its biases, norm placement, projection of the
+/// embeddings and MLP width; flattened into [`HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfOptKeys {
+    /// OPT's name for the width of the MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn_dim: Option<usize>,
+    /// OPT: whether every linear carries a bias (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_bias: Option<bool>,
+    /// OPT: norms before attention and the MLP (default true; false is OPT-350m's post-norm
+    /// layout, which is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub do_layer_norm_before: Option<bool>,
+    /// OPT: width of the token embeddings, projected to `hidden_size` when it differs
+    /// (OPT-350m; refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub word_embed_proj_dim: Option<usize>,
+    /// OPT: whether the LayerNorms have gains and biases (default true; false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_norm_elementwise_affine: Option<bool>,
+    /// OPT: whether the final LayerNorm is left out (default false; true is refused).
+    #[serde(
+        default,
+        rename = "_remove_final_layer_norm",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub remove_final_layer_norm: Option<bool>,
 }

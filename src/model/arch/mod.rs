@@ -9,6 +9,7 @@ mod config;
 mod experts;
 mod extras;
 mod hf_config;
+mod keys;
 pub mod rope;
 mod shape;
 mod stacks;

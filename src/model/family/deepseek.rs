@@ -97,11 +97,11 @@ fn latent_attention(
         0 => Err(invalid(key, "must be at least 1".into())),
         w => Ok(w),
     };
-    let q_lora_rank = match hf.q_lora_rank {
+    let q_lora_rank = match hf.latent.q_lora_rank {
         None => Some(class.q_lora_rank),
         Some(rank) => rank.map(|r| width("q_lora_rank", Some(r), 0)).transpose()?,
     };
-    let qk_rope_head_dim = width("qk_rope_head_dim", hf.qk_rope_head_dim, 64)?;
+    let qk_rope_head_dim = width("qk_rope_head_dim", hf.latent.qk_rope_head_dim, 64)?;
     if !qk_rope_head_dim.is_multiple_of(2) {
         return Err(invalid(
             "qk_rope_head_dim",
@@ -110,10 +110,10 @@ fn latent_attention(
     }
     let mut latent = LatentAttention {
         q_lora_rank,
-        kv_lora_rank: width("kv_lora_rank", hf.kv_lora_rank, 512)?,
-        qk_nope_head_dim: width("qk_nope_head_dim", hf.qk_nope_head_dim, 128)?,
+        kv_lora_rank: width("kv_lora_rank", hf.latent.kv_lora_rank, 512)?,
+        qk_nope_head_dim: width("qk_nope_head_dim", hf.latent.qk_nope_head_dim, 128)?,
         qk_rope_head_dim,
-        v_head_dim: width("v_head_dim", hf.v_head_dim, 128)?,
+        v_head_dim: width("v_head_dim", hf.latent.v_head_dim, 128)?,
         mscale_all_dim: None,
         scale: None,
         interleaved,
@@ -148,6 +148,7 @@ fn experts(
     normalize: bool,
 ) -> Result<Experts, ConfigError> {
     let width = hf
+        .experts
         .moe_intermediate_size
         .unwrap_or(class.moe_intermediate_size);
     let (shared, first_dense_layers) = super::shared_and_dense_layers(
@@ -156,6 +157,7 @@ fn experts(
         (class.n_shared_experts, class.first_k_dense_replace),
     )?;
     let per_token = hf
+        .experts
         .num_experts_per_tok
         .or(class.num_experts_per_tok)
         .ok_or_else(|| {
@@ -175,7 +177,9 @@ fn experts(
             first_dense_layers,
             limited_softmax: limited,
             ..Experts::softmax(
-                hf.n_routed_experts.unwrap_or(class.n_routed_experts),
+                hf.experts
+                    .n_routed_experts
+                    .unwrap_or(class.n_routed_experts),
                 per_token,
                 width,
             )
@@ -195,7 +199,8 @@ fn experts(
 fn routing_scale(hf: &HfLlamaConfig, class: &Deepseek) -> Result<f64, ConfigError> {
     positive_number(
         "routed_scaling_factor",
-        hf.routed_scaling_factor
+        hf.experts
+            .routed_scaling_factor
             .unwrap_or(class.routed_scaling_factor),
     )
 }
@@ -211,7 +216,7 @@ fn check_common(hf: &HfLlamaConfig, name: &str, scoring: &str) -> Result<(), Con
             format!("is true; {name}'s experts carry no biases, so this tool runs it only false"),
         ));
     }
-    match hf.scoring_func.as_deref() {
+    match hf.experts.scoring_func.as_deref() {
         None => Ok(()),
         Some(s) if s == scoring => Ok(()),
         Some(other) => Err(invalid(
@@ -258,15 +263,15 @@ impl Deepseek {
     /// V2's router ([`LimitedSoftmax`]): `greedy` or `group_limited_greedy`.
     fn limited_softmax(&self, hf: &HfLlamaConfig) -> Result<LimitedSoftmax, ConfigError> {
         let scale = routing_scale(hf, self)?;
-        match hf.topk_method.as_deref().unwrap_or("greedy") {
+        match hf.experts.topk_method.as_deref().unwrap_or("greedy") {
             "greedy" => Ok(LimitedSoftmax {
                 groups: 1,
                 groups_per_token: 1,
                 scale,
             }),
             "group_limited_greedy" => Ok(LimitedSoftmax {
-                groups: group_key(hf.n_group, "n_group")?,
-                groups_per_token: group_key(hf.topk_group, "topk_group")?,
+                groups: group_key(hf.experts.n_group, "n_group")?,
+                groups_per_token: group_key(hf.experts.topk_group, "topk_group")?,
                 scale,
             }),
             other => Err(invalid(
@@ -312,7 +317,7 @@ impl Family for Deepseek {
     /// `qk_nope_head_dim + qk_rope_head_dim` (defaults 128 and 64): transformers' `head_dim`
     /// is the rotated part alone.
     fn head_dim(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        Some(hf.qk_nope_head_dim.unwrap_or(128) + hf.qk_rope_head_dim.unwrap_or(64))
+        Some(hf.latent.qk_nope_head_dim.unwrap_or(128) + hf.latent.qk_rope_head_dim.unwrap_or(64))
     }
 
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
@@ -335,14 +340,14 @@ impl Family for Deepseek {
             Version::V3 => {
                 check_common(hf, self.name, "sigmoid")?;
                 let routing = SigmoidRouting {
-                    groups: hf.n_group.unwrap_or(8),
-                    groups_per_token: hf.topk_group.unwrap_or(4),
+                    groups: hf.experts.n_group.unwrap_or(8),
+                    groups_per_token: hf.experts.topk_group.unwrap_or(4),
                     scale: routing_scale(hf, self)?,
                     uncorrected: false,
                 };
-                let normalize = hf.norm_topk_prob.unwrap_or(true);
+                let normalize = hf.experts.norm_topk_prob.unwrap_or(true);
                 let experts = experts(hf, self, Some(routing), None, normalize)?;
-                (experts, hf.rope_interleave.unwrap_or(true))
+                (experts, hf.latent.rope_interleave.unwrap_or(true))
             }
         };
         let latent = latent_attention(hf, self, interleaved)?;

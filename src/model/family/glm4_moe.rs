@@ -71,20 +71,20 @@ impl Family for Glm4Moe {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "GLM-4.5")?;
-        let width = hf.moe_intermediate_size.unwrap_or(1408);
+        let width = hf.experts.moe_intermediate_size.unwrap_or(1408);
         let (shared, first_dense_layers) = super::shared_and_dense_layers(hf, "GLM-4.5", (1, 1))?;
         let routing = SigmoidRouting {
-            groups: hf.n_group.unwrap_or(1),
-            groups_per_token: hf.topk_group.unwrap_or(1),
+            groups: hf.experts.n_group.unwrap_or(1),
+            groups_per_token: hf.experts.topk_group.unwrap_or(1),
             scale: positive_number(
                 "routed_scaling_factor",
-                hf.routed_scaling_factor.unwrap_or(1.0),
+                hf.experts.routed_scaling_factor.unwrap_or(1.0),
             )?,
             uncorrected: false,
         };
         let experts = super::checked_experts(
             Experts {
-                normalize: hf.norm_topk_prob.unwrap_or(true),
+                normalize: hf.experts.norm_topk_prob.unwrap_or(true),
                 // The router's weights stay in f32 and multiply the experts' outputs so.
                 round_weights: false,
                 shared: Some(shared * width),
@@ -92,8 +92,8 @@ impl Family for Glm4Moe {
                 sigmoid: Some(routing),
                 first_dense_layers,
                 ..Experts::softmax(
-                    hf.n_routed_experts.unwrap_or(128),
-                    hf.num_experts_per_tok.unwrap_or(8),
+                    hf.experts.n_routed_experts.unwrap_or(128),
+                    hf.experts.num_experts_per_tok.unwrap_or(8),
                     width,
                 )
             },

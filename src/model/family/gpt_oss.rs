@@ -106,8 +106,8 @@ impl Family for GptOss {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let glu = ClampedGlu {
-            alpha: hf.swiglu_alpha.unwrap_or(1.702),
-            limit: hf.swiglu_limit.unwrap_or(7.0),
+            alpha: hf.experts.swiglu_alpha.unwrap_or(1.702),
+            limit: hf.experts.swiglu_limit.unwrap_or(7.0),
         };
         for (key, value) in [("swiglu_alpha", glu.alpha), ("swiglu_limit", glu.limit)] {
             if !(value.is_finite() && value > 0.0) {
@@ -123,8 +123,11 @@ impl Family for GptOss {
             biased: true,
             clamped_glu: Some(glu),
             ..Experts::softmax(
-                hf.num_local_experts.or(hf.num_experts).unwrap_or(128),
-                hf.num_experts_per_tok.unwrap_or(4),
+                hf.experts
+                    .num_local_experts
+                    .or(hf.experts.num_experts)
+                    .unwrap_or(128),
+                hf.experts.num_experts_per_tok.unwrap_or(4),
                 self.intermediate_size(hf).unwrap_or(2880),
             )
         };

@@ -55,10 +55,10 @@ impl Family for Granite {
 pub(super) fn multipliers(hf: &HfLlamaConfig) -> Result<Multipliers, ConfigError> {
     let factor = |key: &str, value: Option<f64>| positive_number(key, value.unwrap_or(1.0));
     Ok(Multipliers {
-        embedding: factor("embedding_multiplier", hf.embedding_multiplier)?,
-        residual: factor("residual_multiplier", hf.residual_multiplier)?,
-        attention: factor("attention_multiplier", hf.attention_multiplier)?,
-        logits: factor("logits_scaling", hf.logits_scaling)?,
+        embedding: factor("embedding_multiplier", hf.multipliers.embedding_multiplier)?,
+        residual: factor("residual_multiplier", hf.multipliers.residual_multiplier)?,
+        attention: factor("attention_multiplier", hf.multipliers.attention_multiplier)?,
+        logits: factor("logits_scaling", hf.multipliers.logits_scaling)?,
     })
 }
 

@@ -106,15 +106,15 @@ impl GraniteMoe {
     /// Whether a config of this class has routed experts: always, but in Granite 4.0 where
     /// `num_local_experts` is 0.
     fn routes(&self, hf: &HfLlamaConfig) -> bool {
-        self.kind != Kind::Hybrid || hf.num_local_experts.unwrap_or(8) > 0
+        self.kind != Kind::Hybrid || hf.experts.num_local_experts.unwrap_or(8) > 0
     }
 
     /// The shared MLP's width: `shared_intermediate_size`, or the class's default.
     fn shared_width(&self, hf: &HfLlamaConfig) -> usize {
         match self.kind {
             Kind::Routed => 0,
-            Kind::Shared => hf.shared_intermediate_size.unwrap_or(0),
-            Kind::Hybrid => hf.shared_intermediate_size.unwrap_or(1024),
+            Kind::Shared => hf.experts.shared_intermediate_size.unwrap_or(0),
+            Kind::Hybrid => hf.experts.shared_intermediate_size.unwrap_or(1024),
         }
     }
 }
@@ -255,8 +255,8 @@ impl Family for GraniteMoe {
             shared: (shared > 0).then_some(shared),
             shared_ungated: true,
             ..Experts::softmax(
-                hf.num_local_experts.unwrap_or(8),
-                hf.num_experts_per_tok.unwrap_or(2),
+                hf.experts.num_local_experts.unwrap_or(8),
+                hf.experts.num_experts_per_tok.unwrap_or(2),
                 hf.intermediate_size.unwrap_or(0),
             )
         };

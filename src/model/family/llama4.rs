@@ -55,7 +55,7 @@ impl Family for Llama4 {
     /// The dense layers' width, `intermediate_size_mlp` (default 16384); the experts' is
     /// `intermediate_size`.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size_mlp.or(Some(16384))
+        hf.experts.intermediate_size_mlp.or(Some(16384))
     }
 
     /// `Llama4TextConfig.default_theta`.
@@ -89,7 +89,7 @@ impl Family for Llama4 {
             no_rope_layers: hf.no_rope_layers.clone().filter(|l| !l.is_empty()),
             ..hf.clone()
         })?;
-        let chunk_size = match hf.attention_chunk_size {
+        let chunk_size = match hf.chunked.attention_chunk_size {
             None => Some(CHUNK),
             Some(size) => size,
         };
@@ -97,10 +97,13 @@ impl Family for Llama4 {
             return Err(invalid("attention_chunk_size", "must be positive".into()));
         }
         let chunked_layers = chunked_layers(hf, &nope, chunk_size.is_some())?;
-        let temperature = match hf.attn_temperature_tuning.unwrap_or(true) {
+        let temperature = match hf.chunked.attn_temperature_tuning.unwrap_or(true) {
             true => Some(QueryTemperature {
-                floor_scale: positive_number("floor_scale", hf.floor_scale.unwrap_or(8192.0))?,
-                attn_scale: hf.attn_scale.unwrap_or(0.1),
+                floor_scale: positive_number(
+                    "floor_scale",
+                    hf.chunked.floor_scale.unwrap_or(8192.0),
+                )?,
+                attn_scale: hf.chunked.attn_scale.unwrap_or(0.1),
             }),
             false => None,
         };
@@ -170,7 +173,7 @@ impl Family for Llama4 {
 /// those), the sigmoid of the best logits scaling their inputs.
 fn experts(hf: &HfLlamaConfig) -> Result<Option<Experts>, ConfigError> {
     let layers = hf.num_hidden_layers;
-    let step = match &hf.moe_layers {
+    let step = match &hf.experts.moe_layers {
         Some(moe) if moe.is_empty() => return Ok(None),
         Some(moe) => {
             let step = moe[0] + 1;
@@ -186,7 +189,7 @@ fn experts(hf: &HfLlamaConfig) -> Result<Option<Experts>, ConfigError> {
             }
             step
         }
-        None => match hf.interleave_moe_layer_step.unwrap_or(1) {
+        None => match hf.experts.interleave_moe_layer_step.unwrap_or(1) {
             0 => {
                 return Err(invalid(
                     "interleave_moe_layer_step",
@@ -207,8 +210,8 @@ fn experts(hf: &HfLlamaConfig) -> Result<Option<Experts>, ConfigError> {
             layer_step: step,
             scaled_inputs: true,
             ..Experts::softmax(
-                hf.num_local_experts.unwrap_or(16),
-                hf.num_experts_per_tok.unwrap_or(1),
+                hf.experts.num_local_experts.unwrap_or(16),
+                hf.experts.num_experts_per_tok.unwrap_or(1),
                 hf.intermediate_size.unwrap_or(8192),
             )
         },

@@ -74,8 +74,8 @@ impl Family for Mixtral {
         Ok(DecoderExtras {
             experts: Some(super::checked_experts(
                 Experts::softmax(
-                    hf.num_local_experts.unwrap_or(8),
-                    hf.num_experts_per_tok.unwrap_or(2),
+                    hf.experts.num_local_experts.unwrap_or(8),
+                    hf.experts.num_experts_per_tok.unwrap_or(2),
                     hf.intermediate_size.unwrap_or(14_336),
                 ),
                 "num_local_experts",

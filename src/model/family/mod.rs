@@ -184,14 +184,14 @@ pub(crate) fn shared_and_dense_layers(
     family: &str,
     defaults: (usize, usize),
 ) -> Result<(usize, usize), ConfigError> {
-    let shared = hf.n_shared_experts.unwrap_or(defaults.0);
+    let shared = hf.experts.n_shared_experts.unwrap_or(defaults.0);
     if shared == 0 {
         return Err(invalid(
             "n_shared_experts",
             format!("must be at least 1: {family}'s layer always has its shared expert"),
         ));
     }
-    let dense = hf.first_k_dense_replace.unwrap_or(defaults.1);
+    let dense = hf.experts.first_k_dense_replace.unwrap_or(defaults.1);
     if dense > hf.num_hidden_layers {
         return Err(invalid(
             "first_k_dense_replace",
@@ -248,11 +248,12 @@ pub(crate) fn topk_experts(
 ) -> Result<crate::model::arch::Experts, ConfigError> {
     let experts = crate::model::arch::Experts {
         count: hf
+            .experts
             .num_experts
-            .or(hf.num_local_experts)
+            .or(hf.experts.num_local_experts)
             .unwrap_or(defaults.count),
-        per_token: hf.num_experts_per_tok.unwrap_or(defaults.per_token),
-        normalize: hf.norm_topk_prob.unwrap_or(defaults.normalize),
+        per_token: hf.experts.num_experts_per_tok.unwrap_or(defaults.per_token),
+        normalize: hf.experts.norm_topk_prob.unwrap_or(defaults.normalize),
         round_weights: true,
         ..defaults
     };
@@ -509,7 +510,7 @@ pub trait Family: Sync {
 
     /// The MLP's width: `intermediate_size` (OPT: `ffn_dim`) unless the family fixes it.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
-        hf.intermediate_size.or(hf.ffn_dim)
+        hf.intermediate_size.or(hf.opt.ffn_dim)
     }
 
     /// Whether the LM head reuses the token embeddings when `tie_word_embeddings` is absent.

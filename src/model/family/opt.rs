@@ -44,7 +44,7 @@ impl Family for Opt {
     }
 
     fn attention_biases(&self, hf: &HfLlamaConfig) -> super::AttentionBiases {
-        let bias = hf.enable_bias.unwrap_or(true);
+        let bias = hf.opt.enable_bias.unwrap_or(true);
         super::AttentionBiases { qkv: bias, o: bias }
     }
 
@@ -77,13 +77,13 @@ impl Family for Opt {
                 ))
             }
         }
-        if hf.do_layer_norm_before == Some(false) {
+        if hf.opt.do_layer_norm_before == Some(false) {
             return Err(invalid(
                 "do_layer_norm_before",
                 "is false (OPT-350m's post-norm layout), which is not supported".into(),
             ));
         }
-        if let Some(width) = hf.word_embed_proj_dim.filter(|&w| w != hf.hidden_size) {
+        if let Some(width) = hf.opt.word_embed_proj_dim.filter(|&w| w != hf.hidden_size) {
             return Err(invalid(
                 "word_embed_proj_dim",
                 format!(
@@ -93,13 +93,13 @@ impl Family for Opt {
                 ),
             ));
         }
-        if hf.layer_norm_elementwise_affine == Some(false) {
+        if hf.opt.layer_norm_elementwise_affine == Some(false) {
             return Err(invalid(
                 "layer_norm_elementwise_affine",
                 "is false; only LayerNorms with gains and biases are supported".into(),
             ));
         }
-        if hf.remove_final_layer_norm == Some(true) {
+        if hf.opt.remove_final_layer_norm == Some(true) {
             return Err(invalid(
                 "_remove_final_layer_norm",
                 "is true; only OPT with its final LayerNorm is supported".into(),
@@ -109,7 +109,7 @@ impl Family for Opt {
             activation: Activation::Relu,
             layer_norm: true,
             ungated_mlp: true,
-            mlp_bias: hf.enable_bias.unwrap_or(true),
+            mlp_bias: hf.opt.enable_bias.unwrap_or(true),
             learned_positions: true,
             ..DecoderExtras::default()
         })

@@ -49,7 +49,7 @@ impl Family for Qwen2Moe {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let extras = qwen_extras(hf, "Qwen2-MoE")?;
         refuse_dense_layers(hf)?;
-        let shared = hf.shared_expert_intermediate_size.unwrap_or(5632);
+        let shared = hf.experts.shared_expert_intermediate_size.unwrap_or(5632);
         if shared == 0 {
             return Err(crate::model::arch::invalid(
                 "shared_expert_intermediate_size",
@@ -60,7 +60,7 @@ impl Family for Qwen2Moe {
             normalize: false,
             round_weights: true,
             shared: Some(shared),
-            ..Experts::softmax(60, 4, hf.moe_intermediate_size.unwrap_or(1408))
+            ..Experts::softmax(60, 4, hf.experts.moe_intermediate_size.unwrap_or(1408))
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),

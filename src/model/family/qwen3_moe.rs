@@ -51,7 +51,7 @@ impl Family for Qwen3Moe {
         let defaults = Experts {
             normalize: false,
             round_weights: true,
-            ..Experts::softmax(128, 8, hf.moe_intermediate_size.unwrap_or(768))
+            ..Experts::softmax(128, 8, hf.experts.moe_intermediate_size.unwrap_or(768))
         };
         Ok(DecoderExtras {
             experts: Some(super::topk_experts(hf, defaults)?),
@@ -73,13 +73,18 @@ impl Family for Qwen3Moe {
 /// Refuses dense layers among the sparse ones (`decoder_sparse_step` other than 1, a
 /// non-empty `mlp_only_layers`; none in a released Qwen MoE model), which are not run.
 pub(super) fn refuse_dense_layers(hf: &HfLlamaConfig) -> Result<(), ConfigError> {
-    if hf.decoder_sparse_step.is_some_and(|step| step != 1) {
+    if hf.experts.decoder_sparse_step.is_some_and(|step| step != 1) {
         return Err(invalid(
             "decoder_sparse_step",
             "is not 1: layers without experts among those with them are not run".into(),
         ));
     }
-    if hf.mlp_only_layers.as_ref().is_some_and(|l| !l.is_empty()) {
+    if hf
+        .experts
+        .mlp_only_layers
+        .as_ref()
+        .is_some_and(|l| !l.is_empty())
+    {
         return Err(invalid(
             "mlp_only_layers",
             "names layers without experts, which are not run; it must be empty".into(),

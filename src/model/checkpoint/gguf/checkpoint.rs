@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use super::{tokenizer_json, GgufFile};
 use crate::model::arch::{Architecture, FusedLinear};
 use crate::model::arch::{
-    ConfigError, HfFalconKeys, HfLlamaConfig, HfRopeScaling, LlamaConfig, RopeScaling,
+    ConfigError, HfExpertKeys, HfFalconKeys, HfLlamaConfig, HfMultiplierKeys, HfRopeScaling,
+    LlamaConfig, RopeScaling,
 };
 use crate::model::checkpoint::LoadError;
 use crate::model::checkpoint::Tokenizer;
@@ -329,41 +330,48 @@ fn family_keys(
         // Granite's factors, which llama.cpp's converter writes as scales where they are not 0;
         // without one llama.cpp scales the scores by `head_dim^-0.5` (`logit_scale` divides
         // Granite's logits and multiplies Cohere's, each family reading its own key).
-        embedding_multiplier: file.get_f64(&key("embedding_scale")),
-        residual_multiplier: file.get_f64(&key("residual_scale")),
-        attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
-            let granite = matches!(
-                architecture,
-                Architecture::Granite | Architecture::GraniteMoe | Architecture::GraniteMoeShared
-            );
-            granite.then(|| (head_dim as f64).powf(-0.5))
-        }),
-        logits_scaling: file.get_f64(&key("logit_scale")),
+        multipliers: HfMultiplierKeys {
+            embedding_multiplier: file.get_f64(&key("embedding_scale")),
+            residual_multiplier: file.get_f64(&key("residual_scale")),
+            attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
+                let granite = matches!(
+                    architecture,
+                    Architecture::Granite
+                        | Architecture::GraniteMoe
+                        | Architecture::GraniteMoeShared
+                );
+                granite.then(|| (head_dim as f64).powf(-0.5))
+            }),
+            logits_scaling: file.get_f64(&key("logit_scale")),
+        },
         logit_scale: file.get_f64(&key("logit_scale")),
         clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
         // Command R+'s: llama.cpp reads the norms where the file has them.
         use_qk_norm: present("blk.0.attn_q_norm.weight"),
-        num_local_experts: experts,
-        num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
-        moe_intermediate_size: file
-            .get_u64(&key("expert_feed_forward_length"))
-            .map(|v| v as usize),
-        shared_expert_intermediate_size: shared_width,
-        // Granite MoE's name for it.
-        shared_intermediate_size: shared_width,
         qkv_bias: qkv_biases,
         // StableLM's names for the q/k/v biases and the per-head q/k norms (StableLM 2 12B's);
         // StarCoder2's and ERNIE 4.5's for the biases of every linear.
         use_qkv_bias: qkv_biases,
         use_bias: qkv_biases,
         qk_layernorm: present("blk.0.attn_q_norm.weight"),
-        // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
-        // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
-        norm_topk_prob: file
-            .get_bool(&key("expert_weights_norm"))
-            .or((architecture == Architecture::Qwen3Moe).then_some(true)),
         final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
         attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
+        experts: HfExpertKeys {
+            num_local_experts: experts,
+            num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
+            moe_intermediate_size: file
+                .get_u64(&key("expert_feed_forward_length"))
+                .map(|v| v as usize),
+            shared_expert_intermediate_size: shared_width,
+            // Granite MoE's name for it.
+            shared_intermediate_size: shared_width,
+            // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
+            // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
+            norm_topk_prob: file
+                .get_bool(&key("expert_weights_norm"))
+                .or((architecture == Architecture::Qwen3Moe).then_some(true)),
+            ..HfExpertKeys::default()
+        },
         ..HfLlamaConfig::default()
     }
 }
