@@ -500,6 +500,9 @@ pub(super) fn device_rule(
     }
 }
 
+/// The Wanda input norms of a weight with the input it reads, `None` where there are none.
+pub(super) type NormsOf<'a, B> = dyn Fn(&(Tensor<B, 2>, LinearInput)) -> Option<Vec<f32>> + 'a;
+
 /// The zeros `rule` selects on the weights' device in each of `asked` (a layer's linears with
 /// the input each reads), Wanda's by the input norms `norms_of` gives (`None`: none); `None` for a linear the host
 /// is to select (no rule, or see [`device_select`]). Each rule runs the backend's selection
@@ -513,7 +516,7 @@ pub(super) fn device_rule(
 pub(super) fn select_on_device<B: Backend>(
     rule: Option<DeviceRule>,
     asked: &[(Tensor<B, 2>, LinearInput)],
-    norms_of: &dyn Fn(&(Tensor<B, 2>, LinearInput)) -> Option<Vec<f32>>,
+    norms_of: &NormsOf<'_, B>,
 ) -> Vec<Option<Tensor<B, 2, Bool>>> {
     match rule {
         None => vec![None; asked.len()],
