@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::{
     invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
     LocalAttention,
@@ -91,6 +91,13 @@ impl Cohere {
 }
 
 impl Family for Cohere {
+    /// Cohere 2's sliding layers alone rotate, at their own base where the file gives one.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        if let Some(base) = meta.f64("rope.freq_base_swa").filter(|_| self.sliding) {
+            hf.rope_theta = Some(base);
+        }
+    }
+
     fn hf_class(&self) -> &'static str {
         if self.sliding {
             "Cohere2ForCausalLM"

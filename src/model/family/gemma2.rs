@@ -10,13 +10,22 @@
 use std::collections::BTreeMap;
 
 use super::gemma3::{gemma_extras, gemma_hf_keys, Gemma};
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Gemma2ForCausalLM`.
 pub struct Gemma2;
 
 impl Family for Gemma2 {
+    /// GGUF stores no `query_pre_attn_scalar`: llama.cpp scales by `key_length^-0.5`, except for
+    /// Gemma 2 27B (told by its 46 layers) by `(hidden / heads)^-0.5`.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        if meta.u64("block_count") == Some(46) {
+            hf.query_pre_attn_scalar =
+                Some((hf.hidden_size / hf.num_attention_heads.max(1)) as f64);
+        }
+    }
+
     fn hf_class(&self) -> &'static str {
         "Gemma2ForCausalLM"
     }

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::FusedLinear;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
@@ -51,6 +51,11 @@ static GATE_UP: [FusedLinear; 1] = [FusedLinear {
 }];
 
 impl Family for Glm {
+    /// llama.cpp writes the rotated dimensions of the heads, not their width.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
+    }
+
     fn hf_class(&self) -> &'static str {
         if self.output_norms {
             "Glm4ForCausalLM"

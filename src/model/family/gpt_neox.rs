@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, Family, GgufMetadata};
 use crate::model::arch::FusedLinear;
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
@@ -36,6 +36,11 @@ const LAYER_NAMES: [(&str, &str); 6] = [
 const DEFAULT_ROTARY_PCT: f64 = 0.25;
 
 impl Family for GptNeox {
+    /// llama.cpp writes the rotated dimensions of the heads, not their width (`rotary_pct`).
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.rotary_pct = super::gguf_metadata::rotated_share(meta, hf);
+    }
+
     fn hf_class(&self) -> &'static str {
         "GPTNeoXForCausalLM"
     }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{Family, GgufMetadata};
 use crate::model::arch::{
     positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers,
 };
@@ -19,6 +19,16 @@ use crate::model::arch::{
 pub struct Granite;
 
 impl Family for Granite {
+    /// Without `attention.scale` llama.cpp scales the scores by `head_dim^-0.5`.
+    fn read_gguf(&self, _meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        let head_dim = hf
+            .head_dim
+            .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+        hf.multipliers
+            .attention_multiplier
+            .get_or_insert((head_dim as f64).powf(-0.5));
+    }
+
     fn hf_class(&self) -> &'static str {
         "GraniteForCausalLM"
     }

@@ -47,9 +47,12 @@ pub mod stablelm;
 pub mod starcoder2;
 pub mod vision_language;
 
+mod gguf_metadata;
 mod hf_json;
 mod registry;
 mod resolve;
+
+pub use gguf_metadata::GgufMetadata;
 
 use std::collections::BTreeMap;
 
@@ -483,6 +486,10 @@ pub trait Family: Sync {
     fn gguf_interleaves_qk(&self) -> bool {
         false
     }
+
+    /// Reads what the family's GGUF files say beyond the keys every family shares into `hf`
+    /// (already read from those): the family's own spellings and llama.cpp's defaults for it.
+    fn read_gguf(&self, _meta: &dyn GgufMetadata, _hf: &mut HfLlamaConfig) {}
 
     /// The biases the attention block carries, from `attention_bias` unless the family fixes
     /// them.

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `NemotronForCausalLM`.
@@ -20,6 +20,11 @@ pub struct Nemotron;
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.5;
 
 impl Family for Nemotron {
+    /// llama.cpp writes the rotated dimensions of the heads, not their width.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
+    }
+
     fn hf_class(&self) -> &'static str {
         "NemotronForCausalLM"
     }

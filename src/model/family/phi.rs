@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, Family, GgufMetadata};
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `PhiForCausalLM`.
@@ -37,6 +37,11 @@ const LAYER_NAMES: [(&str, &str); 8] = [
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.5;
 
 impl Family for Phi {
+    /// llama.cpp writes the rotated dimensions of the heads, not their width.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
+    }
+
     fn hf_class(&self) -> &'static str {
         "PhiForCausalLM"
     }

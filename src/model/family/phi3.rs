@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::FusedLinear;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
@@ -20,6 +20,11 @@ use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig}
 pub struct Phi3;
 
 impl Family for Phi3 {
+    /// llama.cpp writes the rotated dimensions of the heads, not their width.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
+    }
+
     fn hf_class(&self) -> &'static str {
         "Phi3ForCausalLM"
     }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::Experts;
 use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
@@ -16,6 +16,11 @@ use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, Lla
 pub struct Qwen3Moe;
 
 impl Family for Qwen3Moe {
+    /// llama.cpp's graph renormalises the chosen experts' weights where the file does not say.
+    fn read_gguf(&self, _meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.experts.norm_topk_prob.get_or_insert(true);
+    }
+
     fn hf_class(&self) -> &'static str {
         "Qwen3MoeForCausalLM"
     }

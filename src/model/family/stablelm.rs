@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, GgufMetadata};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `StableLmForCausalLM`.
@@ -23,6 +23,11 @@ pub struct StableLm;
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.25;
 
 impl Family for StableLm {
+    /// llama.cpp writes the rotated dimensions of the heads, not their width.
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
+    }
+
     fn hf_class(&self) -> &'static str {
         "StableLmForCausalLM"
     }

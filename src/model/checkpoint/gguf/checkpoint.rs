@@ -16,6 +16,7 @@ use crate::model::arch::{
 use crate::model::checkpoint::LoadError;
 use crate::model::checkpoint::Tokenizer;
 use crate::model::checkpoint::{HostTensor, WeightError, WeightSource};
+use crate::model::family::GgufMetadata;
 
 /// An opened GGUF checkpoint.
 pub struct GgufCheckpoint {
@@ -130,6 +131,22 @@ impl GgufCheckpoint {
     }
 }
 
+/// A GGUF file's metadata under its architecture's prefix, as a family reads it.
+struct ArchMetadata<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl GgufMetadata for ArchMetadata<'_> {
+    fn u64(&self, key: &str) -> Option<u64> {
+        self.file.get_u64(&format!("{}.{key}", self.arch))
+    }
+
+    fn f64(&self, key: &str) -> Option<f64> {
+        self.file.get_f64(&format!("{}.{key}", self.arch))
+    }
+}
+
 fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, ConfigError> {
     let architecture =
         Architecture::from_gguf_arch(arch).ok_or_else(|| ConfigError::UnsupportedArchitecture {
@@ -180,39 +197,17 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         Some(longrope) => Some(longrope),
         None => rope_scaling(file, &key)?,
     };
-    // llama.cpp writes the rotated dimensions of these families' heads, not their width
-    // (Phi-4-mini rotates 96 of 128, GLM-4 and Nemotron half of each head, Pythia and StableLM
-    // a quarter, Phi-2 two fifths).
-    let rotated = file
-        .get_u64(&key("rope.dimension_count"))
-        .map(|v| v as usize);
-    let partial = matches!(
-        architecture,
-        Architecture::Phi3
-            | Architecture::Glm4
-            | Architecture::GptNeox
-            | Architecture::Phi
-            | Architecture::StableLm
-            | Architecture::Nemotron
-    );
-    let key_length = file
-        .get_u64(&key("attention.key_length"))
-        .map(|v| v as usize);
-    let head_width = key_length.unwrap_or(hidden_size / num_attention_heads.max(1));
-    // Always given, and so are the kv heads (llama.cpp's default: one per query head): a
-    // config class's own defaults are for `config.json`s that leave them out.
-    let head_dim = key_length
-        .or(if partial { None } else { rotated })
-        .or(Some(head_width));
-    // The rotated share of a head: `partial_rotary_factor`, or GPT-NeoX's `rotary_pct`.
-    let rotary_share = rotated
-        .filter(|_| partial)
-        .map(|r| r as f64 / head_width as f64);
-    let neox = architecture == Architecture::GptNeox;
+    // Always given (a family whose heads rotate in part reads the width its own way), and so
+    // are the kv heads (llama.cpp's default: one per query head): a config class's own
+    // defaults are for `config.json`s that leave them out.
+    let head_dim = ["attention.key_length", "rope.dimension_count"]
+        .iter()
+        .find_map(|k| file.get_u64(&key(k)))
+        .map_or(hidden_size / num_attention_heads.max(1), |v| v as usize);
     let num_key_value_heads =
         key_value_heads(file, &key("attention.head_count_kv"))?.or(Some(num_attention_heads));
     let feed_forward_length = required("feed_forward_length")?;
-    let hf = HfLlamaConfig {
+    let mut hf = HfLlamaConfig {
         architectures: Some(vec![architecture.hf_class().to_string()]),
         model_type: Some(architecture.model_type().to_string()),
         hidden_size,
@@ -220,19 +215,12 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         num_hidden_layers: required("block_count")?,
         num_attention_heads,
         num_key_value_heads,
-        head_dim,
+        head_dim: Some(head_dim),
         rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon")),
-        // Cohere 2's sliding layers alone rotate, at their own base where the file gives one.
-        rope_theta: match architecture {
-            Architecture::Cohere2 => file.get_f64(&key("rope.freq_base_swa")),
-            _ => None,
-        }
-        .or_else(|| file.get_f64(&key("rope.freq_base"))),
+        rope_theta: file.get_f64(&key("rope.freq_base")),
         original_max_position_embeddings: file
             .get_u64(&key("rope.scaling.original_context_length"))
             .map(|v| v as usize),
-        partial_rotary_factor: rotary_share.filter(|_| !neox),
-        rotary_pct: rotary_share.filter(|_| neox),
         use_parallel_residual: file.get_bool(&key("use_parallel_residual")),
         layer_norm_eps: file.get_f64(&key("attention.layer_norm_epsilon")),
         rope_scaling,
@@ -252,7 +240,8 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         layer_types: sliding_layer_types(file, &key),
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
-        query_pre_attn_scalar: query_pre_attn_scalar(file, architecture, &key),
+        // GGUF stores none: llama.cpp scales by `key_length^-0.5` (Gemma 2 and 3).
+        query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),
         rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
         falcon: falcon_keys(
             file,
@@ -260,14 +249,11 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
             num_key_value_heads,
             feed_forward_length,
         ),
-        ..family_keys(
-            file,
-            &key,
-            architecture,
-            head_dim.unwrap_or(head_width),
-            experts,
-        )
+        ..family_keys(file, &key, experts)
     };
+    architecture
+        .family()
+        .read_gguf(&ArchMetadata { file, arch }, &mut hf);
     let mut config = hf.resolve()?;
     if file.tensor_info("rope_freqs.weight").is_some() {
         let (_, factors) =
@@ -311,8 +297,6 @@ fn key_value_heads(file: &GgufFile, key: &str) -> Result<Option<usize>, ConfigEr
 fn family_keys(
     file: &GgufFile,
     key: &dyn Fn(&str) -> String,
-    architecture: Architecture,
-    head_dim: usize,
     experts: Option<usize>,
 ) -> HfLlamaConfig {
     let present = |tensor: &str| Some(file.tensor_info(tensor).is_some());
@@ -333,15 +317,7 @@ fn family_keys(
         multipliers: HfMultiplierKeys {
             embedding_multiplier: file.get_f64(&key("embedding_scale")),
             residual_multiplier: file.get_f64(&key("residual_scale")),
-            attention_multiplier: file.get_f64(&key("attention.scale")).or_else(|| {
-                let granite = matches!(
-                    architecture,
-                    Architecture::Granite
-                        | Architecture::GraniteMoe
-                        | Architecture::GraniteMoeShared
-                );
-                granite.then(|| (head_dim as f64).powf(-0.5))
-            }),
+            attention_multiplier: file.get_f64(&key("attention.scale")),
             logits_scaling: file.get_f64(&key("logit_scale")),
         },
         logit_scale: file.get_f64(&key("logit_scale")),
@@ -365,11 +341,9 @@ fn family_keys(
             shared_expert_intermediate_size: shared_width,
             // Granite MoE's name for it.
             shared_intermediate_size: shared_width,
-            // llama.cpp's graphs fix it by architecture where the file does not say: Qwen3-MoE
-            // renormalises, Qwen2-MoE and OLMoE do not (Mixtral always does).
-            norm_topk_prob: file
-                .get_bool(&key("expert_weights_norm"))
-                .or((architecture == Architecture::Qwen3Moe).then_some(true)),
+            // Where the file does not say, llama.cpp's graphs fix it by family (Qwen3-MoE's
+            // `read_gguf`; Qwen2-MoE and OLMoE do not renormalise, Mixtral always does).
+            norm_topk_prob: file.get_bool(&key("expert_weights_norm")),
             ..HfExpertKeys::default()
         },
         ..HfLlamaConfig::default()
@@ -418,23 +392,6 @@ fn falcon_keys(
         num_ln_in_parallel_attn: new_architecture.then_some(if two_norms { 2 } else { 1 }),
         ..HfFalconKeys::default()
     }
-}
-
-/// The query scale's `query_pre_attn_scalar`, which GGUF does not store: llama.cpp scales by
-/// `key_length^-0.5` (Gemma 2 2B and 9B, Gemma 3 270M–12B), except for Gemma 2 27B (told by
-/// its 46 layers) by `(hidden / heads)^-0.5`.
-fn query_pre_attn_scalar(
-    file: &GgufFile,
-    architecture: Architecture,
-    key: &dyn Fn(&str) -> String,
-) -> Option<f64> {
-    let layers = file.get_u64(&key("block_count"));
-    if architecture == Architecture::Gemma2 && layers == Some(46) {
-        let hidden = file.get_u64(&key("embedding_length"))?;
-        let heads = file.get_u64(&key("attention.head_count"))?.max(1);
-        return Some((hidden / heads) as f64);
-    }
-    file.get_u64(&key("attention.key_length")).map(|v| v as f64)
 }
 
 /// The RoPE scaling `{arch}.rope.scaling.type` names (`key` makes the metadata key): none or
@@ -900,18 +857,21 @@ mod tests {
     /// `hidden / heads` for Gemma 2 27B (46 layers: 4608 / 32 = 144, its config's value).
     #[test]
     fn gemma2_27b_scales_queries_by_hidden_over_heads() {
-        let scalar = |arch: Architecture, layers: u32| {
+        let scalar = |arch: &str, layers: u32| {
             let mut w = GgufWriter::new();
-            w.metadata("gemma2.block_count", layers)
-                .metadata("gemma2.embedding_length", 4608u32)
-                .metadata("gemma2.attention.head_count", 32u32)
-                .metadata("gemma2.attention.key_length", 128u32);
+            w.metadata(format!("{arch}.block_count"), layers)
+                .metadata(format!("{arch}.embedding_length"), 4608u32)
+                .metadata(format!("{arch}.feed_forward_length"), 64u32)
+                .metadata(format!("{arch}.attention.head_count"), 32u32)
+                .metadata(format!("{arch}.attention.key_length"), 128u32)
+                .metadata(format!("{arch}.vocab_size"), 8u32);
             let file = GgufFile::from_bytes("g.gguf", w.to_bytes().unwrap()).unwrap();
-            query_pre_attn_scalar(&file, arch, &|k: &str| format!("gemma2.{k}"))
+            let config = config_from_metadata(&file, arch).unwrap();
+            config.extras.query_pre_attn_scalar
         };
-        assert_eq!(scalar(Architecture::Gemma2, 46), Some(144.0));
-        assert_eq!(scalar(Architecture::Gemma2, 42), Some(128.0));
-        assert_eq!(scalar(Architecture::Gemma3, 46), Some(128.0));
+        assert_eq!(scalar("gemma2", 46), Some(144.0));
+        assert_eq!(scalar("gemma2", 42), Some(128.0));
+        assert_eq!(scalar("gemma3", 46), Some(128.0));
     }
 
     /// A Granite file without `attention.scale` (the converter leaves out a 0 multiplier)
