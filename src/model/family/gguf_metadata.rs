@@ -28,3 +28,14 @@ pub(crate) fn rotated_share(meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) -> 
     meta.u64("rope.dimension_count")
         .map(|rotated| rotated as f64 / width as f64)
 }
+
+/// Granite's attention factor where the file gives none (the converter leaves out a 0
+/// multiplier): `head_dim^-0.5`, as llama.cpp scales the scores then.
+pub(crate) fn default_attention_scale(hf: &mut HfLlamaConfig) {
+    let head_dim = hf
+        .head_dim
+        .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    hf.multipliers
+        .attention_multiplier
+        .get_or_insert((head_dim as f64).powf(-0.5));
+}

@@ -161,12 +161,7 @@ fn check_attention_layers(hf: &HfLlamaConfig) -> Result<(), ConfigError> {
 impl Family for GraniteMoe {
     /// Without `attention.scale` llama.cpp scales the scores by `head_dim^-0.5`.
     fn read_gguf(&self, _meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
-        let head_dim = hf
-            .head_dim
-            .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
-        hf.multipliers
-            .attention_multiplier
-            .get_or_insert((head_dim as f64).powf(-0.5));
+        super::gguf_metadata::default_attention_scale(hf);
     }
 
     fn hf_class(&self) -> &'static str {
