@@ -170,21 +170,6 @@ pub struct HfLlamaConfig {
     /// StarCoder2: whether every linear carries a bias (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_bias: Option<bool>,
-    /// GPT-Neo: which layers attend globally and which locally, `[[["global", "local"], 12]]`
-    /// (the pattern, repeated).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attention_types: Option<serde_json::Value>,
-    /// GPT-Neo: the span of its local layers' attention (default 256).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window_size: Option<usize>,
-    /// GPT-2, GPT-BigCode: whether attention scores are scaled by `head_dim^-0.5` (default
-    /// true; false is refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scale_attn_weights: Option<bool>,
-    /// GPT-2: whether each layer's scores are also divided by its index + 1 (default false;
-    /// true is refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scale_attn_by_inverse_layer_idx: Option<bool>,
     /// Phi, StableLM: per-head LayerNorms of q and k (default false; true is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qk_layernorm: Option<bool>,
@@ -201,6 +186,15 @@ pub struct HfLlamaConfig {
     /// Falcon's fields: its own names of the MLP activation, width and biases, and its layouts.
     #[serde(flatten)]
     pub falcon: HfFalconKeys,
+    /// Gemma's own keys ([`HfGemmaKeys`]).
+    #[serde(flatten)]
+    pub gemma: HfGemmaKeys,
+    /// GPT-Neo's own keys ([`HfGptNeoKeys`]).
+    #[serde(flatten)]
+    pub gpt_neo: HfGptNeoKeys,
+    /// GPT-2's own keys ([`HfGpt2Keys`]).
+    #[serde(flatten)]
+    pub gpt2: HfGpt2Keys,
     /// OPT's own keys ([`HfOptKeys`]).
     #[serde(flatten)]
     pub opt: HfOptKeys,
@@ -257,12 +251,6 @@ pub struct HfLlamaConfig {
     /// Gemma's name for the MLP activation (takes precedence over `hidden_act`).
     #[serde(default)]
     pub hidden_activation: Option<String>,
-    /// Gemma: queries are scaled by `query_pre_attn_scalar^-0.5` instead of `head_dim^-0.5`.
-    #[serde(default)]
-    pub query_pre_attn_scalar: Option<f64>,
-    /// Gemma 3: the RoPE base of the sliding-window layers.
-    #[serde(default)]
-    pub rope_local_base_freq: Option<f64>,
     /// Llama, Granite, SmolLM3: whether the MLP's linears carry biases (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlp_bias: Option<bool>,
@@ -304,16 +292,6 @@ pub struct HfLlamaConfig {
         deserialize_with = "pattern_period"
     )]
     pub sliding_window_pattern: Option<usize>,
-    /// Gemma: soft-capping of the final logits, `cap · tanh(logit / cap)`: `None` when the
-    /// key is absent (the family's default), `Some(None)` when it is null (no capping).
-    #[serde(default, deserialize_with = "super::keys::present")]
-    pub final_logit_softcapping: Option<Option<f64>>,
-    /// Gemma: soft-capping of the attention scores, as `final_logit_softcapping`.
-    #[serde(default, deserialize_with = "super::keys::present")]
-    pub attn_logit_softcapping: Option<Option<f64>>,
-    /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
-    #[serde(default)]
-    pub use_bidirectional_attention: Option<bool>,
 }
 
 /// `rope_parameters` as transformers 5 writes it: one set for the model, or one per layer type
@@ -439,4 +417,53 @@ pub struct HfOptKeys {
         skip_serializing_if = "Option::is_none"
     )]
     pub remove_final_layer_norm: Option<bool>,
+}
+
+/// GPT-2's `config.json` keys of its attention's scaling (`GPT2Config`); flattened into
+/// [`HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfGpt2Keys {
+    /// GPT-2, GPT-BigCode: whether attention scores are scaled by `head_dim^-0.5` (default
+    /// true; false is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_attn_weights: Option<bool>,
+    /// GPT-2: whether each layer's scores are also divided by its index + 1 (default false;
+    /// true is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_attn_by_inverse_layer_idx: Option<bool>,
+}
+
+/// GPT-Neo's `config.json` keys of its alternating global and local layers (`GPTNeoConfig`);
+/// flattened into [`HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfGptNeoKeys {
+    /// GPT-Neo: which layers attend globally and which locally, `[[["global", "local"], 12]]`
+    /// (the pattern, repeated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_types: Option<serde_json::Value>,
+    /// GPT-Neo: the span of its local layers' attention (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_size: Option<usize>,
+}
+
+/// Gemma 2's and 3's `config.json` keys: the query scalar, the soft-caps, the local layers'
+/// RoPE base and bidirectional attention; flattened into [`HfLlamaConfig`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HfGemmaKeys {
+    /// Gemma: queries are scaled by `query_pre_attn_scalar^-0.5` instead of `head_dim^-0.5`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 3: the RoPE base of the sliding-window layers.
+    #[serde(default)]
+    pub rope_local_base_freq: Option<f64>,
+    /// Gemma: soft-capping of the final logits, `cap · tanh(logit / cap)`: `None` when the
+    /// key is absent (the family's default), `Some(None)` when it is null (no capping).
+    #[serde(default, deserialize_with = "super::keys::present")]
+    pub final_logit_softcapping: Option<Option<f64>>,
+    /// Gemma: soft-capping of the attention scores, as `final_logit_softcapping`.
+    #[serde(default, deserialize_with = "super::keys::present")]
+    pub attn_logit_softcapping: Option<Option<f64>>,
+    /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
+    #[serde(default)]
+    pub use_bidirectional_attention: Option<bool>,
 }

@@ -56,13 +56,14 @@ impl Family for Gemma3 {
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
-        if hf.use_bidirectional_attention == Some(true) {
+        if hf.gemma.use_bidirectional_attention == Some(true) {
             return Err(invalid(
                 "use_bidirectional_attention",
                 "is true (an encoder such as EmbeddingGemma); only the causal decoder runs".into(),
             ));
         }
         let local_theta = hf
+            .gemma
             .rope_local_base_freq
             .or_else(|| {
                 hf.rope_parameters
@@ -135,14 +136,20 @@ pub(super) fn gemma_extras(
         norm_offset: true,
         sandwich_norms: true,
         scale_embeddings: true,
-        query_pre_attn_scalar: Some(hf.query_pre_attn_scalar.unwrap_or(256.0)),
+        query_pre_attn_scalar: Some(hf.gemma.query_pre_attn_scalar.unwrap_or(256.0)),
         local_attention: Some(LocalAttention {
             window: hf.window_or(None).unwrap_or(4096),
             rope_theta: gemma.local_theta,
             layers,
         }),
-        final_softcap: hf.final_logit_softcapping.unwrap_or(gemma.final_softcap),
-        attn_softcap: hf.attn_logit_softcapping.unwrap_or(gemma.attn_softcap),
+        final_softcap: hf
+            .gemma
+            .final_logit_softcapping
+            .unwrap_or(gemma.final_softcap),
+        attn_softcap: hf
+            .gemma
+            .attn_logit_softcapping
+            .unwrap_or(gemma.attn_softcap),
         ..DecoderExtras::default()
     })
 }

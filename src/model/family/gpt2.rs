@@ -74,13 +74,13 @@ pub(super) fn gpt2_layer(
     default: Activation,
 ) -> Result<DecoderExtras, ConfigError> {
     let activation = super::gelu_activation(hf, "activation_function", family, default)?;
-    if hf.scale_attn_weights == Some(false) {
+    if hf.gpt2.scale_attn_weights == Some(false) {
         return Err(invalid(
             "scale_attn_weights",
             format!("is false (unscaled attention scores); {family} runs only with it true"),
         ));
     }
-    if hf.scale_attn_by_inverse_layer_idx == Some(true) {
+    if hf.gpt2.scale_attn_by_inverse_layer_idx == Some(true) {
         return Err(invalid(
             "scale_attn_by_inverse_layer_idx",
             format!("is true (scores divided by the layer's index); {family} runs only without"),

@@ -38,7 +38,7 @@ const DEFAULT_WINDOW: usize = 256;
 /// `GPTNeoConfig`'s alternating default where the key is absent.
 fn local_layers(hf: &HfLlamaConfig) -> Result<Vec<bool>, ConfigError> {
     let bad = |problem: String| invalid("attention_types", problem);
-    let Some(types) = &hf.attention_types else {
+    let Some(types) = &hf.gpt_neo.attention_types else {
         return Ok((0..hf.num_hidden_layers).map(|i| i % 2 == 1).collect());
     };
     let mut local = Vec::new();
@@ -113,7 +113,7 @@ impl Family for GptNeo {
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_grouped_heads(hf, "GPT-Neo")?;
-        let window = hf.window_size.unwrap_or(DEFAULT_WINDOW);
+        let window = hf.gpt_neo.window_size.unwrap_or(DEFAULT_WINDOW);
         positive("window_size", window)?;
         let layers = local_layers(hf)?;
         Ok(DecoderExtras {

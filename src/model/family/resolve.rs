@@ -150,12 +150,12 @@ impl HfLlamaConfig {
         for (key, cap, taken) in [
             (
                 "final_logit_softcapping",
-                self.final_logit_softcapping,
+                self.gemma.final_logit_softcapping,
                 extras.final_softcap,
             ),
             (
                 "attn_logit_softcapping",
-                self.attn_logit_softcapping,
+                self.gemma.attn_logit_softcapping,
                 extras.attn_softcap,
             ),
         ] {

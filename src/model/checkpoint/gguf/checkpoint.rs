@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use super::{tokenizer_json, GgufFile};
 use crate::model::arch::{Architecture, FusedLinear};
 use crate::model::arch::{
-    ConfigError, HfExpertKeys, HfFalconKeys, HfLlamaConfig, HfMultiplierKeys, HfRopeScaling,
-    LlamaConfig, RopeScaling,
+    ConfigError, HfExpertKeys, HfFalconKeys, HfGemmaKeys, HfLlamaConfig, HfMultiplierKeys,
+    HfRopeScaling, LlamaConfig, RopeScaling,
 };
 use crate::model::checkpoint::LoadError;
 use crate::model::checkpoint::Tokenizer;
@@ -240,9 +240,14 @@ fn config_from_metadata(file: &GgufFile, arch: &str) -> Result<LlamaConfig, Conf
         layer_types: sliding_layer_types(file, &key),
         bos_token_id: file.get_u64("tokenizer.ggml.bos_token_id").map(Into::into),
         eos_token_id: file.get_u64("tokenizer.ggml.eos_token_id").map(Into::into),
-        // GGUF stores none: llama.cpp scales by `key_length^-0.5` (Gemma 2 and 3).
-        query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),
-        rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
+        gemma: HfGemmaKeys {
+            // GGUF stores none: llama.cpp scales by `key_length^-0.5` (Gemma 2 and 3).
+            query_pre_attn_scalar: file.get_u64(&key("attention.key_length")).map(|v| v as f64),
+            rope_local_base_freq: file.get_f64(&key("rope.freq_base_swa")),
+            final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
+            attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
+            ..HfGemmaKeys::default()
+        },
         falcon: falcon_keys(
             file,
             num_attention_heads,
@@ -330,8 +335,6 @@ fn family_keys(
         use_qkv_bias: qkv_biases,
         use_bias: qkv_biases,
         qk_layernorm: present("blk.0.attn_q_norm.weight"),
-        final_logit_softcapping: file.get_f64(&key("final_logit_softcapping")).map(Some),
-        attn_logit_softcapping: file.get_f64(&key("attn_logit_softcapping")).map(Some),
         experts: HfExpertKeys {
             num_local_experts: experts,
             num_experts_per_tok: file.get_u64(&key("expert_used_count")).map(|v| v as usize),
