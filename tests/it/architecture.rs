@@ -72,11 +72,7 @@ fn crate_modules(text: &str) -> Vec<String> {
 
 #[test]
 fn arrows_between_modules_point_down_and_files_stay_small() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let files: Vec<PathBuf> = files_below(&src)
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .collect();
+    let (src, files) = source_files();
     let mut upward = Vec::new();
     let mut large = Vec::new();
     for path in &files {

@@ -324,6 +324,12 @@ impl HfRopeParameters {
 }
 
 impl HfLlamaConfig {
+    /// `hidden_size / num_attention_heads`: the head width where a config gives none (0 heads
+    /// read as 1; resolution refuses them).
+    pub fn hidden_per_head(&self) -> usize {
+        self.hidden_size / self.num_attention_heads.max(1)
+    }
+
     /// The RoPE scaling the config gives: `rope_scaling`, else `rope_parameters` (its
     /// full-attention layers' where it is given per layer type); `None` where it gives neither.
     pub fn given_rope_scaling(&self) -> Option<&HfRopeScaling> {

@@ -52,7 +52,7 @@ impl Cohere {
     /// Cohere 2's sliding layers (which alone rotate), refusing what `Cohere2Config` would
     /// read otherwise.
     fn local_attention(&self, hf: &HfLlamaConfig) -> Result<LocalAttention, ConfigError> {
-        let head_dim = hf.hidden_size / hf.num_attention_heads.max(1);
+        let head_dim = hf.hidden_per_head();
         if hf.head_dim.is_some_and(|d| d != head_dim) {
             return Err(invalid(
                 "head_dim",

@@ -21,8 +21,7 @@ impl Family for Gemma2 {
     /// Gemma 2 27B (told by its 46 layers) by `(hidden / heads)^-0.5`.
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         if meta.u64("block_count") == Some(46) {
-            hf.gemma.query_pre_attn_scalar =
-                Some((hf.hidden_size / hf.num_attention_heads.max(1)) as f64);
+            hf.gemma.query_pre_attn_scalar = Some(hf.hidden_per_head() as f64);
         }
     }
 

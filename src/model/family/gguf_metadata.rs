@@ -21,9 +21,7 @@ pub trait GgufMetadata {
 pub(crate) fn rotated_share(meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) -> Option<f64> {
     let width = meta
         .u64("attention.key_length")
-        .map_or(hf.hidden_size / hf.num_attention_heads.max(1), |w| {
-            w as usize
-        });
+        .map_or(hf.hidden_per_head(), |w| w as usize);
     hf.head_dim = Some(width);
     meta.u64("rope.dimension_count")
         .map(|rotated| rotated as f64 / width as f64)
@@ -32,9 +30,7 @@ pub(crate) fn rotated_share(meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) -> 
 /// Granite's attention factor where the file gives none (the converter leaves out a 0
 /// multiplier): `head_dim^-0.5`, as llama.cpp scales the scores then.
 pub(crate) fn default_attention_scale(hf: &mut HfLlamaConfig) {
-    let head_dim = hf
-        .head_dim
-        .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let head_dim = hf.head_dim.unwrap_or(hf.hidden_per_head());
     hf.multipliers
         .attention_multiplier
         .get_or_insert((head_dim as f64).powf(-0.5));

@@ -76,7 +76,7 @@ impl Family for Gptj {
             super::gelu_activation(hf, "activation_function", "GPT-J", Activation::GeluTanh)?;
         super::refuse_grouped_heads(hf, "GPT-J")?;
         super::refuse_tied_biased_head(hf, "GPT-J")?;
-        let head_dim = hf.hidden_size / hf.num_attention_heads.max(1);
+        let head_dim = hf.hidden_per_head();
         // transformers rotates `rotary_dim` dimensions; without it, tables as wide as the
         // whole hidden state, which no head can take.
         let rotary = match hf.rotary_dim {

@@ -452,8 +452,7 @@ pub(crate) fn partial_rotary(
     if !(share > 0.0 && share <= 1.0) {
         return Err(invalid(key, format!("must be in (0, 1], got {share}")));
     }
-    let head_dim =
-        given_head_dim(family, hf).unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let head_dim = given_head_dim(family, hf).unwrap_or(hf.hidden_per_head());
     let rotary = (head_dim as f64 * share) as usize;
     if rotary == 0 || !rotary.is_multiple_of(2) {
         return Err(invalid(

@@ -241,6 +241,91 @@ fn definitions(code: &str) -> BTreeSet<String> {
     names
 }
 
+impl File {
+    /// The file at `rel` (below `src/`) holding `text`: its top-level names, its `use` leaves
+    /// and every path it writes, made absolute.
+    fn parse(rel: String, text: &str) -> File {
+        let here = module_of(&rel);
+        let code = code_only(text);
+        let inline_start = code
+            .match_indices("mod ")
+            .find(|(at, _)| {
+                let line_start = code[..*at].rfind('\n').map_or(0, |i| i + 1);
+                code[line_start..*at].trim().is_empty()
+                    && code[*at..]
+                        .split('\n')
+                        .next()
+                        .unwrap()
+                        .trim_end()
+                        .ends_with('{')
+            })
+            .map_or(code.len(), |(at, _)| at);
+        let children: BTreeSet<String> = code[..inline_start]
+            .lines()
+            .filter_map(|line| {
+                let line = line.trim();
+                let rest = line.strip_prefix("pub ").unwrap_or(line);
+                let rest = rest.strip_prefix("pub(crate) ").unwrap_or(rest);
+                rest.strip_prefix("mod ")?
+                    .strip_suffix(';')
+                    .map(String::from)
+            })
+            .collect();
+        let mut uses = Vec::new();
+        let mut paths = Vec::new();
+        let mut use_spans = Vec::new();
+        for (at, _) in code.match_indices("use ") {
+            let line_start = code[..at].rfind('\n').map_or(0, |i| i + 1);
+            let lead = code[line_start..at].trim();
+            if !(lead.is_empty() || lead.starts_with("pub")) {
+                continue;
+            }
+            let Some(len) = code[at..].find(';') else {
+                continue;
+            };
+            use_spans.push(at..at + len);
+            for leaf in use_leaves(&code[at + 4..at + len]) {
+                let (last, alias) = match leaf.last().unwrap().split_once(" as ") {
+                    Some((name, alias)) => (name.trim().to_string(), alias.trim().to_string()),
+                    None => (leaf.last().unwrap().clone(), leaf.last().unwrap().clone()),
+                };
+                let mut written = leaf[..leaf.len() - 1].to_vec();
+                if last != "self" {
+                    written.push(last.clone());
+                }
+                if let Some(abs) = absolute(&written, &here, &children, at > inline_start) {
+                    let name = if last == "self" {
+                        written.last().cloned().unwrap_or_default()
+                    } else {
+                        alias
+                    };
+                    if last != "*" || !written.starts_with(&["super".to_string()]) {
+                        paths.push((abs.clone(), at > inline_start));
+                    }
+                    if at < inline_start {
+                        uses.push((name, abs));
+                    }
+                }
+            }
+        }
+        for (at, path) in inline_paths(&code) {
+            if use_spans.iter().any(|s| s.contains(&at)) {
+                continue;
+            }
+            if let Some(abs) = absolute(&path, &here, &children, at > inline_start) {
+                paths.push((abs, at > inline_start));
+            }
+        }
+        let defines = definitions(&code[..inline_start]);
+        File {
+            rel,
+            defines,
+            uses,
+            paths,
+        }
+    }
+}
+
 impl Graph {
     /// Reads every `.rs` file below `src` and resolves what each writes.
     pub fn read(src: &Path, files: &[std::path::PathBuf]) -> Graph {
@@ -251,87 +336,8 @@ impl Graph {
                 .unwrap()
                 .to_string_lossy()
                 .replace('\\', "/");
-            let here = module_of(&rel);
-            let code = code_only(&std::fs::read_to_string(path).unwrap());
-            let inline_start = code
-                .match_indices("mod ")
-                .find(|(at, _)| {
-                    let line_start = code[..*at].rfind('\n').map_or(0, |i| i + 1);
-                    code[line_start..*at].trim().is_empty()
-                        && code[*at..]
-                            .split('\n')
-                            .next()
-                            .unwrap()
-                            .trim_end()
-                            .ends_with('{')
-                })
-                .map_or(code.len(), |(at, _)| at);
-            let children: BTreeSet<String> = code[..inline_start]
-                .lines()
-                .filter_map(|line| {
-                    let line = line.trim();
-                    let rest = line.strip_prefix("pub ").unwrap_or(line);
-                    let rest = rest.strip_prefix("pub(crate) ").unwrap_or(rest);
-                    rest.strip_prefix("mod ")?
-                        .strip_suffix(';')
-                        .map(String::from)
-                })
-                .collect();
-            let mut uses = Vec::new();
-            let mut paths = Vec::new();
-            let mut use_spans = Vec::new();
-            for (at, _) in code.match_indices("use ") {
-                let line_start = code[..at].rfind('\n').map_or(0, |i| i + 1);
-                let lead = code[line_start..at].trim();
-                if !(lead.is_empty() || lead.starts_with("pub")) {
-                    continue;
-                }
-                let Some(len) = code[at..].find(';') else {
-                    continue;
-                };
-                use_spans.push(at..at + len);
-                for leaf in use_leaves(&code[at + 4..at + len]) {
-                    let (last, alias) = match leaf.last().unwrap().split_once(" as ") {
-                        Some((name, alias)) => (name.trim().to_string(), alias.trim().to_string()),
-                        None => (leaf.last().unwrap().clone(), leaf.last().unwrap().clone()),
-                    };
-                    let mut written = leaf[..leaf.len() - 1].to_vec();
-                    if last != "self" {
-                        written.push(last.clone());
-                    }
-                    if let Some(abs) = absolute(&written, &here, &children, at > inline_start) {
-                        let name = if last == "self" {
-                            written.last().cloned().unwrap_or_default()
-                        } else {
-                            alias
-                        };
-                        if last != "*" || !written.starts_with(&["super".to_string()]) {
-                            paths.push((abs.clone(), at > inline_start));
-                        }
-                        if at < inline_start {
-                            uses.push((name, abs));
-                        }
-                    }
-                }
-            }
-            for (at, path) in inline_paths(&code) {
-                if use_spans.iter().any(|s| s.contains(&at)) {
-                    continue;
-                }
-                if let Some(abs) = absolute(&path, &here, &children, at > inline_start) {
-                    paths.push((abs, at > inline_start));
-                }
-            }
-            let defines = definitions(&code[..inline_start]);
-            parsed.insert(
-                here,
-                File {
-                    rel,
-                    defines,
-                    uses,
-                    paths,
-                },
-            );
+            let file = File::parse(rel, &std::fs::read_to_string(path).unwrap());
+            parsed.insert(module_of(&file.rel), file);
         }
         let mut graph = Graph {
             files: parsed,
