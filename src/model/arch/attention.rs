@@ -114,6 +114,17 @@ impl QueryTemperature {
     }
 }
 
+/// How a layer adds its attention and MLP outputs to the residual stream, made once
+/// ([`super::LlamaConfig::residual`]) and held whole by both paths.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Residual {
+    /// Attention and MLP both read the layer's input and are added to it together
+    /// (GPT-NeoX): `x + attn(norm(x)) + mlp(post_norm(x))`.
+    pub parallel: bool,
+    /// The factor of the attention and MLP outputs before each residual add (Granite).
+    pub scale: Option<f32>,
+}
+
 /// How one layer's attention runs beside its weights: one description, made from the config
 /// ([`super::LlamaConfig::attention_settings`]), that the decoder's generic path holds and
 /// lends whole to the fused kernels.

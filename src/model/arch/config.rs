@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::architecture::Architecture;
-use super::attention::AttentionSettings;
+use super::attention::{AttentionSettings, Residual};
 use super::extras::{DecoderExtras, LogitScale};
 
 /// Errors while reading or resolving a model configuration.
@@ -364,10 +364,13 @@ impl LlamaConfig {
         }
     }
 
-    /// The factor of the attention and MLP outputs before each residual add (Granite's
-    /// `residual_multiplier`), when there is one.
-    pub fn residual_scale(&self) -> Option<f32> {
-        self.extras.multipliers.map(|m| m.residual as f32)
+    /// How every layer adds its blocks to the residual stream: side by side (GPT-NeoX's
+    /// parallel residual), each output times Granite's `residual_multiplier` where set.
+    pub fn residual(&self) -> Residual {
+        Residual {
+            parallel: self.extras.parallel_residual,
+            scale: self.extras.multipliers.map(|m| m.residual as f32),
+        }
     }
 
     /// How the logits are scaled: times Cohere's `logit_scale`, over Granite's

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::attention::HfChunkedKeys;
 use super::attention::HfLatentKeys;
+use super::config::{invalid, ConfigError};
 use super::experts::HfExpertKeys;
 use super::extras::HfMultiplierKeys;
 
@@ -154,9 +155,6 @@ pub struct HfLlamaConfig {
     /// GPT-NeoX's name for the RoPE base (`rope_theta` wins where both are given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotary_emb_base: Option<f64>,
-    /// GPT-NeoX: the share of each head's dimensions that rotate (the rest pass through).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rotary_pct: Option<f64>,
     /// Phi, StableLM: the share of each head's dimensions that rotate, outside
     /// `rope_parameters` (transformers 4's configs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,9 +162,6 @@ pub struct HfLlamaConfig {
     /// StableLM: whether q, k and v carry biases (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qkv_bias: Option<bool>,
-    /// GPT-J: how many dimensions of each head rotate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rotary_dim: Option<usize>,
     /// StarCoder2: whether every linear carries a bias (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_bias: Option<bool>,
@@ -266,18 +261,9 @@ pub struct HfLlamaConfig {
     /// Qwen2, Qwen3: without `layer_types`, the layers from this one on slide (default 28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_window_layers: Option<usize>,
-    /// OLMo: queries, keys and values are clamped to `±clip_qkv` after their projections.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clip_qkv: Option<f64>,
-    /// Cohere: the factor of the logits (default 0.0625).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logit_scale: Option<f64>,
     /// Cohere: per-head LayerNorms of the queries and keys (Command R+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qk_norm: Option<bool>,
-    /// Granite 4.0: `rope`, or none (`nope`, null): then no layer rotates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position_embedding_type: Option<String>,
     /// Qwen2-MoE: whether q, k and v carry biases (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qkv_bias: Option<bool>,
@@ -292,6 +278,12 @@ pub struct HfLlamaConfig {
         deserialize_with = "pattern_period"
     )]
     pub sliding_window_pattern: Option<usize>,
+    /// Every other key of the file, where a family reads the keys it alone has
+    /// ([`Self::own_key`]): GPT-NeoX's `rotary_pct`, GPT-J's `rotary_dim`, OLMo's `clip_qkv`,
+    /// Cohere's `logit_scale`, Granite 4.0's `position_embedding_type`. A family's own key needs
+    /// no field here.
+    #[serde(flatten)]
+    pub own_keys: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `rope_parameters` as transformers 5 writes it: one set for the model, or one per layer type
@@ -324,6 +316,29 @@ impl HfRopeParameters {
 }
 
 impl HfLlamaConfig {
+    /// A key only the config's family reads, as a `T`; `None` where the file leaves it out or
+    /// writes null. A value of another type is an error naming the key.
+    pub fn own_key<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, ConfigError> {
+        match self.own_keys.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(value) => T::deserialize(value)
+                .map(Some)
+                .map_err(|e| invalid(key, format!("is {value}: {e}"))),
+        }
+    }
+
+    /// Sets (or, with `None`, leaves out) a key only the config's family reads: what a GGUF
+    /// file says under the family's own name.
+    pub fn set_own_key(&mut self, key: &str, value: Option<impl Into<serde_json::Value>>) {
+        match value {
+            Some(value) => self.own_keys.insert(key.to_string(), value.into()),
+            None => self.own_keys.remove(key),
+        };
+    }
+
     /// `hidden_size / num_attention_heads`: the head width where a config gives none (0 heads
     /// read as 1; resolution refuses them).
     pub fn hidden_per_head(&self) -> usize {
@@ -472,4 +487,39 @@ pub struct HfGemmaKeys {
     /// Gemma 3 as an encoder (EmbeddingGemma): attention in both directions (unsupported).
     #[serde(default)]
     pub use_bidirectional_attention: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(own: &str) -> HfLlamaConfig {
+        serde_json::from_str(&format!(
+            r#"{{"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,
+            "vocab_size":16,"max_window_layers":3{own}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_family_reads_its_own_keys_by_name_and_type() {
+        let c = config(r#","rotary_pct":0.25,"clip_qkv":null,"logit_scale":"big""#);
+        assert_eq!(c.own_key::<f64>("rotary_pct").unwrap(), Some(0.25));
+        assert_eq!(c.own_key::<f64>("clip_qkv").unwrap(), None, "null");
+        assert_eq!(c.own_key::<usize>("rotary_dim").unwrap(), None, "absent");
+        let e = c.own_key::<f64>("logit_scale").unwrap_err().to_string();
+        assert!(e.contains("`logit_scale`") && e.contains("\"big\""), "{e}");
+        // A key some field reads is not among the family's own.
+        assert_eq!(c.max_window_layers, Some(3));
+        assert!(!c.own_keys.contains_key("max_window_layers"));
+    }
+
+    #[test]
+    fn a_gguf_value_is_set_under_the_familys_key_or_left_out() {
+        let mut c = config("");
+        c.set_own_key("clip_qkv", Some(8.0));
+        assert_eq!(c.own_key::<f64>("clip_qkv").unwrap(), Some(8.0));
+        c.set_own_key("clip_qkv", None::<f64>);
+        assert_eq!(c.own_key::<f64>("clip_qkv").unwrap(), None);
+    }
 }

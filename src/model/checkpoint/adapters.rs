@@ -62,23 +62,23 @@ impl WeightSource for RenamedSource {
 }
 
 /// A Hugging Face checkpoint whose family stores some linear weights transposed, `[in, out]`
-/// (GPT-2's `Conv1D`; [`crate::model::family::Family::transposed_linears`]), seen with every
+/// (GPT-2's `Conv1D`; [`crate::model::family::FamilyRow::transposed_linears`]), seen with every
 /// weight in PyTorch's `[out, in]`. Names are the checkpoint's; GGUF files store those weights
 /// as linears, so only folders are wrapped.
 pub struct TransposedSource {
     inner: Arc<dyn WeightSource>,
-    family: &'static dyn crate::model::family::Family,
+    row: &'static crate::model::family::FamilyRow,
 }
 
 impl TransposedSource {
     /// `inner` with the transposed weights of `config`'s family turned, when it has any.
     pub fn for_family(config: &LlamaConfig, inner: Arc<dyn WeightSource>) -> Arc<dyn WeightSource> {
-        let family = config.architecture.family();
-        if family.transposed_linears().is_empty() {
+        let row = config.architecture.row();
+        if row.transposed_linears.is_empty() {
             return inner;
         }
         #[allow(clippy::arc_with_non_send_sync)]
-        let source = Arc::new(Self { inner, family });
+        let source = Arc::new(Self { inner, row });
         source
     }
 }
@@ -104,14 +104,14 @@ impl WeightSource for TransposedSource {
     }
 
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-        if self.family.stores_transposed(name) {
+        if self.row.stores_transposed(name) {
             return Ok(self.inner.tensor_transposed(name)?.map(swapped));
         }
         self.inner.tensor(name)
     }
 
     fn tensor_transposed(&self, name: &str) -> Result<Option<HostTensor>, WeightError> {
-        if self.family.stores_transposed(name) {
+        if self.row.stores_transposed(name) {
             return Ok(self.inner.tensor(name)?.map(swapped));
         }
         self.inner.tensor_transposed(name)
@@ -122,7 +122,7 @@ impl WeightSource for TransposedSource {
         name: &str,
         dtype: DType,
     ) -> Result<Option<HostData>, WeightError> {
-        if self.family.stores_transposed(name) {
+        if self.row.stores_transposed(name) {
             return Ok(self
                 .tensor_transposed(name)?
                 .map(|t| HostData::from_transposed(t, dtype)));
@@ -163,7 +163,7 @@ impl SplitSource {
             inner,
             config: config.clone(),
         });
-        let fused = config.architecture.family().fused_linears();
+        let fused = config.architecture.row().fused_linears;
         if fused.is_empty() {
             return inner;
         }

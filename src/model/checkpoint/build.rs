@@ -238,6 +238,7 @@ fn layer_with<B: Backend>(
     DecoderLayer::assemble(
         config,
         i,
+        config.architecture.row().fused_linears,
         |name, inputs, outputs, bias| b.linear(&format!("{p}.{name}"), inputs, outputs, bias),
         |name, width| b.norm(&format!("{p}.{name}"), width, config),
         |name, len| b.fetch(&format!("{p}.{name}"), &[len]),

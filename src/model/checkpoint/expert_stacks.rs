@@ -1,5 +1,5 @@
 //! Experts stacked across a layer in 3-D tensors, as GPT-OSS's, Llama 4's and Granite's
-//! checkpoints hold them ([`crate::model::family::Family::expert_stacks`]): per layer, under the
+//! checkpoints hold them ([`crate::model::family::FamilyRow::expert_stacks`]): per layer, under the
 //! family's names (`mlp.experts.gate_up_proj`, Llama 4's `feed_forward.experts.gate_up_proj`,
 //! Granite's `block_sparse_moe.input_linear.weight`)
 //! - `gate_up_proj`, `[experts, hidden, 2 · width]`: each expert's `[in, out]` matrix of its
@@ -92,7 +92,7 @@ fn locate(name: &str, module: &str) -> Option<(String, usize, Part, bool)> {
 /// (GPT-OSS, Llama 4); `None` where each expert has linears of its own.
 pub fn stacked_experts(config: &LlamaConfig) -> Option<(usize, ExpertStacks)> {
     let experts = config.extras.experts.map(|e| e.count)?;
-    let stacks = config.architecture.family().expert_stacks()?;
+    let stacks = config.architecture.row().expert_stacks?;
     Some((experts, stacks))
 }
 
@@ -114,7 +114,7 @@ const TRANSFORMERS_STACKS: ExpertStacks = ExpertStacks {
 /// linears of its own.
 pub fn stacks_in(config: &LlamaConfig, holds: impl Fn(&str) -> bool) -> Option<ExpertStacks> {
     config.extras.experts?;
-    if let Some(stacks) = config.architecture.family().expert_stacks() {
+    if let Some(stacks) = config.architecture.row().expert_stacks {
         return Some(stacks);
     }
     let first = (0..config.num_hidden_layers).find(|&i| config.layer_experts(i).is_some())?;

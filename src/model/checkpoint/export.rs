@@ -509,7 +509,7 @@ fn plan<B: Backend>(
     model: &impl Layers<B>,
     config: &LlamaConfig,
 ) -> Result<Vec<PlannedTensor>, ExportError> {
-    let fused = config.architecture.family().fused_linears();
+    let fused = config.architecture.row().fused_linears;
     let experts = stacked_experts(config);
     let shell = model.shell();
     let planned = |name: &str, shape: Vec<usize>| PlannedTensor {
@@ -570,10 +570,10 @@ fn plan<B: Backend>(
     if let Some(bias) = &shell.norm.bias {
         out.push(planned("model.norm.bias", bias.dims().to_vec()));
     }
-    let family = config.architecture.family();
+    let row = config.architecture.row();
     for tensor in &mut out {
         tensor.name = saved_name(config, &tensor.name);
-        if family.stores_transposed(&tensor.name) {
+        if row.stores_transposed(&tensor.name) {
             tensor.shape.reverse();
         }
     }
@@ -602,13 +602,13 @@ fn saved_names(
     config: &LlamaConfig,
     tensors: Vec<(String, HostTensor)>,
 ) -> Vec<(String, HostTensor)> {
-    let family = config.architecture.family();
+    let row = config.architecture.row();
     tensors
         .into_iter()
         .map(|(name, t)| {
             let name = saved_name(config, &name);
             match t.shape[..] {
-                [rows, cols] if family.stores_transposed(&name) => {
+                [rows, cols] if row.stores_transposed(&name) => {
                     let data = transpose(&t.data, rows, cols);
                     let shape = vec![cols, rows];
                     (name, HostTensor { shape, data })
@@ -645,7 +645,7 @@ impl<'a, B: Backend, M: Layers<B>> TensorSource<'a, B, M> {
                 if self.layer.as_ref().is_none_or(|(held, _)| *held != i) {
                     let layer = self.model.layer(i).map_err(layer_error)?;
                     let offset = self.model.shell().norm_offset;
-                    let fused = self.config.architecture.family().fused_linears();
+                    let fused = self.config.architecture.row().fused_linears;
                     let experts = stacked_experts(self.config);
                     let tensors = layer_tensors(&layer, i, fused, experts, offset);
                     self.layer = Some((i, saved_names(self.config, tensors)));

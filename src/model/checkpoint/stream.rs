@@ -545,6 +545,7 @@ fn read_layer<B: Backend>(
     DecoderLayer::assemble(
         config,
         index,
+        config.architecture.row().fused_linears,
         |name, _inputs, _outputs, _bias| linear(name),
         norm,
         |name, len| match required(name.to_string())? {

@@ -15,6 +15,7 @@ use crate::model::arch::rope;
 use crate::model::arch::FusedLinear;
 use crate::model::arch::LlamaConfig;
 use crate::model::arch::LogitScale;
+use crate::model::arch::Residual;
 use crate::model::decoder::{LatentSelfAttention, SelfAttention};
 use crate::model::kernels::{
     kernels, linear_forward, project, HeadWeights, LayerWeights, ModelWeights,
@@ -107,18 +108,15 @@ pub struct DecoderLayer<B: Backend> {
     pub post_attention_layernorm: Option<Norm<B>>,
     /// Norms of the attention and MLP outputs, where the family has them (Gemma).
     pub output_norms: Option<OutputNorms<B>>,
-    /// Attention and MLP both read the layer's input and are added to it together
-    /// (GPT-NeoX): `x + attn(norm(x)) + mlp(post_norm(x))`.
+    /// How the attention and MLP outputs join the residual stream (GPT-NeoX's side by side,
+    /// Granite's factor).
     #[module(skip)]
-    pub parallel_residual: bool,
+    pub residual: Residual,
     /// The linears the checkpoint stores as one matrix (Phi-3's `qkv_proj` and `gate_up_proj`,
     /// GPT-NeoX's `query_key_value`): pruning selects over each such matrix as a whole, as the
     /// reference code, which sees the checkpoint's modules, does.
     #[module(skip)]
     pub stacked: &'static [FusedLinear],
-    /// The factor of the attention and MLP outputs before each residual add (Granite).
-    #[module(skip)]
-    pub residual_scale: Option<f32>,
 }
 
 impl<B: Backend> DecoderLayer<B> {
@@ -126,9 +124,11 @@ impl<B: Backend> DecoderLayer<B> {
     /// and `norm(name, width)` give the linear and the norm a checkpoint names `name` (relative
     /// to the layer, without `.weight`, in Llama's names), the norm of the kind `config` says;
     /// `vector(name, len)` the values of the tensor `name` itself (GPT-OSS's sinks).
+    /// `stacked` are the linears the checkpoint stores as one matrix ([`Self::stacked`]).
     pub(crate) fn assemble<E>(
         config: &LlamaConfig,
         i: usize,
+        stacked: &'static [FusedLinear],
         linear: impl Fn(&str, usize, usize, bool) -> Result<Linear<B>, E>,
         norm: impl Fn(&str, usize) -> Result<Norm<B>, E>,
         vector: impl Fn(&str, usize) -> Result<Vec<f32>, E>,
@@ -257,9 +257,8 @@ impl<B: Backend> DecoderLayer<B> {
             } else {
                 None
             },
-            parallel_residual: config.extras.parallel_residual,
-            stacked: config.architecture.family().fused_linears(),
-            residual_scale: config.residual_scale(),
+            residual: config.residual(),
+            stacked,
         })
     }
 
@@ -283,7 +282,7 @@ impl<B: Backend> DecoderLayer<B> {
                 return out;
             }
         }
-        if self.parallel_residual {
+        if self.residual.parallel {
             let attn_in = pre_norm(&self.input_layernorm, x.clone());
             observe(LinearInput::AttnIn, &attn_in);
             let attn = self.self_attn.forward_observed(attn_in, ctx, observe);
@@ -309,7 +308,7 @@ impl<B: Backend> DecoderLayer<B> {
     /// # Shapes
     /// - `out`: `[batch, seq, hidden]` → same
     fn scaled(&self, out: Tensor<B, 3>) -> Tensor<B, 3> {
-        match self.residual_scale {
+        match self.residual.scale {
             Some(m) => out * m,
             None => out,
         }
@@ -373,7 +372,7 @@ impl<B: Backend> DecoderLayer<B> {
                 return;
             }
         }
-        let mlp_in = if self.parallel_residual {
+        let mlp_in = if self.residual.parallel {
             let attn_in = pre_norm(&self.input_layernorm, x.clone());
             observe(LinearInput::AttnIn, &attn_in);
             self.self_attn.forward_observed(attn_in, ctx, observe);
@@ -414,8 +413,7 @@ impl<B: Backend> DecoderLayer<B> {
                 .as_ref()
                 .map(|n| [n.attention.weights(), n.mlp.weights()]),
             activation: m.activation,
-            parallel_residual: self.parallel_residual,
-            residual_scale: self.residual_scale,
+            residual: self.residual,
             attention: &a.settings,
         })
     }
@@ -525,7 +523,8 @@ pub struct Llama<B: Backend> {
 
 impl<B: Backend> Llama<B> {
     /// A model with seeded random weights (uniform, PyTorch's default ranges), for tests and
-    /// benchmarks; the same seed gives the same weights on every run and thread.
+    /// benchmarks; the same seed gives the same weights on every run and thread. Without a
+    /// checkpoint no linears are stacked: pruning selects over each part alone.
     pub fn init_random(config: &LlamaConfig, seed: u64, device: &B::Device) -> Self {
         // A local RNG, not the backend's global one: the same seed gives the same model even
         // when other threads draw random tensors at the same time (parallel tests).
@@ -570,6 +569,7 @@ impl<B: Backend> Llama<B> {
                 let assembled: Result<_, std::convert::Infallible> = DecoderLayer::assemble(
                     config,
                     i,
+                    &[],
                     |_, inputs, outputs, bias| Ok(lin(inputs, outputs, bias)),
                     |_, width| Ok(norm(width)),
                     |_, len| Ok(draws(len, -1.0, 1.0)),

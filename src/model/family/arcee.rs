@@ -7,36 +7,24 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `ArceeForCausalLM`.
 pub struct Arcee;
 
+/// `ArceeForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults::positions(4096),
+    // llama.cpp's `arcee`, whose converter (Llama's) interleaves the q/k rows.
+    gguf_arch: Some("arcee"),
+    gguf_interleaves_qk: true,
+    ..FamilyRow::new("ArceeForCausalLM", "arcee", &Arcee)
+};
+
 impl Family for Arcee {
-    fn hf_class(&self) -> &'static str {
-        "ArceeForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "arcee"
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(4096)
-    }
-
-    /// llama.cpp's `arcee`, whose converter (Llama's) interleaves the q/k rows.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("arcee")
-    }
-
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

@@ -17,8 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
-use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, Family, FamilyRow};
 use crate::model::arch::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -43,20 +42,16 @@ const MODEL_NAMES: [(&str, &str); 3] = [
     ("norm", "ln_f"),
 ];
 
+/// `BloomForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // llama.cpp's `bloom`, whose q/k/v stack is part by part (the loader regroups it head by head).
+    gguf_arch: Some("bloom"),
+    ties_embeddings: true,
+    fused_linears: &super::QUERY_KEY_VALUE_BY_KV_HEAD,
+    ..FamilyRow::new("BloomForCausalLM", "bloom", &Bloom)
+};
+
 impl Family for Bloom {
-    fn hf_class(&self) -> &'static str {
-        "BloomForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "bloom"
-    }
-
-    /// llama.cpp's `bloom`, whose q/k/v stack is part by part (the loader regroups it head by head).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("bloom")
-    }
-
     /// Every linear of BLOOM's attention carries a bias.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases { qkv: true, o: true }
@@ -71,10 +66,6 @@ impl Family for Bloom {
         hf.hidden_size.checked_mul(4)
     }
 
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         super::renamed(
             name,
@@ -83,10 +74,6 @@ impl Family for Bloom {
             &LAYER_NAMES,
             &MODEL_NAMES,
         )
-    }
-
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &super::QUERY_KEY_VALUE_BY_KV_HEAD
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

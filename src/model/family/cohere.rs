@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family, GgufMetadata};
+use super::{ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{
     invalid, positive, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
     LocalAttention,
@@ -90,45 +90,34 @@ impl Cohere {
     }
 }
 
+/// `CohereForCausalLM`'s row: GGUF files of llama.cpp's `command-r` (Command R, R+, Aya) load.
+pub const COHERE_ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults::positions(8192),
+    gguf_arch: Some("command-r"),
+    // `CohereConfig.default_theta`.
+    default_rope_theta: 500_000.0,
+    ties_embeddings: true,
+    ..FamilyRow::new("CohereForCausalLM", "cohere", &COHERE)
+};
+
+/// `Cohere2ForCausalLM`'s row: GGUF files of llama.cpp's `cohere2` (Command R7B, Command A)
+/// load; `Cohere2Config` keeps a RoPE base of 10,000.
+pub const COHERE2_ROW: FamilyRow = FamilyRow {
+    hf_class: "Cohere2ForCausalLM",
+    model_type: "cohere2",
+    gguf_arch: Some("cohere2"),
+    default_rope_theta: 10_000.0,
+    hooks: &COHERE2,
+    ..COHERE_ROW
+};
+
 impl Family for Cohere {
-    /// Cohere 2's sliding layers alone rotate, at their own base where the file gives one.
+    /// The logits' factor; Cohere 2's sliding layers alone rotate, at their own base where the
+    /// file gives one.
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.set_own_key("logit_scale", meta.f64("logit_scale"));
         if let Some(base) = meta.f64("rope.freq_base_swa").filter(|_| self.sliding) {
             hf.rope_theta = Some(base);
-        }
-    }
-
-    fn hf_class(&self) -> &'static str {
-        if self.sliding {
-            "Cohere2ForCausalLM"
-        } else {
-            "CohereForCausalLM"
-        }
-    }
-
-    fn model_type(&self) -> &'static str {
-        if self.sliding {
-            "cohere2"
-        } else {
-            "cohere"
-        }
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(8192)
-    }
-
-    /// llama.cpp's `command-r` (Command R, R+, Aya) and `cohere2` (Command R7B, Command A).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some(if self.sliding { "cohere2" } else { "command-r" })
-    }
-
-    /// `CohereConfig.default_theta` (Cohere 2 keeps 10,000).
-    fn default_rope_theta(&self) -> f64 {
-        if self.sliding {
-            10_000.0
-        } else {
-            500_000.0
         }
     }
 
@@ -136,16 +125,12 @@ impl Family for Cohere {
         hf.layer_norm_eps.unwrap_or(1e-5)
     }
 
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
-    /// The layer's one norm is `input_layernorm`.
     /// Command R+'s `use_qk_norm` (which `Cohere2Config` does not read).
     fn qk_norm(&self, hf: &HfLlamaConfig) -> bool {
         !self.sliding && hf.use_qk_norm.unwrap_or(false)
     }
 
+    /// The layer's one norm is `input_layernorm`.
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         super::shared_input_norm(name)
     }
@@ -153,7 +138,10 @@ impl Family for Cohere {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, self.name())?;
         let logit_scale =
-            positive_number("logit_scale", hf.logit_scale.unwrap_or(DEFAULT_LOGIT_SCALE))?;
+            positive_number(
+            "logit_scale",
+            hf.own_key("logit_scale")?.unwrap_or(DEFAULT_LOGIT_SCALE),
+        )?;
         let local = self.sliding.then(|| self.local_attention(hf)).transpose()?;
         Ok(DecoderExtras {
             layer_norm: true,

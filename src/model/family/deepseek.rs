@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::LatentAttention;
 use crate::model::arch::{
     invalid, positive_number, yarn_mscale, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
@@ -282,32 +282,21 @@ impl Deepseek {
     }
 }
 
+/// `DeepseekV2ForCausalLM`'s row.
+pub const DEEPSEEK_V2_ROW: FamilyRow =
+    FamilyRow::new("DeepseekV2ForCausalLM", "deepseek_v2", &DEEPSEEK_V2);
+
+/// `DeepseekV3ForCausalLM`'s row.
+pub const DEEPSEEK_V3_ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(128),
+        head_dim: None,
+        max_positions: 4096,
+    },
+    ..FamilyRow::new("DeepseekV3ForCausalLM", "deepseek_v3", &DEEPSEEK_V3)
+};
+
 impl Family for Deepseek {
-    fn hf_class(&self) -> &'static str {
-        match self.version {
-            Version::V2 => "DeepseekV2ForCausalLM",
-            Version::V3 => "DeepseekV3ForCausalLM",
-        }
-    }
-
-    fn model_type(&self) -> &'static str {
-        match self.version {
-            Version::V2 => "deepseek_v2",
-            Version::V3 => "deepseek_v3",
-        }
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        match self.version {
-            Version::V2 => ClassDefaults::LLAMA,
-            Version::V3 => ClassDefaults {
-                key_value_heads: Some(128),
-                head_dim: None,
-                max_positions: 4096,
-            },
-        }
-    }
-
     /// `attention_bias` (default false) on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         let bias = hf.attention_bias.unwrap_or(false);

@@ -7,35 +7,29 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Ernie4_5ForCausalLM`.
 pub struct Ernie4_5;
 
+/// `Ernie4_5ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(2),
+        head_dim: Some(128),
+        max_positions: 131_072,
+    },
+    // llama.cpp's `ernie4_5` (q/k rows as transformers has them: its graph rotates
+    // neighbouring pairs).
+    gguf_arch: Some("ernie4_5"),
+    // `Ernie4_5Config.default_theta`.
+    default_rope_theta: 500_000.0,
+    ties_embeddings: true,
+    ..FamilyRow::new("Ernie4_5ForCausalLM", "ernie4_5", &Ernie4_5)
+};
+
 impl Family for Ernie4_5 {
-    fn hf_class(&self) -> &'static str {
-        "Ernie4_5ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "ernie4_5"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(2),
-            head_dim: Some(128),
-            max_positions: 131_072,
-        }
-    }
-
-    /// llama.cpp's `ernie4_5` (q/k rows as transformers has them: its graph rotates
-    /// neighbouring pairs).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("ernie4_5")
-    }
-
     /// All four projections from `use_bias` (default false).
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         let bias = hf.use_bias.unwrap_or(false);
@@ -44,15 +38,6 @@ impl Family for Ernie4_5 {
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
-    }
-
-    /// `Ernie4_5Config.default_theta`.
-    fn default_rope_theta(&self) -> f64 {
-        500_000.0
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{
     positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -21,28 +21,19 @@ pub struct Exaone4;
 /// `Exaone4Config`'s `sliding_window_pattern` when a config with a window names none.
 const GLOBAL_EVERY: usize = 4;
 
+/// `Exaone4ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(32),
+        ..ClassDefaults::LLAMA
+    },
+    // llama.cpp's `exaone4` (q/k rows as transformers has them; which layers slide as a bool
+    // array).
+    gguf_arch: Some("exaone4"),
+    ..FamilyRow::new("Exaone4ForCausalLM", "exaone4", &Exaone4)
+};
+
 impl Family for Exaone4 {
-    fn hf_class(&self) -> &'static str {
-        "Exaone4ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "exaone4"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(32),
-            ..ClassDefaults::LLAMA
-        }
-    }
-
-    /// llama.cpp's `exaone4` (q/k rows as transformers has them; which layers slide as a bool
-    /// array).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("exaone4")
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }

@@ -22,8 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
-use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, Family, FamilyRow};
 use crate::model::arch::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -54,20 +53,18 @@ impl Falcon {
     }
 }
 
+/// `FalconForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // llama.cpp's `falcon`, whose q/k/v stack is part by part (the loader regroups it by kv head).
+    gguf_arch: Some("falcon"),
+    ties_embeddings: true,
+    fused_linears: &super::QUERY_KEY_VALUE_BY_KV_HEAD,
+    // `FalconConfig.head_dim` is a property, which transformers cannot set from a file.
+    hf_keys_refused: &["head_dim"],
+    ..FamilyRow::new("FalconForCausalLM", "falcon", &Falcon)
+};
+
 impl Family for Falcon {
-    fn hf_class(&self) -> &'static str {
-        "FalconForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "falcon"
-    }
-
-    /// llama.cpp's `falcon`, whose q/k/v stack is part by part (the loader regroups it by kv head).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("falcon")
-    }
-
     /// Every linear carries a bias where `bias` says so (default false).
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         let bias = hf.falcon.bias.unwrap_or(false);
@@ -97,10 +94,6 @@ impl Family for Falcon {
             .or_else(|| hf.hidden_size.checked_mul(4))
     }
 
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
     /// The norms' names follow the layout: `ln_attn` and `ln_mlp` with a norm each in a
     /// parallel layer, `input_layernorm` for both where they share it, `input_layernorm` and
     /// `post_attention_layernorm` in the sequential layer.
@@ -126,10 +119,6 @@ impl Family for Falcon {
             &layer_modules,
             &MODEL_NAMES,
         )
-    }
-
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &super::QUERY_KEY_VALUE_BY_KV_HEAD
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -182,11 +171,6 @@ impl Family for Falcon {
             shared_norm: parallel && !two_norms,
             ..DecoderExtras::default()
         })
-    }
-
-    /// `FalconConfig.head_dim` is a property, which transformers cannot set from a file.
-    fn hf_keys_refused(&self) -> &'static [&'static str] {
-        &["head_dim"]
     }
 
     /// The layout's keys: the new architecture where the layer has a norm each for attention

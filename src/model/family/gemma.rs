@@ -12,37 +12,25 @@
 //! sliding layers to this layer. GGUF files of architecture `gemma` load too (llama.cpp stores
 //! the norms as `1 + w`).
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig};
 
 /// `GemmaForCausalLM`.
 pub struct Gemma;
 
+/// `GemmaForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(16),
+        head_dim: Some(256),
+        max_positions: 8192,
+    },
+    gguf_arch: Some("gemma"),
+    ties_embeddings: true,
+    ..FamilyRow::new("GemmaForCausalLM", "gemma", &Gemma)
+};
+
 impl Family for Gemma {
-    fn hf_class(&self) -> &'static str {
-        "GemmaForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gemma"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(16),
-            head_dim: Some(256),
-            max_positions: 8192,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("gemma")
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         // `hidden_act` is what transformers reads; Gemma 1.1's configs add a
         // `hidden_activation` that says the same.

@@ -10,11 +10,23 @@
 use std::collections::BTreeMap;
 
 use super::gemma3::{gemma_extras, gemma_hf_keys, Gemma};
-use super::{ClassDefaults, Family, GgufMetadata};
+use super::{ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Gemma2ForCausalLM`.
 pub struct Gemma2;
+
+/// `Gemma2ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(4),
+        head_dim: Some(256),
+        max_positions: 8192,
+    },
+    gguf_arch: Some("gemma2"),
+    ties_embeddings: true,
+    ..FamilyRow::new("Gemma2ForCausalLM", "gemma2", &Gemma2)
+};
 
 impl Family for Gemma2 {
     /// GGUF stores no `query_pre_attn_scalar`: llama.cpp scales by `key_length^-0.5`, except for
@@ -23,30 +35,6 @@ impl Family for Gemma2 {
         if meta.u64("block_count") == Some(46) {
             hf.gemma.query_pre_attn_scalar = Some(hf.hidden_per_head() as f64);
         }
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "Gemma2ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gemma2"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(4),
-            head_dim: Some(256),
-            max_positions: 8192,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("gemma2")
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

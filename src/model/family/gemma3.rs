@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -21,37 +21,22 @@ use crate::model::arch::{
 /// `Gemma3ForCausalLM`.
 pub struct Gemma3;
 
+/// `Gemma3ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(4),
+        head_dim: Some(256),
+        max_positions: 131_072,
+    },
+    // `Gemma3Config.default_theta["global"]`.
+    default_rope_theta: 1_000_000.0,
+    gguf_arch: Some("gemma3"),
+    ties_embeddings: true,
+    ..FamilyRow::new("Gemma3ForCausalLM", "gemma3_text", &Gemma3)
+};
+
 impl Family for Gemma3 {
-    fn hf_class(&self) -> &'static str {
-        "Gemma3ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gemma3_text"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(4),
-            head_dim: Some(256),
-            max_positions: 131_072,
-        }
-    }
-
-    /// `Gemma3Config.default_theta["global"]`.
-    fn default_rope_theta(&self) -> f64 {
-        1_000_000.0
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("gemma3")
-    }
-
     fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
-        true
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
         true
     }
 

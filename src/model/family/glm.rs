@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family, GgufMetadata};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::FusedLinear;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
@@ -44,40 +44,37 @@ const GLM4_NORMS: [(&str, &str); 3] = [
 ];
 
 /// The stacked gate and up projections of both classes.
-static GATE_UP: [FusedLinear; 1] = [FusedLinear {
+const GATE_UP: [FusedLinear; 1] = [FusedLinear {
     fused: "mlp.gate_up_proj",
     parts: &["mlp.gate_proj", "mlp.up_proj"],
     per_kv_head: false,
 }];
 
+/// `GlmForCausalLM`'s row.
+pub const GLM_ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(2),
+        head_dim: Some(DEFAULT_HEAD_DIM),
+        max_positions: 131_072,
+    },
+    fused_linears: &GATE_UP,
+    ..FamilyRow::new("GlmForCausalLM", "glm", &GLM)
+};
+
+/// `Glm4ForCausalLM`'s row: GGUF files of llama.cpp's `glm4` (GLM-4-0414) load; the older GLM's
+/// (`chatglm`) do not.
+pub const GLM4_ROW: FamilyRow = FamilyRow {
+    hf_class: "Glm4ForCausalLM",
+    model_type: "glm4",
+    gguf_arch: Some("glm4"),
+    hooks: &GLM4,
+    ..GLM_ROW
+};
+
 impl Family for Glm {
     /// llama.cpp writes the rotated dimensions of the heads, not their width.
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        if self.output_norms {
-            "Glm4ForCausalLM"
-        } else {
-            "GlmForCausalLM"
-        }
-    }
-
-    fn model_type(&self) -> &'static str {
-        if self.output_norms {
-            "glm4"
-        } else {
-            "glm"
-        }
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(2),
-            head_dim: Some(DEFAULT_HEAD_DIM),
-            max_positions: 131_072,
-        }
     }
 
     /// q/k/v biases from `attention_bias` (default true), none on `o_proj`.
@@ -86,11 +83,6 @@ impl Family for Glm {
             qkv: hf.attention_bias.unwrap_or(true),
             o: false,
         }
-    }
-
-    /// llama.cpp's `glm4` (GLM-4-0414); the older GLM's files (`chatglm`) are not read.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        self.output_norms.then_some("glm4")
     }
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
@@ -107,17 +99,13 @@ impl Family for Glm {
         Some(format!("model.layers.{index}.{theirs}.{kind}"))
     }
 
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &GATE_UP
-    }
-
     /// SwiGLU, interleaved partial rotary, and GLM-4's output norms.
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let family = if self.output_norms { "GLM-4" } else { "GLM" };
         super::refuse_all_but_silu(hf, family)?;
         Ok(DecoderExtras {
             rotary_dim: super::partial_rotary(
-                self,
+                &GLM_ROW,
                 hf,
                 hf.partial_rotary_factor,
                 "partial_rotary_factor",

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 use crate::model::arch::{Experts, SigmoidRouting};
 
@@ -27,23 +27,17 @@ pub struct Glm4Moe;
 /// The decoder's name of the shared expert and the checkpoint's.
 const SHARED: (&str, &str) = (".mlp.shared_expert.", ".mlp.shared_experts.");
 
+/// `Glm4MoeForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(8),
+        head_dim: None,
+        max_positions: 131_072,
+    },
+    ..FamilyRow::new("Glm4MoeForCausalLM", "glm4_moe", &Glm4Moe)
+};
+
 impl Family for Glm4Moe {
-    fn hf_class(&self) -> &'static str {
-        "Glm4MoeForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "glm4_moe"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(8),
-            head_dim: None,
-            max_positions: 131_072,
-        }
-    }
-
     /// q/k/v biases from `attention_bias` (default false), none on `o_proj`.
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
@@ -103,7 +97,7 @@ impl Family for Glm4Moe {
         Ok(DecoderExtras {
             experts: Some(experts),
             rotary_dim: super::partial_rotary(
-                self,
+                &ROW,
                 hf,
                 hf.partial_rotary_factor,
                 "partial_rotary_factor",

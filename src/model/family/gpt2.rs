@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::FusedLinear;
 use crate::model::arch::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
@@ -59,7 +59,7 @@ pub(super) fn gpt2_name(name: &str) -> Option<String> {
 }
 
 /// `attn.c_attn`: q, k and v stacked part by part.
-static C_ATTN: [FusedLinear; 1] = [FusedLinear {
+const C_ATTN: [FusedLinear; 1] = [FusedLinear {
     fused: "self_attn.qkv_proj",
     parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
     per_kv_head: false,
@@ -110,24 +110,18 @@ pub(super) fn gpt2_hf_keys(config: &LlamaConfig) -> BTreeMap<&'static str, serde
     ])
 }
 
+/// `GPT2LMHeadModel`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults::positions(1024),
+    // llama.cpp's `gpt2`, whose converter transposes the `Conv1D` weights into linears.
+    gguf_arch: Some("gpt2"),
+    ties_embeddings: true,
+    fused_linears: &C_ATTN,
+    transposed_linears: &["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"],
+    ..FamilyRow::new("GPT2LMHeadModel", "gpt2", &Gpt2)
+};
+
 impl Family for Gpt2 {
-    fn hf_class(&self) -> &'static str {
-        "GPT2LMHeadModel"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gpt2"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(1024)
-    }
-
-    /// llama.cpp's `gpt2`, whose converter transposes the `Conv1D` weights into linears.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("gpt2")
-    }
-
     /// Every attention projection carries a bias.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases { qkv: true, o: true }
@@ -142,20 +136,8 @@ impl Family for Gpt2 {
         super::width_or_four_hidden(hf)
     }
 
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         gpt2_name(name)
-    }
-
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &C_ATTN
-    }
-
-    fn transposed_linears(&self) -> &'static [&'static str] {
-        &["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -243,7 +225,7 @@ mod tests {
             ("transformer.wte.weight", false),
             ("transformer.h.3.attn.xc_attn.weight", false),
         ] {
-            assert_eq!(Gpt2.stores_transposed(name), transposed, "{name}");
+            assert_eq!(ROW.stores_transposed(name), transposed, "{name}");
         }
     }
 

@@ -12,31 +12,23 @@
 use std::collections::BTreeMap;
 
 use super::gpt2::{gpt2_hf_keys, gpt2_layer, gpt2_name};
-use super::{AttentionBiases, ClassDefaults, Family};
-use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTBigCodeForCausalLM`.
 pub struct GptBigCode;
 
+/// `GPTBigCodeForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults::positions(1024),
+    // llama.cpp's `starcoder` (multi-query only: its converter writes one kv head).
+    gguf_arch: Some("starcoder"),
+    ties_embeddings: true,
+    fused_linears: &super::QUERY_KEY_VALUE_BY_KV_HEAD,
+    ..FamilyRow::new("GPTBigCodeForCausalLM", "gpt_bigcode", &GptBigCode)
+};
+
 impl Family for GptBigCode {
-    fn hf_class(&self) -> &'static str {
-        "GPTBigCodeForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gpt_bigcode"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(1024)
-    }
-
-    /// llama.cpp's `starcoder` (multi-query only: its converter writes one kv head).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("starcoder")
-    }
-
     /// Every attention projection carries a bias.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases { qkv: true, o: true }
@@ -60,16 +52,8 @@ impl Family for GptBigCode {
         super::width_or_four_hidden(hf)
     }
 
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         gpt2_name(name)
-    }
-
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &super::QUERY_KEY_VALUE_BY_KV_HEAD
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -123,7 +107,7 @@ mod tests {
             GptBigCode.checkpoint_name(&c, "model.layers.5.self_attn.qkv_proj.bias"),
             Some("transformer.h.5.attn.c_attn.bias".into())
         );
-        assert!(!GptBigCode.stores_transposed("transformer.h.5.attn.c_attn.weight"));
+        assert!(!ROW.stores_transposed("transformer.h.5.attn.c_attn.weight"));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, Family, FamilyRow};
 use crate::model::arch::{
     invalid, positive, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
     LocalAttention,
@@ -71,15 +71,13 @@ fn local_layers(hf: &HfLlamaConfig) -> Result<Vec<bool>, ConfigError> {
     Ok(local)
 }
 
+/// `GPTNeoForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    ties_embeddings: true,
+    ..FamilyRow::new("GPTNeoForCausalLM", "gpt_neo", &GptNeo)
+};
+
 impl Family for GptNeo {
-    fn hf_class(&self) -> &'static str {
-        "GPTNeoForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gpt_neo"
-    }
-
     /// q, k and v without biases, the output projection with one.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
@@ -95,10 +93,6 @@ impl Family for GptNeo {
     /// `intermediate_size`, else four times the hidden width.
     fn intermediate_size(&self, hf: &HfLlamaConfig) -> Option<usize> {
         super::width_or_four_hidden(hf)
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {

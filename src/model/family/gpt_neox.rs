@@ -15,8 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, GgufMetadata};
-use crate::model::arch::FusedLinear;
+use super::{AttentionBiases, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `GPTNeoXForCausalLM`.
@@ -35,23 +34,19 @@ const LAYER_NAMES: [(&str, &str); 6] = [
 /// transformers' default share of rotated dimensions when a config names none.
 const DEFAULT_ROTARY_PCT: f64 = 0.25;
 
+/// `GPTNeoXForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // llama.cpp's `gptneox`, whose q/k/v stack is part by part (the loader regroups it).
+    gguf_arch: Some("gptneox"),
+    fused_linears: &super::QUERY_KEY_VALUE_BY_KV_HEAD,
+    ..FamilyRow::new("GPTNeoXForCausalLM", "gpt_neox", &GptNeox)
+};
+
 impl Family for GptNeox {
     /// llama.cpp writes the rotated dimensions of the heads, not their width (`rotary_pct`).
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
-        hf.rotary_pct = super::gguf_metadata::rotated_share(meta, hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "GPTNeoXForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gpt_neox"
-    }
-
-    /// llama.cpp's `gptneox`, whose q/k/v stack is part by part (the loader regroups it).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("gptneox")
+        let share = super::gguf_metadata::rotated_share(meta, hf);
+        hf.set_own_key("rotary_pct", share);
     }
 
     /// `attention_bias` (default true) for q/k/v and the output projection alike.
@@ -77,16 +72,18 @@ impl Family for GptNeox {
         )
     }
 
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &super::QUERY_KEY_VALUE_BY_KV_HEAD
-    }
-
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         // Pythia's exact GELU by default; GPT-NeoX-20B's `gelu_fast` is the tanh one.
         let activation = super::gelu_activation(hf, "hidden_act", "GPT-NeoX", Activation::Gelu)?;
         super::refuse_grouped_heads(hf, "GPT-NeoX")?;
         let rotary_dim =
-            super::partial_rotary(self, hf, hf.rotary_pct, "rotary_pct", DEFAULT_ROTARY_PCT)?;
+            super::partial_rotary(
+                &ROW,
+                hf,
+                hf.own_key("rotary_pct")?,
+                "rotary_pct",
+                DEFAULT_ROTARY_PCT,
+            )?;
         Ok(DecoderExtras {
             activation,
             layer_norm: true,

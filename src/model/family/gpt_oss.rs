@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::ExpertStacks;
 use crate::model::arch::{invalid, LocalAttention};
 use crate::model::arch::{ClampedGlu, Experts};
@@ -35,27 +35,26 @@ const DEFAULT_THETA: f64 = 150_000.0;
 /// (`GptOssConfig`).
 const GLOBAL_EVERY: usize = 2;
 
+/// `GptOssForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(8),
+        head_dim: Some(64),
+        max_positions: 131_072,
+    },
+    gguf_arch: Some("gpt-oss"),
+    default_rope_theta: DEFAULT_THETA,
+    expert_stacks: Some(ExpertStacks {
+        module: "mlp.experts",
+        gate_up: "mlp.experts.gate_up_proj",
+        down: "mlp.experts.down_proj",
+        halves: false,
+        out_major: false,
+    }),
+    ..FamilyRow::new("GptOssForCausalLM", "gpt_oss", &GptOss)
+};
+
 impl Family for GptOss {
-    fn hf_class(&self) -> &'static str {
-        "GptOssForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gpt_oss"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(8),
-            head_dim: Some(64),
-            max_positions: 131_072,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("gpt-oss")
-    }
-
     fn attention_biases(&self, hf: &HfLlamaConfig) -> super::AttentionBiases {
         let bias = hf.attention_bias.unwrap_or(true);
         super::AttentionBiases { qkv: bias, o: bias }
@@ -68,10 +67,6 @@ impl Family for GptOss {
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
-    }
-
-    fn default_rope_theta(&self) -> f64 {
-        DEFAULT_THETA
     }
 
     /// `GptOssConfig`'s YaRN: ×32 over 4096 positions, the correction range not rounded.
@@ -92,16 +87,6 @@ impl Family for GptOss {
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         let (layer, kind) = name.split_once(".mlp.gate.")?;
         Some(format!("{layer}.mlp.router.{kind}"))
-    }
-
-    fn expert_stacks(&self) -> Option<ExpertStacks> {
-        Some(ExpertStacks {
-            module: "mlp.experts",
-            gate_up: "mlp.experts.gate_up_proj",
-            down: "mlp.experts.down_proj",
-            halves: false,
-            out_major: false,
-        })
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

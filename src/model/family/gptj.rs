@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family};
+use super::{AttentionBiases, Family, FamilyRow};
 use crate::model::arch::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -35,15 +35,10 @@ const LAYER_NAMES: [(&str, &str); 8] = [
 /// The decoder's names of the tensors outside the layers and GPT-J's, without `model.`.
 const MODEL_NAMES: [(&str, &str); 2] = [("embed_tokens", "wte"), ("norm", "ln_f")];
 
+/// `GPTJForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow::new("GPTJForCausalLM", "gptj", &Gptj);
+
 impl Family for Gptj {
-    fn hf_class(&self) -> &'static str {
-        "GPTJForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "gptj"
-    }
-
     /// No attention projection carries a bias.
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
@@ -79,7 +74,7 @@ impl Family for Gptj {
         let head_dim = hf.hidden_per_head();
         // transformers rotates `rotary_dim` dimensions; without it, tables as wide as the
         // whole hidden state, which no head can take.
-        let rotary = match hf.rotary_dim {
+        let rotary = match hf.own_key::<usize>("rotary_dim")? {
             Some(r) if r > 0 && r <= head_dim && r.is_multiple_of(2) => r,
             other => {
                 return Err(invalid(

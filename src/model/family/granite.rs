@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Family, GgufMetadata};
+use super::{Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{
     positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, Multipliers,
 };
@@ -18,27 +18,18 @@ use crate::model::arch::{
 /// `GraniteForCausalLM`.
 pub struct Granite;
 
+/// `GraniteForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    gguf_arch: Some("granite"),
+    // llama.cpp's converter permutes Granite's q/k rows as Llama's.
+    gguf_interleaves_qk: true,
+    ..FamilyRow::new("GraniteForCausalLM", "granite", &Granite)
+};
+
 impl Family for Granite {
     /// Without `attention.scale` llama.cpp scales the scores by `head_dim^-0.5`.
     fn read_gguf(&self, _meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         super::gguf_metadata::default_attention_scale(hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "GraniteForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "granite"
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("granite")
-    }
-
-    /// llama.cpp's converter permutes Granite's q/k rows as Llama's.
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
@@ -107,7 +98,7 @@ mod tests {
         let c = resolve(GRANITE_8B).unwrap();
         assert_eq!(c.architecture, Architecture::Granite);
         assert_eq!(c.embed_scale(), Some(12.0));
-        assert_eq!(c.residual_scale(), Some(0.22));
+        assert_eq!(c.residual().scale, Some(0.22));
         assert_eq!(c.query_scale(), Some(0.0078125));
         assert_eq!(c.logit_scale(), Some(LogitScale::Over(16.0)));
         assert!(c.tie_word_embeddings && !c.extras.mlp_bias);

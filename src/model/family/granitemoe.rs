@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Family, GgufMetadata};
+use super::{Family, FamilyRow, GgufMetadata};
 use crate::model::arch::ExpertStacks;
 use crate::model::arch::Experts;
 use crate::model::arch::FusedLinear;
@@ -27,10 +27,6 @@ use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, Lla
 
 /// One of Granite's MoE config classes.
 pub struct GraniteMoe {
-    /// The class name (`architectures`).
-    class: &'static str,
-    /// The `model_type`.
-    model_type: &'static str,
     /// The family's name in errors.
     name: &'static str,
     /// What the class's layers hold.
@@ -51,24 +47,18 @@ enum Kind {
 
 /// `GraniteMoeForCausalLM`.
 pub const GRANITE_MOE: GraniteMoe = GraniteMoe {
-    class: "GraniteMoeForCausalLM",
-    model_type: "granitemoe",
     name: "Granite MoE",
     kind: Kind::Routed,
 };
 
 /// `GraniteMoeSharedForCausalLM`.
 pub const GRANITE_MOE_SHARED: GraniteMoe = GraniteMoe {
-    class: "GraniteMoeSharedForCausalLM",
-    model_type: "granitemoeshared",
     name: "Granite MoE (shared)",
     kind: Kind::Shared,
 };
 
 /// `GraniteMoeHybridForCausalLM`.
 pub const GRANITE_MOE_HYBRID: GraniteMoe = GraniteMoe {
-    class: "GraniteMoeHybridForCausalLM",
-    model_type: "granitemoehybrid",
     name: "Granite 4.0",
     kind: Kind::Hybrid,
 };
@@ -89,7 +79,7 @@ const SHARED_MLP: [(&str, &str); 4] = [
 ];
 
 /// The shared MLP's gate and up projections, stacked by rows in `shared_mlp.input_linear`.
-static SHARED_GATE_UP: [FusedLinear; 2] = [
+const SHARED_GATE_UP: [FusedLinear; 2] = [
     FusedLinear {
         fused: "mlp.shared_expert.gate_up_proj",
         parts: &["mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj"],
@@ -158,30 +148,46 @@ fn check_attention_layers(hf: &HfLlamaConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `GraniteMoeForCausalLM`'s row. llama.cpp's converter writes both MoE classes as
+/// `granitemoe` (the shared one with `expert_shared_feed_forward_length`, which the GGUF reader
+/// turns into that class), and Granite 4.0 with attention layers only as `granitemoe` or,
+/// without experts, `granite`. The converter is Granite's, which permutes q/k rows as Llama's.
+pub const GRANITE_MOE_ROW: FamilyRow = FamilyRow {
+    gguf_arch: Some("granitemoe"),
+    gguf_interleaves_qk: true,
+    fused_linears: &SHARED_GATE_UP,
+    expert_stacks: Some(ExpertStacks {
+        module: "mlp.experts",
+        gate_up: "block_sparse_moe.input_linear.weight",
+        down: "block_sparse_moe.output_linear.weight",
+        halves: true,
+        out_major: true,
+    }),
+    ..FamilyRow::new("GraniteMoeForCausalLM", "granitemoe", &GRANITE_MOE)
+};
+
+/// `GraniteMoeSharedForCausalLM`'s row.
+pub const GRANITE_MOE_SHARED_ROW: FamilyRow = FamilyRow {
+    hf_class: "GraniteMoeSharedForCausalLM",
+    model_type: "granitemoeshared",
+    gguf_arch: None,
+    hooks: &GRANITE_MOE_SHARED,
+    ..GRANITE_MOE_ROW
+};
+
+/// `GraniteMoeHybridForCausalLM`'s row.
+pub const GRANITE_MOE_HYBRID_ROW: FamilyRow = FamilyRow {
+    hf_class: "GraniteMoeHybridForCausalLM",
+    model_type: "granitemoehybrid",
+    gguf_arch: None,
+    hooks: &GRANITE_MOE_HYBRID,
+    ..GRANITE_MOE_ROW
+};
+
 impl Family for GraniteMoe {
     /// Without `attention.scale` llama.cpp scales the scores by `head_dim^-0.5`.
     fn read_gguf(&self, _meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         super::gguf_metadata::default_attention_scale(hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        self.class
-    }
-
-    fn model_type(&self) -> &'static str {
-        self.model_type
-    }
-
-    /// llama.cpp's converter writes both MoE classes as `granitemoe` (the shared one with
-    /// `expert_shared_feed_forward_length`, which the GGUF reader turns into this class), and
-    /// Granite 4.0 with attention layers only as `granitemoe` or, without experts, `granite`.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        (self.kind == Kind::Routed).then_some("granitemoe")
-    }
-
-    /// The converter is Granite's, which permutes q/k rows as Llama's.
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
     }
 
     /// Granite 4.0 without experts: the dense MLP is the shared one (of no width, `extras`
@@ -209,20 +215,6 @@ impl Family for GraniteMoe {
             .map(|(ours, theirs)| name.replacen(ours, theirs, 1))
     }
 
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &SHARED_GATE_UP
-    }
-
-    fn expert_stacks(&self) -> Option<ExpertStacks> {
-        Some(ExpertStacks {
-            module: "mlp.experts",
-            gate_up: "block_sparse_moe.input_linear.weight",
-            down: "block_sparse_moe.output_linear.weight",
-            halves: true,
-            out_major: true,
-        })
-    }
-
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let base = DecoderExtras {
             multipliers: Some(super::granite::multipliers(hf)?),
@@ -231,7 +223,7 @@ impl Family for GraniteMoe {
         let mut nope_layers = None;
         if self.kind == Kind::Hybrid {
             check_attention_layers(hf)?;
-            match hf.position_embedding_type.as_deref() {
+            match hf.own_key::<String>("position_embedding_type")?.as_deref() {
                 Some("rope") => {}
                 None | Some("nope") => nope_layers = Some(vec![true; hf.num_hidden_layers]),
                 Some(other) => {
@@ -352,7 +344,7 @@ mod tests {
         assert_eq!((e.count, e.per_token, e.width), (32, 8, 512));
         assert!(e.normalize && e.round_weights && e.shared.is_none());
         assert_eq!(c.embed_scale(), Some(12.0));
-        assert_eq!(c.residual_scale(), Some(0.22));
+        assert_eq!(c.residual().scale, Some(0.22));
         assert_eq!(c.query_scale(), Some(0.015625));
         assert_eq!(c.logit_scale(), Some(LogitScale::Over(6.0)));
         // 50.3 M tied embeddings + 24 × (3.1 M attention + 32 × 1.57 M experts + the router

@@ -26,11 +26,11 @@ impl LlamaConfig {
             "torch_dtype": "float32",
         });
         if let Some(map) = v.as_object_mut() {
-            let family = self.architecture.family();
-            for key in family.hf_keys_refused() {
+            let row = self.architecture.row();
+            for key in row.hf_keys_refused {
                 map.remove(*key);
             }
-            for (key, value) in family.hf_keys(self) {
+            for (key, value) in row.hooks.hf_keys(self) {
                 map.insert(key.into(), value);
             }
             if let Some(b) = self.bos_token_id {

@@ -3,29 +3,20 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{Family, FamilyRow};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `LlamaForCausalLM`.
 pub struct Llama;
 
+/// `LlamaForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    gguf_arch: Some("llama"),
+    gguf_interleaves_qk: true,
+    ..FamilyRow::new("LlamaForCausalLM", "llama", &Llama)
+};
+
 impl Family for Llama {
-    fn hf_class(&self) -> &'static str {
-        "LlamaForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "llama"
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("llama")
-    }
-
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
-    }
-
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::llama_layer(hf, "Llama")
     }

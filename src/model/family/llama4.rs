@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::ExpertStacks;
 use crate::model::arch::{
     invalid, positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
@@ -31,23 +31,26 @@ pub struct Llama4;
 /// `Llama4TextConfig`'s `attention_chunk_size`.
 const CHUNK: usize = 8192;
 
+/// `Llama4ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(8),
+        head_dim: Some(128),
+        max_positions: 131_072,
+    },
+    // `Llama4TextConfig.default_theta`.
+    default_rope_theta: 500_000.0,
+    expert_stacks: Some(ExpertStacks {
+        module: "feed_forward.experts",
+        gate_up: "feed_forward.experts.gate_up_proj",
+        down: "feed_forward.experts.down_proj",
+        halves: true,
+        out_major: false,
+    }),
+    ..FamilyRow::new("Llama4ForCausalLM", "llama4_text", &Llama4)
+};
+
 impl Family for Llama4 {
-    fn hf_class(&self) -> &'static str {
-        "Llama4ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "llama4_text"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(8),
-            head_dim: Some(128),
-            max_positions: 131_072,
-        }
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }
@@ -58,11 +61,6 @@ impl Family for Llama4 {
         hf.experts.intermediate_size_mlp.or(Some(16384))
     }
 
-    /// `Llama4TextConfig.default_theta`.
-    fn default_rope_theta(&self) -> f64 {
-        500_000.0
-    }
-
     /// The layer's MLP is `feed_forward` (its router `feed_forward.router`).
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {
         if let Some(layer) = name.strip_suffix(".mlp.gate.weight") {
@@ -70,16 +68,6 @@ impl Family for Llama4 {
         }
         name.contains(".mlp.")
             .then(|| name.replacen(".mlp.", ".feed_forward.", 1))
-    }
-
-    fn expert_stacks(&self) -> Option<ExpertStacks> {
-        Some(ExpertStacks {
-            module: "feed_forward.experts",
-            gate_up: "feed_forward.experts.gate_up_proj",
-            down: "feed_forward.experts.down_proj",
-            halves: true,
-            out_major: false,
-        })
     }
 
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {

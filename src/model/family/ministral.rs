@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention};
 
 /// `MinistralConfig`'s window (`MistralConfig`'s) where a config leaves `sliding_window` out.
@@ -14,24 +14,18 @@ const MINISTRAL_WINDOW: usize = 4096;
 /// `MinistralForCausalLM`.
 pub struct Ministral;
 
+/// `MinistralForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // `MistralConfig`'s, which `MinistralConfig` extends.
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(8),
+        head_dim: None,
+        max_positions: 131_072,
+    },
+    ..FamilyRow::new("MinistralForCausalLM", "ministral", &Ministral)
+};
+
 impl Family for Ministral {
-    fn hf_class(&self) -> &'static str {
-        "MinistralForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "ministral"
-    }
-
-    /// `MistralConfig`'s, which `MinistralConfig` extends.
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(8),
-            head_dim: None,
-            max_positions: 131_072,
-        }
-    }
-
     /// The window lies on the sliding layers alone ([`Family::extras`]), not on every layer.
     fn sliding_window(&self, _hf: &HfLlamaConfig) -> Option<usize> {
         None

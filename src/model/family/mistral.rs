@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{HfLlamaConfig, LlamaConfig};
 
 /// `MistralConfig`'s window where a config leaves `sliding_window` out.
@@ -12,23 +12,17 @@ const MISTRAL_WINDOW: usize = 4096;
 /// `MistralForCausalLM`.
 pub struct Mistral;
 
+/// `MistralForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(8),
+        head_dim: None,
+        max_positions: 131_072,
+    },
+    ..FamilyRow::new("MistralForCausalLM", "mistral", &Mistral)
+};
+
 impl Family for Mistral {
-    fn hf_class(&self) -> &'static str {
-        "MistralForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "mistral"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(8),
-            head_dim: None,
-            max_positions: 131_072,
-        }
-    }
-
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
         hf.window_or(Some(MISTRAL_WINDOW))
     }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::Experts;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
@@ -21,38 +21,26 @@ pub struct Mixtral;
 const EXPERT_LINEARS: [(&str, &str); 3] =
     [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")];
 
+/// `MixtralForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(8),
+        head_dim: None,
+        max_positions: 131_072,
+    },
+    // llama.cpp writes Mixtral as `llama` (with an expert count), q/k rows interleaved.
+    gguf_interleaves_qk: true,
+    default_rope_theta: 1_000_000.0,
+    ..FamilyRow::new("MixtralForCausalLM", "mixtral", &Mixtral)
+};
+
 impl Family for Mixtral {
-    fn hf_class(&self) -> &'static str {
-        "MixtralForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "mixtral"
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }
 
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(8),
-            head_dim: None,
-            max_positions: 131_072,
-        }
-    }
-
-    /// llama.cpp writes Mixtral as `llama` (with an expert count), q/k rows interleaved.
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
-    }
-
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
         hf.window_or(None)
-    }
-
-    fn default_rope_theta(&self) -> f64 {
-        1_000_000.0
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {

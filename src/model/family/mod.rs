@@ -2,49 +2,19 @@
 //! fast kernels, pruning, streaming, the estimator and `save`; a family says only what is its
 //! own: its names in `config.json` and in GGUF files, and the config decisions that differ
 //! between families (which projections carry biases, sliding-window attention, per-head q/k
-//! norms, the row order of GGUF q/k weights). A new family is one file here, a variant of [`Architecture`] and its arm
-//! in [`Architecture::family`].
+//! norms, the row order of GGUF q/k weights). A family is one file here, holding its
+//! [`FamilyRow`] (names and constants) and its [`Family`] hooks (decisions), and one entry in
+//! [`crate::model::arch::families!`].
 
-pub mod arcee;
-pub mod bloom;
-pub mod cohere;
-pub mod deepseek;
-pub mod ernie4_5;
-pub mod exaone4;
-pub mod falcon;
-pub mod gemma;
-pub mod gemma2;
-pub mod gemma3;
-pub mod glm;
-pub mod glm4_moe;
-pub mod gpt2;
-pub mod gpt_bigcode;
-pub mod gpt_neo;
-pub mod gpt_neox;
-pub mod gpt_oss;
-pub mod gptj;
-pub mod granite;
-pub mod granitemoe;
-pub mod llama;
-pub mod llama4;
-pub mod ministral;
-pub mod mistral;
-pub mod mixtral;
-pub mod nemotron;
-pub mod olmo;
-pub mod olmo2;
-pub mod olmo3;
-pub mod olmoe;
-pub mod opt;
-pub mod phi;
-pub mod phi3;
-pub mod qwen2;
-pub mod qwen2_moe;
-pub mod qwen3;
-pub mod qwen3_moe;
-pub mod smollm3;
-pub mod stablelm;
-pub mod starcoder2;
+/// Declares the file of every family in [`crate::model::arch::families!`].
+macro_rules! family_files {
+    ($(mod $module:ident { $($(#[$doc:meta])* $variant:ident = $row:ident,)+ })*) => {
+        $(pub mod $module;)*
+    };
+}
+
+crate::model::arch::families!(family_files);
+
 pub mod vision_language;
 
 mod gguf_metadata;
@@ -94,8 +64,8 @@ impl ClassDefaults {
 
 /// The head width a config gives, read the family's way, else its class's default; `None`:
 /// `hidden_size / num_attention_heads`.
-pub(crate) fn given_head_dim(family: &dyn Family, hf: &HfLlamaConfig) -> Option<usize> {
-    family.head_dim(hf).or(family.class_defaults().head_dim)
+pub(crate) fn given_head_dim(row: &FamilyRow, hf: &HfLlamaConfig) -> Option<usize> {
+    row.hooks.head_dim(hf).or(row.class_defaults.head_dim)
 }
 
 /// Which projections of the attention block carry a bias.
@@ -436,7 +406,7 @@ pub(crate) fn refuse_qk_layernorm(hf: &HfLlamaConfig, family: &str) -> Result<()
 /// (transformers 5), else `own` (the family's key, named `key` in errors), else `default`. As
 /// transformers takes it, `int(head_dim · share)`, which must be even and at least 2.
 pub(crate) fn partial_rotary(
-    family: &dyn Family,
+    row: &FamilyRow,
     hf: &HfLlamaConfig,
     own: Option<f64>,
     key: &str,
@@ -452,7 +422,7 @@ pub(crate) fn partial_rotary(
     if !(share > 0.0 && share <= 1.0) {
         return Err(invalid(key, format!("must be in (0, 1], got {share}")));
     }
-    let head_dim = given_head_dim(family, hf).unwrap_or(hf.hidden_per_head());
+    let head_dim = given_head_dim(row, hf).unwrap_or(hf.hidden_per_head());
     let rotary = (head_dim as f64 * share) as usize;
     if rotary == 0 || !rotary.is_multiple_of(2) {
         return Err(invalid(
@@ -466,26 +436,88 @@ pub(crate) fn partial_rotary(
     Ok((rotary != head_dim).then_some(rotary))
 }
 
-/// What one decoder family adds to the shared decoder.
-pub trait Family: Sync {
+/// A family as data: its names and the constants its config class and checkpoints fix, beside
+/// `hooks`, the decisions it computes from a config. Each family's file holds its row (`ROW`),
+/// the row [`crate::model::arch::families!`] names.
+pub struct FamilyRow {
     /// The Hugging Face class name, as written in `config.json` `architectures`.
-    fn hf_class(&self) -> &'static str;
-
+    pub hf_class: &'static str,
     /// The Hugging Face `model_type`.
-    fn model_type(&self) -> &'static str;
-
+    pub model_type: &'static str,
     /// The GGUF `general.architecture` llama.cpp writes for this family, when it has its own
     /// (Mistral files say `llama`).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        None
-    }
-
+    pub gguf_arch: Option<&'static str>,
     /// Whether llama.cpp's converter interleaved the rows of `attn_q`/`attn_k` for its RoPE, so
     /// the loader permutes them back to the "rotate half" layout.
-    fn gguf_interleaves_qk(&self) -> bool {
-        false
+    pub gguf_interleaves_qk: bool,
+    /// Whether the LM head reuses the token embeddings when `tie_word_embeddings` is absent.
+    pub ties_embeddings: bool,
+    /// The config class's kv heads, head width and context length where a config gives none
+    /// (`tests/it/config_defaults.rs` holds every family to its class).
+    pub class_defaults: ClassDefaults,
+    /// The linears the family's checkpoints store stacked in one tensor.
+    pub fused_linears: &'static [FusedLinear],
+    /// How the family's Hugging Face checkpoints stack a layer's experts in 3-D tensors
+    /// ([`crate::model::checkpoint`], GPT-OSS's and Llama 4's); `None` where each expert has
+    /// linears of its own.
+    pub expert_stacks: Option<crate::model::arch::ExpertStacks>,
+    /// The modules (checkpoint names relative to a layer, e.g. `attn.c_attn`) whose weights the
+    /// family's Hugging Face checkpoints store transposed, `[in, out]` (GPT-2's `Conv1D`).
+    pub transposed_linears: &'static [&'static str],
+    /// The RoPE base when a config names none: the config class's `default_theta` in
+    /// transformers 5 (10,000 unless the family says otherwise).
+    pub default_rope_theta: f64,
+    /// The top-level `original_max_position_embeddings` the config class takes where a config
+    /// leaves it out, which LongRoPE then reads over its own (Phi-3's 4096); `None` where the
+    /// class has no such key.
+    pub original_positions: Option<usize>,
+    /// Keys of Llama's `config.json` that the family's config class refuses (Falcon's
+    /// `head_dim` is a read-only property), left out of a saved copy.
+    pub hf_keys_refused: &'static [&'static str],
+    /// The decisions the family computes from a config.
+    pub hooks: &'static dyn Family,
+}
+
+impl FamilyRow {
+    /// The row of the family named `hf_class` and `model_type` whose decisions are `hooks`,
+    /// with Llama's constants: the base a family's row changes with `..`.
+    pub const fn new(
+        hf_class: &'static str,
+        model_type: &'static str,
+        hooks: &'static dyn Family,
+    ) -> FamilyRow {
+        FamilyRow {
+            hf_class,
+            model_type,
+            gguf_arch: None,
+            gguf_interleaves_qk: false,
+            ties_embeddings: false,
+            class_defaults: ClassDefaults::LLAMA,
+            fused_linears: &[],
+            expert_stacks: None,
+            transposed_linears: &[],
+            default_rope_theta: 10_000.0,
+            original_positions: None,
+            hf_keys_refused: &[],
+            hooks,
+        }
     }
 
+    /// Whether the Hugging Face checkpoint tensor `name` is one of
+    /// [`Self::transposed_linears`]' weights.
+    pub fn stores_transposed(&self, name: &str) -> bool {
+        name.strip_suffix(".weight").is_some_and(|module| {
+            self.transposed_linears.iter().any(|linear| {
+                module
+                    .strip_suffix(linear)
+                    .is_some_and(|layer| layer.ends_with('.'))
+            })
+        })
+    }
+}
+
+/// What one decoder family decides from a config, beyond its [`FamilyRow`].
+pub trait Family: Sync {
     /// Reads what the family's GGUF files say beyond the keys every family shares into `hf`
     /// (already read from those): the family's own spellings and llama.cpp's defaults for it.
     fn read_gguf(&self, _meta: &dyn GgufMetadata, _hf: &mut HfLlamaConfig) {}
@@ -519,17 +551,6 @@ pub trait Family: Sync {
         hf.intermediate_size.or(hf.opt.ffn_dim)
     }
 
-    /// Whether the LM head reuses the token embeddings when `tie_word_embeddings` is absent.
-    fn ties_embeddings_by_default(&self) -> bool {
-        false
-    }
-
-    /// The config class's kv heads, head width and context length where a config gives none
-    /// (`tests/it/config_defaults.rs` holds every family to its class).
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::LLAMA
-    }
-
     /// The checkpoint's name for the tensor the decoder calls `name` (Llama's names:
     /// `model.layers.3.mlp.up_proj.weight`) in a model of `config`, `None` where the family uses
     /// the same name.
@@ -548,42 +569,6 @@ pub trait Family: Sync {
         false
     }
 
-    /// The linears the family's checkpoints store stacked in one tensor.
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &[]
-    }
-
-    /// How the family's Hugging Face checkpoints stack a layer's experts in 3-D tensors
-    /// ([`crate::model::checkpoint`], GPT-OSS's and Llama 4's); `None` where each expert has
-    /// linears of its own.
-    fn expert_stacks(&self) -> Option<crate::model::arch::ExpertStacks> {
-        None
-    }
-
-    /// The modules (checkpoint names relative to a layer, e.g. `attn.c_attn`) whose weights the
-    /// family's Hugging Face checkpoints store transposed, `[in, out]` (GPT-2's `Conv1D`).
-    fn transposed_linears(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    /// Whether the Hugging Face checkpoint tensor `name` is one of
-    /// [`Self::transposed_linears`]' weights.
-    fn stores_transposed(&self, name: &str) -> bool {
-        name.strip_suffix(".weight").is_some_and(|module| {
-            self.transposed_linears().iter().any(|linear| {
-                module
-                    .strip_suffix(linear)
-                    .is_some_and(|layer| layer.ends_with('.'))
-            })
-        })
-    }
-
-    /// The RoPE base when a config names none: the config class's `default_theta` in
-    /// transformers 5 (10,000 unless the family says otherwise).
-    fn default_rope_theta(&self) -> f64 {
-        10_000.0
-    }
-
     /// The RoPE scaling of a config that gives none (neither `rope_scaling` nor
     /// `rope_parameters`): the config class's default (GPT-OSS's YaRN), else none.
     fn default_rope_scaling(&self) -> Option<HfRopeScaling> {
@@ -594,19 +579,6 @@ pub trait Family: Sync {
     /// reads its legacy `su` and `yarn` as LongRoPE).
     fn rope_type<'a>(&self, kind: &'a str) -> &'a str {
         kind
-    }
-
-    /// The top-level `original_max_position_embeddings` the config class takes where a config
-    /// leaves it out, which LongRoPE then reads over its own (Phi-3's 4096); `None` where the
-    /// class has no such key.
-    fn original_positions_by_default(&self) -> Option<usize> {
-        None
-    }
-
-    /// Keys of Llama's `config.json` that the family's config class refuses (Falcon's
-    /// `head_dim` is a read-only property), left out of a saved copy.
-    fn hf_keys_refused(&self) -> &'static [&'static str] {
-        &[]
     }
 
     /// The `config.json` keys a saved copy needs beyond Llama's, from the resolved config.
@@ -650,11 +622,11 @@ mod tests {
 
     #[test]
     fn every_family_is_found_by_each_of_its_names() {
-        for arch in Architecture::ALL {
-            let family = arch.family();
-            assert_eq!(Architecture::from_hf_name(family.hf_class()), Some(arch));
-            assert_eq!(Architecture::from_hf_name(family.model_type()), Some(arch));
-            if let Some(gguf) = family.gguf_arch() {
+        for &arch in Architecture::ALL {
+            let row = arch.row();
+            assert_eq!(Architecture::from_hf_name(row.hf_class), Some(arch));
+            assert_eq!(Architecture::from_hf_name(row.model_type), Some(arch));
+            if let Some(gguf) = row.gguf_arch {
                 assert_eq!(Architecture::from_gguf_arch(gguf), Some(arch));
             }
         }
@@ -663,9 +635,9 @@ mod tests {
         assert_eq!(
             Architecture::supported_gguf_archs(),
             "llama, qwen2, qwen3, phi3, gemma2, gemma3, gptneox, bloom, falcon, gemma, phi2, \
-             stablelm, olmo2, smollm3, granite, glm4, command-r, cohere2, olmo, qwen3moe, olmoe, \
-             qwen2moe, starcoder2, nemotron, gpt2, starcoder, arcee, exaone4, ernie4_5, gpt-oss, \
-             granitemoe"
+             stablelm, olmo2, smollm3, granite, granitemoe, glm4, command-r, cohere2, olmo, \
+             qwen3moe, olmoe, qwen2moe, starcoder2, nemotron, gpt2, arcee, exaone4, ernie4_5, \
+             starcoder, gpt-oss"
         );
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family, GgufMetadata};
+use super::{ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `NemotronForCausalLM`.
@@ -19,28 +19,19 @@ pub struct Nemotron;
 /// `NemotronConfig`'s share of rotated dimensions when a config names none.
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.5;
 
+/// `NemotronForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults::positions(4096),
+    // llama.cpp's `nemotron` (its norms stored as `1 + w`, the rotated part of a head as
+    // `rope.dimension_count`).
+    gguf_arch: Some("nemotron"),
+    ..FamilyRow::new("NemotronForCausalLM", "nemotron", &Nemotron)
+};
+
 impl Family for Nemotron {
     /// llama.cpp writes the rotated dimensions of the heads, not their width.
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "NemotronForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "nemotron"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(4096)
-    }
-
-    /// llama.cpp's `nemotron` (its norms stored as `1 + w`, the rotated part of a head as
-    /// `rope.dimension_count`).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("nemotron")
     }
 
     /// `norm_eps` (read as `layer_norm_eps`), default 1e-5.
@@ -51,7 +42,7 @@ impl Family for Nemotron {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let activation = super::relu2_activation(hf, "Nemotron")?;
         let rotary_dim = super::partial_rotary(
-            self,
+            &ROW,
             hf,
             hf.partial_rotary_factor,
             "partial_rotary_factor",

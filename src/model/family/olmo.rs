@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{positive_number, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `OlmoForCausalLM`.
@@ -17,22 +17,18 @@ pub struct Olmo;
 /// `OlmoLayerNorm`'s epsilon, fixed in its code.
 const NORM_EPS: f64 = 1e-5;
 
+/// `OlmoForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // llama.cpp's `olmo` (OLMo 1), its q/k rows permuted for interleaved RoPE.
+    gguf_arch: Some("olmo"),
+    gguf_interleaves_qk: true,
+    ..FamilyRow::new("OlmoForCausalLM", "olmo", &Olmo)
+};
+
 impl Family for Olmo {
-    fn hf_class(&self) -> &'static str {
-        "OlmoForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "olmo"
-    }
-
-    /// llama.cpp's `olmo` (OLMo 1), its q/k rows permuted for interleaved RoPE.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("olmo")
-    }
-
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
+    /// llama.cpp's clamp of q, k and v (`clip_qkv`).
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.set_own_key("clip_qkv", meta.f64("attention.clamp_kqv"));
     }
 
     fn norm_eps(&self, _hf: &HfLlamaConfig) -> f64 {
@@ -46,7 +42,7 @@ impl Family for Olmo {
             layer_norm_without_bias: true,
             norms_without_gains: true,
             clip_qkv: hf
-                .clip_qkv
+                .own_key("clip_qkv")?
                 .map(|c| positive_number("clip_qkv", c))
                 .transpose()?,
             ..DecoderExtras::default()

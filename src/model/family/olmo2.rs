@@ -7,26 +7,20 @@
 //!   `[kv_heads · head_dim]`), after the projections and before RoPE;
 //! - an untied head.
 
-use super::Family;
+use super::{Family, FamilyRow};
 use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig};
 
 /// `Olmo2ForCausalLM`.
 pub struct Olmo2;
 
+/// `Olmo2ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // llama.cpp's `olmo2`, q/k rows as transformers has them (no permutation).
+    gguf_arch: Some("olmo2"),
+    ..FamilyRow::new("Olmo2ForCausalLM", "olmo2", &Olmo2)
+};
+
 impl Family for Olmo2 {
-    fn hf_class(&self) -> &'static str {
-        "Olmo2ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "olmo2"
-    }
-
-    /// llama.cpp's `olmo2`, q/k rows as transformers has them (no permutation).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("olmo2")
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }

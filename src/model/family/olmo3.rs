@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{Family, FamilyRow};
 use crate::model::arch::{
     invalid, ConfigError, DecoderExtras, HfLlamaConfig, HfRopeScaling, LlamaConfig, LocalAttention,
 };
@@ -23,20 +23,14 @@ const DEFAULT_THETA: f64 = 500_000.0;
 /// Without `layer_types`, every fourth layer attends in full (`Olmo3Config`).
 const GLOBAL_EVERY: usize = 4;
 
+/// `Olmo3ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // `Olmo3Config.default_theta`.
+    default_rope_theta: DEFAULT_THETA,
+    ..FamilyRow::new("Olmo3ForCausalLM", "olmo3", &Olmo3)
+};
+
 impl Family for Olmo3 {
-    fn hf_class(&self) -> &'static str {
-        "Olmo3ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "olmo3"
-    }
-
-    /// `Olmo3Config.default_theta`.
-    fn default_rope_theta(&self) -> f64 {
-        DEFAULT_THETA
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
     }

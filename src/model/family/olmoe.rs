@@ -7,28 +7,24 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::Experts;
 use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `OlmoeForCausalLM`.
 pub struct Olmoe;
 
+/// `OlmoeForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults::positions(4096),
+    gguf_arch: Some("olmoe"),
+    ..FamilyRow::new("OlmoeForCausalLM", "olmoe", &Olmoe)
+};
+
 impl Family for Olmoe {
-    fn hf_class(&self) -> &'static str {
-        "OlmoeForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "olmoe"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(4096)
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("olmoe")
+    /// llama.cpp's clamp of q, k and v (`clip_qkv`).
+    fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
+        hf.set_own_key("clip_qkv", meta.f64("attention.clamp_kqv"));
     }
 
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
@@ -42,7 +38,7 @@ impl Family for Olmoe {
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         super::refuse_all_but_silu(hf, "OLMoE")?;
         // OLMoE clamps after its q/k norms; the decoder clamps before them (OLMo 1's order).
-        if hf.clip_qkv.is_some() {
+        if hf.own_key::<f64>("clip_qkv")?.is_some() {
             return Err(invalid(
                 "clip_qkv",
                 "is set: OLMoE clamps after its q/k norms, which is not run; it must be null"

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Family;
+use super::{Family, FamilyRow};
 use crate::model::arch::{
     invalid, Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig,
 };
@@ -34,15 +34,13 @@ const LAYER_NAMES: [(&str, &str); 8] = [
     ("post_attention_layernorm", "final_layer_norm"),
 ];
 
+/// `OPTForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    ties_embeddings: true,
+    ..FamilyRow::new("OPTForCausalLM", "opt", &Opt)
+};
+
 impl Family for Opt {
-    fn hf_class(&self) -> &'static str {
-        "OPTForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "opt"
-    }
-
     fn attention_biases(&self, hf: &HfLlamaConfig) -> super::AttentionBiases {
         let bias = hf.opt.enable_bias.unwrap_or(true);
         super::AttentionBiases { qkv: bias, o: bias }
@@ -51,10 +49,6 @@ impl Family for Opt {
     /// PyTorch's `nn.LayerNorm` default; OPT's configs do not set it.
     fn norm_eps(&self, _hf: &HfLlamaConfig) -> f64 {
         1e-5
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {

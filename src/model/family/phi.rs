@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, Family, GgufMetadata};
+use super::{AttentionBiases, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `PhiForCausalLM`.
@@ -36,23 +36,17 @@ const LAYER_NAMES: [(&str, &str); 8] = [
 /// transformers' share of rotated dimensions when a config names none (`PhiConfig`).
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.5;
 
+/// `PhiForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // llama.cpp's `phi2` (Phi-1, Phi-1.5, Phi-2): q, k and v apart, or stacked in the first files.
+    gguf_arch: Some("phi2"),
+    ..FamilyRow::new("PhiForCausalLM", "phi", &Phi)
+};
+
 impl Family for Phi {
     /// llama.cpp writes the rotated dimensions of the heads, not their width.
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "PhiForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "phi"
-    }
-
-    /// llama.cpp's `phi2` (Phi-1, Phi-1.5, Phi-2): q, k and v apart, or stacked in the first files.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("phi2")
     }
 
     /// Every linear carries a bias.
@@ -80,7 +74,7 @@ impl Family for Phi {
         super::refuse_qk_layernorm(hf, "Phi")?;
         super::refuse_tied_biased_head(hf, "Phi")?;
         let rotary_dim = super::partial_rotary(
-            self,
+            &ROW,
             hf,
             hf.partial_rotary_factor,
             "partial_rotary_factor",

@@ -12,12 +12,34 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family, GgufMetadata};
+use super::{ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::FusedLinear;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Phi3ForCausalLM`.
 pub struct Phi3;
+
+/// `Phi3ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    // `Phi3Config`'s `original_max_position_embeddings`, which LongRoPE reads over
+    // `rope_scaling`'s.
+    original_positions: Some(4096),
+    class_defaults: ClassDefaults::positions(4096),
+    gguf_arch: Some("phi3"),
+    fused_linears: &[
+        FusedLinear {
+            fused: "self_attn.qkv_proj",
+            parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+            per_kv_head: false,
+        },
+        FusedLinear {
+            fused: "mlp.gate_up_proj",
+            parts: &["mlp.gate_proj", "mlp.up_proj"],
+            per_kv_head: false,
+        },
+    ],
+    ..FamilyRow::new("Phi3ForCausalLM", "phi3", &Phi3)
+};
 
 impl Family for Phi3 {
     /// llama.cpp writes the rotated dimensions of the heads, not their width.
@@ -25,30 +47,8 @@ impl Family for Phi3 {
         hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
     }
 
-    fn hf_class(&self) -> &'static str {
-        "Phi3ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "phi3"
-    }
-
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.rms_norm_eps.unwrap_or(1e-5)
-    }
-
-    /// `Phi3Config`'s `original_max_position_embeddings`, which LongRoPE reads over
-    /// `rope_scaling`'s.
-    fn original_positions_by_default(&self) -> Option<usize> {
-        Some(4096)
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults::positions(4096)
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("phi3")
     }
 
     fn sliding_window(&self, hf: &HfLlamaConfig) -> Option<usize> {
@@ -66,7 +66,7 @@ impl Family for Phi3 {
         super::refuse_all_but_silu(hf, "Phi-3")?;
         Ok(DecoderExtras {
             rotary_dim: super::partial_rotary(
-                self,
+                &ROW,
                 hf,
                 hf.partial_rotary_factor,
                 "partial_rotary_factor",
@@ -80,20 +80,6 @@ impl Family for Phi3 {
         BTreeMap::from([("partial_rotary_factor", config.rotary_factor().into())])
     }
 
-    fn fused_linears(&self) -> &'static [FusedLinear] {
-        &[
-            FusedLinear {
-                fused: "self_attn.qkv_proj",
-                parts: &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-                per_kv_head: false,
-            },
-            FusedLinear {
-                fused: "mlp.gate_up_proj",
-                parts: &["mlp.gate_proj", "mlp.up_proj"],
-                per_kv_head: false,
-            },
-        ]
-    }
 }
 
 #[cfg(test)]

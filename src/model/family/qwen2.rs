@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{
     positive, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -16,27 +16,18 @@ pub struct Qwen2;
 /// `Qwen2Config.max_window_layers` (and Qwen3's) when a config names none.
 const DEFAULT_MAX_WINDOW_LAYERS: usize = 28;
 
+/// `Qwen2ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(32),
+        head_dim: None,
+        max_positions: 32_768,
+    },
+    gguf_arch: Some("qwen2"),
+    ..FamilyRow::new("Qwen2ForCausalLM", "qwen2", &Qwen2)
+};
+
 impl Family for Qwen2 {
-    fn hf_class(&self) -> &'static str {
-        "Qwen2ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "qwen2"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(32),
-            head_dim: None,
-            max_positions: 32_768,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("qwen2")
-    }
-
     fn attention_biases(&self, _hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
             qkv: true,

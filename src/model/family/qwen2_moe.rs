@@ -11,34 +11,25 @@ use std::collections::BTreeMap;
 
 use super::qwen2::{qwen_extras, qwen_hf_keys};
 use super::qwen3_moe::refuse_dense_layers;
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::Experts;
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen2MoeForCausalLM`.
 pub struct Qwen2Moe;
 
+/// `Qwen2MoeForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(16),
+        head_dim: None,
+        max_positions: 32_768,
+    },
+    gguf_arch: Some("qwen2moe"),
+    ..FamilyRow::new("Qwen2MoeForCausalLM", "qwen2_moe", &Qwen2Moe)
+};
+
 impl Family for Qwen2Moe {
-    fn hf_class(&self) -> &'static str {
-        "Qwen2MoeForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "qwen2_moe"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(16),
-            head_dim: None,
-            max_positions: 32_768,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("qwen2moe")
-    }
-
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         AttentionBiases {
             qkv: hf.qkv_bias.unwrap_or(true),

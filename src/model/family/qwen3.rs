@@ -6,33 +6,24 @@
 use std::collections::BTreeMap;
 
 use super::qwen2::{qwen_extras, qwen_hf_keys};
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen3ForCausalLM`.
 pub struct Qwen3;
 
+/// `Qwen3ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(32),
+        head_dim: Some(128),
+        max_positions: 32_768,
+    },
+    gguf_arch: Some("qwen3"),
+    ..FamilyRow::new("Qwen3ForCausalLM", "qwen3", &Qwen3)
+};
+
 impl Family for Qwen3 {
-    fn hf_class(&self) -> &'static str {
-        "Qwen3ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "qwen3"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(32),
-            head_dim: Some(128),
-            max_positions: 32_768,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("qwen3")
-    }
-
     fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {
         true
     }

@@ -8,37 +8,28 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family, GgufMetadata};
+use super::{ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::Experts;
 use crate::model::arch::{invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Qwen3MoeForCausalLM`.
 pub struct Qwen3Moe;
 
+/// `Qwen3MoeForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(4),
+        head_dim: None,
+        max_positions: 32_768,
+    },
+    gguf_arch: Some("qwen3moe"),
+    ..FamilyRow::new("Qwen3MoeForCausalLM", "qwen3_moe", &Qwen3Moe)
+};
+
 impl Family for Qwen3Moe {
     /// llama.cpp's graph renormalises the chosen experts' weights where the file does not say.
     fn read_gguf(&self, _meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         hf.experts.norm_topk_prob.get_or_insert(true);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "Qwen3MoeForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "qwen3_moe"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(4),
-            head_dim: None,
-            max_positions: 32_768,
-        }
-    }
-
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("qwen3moe")
     }
 
     fn qk_norm(&self, _hf: &HfLlamaConfig) -> bool {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::model::arch::*;
 
-use super::Family;
+use super::FamilyRow;
 
 impl HfLlamaConfig {
     /// Reads and parses `config.json`.
@@ -75,9 +75,10 @@ impl HfLlamaConfig {
                 supported: Architecture::supported_hf_classes(),
             }
         })?;
-        let family = architecture.family();
+        let row = architecture.row();
+        let family = row.hooks;
         let num_heads = self.num_attention_heads;
-        let defaults = family.class_defaults();
+        let defaults = row.class_defaults;
         let num_kv_heads = family
             .key_value_heads(self)
             .or(defaults.key_value_heads)
@@ -100,7 +101,7 @@ impl HfLlamaConfig {
         // The family's own checks first: they name its keys (DeepSeek's head width is the sum
         // of two of them).
         let extras = family.extras(self)?;
-        let head_dim = match crate::model::family::given_head_dim(family, self) {
+        let head_dim = match crate::model::family::given_head_dim(row, self) {
             Some(d) => d,
             None => {
                 if !self.hidden_size.is_multiple_of(num_heads) {
@@ -119,13 +120,12 @@ impl HfLlamaConfig {
                 format!("must be even and positive, got {head_dim}"),
             ));
         }
-        let rope_theta =
-            positive_number("rope_theta", self.rope_base(family.default_rope_theta()))?;
+        let rope_theta = positive_number("rope_theta", self.rope_base(row.default_rope_theta))?;
         let rms_norm_eps = positive_number("rms_norm_eps", family.norm_eps(self))?;
         let default_scaling = family.default_rope_scaling();
         let rope_scaling = match self.given_rope_scaling().or(default_scaling.as_ref()) {
             None => RopeScaling::None,
-            Some(s) => resolve_rope_scaling(s, self, family)?,
+            Some(s) => resolve_rope_scaling(s, self, row)?,
         };
         let biases = family.attention_biases(self);
         if let RopeScaling::LongRope {
@@ -199,9 +199,7 @@ impl HfLlamaConfig {
                 .max_position_embeddings
                 .unwrap_or(defaults.max_positions),
             vocab_size: self.vocab_size,
-            tie_word_embeddings: self
-                .tie_word_embeddings
-                .unwrap_or(family.ties_embeddings_by_default()),
+            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(row.ties_embeddings),
             qkv_bias: biases.qkv,
             o_bias: biases.o,
             sliding_window: family.sliding_window(self),
@@ -213,13 +211,13 @@ impl HfLlamaConfig {
     }
 }
 
-/// The scaling `rope_scaling` (or `rope_parameters`) of `hf`, a config of `family`, describes.
+/// The scaling `rope_scaling` (or `rope_parameters`) of `hf`, a config of the family of `row`, describes.
 pub(crate) fn resolve_rope_scaling(
     s: &HfRopeScaling,
     hf: &HfLlamaConfig,
-    family: &dyn Family,
+    row: &FamilyRow,
 ) -> Result<RopeScaling, ConfigError> {
-    let kind = family.rope_type(s.type_name().unwrap_or("default"));
+    let kind = row.hooks.rope_type(s.type_name().unwrap_or("default"));
     let factor = || {
         s.factor
             .filter(|f| f.is_finite() && *f > 0.0)
@@ -277,7 +275,7 @@ pub(crate) fn resolve_rope_scaling(
                 truncate: s.truncate.unwrap_or(true),
             })
         }
-        "longrope" => resolve_long_rope(s, hf, family),
+        "longrope" => resolve_long_rope(s, hf, row),
         other => Err(invalid(
             "rope_scaling.rope_type",
             format!(
@@ -295,11 +293,11 @@ pub(crate) fn resolve_rope_scaling(
 fn resolve_long_rope(
     s: &HfRopeScaling,
     hf: &HfLlamaConfig,
-    family: &dyn Family,
+    row: &FamilyRow,
 ) -> Result<RopeScaling, ConfigError> {
     let original = hf
         .original_max_position_embeddings
-        .or(family.original_positions_by_default())
+        .or(row.original_positions)
         .or(s.original_max_position_embeddings)
         .filter(|&o| o > 1)
         .ok_or_else(|| {
@@ -314,7 +312,7 @@ fn resolve_long_rope(
         None => {
             let positions = hf
                 .max_position_embeddings
-                .unwrap_or(family.class_defaults().max_positions);
+                .unwrap_or(row.class_defaults.max_positions);
             positions as f64 / original as f64
         }
     };

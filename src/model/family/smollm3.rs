@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ClassDefaults, Family};
+use super::{ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{
     invalid, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig, LocalAttention,
 };
@@ -14,43 +14,25 @@ use crate::model::arch::{
 /// `SmolLM3ForCausalLM`.
 pub struct SmolLm3;
 
+/// `SmolLM3ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(4),
+        head_dim: None,
+        max_positions: 32_768,
+    },
+    // llama.cpp's `smollm3`, which fixes the NoPE layers at every fourth (the released
+    // models' `no_rope_layer_interval`), as this reads a config without `no_rope_layers`.
+    gguf_arch: Some("smollm3"),
+    // llama.cpp's converter permutes SmolLM3's q/k rows as Llama's.
+    gguf_interleaves_qk: true,
+    // `SmolLM3Config.default_theta`.
+    default_rope_theta: 2_000_000.0,
+    ties_embeddings: true,
+    ..FamilyRow::new("SmolLM3ForCausalLM", "smollm3", &SmolLm3)
+};
+
 impl Family for SmolLm3 {
-    fn hf_class(&self) -> &'static str {
-        "SmolLM3ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "smollm3"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(4),
-            head_dim: None,
-            max_positions: 32_768,
-        }
-    }
-
-    /// llama.cpp's `smollm3`, which fixes the NoPE layers at every fourth (the released
-    /// models' `no_rope_layer_interval`), as this reads a config without `no_rope_layers`.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("smollm3")
-    }
-
-    /// llama.cpp's converter permutes SmolLM3's q/k rows as Llama's.
-    fn gguf_interleaves_qk(&self) -> bool {
-        true
-    }
-
-    /// `SmolLM3Config.default_theta`.
-    fn default_rope_theta(&self) -> f64 {
-        2_000_000.0
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
-    }
-
     fn extras(&self, hf: &HfLlamaConfig) -> Result<DecoderExtras, ConfigError> {
         let nope = nope_layers(hf)?;
         Ok(DecoderExtras {

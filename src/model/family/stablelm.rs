@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family, GgufMetadata};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow, GgufMetadata};
 use crate::model::arch::{ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `StableLmForCausalLM`.
@@ -22,31 +22,22 @@ pub struct StableLm;
 /// transformers' share of rotated dimensions when a config names none (`StableLmConfig`).
 const DEFAULT_PARTIAL_ROTARY_FACTOR: f64 = 0.25;
 
+/// `StableLmForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(32),
+        head_dim: None,
+        max_positions: 4096,
+    },
+    // llama.cpp's `stablelm`.
+    gguf_arch: Some("stablelm"),
+    ..FamilyRow::new("StableLmForCausalLM", "stablelm", &StableLm)
+};
+
 impl Family for StableLm {
     /// llama.cpp writes the rotated dimensions of the heads, not their width.
     fn read_gguf(&self, meta: &dyn GgufMetadata, hf: &mut HfLlamaConfig) {
         hf.partial_rotary_factor = super::gguf_metadata::rotated_share(meta, hf);
-    }
-
-    fn hf_class(&self) -> &'static str {
-        "StableLmForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "stablelm"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(32),
-            head_dim: None,
-            max_positions: 4096,
-        }
-    }
-
-    /// llama.cpp's `stablelm`.
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("stablelm")
     }
 
     /// q/k/v biases where `use_qkv_bias` says (default false); the output projection never.
@@ -73,7 +64,7 @@ impl Family for StableLm {
         super::refuse_all_but_silu(hf, "StableLM")?;
         super::refuse_qk_layernorm(hf, "StableLM")?;
         let rotary_dim = super::partial_rotary(
-            self,
+            &ROW,
             hf,
             hf.partial_rotary_factor,
             "partial_rotary_factor",

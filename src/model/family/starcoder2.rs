@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AttentionBiases, ClassDefaults, Family};
+use super::{AttentionBiases, ClassDefaults, Family, FamilyRow};
 use crate::model::arch::{Activation, ConfigError, DecoderExtras, HfLlamaConfig, LlamaConfig};
 
 /// `Starcoder2ForCausalLM`.
@@ -26,28 +26,20 @@ impl Starcoder2 {
     }
 }
 
+/// `Starcoder2ForCausalLM`'s row.
+pub const ROW: FamilyRow = FamilyRow {
+    class_defaults: ClassDefaults {
+        key_value_heads: Some(2),
+        head_dim: None,
+        max_positions: 4096,
+    },
+    // llama.cpp's `starcoder2` (its graph attends in full: no window in the file).
+    gguf_arch: Some("starcoder2"),
+    ties_embeddings: true,
+    ..FamilyRow::new("Starcoder2ForCausalLM", "starcoder2", &Starcoder2)
+};
+
 impl Family for Starcoder2 {
-    fn hf_class(&self) -> &'static str {
-        "Starcoder2ForCausalLM"
-    }
-
-    fn model_type(&self) -> &'static str {
-        "starcoder2"
-    }
-
-    fn class_defaults(&self) -> ClassDefaults {
-        ClassDefaults {
-            key_value_heads: Some(2),
-            head_dim: None,
-            max_positions: 4096,
-        }
-    }
-
-    /// llama.cpp's `starcoder2` (its graph attends in full: no window in the file).
-    fn gguf_arch(&self) -> Option<&'static str> {
-        Some("starcoder2")
-    }
-
     /// q, k, v and the output projection carry biases where `use_bias` says (default true).
     fn attention_biases(&self, hf: &HfLlamaConfig) -> AttentionBiases {
         let bias = Self::bias(hf);
@@ -57,10 +49,6 @@ impl Family for Starcoder2 {
     /// `norm_epsilon` (read as `layer_norm_eps`), default 1e-5.
     fn norm_eps(&self, hf: &HfLlamaConfig) -> f64 {
         hf.layer_norm_eps.unwrap_or(1e-5)
-    }
-
-    fn ties_embeddings_by_default(&self) -> bool {
-        true
     }
 
     fn checkpoint_name(&self, _config: &LlamaConfig, name: &str) -> Option<String> {

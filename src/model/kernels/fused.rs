@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use super::vecmath;
 use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
 use crate::model::arch::rope;
-use crate::model::arch::{Activation, AttentionSettings, LogitScale};
+use crate::model::arch::{Activation, AttentionSettings, LogitScale, Residual};
 
 mod attention;
 mod head;
@@ -115,10 +115,8 @@ struct LayerRef<'a> {
     output_norms: Option<[&'a [f32]; 2]>,
     /// The MLP gate's activation.
     activation: Activation,
-    /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
-    parallel_residual: bool,
-    /// The factor of the attention and MLP outputs before each residual add (Granite).
-    residual_scale: Option<f32>,
+    /// How the attention and MLP outputs join the residual stream (GPT-NeoX, Granite).
+    residual: Residual,
 }
 
 /// Shapes shared by every layer.
@@ -276,7 +274,7 @@ fn layer_forward(
     observe(LinearInput::AttnOut, attn, q_width);
     // With a parallel residual the MLP reads the layer's input too: the attention's output
     // waits beside it, added with the MLP's at the end.
-    let attn_out = if layer.parallel_residual {
+    let attn_out = if layer.residual.parallel {
         let attn_out = sized(&mut scratch.attn_out, rows * hidden);
         layer.o.apply(attn, rows, attn_out, false);
         Some(attn_out)
@@ -289,7 +287,7 @@ fn layer_forward(
             OutputScale {
                 norm: layer.output_norms.map(|[a, _]| a),
                 eps: d.eps,
-                factor: layer.residual_scale,
+                factor: layer.residual.scale,
             },
         );
         None
@@ -330,7 +328,7 @@ fn layer_forward(
         // `normed` is free: it takes the MLP's output. Summed in transformers' order,
         // `mlp_output + attn_output + hidden_states`.
         layer.down.apply(gate, rows, normed, false);
-        let f = layer.residual_scale.unwrap_or(1.0);
+        let f = layer.residual.scale.unwrap_or(1.0);
         x.par_iter_mut()
             .zip(normed.par_iter())
             .zip(attn_out.par_iter())
@@ -345,7 +343,7 @@ fn layer_forward(
             OutputScale {
                 norm: layer.output_norms.map(|[_, m]| m),
                 eps: d.eps,
-                factor: layer.residual_scale,
+                factor: layer.residual.scale,
             },
         );
     }

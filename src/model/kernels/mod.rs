@@ -45,7 +45,7 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 
-use crate::model::arch::{Activation, AttentionSettings, LogitScale};
+use crate::model::arch::{Activation, AttentionSettings, LogitScale, Residual};
 
 pub use fused::{product_kernel_name, ATTENTION_ROWS, HEAD_ROWS};
 
@@ -233,10 +233,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub output_norms: Option<[NormWeights<'a, B>; 2]>,
     /// The MLP gate's activation.
     pub activation: Activation,
-    /// Attention and MLP both read the layer's input and are added to it together (GPT-NeoX).
-    pub parallel_residual: bool,
-    /// The factor of the attention and MLP outputs before each residual add (Granite).
-    pub residual_scale: Option<f32>,
+    /// How the attention and MLP outputs join the residual stream: the decoder's own.
+    pub residual: Residual,
     /// Heads, window, scale, soft-cap, rotation and bias: the decoder's own description.
     pub attention: &'a AttentionSettings,
 }

@@ -325,8 +325,6 @@ fn family_keys(
             attention_multiplier: file.get_f64(&key("attention.scale")),
             logits_scaling: file.get_f64(&key("logit_scale")),
         },
-        logit_scale: file.get_f64(&key("logit_scale")),
-        clip_qkv: file.get_f64(&key("attention.clamp_kqv")),
         // Command R+'s: llama.cpp reads the norms where the file has them.
         use_qk_norm: present("blk.0.attn_q_norm.weight"),
         qkv_bias: qkv_biases,
@@ -680,9 +678,11 @@ impl GgufCheckpoint {
         else {
             return false;
         };
-        let family = self.config.architecture.family();
-        let Some(stack) = family
-            .fused_linears()
+        let Some(stack) = self
+            .config
+            .architecture
+            .row()
+            .fused_linears
             .iter()
             .find(|f| f.parts.contains(&module))
         else {
@@ -744,9 +744,11 @@ impl GgufCheckpoint {
     /// by key/value head: each kv head's query heads, key and value in turn (head by head
     /// where there are as many kv heads as query heads); a bias the same way.
     fn stacked_by_kv_head(&self, data: Vec<f32>, shape: &[usize]) -> Vec<f32> {
-        let family = self.config.architecture.family();
-        let Some(fused) = family
-            .fused_linears()
+        let Some(fused) = self
+            .config
+            .architecture
+            .row()
+            .fused_linears
             .iter()
             .find(|f| f.per_kv_head && f.fused == "self_attn.qkv_proj")
         else {
@@ -825,7 +827,7 @@ impl WeightSource for GgufCheckpoint {
             false => data,
         };
         let data = match heads {
-            Some(heads) if self.config.architecture.family().gguf_interleaves_qk() => {
+            Some(heads) if self.config.architecture.row().gguf_interleaves_qk => {
                 let cols = if shape.len() == 2 { shape[1] } else { 1 };
                 unpermute_rows(&data, heads, cols)
             }

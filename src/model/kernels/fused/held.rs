@@ -11,7 +11,7 @@ use super::{
     contiguous, Dims, HeadNormRef, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef,
     LogitScale, Nd, NormRef, NormWeights,
 };
-use crate::model::arch::{Activation, AttentionSettings};
+use crate::model::arch::{Activation, AttentionSettings, Residual};
 
 /// The primitives of a model's weights, held while their slices are borrowed.
 pub(super) struct Held {
@@ -136,8 +136,7 @@ pub(super) struct HeldLayer<'m> {
     output_norms: Option<[usize; 2]>,
     attention: &'m AttentionSettings,
     activation: Activation,
-    parallel_residual: bool,
-    residual_scale: Option<f32>,
+    residual: Residual,
 }
 
 /// `None` for a layer these kernels do not run: q/k norms neither RMSNorms nor Cohere's,
@@ -146,7 +145,7 @@ pub(super) fn hold_layer<'m>(
     held: &mut Held,
     layer: &LayerWeights<'m, Nd>,
 ) -> Option<HeldLayer<'m>> {
-    if layer.parallel_residual && layer.output_norms.is_some() {
+    if layer.residual.parallel && layer.output_norms.is_some() {
         return None;
     }
     let output_norms = match &layer.output_norms {
@@ -174,8 +173,7 @@ pub(super) fn hold_layer<'m>(
         output_norms,
         attention: layer.attention,
         activation: layer.activation,
-        parallel_residual: layer.parallel_residual,
-        residual_scale: layer.residual_scale,
+        residual: layer.residual,
     })
 }
 
@@ -213,8 +211,7 @@ pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRe
         },
         attention: l.attention,
         activation: l.activation,
-        parallel_residual: l.parallel_residual,
-        residual_scale: l.residual_scale,
+        residual: l.residual,
     })
 }
 
