@@ -12,6 +12,7 @@ mod plan;
 mod plot;
 mod progress;
 mod prune;
+mod report;
 mod rerun;
 mod run;
 mod schema;
@@ -69,6 +70,9 @@ pub enum Command {
     Table(table::TableArgs),
     /// Metric-vs-sparsity curves per method as an SVG, from the run.json files of a folder.
     Plot(plot::PlotArgs),
+    /// One self-contained HTML page of a results folder: tables, plots and every cell's recipe,
+    /// provenance, memory and per-layer sparsity.
+    Report(report::ReportArgs),
     /// Re-execute exactly the cell a run.json describes and compare its perplexity.
     Rerun(rerun::RerunArgs),
     /// The expanded cells (index, stable id, resolved config, result path) as a manifest.
@@ -115,6 +119,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Devices(args) => devices::run(args),
         Command::Table(args) => table::run(args),
         Command::Plot(args) => plot::run(args),
+        Command::Report(args) => report::run(args),
         Command::Rerun(args) => rerun::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Submit(args) => submit::run(args),

@@ -1,4 +1,6 @@
-//! Reports from a results folder: paper-style tables and metric-vs-sparsity plots.
+//! Reports from a results folder: paper-style tables, metric-vs-sparsity plots and a
+//! self-contained HTML page of the whole folder.
 
+pub mod html;
 pub mod plot;
 pub mod table;

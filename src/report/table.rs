@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::pipeline::record::RunRecord;
+use crate::pipeline::record::{RunRecord, RECORD_FILE};
 
 /// What to tabulate.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,12 +40,9 @@ pub struct Skipped {
 
 /// Every `run.json` below `dir` (sorted by path), and those that could not be read.
 pub fn read_records(dir: &Path) -> (Vec<(PathBuf, RunRecord)>, Vec<Skipped>) {
-    let mut files = Vec::new();
-    collect(dir, &mut files);
-    files.sort();
     let mut records = Vec::new();
     let mut skipped = Vec::new();
-    for path in files {
+    for path in files_named(dir, RECORD_FILE) {
         match RunRecord::read(&path) {
             Ok(r) => records.push((path, r)),
             Err(e) => skipped.push(Skipped {
@@ -57,15 +54,23 @@ pub fn read_records(dir: &Path) -> (Vec<(PathBuf, RunRecord)>, Vec<Skipped>) {
     (records, skipped)
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file called `name` below `dir`, sorted by path.
+pub(crate) fn files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    collect(dir, name, &mut files);
+    files.sort();
+    files
+}
+
+fn collect(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            collect(&path, out);
-        } else if path.file_name().is_some_and(|n| n == "run.json") {
+            collect(&path, name, out);
+        } else if path.file_name().is_some_and(|n| n == name) {
             out.push(path);
         }
     }
@@ -300,7 +305,8 @@ fn prune_options(r: &RunRecord) -> Option<&serde_json::Value> {
         .find(|s| s["kind"] == "prune")
 }
 
-fn is_dense(r: &RunRecord) -> bool {
+/// Whether `r` pruned nothing (no prune stage, or unstructured at 0 %): the table's dense row.
+pub(crate) fn is_dense(r: &RunRecord) -> bool {
     match prune_options(r) {
         None => true,
         Some(p) => p["pattern"] == "unstructured" && p["sparsity"].as_f64() == Some(0.0),

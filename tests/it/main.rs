@@ -19,6 +19,7 @@ mod pool_replay;
 mod prune;
 mod prune_methods;
 mod queue_cli;
+mod report;
 mod run_cli;
 mod secrets;
 mod serve;
