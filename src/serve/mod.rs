@@ -10,7 +10,9 @@
 //! HTTP runs on a small tokio runtime; the model runs on the thread that called [`serve`], one
 //! request at a time, fed by a bounded queue: a request that finds it full gets a 503 at once.
 //! Bodies are limited in bytes and prompts per request, every prompt in tokens (the model's
-//! context); each mistake is a 400 (413 for a body too large) with OpenAI's error JSON. On
+//! context); each mistake is a 400 (413 for a body too large) with OpenAI's error JSON; an answer
+//! that leaves the request's body unread (413, an unknown endpoint) closes the connection and
+//! says so (`Connection: close`). On
 //! shutdown (SIGINT/SIGTERM for the CLI) the server stops accepting connections, answers what it
 //! has accepted, and returns.
 
@@ -26,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -221,13 +223,13 @@ fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get(|| async { "ok" }))
         .fallback(|| async {
-            ApiError {
+            closing(ApiError {
                 status: 404,
                 kind: "not_found_error",
                 message: "no such endpoint; this server has /v1/models, /v1/completions, \
                           /tokenize, /detokenize, /tokenizer_info and /health"
                     .into(),
-            }
+            })
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(shared)
@@ -240,12 +242,32 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The body, or the error a client sees (413 past the size limit).
-fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    read.map_err(|rejection| ApiError {
-        status: rejection.status().as_u16(),
-        kind: "invalid_request_error",
-        message: format!("the request body cannot be read: {}", rejection.body_text()),
+impl From<ApiError> for Response {
+    fn from(error: ApiError) -> Response {
+        error.into_response()
+    }
+}
+
+/// `error`'s answer with `Connection: close`, for a request whose body is left unread: the
+/// server then closes the connection, and says so, so that a client that pools connections
+/// sends its next request on a new one instead of the closed one.
+fn closing(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The body, or the error a client sees (413 past the size limit), which closes the
+/// connection ([`closing`]).
+fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+    read.map_err(|rejection| {
+        closing(ApiError {
+            status: rejection.status().as_u16(),
+            kind: "invalid_request_error",
+            message: format!("the request body cannot be read: {}", rejection.body_text()),
+        })
     })
 }
 
@@ -289,7 +311,7 @@ async fn models(State(shared): State<Arc<Shared>>) -> Json<Value> {
 async fn completions(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Response> {
     let request = CompletionRequest::parse(&body(read)?, shared.max_prompts)?;
     if let Some(model) = request.model.as_deref().filter(|m| *m != shared.name) {
         return Err(ApiError {
@@ -299,10 +321,11 @@ async fn completions(
                 "the model `{model}` does not exist here; this server has `{}`",
                 shared.name
             ),
-        });
+        }
+        .into());
     }
     let Done::Choices(choices) = submit(&shared, Work::Complete(request)).await? else {
-        return Err(shutting_down());
+        return Err(shutting_down().into());
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let created = SystemTime::now()
@@ -322,24 +345,22 @@ async fn tokenizer_info(State(shared): State<Arc<Shared>>) -> Json<Value> {
 }
 
 /// A JSON object body, or a 400.
-fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, ApiError> {
+fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Response> {
     let bytes = body(read)?;
     match serde_json::from_slice(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::invalid("the body must be a JSON object")),
-        Err(e) => Err(ApiError::invalid(format!(
-            "the body is not valid JSON: {e}"
-        ))),
+        Ok(_) => Err(ApiError::invalid("the body must be a JSON object").into()),
+        Err(e) => Err(ApiError::invalid(format!("the body is not valid JSON: {e}")).into()),
     }
 }
 
 async fn tokenize(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Response> {
     let fields = object(read)?;
     let Some(text) = fields.get("prompt").and_then(Value::as_str) else {
-        return Err(ApiError::invalid("`prompt` must be a string"));
+        return Err(ApiError::invalid("`prompt` must be a string").into());
     };
     let special = fields
         .get("add_special_tokens")
@@ -350,7 +371,7 @@ async fn tokenize(
         special,
     };
     let Done::Tokens(tokens) = submit(&shared, work).await? else {
-        return Err(shutting_down());
+        return Err(shutting_down().into());
     };
     Ok(Json(json!({
         "tokens": tokens, "count": tokens.len(), "max_model_len": shared.context,
@@ -360,7 +381,7 @@ async fn tokenize(
 async fn detokenize(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Response> {
     let fields = object(read)?;
     let ids: Option<Vec<u32>> = fields
         .get("tokens")
@@ -371,10 +392,10 @@ async fn detokenize(
                 .collect()
         });
     let Some(ids) = ids else {
-        return Err(ApiError::invalid("`tokens` must be a list of token ids"));
+        return Err(ApiError::invalid("`tokens` must be a list of token ids").into());
     };
     let Done::Text(prompt) = submit(&shared, Work::Detokenize(ids)).await? else {
-        return Err(shutting_down());
+        return Err(shutting_down().into());
     };
     Ok(Json(json!({ "prompt": prompt })))
 }

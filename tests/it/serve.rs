@@ -196,6 +196,79 @@ fn bad_requests_get_openai_errors_that_name_the_problem() {
     assert_eq!(status, 200);
 }
 
+/// The resident memory of process `pid` in bytes (Linux), `None` elsewhere.
+fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A client that pools its connections, as aiohttp and lm-eval's do: an answer that leaves the
+/// body unread says `Connection: close`, so the next request goes on a new connection; the
+/// soak sends thousands of good and oversized requests on one pool and every good one is
+/// answered, with the server's resident memory flat.
+#[test]
+fn a_pooling_client_is_told_when_a_connection_closes_and_every_good_request_is_answered() {
+    let (_dir, server) = tiny_server(&["--max-body", "2KiB"]);
+    let agent = ureq::AgentBuilder::new()
+        .max_idle_connections_per_host(8)
+        .build();
+    let send = |path: &str, body: &str| {
+        let response = agent
+            .post(&format!("{}{path}", server.url))
+            .set("Content-Type", "application/json")
+            .send_string(body);
+        let response = match response {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{path}: {e}"),
+        };
+        let connection = response.header("connection").map(str::to_string);
+        (
+            response.status(),
+            connection,
+            response.into_string().unwrap(),
+        )
+    };
+    // Past the 2 KiB limit, and small enough to lie in the socket buffers whole: a larger body
+    // meets the closed connection while it is still being sent (a broken pipe, not a 413).
+    let oversized = json!({"prompt": "the ".repeat(1500)}).to_string();
+    let good = r#"{"prompt": "a b c"}"#;
+    let (status, connection, _) = send("/v1/completions", &oversized);
+    assert_eq!((status, connection.as_deref()), (413, Some("close")));
+    let (status, connection, _) = send("/v1/nothing", good);
+    assert_eq!((status, connection.as_deref()), (404, Some("close")));
+    let (status, connection, _) = send("/tokenize", good);
+    assert_eq!(
+        (status, connection),
+        (200, None),
+        "a read body keeps the connection"
+    );
+    let soak = |requests: usize| {
+        for i in 0..requests {
+            if i % 5 == 0 {
+                assert_eq!(send("/tokenize", &oversized).0, 413);
+            } else {
+                let (status, _, answer) = send("/tokenize", good);
+                assert_eq!(status, 200, "request {i}: {answer}");
+            }
+        }
+    };
+    soak(500);
+    let pid = server.child.id();
+    let before = resident_bytes(pid);
+    soak(3000);
+    if let (Some(before), Some(after)) = (before, resident_bytes(pid)) {
+        let growth = after as f64 - before as f64;
+        eprintln!("serve resident: {before} B after 500 requests, {after} B after 3,500");
+        assert!(
+            growth < 16e6,
+            "resident memory grew {growth} B over 3,000 requests"
+        );
+    }
+}
+
 #[test]
 fn sixty_four_clients_at_once_all_get_their_answers() {
     let (_dir, server) = tiny_server(&["--queue", "64"]);
