@@ -235,7 +235,7 @@ fn a_real_browser_renders_the_plot_and_follows_a_cell_link() {
     );
     assert!(dom.contains("<title>smollm2-135m-sweep</title>"));
     assert!(
-        !stderr.contains("ERR_") && !stderr.contains("Uncaught"),
+        !stderr.contains("net::ERR_") && !stderr.contains("Uncaught"),
         "{stderr}"
     );
     // A cell link of the table leads to an element with that id holding the cell's details.

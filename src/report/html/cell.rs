@@ -26,6 +26,12 @@ pub(super) fn details(r: &RunRecord, path: &str, folder: &Path, anchor: &str) ->
     recipe(&mut html, r);
     provenance(&mut html, r, folder);
     html.push_str("<h4>Memory</h4>\n");
+    if r.memory.estimated_peak_bytes.is_none() {
+        html.push_str(
+            "<p class=\"note\">No memory estimate in this record (a pipeline with an \
+             <code>estimate</code> stage records one).</p>\n",
+        );
+    }
     html.push_str(&memory_chart(r).unwrap_or_else(|| {
         "<p class=\"note\">This record has no per-stage memory.</p>\n".to_string()
     }));

@@ -113,7 +113,7 @@ padding:0 1em;color:#222}h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;m
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.2em .6em}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}\
 a{color:#1f5fa6;text-decoration:none}a:hover{text-decoration:underline}\
-.note{color:#666;font-style:italic}svg{max-width:100%;height:auto}\
+.note{color:#666;font-style:italic}table.kv th{text-align:left}svg{max-width:100%;height:auto}\
 section.cell{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;margin:1em 0}\
 section.cell:target{border-color:#1f5fa6;box-shadow:0 0 0 3px #cfe0f5}\
 pre{background:#f7f7f7;padding:.5em;overflow:auto;font-size:85%}code{font-size:90%}\
@@ -123,6 +123,7 @@ pre{background:#f7f7f7;padding:.5em;overflow:auto;font-size:85%}code{font-size:9
 pub fn render(page: &Page) -> String {
     let records: Vec<RunRecord> = page.records.iter().map(|(_, r)| r.clone()).collect();
     let anchors = anchors(&page.records);
+    let order = cell_order(&page.records);
     let mut html = String::new();
     let _ = write!(
         html,
@@ -156,10 +157,11 @@ pub fn render(page: &Page) -> String {
     perplexity_section(&mut html, &records, &anchors, &page.title);
     zeroshot_section(&mut html, &records, &anchors);
     speed_section(&mut html, &records, &anchors);
-    cells_section(&mut html, page, &anchors);
+    cells_section(&mut html, page, &anchors, &order);
     failures_section(&mut html, page);
     html.push_str("<h2>Cell details</h2>\n");
-    for ((path, r), anchor) in page.records.iter().zip(&anchors) {
+    for &i in &order {
+        let ((path, r), anchor) = (&page.records[i], &anchors[i]);
         let folder = path.parent().unwrap_or(&page.dir);
         html.push_str(&cell::details(r, &page.shown(path), folder, anchor));
     }
@@ -251,8 +253,20 @@ fn table_html(table: &Table, decimals: usize, lookup: &Lookup, anchors: &[String
     out
 }
 
+/// A one-line note in place of a section without data; `` `x` `` becomes code.
 fn note(html: &mut String, text: &str) {
-    let _ = writeln!(html, "<p class=\"note\">{}</p>", esc(text));
+    let text: String = esc(text)
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{part}</code>")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect();
+    let _ = writeln!(html, "<p class=\"note\">{text}</p>");
 }
 
 /// The perplexity table (as `wanda table`) and the perplexity-vs-sparsity plot (log y).
@@ -381,15 +395,36 @@ fn speed_section(html: &mut String, records: &[RunRecord], anchors: &[String]) {
     }
 }
 
-/// Every cell in one list, each linked to its details.
-fn cells_section(html: &mut String, page: &Page, anchors: &[String]) {
+/// The records' indices by method, then unstructured ratios before N:M patterns, then sparsity.
+fn cell_order(records: &[(PathBuf, RunRecord)]) -> Vec<usize> {
+    let key = |r: &RunRecord| {
+        let prune = r.config["stages"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["kind"] == "prune"));
+        let pattern = prune.and_then(|p| p["pattern"].as_str()).unwrap_or("");
+        let sparsity = prune.and_then(|p| p["sparsity"].as_f64()).unwrap_or(0.0);
+        (
+            axis_label(r, "method").unwrap_or_default(),
+            pattern.contains(':'),
+            (sparsity * 1e6).round() as i64,
+            r.cell.label.clone(),
+        )
+    };
+    let mut order: Vec<usize> = (0..records.len()).collect();
+    order.sort_by_cached_key(|&i| key(&records[i].1));
+    order
+}
+
+/// Every cell in one list (in `order`), each linked to its details.
+fn cells_section(html: &mut String, page: &Page, anchors: &[String], order: &[usize]) {
     html.push_str(
         "<h2 id=\"cells\">Cells</h2>\n<table>\n<thead><tr><th>cell</th><th>method</th>\
          <th>sparsity</th><th>ppl</th><th>measured sparsity</th><th>total s</th>\
          <th>peak RSS</th></tr></thead>\n<tbody>\n",
     );
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("—".to_string(), f);
-    for ((_, r), anchor) in page.records.iter().zip(anchors) {
+    for &i in order {
+        let (r, anchor) = (&page.records[i].1, &anchors[i]);
         let _ = writeln!(
             html,
             "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
@@ -517,6 +552,13 @@ mod tests {
         );
         assert!(html.contains("<section class=\"cell\" id=\"cell-w5\">"));
         assert_eq!(html.matches("<section class=\"cell\"").count(), 4);
+        // Details by method, then sparsity: dense, magnitude, wanda 50 %, wanda 60 %.
+        let at = |id: &str| {
+            html.find(&format!("<section class=\"cell\" id=\"{id}\">"))
+                .unwrap()
+        };
+        assert!(at("cell-d0") < at("cell-m5") && at("cell-m5") < at("cell-w5"));
+        assert!(at("cell-w5") < at("cell-w6"));
         // The plot: one polyline per pruning method, log scale.
         let plot = &html[html.find("<figure class=\"plot\">").unwrap()..];
         assert_eq!(
