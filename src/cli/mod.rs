@@ -2,6 +2,7 @@
 
 mod backend;
 mod bench;
+mod completions;
 mod devices;
 mod estimate;
 mod eval;
@@ -73,6 +74,10 @@ pub enum Command {
     /// One self-contained HTML page of a results folder: tables, plots and every cell's recipe,
     /// provenance, memory and per-layer sparsity.
     Report(report::ReportArgs),
+    /// Print the completion script of a shell (`wanda completions bash > …`; see `docs/commands.md`).
+    Completions(completions::CompletionsArgs),
+    /// Print the man page, or write a page per subcommand with `--out DIR`.
+    Man(completions::ManArgs),
     /// Re-execute exactly the cell a run.json describes and compare its perplexity.
     Rerun(rerun::RerunArgs),
     /// The expanded cells (index, stable id, resolved config, result path) as a manifest.
@@ -120,6 +125,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Table(args) => table::run(args),
         Command::Plot(args) => plot::run(args),
         Command::Report(args) => report::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => completions::run_man(args),
         Command::Rerun(args) => rerun::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Submit(args) => submit::run(args),

@@ -223,7 +223,7 @@ fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/health", get(|| async { "ok" }))
         .fallback(|| async {
-            closing(ApiError {
+            Refusal::Close(ApiError {
                 status: 404,
                 kind: "not_found_error",
                 message: "no such endpoint; this server has /v1/models, /v1/completions, \
@@ -242,28 +242,43 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<ApiError> for Response {
-    fn from(error: ApiError) -> Response {
-        error.into_response()
+/// How a handler refuses a request: its error answered on a connection that stays open, or,
+/// where the request's body is left unread, with `Connection: close`: the server then closes
+/// the connection and says so, so that a client that pools connections sends its next request
+/// on a new one instead of the closed one.
+enum Refusal {
+    /// The body was read: the connection stays open.
+    Answer(ApiError),
+    /// The body was not read (413, an unknown endpoint): the connection closes.
+    Close(ApiError),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(error: ApiError) -> Refusal {
+        Refusal::Answer(error)
     }
 }
 
-/// `error`'s answer with `Connection: close`, for a request whose body is left unread: the
-/// server then closes the connection, and says so, so that a client that pools connections
-/// sends its next request on a new one instead of the closed one.
-fn closing(error: ApiError) -> Response {
-    let mut response = error.into_response();
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::Answer(error) => error.into_response(),
+            Refusal::Close(error) => {
+                let mut response = error.into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                response
+            }
+        }
+    }
 }
 
 /// The body, or the error a client sees (413 past the size limit), which closes the
-/// connection ([`closing`]).
-fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+/// connection.
+fn body(read: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
     read.map_err(|rejection| {
-        closing(ApiError {
+        Refusal::Close(ApiError {
             status: rejection.status().as_u16(),
             kind: "invalid_request_error",
             message: format!("the request body cannot be read: {}", rejection.body_text()),
@@ -311,7 +326,7 @@ async fn models(State(shared): State<Arc<Shared>>) -> Json<Value> {
 async fn completions(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, Response> {
+) -> Result<Json<Value>, Refusal> {
     let request = CompletionRequest::parse(&body(read)?, shared.max_prompts)?;
     if let Some(model) = request.model.as_deref().filter(|m| *m != shared.name) {
         return Err(ApiError {
@@ -345,7 +360,7 @@ async fn tokenizer_info(State(shared): State<Arc<Shared>>) -> Json<Value> {
 }
 
 /// A JSON object body, or a 400.
-fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Response> {
+fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Refusal> {
     let bytes = body(read)?;
     match serde_json::from_slice(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
@@ -357,7 +372,7 @@ fn object(read: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String,
 async fn tokenize(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, Response> {
+) -> Result<Json<Value>, Refusal> {
     let fields = object(read)?;
     let Some(text) = fields.get("prompt").and_then(Value::as_str) else {
         return Err(ApiError::invalid("`prompt` must be a string").into());
@@ -381,7 +396,7 @@ async fn tokenize(
 async fn detokenize(
     State(shared): State<Arc<Shared>>,
     read: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, Response> {
+) -> Result<Json<Value>, Refusal> {
     let fields = object(read)?;
     let ids: Option<Vec<u32>> = fields
         .get("tokens")

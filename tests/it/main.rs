@@ -2,6 +2,7 @@
 
 mod architecture;
 mod common;
+mod completions;
 mod config_defaults;
 mod cuda_on_host;
 mod datasets;
