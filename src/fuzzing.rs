@@ -152,13 +152,7 @@ fn run_record(data: &[u8]) {
     std::fs::write(folder.join("run.json"), data).expect("scratch is writable");
     let (records, _skipped) = read_records(&scratch().join("results"));
     let records: Vec<_> = records.into_iter().map(|(_, r)| r).collect();
-    let spec = TableSpec {
-        rows: vec!["method".into()],
-        cols: vec!["sparsity".into()],
-        metric: "ppl".into(),
-        decimals: 2,
-        higher_is_better: false,
-    };
+    let spec = TableSpec::perplexity();
     if let Ok(table) = build(&records, &spec) {
         for format in [Format::Markdown, Format::Csv, Format::Latex, Format::Json] {
             let _ = render(&table, format, spec.decimals);

@@ -112,14 +112,7 @@ pub fn render(data: &BTreeMap<String, Vec<(f64, f64)>>, spec: &PlotSpec) -> Resu
     };
     for t in ticks {
         let y = sy(t);
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + plot_w,
-            LEFT - 6.0,
-            y + 4.0,
-            number(t)
-        );
+        gridline(&mut svg, LEFT, LEFT + plot_w, y, &number(t));
     }
     let mut xs: Vec<f64> = points.iter().map(|p| p.0).collect();
     xs.sort_by(f64::total_cmp);
@@ -198,6 +191,17 @@ fn min_max(values: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// A tick label: whole numbers plainly, others with up to three significant decimals.
+/// A horizontal grid line of a plot from `left` to `right` at height `y`, labelled `label`
+/// left of the axis.
+pub(crate) fn gridline(svg: &mut String, left: f64, right: f64, y: f64, label: &str) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{left}" y1="{y:.1}" x2="{right:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"##,
+        left - 6.0,
+        y + 4.0,
+    );
+}
+
 fn number(v: f64) -> String {
     if v.abs() >= 1e6 {
         format!("{v:.0e}")

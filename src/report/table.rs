@@ -29,6 +29,20 @@ pub struct TableSpec {
     pub higher_is_better: bool,
 }
 
+impl TableSpec {
+    /// The paper's perplexity table: a row per method, a column per sparsity, two decimals,
+    /// lower is better.
+    pub fn perplexity() -> TableSpec {
+        TableSpec {
+            rows: vec!["method".into()],
+            cols: vec!["sparsity".into()],
+            metric: "ppl".into(),
+            decimals: 2,
+            higher_is_better: false,
+        }
+    }
+}
+
 /// A run record that could not be used, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Skipped {

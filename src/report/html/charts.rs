@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use super::esc;
+use crate::report::plot::gridline;
 
 /// A bar chart: one bar per label, optionally a horizontal reference line (the estimate, the
 /// total sparsity) and a polyline over the bars (a per-layer profile's targets).
@@ -61,14 +62,7 @@ impl Bars {
         for i in 0..=4 {
             let v = y_max * f64::from(i) / 4.0;
             let y = sy(v);
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                LEFT + plot_w,
-                LEFT - 6.0,
-                y + 4.0,
-                esc(&(self.format)(v))
-            );
+            gridline(&mut svg, LEFT, LEFT + plot_w, y, &esc(&(self.format)(v)));
         }
         let bar_w = step * 0.7;
         // At most 16 labels under the bars, so they never overlap.

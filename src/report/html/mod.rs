@@ -272,13 +272,7 @@ fn note(html: &mut String, text: &str) {
 /// The perplexity table (as `wanda table`) and the perplexity-vs-sparsity plot (log y).
 fn perplexity_section(html: &mut String, records: &[RunRecord], anchors: &[String], title: &str) {
     html.push_str("<h2 id=\"perplexity\">Perplexity</h2>\n");
-    let spec = TableSpec {
-        rows: vec!["method".into()],
-        cols: vec!["sparsity".into()],
-        metric: "ppl".into(),
-        decimals: 2,
-        higher_is_better: false,
-    };
+    let spec = TableSpec::perplexity();
     let ppl = |r: &RunRecord| metric(r, "ppl");
     let lookup = Lookup {
         records,
