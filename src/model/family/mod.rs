@@ -27,8 +27,8 @@ pub use gguf_metadata::GgufMetadata;
 use std::collections::BTreeMap;
 
 use crate::model::arch::{
-    invalid, Activation, ConfigError, DecoderExtras, FusedLinear, HfLlamaConfig, HfRopeScaling,
-    LlamaConfig,
+    invalid, Activation, ConfigError, DecoderExtras, ExpertStacks, FusedLinear, HfLlamaConfig,
+    HfRopeScaling, LlamaConfig,
 };
 
 /// What a family's transformers config class takes for the keys of the model's shape that a
@@ -460,7 +460,7 @@ pub struct FamilyRow {
     /// How the family's Hugging Face checkpoints stack a layer's experts in 3-D tensors
     /// ([`crate::model::checkpoint`], GPT-OSS's and Llama 4's); `None` where each expert has
     /// linears of its own.
-    pub expert_stacks: Option<crate::model::arch::ExpertStacks>,
+    pub expert_stacks: Option<ExpertStacks>,
     /// The modules (checkpoint names relative to a layer, e.g. `attn.c_attn`) whose weights the
     /// family's Hugging Face checkpoints store transposed, `[in, out]` (GPT-2's `Conv1D`).
     pub transposed_linears: &'static [&'static str],
