@@ -409,7 +409,7 @@ impl RunRecord {
 
 /// `target` as a path relative to the folder `base` (both absolute), or `None` when they share
 /// no root.
-fn relative_path(target: &Path, base: &Path) -> Option<PathBuf> {
+pub fn relative_path(target: &Path, base: &Path) -> Option<PathBuf> {
     let (target, base) = (normalize_lexically(target), normalize_lexically(base));
     let (target, base): (Vec<_>, Vec<_>) =
         (target.components().collect(), base.components().collect());

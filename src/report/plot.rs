@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::table::{axis_label, metric};
+use super::escape::escape;
+use super::table::{axis_label, metric, prune_options};
 use crate::pipeline::record::RunRecord;
 
 /// What to plot.
@@ -55,10 +56,7 @@ pub fn series(
 
 fn x_value(r: &RunRecord, key: &str) -> Option<f64> {
     if key == "sparsity" {
-        let prune = r.config["stages"]
-            .as_array()?
-            .iter()
-            .find(|s| s["kind"] == "prune")?;
+        let prune = prune_options(r)?;
         return (prune["pattern"] == "unstructured").then(|| prune["sparsity"].as_f64())?;
     }
     r.cell.values.get(key)?.as_f64()
@@ -210,10 +208,4 @@ fn number(v: f64) -> String {
     } else {
         format!("{v:.3}").trim_end_matches('0').to_string()
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }

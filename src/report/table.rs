@@ -312,7 +312,8 @@ fn axis(r: &RunRecord, keys: &[String]) -> Result<AxisKey, String> {
     })
 }
 
-fn prune_options(r: &RunRecord) -> Option<&serde_json::Value> {
+/// The options of a record's prune stage, `None` where it has none.
+pub(crate) fn prune_options(r: &RunRecord) -> Option<&serde_json::Value> {
     r.config["stages"]
         .as_array()?
         .iter()

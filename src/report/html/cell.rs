@@ -4,11 +4,11 @@
 //! profile's targets, e.g. OWL's non-uniform ratios).
 
 use std::fmt::Write;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
 use super::charts::{self, Bars};
-use super::esc;
-use crate::pipeline::record::RunRecord;
+use crate::pipeline::record::{relative_path, RunRecord};
+use crate::report::escape::escape;
 
 /// The `<section>` of record `r`, whose `id` is `anchor`; `path` is the record as the page shows
 /// it, `folder` the folder it was read from.
@@ -18,10 +18,10 @@ pub(super) fn details(r: &RunRecord, path: &str, folder: &Path, anchor: &str) ->
         html,
         "<section class=\"cell\" id=\"{}\">\n<h3>{} <small><code>{}</code></small></h3>\n\
          <p>Record <code>{}</code>.</p>",
-        esc(anchor),
-        esc(&r.cell.label),
-        esc(&r.cell.id.0),
-        esc(path)
+        escape(anchor),
+        escape(&r.cell.label),
+        escape(&r.cell.id.0),
+        escape(path)
     );
     recipe(&mut html, r);
     provenance(&mut html, r, folder);
@@ -48,7 +48,12 @@ pub(super) fn details(r: &RunRecord, path: &str, folder: &Path, anchor: &str) ->
 fn key_values(html: &mut String, rows: &[(&str, String)]) {
     html.push_str("<table class=\"kv\">\n");
     for (k, v) in rows {
-        let _ = writeln!(html, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+        let _ = writeln!(
+            html,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape(k),
+            escape(v)
+        );
     }
     html.push_str("</table>\n");
 }
@@ -129,18 +134,8 @@ fn recipe(html: &mut String, r: &RunRecord) {
     let _ = writeln!(
         html,
         "<details><summary>Resolved config</summary><pre>{}</pre></details>",
-        esc(&config)
+        escape(&config)
     );
-}
-
-/// `target` relative to the folder `base` (both absolute): `..` for each of `base`'s
-/// components past the common prefix, then the rest of `target`.
-fn relative(target: &Path, base: &Path) -> PathBuf {
-    let (t, b): (Vec<_>, Vec<_>) = (target.components().collect(), base.components().collect());
-    let common = t.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let mut out: PathBuf = b[common..].iter().map(|_| Component::ParentDir).collect();
-    out.extend(&t[common..]);
-    out
 }
 
 /// Versions, commit, hashes, and the files the cell read (`folder`: the record's folder).
@@ -158,7 +153,10 @@ fn provenance(html: &mut String, r: &RunRecord, folder: &Path) {
     if let Some(f) = &r.cell.pipeline_file {
         // As run.json stores it (relative to the record's folder), so the page names no path
         // of the machine that rendered it.
-        let shown = std::path::absolute(folder).map_or(f.clone(), |base| relative(f, &base));
+        let shown = std::path::absolute(folder)
+            .ok()
+            .and_then(|base| relative_path(f, &base))
+            .unwrap_or(f.clone());
         rows.push(("pipeline file", shown.display().to_string()));
     }
     let model = &r.config["model"];
@@ -192,7 +190,7 @@ fn provenance(html: &mut String, r: &RunRecord, folder: &Path) {
         let _ = writeln!(
             html,
             "<details><summary>Hub data files</summary><pre>{}</pre></details>",
-            esc(&data)
+            escape(&data)
         );
     }
 }

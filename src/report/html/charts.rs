@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::esc;
+use crate::report::escape::escape;
 use crate::report::plot::gridline;
 
 /// A bar chart: one bar per label, optionally a horizontal reference line (the estimate, the
@@ -57,12 +57,12 @@ impl Bars {
         let _ = writeln!(
             svg,
             r#"<svg xmlns="http://www.w3.org/2000/svg" class="bars" width="{width:.0}" height="{HEIGHT:.0}" viewBox="0 0 {width:.0} {HEIGHT:.0}" role="img" aria-label="{title}" font-family="sans-serif" font-size="11"><title>{title}</title>"#,
-            title = esc(&self.title)
+            title = escape(&self.title)
         );
         for i in 0..=4 {
             let v = y_max * f64::from(i) / 4.0;
             let y = sy(v);
-            gridline(&mut svg, LEFT, LEFT + plot_w, y, &esc(&(self.format)(v)));
+            gridline(&mut svg, LEFT, LEFT + plot_w, y, &escape(&(self.format)(v)));
         }
         let bar_w = step * 0.7;
         // At most 16 labels under the bars, so they never overlap.
@@ -74,15 +74,15 @@ impl Bars {
                 r#"<rect class="bar" x="{:.1}" y="{y:.1}" width="{bar_w:.1}" height="{:.1}" fill="{BAR_COLOUR}"><title>{}: {}</title></rect>"#,
                 x - bar_w / 2.0,
                 TOP + plot_h - y,
-                esc(label),
-                esc(&(self.format)(*value))
+                escape(label),
+                escape(&(self.format)(*value))
             );
             if i % label_every == 0 {
                 let _ = writeln!(
                     svg,
                     r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
                     TOP + plot_h + 14.0,
-                    esc(label)
+                    escape(label)
                 );
             }
         }
@@ -120,7 +120,7 @@ impl Bars {
                 r#"<line x1="{lx:.1}" y1="14" x2="{:.1}" y2="14" stroke="{colour}" stroke-width="2"/><text x="{:.1}" y="18">{}</text>"#,
                 lx + 20.0,
                 lx + 24.0,
-                esc(&name)
+                escape(&name)
             );
             lx += 40.0 + 6.5 * name.chars().count() as f64;
         }
