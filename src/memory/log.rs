@@ -298,8 +298,9 @@ impl MemoryLog {
     }
 }
 
-/// Values in kB of the named fields of a `/proc` file, as bytes; None where absent.
-fn read_proc_kib(path: &str, fields: &[&str]) -> Vec<Option<u64>> {
+/// Values in kB of the named fields of a `/proc` file (`/proc/<pid>/status`'s `VmRSS:`), as
+/// bytes; None where absent.
+pub fn read_proc_kib(path: &str, fields: &[&str]) -> Vec<Option<u64>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     fields
         .iter()

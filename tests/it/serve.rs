@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use wanda::memory::log::read_proc_kib;
+
 use crate::common::{logits, save_tiny_hf_folder, shared, tiny_config, tiny_model};
 
 /// A `wanda serve` process on a free port, killed when dropped.
@@ -198,10 +200,7 @@ fn bad_requests_get_openai_errors_that_name_the_problem() {
 
 /// The resident memory of process `pid` in bytes (Linux), `None` elsewhere.
 fn resident_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    read_proc_kib(&format!("/proc/{pid}/status"), &["VmRSS:"])[0]
 }
 
 /// A client that pools its connections, as aiohttp and lm-eval's do: an answer that leaves the
