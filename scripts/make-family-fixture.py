@@ -7,6 +7,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
              gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8 llama4 \
+             deepseek_v2-16e deepseek_v3-16e \
              granitemoe granitemoeshared granitemoehybrid granitemoehybrid-moe ministral; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
@@ -389,7 +390,8 @@ def config(family):
             n_shared_experts=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
             first_k_dense_replace=1, norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
             head_dim=16, partial_rotary_factor=0.5, pad_token_id=0, **common)
-    if family in ("deepseek_v2", "deepseek_v3", "deepseek_v3-fp8"):
+    if family in ("deepseek_v2", "deepseek_v3", "deepseek_v3-fp8", "deepseek_v2-16e",
+                  "deepseek_v3-16e"):
         # DeepSeek's multi-head latent attention: keys and values from a 32-wide latent (normed,
         # then kv_b_proj), each head's query and key 16 dimensions without position and 8
         # rotated (one key head of them shared), values 12 wide; YaRN whose mscale_all_dim
@@ -402,14 +404,18 @@ def config(family):
         # V3: queries through a 24-wide latent (q_a_proj, q_a_layernorm, q_b_proj), biases on
         # q_a/kv_a/o (attention_bias), sigmoid routing with correction biases, renormalised,
         # interleaved rotation (rope_interleave), YaRN's cosines scaled too (mscale != mscale_all_dim).
+        # The `-16e` variants: sixteen experts in the same four groups (four a group), so that
+        # expert pruning can take the same number from every group and leave V3's router the
+        # two a group it needs (its group score is the sum of a group's top two).
         common.update(num_hidden_layers=3, num_key_value_heads=4)
         mla = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
-                   n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                   n_routed_experts=16 if family.endswith("-16e") else 8,
+                   num_experts_per_tok=2, moe_intermediate_size=48,
                    n_shared_experts=2, n_group=4, routed_scaling_factor=2.5,
                    first_k_dense_replace=1, pad_token_id=0)
         yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
                 "beta_fast": 32.0, "beta_slow": 1.0, "rope_theta": 10_000.0}
-        if family == "deepseek_v2":
+        if family.startswith("deepseek_v2"):
             return transformers.DeepseekV2Config(
                 q_lora_rank=None, topk_method="group_limited_greedy", norm_topk_prob=False,
                 topk_group=1,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::sets::Provenance;
 
 use super::plan::{Cell, CellId, Plan};
+use crate::prune::experts::ExpertsReport;
 use crate::prune::layerwise::ModelSparsity;
 use crate::sys::io::IoBytes;
 use crate::sys::write_atomic;
@@ -38,6 +39,9 @@ pub struct RunRecord {
     /// Measured sparsity of the pruned weights.
     #[serde(default)]
     pub sparsity: RecordedSparsity,
+    /// The experts an expert-pruning stage removed, per layer, with their saliencies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<ExpertsReport>,
     /// Wall time per stage.
     #[serde(default)]
     pub timings: Timings,
@@ -322,6 +326,7 @@ impl RunRecord {
             },
             metrics: Metrics::default(),
             sparsity: RecordedSparsity::default(),
+            experts: None,
             timings: Timings::default(),
             memory: MemoryReport::default(),
             versions: Versions::default(),
@@ -478,6 +483,7 @@ mod tests {
                 total: Some(0.5),
                 ..RecordedSparsity::default()
             },
+            experts: None,
             timings: Timings::default(),
             memory: MemoryReport::default(),
             versions: Versions::default(),

@@ -5,7 +5,9 @@
 
 use burn::prelude::*;
 
-use crate::model::decoder::{DecoderLayer, LayerContext, LinearInput};
+use super::PruneError;
+
+use crate::model::decoder::{DecoderLayer, LayerContext, LinearInput, Llama};
 
 /// How calibration samples pass through the layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,18 @@ impl From<usize> for Batching {
             host_activations: false,
         }
     }
+}
+
+/// The length of the calibration `windows`, or an error where there are none, they are
+/// empty or not all of one length.
+pub(crate) fn window_length(windows: &[Vec<u32>]) -> Result<usize, PruneError> {
+    let seqlen = windows.first().map(Vec::len).unwrap_or(0);
+    if seqlen == 0 || windows.iter().any(|w| w.len() != seqlen) {
+        return Err(PruneError::NoSamples {
+            what: "calibration set (empty or windows of unequal length)",
+        });
+    }
+    Ok(seqlen)
 }
 
 /// Every sample's activations at one layer boundary, one entry per batch.
@@ -49,6 +63,24 @@ impl<B: Backend> Activations<B> {
             batches: batches.into_iter().map(|t| store(t, host)).collect(),
             device: device.clone(),
         }
+    }
+
+    /// The inputs of decoder layer 0 for the calibration `windows` (token ids, each `seqlen`
+    /// long), `batching.batch` samples to a batch, kept where `batching` says.
+    pub fn embed(
+        shell: &Llama<B>,
+        windows: &[Vec<u32>],
+        seqlen: usize,
+        batching: Batching,
+        device: &B::Device,
+    ) -> Self {
+        let batches = windows.chunks(batching.batch.max(1)).map(|chunk| {
+            let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
+            let tokens =
+                Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [chunk.len(), seqlen]), device);
+            shell.embed(tokens)
+        });
+        Self::new(batches, batching.host_activations, device)
     }
 
     /// Batch `i` on the device (a copy uploaded from the host when it lives there).

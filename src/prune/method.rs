@@ -25,15 +25,30 @@ pub enum Method {
     Sparsegpt,
     /// Relative importance · ‖X‖₂^0.5, compared per matrix (RIA, ICLR 2024).
     Ria,
+    /// Removes the experts of least mean routing weight × output norm over their tokens
+    /// (REAP, ICLR 2026).
+    Reap,
+    /// Removes the experts the fewest calibration tokens are routed to.
+    Frequency,
+    /// Removes the experts of least mean output norm over their tokens (EAN).
+    Ean,
+    /// Removes the experts of least summed routing weight.
+    #[serde(rename = "weighted_frequency")]
+    #[value(name = "weighted_frequency")]
+    WeightedFrequency,
 }
 
 impl Method {
     /// Every method, in the order help texts list them.
-    pub const ALL: [Method; 4] = [
+    pub const ALL: [Method; 8] = [
         Method::Magnitude,
         Method::Wanda,
         Method::Sparsegpt,
         Method::Ria,
+        Method::Reap,
+        Method::Frequency,
+        Method::Ean,
+        Method::WeightedFrequency,
     ];
 
     /// The name used in pipeline files and on the command line.
@@ -43,7 +58,20 @@ impl Method {
             Method::Wanda => "wanda",
             Method::Sparsegpt => "sparsegpt",
             Method::Ria => "ria",
+            Method::Reap => "reap",
+            Method::Frequency => "frequency",
+            Method::Ean => "ean",
+            Method::WeightedFrequency => "weighted_frequency",
         }
+    }
+
+    /// Whether the method removes whole experts of a mixture of experts
+    /// ([`super::experts`]) rather than weights.
+    pub fn removes_experts(self) -> bool {
+        matches!(
+            self,
+            Method::Reap | Method::Frequency | Method::Ean | Method::WeightedFrequency
+        )
     }
 
     /// Whether the method needs calibration activations.
@@ -66,7 +94,10 @@ impl FromStr for Method {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("`{s}` is not a method; use `magnitude`, `wanda`, `sparsegpt` or `ria`")
+                format!(
+                    "`{s}` is not a method; use `magnitude`, `wanda`, `sparsegpt` or `ria` \
+                     (weights), or `reap`, `frequency`, `ean` or `weighted_frequency` (experts)"
+                )
             })
     }
 }

@@ -30,6 +30,7 @@ use rayon::prelude::*;
 pub mod activations;
 pub mod device_select;
 pub mod dsnot;
+pub mod experts;
 pub mod layerwise;
 pub mod linalg;
 pub mod magnitude;

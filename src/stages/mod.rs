@@ -29,6 +29,7 @@ use crate::pipeline::record::{DataRecord, Hashes, RunRecord};
 use crate::pipeline::runner::{Executor, StageFailure, StageOutcome};
 use crate::pipeline::spec::{Budget, PipelineSpec, Settings, StageKind, StageOptions};
 use crate::prune::activations::Batching;
+use crate::prune::experts::ExpertsReport;
 use crate::prune::layerwise::ModelSparsity;
 
 /// Errors of the stages themselves (domain errors pass through boxed).
@@ -162,6 +163,8 @@ struct InputHashes {
 struct Pruned<B: Backend> {
     model: Decoder<B>,
     report: ModelSparsity,
+    /// The experts a prune stage up to this one removed, where one did.
+    experts: Option<ExpertsReport>,
 }
 
 impl<B: Backend> PipelineExecutor<B> {
@@ -431,7 +434,7 @@ impl<B: Backend> Executor for PipelineExecutor<B> {
         match &node.options {
             StageOptions::Load(options) => load::run(self, &node.stage, options, &settings)?,
             StageOptions::Calibrate(_) => calibrate::run(self, &node.stage, &settings)?,
-            StageOptions::Prune(options) => prune::run(self, node, options, record)?,
+            StageOptions::Prune(options) => prune::run(self, node, upstream, options, record)?,
             StageOptions::Eval(options) => {
                 eval::run(self, &node.stage, upstream, options, &settings, record)?
             }

@@ -1,16 +1,20 @@
 //! `save`: with `model: true`, the current model as a Hugging Face folder in the cell's results
 //! folder (`<cell>/model/`, or `model/` beside the cells when several cells share the stage), written
 //! atomically, with the tokenizer's config files, the recipe that made it
-//! (`wanda_recipe.yaml`) and its sparsity report (`wanda_sparsity.json`).
+//! (`wanda_recipe.yaml`), its sparsity report (`wanda_sparsity.json`) and, where experts were
+//! removed, which (`wanda_experts.json`), its config saying the smaller expert count.
+
+use std::borrow::Cow;
 
 use burn::prelude::Backend;
 
 use super::PipelineExecutor;
 pub use crate::model::checkpoint::RECIPE_FILE;
-use crate::model::checkpoint::{save_hf_folder, SaveSpec};
+use crate::model::checkpoint::{rebase_config, save_hf_folder, SaveSpec};
 use crate::pipeline::plan::{Cell, StageNode};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::SaveOptions;
+use crate::prune::experts::EXPERTS_FILE;
 
 /// The sparsity report's file name in a saved folder.
 pub const SPARSITY_FILE: &str = "wanda_sparsity.json";
@@ -53,14 +57,26 @@ pub(super) fn run<B: Backend>(
     spec.extra_files = base.tokenizer_files.clone();
     spec.base_config = base.hf_config.clone();
     spec.extra_files.push((RECIPE_FILE.to_string(), recipe));
+    let mut config = Cow::Borrowed(&base.config);
     if let Some(pruned) = exec.pruned_upstream(stage, upstream)? {
         let report = serde_json::to_string_pretty(&pruned.report)
             .expect("a sparsity report always serialises");
         spec.extra_files.push((SPARSITY_FILE.to_string(), report));
+        // A model whose experts were pruned is saved as a model of fewer experts.
+        if let Some(experts) = &pruned.experts {
+            let fewer = base.config.with_expert_count(experts.experts_after);
+            if let Some(own) = &mut spec.base_config {
+                rebase_config(own, &base.config.to_hf_json(), &fewer.to_hf_json());
+            }
+            config = Cow::Owned(fewer);
+            let report =
+                serde_json::to_string_pretty(experts).expect("an experts report always serialises");
+            spec.extra_files.push((EXPERTS_FILE.to_string(), report));
+        }
     }
     save_hf_folder(
         exec.current(stage, upstream)?,
-        &base.config,
+        &config,
         &base.tokenizer.to_json()?,
         &folder,
         &spec,

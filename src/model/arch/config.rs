@@ -398,6 +398,16 @@ impl LlamaConfig {
         self.extras.experts.filter(|experts| experts.in_layer(i))
     }
 
+    /// This config with `count` experts in each layer that has them (a model whose experts
+    /// were pruned); the same config where it has no experts.
+    pub fn with_expert_count(&self, count: usize) -> LlamaConfig {
+        let mut config = self.clone();
+        if let Some(experts) = &mut config.extras.experts {
+            experts.count = count;
+        }
+        config
+    }
+
     /// Whether layer `i` rotates its queries and keys: the model does, and the layer is not
     /// one of SmolLM3's NoPE layers.
     pub fn layer_rotary(&self, i: usize) -> bool {

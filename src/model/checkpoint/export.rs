@@ -315,6 +315,35 @@ pub struct SaveSpec {
     pub base_config: Option<serde_json::Value>,
 }
 
+/// A checkpoint's own `config.json` (`base`) brought up to date with a change of its model's
+/// config, given as the config written both ways (`before` and `after`, [`LlamaConfig::to_hf_json`]):
+/// every key whose value the change moved takes its new value, at the top level and, where
+/// the checkpoint nests its text model's keys, in `text_config` (a model whose experts were
+/// pruned gets its count under the family's own key: `num_local_experts`, `num_experts`,
+/// `n_routed_experts`, …).
+pub fn rebase_config(
+    base: &mut serde_json::Value,
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+) {
+    let Some(after) = after.as_object() else {
+        return;
+    };
+    for (key, value) in after {
+        if before.get(key) == Some(value) {
+            continue;
+        }
+        if let Some(base) = base.as_object_mut() {
+            base.insert(key.clone(), value.clone());
+        }
+        if let Some(text) = base.get_mut("text_config").and_then(|t| t.as_object_mut()) {
+            if text.contains_key(key) {
+                text.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
 /// Hugging Face's default `max_shard_size` of `save_pretrained` ("5GB").
 pub const DEFAULT_MAX_SHARD_BYTES: u64 = 5_000_000_000;
 

@@ -197,6 +197,9 @@ fn remove_stale_stores(root: &Path) {
 #[derive(Debug)]
 struct LayerFile {
     path: PathBuf,
+    /// The layer's expert count where it differs from the model's config (its experts were
+    /// pruned), so it is read back with the count it was written with.
+    experts: Option<usize>,
     _store: Arc<StoreDir>,
 }
 
@@ -299,12 +302,18 @@ impl<B: Backend> Layers<B> for StreamedLlama<B> {
                 self.checkpoint.release_pages();
                 Ok(Cow::Owned(layer?))
             }
-            Some(Slot::Stored(file)) => Ok(Cow::Owned(read_layer(
-                &file.path,
-                &self.config,
-                i,
-                &self.device,
-            )?)),
+            Some(Slot::Stored(file)) => {
+                let config = match file.experts {
+                    Some(count) => Cow::Owned(self.config.with_expert_count(count)),
+                    None => Cow::Borrowed(&self.config),
+                };
+                Ok(Cow::Owned(read_layer(
+                    &file.path,
+                    &config,
+                    i,
+                    &self.device,
+                )?))
+            }
         }
     }
 
@@ -318,9 +327,14 @@ impl<B: Backend> Layers<B> for StreamedLlama<B> {
             .store
             .path
             .join(format!("layer-{i:05}-{n}.safetensors"));
+        let experts = layer
+            .experts()
+            .map(|moe| moe.routing.count)
+            .filter(|&count| Some(count) != self.config.layer_experts(i).map(|e| e.count));
         write_layer(layer, &path)?;
         self.slots[i] = Slot::Stored(Arc::new(LayerFile {
             path,
+            experts,
             _store: self.store.clone(),
         }));
         Ok(())

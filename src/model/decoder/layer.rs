@@ -431,6 +431,22 @@ impl<B: Backend> DecoderLayer<B> {
         linears
     }
 
+    /// The layer's experts and their router, where it has them.
+    pub(crate) fn experts(&self) -> Option<&SparseMoe<B>> {
+        match &self.mlp {
+            FeedForward::Experts(moe) => Some(moe),
+            FeedForward::Dense(_) => None,
+        }
+    }
+
+    /// Mutable access to the layer's experts, where it has them.
+    pub(crate) fn experts_mut(&mut self) -> Option<&mut SparseMoe<B>> {
+        match &mut self.mlp {
+            FeedForward::Experts(moe) => Some(moe),
+            FeedForward::Dense(_) => None,
+        }
+    }
+
     /// The norms with their names relative to the layer, as checkpoints name them: the two
     /// layer norms (four with output norms, Gemma's names), then the per-head q/k norms where
     /// the family has them.

@@ -9,6 +9,7 @@
 //! linears see them: only the tokens routed to it, one sample at a time
 //! ([`LinearInput::ExpertIn`], [`LinearInput::ExpertHidden`]).
 
+use burn::module::Param;
 use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, IndexingUpdateOp};
@@ -228,25 +229,7 @@ impl<B: Backend> SparseMoe<B> {
         let device = x.device();
         let flat = x.reshape([batch * seq, hidden]);
         let routing = self.routing;
-        let in_f32 = !routing.scaled_inputs
-            && (routing.sigmoid.is_some() || routing.limited_softmax.is_some());
-        let logits = match in_f32 {
-            // DeepSeek's routers compute in f32 from the input in f32, as transformers keeps
-            // them (`_keep_in_fp32_modules_strict`, `F.linear` of f32 casts); Llama 4's in the
-            // model's type.
-            true => flat
-                .clone()
-                .cast(FloatDType::F32)
-                .matmul(self.router.weight.val().cast(FloatDType::F32)),
-            false => project(&self.router, flat.clone().unsqueeze::<3>())
-                .cast(FloatDType::F32)
-                .reshape([batch * seq, self.routing.count]),
-        };
-        let routed = route(
-            &to_host_f32(logits),
-            self.routing,
-            self.correction.as_deref(),
-        );
+        let routed = self.route_tokens(&flat);
         let mut out = output.then(|| flat.zeros_like());
         for (e, (expert, routed)) in self.experts.iter().zip(&routed).enumerate() {
             if routed.tokens.is_empty() {
@@ -316,6 +299,101 @@ impl<B: Backend> SparseMoe<B> {
             None => y,
         };
         Some((routed.unsqueeze::<3>() + y).reshape([batch, seq, hidden]))
+    }
+
+    /// Per expert, the tokens of `flat` routed to it with their weights: the router's logits
+    /// (in f32 from an f32 input where the family's router computes so: DeepSeek's, GLM-4.5's;
+    /// in the model's type otherwise) routed on the host by [`route`].
+    ///
+    /// # Shapes
+    /// - `flat`: `[tokens, hidden]`
+    fn route_tokens(&self, flat: &Tensor<B, 2>) -> Vec<Routed> {
+        let routing = self.routing;
+        let in_f32 = !routing.scaled_inputs
+            && (routing.sigmoid.is_some() || routing.limited_softmax.is_some());
+        let logits = match in_f32 {
+            // DeepSeek's routers compute in f32 from the input in f32, as transformers keeps
+            // them (`_keep_in_fp32_modules_strict`, `F.linear` of f32 casts); Llama 4's in the
+            // model's type.
+            true => flat
+                .clone()
+                .cast(FloatDType::F32)
+                .matmul(self.router.weight.val().cast(FloatDType::F32)),
+            false => {
+                let tokens = flat.dims()[0];
+                project(&self.router, flat.clone().unsqueeze::<3>())
+                    .cast(FloatDType::F32)
+                    .reshape([tokens, routing.count])
+            }
+        };
+        route(&to_host_f32(logits), routing, self.correction.as_deref())
+    }
+
+    /// Per expert, the tokens of `x` routed to it, their weights and the L2 norm of the
+    /// expert's unweighted output on each (computed in f64 from the output in f32), which
+    /// expert pruning's saliencies read. The output is the expert's on the token itself, also
+    /// where the family scales an expert's input by its weight (Llama 4), as REAP's observer
+    /// computes it (`experts(routed_in)`, "we do not apply router_scores").
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, hidden]`
+    pub fn routed_output_norms(&self, x: Tensor<B, 3>) -> Vec<(Routed, Vec<f64>)> {
+        let [batch, seq, hidden] = x.dims();
+        let device = x.device();
+        let flat = x.reshape([batch * seq, hidden]);
+        let routed = self.route_tokens(&flat);
+        self.experts
+            .iter()
+            .zip(routed)
+            .map(|(expert, routed)| {
+                if routed.tokens.is_empty() {
+                    return (routed, Vec::new());
+                }
+                let n = routed.tokens.len();
+                let rows: Vec<i64> = routed.tokens.iter().map(|&t| t as i64).collect();
+                let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
+                let input = flat.clone().select(0, rows).unsqueeze::<3>();
+                let y = project(&expert.down_proj, self.expert_hidden(expert, input));
+                let norms = to_host_f32(y.cast(FloatDType::F32))
+                    .chunks_exact(hidden.max(1))
+                    .map(|row| {
+                        row.iter()
+                            .map(|&v| f64::from(v).powi(2))
+                            .sum::<f64>()
+                            .sqrt()
+                    })
+                    .collect();
+                (routed, norms)
+            })
+            .collect()
+    }
+
+    /// Keeps only the experts `kept` (ascending indices): their MLPs, the router's columns
+    /// and bias entries, and the correction biases of a sigmoid router, so the block routes
+    /// among them as a model of `kept.len()` experts.
+    pub fn keep_experts(&mut self, kept: &[usize]) {
+        let device = self.router.weight.device();
+        let columns = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(kept.iter().map(|&e| e as i64).collect(), [kept.len()]),
+            &device,
+        );
+        let weight = self.router.weight.val().select(1, columns.clone());
+        self.router.weight = Param::from_tensor(weight);
+        if let Some(bias) = &self.router.bias {
+            self.router.bias = Some(Param::from_tensor(bias.val().select(0, columns)));
+        }
+        let mut experts = std::mem::take(&mut self.experts)
+            .into_iter()
+            .map(Some)
+            .collect::<Vec<_>>();
+        self.experts = kept
+            .iter()
+            .filter_map(|&e| experts.get_mut(e)?.take())
+            .collect();
+        if let Some(correction) = &self.correction {
+            self.correction = Some(kept.iter().map(|&e| correction[e]).collect());
+        }
+        self.routing.count = kept.len();
     }
 
     /// The input of an expert's down projection: the decoder's gated MLP, or the family's

@@ -259,7 +259,9 @@ pub(super) fn check_stage_options(
         }
         StageOptions::Gate(g) => check_gate_options(tree, spec, id, layout, g, problems),
         StageOptions::Prune(p) => {
-            check_sparsity_and_pattern(id, p, &layout.origin, &at, problems);
+            if !p.method.removes_experts() {
+                check_sparsity_and_pattern(id, p, &layout.origin, &at, problems);
+            }
             if let Some((option, reason, fix)) = prune_option_conflict(p) {
                 problems.push(Diagnostic {
                     origin: at(option),
@@ -386,6 +388,24 @@ fn check_sparsity_and_pattern(
 /// The first option of a prune stage that its other options rule out: the option, why, and the
 /// fix.
 fn prune_option_conflict(p: &spec::PruneOptions) -> Option<(&'static str, String, &'static str)> {
+    if p.method.removes_experts() {
+        return expert_option_conflict(p);
+    }
+    if p.experts.is_some() || !p.protect.is_empty() {
+        let option = if p.experts.is_some() {
+            "experts"
+        } else {
+            "protect"
+        };
+        return Some((
+            option,
+            format!(
+                "`{option}` is for removing experts, and this stage prunes weights by `{}`",
+                p.method.name()
+            ),
+            "remove it, or use `method: reap`, `frequency`, `ean` or `weighted_frequency`",
+        ));
+    }
     if p.use_variant && p.method != spec::Method::Wanda {
         return Some((
             "use_variant",
@@ -468,6 +488,48 @@ fn prune_option_conflict(p: &spec::PruneOptions) -> Option<(&'static str, String
         ));
     }
     None
+}
+
+/// The first option of an expert-pruning stage that does not apply to it: a weight-pruning
+/// option, a missing or malformed `experts`.
+fn expert_option_conflict(p: &spec::PruneOptions) -> Option<(&'static str, String, &'static str)> {
+    let weight_options = [
+        ("sparsity", p.sparsity.is_some()),
+        ("pattern", p.pattern != Pattern::Unstructured),
+        ("use_variant", p.use_variant),
+        ("channel_permutation", p.channel_permutation),
+        ("skip", !p.skip.is_empty()),
+        ("profile", !p.profile.is_uniform()),
+        ("dsnot", p.dsnot.is_some()),
+        ("weight_update", p.weight_update.is_some()),
+    ];
+    if let Some((option, _)) = weight_options.iter().find(|(_, set)| *set) {
+        return Some((
+            option,
+            format!(
+                "`{}` removes whole experts, and `{option}` tunes the pruning of weights",
+                p.method.name()
+            ),
+            "remove it here, and prune the weights in a second prune stage that needs this one",
+        ));
+    }
+    match p.experts {
+        None => Some((
+            "experts",
+            format!(
+                "`{}` removes experts, and this stage does not say how many",
+                p.method.name()
+            ),
+            "add `experts: 0.25` (a fraction of each layer's experts) or a whole count",
+        )),
+        Some(amount) => amount.check().err().map(|e| {
+            (
+                "experts",
+                e.to_string(),
+                "write a fraction in (0, 1), e.g. `experts: 0.25`, or a whole count ≥ 1",
+            )
+        }),
+    }
 }
 
 /// Why a prune stage's `weight_update` cannot run (the reference updates magnitude's and

@@ -274,7 +274,8 @@ pub(super) fn short_ratio(x: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// `method-sparsity-pattern` of each prune stage (joined by `+`), `dense` without one, then
+/// `method-sparsity-pattern` of each prune stage (`method-experts-amount` of one removing
+/// experts), joined by `+`, `dense` without one, then
 /// any other swept value as `option=value`.
 pub(super) fn cell_label(spec: &PipelineSpec, values: &[(String, serde_json::Value)]) -> String {
     let prunes: Vec<(&str, String)> = spec
@@ -283,14 +284,19 @@ pub(super) fn cell_label(spec: &PipelineSpec, values: &[(String, serde_json::Val
         .filter_map(|s| match &s.options {
             StageOptions::Prune(p) => Some((
                 s.id.as_str(),
-                format!(
-                    "{}-{}-{}",
-                    p.method.name(),
-                    p.effective_sparsity()
-                        .map(short_ratio)
-                        .unwrap_or_else(|| "?".into()),
-                    p.pattern
-                ),
+                match p.experts {
+                    Some(amount) if p.method.removes_experts() => {
+                        format!("{}-experts-{}", p.method.name(), short_ratio(amount.0))
+                    }
+                    _ => format!(
+                        "{}-{}-{}",
+                        p.method.name(),
+                        p.effective_sparsity()
+                            .map(short_ratio)
+                            .unwrap_or_else(|| "?".into()),
+                        p.pattern
+                    ),
+                },
             )),
             _ => None,
         })

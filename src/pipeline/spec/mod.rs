@@ -34,6 +34,7 @@ pub use crate::memory::gate::{Floor, ReduceKey};
 pub use crate::model::checkpoint::SaveDtype;
 use crate::model::ModelRef;
 pub use crate::prune::dsnot::DsnotOptions;
+pub use crate::prune::experts::ExpertAmount;
 pub use crate::prune::profile::Profile;
 pub use crate::prune::WeightUpdate;
 pub use crate::prune::{Method, MethodOptions, Pattern};
@@ -485,6 +486,15 @@ pub struct PruneOptions {
     /// or `iterative` (the metric recomputed from the updated weights, block by block).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_update: Option<WeightUpdate>,
+    /// With an expert method (`reap`, `frequency`, `ean`, `weighted_frequency`): the experts
+    /// removed from every layer with experts, a fraction of them (`0.25`, rounded down) or a
+    /// whole count (`2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<ExpertAmount>,
+    /// With an expert method: experts kept whatever their saliency, as globs over
+    /// `model.layers.{i}.mlp.experts.{e}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
 }
 
 impl PruneOptions {

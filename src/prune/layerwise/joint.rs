@@ -33,6 +33,9 @@ pub(super) fn prune_linear(
             Method::Magnitude => magnitude_scores(w),
             Method::Sparsegpt => obs_saliency(w, dims, &hessian()?, options.sparsegpt.percdamp)?,
             Method::Ria => unreachable!("prune_model refuses dsnot with ria"),
+            Method::Reap | Method::Frequency | Method::Ean | Method::WeightedFrequency => {
+                return Err(weights_only(method))
+            }
         };
         let inputs = DsnotInputs {
             weight: w,
@@ -53,6 +56,19 @@ pub(super) fn prune_linear(
             prune_sparsegpt(w, dims, &hessian()?, sparsity, &options.sparsegpt).map(|_| ())
         }
         Method::Magnitude => prune_magnitude(w, dims, sparsity).map(|_| ()),
+        Method::Reap | Method::Frequency | Method::Ean | Method::WeightedFrequency => {
+            Err(weights_only(method))
+        }
+    }
+}
+
+/// The refusal of an expert method where weights are pruned.
+pub(super) fn weights_only(method: Method) -> PruneError {
+    PruneError::InvalidOptions {
+        reason: format!(
+            "`{method}` removes experts, not weights; give it `experts:` (a fraction or count) \
+             instead of a sparsity"
+        ),
     }
 }
 

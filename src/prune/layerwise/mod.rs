@@ -23,7 +23,7 @@ use burn::tensor::FloatDType;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::activations::{Activations, Batching};
+use super::activations::{window_length, Activations, Batching};
 use super::device_select::{
     device_rule, device_selects, measure_on_device, select_on_device, DeviceRule, SelectOn,
 };
@@ -126,6 +126,9 @@ pub fn prune_model<B: Backend>(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ModelSparsity, PruneError> {
     let batching = batching.into();
+    if method.removes_experts() {
+        return Err(joint::weights_only(method));
+    }
     sparsity.validate()?;
     options.profile.validate()?;
     let on_device = device_selects::<B>()?;
@@ -171,26 +174,10 @@ pub fn prune_model<B: Backend>(
             prune_by_magnitude(model, options, &per_layer, on_device, &mut clock, progress)?;
         return Ok(report(measured, options, &per_layer, Vec::new()));
     }
-    let seqlen = calibration.first().map(Vec::len).unwrap_or(0);
-    if calibration.is_empty() || seqlen == 0 || calibration.iter().any(|w| w.len() != seqlen) {
-        return Err(PruneError::NoSamples {
-            what: "calibration set (empty or windows of unequal length)",
-        });
-    }
+    let seqlen = window_length(calibration)?;
     let shell = model.shell();
-    let batch = batching.batch.max(1);
     // Inputs of layer 0, one tensor per batch of samples: the calibration activations.
-    let embed = || -> Activations<B> {
-        let batches = calibration.chunks(batch).map(|chunk| {
-            let ids: Vec<i64> = chunk.iter().flatten().map(|&t| i64::from(t)).collect();
-            let tokens = Tensor::<B, 2, Int>::from_data(
-                TensorData::new(ids, [chunk.len(), seqlen]),
-                &device,
-            );
-            shell.embed(tokens)
-        });
-        Activations::new(batches, batching.host_activations, &device)
-    };
+    let embed = || Activations::embed(shell, calibration, seqlen, batching, &device);
     let (cos, sin) = shell.rope_tables(0, seqlen);
     let mut outlier_ratios = Vec::new();
     let owl = options.profile.owl();
