@@ -290,6 +290,7 @@ pub fn run(
         // shared facts it holds (hashes, effective calibration size).
         record.metrics = shared_record.metrics.clone();
         record.sparsity = shared_record.sparsity.clone();
+        record.experts = shared_record.experts.clone();
         executor.begin_cell(cell, &mut record);
         let attempt = Attempt::start();
         let attempt_path = Attempt::path(&options.results_dir, &cell.id);

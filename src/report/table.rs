@@ -314,10 +314,26 @@ fn axis(r: &RunRecord, keys: &[String]) -> Result<AxisKey, String> {
 
 /// The options of a record's prune stage, `None` where it has none.
 pub(crate) fn prune_options(r: &RunRecord) -> Option<&serde_json::Value> {
+    prune_stages(r).next()
+}
+
+/// Every prune stage of `r`'s pipeline, in order (experts removed, then weights, say).
+fn prune_stages(r: &RunRecord) -> impl Iterator<Item = &serde_json::Value> {
     r.config["stages"]
-        .as_array()?
-        .iter()
-        .find(|s| s["kind"] == "prune")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["kind"] == "prune")
+}
+
+/// The prune stage of `r` that removes experts (`experts:` set), if one does.
+fn expert_stage(r: &RunRecord) -> Option<&serde_json::Value> {
+    prune_stages(r).find(|s| !s["experts"].is_null())
+}
+
+/// The prune stage of `r` that prunes weights, if one does.
+fn weight_stage(r: &RunRecord) -> Option<&serde_json::Value> {
+    prune_stages(r).find(|s| s["experts"].is_null())
 }
 
 /// Whether `r` pruned nothing (no prune stage, or unstructured at 0 %): the table's dense row.
@@ -329,16 +345,28 @@ pub(crate) fn is_dense(r: &RunRecord) -> bool {
 }
 
 fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), String> {
-    let prune = prune_options(r);
+    let prune = weight_stage(r);
     let text = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
     Ok(match key {
         "method" => {
-            let m = prune.map_or("dense".into(), method_label);
+            let labels: Vec<String> = prune_stages(r).map(method_label).collect();
+            let m = match labels.is_empty() {
+                true => "dense".to_string(),
+                false => labels.join("+"),
+            };
             ((0, 0, m.clone()), m)
         }
+        "experts" => match expert_stage(r).and_then(|p| p["experts"].as_f64()) {
+            Some(f) if f < 1.0 => (
+                (0, (f * 1000.0).round() as i64, String::new()),
+                format!("{:.0}%", f * 100.0),
+            ),
+            Some(n) => ((1, n as i64, String::new()), format!("{n}")),
+            None => ((0, 0, String::new()), "none".into()),
+        },
         "pattern" => {
             let p = prune.map_or("dense".into(), |p| text(&p["pattern"]));
             ((0, 0, p.clone()), p)
@@ -387,8 +415,8 @@ fn axis_value(r: &RunRecord, key: &str) -> Result<((u8, i64, String), String), S
             }
             None => {
                 return Err(format!(
-                    "axis `{other}` is not `method`, `pattern`, `sparsity`, `model`, `nsamples`, \
-                     `seqlen`, `eval_seqlen` or a swept key of the records"
+                    "axis `{other}` is not `method`, `pattern`, `sparsity`, `experts`, `model`, \
+                     `nsamples`, `seqlen`, `eval_seqlen` or a swept key of the records"
                 ))
             }
         },

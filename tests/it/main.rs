@@ -8,6 +8,7 @@ mod cuda_on_host;
 mod datasets;
 mod estimate_cli;
 mod eval_cli;
+mod experts;
 mod families;
 mod faults;
 mod fuzz_corpus;

@@ -742,4 +742,84 @@ mod tests {
             "both experts hit"
         );
     }
+
+    /// Keeping experts 1 and 3 of four under a sigmoid router with correction biases gives the
+    /// block of those two built directly: their MLPs, the router's two columns, their biases;
+    /// and each kept expert's output norms are the norms of its rows.
+    #[test]
+    fn kept_experts_route_as_a_block_of_only_them() {
+        let (hidden, inter) = (6, 5);
+        let expert = |e: usize| Mlp {
+            gate_proj: Some(linear(hidden, inter, 3 * e + 1)),
+            up_proj: linear(hidden, inter, 3 * e + 2),
+            down_proj: linear(inter, hidden, 3 * e + 3),
+            activation: Activation::Silu,
+        };
+        let routing = Experts {
+            sigmoid: Some(SigmoidRouting {
+                groups: 1,
+                groups_per_token: 1,
+                scale: 1.5,
+                uncorrected: false,
+            }),
+            ..TWO_OF_FOUR
+        };
+        let router = linear(hidden, 4, 0);
+        let mut four = SparseMoe::<Nd> {
+            router: router.clone(),
+            experts: (0..4).map(expert).collect(),
+            routing,
+            shared: None,
+            correction: Some(vec![0.1, -0.2, 0.3, 0.05]),
+        };
+        four.keep_experts(&[1, 3]);
+        let columns = to_host_f32(router.weight.val());
+        let two_columns: Vec<f32> = columns.chunks(4).flat_map(|row| [row[1], row[3]]).collect();
+        let two = SparseMoe::<Nd> {
+            router: Linear {
+                weight: Param::from_tensor(Tensor::from_data(
+                    TensorData::new(two_columns, [hidden, 2]),
+                    &Default::default(),
+                )),
+                bias: None,
+            },
+            experts: vec![expert(1), expert(3)],
+            routing: Experts {
+                count: 2,
+                ..routing
+            },
+            shared: None,
+            correction: Some(vec![-0.2, 0.05]),
+        };
+        assert_eq!(four.routing, two.routing);
+        assert_eq!(four.correction, two.correction);
+        let values: Vec<f32> = (0..3 * hidden)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
+            .collect();
+        let x = || {
+            Tensor::<Nd, 3>::from_data(
+                TensorData::new(values.clone(), [1, 3, hidden]),
+                &Default::default(),
+            )
+        };
+        let out =
+            |m: &SparseMoe<Nd>| to_host_f32(m.forward_observed(x(), &mut |_, _| {}, true).unwrap());
+        assert_eq!(out(&four), out(&two));
+        // Each token goes to both experts left; the norms are those of their unweighted rows.
+        let norms = four.routed_output_norms(x());
+        for (e, (routed, norms)) in norms.iter().enumerate() {
+            assert_eq!(routed.tokens, vec![0, 1, 2]);
+            let m = &four.experts[e];
+            let y = to_host_f32(project(&m.down_proj, m.hidden(x())));
+            for (t, norm) in norms.iter().enumerate() {
+                let row = &y[t * hidden..(t + 1) * hidden];
+                let want = row
+                    .iter()
+                    .map(|v| f64::from(*v).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                assert!((norm - want).abs() < 1e-12, "expert {e} token {t}");
+            }
+        }
+    }
 }

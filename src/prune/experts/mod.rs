@@ -134,7 +134,7 @@ pub fn prune_experts<B: Backend>(
         experts_after: removal.count - removal.removed,
         layers: Vec::new(),
     };
-    for i in 0..layers {
+    for (i, protected) in protected.iter().enumerate() {
         if config.layer_experts(i).is_none() {
             let layer = model.layer(i)?;
             inputs = inputs.forward(&layer, &cos, &sin);
@@ -159,7 +159,7 @@ pub fn prune_experts<B: Backend>(
             }
         });
         let chosen_by = stats.saliency(method).expect("an expert method");
-        let kept = removal.kept(i, &chosen_by, &protected[i])?;
+        let kept = removal.kept(i, &chosen_by, protected)?;
         if let Some(moe) = layer.experts_mut() {
             moe.keep_experts(&kept);
         }
@@ -218,5 +218,119 @@ fn protected_experts(
                 .unwrap_or(0)
         ))),
         None => Ok(protected),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::arch::{Experts, SigmoidRouting};
+    use crate::model::decoder::route;
+
+    /// The statistics of tokens with router `logits` (four experts each), expert `e`'s output
+    /// norm on token `t` being `norm(t, e)`.
+    fn stats_of(
+        logits: &[f32],
+        routing: Experts,
+        correction: Option<&[f32]>,
+        norm: impl Fn(usize, usize) -> f64,
+    ) -> ExpertStats {
+        let mut stats = ExpertStats::new(4);
+        for (e, routed) in route(logits, routing, correction).iter().enumerate() {
+            let norms: Vec<f64> = routed.tokens.iter().map(|&t| norm(t, e)).collect();
+            stats.add(e, &routed.weights, &norms);
+        }
+        stats
+    }
+
+    fn close(got: &[f64], want: &[f64]) {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() < 1e-6 * w.abs().max(1.0),
+                "{got:?} vs {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn softmax_saliencies_by_hand_with_and_without_renormalising() {
+        // Token 0: probabilities 0.1, 0.2, 0.3, 0.4 → experts 3 and 2; token 1: logits 1, 0,
+        // 0, 0 → experts 0 and 1 (e/(e + 3) and 1/(e + 3)). Expert e's output norm is e + 1 on
+        // token 0 and e + 2 on token 1.
+        let l = |v: f64| v.ln() as f32;
+        let logits = [0.0, l(2.0), l(3.0), l(4.0), 1.0, 0.0, 0.0, 0.0];
+        let norm = |t: usize, e: usize| (e + 1 + t) as f64;
+        let e = std::f64::consts::E;
+        let renormalised = stats_of(&logits, Experts::softmax(4, 2, 8), None, norm);
+        // Renormalised over the two: 4/7 and 3/7; e/(e + 1) and 1/(e + 1).
+        let weights = [e / (e + 1.0), 1.0 / (e + 1.0), 3.0 / 7.0, 4.0 / 7.0];
+        let norms = [2.0, 3.0, 3.0, 4.0];
+        let reap: Vec<f64> = weights.iter().zip(norms).map(|(w, n)| w * n).collect();
+        close(&renormalised.saliency(Method::Reap).unwrap(), &reap);
+        close(&renormalised.saliency(Method::Ean).unwrap(), &norms);
+        close(
+            &renormalised.saliency(Method::WeightedFrequency).unwrap(),
+            &weights,
+        );
+        close(
+            &renormalised.saliency(Method::Frequency).unwrap(),
+            &[1.0; 4],
+        );
+        // The softmax probabilities themselves where the family does not renormalise (OLMoE).
+        let raw = Experts {
+            normalize: false,
+            ..Experts::softmax(4, 2, 8)
+        };
+        let raw = stats_of(&logits, raw, None, norm);
+        let weights = [e / (e + 3.0), 1.0 / (e + 3.0), 0.3, 0.4];
+        let reap: Vec<f64> = weights.iter().zip(norms).map(|(w, n)| w * n).collect();
+        close(&raw.saliency(Method::Reap).unwrap(), &reap);
+        close(&raw.saliency(Method::WeightedFrequency).unwrap(), &weights);
+    }
+
+    #[test]
+    fn sigmoid_saliencies_by_hand_with_and_without_renormalising() {
+        // Logits 0, 1, 2, -1 in two groups of two, one open, two experts a token, scale 2.
+        // With the correction +0.6 on expert 3 the second group wins: experts 2 and 3, weights
+        // 2σ(2)/(σ(2) + σ(-1)) and 2σ(-1)/(σ(2) + σ(-1)). Without renormalising or correction
+        // the first group: experts 0 and 1, weights 2σ(0) and 2σ(1).
+        let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let routing = Experts {
+            sigmoid: Some(SigmoidRouting {
+                groups: 2,
+                groups_per_token: 1,
+                scale: 2.0,
+                uncorrected: false,
+            }),
+            ..Experts::softmax(4, 2, 8)
+        };
+        let logits = [0.0, 1.0, 2.0, -1.0];
+        let norm = |_: usize, e: usize| 10.0 * (e + 1) as f64;
+        let corrected = stats_of(&logits, routing, Some(&[0.0, 0.0, 0.0, 0.6]), norm);
+        let (two, three) = (sig(2.0), sig(-1.0));
+        let w = [
+            0.0,
+            0.0,
+            2.0 * two / (two + three),
+            2.0 * three / (two + three),
+        ];
+        close(
+            &corrected.saliency(Method::Reap).unwrap(),
+            &[0.0, 0.0, 30.0 * w[2], 40.0 * w[3]],
+        );
+        close(&corrected.saliency(Method::WeightedFrequency).unwrap(), &w);
+        let plain = Experts {
+            normalize: false,
+            ..routing
+        };
+        let plain = stats_of(&logits, plain, None, norm);
+        close(
+            &plain.saliency(Method::Reap).unwrap(),
+            &[10.0 * 2.0 * sig(0.0), 20.0 * 2.0 * sig(1.0), 0.0, 0.0],
+        );
+        close(
+            &plain.saliency(Method::Frequency).unwrap(),
+            &[1.0, 1.0, 0.0, 0.0],
+        );
     }
 }
