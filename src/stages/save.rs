@@ -10,7 +10,7 @@ use burn::prelude::Backend;
 
 use super::PipelineExecutor;
 pub use crate::model::checkpoint::RECIPE_FILE;
-use crate::model::checkpoint::{rebase_config, save_hf_folder, SaveSpec};
+use crate::model::checkpoint::{rewrite_expert_count, save_hf_folder, SaveSpec};
 use crate::pipeline::plan::{Cell, StageNode};
 use crate::pipeline::runner::StageFailure;
 use crate::pipeline::spec::SaveOptions;
@@ -66,7 +66,7 @@ pub(super) fn run<B: Backend>(
         if let Some(experts) = &pruned.experts {
             let fewer = base.config.with_expert_count(experts.experts_after);
             if let Some(own) = &mut spec.base_config {
-                rebase_config(own, &base.config.to_hf_json(), &fewer.to_hf_json());
+                rewrite_expert_count(own, experts.experts_after);
             }
             config = Cow::Owned(fewer);
             let report =

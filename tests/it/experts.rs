@@ -213,7 +213,18 @@ fn experts_then_weights_run_as_two_prune_stages() {
         .linears
         .keys()
         .all(|name| !name.contains("experts.2") && !name.contains("experts.3")));
+    // The fixture's config names the count `num_local_experts` (transformers 5.24 wrote it),
+    // Qwen3-MoE's own key is `num_experts`: both say two.
     let saved = cell.join("model");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(saved.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            config["num_experts"].as_u64(),
+            config["num_local_experts"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
     assert_eq!(
         saved_perplexity(&saved),
         record.metrics.perplexity.expect("a perplexity")

@@ -185,6 +185,10 @@ impl ClampedGlu {
     }
 }
 
+/// The `config.json` keys that give a layer's expert count in one family or another
+/// (transformers reads several of them as aliases of one another).
+pub const EXPERT_COUNT_KEYS: [&str; 3] = ["num_local_experts", "num_experts", "n_routed_experts"];
+
 /// The `config.json` keys of mixtures of experts, each family reading its own (Mixtral's
 /// `num_local_experts`, DeepSeek's `n_routed_experts`, Llama 4's `interleave_moe_layer_step`,
 /// …); flattened into [`super::HfLlamaConfig`], so they sit at the top level of the file.

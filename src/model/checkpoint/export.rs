@@ -12,6 +12,7 @@ use burn::prelude::*;
 use crate::model::arch::ExpertStacks;
 use crate::model::arch::FusedLinear;
 use crate::model::arch::LlamaConfig;
+use crate::model::arch::EXPERT_COUNT_KEYS;
 use crate::model::checkpoint::HostTensor;
 use crate::model::checkpoint::Layers;
 use crate::model::checkpoint::{encode, SaveDtype};
@@ -315,32 +316,24 @@ pub struct SaveSpec {
     pub base_config: Option<serde_json::Value>,
 }
 
-/// A checkpoint's own `config.json` (`base`) brought up to date with a change of its model's
-/// config, given as the config written both ways (`before` and `after`, [`LlamaConfig::to_hf_json`]):
-/// every key whose value the change moved takes its new value, at the top level and, where
-/// the checkpoint nests its text model's keys, in `text_config` (a model whose experts were
-/// pruned gets its count under the family's own key: `num_local_experts`, `num_experts`,
-/// `n_routed_experts`, …).
-pub fn rebase_config(
-    base: &mut serde_json::Value,
-    before: &serde_json::Value,
-    after: &serde_json::Value,
-) {
-    let Some(after) = after.as_object() else {
-        return;
-    };
-    for (key, value) in after {
-        if before.get(key) == Some(value) {
-            continue;
-        }
-        if let Some(base) = base.as_object_mut() {
-            base.insert(key.clone(), value.clone());
-        }
-        if let Some(text) = base.get_mut("text_config").and_then(|t| t.as_object_mut()) {
-            if text.contains_key(key) {
-                text.insert(key.clone(), value.clone());
+/// A checkpoint's own `config.json` (`base`) rewritten for a model of `count` experts a
+/// layer: every key of the expert count it holds ([`EXPERT_COUNT_KEYS`]: a family's own and
+/// the aliases transformers also reads, at the top level and, where the checkpoint nests its
+/// text model's keys, in `text_config`) says `count`, so no key the loader prefers keeps the
+/// count before.
+pub fn rewrite_expert_count(base: &mut serde_json::Value, count: usize) {
+    let rewrite = |map: &mut serde_json::Value| {
+        if let Some(map) = map.as_object_mut() {
+            for key in EXPERT_COUNT_KEYS {
+                if let Some(value) = map.get_mut(key) {
+                    *value = count.into();
+                }
             }
         }
+    };
+    rewrite(base);
+    if let Some(text) = base.get_mut("text_config") {
+        rewrite(text);
     }
 }
 

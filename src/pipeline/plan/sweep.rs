@@ -314,7 +314,7 @@ pub(super) fn cell_label(spec: &PipelineSpec, values: &[(String, serde_json::Val
         let in_label = prunes.iter().any(|(id, _)| {
             key.strip_prefix(id)
                 .and_then(|r| r.strip_prefix('.'))
-                .is_some_and(|o| matches!(o, "method" | "sparsity" | "pattern"))
+                .is_some_and(|o| matches!(o, "method" | "sparsity" | "pattern" | "experts"))
         });
         if !in_label {
             let option = key.rsplit('.').next().unwrap_or(key);
