@@ -68,6 +68,18 @@ fn run(pipeline: &Path, dir: &Path) -> (PathBuf, RunRecord) {
     (cell, record)
 }
 
+/// Stages that remove a quarter of the experts by REAP, evaluate and save in f32.
+const REAP_A_QUARTER: &str = "  - { id: load, kind: load }\n  \
+     - { id: calibrate, kind: calibrate, needs: [load] }\n  \
+     - { id: prune, kind: prune, needs: [calibrate], method: reap, experts: 0.25 }\n  \
+     - { id: eval, kind: eval, needs: [prune] }\n  \
+     - { id: save, kind: save, needs: [prune], model: true, dtype: f32 }\n";
+
+/// The `config.json` of a saved folder.
+fn saved_config(folder: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(folder.join("config.json")).unwrap()).unwrap()
+}
+
 /// The perplexity `wanda eval` gives the saved folder on the same evaluation text.
 fn saved_perplexity(folder: &Path) -> f64 {
     let out = output_ok(
@@ -112,14 +124,7 @@ fn assert_chosen_apart(report: &ExpertsReport, groups: usize) {
 #[test]
 fn reap_removes_a_quarter_of_mixtrals_experts_and_saves_a_smaller_model() {
     let dir = tempfile::tempdir().unwrap();
-    let file = pipeline(
-        dir.path(),
-        "mixtral",
-        "  - { id: load, kind: load }\n  - { id: calibrate, kind: calibrate, needs: [load] }\n  \
-         - { id: prune, kind: prune, needs: [calibrate], method: reap, experts: 0.25 }\n  \
-         - { id: eval, kind: eval, needs: [prune] }\n  \
-         - { id: save, kind: save, needs: [prune], model: true, dtype: f32 }\n",
-    );
+    let file = pipeline(dir.path(), "mixtral", REAP_A_QUARTER);
     let (cell, record) = run(&file, dir.path());
     assert!(
         record.cell.label.starts_with("reap-experts-0.25"),
@@ -139,8 +144,7 @@ fn reap_removes_a_quarter_of_mixtrals_experts_and_saves_a_smaller_model() {
     // The saved folder: three experts a layer under Mixtral's key, the report beside it, and
     // read back by wanda to the perplexity of the model in memory, to the bit.
     let saved = cell.join("model");
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(saved.join("config.json")).unwrap()).unwrap();
+    let config = saved_config(&saved);
     assert_eq!(config["num_local_experts"], 3);
     let beside: ExpertsReport =
         serde_json::from_str(&std::fs::read_to_string(saved.join("wanda_experts.json")).unwrap())
@@ -153,14 +157,7 @@ fn reap_removes_a_quarter_of_mixtrals_experts_and_saves_a_smaller_model() {
 #[test]
 fn a_grouped_router_loses_one_expert_per_group_and_its_correction_biases() {
     let dir = tempfile::tempdir().unwrap();
-    let file = pipeline(
-        dir.path(),
-        "deepseek_v3-16e",
-        "  - { id: load, kind: load }\n  - { id: calibrate, kind: calibrate, needs: [load] }\n  \
-         - { id: prune, kind: prune, needs: [calibrate], method: reap, experts: 0.25 }\n  \
-         - { id: eval, kind: eval, needs: [prune] }\n  \
-         - { id: save, kind: save, needs: [prune], model: true, dtype: f32 }\n",
-    );
+    let file = pipeline(dir.path(), "deepseek_v3-16e", REAP_A_QUARTER);
     let (cell, record) = run(&file, dir.path());
     let report = record.experts.expect("the experts removed");
     // A dense first layer, then two layers of 16 experts in 4 groups of 4.
@@ -171,8 +168,7 @@ fn a_grouped_router_loses_one_expert_per_group_and_its_correction_biases() {
     }
     assert_chosen_apart(&report, 4);
     let saved = cell.join("model");
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(saved.join("config.json")).unwrap()).unwrap();
+    let config = saved_config(&saved);
     assert_eq!(config["n_routed_experts"], 12);
     let source = SafetensorsSource::open(&saved).unwrap();
     let bias = source
@@ -216,8 +212,7 @@ fn experts_then_weights_run_as_two_prune_stages() {
     // The fixture's config names the count `num_local_experts` (transformers 5.24 wrote it),
     // Qwen3-MoE's own key is `num_experts`: both say two.
     let saved = cell.join("model");
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(saved.join("config.json")).unwrap()).unwrap();
+    let config = saved_config(&saved);
     assert_eq!(
         (
             config["num_experts"].as_u64(),
