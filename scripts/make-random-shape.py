@@ -25,7 +25,9 @@ llama3-scaled RoPE, 16 experts 8192 wide of which 1 a token beside a shared expe
 layers, and a 49,152-entry vocabulary in place of its 202,048, so that f32 fits beside PyTorch's
 copy) or granite-1b-a400m-8l (granite-3.1-1b-a400m's layer and factors, 1024 wide, 16 query
 heads sharing 8 kv heads, 32 experts 512 wide stacked, 8 a token, a tied 49155-entry vocabulary,
-8 of its 24 layers).
+8 of its 24 layers) or qwen3-30b-a3b-2l (Qwen3-30B-A3B's layer, 2048 wide, 32 query heads of 128
+sharing 4 kv heads with q/k norms, 128 experts 768 wide of which 8 a token, renormalised, 2 of its
+48 layers, and a 49,152-entry vocabulary in place of its 151,936).
 """
 import shutil
 import sys
@@ -68,6 +70,11 @@ SHAPES = {
         num_experts_per_tok=8, embedding_multiplier=12.0, residual_multiplier=0.22,
         attention_multiplier=0.015625, logits_scaling=6.0, tie_word_embeddings=True,
         max_position_embeddings=131072, rope_theta=10_000_000.0),
+    "qwen3-30b-a3b-2l": lambda: transformers.Qwen3MoeConfig(
+        vocab_size=49152, hidden_size=2048, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, moe_intermediate_size=768, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, max_position_embeddings=40960,
+        rope_theta=1_000_000.0, tie_word_embeddings=False),
     "falcon-7b-4l": lambda: transformers.FalconConfig(
         vocab_size=65024, hidden_size=4544, num_hidden_layers=4, num_attention_heads=71,
         multi_query=True, parallel_attn=True, bias=False),

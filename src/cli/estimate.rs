@@ -215,6 +215,7 @@ impl EstimateArgs {
             weight_update: self.weight_update,
             zeroshot: self.zeroshot,
             eval_group: self.eval_group,
+            expert_removal: None,
         };
         let estimate = estimate_prune(&shape, &run);
         let (peak_stage, peak_bytes) = estimate.peak(Place::Device);

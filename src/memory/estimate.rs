@@ -71,6 +71,7 @@ use crate::model::decoder::attention_block_rows;
 use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
 use crate::prune::device_select;
 use crate::prune::dsnot::DsnotOptions;
+use crate::prune::experts::ExpertAmount;
 use crate::prune::profile::{OwlOptions, Profile};
 use crate::prune::WeightUpdate;
 use crate::prune::{Method, MethodOptions};
@@ -159,6 +160,10 @@ pub struct PruneRun {
     /// streams: each layer is read once per group. Requested as the evaluation's windows, so
     /// that every layer is read once; the gate halves it when the streams do not fit.
     pub eval_group: usize,
+    /// The experts a prune stage removes from every layer with experts, where one does: the
+    /// stages after it hold a smaller model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_removal: Option<ExpertAmount>,
 }
 
 impl PruneRun {
@@ -174,6 +179,18 @@ impl PruneRun {
             dsnot: self.dsnot.then(DsnotOptions::default),
             weight_update: self.weight_update,
             ..MethodOptions::default()
+        }
+    }
+
+    /// The shape of the model the stages after pruning hold: `shape` with fewer experts
+    /// where the run removes some, else `shape` itself.
+    pub fn pruned_shape(&self, shape: &ModelShape) -> ModelShape {
+        match self.expert_removal {
+            Some(amount) if shape.experts > 0 => {
+                let removed = amount.removed_of(shape.experts).unwrap_or(0);
+                shape.with_expert_count(shape.experts.saturating_sub(removed))
+            }
+            _ => shape.clone(),
         }
     }
 
@@ -245,7 +262,7 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
 
     let mut load = Breakdown::default();
     overhead(&mut load, run.device, host, &m);
-    weights(&mut load, shape, run, &m, host, false);
+    weights(&mut load, shape, run, &m, host, None);
     if run.streaming {
         // Streamed, the shell's share of the checkpoint pages (an upper bound: they are
         // released tensor by tensor), and one layer's in every stage (`weights`).
@@ -282,7 +299,8 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         }
         let mut prune = Breakdown::default();
         overhead(&mut prune, run.device, host, &m);
-        weights(&mut prune, shape, run, &m, host, true);
+        // The copy is whole until its layers are pruned.
+        weights(&mut prune, shape, run, &m, host, Some(shape));
         if run.calibrates() {
             calibration(&mut prune, run, &m, host, method);
         }
@@ -311,7 +329,15 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
         let t = ZEROSHOT_BATCH_TOKENS as u64;
         let mut zeroshot = Breakdown::default();
         overhead(&mut zeroshot, run.device, host, &m);
-        weights(&mut zeroshot, shape, run, &m, host, run.method.is_some());
+        let after = run.pruned_shape(shape);
+        weights(
+            &mut zeroshot,
+            shape,
+            run,
+            &m,
+            host,
+            run.method.map(|_| &after),
+        );
         zeroshot.push_allocations(
             "zero-shot logits (a block of rows)",
             1,
@@ -534,7 +560,8 @@ fn fused_kernels(run: &PruneRun, m: &Dims) -> bool {
 fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64) -> StageEstimate {
     let mut eval = Breakdown::default();
     overhead(&mut eval, run.device, host, m);
-    weights(&mut eval, shape, run, m, host, run.method.is_some());
+    let after = run.pruned_shape(shape);
+    weights(&mut eval, shape, run, m, host, run.method.map(|_| &after));
     if fused_kernels(run, m) {
         // The fused kernels read the head in place and hold at most HEAD_ROWS rows' worth
         // of logits, in memory and streamed.
@@ -640,7 +667,7 @@ fn tokenise(
 ) -> StageEstimate {
     let mut b = Breakdown::default();
     overhead(&mut b, run.device, host, m);
-    weights(&mut b, shape, run, m, host, false);
+    weights(&mut b, shape, run, m, host, None);
     b.push(
         "tokenisation",
         text_bytes * TOKENIZE_BYTES_PER_TEXT_BYTE,
@@ -808,11 +835,9 @@ fn weights(
     run: &PruneRun,
     m: &Dims,
     host: Place,
-    pruned: bool,
+    pruned: Option<&ModelShape>,
 ) {
     let f = run.precision.bytes();
-    let all = shape.parameters * f;
-    let formula = format!("{} params × {f} B", shape.parameters);
     if run.streaming {
         // The shell (embeddings, LM head, final norm) and the layer in use; the other layers
         // stay in the checkpoint (dense) or the layer store on disk (pruned), and the
@@ -827,16 +852,24 @@ fn weights(
         layer_pages(b, run, m, host);
         return;
     }
-    b.push("weights", all, Place::Device, formula);
-    if pruned && run.keeps_dense_copy {
+    // Pruned in place, the model is the pruned one (smaller where experts went).
+    let held = match pruned {
+        Some(after) if !run.keeps_dense_copy => after,
+        _ => shape,
+    };
+    b.push(
+        "weights",
+        held.parameters * f,
+        Place::Device,
+        format!("{} params × {f} B", held.parameters),
+    );
+    if let (Some(after), true) = (pruned, run.keeps_dense_copy) {
+        let per_layer = after.linear_parameters_per_layer();
         b.push(
             "pruned copy",
-            m.layers * m.linears_per_layer * f,
+            m.layers * per_layer * f,
             host,
-            format!(
-                "{} layers × {} params × {f} B",
-                m.layers, m.linears_per_layer
-            ),
+            format!("{} layers × {per_layer} params × {f} B", m.layers),
         );
     }
 }
@@ -973,6 +1006,7 @@ mod tests {
             weight_update: None,
             zeroshot: false,
             eval_group: STREAMED_WINDOW_GROUP,
+            expert_removal: None,
         }
     }
 
@@ -1091,6 +1125,32 @@ mod tests {
         };
         assert_eq!(with_shared(8), 2080);
         assert_eq!(with_shared(2), 1840);
+    }
+
+    #[test]
+    fn removed_experts_leave_the_model_the_stages_after_pruning_hold() {
+        // Four experts a layer (H = 4, I = 6: 3·4·6 + 4 = 76 parameters each with its router
+        // column), two layers: removing half takes 2 · 2 · 76 = 304 of 1,000 parameters.
+        let shape = ModelShape {
+            experts: 4,
+            parameters: 1000,
+            ..tiny()
+        };
+        let mut r = run(Method::Reap);
+        r.expert_removal = Some(ExpertAmount(0.5));
+        let after = r.pruned_shape(&shape);
+        assert_eq!((after.experts, after.parameters), (2, 696));
+        let e = estimate_prune(&shape, &r);
+        // The copy is whole while it is pruned; the evaluation holds the dense model and the
+        // copy of two experts a layer: attention (4·4 + 2·4·2 + 4·4 = 48) + 2 · 76 a layer.
+        assert_eq!(item(&e, "prune", "pruned copy"), 2 * (48 + 4 * 76) * 4);
+        assert_eq!(item(&e, "eval", "pruned copy"), 2 * (48 + 2 * 76) * 4);
+        assert_eq!(item(&e, "eval", "weights"), 1000 * 4);
+        // In place, the evaluation holds the smaller model alone.
+        r.keeps_dense_copy = false;
+        let e = estimate_prune(&shape, &r);
+        assert_eq!(item(&e, "eval", "weights"), 696 * 4);
+        assert_eq!(item(&e, "prune", "weights"), 1000 * 4);
     }
 
     #[test]

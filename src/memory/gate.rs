@@ -389,6 +389,7 @@ mod tests {
             weight_update: None,
             zeroshot: false,
             eval_group: 8,
+            expert_removal: None,
         }
     }
 
@@ -508,6 +509,7 @@ mod tests {
             streaming: true,
             eval_seqlen: Some(1024),
             eval_group: group,
+            expert_removal: None,
             ..run(8, 256)
         };
         let peak_of = |group| estimate_prune(&shape(), &eval_only(group)).peak(Place::Device);

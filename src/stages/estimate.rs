@@ -153,6 +153,10 @@ pub fn requested_run(
             .as_ref()
             .and_then(|e| e.windows)
             .unwrap_or(STREAMED_WINDOW_GROUP),
+        expert_removal: spec.stages.iter().find_map(|s| match &s.options {
+            StageOptions::Prune(p) if p.method.removes_experts() => p.experts,
+            _ => None,
+        }),
     })
 }
 

@@ -46,10 +46,15 @@ pub(super) fn run<B: Backend>(
                 amount,
                 protect: options.protect.clone(),
             };
-            let config = &exec.base(stage)?.config;
+            // The model as it comes: with fewer experts where an earlier stage removed some.
+            let base = &exec.base(stage)?.config;
+            let config = match &experts {
+                Some(earlier) => base.with_expert_count(earlier.experts_after),
+                None => base.clone(),
+            };
             let removed = prune_experts(
                 &mut model,
-                config,
+                &config,
                 options.method,
                 &expert_options,
                 windows,

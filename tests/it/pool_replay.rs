@@ -102,6 +102,7 @@ fn the_pool_model_reserves_what_cubecls_manager_reserves() {
             weight_update: None,
             zeroshot: false,
             eval_group: 8,
+            expert_removal: None,
         };
         let estimate = estimate_prune(shape, &run);
         let stages: Vec<Vec<u64>> = estimate

@@ -167,6 +167,26 @@ impl ModelShape {
         }
     }
 
+    /// The shape of this model with `count` experts in each layer that has them (its experts
+    /// pruned): the removed experts' linears and router columns leave the parameters. The same
+    /// shape without experts.
+    pub fn with_expert_count(&self, count: usize) -> ModelShape {
+        if self.experts == 0 {
+            return self.clone();
+        }
+        let removed = self.experts.saturating_sub(count) as u64;
+        let h = self.hidden_size as u64;
+        let per_expert = self.mlp_matrices() * h * self.intermediate_size as u64 + h;
+        let layers = self.num_hidden_layers.saturating_sub(self.dense_layers) as u64;
+        ModelShape {
+            experts: count,
+            parameters: self
+                .parameters
+                .saturating_sub(layers * removed * per_expert),
+            ..self.clone()
+        }
+    }
+
     /// The same shape with the exact count read from a checkpoint's headers.
     pub fn with_parameters(mut self, parameters: u64) -> Self {
         self.parameters = parameters;

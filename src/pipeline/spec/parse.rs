@@ -573,9 +573,11 @@ mod tests {
             [
                 "channel_permutation",
                 "dsnot",
+                "experts",
                 "method",
                 "pattern",
                 "profile",
+                "protect",
                 "skip",
                 "sparsity",
                 "use_variant",

@@ -66,8 +66,8 @@ pub(super) fn prune_linear(
 pub(super) fn weights_only(method: Method) -> PruneError {
     PruneError::InvalidOptions {
         reason: format!(
-            "`{method}` removes experts, not weights; give it `experts:` (a fraction or count) \
-             instead of a sparsity"
+            "`{method}` removes experts, not weights: use it in a pipeline's prune stage with \
+             `experts:` (a fraction or a count) instead of a sparsity"
         ),
     }
 }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Does a folder saved after expert pruning load in transformers as it is, as a model of fewer
+# experts that scores what wanda scored? For each tiny mixture of experts: `wanda run` removes
+# experts by REAP (one a layer; one a group for DeepSeek's grouped routers), evaluates and saves
+# in f32; then scripts/transformers-ppl.py loads the saved folder with
+# AutoModelForCausalLM.from_pretrained and scores the same windows. Prints one markdown row
+# per family: the expert count transformers reads, both perplexities and their relative
+# difference. A measuring tool, not a test: CI never runs it.
+#
+#   scripts/experts-reload.sh [FAMILY...]
+#
+# Needs the venv of scripts/make-family-fixture.py at $VENV (default ~/.cache/wanda-ab-venv) and a
+# wanda binary at $WANDA (default: the newer of target/release/wanda and target/debug/wanda).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+venv=${VENV:-$HOME/.cache/wanda-ab-venv}
+wanda=${WANDA:-}
+[ -n "$wanda" ] || wanda=$(ls -t target/release/wanda target/debug/wanda 2>/dev/null | head -1)
+words=$root/tests/fixtures/data/fixture-words
+families=("$@")
+[ ${#families[@]} -gt 0 ] || families=(mixtral qwen3_moe olmoe qwen2_moe deepseek_v2-16e \
+  deepseek_v3-16e gpt_oss gpt_oss-mxfp4 granitemoe granitemoeshared granitemoehybrid-moe llama4 \
+  qwen3-vl-moe)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "| family | experts before → after | config.json counts | wanda ppl | transformers ppl | relative |"
+echo "|---|---|---:|---:|---:|---:|"
+for family in "${families[@]}"; do
+  model=$root/tests/fixtures/models/tiny-$family
+  case $family in deepseek_*-16e) remove=4 ;; *) remove=1 ;; esac
+  dir=$out/$family
+  mkdir -p "$dir"
+  cat > "$dir/pipeline.yaml" <<YAML
+name: reload
+seed: 0
+device: cpu
+model: { path: $model }
+calibration: { text: $words/calib.txt, nsamples: 8, seqlen: 64 }
+evaluation: { text: $words/eval.txt, seqlen: 64 }
+stages:
+  load: {}
+  calibrate: {}
+  prune: { method: reap, experts: $remove }
+  eval: { perplexity: true }
+  save: { model: true, dtype: f32 }
+YAML
+  if ! "$wanda" run "$dir/pipeline.yaml" --results "$dir/results" > "$dir/wanda.log" 2>&1; then
+    echo "| $family | wanda: $(grep -m1 -i error "$dir/wanda.log") |"
+    continue
+  fi
+  record=$(ls "$dir"/results/reload/*/run.json)
+  saved=$(dirname "$record")/model
+  if ! "$venv/bin/python" scripts/transformers-ppl.py --folder "$saved" --tokenizer-json \
+      --text "$words/eval.txt" --seqlen 64 > "$dir/ref.json" 2> "$dir/ref.log"; then
+    echo "| $family | transformers: $(tail -1 "$dir/ref.log") |"
+    continue
+  fi
+  "$venv/bin/python" - "$record" "$dir/ref.json" "$saved/config.json" "$family" <<'PY'
+import json, sys
+record, ref, config = (json.load(open(p)) for p in sys.argv[1:4])
+e = record["experts"]
+ours, theirs = record["metrics"]["perplexity"], ref["perplexity"]
+text = config.get("text_config", config)
+counts = {k: text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in text}
+print(f"| {sys.argv[4]} | {e['experts_before']} → {e['experts_after']} | {counts} | {ours:.4f} | "
+      f"{theirs:.4f} | {abs(ours - theirs) / theirs:.1e} |")
+PY
+done
