@@ -20,7 +20,7 @@ wanda=${WANDA:-}
 words=$root/tests/fixtures/data/fixture-words
 families=("$@")
 [ ${#families[@]} -gt 0 ] || families=(mixtral qwen3_moe olmoe qwen2_moe deepseek_v2-16e \
-  deepseek_v3-16e gpt_oss gpt_oss-mxfp4 granitemoe granitemoeshared granitemoehybrid-moe llama4 \
+  deepseek_v3-16e glm4_moe-16e gpt_oss gpt_oss-mxfp4 granitemoe granitemoeshared granitemoehybrid-moe llama4 \
   qwen3-vl-moe)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -28,7 +28,7 @@ echo "| family | experts before → after | config.json counts | wanda ppl | tra
 echo "|---|---|---:|---:|---:|---:|"
 for family in "${families[@]}"; do
   model=$root/tests/fixtures/models/tiny-$family
-  case $family in deepseek_*-16e) remove=4 ;; *) remove=1 ;; esac
+  case $family in *-16e) remove=4 ;; *) remove=1 ;; esac
   dir=$out/$family
   mkdir -p "$dir"
   cat > "$dir/pipeline.yaml" <<YAML

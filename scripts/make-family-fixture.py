@@ -7,7 +7,7 @@ tests in tests/it/families.rs: the Rust side loads the folder and must reproduce
              phi3-longrope phi4-mini smollm3 granite glm glm4 qwen2-sliding cohere cohere-qknorm cohere2 smollm3-sliding olmo mixtral \
              qwen3_moe olmoe qwen2_moe starcoder2 gptj nemotron gpt2 gpt_bigcode gpt_bigcode-mha arcee exaone4 exaone4-full gpt_neo ernie4_5 \
              gpt_oss gpt_oss-mxfp4 glm4_moe deepseek_v2 deepseek_v3 deepseek_v3-fp8 llama4 \
-             deepseek_v2-16e deepseek_v3-16e \
+             deepseek_v2-16e deepseek_v3-16e glm4_moe-16e \
              granitemoe granitemoeshared granitemoehybrid granitemoehybrid-moe ministral; do
       ~/.cache/wanda-ab-venv/bin/python scripts/make-family-fixture.py $f tests/fixtures/models/tiny-$f
     done
@@ -378,15 +378,17 @@ def config(family):
                              "beta_slow": 1.0, "truncate": False, "rope_theta": 150_000.0,
                              "original_max_position_embeddings": 32},
             **common)
-    if family == "glm4_moe":
+    if family in ("glm4_moe", "glm4_moe-16e"):
         # GLM-4.5: q/k/v biases (random, below), per-head q/k norms, RoPE on the first half of
         # each head (its halves rotating), a dense first layer (112 wide) and then two layers
         # of eight experts 48 wide in four groups of two, of which each token takes two from
         # the best two groups by the biased sigmoid choice (random correction biases, below),
-        # renormalised and x2.5, beside a shared expert 2 x 48 wide added ungated.
+        # renormalised and x2.5, beside a shared expert 2 x 48 wide added ungated. The `-16e`
+        # variant: sixteen experts in the same four groups, so that expert pruning can take one
+        # from every group and leave the router the two a group it needs.
         common.update(num_hidden_layers=3)
         return transformers.Glm4MoeConfig(
-            n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+            n_routed_experts=16 if family.endswith("-16e") else 8, num_experts_per_tok=2, moe_intermediate_size=48,
             n_shared_experts=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
             first_k_dense_replace=1, norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
             head_dim=16, partial_rotary_factor=0.5, pad_token_id=0, **common)

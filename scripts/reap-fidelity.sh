@@ -22,7 +22,7 @@ wanda=${WANDA:-}
 words=$root/tests/fixtures/data/fixture-words
 cells=("$@")
 if [ ${#cells[@]} -eq 0 ]; then
-  for f in mixtral qwen3_moe olmoe deepseek_v2-16e deepseek_v3-16e; do
+  for f in mixtral qwen3_moe olmoe deepseek_v2-16e deepseek_v3-16e glm4_moe-16e; do
     for m in reap frequency ean weighted_frequency; do
       for x in 0.25 0.5; do cells+=("$f:$m:$x"); done
     done
