@@ -26,15 +26,18 @@ pub enum Method {
     /// Relative importance · ‖X‖₂^0.5, compared per matrix (RIA, ICLR 2024).
     Ria,
     /// Removes the experts of least mean routing weight × output norm over their tokens
-    /// (REAP, ICLR 2026).
+    /// (REAP, ICLR 2026). The expert methods are a pipeline's (`experts:`), not `--method`'s.
+    #[value(skip)]
     Reap,
     /// Removes the experts the fewest calibration tokens are routed to.
+    #[value(skip)]
     Frequency,
     /// Removes the experts of least mean output norm over their tokens (EAN).
+    #[value(skip)]
     Ean,
     /// Removes the experts of least summed routing weight.
     #[serde(rename = "weighted_frequency")]
-    #[value(name = "weighted_frequency")]
+    #[value(skip)]
     WeightedFrequency,
 }
 
