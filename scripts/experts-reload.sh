@@ -9,15 +9,11 @@
 #
 #   scripts/experts-reload.sh [FAMILY...]
 #
-# Needs the venv of scripts/make-family-fixture.py at $VENV (default ~/.cache/wanda-ab-venv) and a
-# wanda binary at $WANDA (default: the newer of target/release/wanda and target/debug/wanda).
+# Needs the venv of scripts/make-family-fixture.py and a wanda binary
+# (scripts/experts-common.sh: $VENV, $WANDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-venv=${VENV:-$HOME/.cache/wanda-ab-venv}
-wanda=${WANDA:-}
-[ -n "$wanda" ] || wanda=$(ls -t target/release/wanda target/debug/wanda 2>/dev/null | head -1)
-words=$root/tests/fixtures/data/fixture-words
+source scripts/experts-common.sh
 families=("$@")
 [ ${#families[@]} -gt 0 ] || families=(mixtral qwen3_moe olmoe qwen2_moe deepseek_v2-16e \
   deepseek_v3-16e glm4_moe-16e gpt_oss gpt_oss-mxfp4 granitemoe granitemoeshared granitemoehybrid-moe llama4 \
@@ -27,30 +23,12 @@ trap 'rm -rf "$out"' EXIT
 echo "| family | experts before → after | config.json counts | wanda ppl | transformers ppl | relative |"
 echo "|---|---|---:|---:|---:|---:|"
 for family in "${families[@]}"; do
-  model=$root/tests/fixtures/models/tiny-$family
   case $family in *-16e) remove=4 ;; *) remove=1 ;; esac
   dir=$out/$family
-  mkdir -p "$dir"
-  cat > "$dir/pipeline.yaml" <<YAML
-name: reload
-seed: 0
-device: cpu
-model: { path: $model }
-calibration: { text: $words/calib.txt, nsamples: 8, seqlen: 64 }
-evaluation: { text: $words/eval.txt, seqlen: 64 }
-stages:
-  load: {}
-  calibrate: {}
-  prune: { method: reap, experts: $remove }
-  eval: { perplexity: true }
-  save: { model: true, dtype: f32 }
-YAML
-  if ! "$wanda" run "$dir/pipeline.yaml" --results "$dir/results" > "$dir/wanda.log" 2>&1; then
+  if ! run_expert_cell "$dir" "$family" reap "$remove"; then
     echo "| $family | wanda: $(grep -m1 -i error "$dir/wanda.log") |"
     continue
   fi
-  record=$(ls "$dir"/results/reload/*/run.json)
-  saved=$(dirname "$record")/model
   if ! "$venv/bin/python" scripts/transformers-ppl.py --folder "$saved" --tokenizer-json \
       --text "$words/eval.txt" --seqlen 64 > "$dir/ref.json" 2> "$dir/ref.log"; then
     echo "| $family | transformers: $(tail -1 "$dir/ref.log") |"

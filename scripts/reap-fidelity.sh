@@ -10,16 +10,11 @@
 #
 #   scripts/reap-fidelity.sh [FIXTURE:METHOD:FRACTION ...]
 #
-# Needs the venv of scripts/make-family-fixture.py (torch, transformers 5, tokenizers) at
-# $VENV (default ~/.cache/wanda-ab-venv) and a wanda binary at $WANDA (default: the newer of
-# target/release/wanda and target/debug/wanda).
+# Needs the venv of scripts/make-family-fixture.py (torch, transformers 5, tokenizers) and a
+# wanda binary (scripts/experts-common.sh: $VENV, $WANDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-venv=${VENV:-$HOME/.cache/wanda-ab-venv}
-wanda=${WANDA:-}
-[ -n "$wanda" ] || wanda=$(ls -t target/release/wanda target/debug/wanda 2>/dev/null | head -1)
-words=$root/tests/fixtures/data/fixture-words
+source scripts/experts-common.sh
 cells=("$@")
 if [ ${#cells[@]} -eq 0 ]; then
   for f in mixtral qwen3_moe olmoe deepseek_v2-16e deepseek_v3-16e glm4_moe-16e; do
@@ -36,29 +31,14 @@ for cell in "${cells[@]}"; do
   IFS=: read -r fixture method fraction <<< "$cell"
   model=$root/tests/fixtures/models/tiny-$fixture
   dir=$out/$fixture-$method-$fraction
-  mkdir -p "$dir"
-  cat > "$dir/pipeline.yaml" <<YAML
-name: reap-fidelity
-seed: 0
-device: cpu
-model: { path: $model }
-calibration: { text: $words/calib.txt, nsamples: 8, seqlen: 64 }
-evaluation: { text: $words/eval.txt, seqlen: 64 }
-stages:
-  load: {}
-  calibrate: {}
-  prune: { method: $method, experts: $fraction }
-  eval: { perplexity: true }
-  save: { model: true, dtype: f32 }
-YAML
-  "$wanda" run "$dir/pipeline.yaml" --results "$dir/results" > "$dir/wanda.log" 2>&1 \
-    || { echo "| $fixture | $method | $fraction | wanda refused: $(grep -m1 -i error "$dir/wanda.log") |"; continue; }
-  record=$(ls "$dir"/results/reap-fidelity/*/run.json)
-  cell_dir=$(dirname "$record")
+  if ! run_expert_cell "$dir" "$fixture" "$method" "$fraction"; then
+    echo "| $fixture | $method | $fraction | wanda refused: $(grep -m1 -i error "$dir/wanda.log") |"
+    continue
+  fi
   "$venv/bin/python" scripts/reap-reference.py --model "$model" --calib-text "$words/calib.txt" \
     --nsamples 8 --seqlen 64 --seed 0 --eval-text "$words/eval.txt" --eval-seqlen 64 \
-    --method "$method" --experts "$fraction" --wanda-experts "$cell_dir/model/wanda_experts.json" \
-    --wanda-run "$record" --wanda-folder "$cell_dir/model" --json "$dir/ref.json" > "$dir/ref.log" 2>&1
+    --method "$method" --experts "$fraction" --wanda-experts "$saved/wanda_experts.json" \
+    --wanda-run "$record" --wanda-folder "$saved" --json "$dir/ref.json" > "$dir/ref.log" 2>&1
   "$venv/bin/python" - "$dir/ref.json" "$fixture" "$method" "$fraction" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); s = r["summary"]
