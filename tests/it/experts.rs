@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use wanda::model::arch::HfLlamaConfig;
+use wanda::model::arch::{HfLlamaConfig, LlamaConfig};
 use wanda::model::checkpoint::{
     build_llama, Layers, SafetensorsSource, StreamedLlama, WeightSource,
 };
@@ -249,26 +249,8 @@ fn a_streamed_model_loses_the_same_experts_to_the_bit() {
         amount: ExpertAmount(0.5),
         protect: vec!["model.layers.1.mlp.experts.0".into()],
     };
-    let a = prune_experts(
-        &mut resident,
-        &config,
-        Method::Ean,
-        &options,
-        &calibration,
-        2,
-        |_, _| {},
-    )
-    .unwrap();
-    let b = prune_experts(
-        &mut streamed,
-        &config,
-        Method::Ean,
-        &options,
-        &calibration,
-        2,
-        |_, _| {},
-    )
-    .unwrap();
+    let a = ean_removal(&mut resident, &config, &options, &calibration);
+    let b = ean_removal(&mut streamed, &config, &options, &calibration);
     assert_eq!(a, b);
     assert!(
         a.layers[1].kept.contains(&0),
@@ -294,6 +276,25 @@ fn a_streamed_model_loses_the_same_experts_to_the_bit() {
             );
         }
     }
+}
+
+/// `options`' removal by EAN from `model` (of `config`) on `calibration`, 2 samples a batch.
+fn ean_removal(
+    model: &mut impl Layers<B>,
+    config: &LlamaConfig,
+    options: &ExpertOptions,
+    calibration: &[Vec<u32>],
+) -> ExpertsReport {
+    prune_experts(
+        model,
+        config,
+        Method::Ean,
+        options,
+        calibration,
+        2,
+        |_, _| {},
+    )
+    .unwrap()
 }
 
 #[test]

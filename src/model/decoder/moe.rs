@@ -236,8 +236,7 @@ impl<B: Backend> SparseMoe<B> {
                 continue;
             }
             let n = routed.tokens.len();
-            let rows: Vec<i64> = routed.tokens.iter().map(|&t| t as i64).collect();
-            let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
+            let rows = index_tensor::<B>(&routed.tokens, &device);
             // In f32 whatever the device's type, rounded to it where the router returns them so.
             let weights = Tensor::<B, 2>::from_data(
                 TensorData::new(routed.weights.clone(), [n, 1]),
@@ -349,9 +348,7 @@ impl<B: Backend> SparseMoe<B> {
                 if routed.tokens.is_empty() {
                     return (routed, Vec::new());
                 }
-                let n = routed.tokens.len();
-                let rows: Vec<i64> = routed.tokens.iter().map(|&t| t as i64).collect();
-                let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
+                let rows = index_tensor::<B>(&routed.tokens, &device);
                 let input = flat.clone().select(0, rows).unsqueeze::<3>();
                 let y = project(&expert.down_proj, self.expert_hidden(expert, input));
                 let norms = to_host_f32(y.cast(FloatDType::F32))
@@ -373,10 +370,7 @@ impl<B: Backend> SparseMoe<B> {
     /// among them as a model of `kept.len()` experts.
     pub fn keep_experts(&mut self, kept: &[usize]) {
         let device = self.router.weight.device();
-        let columns = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(kept.iter().map(|&e| e as i64).collect(), [kept.len()]),
-            &device,
-        );
+        let columns = index_tensor::<B>(kept, &device);
         let weight = self.router.weight.val().select(1, columns.clone());
         self.router.weight = Param::from_tensor(weight);
         if let Some(bias) = &self.router.bias {
@@ -410,6 +404,12 @@ impl<B: Backend> SparseMoe<B> {
             _ => expert.hidden(x),
         }
     }
+}
+
+/// `indices` as a tensor of indices on `device` (rows of tokens, columns of experts).
+fn index_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let values: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
+    Tensor::from_data(TensorData::new(values, [indices.len()]), device)
 }
 
 /// Shows `observe` the rows of `x` (`[1, rows, width]`, the tokens `tokens` of a batch of

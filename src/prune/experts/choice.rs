@@ -155,6 +155,13 @@ mod tests {
 
     const FOUR: Experts = Experts::softmax(4, 2, 8);
 
+    /// Why `amount` cannot be removed from layers routed by `routing`.
+    fn refusal(routing: &Experts, amount: f64) -> String {
+        Removal::plan(routing, ExpertAmount(amount))
+            .unwrap_err()
+            .to_string()
+    }
+
     fn grouped(count: usize, groups: usize, open: usize) -> Experts {
         Experts {
             sigmoid: Some(SigmoidRouting {
@@ -207,13 +214,9 @@ mod tests {
     #[test]
     fn a_token_keeps_its_top_k() {
         // Two of four a token: removing three leaves one.
-        let err = Removal::plan(&FOUR, ExpertAmount(3.0))
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&FOUR, 3.0);
         assert!(err.contains("fewer than the 2 each token goes to"), "{err}");
-        let err = Removal::plan(&FOUR, ExpertAmount(4.0))
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&FOUR, 4.0);
         assert!(err.contains("keep at least one"), "{err}");
         assert!(Removal::plan(&FOUR, ExpertAmount(2.0)).is_ok());
     }
@@ -225,8 +228,8 @@ mod tests {
         let routing = grouped(16, 4, 2);
         let plan = Removal::plan(&routing, ExpertAmount(0.25)).unwrap();
         assert_eq!((plan.removed, plan.groups), (4, 4));
-        // Group 0's least salient is expert 2 (saliency 0); in every other group it is the
-        // first (expert 5, at 10, outranks all of group 0 but 4 is the least of group 1).
+        // The least salient of each group goes: 2 (0.0), 4 (5.0), 8 (9.0) and 12 (13.0),
+        // though 8 and 12 outrank every expert kept in group 0.
         let saliency: Vec<f64> = (0..16)
             .map(|e| match e {
                 2 => 0.0,
@@ -237,14 +240,10 @@ mod tests {
         let kept = plan.kept(3, &saliency, &[false; 16]).unwrap();
         assert_eq!(kept, vec![0, 1, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15]);
         // Three of sixteen does not divide into four groups.
-        let err = Removal::plan(&routing, ExpertAmount(3.0))
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&routing, 3.0);
         assert!(err.contains("multiple of 4"), "{err}");
         // Three of each group of four would leave one: the router needs its two best.
-        let err = Removal::plan(&routing, ExpertAmount(0.75))
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&routing, 0.75);
         assert!(err.contains("remove at most 8"), "{err}");
         // DeepSeek-V2's group-limited softmax: one group open of four, two a token: removing
         // two of each group of three leaves one open expert.
@@ -258,9 +257,7 @@ mod tests {
             ..Experts::softmax(12, 2, 8)
         };
         assert!(Removal::plan(&v2, ExpertAmount(4.0)).is_ok());
-        let err = Removal::plan(&v2, ExpertAmount(8.0))
-            .unwrap_err()
-            .to_string();
+        let err = refusal(&v2, 8.0);
         assert!(err.contains("leaves 1 open to a token"), "{err}");
     }
 }
