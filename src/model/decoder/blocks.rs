@@ -13,7 +13,9 @@ use crate::model::arch::QueryTemperature;
 use crate::model::arch::{alibi, rope};
 use crate::model::arch::{Activation, AttentionSettings, LlamaConfig};
 use crate::model::decoder::{chunk_mask, chunk_start, unit_rms};
-use crate::model::kernels::{kernels, project, project_all, NormWeights, ATTENTION_BLOCK_BYTES};
+use crate::model::kernels::{
+    kernels, project, project_all, MlpWeights, NormWeights, ATTENTION_BLOCK_BYTES,
+};
 
 use crate::model::decoder::attention_with_sinks;
 pub use crate::model::kernels::LinearInput;
@@ -568,6 +570,16 @@ impl<B: Backend> Mlp<B> {
             "up_proj" => Some(&mut self.up_proj),
             "down_proj" => Some(&mut self.down_proj),
             _ => None,
+        }
+    }
+
+    /// The borrowed view of its linears that the kernels read.
+    pub(crate) fn weights(&self) -> MlpWeights<'_, B> {
+        MlpWeights {
+            gate_proj: self.gate_proj.as_ref(),
+            up_proj: &self.up_proj,
+            down_proj: &self.down_proj,
+            activation: self.activation,
         }
     }
 

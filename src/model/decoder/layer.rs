@@ -18,7 +18,7 @@ use crate::model::arch::LogitScale;
 use crate::model::arch::Residual;
 use crate::model::decoder::{LatentSelfAttention, SelfAttention};
 use crate::model::kernels::{
-    kernels, linear_forward, project, HeadWeights, LayerWeights, ModelWeights,
+    kernels, linear_forward, project, FeedForwardWeights, HeadWeights, LayerWeights, ModelWeights,
 };
 
 use super::blocks::{Attention, KvCache, LayerContext, Mlp, Norm, SINKS};
@@ -385,25 +385,24 @@ impl<B: Backend> DecoderLayer<B> {
         self.mlp.observe_inputs(mlp_in, observe);
     }
 
-    /// The borrowed view of this layer that the kernels read; `None` for a layer with
-    /// experts or Llama 4's attention, which only the generic path runs.
+    /// The borrowed view of this layer that the kernels read; `None` for Llama 4's attention
+    /// or experts that only the generic path runs ([`SparseMoe::weights`]).
     fn weights(&self) -> Option<LayerWeights<'_, B>> {
         let a = self.self_attn.heads()?;
         // Llama 4's attention runs on the generic path alone.
         if a.chunk.is_some() || a.unit_qk_norm.is_some() || a.temperature.is_some() {
             return None;
         }
-        let FeedForward::Dense(m) = &self.mlp else {
-            return None;
+        let feed_forward = match &self.mlp {
+            FeedForward::Dense(m) => FeedForwardWeights::Dense(m.weights()),
+            FeedForward::Experts(moe) => FeedForwardWeights::Experts(moe.weights()?),
         };
         Some(LayerWeights {
             q_proj: &a.q_proj,
             k_proj: &a.k_proj,
             v_proj: &a.v_proj,
             o_proj: &a.o_proj,
-            gate_proj: m.gate_proj.as_ref(),
-            up_proj: &m.up_proj,
-            down_proj: &m.down_proj,
+            feed_forward,
             input_norm: self.input_layernorm.as_ref().map(Norm::weights),
             post_norm: self.post_attention_layernorm.as_ref().map(Norm::weights),
             q_norm: a.q_norm.as_ref().map(Norm::weights),
@@ -412,7 +411,6 @@ impl<B: Backend> DecoderLayer<B> {
                 .output_norms
                 .as_ref()
                 .map(|n| [n.attention.weights(), n.mlp.weights()]),
-            activation: m.activation,
             residual: self.residual,
             attention: &a.settings,
         })

@@ -21,11 +21,15 @@ use burn::tensor::TensorPrimitive;
 use rayon::prelude::*;
 
 use super::vecmath;
-use super::{HeadWeights, Kernels, LayerWeights, LinearInput, ModelWeights, NormWeights};
+use super::{
+    FeedForwardWeights, HeadWeights, Kernels, LayerWeights, LinearInput, MlpWeights, ModelWeights,
+    NormWeights,
+};
 use crate::model::arch::rope;
-use crate::model::arch::{Activation, AttentionSettings, LogitScale, Residual};
+use crate::model::arch::{AttentionSettings, LogitScale, Residual};
 
 mod attention;
+mod feed_forward;
 mod head;
 mod held;
 mod host;
@@ -33,6 +37,7 @@ mod norm;
 mod product;
 
 use attention::{attend_block, rope, Mask, Packing, RopeTables};
+use feed_forward::{experts_block, FeedForwardRef};
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
 use held::{dims_of, head_ref, hold_head, hold_layer, layer_ref, Held, HeldLayer};
@@ -97,10 +102,8 @@ struct LayerRef<'a> {
     k: LinearRef<'a>,
     v: LinearRef<'a>,
     o: LinearRef<'a>,
-    /// `None` in an MLP without a gate (OPT: `down(relu(up(x)))`).
-    gate: Option<LinearRef<'a>>,
-    up: LinearRef<'a>,
-    down: LinearRef<'a>,
+    /// One MLP, or experts.
+    feed_forward: FeedForwardRef<'a>,
     /// `None` where attention reads the residual stream (OLMo 2).
     input_norm: Option<NormRef<'a>>,
     /// `None` where the MLP reads the residual stream (OLMo 2).
@@ -113,8 +116,6 @@ struct LayerRef<'a> {
     attention: &'a AttentionSettings,
     /// Norms of the attention and MLP outputs before the residual adds (Gemma).
     output_norms: Option<[&'a [f32]; 2]>,
-    /// The MLP gate's activation.
-    activation: Activation,
     /// How the attention and MLP outputs join the residual stream (GPT-NeoX, Granite).
     residual: Residual,
 }
@@ -195,6 +196,8 @@ struct Scratch {
     up: Vec<f32>,
     /// The attention block's output, held while the MLP runs beside it (parallel residual).
     attn_out: Vec<f32>,
+    /// The experts' output.
+    experts_out: Vec<f32>,
 }
 
 /// `buffer` resized to `len` values.
@@ -222,12 +225,10 @@ fn layer_forward(
 ) {
     let (hidden, hd, seq) = (d.hidden, d.head_dim, tables.seq);
     let rows = x.len() / hidden;
-    let intermediate = layer.up.outputs;
     let normed = sized(&mut scratch.normed, rows * hidden);
     let q = sized(&mut scratch.q, rows * d.heads * hd);
     let k = sized(&mut scratch.k, rows * d.kv_heads * hd);
     let v = sized(&mut scratch.v, rows * d.kv_heads * hd);
-    let gate = sized(&mut scratch.gate, rows * intermediate);
     pre_norm_rows(x, layer.input_norm, d.eps, normed);
     observe(LinearInput::AttnIn, normed, hidden);
     project_qkv(layer, d, normed, [&mut *q, &mut *k, &mut *v], tables);
@@ -294,58 +295,36 @@ fn layer_forward(
     };
     pre_norm_rows(x, layer.post_norm, d.eps, normed);
     observe(LinearInput::MlpIn, normed, hidden);
-    match &layer.gate {
-        Some(gate_proj) => {
-            let up = sized(&mut scratch.up, rows * intermediate);
-            gate_proj.apply(normed, rows, gate, false);
-            layer.up.apply(normed, rows, up, false);
-            let activation = match layer.activation {
-                Activation::Silu => vecmath::silu_mul,
-                Activation::GeluTanh => vecmath::gelu_tanh_mul,
-                Activation::Relu => vecmath::relu_mul,
-                Activation::Gelu => vecmath::gelu_mul,
-                Activation::Relu2 => vecmath::relu2_mul,
-            };
-            gate.par_chunks_mut(intermediate)
-                .zip(up.par_chunks(intermediate))
-                .for_each(|(g, u)| activation(g, u));
+    let scale = OutputScale {
+        norm: layer.output_norms.map(|[_, m]| m),
+        eps: d.eps,
+        factor: layer.residual.scale,
+    };
+    let mlp = match &layer.feed_forward {
+        FeedForwardRef::Dense(mlp) => mlp,
+        FeedForwardRef::Experts(moe) => {
+            let out = output.then(|| sized(&mut scratch.experts_out, rows * hidden));
+            experts_block(moe, normed, seq, out, observe);
+            if output {
+                add_output(x, &mut scratch.experts_out, attn_out.as_deref(), scale);
+            }
+            return;
         }
-        // Without a gate the activation acts on `up(x)` itself, held in the gate's buffer.
-        None => {
-            layer.up.apply(normed, rows, gate, false);
-            let activation = match layer.activation {
-                Activation::Gelu => vecmath::gelu,
-                Activation::GeluTanh => vecmath::gelu_tanh,
-                Activation::Relu => vecmath::relu,
-                Activation::Silu => vecmath::silu,
-                Activation::Relu2 => vecmath::relu2,
-            };
-            gate.par_chunks_mut(intermediate).for_each(activation);
-        }
-    }
+    };
+    let intermediate = mlp.width();
+    let gate = sized(&mut scratch.gate, rows * intermediate);
+    mlp.hidden_into(normed, rows, gate, &mut scratch.up);
     observe(LinearInput::MlpHidden, gate, intermediate);
-    if let (true, Some(attn_out)) = (output, attn_out) {
-        // `normed` is free: it takes the MLP's output. Summed in transformers' order,
-        // `mlp_output + attn_output + hidden_states`.
-        layer.down.apply(gate, rows, normed, false);
-        let f = layer.residual.scale.unwrap_or(1.0);
-        x.par_iter_mut()
-            .zip(normed.par_iter())
-            .zip(attn_out.par_iter())
-            // `(m + a) + x`, addition commuting exactly.
-            .for_each(|((x, m), a)| *x += m * f + a * f);
-    } else if output {
-        residual_add(
-            &layer.down,
-            gate,
-            x,
-            normed,
-            OutputScale {
-                norm: layer.output_norms.map(|[_, m]| m),
-                eps: d.eps,
-                factor: layer.residual.scale,
-            },
-        );
+    if !output {
+        return;
+    }
+    match attn_out {
+        // `normed` is free: it takes the MLP's output.
+        Some(attn_out) => {
+            mlp.down.apply(gate, rows, normed, false);
+            add_output(x, normed, Some(attn_out), scale);
+        }
+        None => residual_add(&mlp.down, gate, x, normed, scale),
     }
 }
 
@@ -405,13 +384,28 @@ fn residual_add(
         return linear.apply(input, rows, x, true);
     }
     linear.apply(input, rows, buffer, false);
-    if let Some(norm) = scale.norm {
-        rms_norm_in_place(buffer, norm, scale.eps);
-    }
+    add_output(x, buffer, None, scale);
+}
+
+/// `x += out`, `out` normed and scaled first as `scale` says; with a parallel residual's
+/// `attn_out` (then without an output norm), `x += out · f + attn_out · f` in transformers'
+/// order, `mlp_output + attn_output + hidden_states`.
+fn add_output(x: &mut [f32], out: &mut [f32], attn_out: Option<&[f32]>, scale: OutputScale) {
     let f = scale.factor.unwrap_or(1.0);
+    if let Some(attn_out) = attn_out {
+        x.par_iter_mut()
+            .zip(out.par_iter())
+            .zip(attn_out.par_iter())
+            // `(m + a) + x`, addition commuting exactly.
+            .for_each(|((x, m), a)| *x += m * f + a * f);
+        return;
+    }
+    if let Some(norm) = scale.norm {
+        rms_norm_in_place(out, norm, scale.eps);
+    }
     x.par_chunks_mut(4096)
-        .zip(buffer.par_chunks(4096))
-        .for_each(|(x, b)| x.iter_mut().zip(b).for_each(|(x, b)| *x += b * f));
+        .zip(out.par_chunks(4096))
+        .for_each(|(x, b)| x.iter_mut().zip(&*b).for_each(|(x, b)| *x += b * f));
 }
 
 /// The residual stream of one sequence after the last layer.
@@ -758,9 +752,18 @@ fn fused_layer(
         tables,
         output,
         &mut Scratch::default(),
-        &mut |input, data, width| match to_tensor(data.to_vec(), [batch, seq, width]) {
-            Some(t) => observe(input, &t),
-            None => failed = true,
+        // An expert's tokens come one sample at a time, `[1, tokens, width]`, as the generic
+        // block shows them.
+        &mut |input, data, width| {
+            let rows = data.len() / width.max(1);
+            let shape = match rows == batch * seq {
+                true => [batch, seq, width],
+                false => [1, rows, width],
+            };
+            match to_tensor(data.to_vec(), shape) {
+                Some(t) => observe(input, &t),
+                None => failed = true,
+            }
         },
     );
     (!failed).then_some(values)

@@ -31,10 +31,12 @@ mod fused;
 mod host;
 #[cfg(feature = "cuda")]
 mod nvrtc;
+mod routing;
 mod transpose;
 mod vecmath;
 
 pub use host::*;
+pub(crate) use routing::{route, Routed};
 pub use transpose::*;
 
 use std::any::Any;
@@ -45,7 +47,7 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 
-use crate::model::arch::{Activation, AttentionSettings, LogitScale, Residual};
+use crate::model::arch::{Activation, AttentionSettings, Experts, LogitScale, Residual};
 
 pub use fused::{product_kernel_name, ATTENTION_ROWS, HEAD_ROWS};
 
@@ -204,6 +206,43 @@ pub struct NormWeights<'a, B: Backend> {
     pub group: Option<usize>,
 }
 
+/// The borrowed linears of one MLP: `down(act(gate(x)) * up(x))`, or `down(act(up(x)))`
+/// without a gate.
+pub struct MlpWeights<'a, B: Backend> {
+    /// `[hidden, intermediate]`; `None` in an MLP without a gate (OPT).
+    pub gate_proj: Option<&'a Linear<B>>,
+    /// `[hidden, intermediate]`.
+    pub up_proj: &'a Linear<B>,
+    /// `[intermediate, hidden]`.
+    pub down_proj: &'a Linear<B>,
+    /// The gate's activation (of `up` without a gate).
+    pub activation: Activation,
+}
+
+/// The borrowed experts of a layer's mixture of experts and their router, as the decoder's
+/// block routes them ([`route`]).
+pub struct ExpertWeights<'a, B: Backend> {
+    /// The router, `[hidden, experts]`.
+    pub router: &'a Linear<B>,
+    /// Each expert's MLP, in the router's column order.
+    pub experts: Vec<MlpWeights<'a, B>>,
+    /// The expert every token goes through, with the gate of its output where it has one
+    /// (`[hidden, 1]`, Qwen2-MoE's).
+    pub shared: Option<(MlpWeights<'a, B>, Option<&'a Linear<B>>)>,
+    /// How tokens are routed.
+    pub routing: Experts,
+    /// The correction biases of a sigmoid router's choice.
+    pub correction: Option<&'a [f32]>,
+}
+
+/// The borrowed block after a layer's attention.
+pub enum FeedForwardWeights<'a, B: Backend> {
+    /// One MLP every token goes through.
+    Dense(MlpWeights<'a, B>),
+    /// Experts, each token through those its router picks.
+    Experts(ExpertWeights<'a, B>),
+}
+
 /// The borrowed weights and head counts of one decoder layer; linear weights are `[in, out]`.
 pub struct LayerWeights<'a, B: Backend> {
     /// `[hidden, heads * head_dim]`.
@@ -214,12 +253,8 @@ pub struct LayerWeights<'a, B: Backend> {
     pub v_proj: &'a Linear<B>,
     /// `[heads * head_dim, hidden]`.
     pub o_proj: &'a Linear<B>,
-    /// `[hidden, intermediate]`; `None` in an MLP without a gate (OPT).
-    pub gate_proj: Option<&'a Linear<B>>,
-    /// `[hidden, intermediate]`.
-    pub up_proj: &'a Linear<B>,
-    /// `[intermediate, hidden]`.
-    pub down_proj: &'a Linear<B>,
+    /// The block after attention: one MLP, or experts and their router.
+    pub feed_forward: FeedForwardWeights<'a, B>,
     /// Norm before attention; `None` where attention reads the residual stream (OLMo 2).
     pub input_norm: Option<NormWeights<'a, B>>,
     /// Norm before the MLP; `None` where the MLP reads the residual stream (OLMo 2).
@@ -231,8 +266,6 @@ pub struct LayerWeights<'a, B: Backend> {
     pub k_norm: Option<NormWeights<'a, B>>,
     /// Norms of the attention and the MLP output, applied before each residual add (Gemma).
     pub output_norms: Option<[NormWeights<'a, B>; 2]>,
-    /// The MLP gate's activation.
-    pub activation: Activation,
     /// How the attention and MLP outputs join the residual stream: the decoder's own.
     pub residual: Residual,
     /// Heads, window, scale, soft-cap, rotation and bias: the decoder's own description.

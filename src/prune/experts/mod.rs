@@ -225,7 +225,7 @@ fn protected_experts(
 mod tests {
     use super::*;
     use crate::model::arch::{Experts, SigmoidRouting};
-    use crate::model::decoder::route;
+    use crate::model::kernels::route;
 
     /// The statistics of tokens with router `logits` (four experts each), expert `e`'s output
     /// norm on token `t` being `norm(t, e)`.

@@ -634,38 +634,63 @@ mod fused_path {
             (OPT_JSON, 130),
             (BLOOM_JSON, 140),
         ] {
-            let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
-            let fused: Vec<f32> = {
-                let m = model::<B>(json, 11);
-                let tokens = Tensor::<B, 2, Int>::from_data(
-                    TensorData::new(ids.clone(), [2, seq]),
-                    &Default::default(),
-                );
-                kernels::<B>()
-                    .forward(&m.weights().unwrap(), &tokens)
-                    .expect("ndarray f32 takes the fused path")
-                    .into_data()
-                    .to_vec()
-                    .unwrap()
-            };
-            let m = model::<Flex>(json, 11);
-            let tokens = Tensor::<Flex, 2, Int>::from_data(
-                TensorData::new(ids, [2, seq]),
+            fused_forward_matches(json, seq);
+        }
+    }
+
+    /// Fused logits of two sequences of `seq` tokens against Burn's generic ops.
+    fn fused_forward_matches(json: &str, seq: usize) {
+        let ids: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 17 + 3) % 50).collect();
+        let fused: Vec<f32> = {
+            let m = model::<B>(json, 11);
+            let tokens = Tensor::<B, 2, Int>::from_data(
+                TensorData::new(ids.clone(), [2, seq]),
                 &Default::default(),
             );
-            assert!(
-                kernels::<Flex>()
-                    .forward(&m.weights().unwrap(), &tokens)
-                    .is_none(),
-                "flex keeps Burn's ops"
-            );
-            let generic: Vec<f32> = m.forward(tokens).into_data().to_vec().unwrap();
-            close(&fused, &generic);
+            kernels::<B>()
+                .forward(&m.weights().unwrap(), &tokens)
+                .expect("ndarray f32 takes the fused path")
+                .into_data()
+                .to_vec()
+                .unwrap()
+        };
+        let m = model::<Flex>(json, 11);
+        let tokens =
+            Tensor::<Flex, 2, Int>::from_data(TensorData::new(ids, [2, seq]), &Default::default());
+        assert!(
+            kernels::<Flex>()
+                .forward(&m.weights().unwrap(), &tokens)
+                .is_none(),
+            "flex keeps Burn's ops"
+        );
+        let generic: Vec<f32> = m.forward(tokens).into_data().to_vec().unwrap();
+        close(&fused, &generic);
+    }
+
+    /// The configurations of the fixtures with experts that the fused path runs: softmax
+    /// routing renormalised or not (Mixtral, OLMoE, Qwen3-MoE), a gated shared expert
+    /// (Qwen2-MoE), Granite's shared MLP, and grouped sigmoid routing with correction biases
+    /// and an ungated shared expert (GLM-4.5, 16 experts in 4 groups).
+    const EXPERT_FIXTURES: [&str; 6] = [
+        include_str!("../../../../tests/fixtures/models/tiny-mixtral/config.json"),
+        include_str!("../../../../tests/fixtures/models/tiny-olmoe/config.json"),
+        include_str!("../../../../tests/fixtures/models/tiny-qwen3_moe/config.json"),
+        include_str!("../../../../tests/fixtures/models/tiny-qwen2_moe/config.json"),
+        include_str!("../../../../tests/fixtures/models/tiny-granitemoeshared/config.json"),
+        include_str!("../../../../tests/fixtures/models/tiny-glm4_moe-16e/config.json"),
+    ];
+
+    /// Layers with experts take the fused path and give the generic block's logits.
+    #[test]
+    fn fused_experts_forward_equals_the_generic_path() {
+        for json in EXPERT_FIXTURES {
+            fused_forward_matches(json, 70);
         }
     }
 
     /// The layer path shows `observe` the same four inputs as Burn's ops, in the same order, and
-    /// returns the same output.
+    /// returns the same output; a layer with experts (the model's last: GLM-4.5's first is
+    /// dense) the same inputs of each expert.
     #[test]
     fn fused_layer_observes_what_the_generic_layer_observes() {
         let json = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":32,"intermediate_size":48,
@@ -678,7 +703,7 @@ mod fused_path {
                 Tensor::<K, 2, Int>::from_data(TensorData::new(ids, [3, 80]), &Default::default());
             let (cos, sin) = m.rope_tables(0, 80);
             let mut seen = Vec::new();
-            let out = m.layers[0].forward_observed(
+            let out = m.layers.last().unwrap().forward_observed(
                 m.embed(tokens),
                 LayerContext {
                     cos: &cos,
@@ -696,6 +721,27 @@ mod fused_path {
             assert_eq!(fused_seen.len(), 4);
             for ((fi, f), (gi, g)) in fused_seen.iter().zip(&generic_seen) {
                 assert_eq!(fi, gi);
+                close(f, g);
+            }
+        }
+        // With experts: each expert's inputs sample by sample, the shared expert's after them.
+        for json in EXPERT_FIXTURES {
+            let (fused_out, fused_seen) = run::<B>(json);
+            let (generic_out, generic_seen) = run::<Flex>(json);
+            close(&fused_out, &generic_out);
+            let order = |seen: &[(LinearInput, Vec<f32>)]| -> Vec<(LinearInput, usize)> {
+                seen.iter().map(|(i, v)| (*i, v.len())).collect()
+            };
+            assert_eq!(order(&fused_seen), order(&generic_seen));
+            assert!(
+                fused_seen
+                    .iter()
+                    .filter(|(i, _)| matches!(i, LinearInput::ExpertIn(_)))
+                    .count()
+                    > 3,
+                "three samples reach the experts"
+            );
+            for ((_, f), (_, g)) in fused_seen.iter().zip(&generic_seen) {
                 close(f, g);
             }
         }
@@ -724,9 +770,9 @@ mod fused_path {
                 seen.push((input, t.clone().into_data().to_vec().unwrap()))
             };
             if full {
-                let _ = m.layers[0].forward_observed(m.embed(tokens), ctx, &mut observe);
+                let _ = m.layers.last().unwrap().forward_observed(m.embed(tokens), ctx, &mut observe);
             } else {
-                m.layers[0].observe_inputs(m.embed(tokens), ctx, &mut observe);
+                m.layers.last().unwrap().observe_inputs(m.embed(tokens), ctx, &mut observe);
             }
             seen
         }
@@ -736,6 +782,12 @@ mod fused_path {
         ] {
             assert_eq!(inputs_only.len(), 4);
             assert_eq!(inputs_only, full);
+        }
+        // A layer with experts shows each expert's inputs without its down projection.
+        for json in EXPERT_FIXTURES {
+            let inputs_only = run::<B>(json, false);
+            assert!(inputs_only.len() > 4);
+            assert_eq!(inputs_only, run::<B>(json, true));
         }
     }
 

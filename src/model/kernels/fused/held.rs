@@ -7,11 +7,12 @@ use burn::backend::ndarray::NdArrayTensor;
 use burn::nn::Linear;
 use burn::prelude::*;
 
+use super::feed_forward::{ExpertsRef, FeedForwardRef, MlpRef};
 use super::{
-    contiguous, Dims, HeadNormRef, HeadRef, HeadWeights, LayerRef, LayerWeights, LinearRef,
-    LogitScale, Nd, NormRef, NormWeights,
+    contiguous, Dims, FeedForwardWeights, HeadNormRef, HeadRef, HeadWeights, LayerRef,
+    LayerWeights, LinearRef, LogitScale, MlpWeights, Nd, NormRef, NormWeights,
 };
-use crate::model::arch::{Activation, AttentionSettings, Residual};
+use crate::model::arch::{Activation, AttentionSettings, Experts, Residual};
 
 /// The primitives of a model's weights, held while their slices are borrowed.
 pub(super) struct Held {
@@ -126,17 +127,102 @@ pub(super) struct HeldLayer<'m> {
     k: HeldLinear,
     v: HeldLinear,
     o: HeldLinear,
-    gate: Option<HeldLinear>,
-    up: HeldLinear,
-    down: HeldLinear,
+    feed_forward: HeldFeedForward<'m>,
     input_norm: Option<HeldNorm>,
     post_norm: Option<HeldNorm>,
     q_norm: Option<HeldHeadNorm>,
     k_norm: Option<HeldHeadNorm>,
     output_norms: Option<[usize; 2]>,
     attention: &'m AttentionSettings,
-    activation: Activation,
     residual: Residual,
+}
+
+/// Indices into [`Held`] of one MLP's linears, with its activation.
+struct HeldMlp {
+    gate: Option<HeldLinear>,
+    up: HeldLinear,
+    down: HeldLinear,
+    activation: Activation,
+}
+
+fn hold_mlp(held: &mut Held, mlp: &MlpWeights<Nd>) -> HeldMlp {
+    HeldMlp {
+        gate: mlp.gate_proj.map(|g| hold_linear(held, g)),
+        up: hold_linear(held, mlp.up_proj),
+        down: hold_linear(held, mlp.down_proj),
+        activation: mlp.activation,
+    }
+}
+
+fn mlp_ref<'a>(held: &'a Held, m: &HeldMlp) -> Option<MlpRef<'a>> {
+    Some(MlpRef {
+        gate: match &m.gate {
+            Some(g) => Some(linear_ref(held, g)?),
+            None => None,
+        },
+        up: linear_ref(held, &m.up)?,
+        down: linear_ref(held, &m.down)?,
+        activation: m.activation,
+    })
+}
+
+/// Indices into [`Held`] of a layer's block after attention.
+enum HeldFeedForward<'m> {
+    Dense(HeldMlp),
+    Experts {
+        router: HeldLinear,
+        experts: Vec<HeldMlp>,
+        shared: Option<(HeldMlp, Option<HeldLinear>)>,
+        routing: Experts,
+        correction: Option<&'m [f32]>,
+    },
+}
+
+fn hold_feed_forward<'m>(held: &mut Held, block: &FeedForwardWeights<'m, Nd>) -> HeldFeedForward<'m> {
+    match block {
+        FeedForwardWeights::Dense(mlp) => HeldFeedForward::Dense(hold_mlp(held, mlp)),
+        FeedForwardWeights::Experts(moe) => HeldFeedForward::Experts {
+            router: hold_linear(held, moe.router),
+            experts: moe.experts.iter().map(|m| hold_mlp(held, m)).collect(),
+            shared: moe
+                .shared
+                .as_ref()
+                .map(|(m, gate)| (hold_mlp(held, m), gate.map(|g| hold_linear(held, g)))),
+            routing: moe.routing,
+            correction: moe.correction,
+        },
+    }
+}
+
+fn feed_forward_ref<'a>(held: &'a Held, f: &HeldFeedForward<'a>) -> Option<FeedForwardRef<'a>> {
+    Some(match f {
+        HeldFeedForward::Dense(mlp) => FeedForwardRef::Dense(mlp_ref(held, mlp)?),
+        HeldFeedForward::Experts {
+            router,
+            experts,
+            shared,
+            routing,
+            correction,
+        } => FeedForwardRef::Experts(ExpertsRef {
+            router: linear_ref(held, router)?,
+            experts: experts
+                .iter()
+                .map(|m| mlp_ref(held, m))
+                .collect::<Option<_>>()?,
+            shared: match shared {
+                Some((mlp, gate)) => Some((
+                    mlp_ref(held, mlp)?,
+                    match gate {
+                        Some(g) => Some(linear_ref(held, g)?),
+                        None => None,
+                    },
+                )),
+                None => None,
+            },
+            routing: *routing,
+            correction: *correction,
+        }),
+    })
 }
 
 /// `None` for a layer these kernels do not run: q/k norms neither RMSNorms nor Cohere's,
@@ -157,9 +243,7 @@ pub(super) fn hold_layer<'m>(
         k: hold_linear(held, layer.k_proj),
         v: hold_linear(held, layer.v_proj),
         o: hold_linear(held, layer.o_proj),
-        gate: layer.gate_proj.map(|g| hold_linear(held, g)),
-        up: hold_linear(held, layer.up_proj),
-        down: hold_linear(held, layer.down_proj),
+        feed_forward: hold_feed_forward(held, &layer.feed_forward),
         input_norm: layer.input_norm.as_ref().map(|n| hold_norm(held, n)),
         post_norm: layer.post_norm.as_ref().map(|n| hold_norm(held, n)),
         q_norm: match &layer.q_norm {
@@ -172,7 +256,6 @@ pub(super) fn hold_layer<'m>(
         },
         output_norms,
         attention: layer.attention,
-        activation: layer.activation,
         residual: layer.residual,
     })
 }
@@ -183,12 +266,7 @@ pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRe
         k: linear_ref(held, &l.k)?,
         v: linear_ref(held, &l.v)?,
         o: linear_ref(held, &l.o)?,
-        gate: match &l.gate {
-            Some(g) => Some(linear_ref(held, g)?),
-            None => None,
-        },
-        up: linear_ref(held, &l.up)?,
-        down: linear_ref(held, &l.down)?,
+        feed_forward: feed_forward_ref(held, &l.feed_forward)?,
         input_norm: match l.input_norm {
             Some(n) => Some(norm_ref(held, n)?),
             None => None,
@@ -210,7 +288,6 @@ pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRe
             None => None,
         },
         attention: l.attention,
-        activation: l.activation,
         residual: l.residual,
     })
 }
