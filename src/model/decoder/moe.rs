@@ -262,8 +262,10 @@ impl<B: Backend> SparseMoe<B> {
     pub fn keep_experts(&mut self, kept: &[usize]) {
         let device = self.router.weight.device();
         let columns = index_tensor::<B>(kept, &device);
+        // Rebuilt from its values: burn-ndarray's column selection is column-major, which the
+        // fused kernels do not read (the layer would fall back to the generic path).
         let weight = self.router.weight.val().select(1, columns.clone());
-        self.router.weight = Param::from_tensor(weight);
+        self.router.weight = Param::from_tensor(Tensor::from_data(weight.into_data(), &device));
         if let Some(bias) = &self.router.bias {
             self.router.bias = Some(Param::from_tensor(bias.val().select(0, columns)));
         }
@@ -606,6 +608,11 @@ mod tests {
         };
         assert_eq!(four.routing, two.routing);
         assert_eq!(four.correction, two.correction);
+        // Row-major, as the fused kernels read a weight.
+        match four.router.weight.val().into_primitive().tensor() {
+            burn::backend::ndarray::NdArrayTensor::F32(s) => assert!(s.view().to_slice().is_some()),
+            _ => panic!("an f32 router"),
+        }
         let values: Vec<f32> = (0..3 * hidden)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
             .collect();
