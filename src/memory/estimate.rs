@@ -59,196 +59,36 @@
 //! layers are read from it) or, pruned, in the layer store; evaluation adds the residual
 //! streams of `eval_group` windows ([`PruneRun::eval_group`]). On the CPU device and host
 //! are one pool.
-
-use serde::Serialize;
+//!
+//! The run's settings, the model's dimensions and the result types are in `dims.rs`, every
+//! share's formula in `shares.rs`; this file puts the stages together.
+//!
+//! [`tensor_being_read`]: shares::tensor_being_read
+//! [`forward`]: shares::forward
+//! [`attention_block_rows`]: crate::model::decoder::attention_block_rows
+//! [`ATTENTION_ROWS`]: crate::model::kernels::ATTENTION_ROWS
 
 use super::device::DeviceKind;
-use super::device::Precision;
 use super::pool::{PoolLadder, PoolPages};
 use crate::eval::zeroshot::loglik::BATCH_TOKENS as ZEROSHOT_BATCH_TOKENS;
 use crate::model::arch::{gib, Breakdown, ModelShape, Place};
-use crate::model::decoder::attention_block_rows;
-use crate::model::kernels::{ATTENTION_ROWS, HEAD_ROWS};
-use crate::prune::device_select;
-use crate::prune::dsnot::DsnotOptions;
-use crate::prune::experts::ExpertAmount;
-use crate::prune::profile::{OwlOptions, Profile};
-use crate::prune::WeightUpdate;
-use crate::prune::{Method, MethodOptions};
+use crate::model::kernels::HEAD_ROWS;
 
-/// Live `[b, nh, s, s]` buffers at the attention's peak on the CPU backend.
-pub const ATTENTION_SCORE_COPIES: u64 = 2;
-/// Threads that may each hold a block of attention scores at once (a bound: machines this
-/// tool runs on have fewer cores).
-pub const ATTENTION_THREADS: u64 = 64;
-/// Live `[e, V]` buffers at the evaluation's peak beyond the head's operands, fitted to
-/// SmolLM2 probes at e = 256, 512 and 1024 (the log-softmax works row by row on them).
-pub const LOGIT_COPIES: u64 = 1;
-/// Copies of the `V × H` LM-head matrix alive while the logits are computed (the tied
-/// embedding transposed, and the GEMM's packed operands), fitted to the same probes.
-pub const HEAD_OPERAND_COPIES: u64 = 3;
-/// Transient bytes per byte of text while the tokenizer encodes a whole file (normalised
-/// copies with per-byte alignments, pre-token splits, the encoding's per-token fields),
-/// measured with the `tokenizers` crate on WikiText-2.
-pub const TOKENIZE_BYTES_PER_TEXT_BYTE: u64 = 100;
-/// Resident set of the process before any model is loaded (binary, tokenizer, thread pools,
-/// allocator arenas), measured on the CPU backend with SmolLM2's tokenizer
-/// ([`OVERHEAD_VOCAB`] tokens, 34 MB of it).
-pub const CPU_OVERHEAD_BYTES: u64 = 64 << 20;
-/// The vocabulary of the tokenizer [`CPU_OVERHEAD_BYTES`] was measured with (SmolLM2's).
-pub const OVERHEAD_VOCAB: u64 = 49_152;
-/// Resident bytes a loaded tokenizer takes per vocabulary entry beyond [`OVERHEAD_VOCAB`]
-/// (its vocabulary both ways, its merges, its added tokens): Gemma 3's 262,144 entries and
-/// 514,906 merges take 0.30 GB against SmolLM2's 34 MB, `(300 − 34) MB / 212,992`.
-pub const TOKENIZER_BYTES_PER_TOKEN: u64 = 1_250;
-/// CUDA context and kernel modules on a GPU.
-pub const CUDA_OVERHEAD_BYTES: u64 = 512 << 20;
-/// cuBLAS's handle, workspace and kernel modules beside CubeCL's pool: the device peaks of the
-/// same runs rose by 68–70 MiB (f32) and up to 164 MiB (fp16) when the products moved to cuBLAS
-/// (results/gpu-h200-2026-11-27-cublas/).
-pub const CUBLAS_BYTES: u64 = 96 << 20;
+mod dims;
+mod shares;
 
-/// The settings of a run that memory depends on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PruneRun {
-    /// The method; None for a run that only evaluates.
-    pub method: Option<Method>,
-    /// Calibration samples.
-    pub nsamples: usize,
-    /// Calibration sample length.
-    pub seqlen: usize,
-    /// Samples per forward pass.
-    pub batch: usize,
-    /// Evaluation window, when the run evaluates.
-    pub eval_seqlen: Option<usize>,
-    /// Whether the dense model stays beside the pruned copy.
-    pub keeps_dense_copy: bool,
-    /// Whether only the current layer's weights are on the device.
-    pub streaming: bool,
-    /// Bytes of the checkpoint file(s), memory-mapped while loading.
-    pub checkpoint_bytes: u64,
-    /// Bytes of the calibration text file.
-    pub calibration_text_bytes: u64,
-    /// Bytes of the evaluation text file.
-    pub eval_text_bytes: u64,
-    /// The compute device.
-    pub device: DeviceKind,
-    /// The precision weights and activations are stored in.
-    #[serde(skip_serializing_if = "Precision::is_f32")]
-    pub precision: Precision,
-    /// The calibration activations wait in host memory between layers, one batch on the
-    /// device at a time (a GPU only; the gate's choice).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub activations_on_host: bool,
-    /// The GPU's memory, whose size sets CubeCL's pool pages ([`super::pool`]); None leaves
-    /// the pool out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_memory: Option<u64>,
-    /// OWL's outlier pass runs before pruning (`profile: owl`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub owl: bool,
-    /// DSnoT refines the masks.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub dsnot: bool,
-    /// The weights magnitude or Wanda keeps are updated (a Hessian per input, as SparseGPT).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub weight_update: Option<WeightUpdate>,
-    /// `eval` scores zero-shot tasks.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub zeroshot: bool,
-    /// Windows a streamed evaluation runs through each layer together, holding their residual
-    /// streams: each layer is read once per group. Requested as the evaluation's windows, so
-    /// that every layer is read once; the gate halves it when the streams do not fit.
-    pub eval_group: usize,
-    /// The experts a prune stage removes from every layer with experts, where one does: the
-    /// stages after it hold a smaller model.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expert_removal: Option<ExpertAmount>,
-}
+pub use dims::{Estimate, PruneRun, StageEstimate};
+pub use shares::{
+    ATTENTION_SCORE_COPIES, ATTENTION_THREADS, CPU_OVERHEAD_BYTES, CUBLAS_BYTES,
+    CUDA_OVERHEAD_BYTES, DSNOT_BYTES_PER_WEIGHT, HEAD_OPERAND_COPIES, LOGIT_COPIES, OVERHEAD_VOCAB,
+    TOKENIZER_BYTES_PER_TOKEN, TOKENIZE_BYTES_PER_TEXT_BYTE,
+};
 
-impl PruneRun {
-    /// The method options this run prunes with as far as memory sees them: OWL and DSnoT at
-    /// their defaults when the run uses them (what a probe prunes with).
-    pub fn method_options(&self) -> MethodOptions {
-        MethodOptions {
-            profile: if self.owl {
-                Profile::Owl(OwlOptions::default())
-            } else {
-                Profile::Uniform
-            },
-            dsnot: self.dsnot.then(DsnotOptions::default),
-            weight_update: self.weight_update,
-            ..MethodOptions::default()
-        }
-    }
-
-    /// The shape of the model the stages after pruning hold: `shape` with fewer experts
-    /// where the run removes some, else `shape` itself.
-    pub fn pruned_shape(&self, shape: &ModelShape) -> ModelShape {
-        match self.expert_removal {
-            Some(amount) if shape.experts > 0 => {
-                let removed = amount.removed_of(shape.experts).unwrap_or(0);
-                shape.with_expert_count(shape.experts.saturating_sub(removed))
-            }
-            _ => shape.clone(),
-        }
-    }
-
-    /// Whether the run draws calibration samples.
-    pub fn calibrates(&self) -> bool {
-        self.method
-            .is_some_and(|m| self.method_options().needs_calibration(m))
-    }
-}
-
-/// One stage's breakdown.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StageEstimate {
-    /// `load`, `prune` or `eval`.
-    pub stage: &'static str,
-    /// What is alive at the stage's peak.
-    pub breakdown: Breakdown,
-}
-
-impl StageEstimate {
-    /// The bytes of each transient device allocation alive at the stage's peak, in the order
-    /// its shares list them (what a GPU's pool places in pages).
-    pub fn device_allocations(&self) -> Vec<u64> {
-        self.breakdown
-            .items
-            .iter()
-            .filter(|i| i.place == Place::Device)
-            .flat_map(|i| i.allocations.iter())
-            .flat_map(|&(count, each)| std::iter::repeat_n(each, count as usize))
-            .filter(|&bytes| bytes > 0)
-            .collect()
-    }
-}
-
-/// A run's estimate: per stage, and the peak.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Estimate {
-    /// In run order.
-    pub stages: Vec<StageEstimate>,
-}
-
-impl Estimate {
-    /// The stage with the most memory at `place`, and that amount; on the CPU device and
-    /// host are one pool, so ask for [`Place::Device`].
-    pub fn peak(&self, place: Place) -> (&'static str, u64) {
-        self.stages
-            .iter()
-            .map(|s| (s.stage, s.breakdown.total(place)))
-            .max_by_key(|&(_, bytes)| bytes)
-            .unwrap_or(("none", 0))
-    }
-}
-
-const F32: u64 = 4;
-/// DSnoT's bytes per weight of the widest linear: initial and Wanda scores (8), the weight and
-/// both scores transposed per output channel (12), four masks (4), the initial selection's
-/// transposed scores and order (12).
-pub const DSNOT_BYTES_PER_WEIGHT: u64 = 36;
+use dims::Dims;
+use shares::{
+    calibration, eval_stage, forward, overhead, pruning_buffers, tensor_being_read, tokenise,
+    weights, F32,
+};
 
 /// Predicts the memory of `run` on a model of `shape`.
 pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
@@ -357,259 +197,6 @@ pub fn estimate_prune(shape: &ModelShape, run: &PruneRun) -> Estimate {
     Estimate { stages }
 }
 
-/// The calibration's shares of the prune stage: the activations (on the device or the host),
-/// one forward pass, the method's statistics, and OWL's and DSnoT's extras.
-fn calibration(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, method: Method) {
-    let (n, s) = (run.nsamples as u64, run.seqlen as u64);
-    let b = run.batch.clamp(1, run.nsamples.max(1)) as u64;
-    let f = run.precision.bytes();
-    if run.activations_on_host && run.device == DeviceKind::Cuda {
-        prune.push(
-            "calibration activations",
-            n * s * m.h * f,
-            host,
-            format!("{n} samples × {s} × {} × {f} B", m.h),
-        );
-        prune.push_allocations(
-            "calibration batch in and out",
-            2,
-            b * s * m.h * f,
-            Place::Device,
-            format!("2 × {b} samples × {s} × {} × {f} B", m.h),
-        );
-    } else {
-        // Whole batches, the one in flight, and a last partial batch.
-        let batch = s * m.h * f;
-        prune.push_mixed(
-            "calibration activations",
-            &[(n / b + 1, b * batch), (1, (n % b) * batch)],
-            Place::Device,
-            format!("({n} + {b}) samples × {s} × {} × {f} B", m.h),
-        );
-    }
-    forward(prune, run, m, b, s);
-    // Wanda's norms beside a weight update's Hessians are summed from squared inputs too.
-    let hessians = uses_hessians(run, method);
-    if !hessians || method == Method::Wanda {
-        prune.push_allocations(
-            if hessians {
-                "norms' statistics"
-            } else {
-                "statistics"
-            },
-            1,
-            b * s * m.mlp_width() * F32,
-            Place::Device,
-            format!("{b} × {s} × {} × 4 B (squared MLP input)", m.mlp_width()),
-        );
-    }
-    if hessians {
-        // With experts, the router's input and each expert's two.
-        let (squares, formula) = match m.experts {
-            0 => (
-                2 * m.h * m.h + m.q * m.q + m.i * m.i,
-                format!("2·{}² + {}² + {}²", m.h, m.q, m.i),
-            ),
-            e => (
-                // A dense layer before those with experts (where it is the larger).
-                (2 * m.h * m.h + m.q * m.q + e * (m.h * m.h + m.i * m.i) + m.shared * m.shared)
-                    .max(2 * m.h * m.h + m.q * m.q + m.dense * m.dense),
-                // A shared expert's hidden input too, where there is one.
-                format!("2·{}² + {}² + {e}·({}² + {}²)", m.h, m.q, m.h, m.i)
-                    + &match m.shared {
-                        0 => String::new(),
-                        s => format!(" + {s}²"),
-                    },
-            ),
-        };
-        prune.push(
-            "statistics",
-            squares * (F32 + 8),
-            Place::Device,
-            format!("({formula}) × (4 + 8) B (Hessians, f32 sums + f64 host)"),
-        )
-    }
-    if run.owl {
-        // The dense pass holds what the pruning pass holds, plus the pooled scores.
-        prune.push(
-            "OWL pooled scores",
-            m.linears_per_layer * F32,
-            host,
-            format!(
-                "{} × 4 B (one layer's Wanda scores, in the dense pass)",
-                m.linears_per_layer
-            ),
-        );
-    }
-    if run.dsnot {
-        prune.push(
-            "DSnoT activations on the host",
-            b * s * m.mlp_width() * F32,
-            host,
-            format!(
-                "{b} × {s} × {} × 4 B (one batch's MLP input, for its moments)",
-                m.mlp_width()
-            ),
-        );
-    }
-}
-
-/// Whether the run's pruning solves with a Hessian per input: SparseGPT, or a weight update.
-fn uses_hessians(run: &PruneRun, method: Method) -> bool {
-    method == Method::Sparsegpt || run.weight_update.is_some()
-}
-
-/// The prune stage's work buffers on the host: the layer's pruned weights and the method's
-/// scores, masks or Hessian factors for its widest linear.
-fn pruning_buffers(prune: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place, method: Method) {
-    let widest = m.widest_linear();
-    let (method_bytes, method_formula) = if uses_hessians(run, method) {
-        let cols = m.h.max(m.mlp_width()).max(m.q);
-        let hessian = cols * cols * 8 * 3;
-        let formula = format!("{cols}² × 8 B × 3 (Hessian, Cholesky, inverse in f64)");
-        match method {
-            // The update's mask and its f32 scores beside the update.
-            Method::Wanda | Method::Magnitude => (
-                hessian + widest * 5,
-                format!("{formula} + {widest} × 5 B (scores and mask)"),
-            ),
-            _ => (hessian, formula),
-        }
-    } else {
-        (
-            widest * 12,
-            format!(
-                "{widest} × 12 B (the widest linear's host copy, its device copy while the \
-                 mask is applied, scores or sort keys)"
-            ),
-        )
-    };
-    let (method_bytes, method_formula) = if run.dsnot {
-        (
-            method_bytes.max(widest * DSNOT_BYTES_PER_WEIGHT),
-            format!(
-                "max({method_formula}, {widest} × {DSNOT_BYTES_PER_WEIGHT} B (DSnoT: two \
-                 score matrices, three transposed copies, four masks, the initial sort))"
-            ),
-        )
-    } else {
-        (method_bytes, method_formula)
-    };
-    // On a GPU, Wanda's and magnitude's selection runs on the device (prune::device_select's
-    // bisection): one piece's f32 scores, counts and comparison at a time, and the layer's masks
-    // until its linears are stored back. CUDA's selection kernel needs only the masks, so this
-    // is its bound too (and N:M's, which only that kernel selects on the device).
-    if run.device == DeviceKind::Cuda
-        && matches!(method, Method::Wanda | Method::Magnitude)
-        && !run.dsnot
-        && run.weight_update.is_none()
-    {
-        // Wanda selects the linears that read hidden-width inputs (all but the MLP's down
-        // projection) together while they fit a piece.
-        let hidden_inputs = m.linears_per_layer.saturating_sub(m.h * m.i);
-        let piece = widest.max(hidden_inputs).min(device_select::PIECE as u64);
-        // One mask per linear: q and o, the MLP's, and k and v together.
-        let mlp = m.mlp_linears;
-        let kv = m
-            .linears_per_layer
-            .saturating_sub(2 * m.h * m.q + mlp * m.h * m.i);
-        prune.push_mixed(
-            "device selection",
-            &[(3, piece * F32), (2, m.h * m.q), (mlp, m.h * m.i), (1, kv)],
-            Place::Device,
-            format!(
-                "3 × {piece} × 4 B (a piece's scores, counts and comparison) + {} × 1 B (the \
-                 layer's masks)",
-                m.linears_per_layer
-            ),
-        );
-    }
-    // On the default CPU backend a layer's weights move to the host and back (the model gives
-    // them up while its layer is pruned, prune::layerwise); a kept dense model's are copied, and
-    // the pruned copy counts them. Elsewhere a zeroing method sends each linear back as the mask
-    // of its zeros (1 B a weight); SparseGPT's update sends the weights (4 B).
-    let (bytes, formula) = if run.device == DeviceKind::Cpu {
-        (
-            method_bytes,
-            format!("{method_formula}; the layer's weights move to the host and back"),
-        )
-    } else {
-        let (held, what) = if run.method_options().only_zeroes(method) {
-            (1, "masks")
-        } else {
-            (F32, "pruned weights")
-        };
-        (
-            m.linears_per_layer * held + method_bytes,
-            format!(
-                "{} × {held} B (one layer's {what}) + {method_formula}",
-                m.linears_per_layer
-            ),
-        )
-    };
-    prune.push("pruning buffers", bytes, host, formula);
-}
-
-/// Whether the fused CPU kernels run the model: on the default CPU backend, for a model
-/// without experts (a layer with experts runs Burn's generic ops, as on other backends).
-fn fused_kernels(run: &PruneRun, m: &Dims) -> bool {
-    run.device == DeviceKind::Cpu && m.experts == 0
-}
-
-/// The perplexity stage over windows of `e` tokens.
-fn eval_stage(shape: &ModelShape, run: &PruneRun, m: &Dims, host: Place, e: u64) -> StageEstimate {
-    let mut eval = Breakdown::default();
-    overhead(&mut eval, run.device, host, m);
-    let after = run.pruned_shape(shape);
-    weights(&mut eval, shape, run, m, host, run.method.map(|_| &after));
-    if fused_kernels(run, m) {
-        // The fused kernels read the head in place and hold at most HEAD_ROWS rows' worth
-        // of logits, in memory and streamed.
-        let rows = (HEAD_ROWS as u64).min(e);
-        eval.push(
-            "eval logits (a block of rows)",
-            rows * m.v * F32,
-            Place::Device,
-            format!("{rows} rows × {} × 4 B", m.v),
-        );
-    } else {
-        // On a GPU the head's product reads the weight in place (the H200 run's pool
-        // reserved no page for a copy of a 768 MiB head); burn-flex copies its operands.
-        if run.device == DeviceKind::CpuFlex {
-            let f = run.precision.bytes();
-            eval.push(
-                "LM head operands",
-                m.v * m.h * f * HEAD_OPERAND_COPIES,
-                Place::Device,
-                format!("{} × {} × {f} B × {HEAD_OPERAND_COPIES}", m.v, m.h),
-            );
-        }
-        eval.push_allocations(
-            "eval logits",
-            LOGIT_COPIES,
-            e * m.v * F32,
-            Place::Device,
-            format!("{e} × {} × 4 B × {LOGIT_COPIES}", m.v),
-        );
-    }
-    forward(&mut eval, run, m, 1, e);
-    if run.streaming {
-        let group = run.eval_group.max(1) as u64;
-        let f = run.precision.bytes();
-        eval.push_allocations(
-            "residual streams",
-            group,
-            e * m.h * f,
-            Place::Device,
-            format!("{group} windows × {e} × {} × {f} B", m.h),
-        );
-    }
-    StageEstimate {
-        stage: "eval",
-        breakdown: eval,
-    }
-}
-
 /// Adds to each stage the unused parts of the CUDA pool's pages ([`super::pool`]): the pages
 /// its device allocations need, and every page an earlier stage reserved (pools keep them).
 fn pool_pages(stages: &mut [StageEstimate], memory: u64) {
@@ -656,287 +243,6 @@ fn pool_pages(stages: &mut [StageEstimate], memory: u64) {
     }
 }
 
-/// The stage that tokenises a text file of `text_bytes`.
-fn tokenise(
-    stage: &'static str,
-    shape: &ModelShape,
-    run: &PruneRun,
-    m: &Dims,
-    host: Place,
-    text_bytes: u64,
-) -> StageEstimate {
-    let mut b = Breakdown::default();
-    overhead(&mut b, run.device, host, m);
-    weights(&mut b, shape, run, m, host, None);
-    b.push(
-        "tokenisation",
-        text_bytes * TOKENIZE_BYTES_PER_TEXT_BYTE,
-        host,
-        format!("{text_bytes} B of text × {TOKENIZE_BYTES_PER_TEXT_BYTE}"),
-    );
-    StageEstimate {
-        stage,
-        breakdown: b,
-    }
-}
-
-/// The dimensions the formulas use, as u64.
-struct Dims {
-    h: u64,
-    i: u64,
-    /// `nh · d`.
-    q: u64,
-    heads: u64,
-    /// Query heads per kv head (a grouped-query attention block stacks them).
-    group: u64,
-    v: u64,
-    layers: u64,
-    linears_per_layer: u64,
-    in_out: [(u64, u64); 3],
-    /// `I`-wide buffers of the MLP: gate, up and their product (up and its activation without
-    /// a gate).
-    mlp_buffers: u64,
-    /// Linears of the MLP: gate, up and down (up and down without a gate).
-    mlp_linears: u64,
-    /// Attention and MLP side by side ([`ModelShape::parallel_residual`]).
-    parallel_residual: bool,
-    /// Experts per layer ([`ModelShape::experts`]; 0 for one MLP).
-    experts: u64,
-    /// A shared expert's width ([`ModelShape::shared_expert_size`]; 0 without one).
-    shared: u64,
-    /// The MLP width of the first layers where they have a dense MLP before those with
-    /// experts ([`ModelShape::dense_layers`]); 0 where all layers are alike.
-    dense: u64,
-}
-
-impl Dims {
-    fn new(shape: &ModelShape) -> Self {
-        let h = shape.hidden_size as u64;
-        let i = shape.intermediate_size as u64;
-        let q = (shape.num_attention_heads * shape.head_dim) as u64;
-        let dense = match shape.dense_layers {
-            0 => 0,
-            _ => shape.dense_intermediate_size as u64,
-        };
-        // The widest MLP linears: an expert's, or a dense layer's.
-        let wide = i.max(dense);
-        Self {
-            h,
-            i,
-            q,
-            heads: shape.num_attention_heads as u64,
-            group: (shape.num_attention_heads / shape.num_key_value_heads.max(1)).max(1) as u64,
-            v: shape.vocab_size as u64,
-            layers: shape.num_hidden_layers as u64,
-            linears_per_layer: shape.linear_parameters_per_layer(),
-            in_out: [(h, q), (h, wide), (wide, h)],
-            mlp_buffers: if shape.gated_mlp { 3 } else { 2 },
-            parallel_residual: shape.parallel_residual,
-            mlp_linears: if shape.gated_mlp { 3 } else { 2 },
-            experts: shape.experts as u64,
-            shared: shape.shared_expert_size as u64,
-            dense,
-        }
-    }
-
-    /// The widest MLP input of any layer: an expert's (or the one MLP's), or a dense layer's.
-    fn mlp_width(&self) -> u64 {
-        self.i.max(self.dense)
-    }
-
-    /// Weights of the largest linear.
-    fn widest_linear(&self) -> u64 {
-        self.in_out.iter().map(|(a, b)| a * b).max().unwrap_or(0)
-    }
-}
-
-fn overhead(b: &mut Breakdown, device: DeviceKind, host: Place, m: &Dims) {
-    b.push(
-        "framework overhead",
-        CPU_OVERHEAD_BYTES,
-        host,
-        "measured constant (CPU process)".into(),
-    );
-    let extra_vocab = m.v.saturating_sub(OVERHEAD_VOCAB);
-    if extra_vocab > 0 {
-        b.push(
-            "tokenizer (beyond the overhead's)",
-            extra_vocab * TOKENIZER_BYTES_PER_TOKEN,
-            host,
-            format!(
-                "({} − {OVERHEAD_VOCAB}) tokens × {TOKENIZER_BYTES_PER_TOKEN} B",
-                m.v
-            ),
-        );
-    }
-    if device == DeviceKind::Cuda {
-        b.push(
-            "CUDA context",
-            CUDA_OVERHEAD_BYTES,
-            Place::Device,
-            "constant".into(),
-        );
-        b.push(
-            "cuBLAS workspace and kernels",
-            CUBLAS_BYTES,
-            Place::Device,
-            "constant".into(),
-        );
-    }
-}
-
-/// In memory, each tensor's mapped pages leave the resident set once it is read. Beyond the
-/// weights (which count each tensor's device copy), the largest tensor holds, while it is
-/// read, its pages (`c` checkpoint bytes a parameter) and its host copy in f32 less the device
-/// copy not yet made, `c + 4 − f`; then its f32 copy beside the conversion to `f`, or the host
-/// copy beside the device copy, at most 4: `largest × max(c + 4 − f, 4)`. The largest is the
-/// embedding matrix or the head (`V·H`), a stacked `gate_up_proj` (`2·I·H`) or q/k/v stacked
-/// (`(nh + 2·kv)·d·H`).
-fn tensor_being_read(b: &mut Breakdown, shape: &ModelShape, run: &PruneRun, host: Place) {
-    let (h, i, v) = (
-        shape.hidden_size as u64,
-        shape.intermediate_size as u64,
-        shape.vocab_size as u64,
-    );
-    let qkv = ((shape.num_attention_heads + 2 * shape.num_key_value_heads) * shape.head_dim) as u64;
-    let largest = (v * h).max(2 * i * h).max(qkv * h);
-    // Bytes a parameter, to the nearest (a file's header and metadata are no bytes of it).
-    let params = shape.parameters.max(1);
-    let c = (run.checkpoint_bytes + params / 2) / params;
-    let f = run.precision.bytes();
-    let per = (c + 4).saturating_sub(f).max(4);
-    b.push(
-        "the tensor being read",
-        largest * per,
-        host,
-        format!("{largest} params × max({c} + 4 − {f}, 4) B"),
-    );
-}
-
-/// The mapped checkpoint pages of the layer being read: dropped from the resident set once
-/// it is read.
-fn layer_pages(b: &mut Breakdown, run: &PruneRun, m: &Dims, host: Place) {
-    let layers = m.layers.max(1);
-    b.push(
-        "checkpoint pages (one layer's)",
-        run.checkpoint_bytes / layers,
-        host,
-        format!(
-            "{} B of checkpoint files / {layers} layers",
-            run.checkpoint_bytes
-        ),
-    );
-}
-
-/// The weights, where they live, and the pruned copy when one is kept (`pruned`).
-fn weights(
-    b: &mut Breakdown,
-    shape: &ModelShape,
-    run: &PruneRun,
-    m: &Dims,
-    host: Place,
-    pruned: Option<&ModelShape>,
-) {
-    let f = run.precision.bytes();
-    if run.streaming {
-        // The shell (embeddings, LM head, final norm) and the layer in use; the other layers
-        // stay in the checkpoint (dense) or the layer store on disk (pruned), and the
-        // checkpoint stays mapped while layers are read from it.
-        let embeddings = shape.embedding_and_head_parameters();
-        b.push(
-            "weights (embeddings + one layer)",
-            (embeddings + m.linears_per_layer) * f,
-            Place::Device,
-            format!("({embeddings} + {}) params × {f} B", m.linears_per_layer),
-        );
-        layer_pages(b, run, m, host);
-        return;
-    }
-    // Pruned in place, the model is the pruned one (smaller where experts went).
-    let held = match pruned {
-        Some(after) if !run.keeps_dense_copy => after,
-        _ => shape,
-    };
-    b.push(
-        "weights",
-        held.parameters * f,
-        Place::Device,
-        format!("{} params × {f} B", held.parameters),
-    );
-    if let (Some(after), true) = (pruned, run.keeps_dense_copy) {
-        let per_layer = after.linear_parameters_per_layer();
-        b.push(
-            "pruned copy",
-            m.layers * per_layer * f,
-            host,
-            format!("{} layers × {per_layer} params × {f} B", m.layers),
-        );
-    }
-}
-
-/// Attention scores and layer intermediates of one forward pass of `b` samples of length `s`.
-///
-/// The generic path (CUDA, burn-flex) holds the scores of one block of query rows
-/// ([`attention_block_rows`]). The default CPU backend counts the scores as the fused kernels
-/// hold them, in memory and streamed: one block of [`ATTENTION_ROWS`] query rows of every
-/// query head of a kv group per thread (measured streamed prune peaks on SmolLM2 at 32 × 256,
-/// 512 and 1024: 0.31, 0.37 and 0.58 GiB against 0.33, 0.38 and 0.56 estimated; in memory
-/// `results/estimator-accuracy.md`).
-fn forward(out: &mut Breakdown, run: &PruneRun, m: &Dims, b: u64, s: u64) {
-    if !fused_kernels(run, m) {
-        let rows = (attention_block_rows(b as usize, m.heads as usize, s as usize) as u64).min(s);
-        out.push_allocations(
-            "attention score blocks",
-            ATTENTION_SCORE_COPIES,
-            b * m.heads * rows * s * F32,
-            Place::Device,
-            format!(
-                "{b} × {} heads × {rows} rows × {s} × 4 B × {ATTENTION_SCORE_COPIES}",
-                m.heads
-            ),
-        );
-    } else {
-        // The fused kernels, in memory and streamed.
-        let rows = ATTENTION_ROWS as u64;
-        out.push(
-            "attention score blocks",
-            ATTENTION_THREADS * m.group * rows * s * F32,
-            Place::Device,
-            format!(
-                "{ATTENTION_THREADS} threads × {} heads × {rows} rows × {s} × 4 B",
-                m.group
-            ),
-        );
-    }
-    let f = run.precision.bytes();
-    let mut parts = vec![(4, b * s * m.q * F32)];
-    let mut held = String::new();
-    // A parallel layer holds the attention's output while the MLP runs.
-    if m.parallel_residual {
-        parts.push((1, b * s * m.h * F32));
-        held = format!(" + {} × 4 B", m.h);
-    }
-    // A shared expert runs over every token after the routed ones have freed their buffers,
-    // so the MLP's buffers are as wide as the wider of the two.
-    let width = m.mlp_width().max(m.shared);
-    parts.push((m.mlp_buffers, b * s * width * f));
-    // Experts: at most every token goes to one expert, whose gathered inputs and weighted
-    // outputs are held beside the block's output.
-    if m.experts > 0 {
-        parts.push((3, b * s * m.h * f));
-        held = format!("{held} + 3·{} × {f} B", m.h);
-    }
-    out.push_mixed(
-        "layer intermediates",
-        &parts,
-        Place::Device,
-        format!(
-            "{b} × {s} × (4·{} × 4 B{held} + {}·{width} × {f} B)",
-            m.q, m.mlp_buffers
-        ),
-    );
-}
-
 /// The breakdown as aligned text lines: name (marked `[host]` when not on the device), GiB,
 /// formula.
 pub fn render(breakdown: &Breakdown) -> String {
@@ -958,57 +264,14 @@ pub fn render(breakdown: &Breakdown) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::dims::fixtures::{run, tiny};
     use super::*;
     use crate::eval::perplexity::STREAMED_WINDOW_GROUP;
-
-    /// H=4, I=6, L=2, 2 heads of 2, 1 kv head, V=10, 340 parameters (see `shape.rs`).
-    fn tiny() -> ModelShape {
-        ModelShape {
-            parameters: 340,
-            hidden_size: 4,
-            intermediate_size: 6,
-            num_hidden_layers: 2,
-            num_attention_heads: 2,
-            num_key_value_heads: 1,
-            head_dim: 2,
-            vocab_size: 10,
-            tie_word_embeddings: false,
-            max_position_embeddings: 64,
-            gated_mlp: true,
-            parallel_residual: false,
-            experts: 0,
-            shared_expert_size: 0,
-            shared_expert_gated: false,
-            dense_layers: 0,
-            dense_intermediate_size: 0,
-            latent_attention: None,
-        }
-    }
-
-    fn run(method: Method) -> PruneRun {
-        PruneRun {
-            method: Some(method),
-            nsamples: 3,
-            seqlen: 5,
-            batch: 2,
-            eval_seqlen: Some(4),
-            keeps_dense_copy: true,
-            streaming: false,
-            checkpoint_bytes: 1000,
-            calibration_text_bytes: 10,
-            eval_text_bytes: 20,
-            device: DeviceKind::Cpu,
-            precision: Precision::F32,
-            activations_on_host: false,
-            gpu_memory: None,
-            owl: false,
-            dsnot: false,
-            weight_update: None,
-            zeroshot: false,
-            eval_group: STREAMED_WINDOW_GROUP,
-            expert_removal: None,
-        }
-    }
+    use crate::memory::device::Precision;
+    use crate::model::decoder::attention_block_rows;
+    use crate::model::kernels::ATTENTION_ROWS;
+    use crate::prune::experts::ExpertAmount;
+    use crate::prune::{Method, WeightUpdate};
 
     fn item(e: &Estimate, stage: &str, name: &str) -> u64 {
         let stage = e.stages.iter().find(|s| s.stage == stage).unwrap();
@@ -1093,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn experts_add_their_hessians_and_gathered_rows_and_leave_the_fused_kernels() {
+    fn experts_add_their_hessians_and_gathered_rows_on_either_path() {
         let shape = ModelShape {
             experts: 3,
             ..tiny()
@@ -1103,11 +366,25 @@ mod tests {
         assert_eq!(item(&e, "prune", "statistics"), (32 + 16 + 3 * 52) * 12);
         // b × s × (4·nh·d + 3·H + 3·I) × 4 = 10 × (16 + 12 + 18) × 4.
         assert_eq!(item(&e, "prune", "layer intermediates"), 1840);
-        // Burn's generic attention, not the fused kernels' per-thread blocks: b × nh × s × s
-        // × 4 × copies.
-        let rows = attention_block_rows(2, 2, 5).min(5) as u64;
+        // The fused kernels run them: their per-thread blocks of query rows of a kv group.
+        let group = (shape.num_attention_heads / shape.num_key_value_heads) as u64;
         assert_eq!(
             item(&e, "prune", "attention score blocks"),
+            ATTENTION_THREADS * group * ATTENTION_ROWS as u64 * 5 * 4
+        );
+        // Layers only the generic path runs (GPT-OSS's, Llama 4's): Burn's attention blocks,
+        // b × nh × rows × s × 4 × copies.
+        let generic = ModelShape {
+            generic_layers: true,
+            ..shape.clone()
+        };
+        let rows = attention_block_rows(2, 2, 5).min(5) as u64;
+        assert_eq!(
+            item(
+                &estimate_prune(&generic, &run(Method::Sparsegpt)),
+                "prune",
+                "attention score blocks"
+            ),
             2 * 2 * rows * 5 * 4 * ATTENTION_SCORE_COPIES
         );
         // A shared expert wider than the routed ones widens the MLP's buffers to its width:
@@ -1246,6 +523,7 @@ mod tests {
             dense_layers: 0,
             dense_intermediate_size: 0,
             latent_attention: None,
+            generic_layers: false,
         };
         let r = PruneRun {
             nsamples: 128,
@@ -1336,6 +614,7 @@ mod tests {
             dense_layers: 0,
             dense_intermediate_size: 0,
             latent_attention: None,
+            generic_layers: false,
         };
         let smollm2 = shape(134_515_008, 576, 1536, 30, 9, 3, true, 8192);
         let llama1b = shape(1_073_809_408, 2048, 8192, 16, 32, 8, true, 131_072);

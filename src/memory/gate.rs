@@ -365,6 +365,7 @@ mod tests {
             dense_layers: 0,
             dense_intermediate_size: 0,
             latent_attention: None,
+            generic_layers: false,
         }
     }
 

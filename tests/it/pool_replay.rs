@@ -67,6 +67,7 @@ fn shape(
         dense_layers: 0,
         dense_intermediate_size: 0,
         latent_attention: None,
+        generic_layers: false,
     }
 }
 

@@ -215,6 +215,7 @@ mod tests {
             dense_layers: 0,
             dense_intermediate_size: 0,
             latent_attention: None,
+            generic_layers: false,
         }
     }
 
@@ -238,6 +239,7 @@ mod tests {
             dense_layers: 0,
             dense_intermediate_size: 0,
             latent_attention: None,
+            generic_layers: false,
         }
     }
 

@@ -53,6 +53,10 @@ pub struct ModelShape {
     pub dense_intermediate_size: usize,
     /// DeepSeek's latent attention in place of q/k/v projections per head.
     pub latent_attention: Option<LatentAttention>,
+    /// Whether its layers run on Burn's generic ops even on the default CPU backend, which
+    /// has no fused kernels for them: DeepSeek's latent attention, GPT-OSS's sinks and clamped
+    /// GLU, Llama 4's attention and expert inputs scaled by their weights.
+    pub generic_layers: bool,
 }
 
 impl ModelShape {
@@ -85,6 +89,13 @@ impl ModelShape {
                 .map_or(0, |e| e.dense_layers(config.num_hidden_layers)),
             dense_intermediate_size: config.intermediate_size,
             latent_attention: config.extras.latent_attention,
+            generic_layers: config.extras.latent_attention.is_some()
+                || config.extras.attention_sinks
+                || config.extras.llama4_attention.is_some()
+                || config
+                    .extras
+                    .experts
+                    .is_some_and(|e| e.clamped_glu.is_some() || e.scaled_inputs),
         };
         let e = &config.extras;
         // Norm gains (and LayerNorm biases, where they have them): two per layer (four with

@@ -385,12 +385,17 @@ impl<B: Backend> DecoderLayer<B> {
         self.mlp.observe_inputs(mlp_in, observe);
     }
 
-    /// The borrowed view of this layer that the kernels read; `None` for Llama 4's attention
-    /// or experts that only the generic path runs ([`SparseMoe::weights`]).
+    /// The borrowed view of this layer that the kernels read; `None` for latent attention,
+    /// Llama 4's attention, sinks, or experts that only the generic path runs
+    /// ([`SparseMoe::weights`]): what [`crate::model::arch::ModelShape::generic_layers`] says.
     fn weights(&self) -> Option<LayerWeights<'_, B>> {
         let a = self.self_attn.heads()?;
-        // Llama 4's attention runs on the generic path alone.
-        if a.chunk.is_some() || a.unit_qk_norm.is_some() || a.temperature.is_some() {
+        // Llama 4's attention and GPT-OSS's sinks run on the generic path alone.
+        if a.chunk.is_some()
+            || a.unit_qk_norm.is_some()
+            || a.temperature.is_some()
+            || a.sinks.is_some()
+        {
             return None;
         }
         let feed_forward = match &self.mlp {

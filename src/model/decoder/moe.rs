@@ -17,9 +17,7 @@ use burn::tensor::{DType, FloatDType, IndexingUpdateOp};
 use crate::model::arch::Experts;
 use crate::model::decoder::Mlp;
 use crate::model::kernels::to_host_f32;
-use crate::model::kernels::{
-    project, project_all, route, ExpertWeights, LinearInput, Routed,
-};
+use crate::model::kernels::{project, project_all, route, ExpertWeights, LinearInput, Routed};
 
 /// The router of a layer with experts, named relative to the layer.
 pub(crate) const ROUTER: &str = "mlp.gate";

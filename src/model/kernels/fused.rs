@@ -4,7 +4,8 @@
 //! place, and causal grouped-query attention runs per kv group in blocks of query rows against
 //! only the keys they may see, with no repeated kv heads, no mask tensor and no transposed
 //! copies. Softmax, SwiGLU, RMSNorm and the NLL run on the vectorised kernels of
-//! [`super::vecmath`].
+//! [`super::vecmath`]. A layer with experts routes its tokens on the host and runs each
+//! expert's linears as one product over the tokens routed to it (`feed_forward.rs`).
 //!
 //! Burn's generic path does the same arithmetic through one tensor op at a time and spends more
 //! than half of a forward pass outside matrix products (copies for `swap_dims`/`repeat_kv`,
@@ -405,7 +406,7 @@ fn add_output(x: &mut [f32], out: &mut [f32], attn_out: Option<&[f32]>, scale: O
     }
     x.par_chunks_mut(4096)
         .zip(out.par_chunks(4096))
-        .for_each(|(x, b)| x.iter_mut().zip(&*b).for_each(|(x, b)| *x += b * f));
+        .for_each(|(x, b)| x.iter_mut().zip(b).for_each(|(x, b)| *x += b * f));
 }
 
 /// The residual stream of one sequence after the last layer.

@@ -236,6 +236,8 @@ pub struct ExpertWeights<'a, B: Backend> {
 }
 
 /// The borrowed block after a layer's attention.
+// One per layer, built per forward pass: the variants' sizes matter less than no box.
+#[allow(clippy::large_enum_variant)]
 pub enum FeedForwardWeights<'a, B: Backend> {
     /// One MLP every token goes through.
     Dense(MlpWeights<'a, B>),

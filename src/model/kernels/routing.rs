@@ -117,7 +117,6 @@ fn sigmoid_choice(
         .collect()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -680,6 +680,56 @@ mod fused_path {
         include_str!("../../../../tests/fixtures/models/tiny-glm4_moe-16e/config.json"),
     ];
 
+    /// Every fixture's layers take the fused path exactly where the estimator's shape says
+    /// they do ([`crate::model::arch::ModelShape::generic_layers`]).
+    #[test]
+    fn the_shape_knows_which_layers_the_fused_path_runs() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+        let (mut fused, mut generic) = (Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(&root).unwrap() {
+            let dir = entry.unwrap().path();
+            // The tiny ones: the others are real models' configs alone.
+            if !dir
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("tiny-")
+            {
+                continue;
+            }
+            let Ok(json) = std::fs::read_to_string(dir.join("config.json")) else {
+                continue;
+            };
+            let Ok(config) = HfLlamaConfig::from_json(&json)
+                .ok()
+                .and_then(|c| c.resolve().ok())
+                .ok_or(())
+            else {
+                continue;
+            };
+            let shape = crate::model::arch::ModelShape::from_config(&config);
+            let m = Llama::<B>::init_random(&config, 1, &Default::default());
+            let name = dir.file_name().unwrap().to_string_lossy().to_string();
+            let takes_fused = m.layers.iter().all(|l| l.weights().is_some());
+            assert_eq!(takes_fused, !shape.generic_layers, "{name}");
+            match takes_fused {
+                true => fused.push(name),
+                false => generic.push(name),
+            }
+        }
+        for name in [
+            "tiny-mixtral",
+            "tiny-qwen3_moe",
+            "tiny-glm4_moe",
+            "tiny-llama",
+        ] {
+            assert!(fused.iter().any(|n| n == name), "{name} in {fused:?}");
+        }
+        for name in ["tiny-gpt_oss", "tiny-llama4", "tiny-deepseek_v3"] {
+            assert!(generic.iter().any(|n| n == name), "{name} in {generic:?}");
+        }
+    }
+
     /// Layers with experts take the fused path and give the generic block's logits.
     #[test]
     fn fused_experts_forward_equals_the_generic_path() {
@@ -770,9 +820,16 @@ mod fused_path {
                 seen.push((input, t.clone().into_data().to_vec().unwrap()))
             };
             if full {
-                let _ = m.layers.last().unwrap().forward_observed(m.embed(tokens), ctx, &mut observe);
+                let _ =
+                    m.layers
+                        .last()
+                        .unwrap()
+                        .forward_observed(m.embed(tokens), ctx, &mut observe);
             } else {
-                m.layers.last().unwrap().observe_inputs(m.embed(tokens), ctx, &mut observe);
+                m.layers
+                    .last()
+                    .unwrap()
+                    .observe_inputs(m.embed(tokens), ctx, &mut observe);
             }
             seen
         }

@@ -27,7 +27,13 @@ impl MlpRef<'_> {
 
     /// `down`'s input for `rows` rows of `x` into `hidden` (`[rows, width]`), with `up` as
     /// scratch.
-    pub(super) fn hidden_into(&self, x: &[f32], rows: usize, hidden: &mut [f32], up: &mut Vec<f32>) {
+    pub(super) fn hidden_into(
+        &self,
+        x: &[f32],
+        rows: usize,
+        hidden: &mut [f32],
+        up: &mut Vec<f32>,
+    ) {
         let width = self.width();
         match &self.gate {
             Some(gate_proj) => {
@@ -74,6 +80,8 @@ pub(super) struct ExpertsRef<'a> {
 }
 
 /// The block after a layer's attention.
+// One per layer, built per forward pass: the variants' sizes matter less than no box.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum FeedForwardRef<'a> {
     Dense(MlpRef<'a>),
     Experts(ExpertsRef<'a>),
@@ -123,7 +131,12 @@ pub(super) fn experts_block(
         };
         // The panel is free again: it takes the expert's output.
         expert.down.apply(&inner, n, &mut panel, false);
-        for ((&t, &weight), y) in routed.tokens.iter().zip(&routed.weights).zip(panel.chunks(hidden)) {
+        for ((&t, &weight), y) in routed
+            .tokens
+            .iter()
+            .zip(&routed.weights)
+            .zip(panel.chunks(hidden))
+        {
             let row = &mut out[t * hidden..][..hidden];
             row.iter_mut().zip(y).for_each(|(o, &y)| *o += y * weight);
         }

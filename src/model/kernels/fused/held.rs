@@ -167,6 +167,8 @@ fn mlp_ref<'a>(held: &'a Held, m: &HeldMlp) -> Option<MlpRef<'a>> {
 }
 
 /// Indices into [`Held`] of a layer's block after attention.
+// One per layer, built per forward pass: the variants' sizes matter less than no box.
+#[allow(clippy::large_enum_variant)]
 enum HeldFeedForward<'m> {
     Dense(HeldMlp),
     Experts {
@@ -178,7 +180,10 @@ enum HeldFeedForward<'m> {
     },
 }
 
-fn hold_feed_forward<'m>(held: &mut Held, block: &FeedForwardWeights<'m, Nd>) -> HeldFeedForward<'m> {
+fn hold_feed_forward<'m>(
+    held: &mut Held,
+    block: &FeedForwardWeights<'m, Nd>,
+) -> HeldFeedForward<'m> {
     match block {
         FeedForwardWeights::Dense(mlp) => HeldFeedForward::Dense(hold_mlp(held, mlp)),
         FeedForwardWeights::Experts(moe) => HeldFeedForward::Experts {
