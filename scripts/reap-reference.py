@@ -109,8 +109,12 @@ p.add_argument("--wanda-run", help="wanda's run.json (its perplexity)")
 p.add_argument("--wanda-folder", help="wanda's saved pruned folder")
 p.add_argument("--save", help="save this script's pruned model here and check it reloads")
 p.add_argument("--threads", type=int, default=os.cpu_count())
+p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+               help="float64: the model and the metric code in f64 (REAP computes in f32), to see "
+                    "how far f32 itself lies from the exact saliencies")
 p.add_argument("--json", help="write every number here")
 a = p.parse_args()
+FT = torch.float64 if a.dtype == "float64" else torch.float32
 torch.set_num_threads(a.threads)
 transformers.utils.logging.disable_progress_bar()
 T0 = time.time()
@@ -119,7 +123,9 @@ report = {"model": a.model, "method": a.method, "routing": a.routing,
 
 
 def load(folder):
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    # PyTorch's grouped expert products take no f64: f64 runs transformers' eager experts.
+    extra = {"experts_implementation": "eager"} if FT == torch.float64 else {}
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=FT, **extra).eval()
 
 
 def tokenize(folder, path):
@@ -140,7 +146,8 @@ def fnv1a_hex(offsets):
 class OnlineStatsTracker:
     """REAP's `metrics.OnlineStatsTracker` (Welford's count-weighted mean, Kahan-compensated)."""
 
-    def __init__(self, shape, count_shape=1, dtype=torch.float32):
+    def __init__(self, shape, count_shape=1, dtype=None):
+        dtype = dtype or FT
         self.count = torch.zeros(count_shape, dtype=torch.long)
         self.mean = torch.zeros(shape, dtype=dtype)
         self.mean_compensation = torch.zeros(shape, dtype=dtype)
@@ -169,7 +176,7 @@ def initialize_pruning_state(num_experts):
         "ean_mean": OnlineStatsTracker((num_experts,), (num_experts,)),
         "reap": OnlineStatsTracker((num_experts,), (num_experts,)),
         "weighted_expert_frequency_sum": torch.zeros(num_experts, dtype=torch.float64),
-        "max_activations": torch.zeros(num_experts, dtype=torch.float32),
+        "max_activations": torch.zeros(num_experts, dtype=FT),
     }
 
 
@@ -188,9 +195,9 @@ def update_pruning_state(state, experts, x, selected, routing_weights, num_exper
     state["total_tokens"] += num_tokens
     state["expert_frequency"] += expert_frequency.to(torch.long)
     ean_sum = torch.zeros(num_experts, dtype=torch.float64)
-    ean_mean = torch.zeros(num_experts, dtype=torch.float32)
+    ean_mean = torch.zeros(num_experts, dtype=FT)
     weighted_ean_sum = torch.zeros(num_experts, dtype=torch.float64)
-    reap = torch.zeros(num_experts, dtype=torch.float32)
+    reap = torch.zeros(num_experts, dtype=FT)
     weighted_expert_frequency_sum = torch.zeros(num_experts, dtype=torch.float64)
     for i in range(num_experts):
         active_mask = (selected == i).any(dim=-1)
@@ -285,27 +292,27 @@ checks = {"max_weight_diff_vs_router": 0.0, "index_mismatches": 0}
 
 def hook_for(layer, block):
     def hook(gate, args, output):
-        x = args[0].reshape(-1, args[0].shape[-1]).float()
+        x = args[0].reshape(-1, args[0].shape[-1]).to(FT)
         logits, top_w, top_i = output
-        logits = logits.float()
+        logits = logits.to(FT)
         if a.routing == "reference":
             selected = torch.topk(logits, top_k, dim=-1).indices
-            weights = F.softmax(logits, dim=1, dtype=torch.float)
+            weights = F.softmax(logits, dim=1, dtype=FT)
             if norm_topk:
                 weights = weights / torch.gather(weights, 1, selected).sum(dim=-1, keepdim=True)
                 weights = torch.clamp(weights, min=torch.finfo(weights.dtype).eps)
         else:
             if grouped:
-                selected, chosen_w = top_i, top_w.float()
+                selected, chosen_w = top_i, top_w.to(FT)
             else:
-                probs = F.softmax(logits, dim=-1, dtype=torch.float)
+                probs = F.softmax(logits, dim=-1, dtype=FT)
                 chosen_w, selected = torch.topk(probs, top_k, dim=-1)
                 if family_renorm:
                     chosen_w = chosen_w / chosen_w.sum(dim=-1, keepdim=True)
                 checks["index_mismatches"] += int((selected != top_i).any(dim=-1).sum())
                 checks["max_weight_diff_vs_router"] = max(
-                    checks["max_weight_diff_vs_router"], float((chosen_w - top_w.float()).abs().max()))
-            weights = torch.zeros(x.shape[0], E, dtype=torch.float32).scatter(1, selected, chosen_w)
+                    checks["max_weight_diff_vs_router"], float((chosen_w - top_w.to(FT)).abs().max()))
+            weights = torch.zeros(x.shape[0], E, dtype=FT).scatter(1, selected, chosen_w)
         update_pruning_state(states[layer], block.experts, x, selected, weights, E)
     return hook
 
