@@ -13,9 +13,13 @@ use crate::model::kernels::{route, LinearInput};
 /// Borrowed linears of one MLP: `down(act(gate(x)) * up(x))`, or `down(act(up(x)))` without a
 /// gate (OPT).
 pub(super) struct MlpRef<'a> {
+    /// `[hidden, width]`; `None` without a gate.
     pub(super) gate: Option<LinearRef<'a>>,
+    /// `[hidden, width]`.
     pub(super) up: LinearRef<'a>,
+    /// `[width, hidden]`.
     pub(super) down: LinearRef<'a>,
+    /// The gate's activation (of `up` without a gate).
     pub(super) activation: Activation,
 }
 
@@ -72,10 +76,13 @@ impl MlpRef<'_> {
 pub(super) struct ExpertsRef<'a> {
     /// `[hidden, experts]`.
     pub(super) router: LinearRef<'a>,
+    /// Each expert, in the router's column order.
     pub(super) experts: Vec<MlpRef<'a>>,
     /// The expert every token goes through, and the gate of its output (`[hidden, 1]`).
     pub(super) shared: Option<(MlpRef<'a>, Option<LinearRef<'a>>)>,
+    /// How tokens are routed ([`route`]).
     pub(super) routing: Experts,
+    /// A sigmoid router's correction biases of the choice.
     pub(super) correction: Option<&'a [f32]>,
 }
 
@@ -83,7 +90,9 @@ pub(super) struct ExpertsRef<'a> {
 // One per layer, built per forward pass: the variants' sizes matter less than no box.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum FeedForwardRef<'a> {
+    /// One MLP over every row.
     Dense(MlpRef<'a>),
+    /// Experts, each over the rows routed to it.
     Experts(ExpertsRef<'a>),
 }
 

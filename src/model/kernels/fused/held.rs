@@ -145,6 +145,7 @@ struct HeldMlp {
     activation: Activation,
 }
 
+/// Holds an MLP's linears.
 fn hold_mlp(held: &mut Held, mlp: &MlpWeights<Nd>) -> HeldMlp {
     HeldMlp {
         gate: mlp.gate_proj.map(|g| hold_linear(held, g)),
@@ -154,6 +155,7 @@ fn hold_mlp(held: &mut Held, mlp: &MlpWeights<Nd>) -> HeldMlp {
     }
 }
 
+/// The borrowed MLP of `m`; `None` unless every weight is contiguous f32.
 fn mlp_ref<'a>(held: &'a Held, m: &HeldMlp) -> Option<MlpRef<'a>> {
     Some(MlpRef {
         gate: match &m.gate {
@@ -180,6 +182,7 @@ enum HeldFeedForward<'m> {
     },
 }
 
+/// Holds a layer's block after attention: its MLP, or its router and experts.
 fn hold_feed_forward<'m>(
     held: &mut Held,
     block: &FeedForwardWeights<'m, Nd>,
@@ -199,6 +202,7 @@ fn hold_feed_forward<'m>(
     }
 }
 
+/// The borrowed block of `f`; `None` unless every weight is contiguous f32.
 fn feed_forward_ref<'a>(held: &'a Held, f: &HeldFeedForward<'a>) -> Option<FeedForwardRef<'a>> {
     Some(match f {
         HeldFeedForward::Dense(mlp) => FeedForwardRef::Dense(mlp_ref(held, mlp)?),
