@@ -138,6 +138,25 @@ pub enum BenchKind {
         #[arg(long, default_value_t = 1536, value_parser = super::at_least_one)]
         n: usize,
     },
+    /// B11: a pruned linear held compressed (a bitmask and the kept values, compressed-tensors'
+    /// `sparse-bitmask` layout) multiplying `[m × k]` inputs, in dense-equivalent GFLOP/s
+    /// (`2·m·k·n`, so it reads against B6's); the name gives the same product dense in the
+    /// same run and the bytes of the two weights. The weight is random with the lowest
+    /// `sparsity` of each output's magnitudes zeroed.
+    Sparse {
+        /// Rows of the inputs (1 for decoding a token).
+        #[arg(long, default_value_t = 1, value_parser = super::at_least_one)]
+        m: usize,
+        /// Inputs of the linear.
+        #[arg(long, default_value_t = 576, value_parser = super::at_least_one)]
+        k: usize,
+        /// Outputs of the linear.
+        #[arg(long, default_value_t = 1536, value_parser = super::at_least_one)]
+        n: usize,
+        /// The fraction of each output's weights that are zero.
+        #[arg(long, default_value_t = 0.5)]
+        sparsity: f64,
+    },
     /// B10: causal attention `softmax(q·kᵀ/√head_dim)·v` of one layer, GFLOP/s (the causal
     /// half of `4·batch·heads·seq²·head_dim`), random q, k and v: the backend's own kernel where
     /// it has one (CUDA: CubeCL's flash kernel in fp16, tiled by `WANDA_FLASH_TILING`, or with
@@ -297,6 +316,9 @@ impl OnBackend for BenchJob {
             BenchKind::Gemm { m, k, n } => {
                 gemm_figure::<B>(&device, choice, self.repeats, [m, k, n])
             }
+            BenchKind::Sparse { m, k, n, sparsity } => {
+                sparse_figure::<B>(&device, choice, self.repeats, [m, k, n], sparsity)
+            }
         }
     }
 }
@@ -357,13 +379,91 @@ fn gemm_figure<B: Backend>(
 ) -> anyhow::Result<Figure> {
     let a = Tensor::<B, 2>::random([m, k], burn::tensor::Distribution::Default, device);
     let b = Tensor::<B, 2>::random([k, n], burn::tensor::Distribution::Default, device);
+    let (runs, path) = product_runs(&a, &b, repeats);
+    let dtype = format!("{:?}", a.dtype()).to_lowercase();
+    Ok(figure(
+        &format!("B6 gemm {m}x{k}·{k}x{n} {dtype} ({path})"),
+        "GFLOP/s",
+        runs,
+        choice.label(),
+    ))
+}
+
+/// B11 (see [`BenchKind::Sparse`]): the compressed product's dense-equivalent GFLOP/s, beside
+/// the dense product of the same weight on backend `B` in the same run.
+fn sparse_figure<B: Backend>(
+    device: &B::Device,
+    choice: DeviceChoice,
+    repeats: usize,
+    [m, k, n]: [usize; 3],
+    sparsity: f64,
+) -> anyhow::Result<Figure> {
+    anyhow::ensure!(
+        (0.0..1.0).contains(&sparsity),
+        "--sparsity {sparsity}: use a fraction from 0 to below 1"
+    );
+    let random = |len: usize, seed: u64| -> Vec<f32> {
+        let mut state = seed;
+        (0..len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    };
+    let x = random(m * k, 1);
+    let mut w = random(k * n, 2);
+    // Per output (a column of `[k, n]`), its lowest magnitudes zeroed.
+    let pruned = (k as f64 * sparsity) as usize;
+    for o in 0..n {
+        let mut order: Vec<usize> = (0..k).collect();
+        order.sort_by(|&a, &b| w[a * n + o].abs().total_cmp(&w[b * n + o].abs()));
+        order[..pruned].iter().for_each(|&i| w[i * n + o] = 0.0);
+    }
+    let sparse = kernels::sparse::SparseLinear::from_in_out(&w, k, n);
+    let tensor = |values: Vec<f32>, shape: [usize; 2]| {
+        Tensor::<B, 2>::from_data(TensorData::new(values, shape), device)
+    };
+    let (dense_runs, path) = product_runs(&tensor(x.clone(), [m, k]), &tensor(w, [k, n]), repeats);
+    let mut out = vec![0.0f32; m * n];
     let flops = 2.0 * (m * k * n) as f64;
-    // The product the model's linears run: the fused one where it applies.
+    let runs = measure(repeats, flops / 1e9, || sparse.product(&x, m, &mut out));
+    let mut dense_runs = dense_runs;
+    dense_runs.sort_by(f64::total_cmp);
+    let dense = dense_runs[dense_runs.len() / 2];
+    let kernel =
+        match cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx512f") {
+            true => "AVX-512 expand",
+            false => "portable",
+        };
+    Ok(figure(
+        &format!(
+            "B11 sparse linear {m}x{k}·{k}x{n} at {sparsity} ({kernel}; {:.3}× dense f32's bytes; \
+             dense {dense:.2} GFLOP/s by {path} in this run)",
+            sparse.bytes() as f64 / (k * n * 4) as f64
+        ),
+        "GFLOP/s",
+        runs,
+        choice.label(),
+    ))
+}
+
+/// GFLOP/s of `a · b` by the product the model's linears run (the fused one where it applies),
+/// with the name of that product.
+fn product_runs<B: Backend>(
+    a: &Tensor<B, 2>,
+    b: &Tensor<B, 2>,
+    repeats: usize,
+) -> (Vec<f64>, String) {
+    let ([m, k], n) = (a.dims(), b.dims()[1]);
+    let flops = 2.0 * (m * k * n) as f64;
     let kernels = wanda::model::kernels::kernels::<B>();
-    let fused = kernels.matmul(&a, &b).is_some();
+    let fused = kernels.matmul(a, b).is_some();
     let runs = measure(repeats, flops / 1e9, || {
         if fused {
-            let _ = kernels.matmul(&a, &b);
+            let _ = kernels.matmul(a, b);
         } else {
             let _ = a
                 .clone()
@@ -379,13 +479,7 @@ fn gemm_figure<B: Backend>(
         ),
         false => "Burn matmul".to_string(),
     };
-    let dtype = format!("{:?}", a.dtype()).to_lowercase();
-    Ok(figure(
-        &format!("B6 gemm {m}x{k}·{k}x{n} {dtype} ({path})"),
-        "GFLOP/s",
-        runs,
-        choice.label(),
-    ))
+    (runs, path)
 }
 
 /// B10 (see [`BenchKind::Attention`]) on backend `B`.

@@ -184,9 +184,54 @@ fn bench_attention_rates_the_blocked_path_on_the_cpu() {
         ),
         (&["gemm", "--m", "0"], "--m"),
         (&["prune-layer", "--tokens", "0"], "--tokens"),
+        (&["sparse", "--k", "0"], "--k"),
     ] {
         assert_zero_refused(&[&["bench", "--device", "cpu"][..], args].concat(), flag);
     }
+}
+
+/// B11 names its shape, sparsity, bytes and the dense product of the same run, and rates
+/// every run; a sparsity that is no fraction below 1 is refused by its flag.
+#[test]
+fn bench_sparse_rates_the_compressed_product_beside_the_dense_one() {
+    let out = output_ok(Command::new(env!("CARGO_BIN_EXE_wanda")).args([
+        "bench",
+        "sparse",
+        "--device",
+        "cpu",
+        "--json",
+        "--repeats",
+        "3",
+        "--m",
+        "2",
+        "--k",
+        "40",
+        "--n",
+        "24",
+        "--sparsity",
+        "0.5",
+    ]));
+    let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = figure["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("B11 sparse linear 2x40·40x24 at 0.5 (")
+            && name.contains("dense f32's bytes")
+            && name.contains("GFLOP/s by fused linear"),
+        "{name}"
+    );
+    let runs = figure["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args(["bench", "sparse", "--device", "cpu", "--sparsity", "1"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--sparsity 1") && err.contains("below 1"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -32,6 +32,7 @@ mod host;
 #[cfg(feature = "cuda")]
 mod nvrtc;
 mod routing;
+pub mod sparse;
 mod transpose;
 mod vecmath;
 
