@@ -433,11 +433,7 @@ fn sparse_figure<B: Backend>(
     let mut dense_runs = dense_runs;
     dense_runs.sort_by(f64::total_cmp);
     let dense = dense_runs[dense_runs.len() / 2];
-    let kernel =
-        match cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx512f") {
-            true => "AVX-512 expand",
-            false => "portable",
-        };
+    let kernel = kernels::sparse::kernel_name();
     Ok(figure(
         &format!(
             "B11 sparse linear {m}x{k}·{k}x{n} at {sparsity} ({kernel}; {:.3}× dense f32's bytes; \

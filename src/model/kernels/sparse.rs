@@ -157,6 +157,15 @@ impl SparseLinear {
     }
 }
 
+/// The kernel [`SparseLinear::product`] runs on this CPU: `AVX-512 expand` or `portable`.
+pub fn kernel_name() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        return "AVX-512 expand";
+    }
+    "portable"
+}
+
 /// Whether this CPU has AVX-512F, checked once.
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
