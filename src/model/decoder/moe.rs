@@ -145,21 +145,9 @@ impl<B: Backend> SparseMoe<B> {
                 false => input,
             }
             .unsqueeze::<3>();
-            observe_by_sample(
-                &input,
-                &routed.tokens,
-                seq,
-                LinearInput::ExpertIn(e),
-                observe,
-            );
+            observe_by_sample(&input, routed, seq, LinearInput::ExpertIn(e), observe);
             let inner = self.expert_hidden(expert, input);
-            observe_by_sample(
-                &inner,
-                &routed.tokens,
-                seq,
-                LinearInput::ExpertHidden(e),
-                observe,
-            );
+            observe_by_sample(&inner, routed, seq, LinearInput::ExpertHidden(e), observe);
             if let Some(acc) = out.take() {
                 let y = project(&expert.down_proj, inner).reshape([n, hidden]);
                 // The weights multiply the output in f32, unless they scaled the input.
@@ -322,30 +310,24 @@ fn index_tensor<B: Backend>(indices: &[usize], device: &B::Device) -> Tensor<B, 
     Tensor::from_data(TensorData::new(values, [indices.len()]), device)
 }
 
-/// Shows `observe` the rows of `x` (`[1, rows, width]`, the tokens `tokens` of a batch of
-/// sequences of `seq` tokens, in token order) one sample at a time, as `[1, n, width]`.
+/// Shows `observe` the rows of `x` (`[1, rows, width]`, the tokens of `routed`, of a batch of
+/// sequences of `seq` tokens) one sample at a time ([`Routed::samples`]), as `[1, n, width]`.
 fn observe_by_sample<B: Backend>(
     x: &Tensor<B, 3>,
-    tokens: &[usize],
+    routed: &Routed,
     seq: usize,
     input: LinearInput,
     observe: &mut dyn FnMut(LinearInput, &Tensor<B, 3>),
 ) {
     let width = x.dims()[2];
-    let mut start = 0;
-    while start < tokens.len() {
-        let sample = tokens[start] / seq.max(1);
-        let end = start
-            + tokens[start..]
-                .iter()
-                .take_while(|&&t| t / seq.max(1) == sample)
-                .count();
-        if start == 0 && end == tokens.len() {
-            observe(input, x);
-        } else {
-            observe(input, &x.clone().slice([0..1, start..end, 0..width]));
+    let samples = routed.samples(seq);
+    match samples.as_slice() {
+        [_] => observe(input, x),
+        _ => {
+            for rows in samples {
+                observe(input, &x.clone().slice([0..1, rows, 0..width]));
+            }
         }
-        start = end;
     }
 }
 

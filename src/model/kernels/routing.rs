@@ -15,6 +15,27 @@ pub(crate) struct Routed {
     pub weights: Vec<f32>,
 }
 
+impl Routed {
+    /// The runs of its tokens that belong to one sample of a batch of sequences of `seq`
+    /// tokens, as ranges of its token list (in token order): how an expert's inputs are shown
+    /// to calibration, one sample at a time.
+    pub fn samples(&self, seq: usize) -> Vec<std::ops::Range<usize>> {
+        let seq = seq.max(1);
+        let mut runs = Vec::new();
+        let mut start = 0;
+        while start < self.tokens.len() {
+            let sample = self.tokens[start] / seq;
+            let count = self.tokens[start..]
+                .iter()
+                .take_while(|&&t| t / seq == sample)
+                .count();
+            runs.push(start..start + count);
+            start += count;
+        }
+        runs
+    }
+}
+
 /// Routes `tokens` tokens by their router logits (`[tokens, experts]`, row-major), per token
 /// by the softmax ([`softmax_choice`]) or by grouped sigmoid scores with the experts'
 /// `correction` biases ([`sigmoid_choice`]) as `routing` says. Returns per expert the tokens it
@@ -123,6 +144,17 @@ mod tests {
     use crate::model::arch::LimitedSoftmax;
 
     const TWO_OF_FOUR: Experts = Experts::softmax(4, 2, 5);
+
+    #[test]
+    fn an_experts_tokens_split_into_their_samples() {
+        let routed = Routed {
+            tokens: vec![1, 3, 4, 9, 10, 11],
+            weights: vec![1.0; 6],
+        };
+        // Samples of 4 tokens: 1 and 3 in the first, 4 in the second, 9 to 11 in the third.
+        assert_eq!(routed.samples(4), vec![0..2, 2..3, 3..6]);
+        assert!(Routed::default().samples(4).is_empty());
+    }
 
     #[test]
     fn routing_picks_the_two_most_probable_and_renormalises() {

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::{vecmath, LinearRef};
 use crate::model::arch::{Activation, Experts};
-use crate::model::kernels::{route, LinearInput};
+use crate::model::kernels::{route, LinearInput, Routed};
 
 /// Borrowed linears of one MLP: `down(act(gate(x)) * up(x))`, or `down(act(up(x)))` without a
 /// gate (OPT).
@@ -126,15 +126,12 @@ pub(super) fn experts_block(
         for &t in &routed.tokens {
             panel.extend_from_slice(&normed[t * hidden..][..hidden]);
         }
-        let by_sample = Samples {
-            tokens: &routed.tokens,
-            seq,
-        };
-        by_sample.observe(&panel, hidden, LinearInput::ExpertIn(e), observe);
+        let tokens = (routed, seq);
+        observe_by_sample(&panel, hidden, tokens, LinearInput::ExpertIn(e), observe);
         let width = expert.width();
         let mut inner = vec![0.0f32; n * width];
         expert.hidden_into(&panel, n, &mut inner, &mut up);
-        by_sample.observe(&inner, width, LinearInput::ExpertHidden(e), observe);
+        observe_by_sample(&inner, width, tokens, LinearInput::ExpertHidden(e), observe);
         let Some(out) = out.as_deref_mut() else {
             continue;
         };
@@ -189,32 +186,16 @@ fn shared_expert(
         .for_each(|(o, y)| o.iter_mut().zip(y).for_each(|(o, y)| *o += y));
 }
 
-/// An expert's tokens (rows of consecutive sequences of `seq` tokens, ascending), shown to
-/// `observe` one sample at a time as the generic block shows them.
-struct Samples<'a> {
-    tokens: &'a [usize],
-    seq: usize,
-}
-
-impl Samples<'_> {
-    /// Shows `observe` the rows of `x` (`width` wide, one per token) sample by sample.
-    fn observe(
-        &self,
-        x: &[f32],
-        width: usize,
-        input: LinearInput,
-        observe: &mut dyn FnMut(LinearInput, &[f32], usize),
-    ) {
-        let seq = self.seq.max(1);
-        let mut start = 0;
-        while start < self.tokens.len() {
-            let sample = self.tokens[start] / seq;
-            let count = self.tokens[start..]
-                .iter()
-                .take_while(|&&t| t / seq == sample)
-                .count();
-            observe(input, &x[start * width..(start + count) * width], width);
-            start += count;
-        }
+/// Shows `observe` the rows of `x` (`width` wide, one per token of `routed`) one sample at a
+/// time ([`Routed::samples`]), as the generic block shows them.
+fn observe_by_sample(
+    x: &[f32],
+    width: usize,
+    (routed, seq): (&Routed, usize),
+    input: LinearInput,
+    observe: &mut dyn FnMut(LinearInput, &[f32], usize),
+) {
+    for rows in routed.samples(seq) {
+        observe(input, &x[rows.start * width..rows.end * width], width);
     }
 }
