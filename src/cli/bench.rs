@@ -471,7 +471,7 @@ fn product_runs<B: Backend>(
     let path = match fused {
         true => format!(
             "fused linear, {}",
-            wanda::model::kernels::product_kernel_name()
+            wanda::model::kernels::product_kernel_name(m)
         ),
         false => "Burn matmul".to_string(),
     };

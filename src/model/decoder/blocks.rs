@@ -14,7 +14,7 @@ use crate::model::arch::{alibi, rope};
 use crate::model::arch::{Activation, AttentionSettings, LlamaConfig};
 use crate::model::decoder::{chunk_mask, chunk_start, unit_rms};
 use crate::model::kernels::{
-    kernels, project, project_all, MlpWeights, NormWeights, ATTENTION_BLOCK_BYTES,
+    kernels, project, project_all, HostKv, MlpWeights, NormWeights, ATTENTION_BLOCK_BYTES,
 };
 
 use crate::model::decoder::attention_with_sinks;
@@ -156,6 +156,8 @@ impl<B: Backend> Norm<B> {
 #[derive(Debug, Clone)]
 pub struct KvCache<B: Backend> {
     pub(super) layers: Vec<Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
+    /// The same on the host, where the fused CPU kernels decode (then `layers` stay empty).
+    pub(super) host: HostKv,
     pub(super) len: usize,
 }
 
@@ -164,6 +166,7 @@ impl<B: Backend> KvCache<B> {
     pub fn new(num_layers: usize) -> Self {
         Self {
             layers: vec![None; num_layers],
+            host: HostKv::default(),
             len: 0,
         }
     }

@@ -793,6 +793,8 @@ impl<B: Backend> Llama<B> {
     }
 
     /// Forward pass over new tokens that continue the cached positions; extends the cache.
+    /// Where the backend has fast kernels that decode ([`crate::model::kernels::Kernels::forward_cached`])
+    /// and the cache holds nothing of the generic path's, they run.
     ///
     /// # Shapes
     /// - `tokens`: `[batch, new]` → logits `[batch, new, vocab]`
@@ -802,6 +804,14 @@ impl<B: Backend> Llama<B> {
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 3> {
         let [_batch, seq] = tokens.dims();
+        if cache.host.len == cache.len {
+            let fused = (self.weights())
+                .and_then(|w| kernels::<B>().forward_cached(&w, &tokens, &mut cache.host));
+            if let Some(logits) = fused {
+                cache.len += seq;
+                return logits;
+            }
+        }
         let (cos, sin) = self.rope_tables(cache.len, seq);
         let mut x = self.embed_from(tokens, cache.len);
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {

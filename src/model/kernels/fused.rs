@@ -23,8 +23,8 @@ use rayon::prelude::*;
 
 use super::vecmath;
 use super::{
-    FeedForwardWeights, HeadWeights, Kernels, LayerWeights, LinearInput, MlpWeights, ModelWeights,
-    NormWeights,
+    FeedForwardWeights, HeadWeights, HostKv, Kernels, LayerKv, LayerWeights, LinearInput,
+    MlpWeights, ModelWeights, NormWeights,
 };
 use crate::model::arch::rope;
 use crate::model::arch::{AttentionSettings, LogitScale, Residual};
@@ -37,7 +37,7 @@ mod host;
 mod norm;
 mod product;
 
-use attention::{attend_block, rope, Mask, Packing, RopeTables};
+use attention::{attend_rows, rope, Packing, RopeTables};
 use feed_forward::{experts_block, FeedForwardRef};
 pub use head::HEAD_ROWS;
 use head::{fused_hidden_nll, fused_token_nlls};
@@ -208,7 +208,9 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 }
 
 /// One decoder layer over `x` (consecutive sequences of `seq` tokens), updated in place;
-/// `observe(input, rows, width)` sees the input of every linear once per shared input. With
+/// with a `cache` (one sequence), `x`'s rows continue the positions whose keys and values it
+/// holds, and their own are appended to it. `observe(input, rows, width)` sees the input of
+/// every linear once per shared input. With
 /// `output` false the layer stops once `down_proj`'s input is observed: `x` then holds the
 /// residual stream after attention (the layer's input with a parallel residual), not the
 /// layer's output.
@@ -222,9 +224,11 @@ fn layer_forward(
     tables: RopeTables,
     output: bool,
     scratch: &mut Scratch,
+    cache: Option<&mut LayerKv>,
     observe: &mut dyn FnMut(LinearInput, &[f32], usize),
 ) {
-    let (hidden, hd, seq) = (d.hidden, d.head_dim, tables.seq);
+    let (hidden, hd) = (d.hidden, d.head_dim);
+    let window = layer.attention.sliding_window;
     let rows = x.len() / hidden;
     let normed = sized(&mut scratch.normed, rows * hidden);
     let q = sized(&mut scratch.q, rows * d.heads * hd);
@@ -233,46 +237,18 @@ fn layer_forward(
     pre_norm_rows(x, layer.input_norm, d.eps, normed);
     observe(LinearInput::AttnIn, normed, hidden);
     project_qkv(layer, d, normed, [&mut *q, &mut *k, &mut *v], tables);
-    let (q_width, kv_width) = (d.heads * hd, d.kv_heads * hd);
-    let sequences = rows / seq.max(1);
-    // One job per (sequence, kv head, block of query rows): many more jobs than cores, so the
-    // blocks late in a sequence (more keys) do not leave a core idle.
-    let blocks = seq.div_ceil(ATTENTION_ROWS);
-    let jobs: Vec<(usize, usize, usize)> = (0..sequences)
-        .flat_map(|s| (0..d.kv_heads).flat_map(move |g| (0..blocks).map(move |b| (s, g, b))))
-        .collect();
-    let outputs: Vec<Vec<f32>> = jobs
-        .par_iter()
-        .map(|&(s, g, b)| {
-            let first = b * ATTENTION_ROWS;
-            attend_block(
-                &q[s * seq * q_width..][..seq * q_width],
-                &k[s * seq * kv_width..][..seq * kv_width],
-                &v[s * seq * kv_width..][..seq * kv_width],
-                g,
-                first..first + ATTENTION_ROWS.min(seq - first),
-                d,
-                match tables.packing {
-                    Some(p) => Mask::Packed(p),
-                    None => Mask::Causal {
-                        window: layer.attention.sliding_window,
-                    },
-                },
-            )
-        })
-        .collect();
-    // q is free again: it takes the groups' outputs side by side.
-    let attn = q;
-    let group_width = q_width / d.kv_heads;
-    for (&(s, g, b), out) in jobs.iter().zip(&outputs) {
-        let first_row = s * seq + b * ATTENTION_ROWS;
-        for (row, src) in attn[first_row * q_width..]
-            .chunks_mut(q_width)
-            .zip(out.chunks(group_width))
-        {
-            row[g * group_width..(g + 1) * group_width].copy_from_slice(src);
+    let q_width = d.heads * hd;
+    match cache {
+        Some((keys, values)) => {
+            keys.extend_from_slice(k);
+            values.extend_from_slice(v);
+            let start = keys.len() / (d.kv_heads * hd) - rows;
+            attend_rows(q, keys, values, start, d, tables, window);
         }
+        None => attend_rows(q, k, v, 0, d, tables, window),
     }
+    // q now holds the attention's output.
+    let attn = q;
     observe(LinearInput::AttnOut, attn, q_width);
     // With a parallel residual the MLP reads the layer's input too: the attention's output
     // waits beside it, added with the MLP's at the end.
@@ -305,7 +281,7 @@ fn layer_forward(
         FeedForwardRef::Dense(mlp) => mlp,
         FeedForwardRef::Experts(moe) => {
             let out = output.then(|| sized(&mut scratch.experts_out, rows * hidden));
-            experts_block(moe, normed, seq, out, observe);
+            experts_block(moe, normed, tables.seq, out, observe);
             if output {
                 add_output(x, &mut scratch.experts_out, attn_out.as_deref(), scale);
             }
@@ -415,11 +391,12 @@ fn add_output(x: &mut [f32], out: &mut [f32], attn_out: Option<&[f32]>, scale: O
 /// - `tokens`: `seq` ids → `[seq, hidden]`
 fn sequence_hidden(model: &DecoderRef, tokens: &[usize]) -> Vec<f32> {
     let positions: Vec<usize> = (0..tokens.len()).collect();
-    run_layers(model, tokens, &positions, None)
+    run_layers(model, tokens, &positions, None, None)
 }
 
 /// The residual stream after the last layer of `tokens` at `positions` (rotary angles), every
-/// row seeing the rows before it, or as `packing` says.
+/// row seeing the rows before it, or as `packing` says; with a `cache` (one layer each), also
+/// the positions it holds, and their keys and values are appended to it.
 ///
 /// # Shapes
 /// - `tokens`, `positions`: `seq` values → `[seq, hidden]`
@@ -428,6 +405,7 @@ fn run_layers(
     tokens: &[usize],
     positions: &[usize],
     packing: Option<Packing>,
+    mut cache: Option<&mut [LayerKv]>,
 ) -> Vec<f32> {
     let d = &model.dims;
     let (seq, hidden) = (tokens.len(), d.hidden);
@@ -460,7 +438,7 @@ fn run_layers(
         .find_map(|l| l.attention.inv_freq.as_deref())
         .map(|f| (f, rope::angles(f, 1.0, positions)));
     let mut scratch = Scratch::default();
-    for layer in &model.layers {
+    for (i, layer) in model.layers.iter().enumerate() {
         let (cos, sin, stride) = match (layer.attention.inv_freq.as_deref(), &local) {
             (Some(own), Some((f, (cos, sin)))) if own == *f => (cos, sin, f.len()),
             _ => (&cos, &sin, inv_freq.len()),
@@ -480,6 +458,7 @@ fn run_layers(
             tables,
             true,
             &mut scratch,
+            cache.as_deref_mut().map(|c| &mut c[i]),
             &mut |_, _, _| {},
         );
     }
@@ -576,6 +555,15 @@ impl Kernels<Nd> for Fused {
         window: &[u32],
     ) -> Option<f64> {
         fused_hidden_nll(head, hidden, window)
+    }
+
+    fn forward_cached(
+        &self,
+        model: &ModelWeights<'_, Nd>,
+        tokens: &Tensor<Nd, 2, Int>,
+        cache: &mut HostKv,
+    ) -> Option<Tensor<Nd, 3>> {
+        fused_forward_cached(model, tokens, cache)
     }
 
     fn packed_hidden(
@@ -753,6 +741,7 @@ fn fused_layer(
         tables,
         output,
         &mut Scratch::default(),
+        None,
         // An expert's tokens come one sample at a time, `[1, tokens, width]`, as the generic
         // block shows them.
         &mut |input, data, width| {
@@ -816,6 +805,43 @@ fn fused_sequences(
             }
         }
         to_tensor(out, [batch, seq, width])
+    })
+}
+
+/// [`Kernels::forward_cached`] of the fused kernels: one sequence's new tokens through the fused
+/// layers after the positions `cache` holds, their keys and values appended to it, then through
+/// the head; `None`, the cache untouched, for a batch of more than one sequence or where
+/// [`fused_sequences`] refuses.
+///
+/// # Shapes
+/// - `tokens`: `[1, new]` → logits `[1, new, vocab]`
+fn fused_forward_cached(
+    model: &ModelWeights<Nd>,
+    tokens: &Tensor<Nd, 2, Int>,
+    cache: &mut HostKv,
+) -> Option<Tensor<Nd, 3>> {
+    let [batch, seq] = tokens.dims();
+    if batch != 1 || seq == 0 {
+        return None;
+    }
+    let ids: Vec<i64> = tokens.clone().into_data().convert::<i64>().to_vec().ok()?;
+    with_decoder(model, |refs| {
+        let (start, vocab) = (cache.len, refs.head.vocab);
+        if ids.iter().any(|&t| t < 0 || t as usize >= vocab)
+            || !refs.head.has_positions(start + seq)
+        {
+            return None;
+        }
+        let tokens: Vec<usize> = ids.iter().map(|&t| t as usize).collect();
+        let positions: Vec<usize> = (start..start + seq).collect();
+        cache
+            .layers
+            .resize_with(refs.layers.len(), LayerKv::default);
+        let x = run_layers(refs, &tokens, &positions, None, Some(&mut cache.layers));
+        cache.len += seq;
+        let mut logits = vec![0.0f32; seq * vocab];
+        refs.head.logits_into(&x, &mut logits);
+        to_tensor(logits, [1, seq, vocab])
     })
 }
 
@@ -883,7 +909,7 @@ fn fused_packed_hidden(
             prefix,
             own_start: &own_start,
         };
-        let x = run_layers(refs, &ids, &positions, Some(packing));
+        let x = run_layers(refs, &ids, &positions, Some(packing), None);
         to_tensor(x, [tokens.len(), refs.head.hidden])
     })
 }
@@ -891,6 +917,7 @@ fn fused_packed_hidden(
 #[cfg(test)]
 mod tests {
     use super::super::kernels;
+    use super::attention::{attend_block, Mask};
     use super::*;
 
     use burn::backend::Flex;
@@ -997,7 +1024,7 @@ mod tests {
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [1.0, 0.0, 0.0, 1.0];
         let v = [1.0, 2.0, 3.0, 5.0];
-        let out = attend_block(&q, &k, &v, 0, 0..2, &d, Mask::Causal { window: None });
+        let out = attend_block(&q, 0, &k, &v, 0, 0..2, &d, Mask::Causal { window: None });
         let s = std::f32::consts::SQRT_2;
         let (e0, e1) = ((0.0f32 / s).exp(), (2.0f32 / s).exp());
         let (p0, p1) = (e0 / (e0 + e1), e1 / (e0 + e1));
@@ -1032,7 +1059,16 @@ mod tests {
         ];
         let k = [1.0, 0.0, 0.5, 1.0, -1.0, 2.0];
         let v = [1.0, 2.0, 3.0, 5.0, -2.0, 0.5];
-        let together = attend_block(&q, &k, &v, 0, 0..3, &group, Mask::Causal { window: None });
+        let together = attend_block(
+            &q,
+            0,
+            &k,
+            &v,
+            0,
+            0..3,
+            &group,
+            Mask::Causal { window: None },
+        );
         for head in 0..2 {
             let q_head: Vec<f32> = q
                 .chunks(4)
@@ -1040,6 +1076,7 @@ mod tests {
                 .collect();
             let alone = attend_block(
                 &q_head,
+                0,
                 &k,
                 &v,
                 0,

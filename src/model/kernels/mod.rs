@@ -342,6 +342,20 @@ pub enum Lowest {
     MatrixThreshold(usize),
 }
 
+/// Keys and values one layer has cached on the host: `[positions, kv_heads · head_dim]` each,
+/// the keys normed and rotated as attention reads them.
+pub type LayerKv = (Vec<f32>, Vec<f32>);
+
+/// Keys and values of the positions seen so far, per layer, as the fused CPU kernels cache them
+/// for incremental decoding ([`Kernels::forward_cached`]).
+#[derive(Debug, Clone, Default)]
+pub struct HostKv {
+    /// Positions held.
+    pub len: usize,
+    /// Each layer's keys and values.
+    pub layers: Vec<LayerKv>,
+}
+
 /// Operations a backend may run faster than Burn's generic ops. Every method returns `None`
 /// where its fast path does not apply (another layout, shapes it does not take); the caller then
 /// runs the generic Burn path, which computes the same function. The defaults are all `None`.
@@ -385,6 +399,21 @@ pub trait Kernels<B: Backend>: Sync {
         &self,
         _model: &ModelWeights<'_, B>,
         _tokens: &Tensor<B, 2, Int>,
+    ) -> Option<Tensor<B, 3>> {
+        None
+    }
+
+    /// Logits of `tokens` that continue the positions `cache` holds, their keys and values
+    /// appended to it; `None`, the cache untouched, where the backend has no such path (then
+    /// the decoder's generic layers keep a cache of their own).
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, new]` → logits `[batch, new, vocab]`
+    fn forward_cached(
+        &self,
+        _model: &ModelWeights<'_, B>,
+        _tokens: &Tensor<B, 2, Int>,
+        _cache: &mut HostKv,
     ) -> Option<Tensor<B, 3>> {
         None
     }

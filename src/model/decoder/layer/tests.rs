@@ -680,36 +680,39 @@ mod fused_path {
         include_str!("../../../../tests/fixtures/models/tiny-glm4_moe-16e/config.json"),
     ];
 
-    /// Every fixture's layers take the fused path exactly where the estimator's shape says
-    /// they do ([`crate::model::arch::ModelShape::generic_layers`]).
-    #[test]
-    fn the_shape_knows_which_layers_the_fused_path_runs() {
+    /// Every tiny fixture's name and resolved configuration (the others are real models'
+    /// configs alone).
+    fn tiny_fixtures() -> Vec<(String, LlamaConfig)> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
-        let (mut fused, mut generic) = (Vec::new(), Vec::new());
+        let mut found = Vec::new();
         for entry in std::fs::read_dir(&root).unwrap() {
             let dir = entry.unwrap().path();
-            // The tiny ones: the others are real models' configs alone.
-            if !dir
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("tiny-")
-            {
+            let name = dir.file_name().unwrap().to_string_lossy().to_string();
+            if !name.starts_with("tiny-") {
                 continue;
             }
             let Ok(json) = std::fs::read_to_string(dir.join("config.json")) else {
                 continue;
             };
-            let Ok(config) = HfLlamaConfig::from_json(&json)
+            if let Some(config) = HfLlamaConfig::from_json(&json)
                 .ok()
                 .and_then(|c| c.resolve().ok())
-                .ok_or(())
-            else {
-                continue;
-            };
+            {
+                found.push((name, config));
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found
+    }
+
+    /// Every fixture's layers take the fused path exactly where the estimator's shape says
+    /// they do ([`crate::model::arch::ModelShape::generic_layers`]).
+    #[test]
+    fn the_shape_knows_which_layers_the_fused_path_runs() {
+        let (mut fused, mut generic) = (Vec::new(), Vec::new());
+        for (name, config) in tiny_fixtures() {
             let shape = crate::model::arch::ModelShape::from_config(&config);
             let m = Llama::<B>::init_random(&config, 1, &Default::default());
-            let name = dir.file_name().unwrap().to_string_lossy().to_string();
             let takes_fused = m.layers.iter().all(|l| l.weights().is_some());
             assert_eq!(takes_fused, !shape.generic_layers, "{name}");
             match takes_fused {
@@ -728,6 +731,55 @@ mod fused_path {
         for name in ["tiny-gpt_oss", "tiny-llama4", "tiny-deepseek_v3"] {
             assert!(generic.iter().any(|n| n == name), "{name} in {generic:?}");
         }
+    }
+
+    /// The logits of `ids` decoded with a cache: all but the last five as one prompt, then one
+    /// token at a time; with the cache.
+    fn cached_logits<K: Backend>(m: &Llama<K>, ids: &[i64]) -> (Vec<f32>, KvCache<K>) {
+        let device = Default::default();
+        let mut cache = KvCache::new(m.layers.len());
+        let prompt = ids.len() - 5;
+        let mut logits = Vec::new();
+        for part in std::iter::once(&ids[..prompt]).chain(ids[prompt..].chunks(1)) {
+            let tokens = Tensor::<K, 2, Int>::from_data(
+                TensorData::new(part.to_vec(), [1, part.len()]),
+                &device,
+            );
+            let step = m.forward_cached(tokens, &mut cache);
+            logits.extend(step.into_data().to_vec::<f32>().unwrap());
+        }
+        (logits, cache)
+    }
+
+    /// Decoding with a cache on the fused path (keys and values on the host) gives the logits
+    /// of the generic path's cached decoding, on every tiny fixture the fused path runs (sliding
+    /// windows, ALiBi, learned positions, q/k norms, parallel residuals, experts…): a prompt
+    /// longer than one block of query rows, then one token at a time.
+    #[test]
+    fn fused_cached_decoding_equals_the_generic_path() {
+        let mut decoded = 0;
+        for (name, config) in tiny_fixtures() {
+            let fused_model = Llama::<B>::init_random(&config, 3, &Default::default());
+            if fused_model.weights().is_none() {
+                continue;
+            }
+            let len = 75.min(config.max_position_embeddings) as i64;
+            let ids: Vec<i64> = (0..len)
+                .map(|i| (i * 13 + 5) % config.vocab_size as i64)
+                .collect();
+            let (fused, cache) = cached_logits(&fused_model, &ids);
+            assert_eq!(
+                cache.host.len,
+                ids.len(),
+                "{name} decodes on the fused path"
+            );
+            let generic_model = Llama::<Flex>::init_random(&config, 3, &Default::default());
+            let (generic, cache) = cached_logits(&generic_model, &ids);
+            assert_eq!(cache.host.len, 0, "{name}: flex keeps Burn's ops");
+            close(&fused, &generic);
+            decoded += 1;
+        }
+        assert!(decoded >= 20, "only {decoded} fixtures decoded");
     }
 
     /// Layers with experts take the fused path and give the generic block's logits.

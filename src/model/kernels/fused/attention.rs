@@ -51,8 +51,66 @@ pub(super) fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables, 
     }
 }
 
+/// Every query row of `q` attended, its row replaced by the attention output: the rows are
+/// consecutive sequences of `tables.seq` positions each, or, after `start` cached positions,
+/// positions `start..start + seq` of one sequence whose keys and values `k` and `v` hold from
+/// position 0. One job per (sequence, kv head, block of query rows): many more jobs than cores,
+/// so the blocks late in a sequence (more keys) do not leave a core idle.
+///
+/// # Shapes
+/// - `q`: `[rows, heads · head_dim]`; `k`, `v`: `[start + rows, kv_heads · head_dim]`
+pub(super) fn attend_rows(
+    q: &mut [f32],
+    k: &[f32],
+    v: &[f32],
+    start: usize,
+    d: &Dims<'_>,
+    tables: RopeTables,
+    window: Option<usize>,
+) {
+    let seq = tables.seq;
+    let (q_width, kv_width) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    let sequences = q.len() / q_width / seq.max(1);
+    assert!(start == 0 || sequences == 1, "a cache holds one sequence");
+    let blocks = seq.div_ceil(ATTENTION_ROWS);
+    let jobs: Vec<(usize, usize, usize)> = (0..sequences)
+        .flat_map(|s| (0..d.kv_heads).flat_map(move |g| (0..blocks).map(move |b| (s, g, b))))
+        .collect();
+    let keys = (start + seq) * kv_width;
+    let outputs: Vec<Vec<f32>> = jobs
+        .par_iter()
+        .map(|&(s, g, b)| {
+            let first = start + b * ATTENTION_ROWS;
+            attend_block(
+                &q[s * seq * q_width..][..seq * q_width],
+                start,
+                &k[s * keys..][..keys],
+                &v[s * keys..][..keys],
+                g,
+                first..first + ATTENTION_ROWS.min(start + seq - first),
+                d,
+                match tables.packing {
+                    Some(p) => Mask::Packed(p),
+                    None => Mask::Causal { window },
+                },
+            )
+        })
+        .collect();
+    let group_width = q_width / d.kv_heads;
+    for (&(s, g, b), out) in jobs.iter().zip(&outputs) {
+        let first_row = s * seq + b * ATTENTION_ROWS;
+        for (row, src) in q[first_row * q_width..]
+            .chunks_mut(q_width)
+            .zip(out.chunks(group_width))
+        {
+            row[g * group_width..(g + 1) * group_width].copy_from_slice(src);
+        }
+    }
+}
+
 /// Causal grouped-query attention of the query heads that share kv head `group`, for the
-/// query rows `first..first + rows` (`rows` below), which see the keys `0..first + rows`, or
+/// query rows `first..first + rows` (`rows` below; `q`'s first row is position `q_start`),
+/// which see the keys `0..first + rows`, or
 /// only the last `window` of them up to their own position when the attention slides. With
 /// ALiBi each head's scaled scores get its slope times the key's position added, the
 /// position in the unpacked sequence where continuations are packed.
@@ -62,10 +120,12 @@ pub(super) fn rope(x: &mut [f32], heads: usize, head_dim: usize, t: RopeTables, 
 /// output rows come out in the attention output's own layout.
 ///
 /// # Shapes
-/// - `q`: `[seq, heads * head_dim]`, `k`, `v`: `[seq, kv_heads * head_dim]`
+/// - `q`: `[seq, heads * head_dim]`, `k`, `v`: `[q_start + seq, kv_heads * head_dim]`
 /// - returns `[rows, per_group * head_dim]`, the group's columns of the attention output
+#[allow(clippy::too_many_arguments)]
 pub(super) fn attend_block(
     q: &[f32],
+    q_start: usize,
     k: &[f32],
     v: &[f32],
     group: usize,
@@ -84,7 +144,7 @@ pub(super) fn attend_block(
     let keys = first + rows;
     let mut stacked = Vec::with_capacity(rows * width);
     for r in first..keys {
-        stacked.extend_from_slice(&q[r * q_stride + group * width..][..width]);
+        stacked.extend_from_slice(&q[(r - q_start) * q_stride + group * width..][..width]);
     }
     let k_t = View {
         data: &k[group * hd..],

@@ -6,6 +6,8 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod stream;
 
 /// Rows per core below which a product is left to gemm's own threading.
 const BAND_ROWS: usize = 64;
@@ -52,8 +54,13 @@ impl<'a> View<'a> {
     }
 }
 
-/// The kernel [`matmul`] runs on this CPU, as the benchmarks name it.
-pub fn kernel_name() -> &'static str {
+/// The kernel [`matmul`] runs on this CPU for a product of `rows` rows, as the benchmarks name
+/// it.
+pub fn kernel_name(rows: usize) -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if rows <= stream::ROWS && stream::available() {
+        return "streamed AVX2 kernel";
+    }
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
         return "AVX-512 kernel";
@@ -80,6 +87,10 @@ pub(super) fn matmul(
     );
     if m == 0 || n == 0 {
         return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if stream::takes(&a, &b) {
+        return stream::matmul(dst, dst_stride, accumulate, a, b, parallel);
     }
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
@@ -292,8 +303,16 @@ mod tests {
         if avx512::cpu_has() {
             kernels.push(("avx512", avx512::matmul));
         }
+        #[cfg(target_arch = "x86_64")]
+        if stream::available() {
+            kernels.push(("stream", stream::matmul));
+        }
         for (m, k, n) in [
             (1, 1, 1),
+            (1, 1000, 70),
+            (2, 1536, 9),
+            (3, 576, 515),
+            (4, 37, 1100),
             (13, 37, 33),
             (12, 512, 32),
             (25, 1000, 70),
@@ -335,6 +354,12 @@ mod tests {
                 }
                 blocked_into(&mut expected, stride, &dense_a, &dense_b, m, k, n);
                 for (name, kernel) in &kernels {
+                    // On x86 the streamed kernel takes the products of a few rows: the gemm
+                    // crate's own paths for them (its gemv) sum in another order.
+                    #[cfg(target_arch = "x86_64")]
+                    if (*name == "stream") != (m <= stream::ROWS) && *name != "avx512" {
+                        continue;
+                    }
                     let mut dst = start.clone();
                     kernel(&mut dst, stride, accumulate, a_view, b_view, parallel);
                     let differing = dst
