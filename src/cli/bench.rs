@@ -2,9 +2,9 @@
 //! tokens/s), B2 (dense perplexity: wall s, tokens/s, peak RSS), B3–B5 (one prune cell: prune
 //! wall s, eval wall s, peak RSS, perplexity), B6 (GEMM GFLOP/s) and B7 (one decoder layer of a
 //! real shape pruned, s: the pruning bookkeeping at 7B scale), B8 (document store MB/s), B9
-//! (model load, MB/s of checkpoint) and B10 (causal attention of one layer, GFLOP/s). Every
-//! figure is the median
-//! of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
+//! (model load, MB/s of checkpoint), B10 (causal attention of one layer, GFLOP/s), B11 (a
+//! compressed sparse linear, GFLOP/s) and B12 (decoding with a cache, tokens/s). Every figure is
+//! the median of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
 //! `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
 
 use std::path::PathBuf;
@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::checkpoint::SynthShape;
-use wanda::model::decoder::Llama;
+use wanda::model::decoder::{KvCache, Llama};
 use wanda::model::kernels;
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
@@ -156,6 +156,21 @@ pub enum BenchKind {
         /// The fraction of each output's weights that are zero.
         #[arg(long, default_value_t = 0.5)]
         sparsity: f64,
+    },
+    /// B12: decoding at batch 1 with a KV cache, tokens/s of the decode steps after a prompt
+    /// (fixed ids, each step fed the next, as greedy decoding runs); the name gives the
+    /// prompt's prefill tokens/s, the bytes of weights a step reads (every parameter once) and
+    /// the GB/s that makes at the median.
+    Decode {
+        /// A GGUF file, a Hugging Face folder, or a hub id.
+        #[arg(long)]
+        model: String,
+        /// Prompt tokens, run as one prefill.
+        #[arg(long, default_value_t = 128, value_parser = super::at_least_one)]
+        prompt: usize,
+        /// Tokens decoded one at a time after the prompt.
+        #[arg(long, default_value_t = 64, value_parser = super::at_least_one)]
+        tokens: usize,
     },
     /// B10: causal attention `softmax(q·kᵀ/√head_dim)·v` of one layer, GFLOP/s (the causal
     /// half of `4·batch·heads·seq²·head_dim`), random q, k and v: the backend's own kernel where
@@ -319,8 +334,70 @@ impl OnBackend for BenchJob {
             BenchKind::Sparse { m, k, n, sparsity } => {
                 sparse_figure::<B>(&device, choice, self.repeats, [m, k, n], sparsity)
             }
+            BenchKind::Decode {
+                model,
+                prompt,
+                tokens,
+            } => decode_figure::<B>(&device, choice, self.repeats, &model, [prompt, tokens]),
         }
     }
+}
+
+/// B12 (see [`BenchKind::Decode`]) on backend `B`: `tokens` decode steps after a `prompt`-token
+/// prefill, each run on a fresh cache.
+fn decode_figure<B: Backend>(
+    device: &B::Device,
+    choice: DeviceChoice,
+    repeats: usize,
+    model: &str,
+    [prompt, tokens]: [usize; 2],
+) -> anyhow::Result<Figure> {
+    let origin = ModelRef::parse(model)?;
+    let loaded = model::load::<B>(&origin, device)
+        .with_context(|| format!("cannot load model `{origin}`"))?;
+    let config = &loaded.config;
+    anyhow::ensure!(
+        prompt + tokens <= config.max_position_embeddings,
+        "--prompt ({prompt}) plus --tokens ({tokens}) exceeds the model's context of {}",
+        config.max_position_embeddings
+    );
+    let vocab = config.vocab_size as i64;
+    let ids: Vec<i64> = (0..(prompt + tokens) as i64)
+        .map(|i| (i * 7919 + 13) % vocab)
+        .collect();
+    let run = |ids: &[i64], cache: &mut KvCache<B>| {
+        let tokens = TensorData::new(ids.to_vec(), [1, ids.len()]);
+        let logits = (loaded.model).forward_cached(Tensor::from_data(tokens, device), cache);
+        // Reading one value forces the whole lazy graph on every backend.
+        let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar();
+    };
+    let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+    for timed in std::iter::once(false).chain(std::iter::repeat_n(true, repeats)) {
+        let mut cache = KvCache::new(config.num_hidden_layers);
+        let started = Instant::now();
+        run(&ids[..prompt], &mut cache);
+        let prefilled = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        for step in prompt..prompt + tokens {
+            run(&ids[step..step + 1], &mut cache);
+        }
+        if timed {
+            prefill.push(prompt as f64 / prefilled);
+            decode.push(tokens as f64 / started.elapsed().as_secs_f64());
+        }
+    }
+    let bytes = (loaded.model.num_params() * std::mem::size_of::<B::FloatElem>()) as f64;
+    let figure = figure("B12 decode", "tokens/s", decode, choice.label());
+    let prefill = self::figure("", "", prefill, String::new()).median;
+    Ok(Figure {
+        name: format!(
+            "B12 decode ({tokens} tokens after a {prompt}-token prompt at {prefill:.1} tokens/s; \
+             {:.3} GB of weights a token, {:.1} GB/s)",
+            bytes / 1e9,
+            bytes * figure.median / 1e9
+        ),
+        ..figure
+    })
 }
 
 /// B7 (see [`BenchKind::PruneLayer`]) on backend `B`: seconds to prune one layer of `shape`

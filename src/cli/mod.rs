@@ -61,7 +61,7 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Prune a model once (load, calibrate + prune layer by layer, evaluate, save).
     Prune(prune::PruneArgs),
-    /// Benchmarks B1–B10: forward, perplexity, pruning, GEMM, C4 indexing, loading, attention.
+    /// Benchmarks B1–B12: forward, perplexity, pruning, GEMM, C4 indexing, loading, attention, a sparse linear, decoding.
     Bench(bench::BenchArgs),
     /// Predict the memory of a run from the model's config alone (`--probe` checks it).
     Estimate(estimate::EstimateArgs),

@@ -185,6 +185,10 @@ fn bench_attention_rates_the_blocked_path_on_the_cpu() {
         (&["gemm", "--m", "0"], "--m"),
         (&["prune-layer", "--tokens", "0"], "--tokens"),
         (&["sparse", "--k", "0"], "--k"),
+        (
+            &["decode", "--model", "unused", "--tokens", "0"],
+            "--tokens",
+        ),
     ] {
         assert_zero_refused(&[&["bench", "--device", "cpu"][..], args].concat(), flag);
     }
@@ -230,6 +234,54 @@ fn bench_sparse_rates_the_compressed_product_beside_the_dense_one() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
         err.contains("--sparsity 1") && err.contains("below 1"),
+        "{err}"
+    );
+}
+
+/// B12 decodes a tiny model with its cache and names the prompt's prefill rate, the bytes of
+/// weights a token reads and the GB/s; a prompt and decode longer than the model's context are
+/// refused with both flags named.
+#[test]
+fn bench_decode_rates_the_cached_steps_and_names_the_bytes_they_read() {
+    let (_dir, folder, _) = tiny_setup(5, 10);
+    let bench = |prompt: &str, tokens: &str| {
+        Command::new(env!("CARGO_BIN_EXE_wanda"))
+            .args([
+                "bench",
+                "decode",
+                "--device",
+                "cpu",
+                "--json",
+                "--repeats",
+                "3",
+            ])
+            .args(["--prompt", prompt, "--tokens", tokens, "--model"])
+            .arg(&folder)
+            .output()
+            .unwrap()
+    };
+    let out = bench("12", "6");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = figure["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("B12 decode (6 tokens after a 12-token prompt at ")
+            && name.contains("GB of weights a token")
+            && name.ends_with("GB/s)"),
+        "{name}"
+    );
+    let runs = figure["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
+    let refused = bench("100000", "1");
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--prompt (100000) plus --tokens (1) exceeds the model's context"),
         "{err}"
     );
 }

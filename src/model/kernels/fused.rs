@@ -217,6 +217,7 @@ fn sized(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 ///
 /// # Shapes
 /// - `x`: `[sequences * seq, hidden]`
+#[allow(clippy::too_many_arguments)]
 fn layer_forward(
     layer: &LayerRef,
     d: &Dims<'_>,
