@@ -5,19 +5,26 @@
 #
 #   scripts/ab-decode.sh [ROUNDS] [PROMPT] [TOKENS]      # defaults: 3 rounds, 128-token prompt, 64 tokens
 #
-# Set-up as scripts/ab-common.sh says ($AB_GGUF for another model, $WANDA_BIN for a built binary).
+# Set-up as scripts/ab-common.sh says ($AB_GGUF for another model, $WANDA_BIN for a built binary);
+# $AB_FOLDER instead runs a Hugging Face folder on both sides (e.g. one `wanda synth` wrote).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-3}"
 prompt="${2:-128}"
 tokens="${3:-64}"
 source scripts/ab-common.sh
+if [ -n "${AB_FOLDER:-}" ]; then
+  model="$AB_FOLDER"
+  torch_model=(--folder "$AB_FOLDER")
+else
+  torch_model=(--gguf "$model" "${hf_args[@]}")
+fi
 
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds" >&2
   "$wanda" bench decode --model "$model" --prompt "$prompt" --tokens "$tokens" --repeats 3 \
     --device "$device" --json > "$out/w-$r.json"
-  "$venv/bin/python" scripts/torch-decode.py --gguf "$model" "${hf_args[@]}" --prompt "$prompt" \
+  "$venv/bin/python" scripts/torch-decode.py "${torch_model[@]}" --prompt "$prompt" \
     --tokens "$tokens" --repeats 3 > "$out/t-$r.json" 2> "$out/t-$r.err" \
     || { cat "$out/t-$r.err" >&2; exit 2; }
 done

@@ -733,14 +733,16 @@ mod fused_path {
         }
     }
 
-    /// The logits of `ids` decoded with a cache: all but the last five as one prompt, then one
-    /// token at a time; with the cache.
+    /// The logits of `ids` decoded with a cache: all but the last five as a prompt in two
+    /// parts (the first 40 ids, then the rest, which continue a cache across a block of query
+    /// rows), then one token at a time; with the cache.
     fn cached_logits<K: Backend>(m: &Llama<K>, ids: &[i64]) -> (Vec<f32>, KvCache<K>) {
         let device = Default::default();
         let mut cache = KvCache::new(m.layers.len());
         let prompt = ids.len() - 5;
         let mut logits = Vec::new();
-        for part in std::iter::once(&ids[..prompt]).chain(ids[prompt..].chunks(1)) {
+        let (first, rest) = ids[..prompt].split_at(40.min(prompt / 2));
+        for part in [first, rest].into_iter().chain(ids[prompt..].chunks(1)) {
             let tokens = Tensor::<K, 2, Int>::from_data(
                 TensorData::new(part.to_vec(), [1, part.len()]),
                 &device,
