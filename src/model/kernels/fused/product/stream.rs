@@ -4,10 +4,11 @@
 //! ([`super::depth_blocks`]): each output's products within a depth block summed in order by
 //! fused multiply-adds from zero in one lane, the block's sum then added to the destination.
 //!
-//! A row-major `b` (`[in, out]`, the linears) is read a row at a time across a chunk of columns
-//! whose sums wait in L1; a transposed one (`[out, in]` stored, the tied LM head) is read eight
-//! stored rows at a time, eight depths of each transposed in registers so that each lane sums
-//! one output.
+//! A row-major `b` (`[in, out]`, the linears) is shared between the cores by depth block, so
+//! each reads whole rows, and summed four rows at a time into sums that wait in L1 (the blocks'
+//! sums are added in order afterwards); a transposed one (`[out, in]` stored, the tied LM head)
+//! is shared by columns and read eight stored rows at a time, eight depths of each transposed in
+//! registers so that each lane sums one output.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
