@@ -4,8 +4,8 @@
 //! real shape pruned, s: the pruning bookkeeping at 7B scale), B8 (document store MB/s), B9
 //! (model load, MB/s of checkpoint), B10 (causal attention of one layer, GFLOP/s), B11 (a
 //! compressed sparse linear, GFLOP/s) and B12 (decoding with a cache, tokens/s). Every figure is
-//! the median of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat as a fresh
-//! `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
+//! the median of `--repeats` runs (at least 3), printed with min and max. B2–B5 run each repeat
+//! as a fresh `wanda eval` / `wanda prune` process, so every run's peak RSS is its own.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -223,17 +223,28 @@ pub struct Figure {
 fn figure(name: &str, unit: &str, mut runs: Vec<f64>, device: String) -> Figure {
     let mut sorted = runs.clone();
     sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
     runs.shrink_to_fit();
     Figure {
         name: name.to_string(),
         unit: unit.to_string(),
-        median,
+        median: median(&sorted),
         min: sorted[0],
         max: sorted[sorted.len() - 1],
         runs,
         device,
     }
+}
+
+/// The median of `sorted` (the upper one of an even count), as every figure reports it.
+fn median(sorted: &[f64]) -> f64 {
+    sorted[sorted.len() / 2]
+}
+
+/// A fixed, model-independent token pattern of `len` ids below `vocab`: timings do not depend
+/// on content (scripts/transformers-ppl.py and scripts/torch-decode.py use the same).
+fn pattern_ids(len: usize, vocab: usize) -> Vec<i64> {
+    let vocab = vocab as i64;
+    (0..len as i64).map(|i| (i * 7919 + 13) % vocab).collect()
 }
 
 /// Times `f` once untimed, then `repeats` times; returns the rates `work / seconds`.
@@ -277,11 +288,7 @@ impl OnBackend for BenchJob {
                 let origin = ModelRef::parse(&model)?;
                 let loaded = model::load::<B>(&origin, &device)
                     .with_context(|| format!("cannot load model `{origin}`"))?;
-                let vocab = loaded.config.vocab_size as i64;
-                // A fixed, model-independent token pattern: timing does not depend on content.
-                let ids: Vec<i64> = (0..seqlen as i64)
-                    .map(|i| (i * 7919 + 13) % vocab)
-                    .collect();
+                let ids = pattern_ids(seqlen, loaded.config.vocab_size);
                 let tokens =
                     Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, seqlen]), &device);
                 let runs = measure(self.repeats, seqlen as f64, || {
@@ -361,10 +368,7 @@ fn decode_figure<B: Backend>(
         "--prompt ({prompt}) plus --tokens ({tokens}) exceeds the model's context of {}",
         config.max_position_embeddings
     );
-    let vocab = config.vocab_size as i64;
-    let ids: Vec<i64> = (0..(prompt + tokens) as i64)
-        .map(|i| (i * 7919 + 13) % vocab)
-        .collect();
+    let ids = pattern_ids(prompt + tokens, config.vocab_size);
     let run = |ids: &[i64], cache: &mut KvCache<B>| {
         let tokens = TensorData::new(ids.to_vec(), [1, ids.len()]);
         let logits = (loaded.model).forward_cached(Tensor::from_data(tokens, device), cache);
@@ -388,7 +392,8 @@ fn decode_figure<B: Backend>(
     }
     let bytes = (loaded.model.num_params() * std::mem::size_of::<B::FloatElem>()) as f64;
     let figure = figure("B12 decode", "tokens/s", decode, choice.label());
-    let prefill = self::figure("", "", prefill, String::new()).median;
+    prefill.sort_by(f64::total_cmp);
+    let prefill = median(&prefill);
     Ok(Figure {
         name: format!(
             "B12 decode ({tokens} tokens after a {prompt}-token prompt at {prefill:.1} tokens/s; \

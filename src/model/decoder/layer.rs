@@ -793,8 +793,9 @@ impl<B: Backend> Llama<B> {
     }
 
     /// Forward pass over new tokens that continue the cached positions; extends the cache.
-    /// Where the backend has fast kernels that decode ([`crate::model::kernels::Kernels::forward_cached`])
-    /// and the cache holds nothing of the generic path's, they run.
+    /// Where the backend has fast kernels that decode
+    /// ([`crate::model::kernels::Kernels::forward_cached`]) and the cache holds nothing of the
+    /// generic path's, they run.
     ///
     /// # Shapes
     /// - `tokens`: `[batch, new]` → logits `[batch, new, vocab]`

@@ -785,7 +785,8 @@ fn fused_sequences(
     let ids: Vec<i64> = tokens.clone().into_data().convert::<i64>().to_vec().ok()?;
     with_decoder(model, |refs| {
         let vocab = refs.head.vocab;
-        if ids.iter().any(|&t| t < 0 || t as usize >= vocab) || !refs.head.has_positions(seq) {
+        let ids = in_vocabulary(&ids, vocab)?;
+        if !refs.head.has_positions(seq) {
             return None;
         }
         let width = if logits { vocab } else { refs.head.hidden };
@@ -797,8 +798,7 @@ fn fused_sequences(
             .chunks(seq.max(1))
             .zip(out.chunks_mut((seq * width).max(1)))
         {
-            let tokens: Vec<usize> = row.iter().map(|&t| t as usize).collect();
-            let x = sequence_hidden(refs, &tokens);
+            let x = sequence_hidden(refs, row);
             if logits {
                 refs.head.logits_into(&x, dst);
             } else {
@@ -807,6 +807,13 @@ fn fused_sequences(
         }
         to_tensor(out, [batch, seq, width])
     })
+}
+
+/// `ids` as indices of the embedding table; `None` where one lies outside the vocabulary.
+fn in_vocabulary(ids: &[i64], vocab: usize) -> Option<Vec<usize>> {
+    ids.iter()
+        .map(|&t| usize::try_from(t).ok().filter(|&t| t < vocab))
+        .collect()
 }
 
 /// [`Kernels::forward_cached`] of the fused kernels: one sequence's new tokens through the fused
@@ -828,12 +835,10 @@ fn fused_forward_cached(
     let ids: Vec<i64> = tokens.clone().into_data().convert::<i64>().to_vec().ok()?;
     with_decoder(model, |refs| {
         let (start, vocab) = (cache.len, refs.head.vocab);
-        if ids.iter().any(|&t| t < 0 || t as usize >= vocab)
-            || !refs.head.has_positions(start + seq)
-        {
+        let tokens = in_vocabulary(&ids, vocab)?;
+        if !refs.head.has_positions(start + seq) {
             return None;
         }
-        let tokens: Vec<usize> = ids.iter().map(|&t| t as usize).collect();
         let positions: Vec<usize> = (start..start + seq).collect();
         cache
             .layers
