@@ -511,7 +511,9 @@ fn sparse_figure<B: Backend>(
     let (dense_runs, path) = product_runs(&tensor(x.clone(), [m, k]), &tensor(w, [k, n]), repeats);
     let mut out = vec![0.0f32; m * n];
     let flops = 2.0 * (m * k * n) as f64;
-    let runs = measure(repeats, flops / 1e9, || sparse.product(&x, m, &mut out));
+    let runs = measure(repeats, flops / 1e9, || {
+        sparse.product(&x, m, &mut out, false)
+    });
     let mut dense_runs = dense_runs;
     dense_runs.sort_by(f64::total_cmp);
     let dense = dense_runs[dense_runs.len() / 2];

@@ -213,6 +213,7 @@ fn shell_with<B: Backend>(
         norm_offset: config.extras.norm_offset,
         final_softcap: config.extras.final_softcap,
         logit_scale: config.logit_scale(),
+        sparse: None,
     })
 }
 

@@ -5,6 +5,8 @@
 //! `input_layernorm`, …) so layer paths in results read like Python Wanda's. Linear weights are
 //! in Burn's `[in, out]` layout, the transpose of PyTorch's.
 
+use std::sync::Arc;
+
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::prelude::*;
@@ -17,6 +19,7 @@ use crate::model::arch::LlamaConfig;
 use crate::model::arch::LogitScale;
 use crate::model::arch::Residual;
 use crate::model::decoder::{LatentSelfAttention, SelfAttention};
+use crate::model::kernels::sparse::SparseWeights;
 use crate::model::kernels::{
     kernels, linear_forward, project, FeedForwardWeights, HeadWeights, LayerWeights, ModelWeights,
 };
@@ -538,6 +541,10 @@ pub struct Llama<B: Backend> {
     /// The factor or divisor of the logits (Cohere's `logit_scale`, Granite's
     /// `logits_scaling`), when set.
     pub logit_scale: Option<LogitScale>,
+    /// Linears held compressed beside their dense weights, for the fused CPU kernels to decode
+    /// with ([`Llama::sparsify`]); a weight replaced since runs dense.
+    #[module(skip)]
+    pub sparse: Option<Arc<SparseWeights>>,
 }
 
 impl<B: Backend> Llama<B> {
@@ -617,6 +624,7 @@ impl<B: Backend> Llama<B> {
             norm_offset: config.extras.norm_offset,
             final_softcap: config.extras.final_softcap,
             logit_scale: config.logit_scale(),
+            sparse: None,
         }
     }
 
@@ -704,6 +712,7 @@ impl<B: Backend> Llama<B> {
             inv_freq: &self.inv_freq,
             long_inv_freq: self.long_inv_freq(),
             rope_scale: self.rope_scale,
+            sparse: self.sparse.clone(),
         })
     }
 
@@ -831,4 +840,4 @@ impl<B: Backend> Llama<B> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

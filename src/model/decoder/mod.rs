@@ -9,6 +9,7 @@ mod llama4_attention;
 mod moe;
 mod sample;
 mod sink_attention;
+mod sparse;
 
 pub use blocks::*;
 pub(crate) use latent_attention::*;
@@ -17,3 +18,4 @@ pub use llama4_attention::*;
 pub(crate) use moe::*;
 pub use sample::pick;
 pub(crate) use sink_attention::*;
+pub use sparse::*;

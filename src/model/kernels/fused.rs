@@ -37,6 +37,7 @@ mod host;
 mod norm;
 mod product;
 
+use super::sparse::SparseLinear;
 use attention::{attend_rows, rope, Packing, RopeTables};
 use feed_forward::{experts_block, FeedForwardRef};
 pub use head::HEAD_ROWS;
@@ -52,25 +53,40 @@ type Nd = NdArray<f32>;
 /// Query rows per attention block: each block attends to the keys up to its last row.
 pub const ATTENTION_ROWS: usize = 64;
 
-/// One linear's borrowed weight `[in, out]` and optional bias `[out]`.
+/// Rows of `x` up to which a linear held compressed multiplies in that form; more rows run
+/// the dense product, bound by arithmetic rather than the bytes of the weight.
+const SPARSE_ROWS: usize = 4;
+
+/// One linear's borrowed weight `[in, out]` and optional bias `[out]`, and its compressed form
+/// where the model holds one.
 struct LinearRef<'a> {
     weight: &'a [f32],
     bias: Option<&'a [f32]>,
     inputs: usize,
     outputs: usize,
+    sparse: Option<&'a SparseLinear>,
 }
 
 impl LinearRef<'_> {
-    /// `out[seq, outputs] (+)= x[seq, inputs] · W (+ bias)`.
+    /// `out[seq, outputs] (+)= x[seq, inputs] · W (+ bias)`: compressed for up to
+    /// [`SPARSE_ROWS`] rows where the weight is held so.
     fn apply(&self, x: &[f32], seq: usize, out: &mut [f32], accumulate: bool) {
-        matmul(
-            out,
-            self.outputs,
-            accumulate,
-            View::dense(x, seq, self.inputs),
-            View::dense(self.weight, self.inputs, self.outputs),
-            true,
-        );
+        match self.sparse {
+            Some(sparse) if seq <= SPARSE_ROWS => sparse.product(
+                &x[..seq * self.inputs],
+                seq,
+                &mut out[..seq * self.outputs],
+                accumulate,
+            ),
+            _ => matmul(
+                out,
+                self.outputs,
+                accumulate,
+                View::dense(x, seq, self.inputs),
+                View::dense(self.weight, self.inputs, self.outputs),
+                true,
+            ),
+        }
         if let Some(bias) = self.bias {
             for row in out.chunks_mut(self.outputs) {
                 row.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
@@ -700,9 +716,7 @@ fn fused_layer(
     if cos.dims() != [seq, rotary] || sin.dims() != [seq, rotary] || rotary > head_dim {
         return None;
     }
-    let mut held = Held {
-        tensors: Vec::new(),
-    };
+    let mut held = Held::new(None);
     let layer_index = hold_layer(&mut held, layer)?;
     let x_index = held.push(x.clone());
     let cos_index = held.push(cos.clone());
@@ -856,9 +870,7 @@ fn with_decoder<R>(
     model: &ModelWeights<Nd>,
     f: impl FnOnce(&DecoderRef) -> Option<R>,
 ) -> Option<R> {
-    let mut held = Held {
-        tensors: Vec::new(),
-    };
+    let mut held = Held::new(model.sparse.clone());
     let head = hold_head(&mut held, &model.head);
     let layers: Vec<HeldLayer> = model
         .layers

@@ -41,6 +41,7 @@ pub(crate) use routing::{route, Routed};
 pub use transpose::*;
 
 use std::any::Any;
+use std::sync::Arc;
 
 use burn::backend::NdArray;
 use burn::module::Param;
@@ -323,6 +324,8 @@ pub struct ModelWeights<'a, B: Backend> {
     /// The factor of the model's rotary cosines and sines (YaRN's or LongRoPE's attention
     /// factor; 1).
     pub rope_scale: f32,
+    /// The linears held compressed, where the model holds any ([`sparse::SparseWeights`]).
+    pub sparse: Option<Arc<sparse::SparseWeights>>,
 }
 
 /// Which weights [`Kernels::lowest_scores`] marks: in each column of a weight, or in the whole.

@@ -8,11 +8,51 @@
 //! [`SparseLinear::product`] reads each row's mask and values once for all the rows of `x`: on
 //! AVX-512F, sixteen mask bits at a time expand the next values into a register
 //! (`vexpandps`), multiplied with sixteen inputs of each row of `x`; elsewhere a loop over the
-//! set bits. The outputs are split between the cores. Exact: every kept value is the dense
+//! set bits. The outputs are split between the cores; for one or two rows of `x`, several outputs
+//! run at once, so that their expand chains overlap. Exact: every kept value is the dense
 //! weight's, every pruned one zero; the sums are the dense product's within f32 rounding (each
 //! output sums its kept terms in another order).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use burn::module::ParamId;
 use rayon::prelude::*;
+
+/// The linears of a model held compressed, by the id of their dense weight's parameter: a
+/// weight replaced since (pruned again, reloaded) has a new id, so it is not found and runs
+/// dense.
+#[derive(Debug, Default)]
+pub struct SparseWeights {
+    linears: HashMap<ParamId, Arc<SparseLinear>>,
+}
+
+impl SparseWeights {
+    /// Holds `linear` as the compressed form of the weight parameter `id`.
+    pub fn insert(&mut self, id: ParamId, linear: SparseLinear) {
+        self.linears.insert(id, Arc::new(linear));
+    }
+
+    /// The compressed form of the weight parameter `id`, where there is one.
+    pub fn get(&self, id: &ParamId) -> Option<Arc<SparseLinear>> {
+        self.linears.get(id).cloned()
+    }
+
+    /// How many linears it holds.
+    pub fn len(&self) -> usize {
+        self.linears.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.linears.is_empty()
+    }
+
+    /// The bytes its linears hold ([`SparseLinear::bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.linears.values().map(|l| l.bytes()).sum()
+    }
+}
 
 /// A linear's weight, compressed: its outputs as rows of a bitmask over the inputs and the
 /// kept values.
@@ -106,54 +146,129 @@ impl SparseLinear {
         &self.bitmask[o * row_bytes..(o + 1) * row_bytes]
     }
 
-    /// `out[rows, outputs] = x[rows, inputs] · W`.
-    pub fn product(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+    /// `out[rows, outputs] (+)= x[rows, inputs] · W`: added to `out` where `accumulate`.
+    pub fn product(&self, x: &[f32], rows: usize, out: &mut [f32], accumulate: bool) {
         assert_eq!(x.len(), rows * self.inputs, "x of rows × inputs values");
         assert_eq!(
             out.len(),
             rows * self.outputs,
             "out of rows × outputs values"
         );
-        // Per job, its outputs' sums for every row of x, `[outputs, rows]`; then set in place.
-        let mut by_output = vec![0.0f32; self.outputs * rows];
-        by_output
-            .par_chunks_mut(OUTPUT_CHUNK * rows.max(1))
+        if rows == 0 {
+            return;
+        }
+        // Per job, its outputs' sums for every row of x, `[outputs, rows]` (for one row, `out`
+        // itself); then set in place.
+        let mut by_output = match rows {
+            1 => Vec::new(),
+            _ => vec![0.0f32; self.outputs * rows],
+        };
+        let sums = match rows {
+            1 => &mut *out,
+            _ => &mut by_output[..],
+        };
+        let accumulate_here = accumulate && rows == 1;
+        sums.par_chunks_mut(OUTPUT_CHUNK * rows)
             .enumerate()
             .for_each(|(chunk, sums)| {
-                let first = chunk * OUTPUT_CHUNK;
-                for (k, sums) in sums.chunks_mut(rows.max(1)).enumerate() {
-                    self.row_sums(first + k, x, sums);
-                }
+                self.outputs_sums(chunk * OUTPUT_CHUNK, x, rows, sums, accumulate_here)
             });
         if rows == 1 {
-            out.copy_from_slice(&by_output);
             return;
         }
         for (o, sums) in by_output.chunks(rows).enumerate() {
             for (r, &s) in sums.iter().enumerate() {
-                out[r * self.outputs + o] = s;
+                let to = &mut out[r * self.outputs + o];
+                *to = match accumulate {
+                    true => *to + s,
+                    false => s,
+                };
             }
         }
     }
 
-    /// Output `o` for every row of `x`, into `sums` (one per row).
-    fn row_sums(&self, o: usize, x: &[f32], sums: &mut [f32]) {
-        let values = &self.values[self.row_offsets[o]..];
-        let mask = self.row_mask(o);
-        for (block, sums) in sums.chunks_mut(ROW_BLOCK).enumerate() {
-            let first = block * ROW_BLOCK * self.inputs;
-            let x = &x[first..first + sums.len() * self.inputs];
-            #[cfg(target_arch = "x86_64")]
-            if avx512() {
-                // SAFETY: AVX-512F is present (checked at run time).
-                #[allow(unsafe_code)]
-                unsafe {
-                    avx512_row_sums(mask, values, x, self.inputs, sums)
+    /// The outputs from `first` on, `sums.len() / rows` of them, for every row of `x`, into
+    /// `sums` (`[outputs, rows]`; added to it where `accumulate`): a block of rows at a time,
+    /// several outputs at a time where the rows are few, so that several expand chains are in
+    /// flight.
+    fn outputs_sums(
+        &self,
+        first: usize,
+        x: &[f32],
+        rows: usize,
+        sums: &mut [f32],
+        accumulate: bool,
+    ) {
+        let outputs = sums.len() / rows;
+        for block_start in (0..rows).step_by(ROW_BLOCK) {
+            let block = ROW_BLOCK.min(rows - block_start);
+            let x = &x[block_start * self.inputs..(block_start + block) * self.inputs];
+            let mut o = 0;
+            while o < outputs {
+                let mut put = |o: usize, row_sums: &[f32]| {
+                    let at = o * rows + block_start;
+                    let to = &mut sums[at..at + block];
+                    match accumulate {
+                        true => to.iter_mut().zip(row_sums).for_each(|(t, s)| *t += s),
+                        false => to.copy_from_slice(row_sums),
+                    }
                 };
-                continue;
+                #[cfg(target_arch = "x86_64")]
+                if avx512() {
+                    o += match (block, outputs - o) {
+                        (1, 4..) => self.avx512_outputs::<1, 4>(first + o, x, |k, s| put(o + k, s)),
+                        (2, 2..) => self.avx512_outputs::<2, 2>(first + o, x, |k, s| put(o + k, s)),
+                        (1 | 2, _) => match block {
+                            1 => self.avx512_outputs::<1, 1>(first + o, x, |k, s| put(o + k, s)),
+                            _ => self.avx512_outputs::<2, 1>(first + o, x, |k, s| put(o + k, s)),
+                        },
+                        (3, _) => self.avx512_outputs::<3, 1>(first + o, x, |k, s| put(o + k, s)),
+                        _ => self.avx512_outputs::<4, 1>(first + o, x, |k, s| put(o + k, s)),
+                    };
+                    continue;
+                }
+                let mut row_sums = [0.0f32; ROW_BLOCK];
+                let (mask, values) = (self.row_mask(first + o), self.row_values(first + o));
+                scalar_row_sums(mask, values, x, self.inputs, &mut row_sums[..block]);
+                put(o, &row_sums[..block]);
+                o += 1;
             }
-            scalar_row_sums(mask, values, x, self.inputs, sums);
         }
+    }
+
+    /// Row `o`'s kept values, and every row's after it.
+    fn row_values(&self, o: usize) -> &[f32] {
+        &self.values[self.row_offsets[o]..]
+    }
+
+    /// Outputs `first..first + N` for the `R` rows of `x` on the AVX-512 kernel, each
+    /// output's `R` sums handed to `put` with its index from `first`; returns `N`.
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_outputs<const R: usize, const N: usize>(
+        &self,
+        first: usize,
+        x: &[f32],
+        mut put: impl FnMut(usize, &[f32]),
+    ) -> usize {
+        assert_eq!(x.len(), R * self.inputs, "R rows of x");
+        let masks: [&[u8]; N] = std::array::from_fn(|k| self.row_mask(first + k));
+        let values: [&[f32]; N] = std::array::from_fn(|k| self.row_values(first + k));
+        // SAFETY: AVX-512F is present (checked by the caller at run time).
+        #[allow(unsafe_code)]
+        let (sums, at) = unsafe { avx512_sums::<R, N>(masks, values, x, self.inputs) };
+        for k in 0..N {
+            let mut row_sums = sums[k];
+            // The inputs past the whole blocks (a whole number of mask bytes).
+            let tail = self.inputs / 16 * 16;
+            if tail < self.inputs {
+                let mut rest = [0.0f32; R];
+                let (mask, values) = (&masks[k][tail / 8..], &values[k][at[k]..]);
+                scalar_row_sums(mask, values, &x[tail..], self.inputs, &mut rest);
+                row_sums.iter_mut().zip(rest).for_each(|(s, r)| *s += r);
+            }
+            put(k, &row_sums);
+        }
+        N
     }
 }
 
@@ -192,51 +307,71 @@ fn scalar_row_sums(mask: &[u8], values: &[f32], x: &[f32], stride: usize, sums: 
     }
 }
 
-/// [`scalar_row_sums`] sixteen inputs at a time: the block's sixteen mask bits expand the next
-/// values into their lanes, multiplied with each row's sixteen inputs and summed per lane; the
-/// inputs past the last whole block on the scalar loop.
+/// [`scalar_row_sums`] of `N` outputs at once over the whole blocks of sixteen inputs: each
+/// output's sixteen mask bits of a block expand its next values into their lanes (`vexpandps`),
+/// multiplied with the block's inputs of each of the `R` rows of `x` and summed per lane. The
+/// `N` outputs' chains (value offsets and sums) are independent, so they overlap. Returns each
+/// output's sums and how many of its values the blocks took.
 ///
 /// # Safety
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,popcnt")]
 #[allow(unsafe_code)]
-unsafe fn avx512_row_sums(mask: &[u8], values: &[f32], x: &[f32], inputs: usize, sums: &mut [f32]) {
+unsafe fn avx512_sums<const R: usize, const N: usize>(
+    masks: [&[u8]; N],
+    values: [&[f32]; N],
+    x: &[f32],
+    inputs: usize,
+) -> ([[f32; R]; N], [usize; N]) {
     use std::arch::x86_64::*;
     let blocks = inputs / 16;
-    let rows = sums.len();
-    let mut acc = [_mm512_setzero_ps(); ROW_BLOCK];
-    let mut at = 0;
+    for k in 0..N {
+        assert!(masks[k].len() >= 2 * blocks, "a mask of whole blocks");
+    }
+    // Sixteen values read whole from any offset of an output's row stay within its values
+    // (then expanded in a register); otherwise the expand reads just the set bits' values.
+    let whole_reads = values.iter().all(|v| v.len() >= inputs + 16);
+    let mut acc = [[_mm512_setzero_ps(); R]; N];
+    let mut at = [0usize; N];
     for b in 0..blocks {
-        let bits = u16::from_le_bytes([mask[2 * b], mask[2 * b + 1]]);
-        if bits == 0 {
-            continue;
+        // SAFETY: each row of x has `inputs` values and this block ends within them.
+        let xs: [__m512; R] = std::array::from_fn(|r| unsafe {
+            _mm512_loadu_ps(x.as_ptr().add(r * inputs + 16 * b))
+        });
+        let mut step = |k: usize| {
+            // SAFETY: each mask holds the bits of every whole block (asserted above).
+            let bits = u16::from_le(unsafe {
+                masks[k].as_ptr().add(2 * b).cast::<u16>().read_unaligned()
+            });
+            let from = values[k].as_ptr().wrapping_add(at[k]);
+            // SAFETY: a row's value offset is at most `inputs`, so sixteen values lie within
+            // its values where `whole_reads`; otherwise the row holds a value for every set
+            // bit, which is all the expanding load reads.
+            let w = unsafe {
+                match whole_reads {
+                    true => _mm512_maskz_expand_ps(bits, _mm512_loadu_ps(from)),
+                    false => _mm512_maskz_expandloadu_ps(bits, from),
+                }
+            };
+            at[k] += bits.count_ones() as usize;
+            for r in 0..R {
+                acc[k][r] = _mm512_fmadd_ps(w, xs[r], acc[k][r]);
+            }
+        };
+        // Spelled out for four, so that the chains live in registers.
+        match N {
+            4 => {
+                step(0);
+                step(1);
+                step(2);
+                step(3);
+            }
+            _ => (0..N).for_each(step),
         }
-        // SAFETY: the row holds a value for every set bit, so the load stays within `values`.
-        let w = unsafe { _mm512_maskz_expandloadu_ps(bits, values.as_ptr().add(at)) };
-        at += bits.count_ones() as usize;
-        for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-            // SAFETY: row r has `inputs` values and this block ends within them.
-            let xs = unsafe { _mm512_loadu_ps(x.as_ptr().add(r * inputs + 16 * b)) };
-            *acc = _mm512_fmadd_ps(w, xs, *acc);
-        }
     }
-    for (s, acc) in sums.iter_mut().zip(acc) {
-        *s = _mm512_reduce_add_ps(acc);
-    }
-    // The inputs past the whole blocks (a whole number of mask bytes).
-    let tail = blocks * 16;
-    if tail < inputs {
-        let mut rest = [0.0f32; ROW_BLOCK];
-        scalar_row_sums(
-            &mask[tail / 8..],
-            &values[at..],
-            &x[tail..],
-            inputs,
-            &mut rest[..rows],
-        );
-        sums.iter_mut().zip(rest).for_each(|(s, r)| *s += r);
-    }
+    let sums = std::array::from_fn(|k| std::array::from_fn(|r| _mm512_reduce_add_ps(acc[k][r])));
+    (sums, at)
 }
 
 #[cfg(test)]
@@ -280,7 +415,7 @@ mod tests {
         assert_eq!(s.to_in_out(), w);
         let mut out = vec![0.0; 2];
         let x: Vec<f32> = (1..=10).map(|v| v as f32).collect();
-        s.product(&x, 1, &mut out);
+        s.product(&x, 1, &mut out, false);
         assert_eq!(out, vec![1.0 + 2.0 * 4.0 + 3.0 * 10.0, 4.0 * 9.0]);
     }
 
@@ -293,12 +428,12 @@ mod tests {
             let s = SparseLinear::from_in_out(&w, inputs, outputs);
             assert_eq!(s.to_in_out(), w, "exact");
             assert_eq!(s.values.len(), w.iter().filter(|v| **v != 0.0).count());
-            for rows in [1, 3, 4, 9] {
+            for rows in [1, 2, 3, 4, 9] {
                 let x: Vec<f32> = (0..rows * inputs)
                     .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
                     .collect();
                 let mut out = vec![f32::NAN; rows * outputs];
-                s.product(&x, rows, &mut out);
+                s.product(&x, rows, &mut out, false);
                 let expected = dense_product(&x, &w, rows, inputs, outputs);
                 for (o, e) in out.iter().zip(&expected) {
                     assert!(
@@ -306,15 +441,16 @@ mod tests {
                         "{o} vs {e}"
                     );
                 }
+                // Accumulating adds the same sums to what `out` held.
+                let before: Vec<f32> = (0..rows * outputs).map(|i| (i % 5) as f32).collect();
+                let mut added = before.clone();
+                s.product(&x, rows, &mut added, true);
+                for ((a, b), o) in added.iter().zip(&before).zip(&out) {
+                    assert_eq!(*a, b + o);
+                }
                 // The portable loop gives the same within rounding.
                 let mut sums = vec![0.0f32; rows.min(ROW_BLOCK)];
-                scalar_row_sums(
-                    s.row_mask(7),
-                    &s.values[s.row_offsets[7]..],
-                    &x,
-                    inputs,
-                    &mut sums,
-                );
+                scalar_row_sums(s.row_mask(7), s.row_values(7), &x, inputs, &mut sums);
                 for (r, v) in sums.iter().enumerate() {
                     assert!(
                         (f64::from(*v) - expected[r * outputs + 7]).abs()

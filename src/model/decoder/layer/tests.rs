@@ -602,7 +602,7 @@ fn future_tokens_do_not_change_past_logits() {
 }
 
 /// The decoder's fused path (the kernels of burn-ndarray in f32) against its generic path.
-mod fused_path {
+pub(in crate::model::decoder) mod fused_path {
     use super::*;
     use burn::backend::Flex;
 
@@ -682,7 +682,7 @@ mod fused_path {
 
     /// Every tiny fixture's name and resolved configuration (the others are real models'
     /// configs alone).
-    fn tiny_fixtures() -> Vec<(String, LlamaConfig)> {
+    pub(in crate::model::decoder) fn tiny_fixtures() -> Vec<(String, LlamaConfig)> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&root).unwrap() {
@@ -736,7 +736,10 @@ mod fused_path {
     /// The logits of `ids` decoded with a cache: all but the last five as a prompt in two
     /// parts (the first 40 ids, then the rest, which continue a cache across a block of query
     /// rows), then one token at a time; with the cache.
-    fn cached_logits<K: Backend>(m: &Llama<K>, ids: &[i64]) -> (Vec<f32>, KvCache<K>) {
+    pub(in crate::model::decoder) fn cached_logits<K: Backend>(
+        m: &Llama<K>,
+        ids: &[i64],
+    ) -> (Vec<f32>, KvCache<K>) {
         let device = Default::default();
         let mut cache = KvCache::new(m.layers.len());
         let prompt = ids.len() - 5;

@@ -119,9 +119,7 @@ pub(super) fn fused_token_nlls(
     if targets.iter().any(|&t| t as usize >= vocab) {
         return None;
     }
-    let mut held = Held {
-        tensors: Vec::new(),
-    };
+    let mut held = Held::new(None);
     let head_index = hold_head(&mut held, head);
     held.tensors.push(x);
     let x_index = held.tensors.len() - 1;

@@ -3,6 +3,8 @@
 //! ([`super::LayerRef`], [`super::HeadRef`]); `None` wherever a weight is not contiguous f32 or
 //! a layer is of a kind the kernels do not run.
 
+use std::sync::Arc;
+
 use burn::backend::ndarray::NdArrayTensor;
 use burn::nn::Linear;
 use burn::prelude::*;
@@ -13,13 +15,24 @@ use super::{
     LayerWeights, LinearRef, LogitScale, MlpWeights, Nd, NormRef, NormWeights,
 };
 use crate::model::arch::{Activation, AttentionSettings, Experts, Residual};
+use crate::model::kernels::sparse::{SparseLinear, SparseWeights};
 
-/// The primitives of a model's weights, held while their slices are borrowed.
+/// The primitives of a model's weights, held while their slices are borrowed, and the model's
+/// compressed linears.
 pub(super) struct Held {
     pub(super) tensors: Vec<NdArrayTensor>,
+    sparse: Option<Arc<SparseWeights>>,
 }
 
 impl Held {
+    /// Nothing held yet; the linears found in `sparse` run compressed.
+    pub(super) fn new(sparse: Option<Arc<SparseWeights>>) -> Self {
+        Self {
+            tensors: Vec::new(),
+            sparse,
+        }
+    }
+
     /// Holds `t`'s primitive; returns its index.
     pub(super) fn push<const D: usize>(&mut self, t: Tensor<Nd, D>) -> usize {
         self.tensors.push(t.into_primitive().tensor());
@@ -32,25 +45,29 @@ impl Held {
     }
 }
 
-/// Indices into [`Held`] of one linear.
+/// Indices into [`Held`] of one linear, and its compressed form where the model has one.
 pub(super) struct HeldLinear {
     weight: usize,
     bias: Option<usize>,
     dims: [usize; 2],
+    sparse: Option<Arc<SparseLinear>>,
 }
 
 pub(super) fn hold_linear(held: &mut Held, linear: &Linear<Nd>) -> HeldLinear {
     let weight = linear.weight.val();
     let dims = weight.dims();
+    let sparse = held.sparse.as_ref().and_then(|s| s.get(&linear.weight.id));
     HeldLinear {
         weight: held.push(weight),
         bias: linear.bias.as_ref().map(|b| held.push(b.val())),
         dims,
+        sparse: sparse.filter(|s| [s.inputs, s.outputs] == dims),
     }
 }
 
-pub(super) fn linear_ref<'a>(held: &'a Held, l: &HeldLinear) -> Option<LinearRef<'a>> {
+pub(super) fn linear_ref<'a>(held: &'a Held, l: &'a HeldLinear) -> Option<LinearRef<'a>> {
     Some(LinearRef {
+        sparse: l.sparse.as_deref(),
         weight: held.slice(l.weight)?,
         bias: match l.bias {
             Some(b) => Some(held.slice(b)?),
@@ -156,7 +173,7 @@ fn hold_mlp(held: &mut Held, mlp: &MlpWeights<Nd>) -> HeldMlp {
 }
 
 /// The borrowed MLP of `m`; `None` unless every weight is contiguous f32.
-fn mlp_ref<'a>(held: &'a Held, m: &HeldMlp) -> Option<MlpRef<'a>> {
+fn mlp_ref<'a>(held: &'a Held, m: &'a HeldMlp) -> Option<MlpRef<'a>> {
     Some(MlpRef {
         gate: match &m.gate {
             Some(g) => Some(linear_ref(held, g)?),
@@ -203,7 +220,7 @@ fn hold_feed_forward<'m>(
 }
 
 /// The borrowed block of `f`; `None` unless every weight is contiguous f32.
-fn feed_forward_ref<'a>(held: &'a Held, f: &HeldFeedForward<'a>) -> Option<FeedForwardRef<'a>> {
+fn feed_forward_ref<'a>(held: &'a Held, f: &'a HeldFeedForward<'a>) -> Option<FeedForwardRef<'a>> {
     Some(match f {
         HeldFeedForward::Dense(mlp) => FeedForwardRef::Dense(mlp_ref(held, mlp)?),
         HeldFeedForward::Experts {
@@ -269,7 +286,7 @@ pub(super) fn hold_layer<'m>(
     })
 }
 
-pub(super) fn layer_ref<'a>(held: &'a Held, l: &HeldLayer<'a>) -> Option<LayerRef<'a>> {
+pub(super) fn layer_ref<'a>(held: &'a Held, l: &'a HeldLayer<'a>) -> Option<LayerRef<'a>> {
     Some(LayerRef {
         q: linear_ref(held, &l.q)?,
         k: linear_ref(held, &l.k)?,
@@ -353,7 +370,7 @@ pub(super) fn hold_head(held: &mut Held, head: &HeadWeights<Nd>) -> HeldHead {
     }
 }
 
-pub(super) fn head_ref<'a>(held: &'a Held, h: &HeldHead) -> Option<HeadRef<'a>> {
+pub(super) fn head_ref<'a>(held: &'a Held, h: &'a HeldHead) -> Option<HeadRef<'a>> {
     Some(HeadRef {
         embed: held.slice(h.embed)?,
         embed_scale: h.embed_scale,

@@ -1,0 +1,254 @@
+//! A pruned model's linears held compressed for decoding on the CPU ([`Llama::sparsify`]):
+//! each decoder linear whose zeros pay for it gets a [`SparseLinear`] beside its dense weight,
+//! and the fused kernels multiply up to a few rows (decoding) in that form.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use burn::prelude::*;
+
+use super::layer::Llama;
+use crate::model::kernels::kernels;
+use crate::model::kernels::sparse::{SparseLinear, SparseWeights};
+
+/// The fraction of zeros from which `auto` holds a linear compressed. Measured with
+/// `wanda bench sparse` (one row, AVX-512, the weight read from memory): the compressed product
+/// of Llama-3.2-1B's gate/up at 30 % zeros is about as fast as the dense one, at 50 % about
+/// twice (`results/decode-speed.md`).
+pub const AUTO_SPARSITY: f64 = 0.3;
+
+/// Which decoder linears [`Llama::sparsify`] holds compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SparseMode {
+    /// None: every product dense.
+    Off,
+    /// Every linear of every decoder layer, whatever its zeros.
+    On,
+    /// Each linear with at least [`AUTO_SPARSITY`] of its weights zero.
+    #[default]
+    Auto,
+}
+
+impl FromStr for SparseMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Self::Off),
+            "on" => Ok(Self::On),
+            "auto" => Ok(Self::Auto),
+            other => Err(format!("sparse mode `{other}`: use off, on or auto")),
+        }
+    }
+}
+
+impl fmt::Display for SparseMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Off => "off",
+            Self::On => "on",
+            Self::Auto => "auto",
+        })
+    }
+}
+
+/// What [`Llama::sparsify`] held compressed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SparseSummary {
+    /// The decoder linears looked at.
+    pub linears: usize,
+    /// Those held compressed.
+    pub compressed: usize,
+    /// The fraction of zeros over all the decoder linears' weights.
+    pub sparsity: f64,
+    /// The compressed linears' bytes as dense f32.
+    pub dense_bytes: usize,
+    /// The same linears' bytes compressed (mask, values, row offsets).
+    pub sparse_bytes: usize,
+}
+
+impl fmt::Display for SparseSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} linears compressed (their sparsity {:.3}; {:.1} MB dense → {:.1} MB)",
+            self.compressed,
+            self.linears,
+            self.sparsity,
+            self.dense_bytes as f64 / 1e6,
+            self.sparse_bytes as f64 / 1e6
+        )
+    }
+}
+
+impl<B: Backend> Llama<B> {
+    /// Holds the decoder layers' linears compressed as `mode` says, in place of any held
+    /// before. Where the backend's kernels do not run on the host in f32 (burn-ndarray), none:
+    /// only those kernels read the compressed form.
+    pub fn sparsify(&mut self, mode: SparseMode) -> SparseSummary {
+        self.sparse = None;
+        let mut summary = SparseSummary::default();
+        if mode == SparseMode::Off || !kernels::<B>().host_resident() {
+            return summary;
+        }
+        let mut held = SparseWeights::default();
+        let (mut zeros, mut weights) = (0usize, 0usize);
+        for layer in &self.layers {
+            for (_, _, linear) in layer.linears() {
+                let [inputs, outputs] = linear.weight.dims();
+                let values = linear
+                    .weight
+                    .val()
+                    .into_data()
+                    .convert::<f32>()
+                    .into_vec::<f32>()
+                    .expect("f32 values after a conversion to f32");
+                let zero = values.iter().filter(|v| **v == 0.0).count();
+                summary.linears += 1;
+                (zeros, weights) = (zeros + zero, weights + values.len());
+                let pays = zero as f64 >= AUTO_SPARSITY * values.len() as f64;
+                if mode == SparseMode::On || pays {
+                    let sparse = SparseLinear::from_in_out(&values, inputs, outputs);
+                    summary.compressed += 1;
+                    summary.dense_bytes += values.len() * 4;
+                    summary.sparse_bytes += sparse.bytes();
+                    held.insert(linear.weight.id, sparse);
+                }
+            }
+        }
+        summary.sparsity = zeros as f64 / weights.max(1) as f64;
+        if !held.is_empty() {
+            self.sparse = Some(Arc::new(held));
+        }
+        summary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Flex, NdArray};
+    use burn::module::Param;
+
+    use super::super::layer::tests::fused_path::{cached_logits, tiny_fixtures};
+    use super::*;
+
+    type B = NdArray<f32>;
+
+    /// Zeroes the weights of every decoder linear of `m` where a hash of the position says
+    /// (`zero_in` of every 10): the same positions on every backend.
+    fn prune<K: Backend>(m: &mut Llama<K>, zero_in: usize) {
+        for layer in &mut m.layers {
+            let names: Vec<String> = layer.linears().into_iter().map(|l| l.0).collect();
+            for name in names {
+                let linear = layer.linear_mut(&name).expect("a linear it listed");
+                let weight = linear.weight.val();
+                let (dims, device) = (weight.dims(), weight.device());
+                let mut values = weight.into_data().to_vec::<f32>().unwrap();
+                for (i, v) in values.iter_mut().enumerate() {
+                    if (i * 2_654_435_761) % 97 % 10 < zero_in {
+                        *v = 0.0;
+                    }
+                }
+                let pruned = Tensor::from_data(TensorData::new(values, dims), &device);
+                linear.weight = Param::from_tensor(pruned);
+            }
+        }
+    }
+
+    fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= 1e-5 * scale, "{x} vs {y} (scale {scale})");
+        }
+    }
+
+    /// A pruned model decoding with its linears compressed gives the logits of the same
+    /// weights decoded dense (fused) and on Burn's generic ops, within 1e-5 of the largest
+    /// logit, on every tiny fixture the fused path runs (experts included).
+    #[test]
+    fn compressed_decoding_equals_dense_decoding_on_every_fixture() {
+        let mut decoded = 0;
+        for (name, config) in tiny_fixtures() {
+            let mut sparse_model = Llama::<B>::init_random(&config, 3, &Default::default());
+            prune(&mut sparse_model, 5);
+            let len = 75.min(config.max_position_embeddings) as i64;
+            let ids: Vec<i64> = (0..len)
+                .map(|i| (i * 13 + 5) % config.vocab_size as i64)
+                .collect();
+            let (dense, cache) = cached_logits(&sparse_model, &ids);
+            if cache.host.len == 0 {
+                continue;
+            }
+            let summary = sparse_model.sparsify(SparseMode::On);
+            assert_eq!(summary.compressed, summary.linears, "{name}");
+            assert!((summary.sparsity - 0.5).abs() < 0.1, "{name}: {summary}");
+            let (sparse, _) = cached_logits(&sparse_model, &ids);
+            close(&sparse, &dense);
+            let mut generic_model = Llama::<Flex>::init_random(&config, 3, &Default::default());
+            prune(&mut generic_model, 5);
+            let (generic, _) = cached_logits(&generic_model, &ids);
+            close(&sparse, &generic);
+            decoded += 1;
+        }
+        assert!(decoded >= 20, "only {decoded} fixtures decoded");
+    }
+
+    /// `auto` holds compressed the linears with enough zeros alone, `off` none; the compressed
+    /// form is what decoding multiplies with (a wrong one changes the logits); a weight replaced
+    /// after `sparsify` runs dense.
+    #[test]
+    fn auto_compresses_what_pays_and_a_replaced_weight_runs_dense() {
+        let (_, config) = tiny_fixtures()
+            .into_iter()
+            .find(|(name, _)| name == "tiny-llama")
+            .expect("the tiny Llama fixture");
+        let mut m = Llama::<B>::init_random(&config, 3, &Default::default());
+        let ids: Vec<i64> = (0..20).map(|i| (i * 7 + 1) % 50).collect();
+        let (dense, _) = cached_logits(&m, &ids);
+        // Dense random weights: no zeros, so auto holds none.
+        let summary = m.sparsify(SparseMode::Auto);
+        assert_eq!((summary.compressed, summary.sparsity), (0, 0.0));
+        assert!(m.sparse.is_none());
+        // Prune one layer's up projection by half: auto holds that one alone.
+        let up = m.layers[0].linear_mut("mlp.up_proj").unwrap();
+        let [inputs, outputs] = up.weight.dims();
+        let mut values = up.weight.val().into_data().to_vec::<f32>().unwrap();
+        values.iter_mut().step_by(2).for_each(|v| *v = 0.0);
+        let pruned = TensorData::new(values.clone(), [inputs, outputs]);
+        up.weight = Param::from_tensor(Tensor::from_data(pruned, &Default::default()));
+        let summary = m.sparsify(SparseMode::Auto);
+        assert_eq!(summary.compressed, 1);
+        assert_eq!(summary.dense_bytes, inputs * outputs * 4);
+        let compressed = SparseLinear::from_in_out(&values, inputs, outputs);
+        assert_eq!(summary.sparse_bytes, compressed.bytes());
+        assert!(m.sparsify(SparseMode::Off) == SparseSummary::default() && m.sparse.is_none());
+        // A compressed form of other values under the up projection's id changes the logits.
+        let id = m.layers[0].linear_mut("mlp.up_proj").unwrap().weight.id;
+        let (pruned_dense, _) = cached_logits(&m, &ids);
+        let mut wrong = SparseWeights::default();
+        wrong.insert(
+            id,
+            SparseLinear::from_in_out(&vec![0.5; values.len()], inputs, outputs),
+        );
+        m.sparse = Some(Arc::new(wrong));
+        let (with_wrong, _) = cached_logits(&m, &ids);
+        assert_ne!(with_wrong, pruned_dense);
+        // Replaced after sparsify (as pruning again does): dense, to the bit.
+        let up = m.layers[0].linear_mut("mlp.up_proj").unwrap();
+        up.weight = Param::from_tensor(up.weight.val());
+        let (replaced, _) = cached_logits(&m, &ids);
+        assert_eq!(replaced, pruned_dense);
+        assert_ne!(pruned_dense, dense);
+    }
+
+    #[test]
+    fn modes_parse_and_print_as_written() {
+        for mode in ["off", "on", "auto"] {
+            assert_eq!(mode.parse::<SparseMode>().unwrap().to_string(), mode);
+        }
+        let err = "always".parse::<SparseMode>().unwrap_err();
+        assert_eq!(err, "sparse mode `always`: use off, on or auto");
+    }
+}
