@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::checkpoint::SynthShape;
-use wanda::model::decoder::{KvCache, Llama};
+use wanda::model::decoder::{KvCache, Llama, SparseMode};
 use wanda::model::kernels;
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
@@ -160,7 +160,8 @@ pub enum BenchKind {
     /// B12: decoding at batch 1 with a KV cache, tokens/s of the decode steps after a prompt
     /// (fixed ids, each step fed the next, as greedy decoding runs); the name gives the
     /// prompt's prefill tokens/s, the bytes of weights a step reads (every parameter once) and
-    /// the GB/s that makes at the median.
+    /// the GB/s that makes at the median. Where `--sparse` holds linears compressed, the same
+    /// decoding dense runs in the same rounds, alternately, and the name gives both.
     Decode {
         /// A GGUF file, a Hugging Face folder, or a hub id.
         #[arg(long)]
@@ -171,6 +172,10 @@ pub enum BenchKind {
         /// Tokens decoded one at a time after the prompt.
         #[arg(long, default_value_t = 64, value_parser = super::at_least_one)]
         tokens: usize,
+        /// Pruned linears held compressed: `auto` those with at least 30 % zeros, `on` every
+        /// decoder linear, `off` none.
+        #[arg(long, default_value_t = SparseMode::Auto)]
+        sparse: SparseMode,
     },
     /// B10: causal attention `softmax(q·kᵀ/√head_dim)·v` of one layer, GFLOP/s (the causal
     /// half of `4·batch·heads·seq²·head_dim`), random q, k and v: the backend's own kernel where
@@ -345,22 +350,27 @@ impl OnBackend for BenchJob {
                 model,
                 prompt,
                 tokens,
-            } => decode_figure::<B>(&device, choice, self.repeats, &model, [prompt, tokens]),
+                sparse,
+            } => {
+                let steps = [prompt, tokens];
+                decode_figure::<B>(&device, choice, self.repeats, (&model, sparse), steps)
+            }
         }
     }
 }
 
 /// B12 (see [`BenchKind::Decode`]) on backend `B`: `tokens` decode steps after a `prompt`-token
-/// prefill, each run on a fresh cache.
+/// prefill, each run on a fresh cache; with linears held compressed as `sparse` says, and dense
+/// in the same rounds where it holds any.
 fn decode_figure<B: Backend>(
     device: &B::Device,
     choice: DeviceChoice,
     repeats: usize,
-    model: &str,
+    (model, sparse): (&str, SparseMode),
     [prompt, tokens]: [usize; 2],
 ) -> anyhow::Result<Figure> {
     let origin = ModelRef::parse(model)?;
-    let loaded = model::load::<B>(&origin, device)
+    let mut loaded = model::load::<B>(&origin, device)
         .with_context(|| format!("cannot load model `{origin}`"))?;
     let config = &loaded.config;
     anyhow::ensure!(
@@ -369,40 +379,75 @@ fn decode_figure<B: Backend>(
         config.max_position_embeddings
     );
     let ids = pattern_ids(prompt + tokens, config.vocab_size);
-    let run = |ids: &[i64], cache: &mut KvCache<B>| {
-        let tokens = TensorData::new(ids.to_vec(), [1, ids.len()]);
-        let logits = (loaded.model).forward_cached(Tensor::from_data(tokens, device), cache);
-        // Reading one value forces the whole lazy graph on every backend.
-        let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar();
-    };
-    let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+    let summary = loaded.model.sparsify(sparse);
+    let compressed = loaded.model.sparse.take();
+    // Rates of the compressed decoding (the figure's), then of the dense one where it differs.
+    let mut rates: [(Vec<f64>, Vec<f64>); 2] = Default::default();
     for timed in std::iter::once(false).chain(std::iter::repeat_n(true, repeats)) {
-        let mut cache = KvCache::new(config.num_hidden_layers);
-        let started = Instant::now();
-        run(&ids[..prompt], &mut cache);
-        let prefilled = started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        for step in prompt..prompt + tokens {
-            run(&ids[step..step + 1], &mut cache);
-        }
-        if timed {
-            prefill.push(prompt as f64 / prefilled);
-            decode.push(tokens as f64 / started.elapsed().as_secs_f64());
+        for (held, rates) in [compressed.clone(), None].into_iter().zip(&mut rates) {
+            loaded.model.sparse = held;
+            let (prefill, decode) = decode_rates(&loaded.model, &ids, prompt, device);
+            if timed {
+                rates.0.push(prefill);
+                rates.1.push(decode);
+            }
+            if compressed.is_none() {
+                break;
+            }
         }
     }
-    let bytes = (loaded.model.num_params() * std::mem::size_of::<B::FloatElem>()) as f64;
+    let params = loaded.model.num_params() * std::mem::size_of::<B::FloatElem>();
+    let bytes = (params - summary.dense_bytes + summary.sparse_bytes) as f64;
+    let [(prefill, decode), (dense_prefill, dense_decode)] = rates;
     let figure = figure("B12 decode", "tokens/s", decode, choice.label());
-    prefill.sort_by(f64::total_cmp);
-    let prefill = median(&prefill);
+    let median_of = |mut rates: Vec<f64>| {
+        rates.sort_by(f64::total_cmp);
+        median(&rates)
+    };
+    let prefill = median_of(prefill);
+    let dense = match compressed.is_some() {
+        true => format!(
+            "; {summary}; dense in the same rounds {:.1} tokens/s, prefill {:.1}",
+            median_of(dense_decode),
+            median_of(dense_prefill)
+        ),
+        false => String::new(),
+    };
     Ok(Figure {
         name: format!(
             "B12 decode ({tokens} tokens after a {prompt}-token prompt at {prefill:.1} tokens/s; \
-             {:.3} GB of weights a token, {:.1} GB/s)",
+             {:.3} GB of weights a token, {:.1} GB/s{dense})",
             bytes / 1e9,
             bytes * figure.median / 1e9
         ),
         ..figure
     })
+}
+
+/// One B12 round on a fresh cache: the prefill tokens/s of `ids[..prompt]`, then the decode
+/// tokens/s of the rest, one id a step.
+fn decode_rates<B: Backend>(
+    model: &Llama<B>,
+    ids: &[i64],
+    prompt: usize,
+    device: &B::Device,
+) -> (f64, f64) {
+    let run = |ids: &[i64], cache: &mut KvCache<B>| {
+        let tokens = TensorData::new(ids.to_vec(), [1, ids.len()]);
+        let logits = model.forward_cached(Tensor::from_data(tokens, device), cache);
+        // Reading one value forces the whole lazy graph on every backend.
+        let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar();
+    };
+    let mut cache = KvCache::new(model.layers.len());
+    let started = Instant::now();
+    run(&ids[..prompt], &mut cache);
+    let prefill = prompt as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for step in prompt..ids.len() {
+        run(&ids[step..step + 1], &mut cache);
+    }
+    let decode = (ids.len() - prompt) as f64 / started.elapsed().as_secs_f64();
+    (prefill, decode)
 }
 
 /// B7 (see [`BenchKind::PruneLayer`]) on backend `B`: seconds to prune one layer of `shape`

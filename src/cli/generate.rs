@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::decoder::pick;
-use wanda::model::decoder::KvCache;
+use wanda::model::decoder::{KvCache, SparseMode};
 use wanda::model::{self, ModelRef};
 
 /// Arguments of `wanda generate`.
@@ -35,6 +35,10 @@ pub struct GenerateArgs {
     /// `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda`, `cuda:N` or `auto` (CUDA:0 where the driver finds a GPU, else the CPU); `-bf16` or `-f16` after `cpu-flex` or a CUDA device computes in bfloat16 or fp16 (`cuda:0-f16`).
     #[arg(long, default_value = "auto")]
     pub device: DeviceSpec,
+    /// Decode with pruned linears held compressed (CPU): `auto` those with at least 30 % zeros,
+    /// `on` every decoder linear, `off` none.
+    #[arg(long, default_value_t = SparseMode::Auto)]
+    pub sparse: SparseMode,
 }
 
 impl OnBackend for GenerateArgs {
@@ -42,8 +46,12 @@ impl OnBackend for GenerateArgs {
 
     fn run<B: Backend>(self, device: B::Device, _choice: DeviceChoice) -> anyhow::Result<()> {
         let origin = ModelRef::parse(&self.model)?;
-        let loaded = model::load::<B>(&origin, &device)
+        let mut loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;
+        let sparse = loaded.model.sparsify(self.sparse);
+        if sparse.compressed > 0 {
+            eprintln!("wanda generate: {sparse}");
+        }
         let prompt_ids = loaded.tokenizer.encode(&self.prompt)?;
         anyhow::ensure!(
             !prompt_ids.is_empty(),

@@ -8,6 +8,7 @@ use burn::prelude::*;
 
 use super::backend::{dispatch, OnBackend};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
+use wanda::model::decoder::SparseMode;
 use wanda::model::{self, ModelRef};
 use wanda::serve::{serve, ServeOptions, Served, Shutdown};
 
@@ -38,6 +39,10 @@ pub struct ServeArgs {
     /// `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda`, `cuda:N` or `auto` (CUDA:0 where the driver finds a GPU, else the CPU); `-bf16` or `-f16` after `cpu-flex` or a CUDA device computes in bfloat16 or fp16 (`cuda:0-f16`).
     #[arg(long, default_value = "auto")]
     pub device: DeviceSpec,
+    /// Decode with pruned linears held compressed (CPU): `auto` those with at least 30 % zeros,
+    /// `on` every decoder linear, `off` none.
+    #[arg(long, default_value_t = SparseMode::Auto)]
+    pub sparse: SparseMode,
 }
 
 /// The name a model is served under when none is given.
@@ -57,8 +62,12 @@ impl OnBackend for ServeArgs {
         let origin = ModelRef::parse(&self.model)?;
         let listener = std::net::TcpListener::bind((self.host, self.port))
             .with_context(|| format!("cannot listen on {}:{}", self.host, self.port))?;
-        let loaded = model::load::<B>(&origin, &device)
+        let mut loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;
+        let sparse = loaded.model.sparsify(self.sparse);
+        if sparse.compressed > 0 {
+            eprintln!("wanda serve: {sparse}");
+        }
         let served = Served {
             model: &loaded.model,
             tokenizer: &loaded.tokenizer,

@@ -326,9 +326,10 @@ unsafe fn avx512_sums<const R: usize, const N: usize>(
 ) -> ([[f32; R]; N], [usize; N]) {
     use std::arch::x86_64::*;
     let blocks = inputs / 16;
-    for k in 0..N {
-        assert!(masks[k].len() >= 2 * blocks, "a mask of whole blocks");
-    }
+    assert!(
+        masks.iter().all(|m| m.len() >= 2 * blocks),
+        "masks of whole blocks"
+    );
     // Sixteen values read whole from any offset of an output's row stay within its values
     // (then expanded in a register); otherwise the expand reads just the set bits' values.
     let whole_reads = values.iter().all(|v| v.len() >= inputs + 16);
