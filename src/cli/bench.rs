@@ -379,7 +379,7 @@ fn decode_figure<B: Backend>(
         config.max_position_embeddings
     );
     let ids = pattern_ids(prompt + tokens, config.vocab_size);
-    let summary = loaded.model.sparsify(sparse);
+    let summary = super::sparsify(&mut loaded.model, sparse, "wanda bench decode");
     let compressed = loaded.model.sparse.take();
     // Rates of the compressed decoding (the figure's), then of the dense one where it differs.
     let mut rates: [(Vec<f64>, Vec<f64>); 2] = Default::default();

@@ -48,10 +48,7 @@ impl OnBackend for GenerateArgs {
         let origin = ModelRef::parse(&self.model)?;
         let mut loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;
-        let sparse = loaded.model.sparsify(self.sparse);
-        if sparse.compressed > 0 {
-            eprintln!("wanda generate: {sparse}");
-        }
+        super::sparsify(&mut loaded.model, self.sparse, "wanda generate");
         let prompt_ids = loaded.tokenizer.encode(&self.prompt)?;
         anyhow::ensure!(
             !prompt_ids.is_empty(),

@@ -64,10 +64,7 @@ impl OnBackend for ServeArgs {
             .with_context(|| format!("cannot listen on {}:{}", self.host, self.port))?;
         let mut loaded = model::load::<B>(&origin, &device)
             .with_context(|| format!("cannot load model `{origin}`"))?;
-        let sparse = loaded.model.sparsify(self.sparse);
-        if sparse.compressed > 0 {
-            eprintln!("wanda serve: {sparse}");
-        }
+        super::sparsify(&mut loaded.model, self.sparse, "wanda serve");
         let served = Served {
             model: &loaded.model,
             tokenizer: &loaded.tokenizer,

@@ -277,6 +277,44 @@ fn bench_decode_rates_the_cached_steps_and_names_the_bytes_they_read() {
     let runs = figure["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
     assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
+    // Dense random weights: `auto` holds none compressed; `on` holds every decoder linear,
+    // decodes with them, and times the dense decoding in the same rounds.
+    assert!(!name.contains("compressed"), "{name}");
+    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
+        .args([
+            "bench", "decode", "--device", "cpu", "--json", "--sparse", "on",
+        ])
+        .args([
+            "--repeats",
+            "3",
+            "--prompt",
+            "4",
+            "--tokens",
+            "3",
+            "--model",
+        ])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = figure["name"].as_str().unwrap();
+    let linears = 7 * 2;
+    assert!(
+        name.contains(&format!(
+            "; {linears} of {linears} linears compressed (their sparsity 0.000;"
+        )) && name.contains("; dense in the same rounds "),
+        "{name}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("wanda bench decode: 14 of 14 linears compressed"),
+        "{stderr}"
+    );
     let refused = bench("100000", "1");
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);

@@ -66,6 +66,9 @@ pub struct SparseSummary {
     pub dense_bytes: usize,
     /// The same linears' bytes compressed (mask, values, row offsets).
     pub sparse_bytes: usize,
+    /// Linears that would have been compressed but left dense: their compressed form did not
+    /// fit in the bytes given.
+    pub over_budget: usize,
 }
 
 impl fmt::Display for SparseSummary {
@@ -78,15 +81,25 @@ impl fmt::Display for SparseSummary {
             self.sparsity,
             self.dense_bytes as f64 / 1e6,
             self.sparse_bytes as f64 / 1e6
-        )
+        )?;
+        if self.over_budget > 0 {
+            write!(
+                f,
+                "; {} left dense, out of memory to hold",
+                self.over_budget
+            )?;
+        }
+        Ok(())
     }
 }
 
 impl<B: Backend> Llama<B> {
     /// Holds the decoder layers' linears compressed as `mode` says, in place of any held
-    /// before. Where the backend's kernels do not run on the host in f32 (burn-ndarray), none:
-    /// only those kernels read the compressed form.
-    pub fn sparsify(&mut self, mode: SparseMode) -> SparseSummary {
+    /// before, beside their dense weights: in order, while the compressed forms take at most
+    /// `budget` bytes in all (a linear past it stays dense). Where the backend's kernels do not
+    /// run on the host in f32 (burn-ndarray), none: only those kernels read the compressed
+    /// form.
+    pub fn sparsify(&mut self, mode: SparseMode, budget: usize) -> SparseSummary {
         self.sparse = None;
         let mut summary = SparseSummary::default();
         if mode == SparseMode::Off || !kernels::<B>().host_resident() {
@@ -110,6 +123,10 @@ impl<B: Backend> Llama<B> {
                 let pays = zero as f64 >= AUTO_SPARSITY * values.len() as f64;
                 if mode == SparseMode::On || pays {
                     let sparse = SparseLinear::from_in_out(&values, inputs, outputs);
+                    if summary.sparse_bytes + sparse.bytes() > budget {
+                        summary.over_budget += 1;
+                        continue;
+                    }
                     summary.compressed += 1;
                     summary.dense_bytes += values.len() * 4;
                     summary.sparse_bytes += sparse.bytes();
@@ -181,7 +198,7 @@ mod tests {
             if cache.host.len == 0 {
                 continue;
             }
-            let summary = sparse_model.sparsify(SparseMode::On);
+            let summary = sparse_model.sparsify(SparseMode::On, usize::MAX);
             assert_eq!(summary.compressed, summary.linears, "{name}");
             assert!((summary.sparsity - 0.5).abs() < 0.1, "{name}: {summary}");
             let (sparse, _) = cached_logits(&sparse_model, &ids);
@@ -208,7 +225,7 @@ mod tests {
         let ids: Vec<i64> = (0..20).map(|i| (i * 7 + 1) % 50).collect();
         let (dense, _) = cached_logits(&m, &ids);
         // Dense random weights: no zeros, so auto holds none.
-        let summary = m.sparsify(SparseMode::Auto);
+        let summary = m.sparsify(SparseMode::Auto, usize::MAX);
         assert_eq!((summary.compressed, summary.sparsity), (0, 0.0));
         assert!(m.sparse.is_none());
         // Prune one layer's up projection by half: auto holds that one alone.
@@ -218,12 +235,22 @@ mod tests {
         values.iter_mut().step_by(2).for_each(|v| *v = 0.0);
         let pruned = TensorData::new(values.clone(), [inputs, outputs]);
         up.weight = Param::from_tensor(Tensor::from_data(pruned, &Default::default()));
-        let summary = m.sparsify(SparseMode::Auto);
+        let summary = m.sparsify(SparseMode::Auto, usize::MAX);
         assert_eq!(summary.compressed, 1);
         assert_eq!(summary.dense_bytes, inputs * outputs * 4);
         let compressed = SparseLinear::from_in_out(&values, inputs, outputs);
         assert_eq!(summary.sparse_bytes, compressed.bytes());
-        assert!(m.sparsify(SparseMode::Off) == SparseSummary::default() && m.sparse.is_none());
+        // A budget short of its compressed bytes leaves it dense, and says so.
+        let short = m.sparsify(SparseMode::Auto, compressed.bytes() - 1);
+        assert_eq!((short.compressed, short.over_budget), (0, 1));
+        assert!(short
+            .to_string()
+            .ends_with("; 1 left dense, out of memory to hold"));
+        assert!(m.sparse.is_none());
+        assert!(
+            m.sparsify(SparseMode::Off, usize::MAX) == SparseSummary::default()
+                && m.sparse.is_none()
+        );
         // A compressed form of other values under the up projection's id changes the logits.
         let id = m.layers[0].linear_mut("mlp.up_proj").unwrap().weight.id;
         let (pruned_dense, _) = cached_logits(&m, &ids);
