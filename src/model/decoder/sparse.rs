@@ -13,9 +13,9 @@ use crate::model::kernels::kernels;
 use crate::model::kernels::sparse::{SparseLinear, SparseWeights};
 
 /// The fraction of zeros from which `auto` holds a linear compressed. Measured with
-/// `wanda bench sparse` (one row, AVX-512, the weight read from memory): the compressed product
-/// of Llama-3.2-1B's gate/up at 30 % zeros is about as fast as the dense one, at 50 % about
-/// twice (`results/decode-speed.md`).
+/// `wanda bench sparse` (one row, AVX-512): the compressed product at 20–30 % zeros already
+/// matches the dense one (1.0–1.3× at Llama-3.2-1B's gate/up, 1.0× at SmolLM2's), at 50 % it
+/// is about twice as fast (`results/decode-speed.md`).
 pub const AUTO_SPARSITY: f64 = 0.3;
 
 /// Which decoder linears [`Llama::sparsify`] holds compressed.
