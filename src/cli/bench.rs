@@ -18,9 +18,10 @@ use burn::prelude::*;
 use serde::Serialize;
 
 use super::backend::{dispatch, OnBackend};
+use wanda::eval::speed::{self, pattern_ids};
 use wanda::memory::device::{DeviceChoice, DeviceSpec};
 use wanda::model::checkpoint::SynthShape;
-use wanda::model::decoder::{KvCache, Llama, SparseMode};
+use wanda::model::decoder::{Llama, SparseMode};
 use wanda::model::kernels;
 use wanda::model::{self, ModelRef};
 use wanda::prune::layerwise::prune_model;
@@ -245,13 +246,6 @@ fn median(sorted: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
 
-/// A fixed, model-independent token pattern of `len` ids below `vocab`: timings do not depend
-/// on content (scripts/transformers-ppl.py and scripts/torch-decode.py use the same).
-fn pattern_ids(len: usize, vocab: usize) -> Vec<i64> {
-    let vocab = vocab as i64;
-    (0..len as i64).map(|i| (i * 7919 + 13) % vocab).collect()
-}
-
 /// Times `f` once untimed, then `repeats` times; returns the rates `work / seconds`.
 fn measure(repeats: usize, work: f64, mut f: impl FnMut()) -> Vec<f64> {
     f();
@@ -359,9 +353,8 @@ impl OnBackend for BenchJob {
     }
 }
 
-/// B12 (see [`BenchKind::Decode`]) on backend `B`: `tokens` decode steps after a `prompt`-token
-/// prefill, each run on a fresh cache; with linears held compressed as `sparse` says, and dense
-/// in the same rounds where it holds any.
+/// B12 (see [`BenchKind::Decode`]) on backend `B`: [`speed::measure`], with the dense
+/// decoding of the same rounds in the name where linears are held compressed.
 fn decode_figure<B: Backend>(
     device: &B::Device,
     choice: DeviceChoice,
@@ -370,84 +363,44 @@ fn decode_figure<B: Backend>(
     [prompt, tokens]: [usize; 2],
 ) -> anyhow::Result<Figure> {
     let origin = ModelRef::parse(model)?;
-    let mut loaded = model::load::<B>(&origin, device)
+    let loaded = model::load::<B>(&origin, device)
         .with_context(|| format!("cannot load model `{origin}`"))?;
-    let config = &loaded.config;
+    let context = loaded.config.max_position_embeddings;
     anyhow::ensure!(
-        prompt + tokens <= config.max_position_embeddings,
-        "--prompt ({prompt}) plus --tokens ({tokens}) exceeds the model's context of {}",
-        config.max_position_embeddings
+        prompt + tokens <= context,
+        "--prompt ({prompt}) plus --tokens ({tokens}) exceeds the model's context of {context}"
     );
-    let ids = pattern_ids(prompt + tokens, config.vocab_size);
-    let summary = super::sparsify(&mut loaded.model, sparse, "wanda bench decode");
-    let compressed = loaded.model.sparse.take();
-    // Rates of the compressed decoding (the figure's), then of the dense one where it differs.
-    let mut rates: [(Vec<f64>, Vec<f64>); 2] = Default::default();
-    for timed in std::iter::once(false).chain(std::iter::repeat_n(true, repeats)) {
-        for (held, rates) in [compressed.clone(), None].into_iter().zip(&mut rates) {
-            loaded.model.sparse = held;
-            let (prefill, decode) = decode_rates(&loaded.model, &ids, prompt, device);
-            if timed {
-                rates.0.push(prefill);
-                rates.1.push(decode);
-            }
-            if compressed.is_none() {
-                break;
-            }
-        }
+    let budget = wanda::memory::log::spare_bytes();
+    let report = speed::measure(
+        &loaded.model,
+        [prompt, tokens],
+        repeats,
+        (sparse, budget),
+        device,
+    );
+    let figure = figure("B12 decode", "tokens/s", report.decode_runs, choice.label());
+    let summary = &report.sparse;
+    if summary.compressed + summary.over_budget > 0 {
+        eprintln!("wanda bench decode: {summary}");
     }
-    let params = loaded.model.num_params() * std::mem::size_of::<B::FloatElem>();
-    let bytes = (params - summary.dense_bytes + summary.sparse_bytes) as f64;
-    let [(prefill, decode), (dense_prefill, dense_decode)] = rates;
-    let figure = figure("B12 decode", "tokens/s", decode, choice.label());
-    let median_of = |mut rates: Vec<f64>| {
-        rates.sort_by(f64::total_cmp);
-        median(&rates)
-    };
-    let prefill = median_of(prefill);
-    let dense = match compressed.is_some() {
-        true => format!(
+    let dense = match summary.compressed {
+        0 => String::new(),
+        _ => format!(
             "; {summary}; dense in the same rounds {:.1} tokens/s, prefill {:.1}",
-            median_of(dense_decode),
-            median_of(dense_prefill)
+            report.dense.1, report.dense.0
         ),
-        false => String::new(),
     };
+    let bytes = report.weight_bytes as f64;
     Ok(Figure {
         name: format!(
-            "B12 decode ({tokens} tokens after a {prompt}-token prompt at {prefill:.1} tokens/s; \
+            "B12 decode ({tokens} tokens after a {prompt}-token prompt at {:.1} tokens/s; \
              {:.3} GB of weights a token, {:.1} GB/s{dense})",
+            report.prefill,
             bytes / 1e9,
             bytes * figure.median / 1e9
         ),
         ..figure
     })
-}
-
-/// One B12 round on a fresh cache: the prefill tokens/s of `ids[..prompt]`, then the decode
-/// tokens/s of the rest, one id a step.
-fn decode_rates<B: Backend>(
-    model: &Llama<B>,
-    ids: &[i64],
-    prompt: usize,
-    device: &B::Device,
-) -> (f64, f64) {
-    let run = |ids: &[i64], cache: &mut KvCache<B>| {
-        let tokens = TensorData::new(ids.to_vec(), [1, ids.len()]);
-        let logits = model.forward_cached(Tensor::from_data(tokens, device), cache);
-        // Reading one value forces the whole lazy graph on every backend.
-        let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar();
-    };
-    let mut cache = KvCache::new(model.layers.len());
-    let started = Instant::now();
-    run(&ids[..prompt], &mut cache);
-    let prefill = prompt as f64 / started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    for step in prompt..ids.len() {
-        run(&ids[step..step + 1], &mut cache);
-    }
-    let decode = (ids.len() - prompt) as f64 / started.elapsed().as_secs_f64();
-    (prefill, decode)
 }
 
 /// B7 (see [`BenchKind::PruneLayer`]) on backend `B`: seconds to prune one layer of `shape`

@@ -99,23 +99,17 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// A count that must be at least 1 (samples, positions, a batch), for clap's `value_parser`.
-/// `model`'s linears held compressed as `--sparse` says, within this machine's available
-/// memory (`MemAvailable`) less 1 GiB for the rest of the run (unbounded where it cannot be
-/// read); what it holds is said on stderr by `command`.
+/// `model`'s linears held compressed as `--sparse` says, within
+/// [`wanda::memory::log::spare_bytes`]; what it holds is said on stderr by `command`.
 fn sparsify<B: burn::prelude::Backend>(
     model: &mut wanda::model::decoder::Llama<B>,
     mode: wanda::model::decoder::SparseMode,
     command: &str,
-) -> wanda::model::decoder::SparseSummary {
-    let available = wanda::memory::log::read_proc_kib("/proc/meminfo", &["MemAvailable:"])[0];
-    let budget = available.map_or(usize::MAX, |kib| {
-        usize::try_from(kib.saturating_mul(1024).saturating_sub(1 << 30)).unwrap_or(usize::MAX)
-    });
-    let summary = model.sparsify(mode, budget);
+) {
+    let summary = model.sparsify(mode, wanda::memory::log::spare_bytes());
     if summary.compressed + summary.over_budget > 0 {
         eprintln!("{command}: {summary}");
     }
-    summary
 }
 
 fn at_least_one(text: &str) -> Result<usize, String> {

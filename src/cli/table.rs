@@ -21,7 +21,8 @@ pub struct TableArgs {
     pub cols: Vec<String>,
     /// The metric: ppl, sparsity, prune_s, total_s, peak_rss_gib, or a key of `metrics`;
     /// `zeroshot` (`zeroshot_norm`: acc_norm where a task has it) gives the paper's Table 2
-    /// shape, accuracy in percent per task with their mean as columns.
+    /// shape, accuracy in percent per task with their mean as columns; `speedup` its Table 6
+    /// shape from `eval: { speed }` (decode ×, prefill ×, weight bytes ÷ as columns).
     #[arg(long, default_value = "ppl")]
     pub metric: String,
     /// md, csv, latex or json.
@@ -59,8 +60,8 @@ pub fn run(args: TableArgs) -> anyhow::Result<ExitCode> {
     if table.rows.is_empty() {
         anyhow::bail!(
             "`--metric {}`: none of the {} record(s) has it; use ppl, sparsity, prune_s, total_s, \
-             peak_rss_gib, zeroshot (records of an eval stage with `zeroshot:`) or a key of a \
-             record's `metrics`",
+             peak_rss_gib, zeroshot (records of an eval stage with `zeroshot:`), speedup (with \
+             `speed:`) or a key of a record's `metrics`",
             spec.metric,
             records.len()
         );

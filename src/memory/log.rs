@@ -314,6 +314,16 @@ pub fn read_proc_kib(path: &str, fields: &[&str]) -> Vec<Option<u64>> {
         .collect()
 }
 
+/// The bytes a run may still take for something it can do without (linears held compressed
+/// beside their dense form): this machine's available memory (`MemAvailable`) less 1 GiB for the
+/// rest of the run; unbounded where `/proc/meminfo` cannot be read.
+pub fn spare_bytes() -> usize {
+    let available = read_proc_kib("/proc/meminfo", &["MemAvailable:"])[0];
+    available.map_or(usize::MAX, |bytes| {
+        usize::try_from(bytes.saturating_sub(1 << 30)).unwrap_or(usize::MAX)
+    })
+}
+
 /// Quotes a CSV field when it holds a comma, quote or newline.
 fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n']) {
@@ -347,6 +357,20 @@ fn iso8601_utc(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The spare bytes are what `/proc/meminfo` says is available, less 1 GiB (within what
+    /// other processes take or free between the two reads).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn spare_bytes_are_the_available_memory_less_a_gib() {
+        let available = read_proc_kib("/proc/meminfo", &["MemAvailable:"])[0].expect("Linux");
+        let spare = spare_bytes() as f64;
+        let expected = available.saturating_sub(1 << 30) as f64;
+        assert!(
+            (spare - expected).abs() < 256.0 * 1024.0 * 1024.0,
+            "{spare} vs {expected}"
+        );
+    }
 
     #[test]
     fn iso8601_matches_known_instants() {

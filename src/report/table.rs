@@ -119,8 +119,23 @@ pub struct Table {
 /// columns, their mean last (`zeroshot_norm`: `acc_norm` where lm-eval reports it, else `acc`).
 const ZEROSHOT_METRICS: [&str; 2] = ["zeroshot", "zeroshot_norm"];
 
+/// The metric that renders the shape of the paper's speedup table (its Table 6): per row, the
+/// decode and prefill tokens/s with the pruned linears compressed over dense, and the dense
+/// weights' bytes over the compressed ones (records of an eval stage with `speed:`).
+const SPEEDUP_METRIC: &str = "speedup";
+
 /// Builds the table of `records` as `spec` asks.
 pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
+    if spec.metric == SPEEDUP_METRIC {
+        // Every column is a factor of gain: the largest is the best.
+        let spec = TableSpec {
+            higher_is_better: true,
+            ..spec.clone()
+        };
+        let mut table = build_with(records, &spec, |r| Ok(speedup_columns(r)))?;
+        table.metric = "× dense".to_owned();
+        return Ok(table);
+    }
     if ZEROSHOT_METRICS.contains(&spec.metric.as_str()) {
         let norm = spec.metric == "zeroshot_norm";
         // Accuracy: the largest is the best, whatever `--higher-is-better` says.
@@ -138,6 +153,31 @@ pub fn build(records: &[RunRecord], spec: &TableSpec) -> Result<Table, String> {
             None => Vec::new(),
         })
     })
+}
+
+/// `r`'s decode and prefill speedups and the factor its weights' bytes shrank by, as columns;
+/// none for a record without them.
+fn speedup_columns(r: &RunRecord) -> Vec<(AxisKey, f64)> {
+    let metric = |key: &str| r.metrics.other.get(key).and_then(|v| v.as_f64());
+    let columns = [
+        ("decode ×", metric("decode_speedup")),
+        ("prefill ×", metric("prefill_speedup")),
+        (
+            "weight bytes ÷",
+            metric("weight_bytes_ratio").map(|ratio| 1.0 / ratio),
+        ),
+    ];
+    columns
+        .into_iter()
+        .enumerate()
+        .filter_map(|(order, (label, value))| {
+            let key = AxisKey {
+                order: vec![(0, order as i64, String::new())],
+                label: label.to_owned(),
+            };
+            Some((key, value?))
+        })
+        .collect()
 }
 
 /// Per task a column of `r`'s zero-shot accuracy in percent (`acc_norm` where it has it and

@@ -1,5 +1,5 @@
 //! `eval`: perplexity of the current model (pruned, or dense when no prune ran) by the paper's
-//! protocol, and zero-shot accuracy on lm-evaluation-harness's tasks.
+//! protocol, zero-shot accuracy on lm-evaluation-harness's tasks, and decoding speed.
 
 use burn::prelude::Backend;
 
@@ -8,12 +8,13 @@ use crate::data::hub::HubRequest;
 use crate::data::read_tokenized;
 use crate::data::sets::{self, DataSource};
 use crate::eval::perplexity::perplexity_in_groups;
+use crate::eval::speed;
 use crate::eval::zeroshot::{self, TaskSource};
 use crate::model::checkpoint::Decoder;
 use crate::pipeline::plan::StageNode;
 use crate::pipeline::record::RunRecord;
 use crate::pipeline::runner::StageFailure;
-use crate::pipeline::spec::{EvalOptions, Harness, Settings, ZeroshotOptions};
+use crate::pipeline::spec::{EvalOptions, Harness, Settings, SpeedOptions, ZeroshotOptions};
 use crate::serve::harness;
 use crate::serve::Served;
 
@@ -30,6 +31,66 @@ pub(super) fn run<B: Backend>(
     }
     if let Some(zeroshot) = &options.zeroshot {
         zeroshot_of(exec, stage, upstream, zeroshot, record)?;
+    }
+    if let Some(speed) = &options.speed {
+        speed_of(exec, stage, upstream, speed, record)?;
+    }
+    Ok(())
+}
+
+/// Times decoding into `record`'s metrics: tokens/s of prefill and decode with the pruned
+/// linears compressed (`decode_tokens_per_s`, `prefill_tokens_per_s`) and dense in the same rounds
+/// (`dense_…`), their ratios (`decode_speedup`, `prefill_speedup`), the bytes of weights a
+/// token reads either way and their ratio (`weight_bytes_ratio`), and the linears compressed.
+fn speed_of<B: Backend>(
+    exec: &mut PipelineExecutor<B>,
+    stage: &str,
+    upstream: &[&StageNode],
+    options: &SpeedOptions,
+    record: &mut RunRecord,
+) -> Result<(), StageFailure> {
+    let (prompt, decode) = (options.prompt.get(), options.decode.get());
+    let context = exec.base(stage)?.config.context_limit();
+    if prompt + decode > context {
+        return Err(format!(
+            "stage `{stage}`: `speed.prompt` ({prompt}) plus `speed.decode` ({decode}) exceeds \
+             the model's context of {context}; shorten them"
+        )
+        .into());
+    }
+    let Decoder::Resident(model) = exec.current(stage, upstream)? else {
+        return Err(format!(
+            "stage `{stage}`: `speed` times the model in memory, and this run streams its \
+             layers; drop `speed`, or give a budget that keeps the model in memory"
+        )
+        .into());
+    };
+    let budget = crate::memory::log::spare_bytes();
+    let report = speed::measure(
+        model,
+        [prompt, decode],
+        options.repeats.get(),
+        (options.sparse, budget),
+        &exec.ctx.device,
+    );
+    let (dense_prefill, dense_decode) = report.dense;
+    let metrics: [(&str, serde_json::Value); 10] = [
+        ("prefill_tokens_per_s", report.prefill.into()),
+        ("decode_tokens_per_s", report.decode.into()),
+        ("dense_prefill_tokens_per_s", dense_prefill.into()),
+        ("dense_decode_tokens_per_s", dense_decode.into()),
+        ("prefill_speedup", (report.prefill / dense_prefill).into()),
+        ("decode_speedup", (report.decode / dense_decode).into()),
+        ("weight_bytes", report.weight_bytes.into()),
+        ("dense_weight_bytes", report.dense_weight_bytes.into()),
+        (
+            "weight_bytes_ratio",
+            (report.weight_bytes as f64 / report.dense_weight_bytes as f64).into(),
+        ),
+        ("compressed_linears", report.sparse.compressed.into()),
+    ];
+    for (key, value) in metrics {
+        record.metrics.other.insert(key.into(), value);
     }
     Ok(())
 }

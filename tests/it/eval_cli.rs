@@ -244,65 +244,36 @@ fn bench_sparse_rates_the_compressed_product_beside_the_dense_one() {
 #[test]
 fn bench_decode_rates_the_cached_steps_and_names_the_bytes_they_read() {
     let (_dir, folder, _) = tiny_setup(5, 10);
-    let bench = |prompt: &str, tokens: &str| {
+    let bench = |prompt: &str, tokens: &str, sparse: &str| {
         Command::new(env!("CARGO_BIN_EXE_wanda"))
-            .args([
-                "bench",
-                "decode",
-                "--device",
-                "cpu",
-                "--json",
-                "--repeats",
-                "3",
-            ])
+            .args(["bench", "decode", "--device", "cpu", "--json"])
+            .args(["--repeats", "3", "--sparse", sparse])
             .args(["--prompt", prompt, "--tokens", tokens, "--model"])
             .arg(&folder)
             .output()
             .unwrap()
     };
-    let out = bench("12", "6");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let name = figure["name"].as_str().unwrap();
+    // The figure's name, and stderr.
+    let named = |out: std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let runs = figure["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
+        (figure["name"].as_str().unwrap().to_string(), stderr)
+    };
+    let (name, _) = named(bench("12", "6", "auto"));
     assert!(
         name.starts_with("B12 decode (6 tokens after a 12-token prompt at ")
             && name.contains("GB of weights a token")
             && name.ends_with("GB/s)"),
         "{name}"
     );
-    let runs = figure["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
-    assert!(runs.iter().all(|r| r.as_f64().unwrap() > 0.0), "{figure}");
     // Dense random weights: `auto` holds none compressed; `on` holds every decoder linear,
     // decodes with them, and times the dense decoding in the same rounds.
     assert!(!name.contains("compressed"), "{name}");
-    let out = Command::new(env!("CARGO_BIN_EXE_wanda"))
-        .args([
-            "bench", "decode", "--device", "cpu", "--json", "--sparse", "on",
-        ])
-        .args([
-            "--repeats",
-            "3",
-            "--prompt",
-            "4",
-            "--tokens",
-            "3",
-            "--model",
-        ])
-        .arg(&folder)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let figure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let name = figure["name"].as_str().unwrap();
+    let (name, stderr) = named(bench("4", "3", "on"));
     let linears = 7 * 2;
     assert!(
         name.contains(&format!(
@@ -310,12 +281,11 @@ fn bench_decode_rates_the_cached_steps_and_names_the_bytes_they_read() {
         )) && name.contains("; dense in the same rounds "),
         "{name}"
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("wanda bench decode: 14 of 14 linears compressed"),
         "{stderr}"
     );
-    let refused = bench("100000", "1");
+    let refused = bench("100000", "1", "auto");
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(

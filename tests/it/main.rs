@@ -26,6 +26,7 @@ mod run_cli;
 mod secrets;
 mod serve;
 mod smollm;
+mod speed;
 mod streaming;
 mod synth;
 mod table;

@@ -19,7 +19,18 @@ use crate::model::kernels::sparse::{SparseLinear, SparseWeights};
 pub const AUTO_SPARSITY: f64 = 0.3;
 
 /// Which decoder linears [`Llama::sparsify`] holds compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum SparseMode {
     /// None: every product dense.
     Off,
@@ -147,7 +158,7 @@ mod tests {
     use burn::backend::{Flex, NdArray};
     use burn::module::Param;
 
-    use super::super::layer::tests::fused_path::{cached_logits, tiny_fixtures};
+    use super::super::layer::tests::fused_path::{cached_logits, close, tiny_fixtures};
     use super::*;
 
     type B = NdArray<f32>;
@@ -170,14 +181,6 @@ mod tests {
                 let pruned = Tensor::from_data(TensorData::new(values, dims), &device);
                 linear.weight = Param::from_tensor(pruned);
             }
-        }
-    }
-
-    fn close(a: &[f32], b: &[f32]) {
-        assert_eq!(a.len(), b.len());
-        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-        for (x, y) in a.iter().zip(b) {
-            assert!((x - y).abs() <= 1e-5 * scale, "{x} vs {y} (scale {scale})");
         }
     }
 

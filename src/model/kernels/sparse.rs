@@ -38,19 +38,9 @@ impl SparseWeights {
         self.linears.get(id).cloned()
     }
 
-    /// How many linears it holds.
-    pub fn len(&self) -> usize {
-        self.linears.len()
-    }
-
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.linears.is_empty()
-    }
-
-    /// The bytes its linears hold ([`SparseLinear::bytes`]).
-    pub fn bytes(&self) -> usize {
-        self.linears.values().map(|l| l.bytes()).sum()
     }
 }
 
@@ -217,11 +207,9 @@ impl SparseLinear {
                 if avx512() {
                     o += match (block, outputs - o) {
                         (1, 4..) => self.avx512_outputs::<1, 4>(first + o, x, |k, s| put(o + k, s)),
+                        (1, _) => self.avx512_outputs::<1, 1>(first + o, x, |k, s| put(o + k, s)),
                         (2, 2..) => self.avx512_outputs::<2, 2>(first + o, x, |k, s| put(o + k, s)),
-                        (1 | 2, _) => match block {
-                            1 => self.avx512_outputs::<1, 1>(first + o, x, |k, s| put(o + k, s)),
-                            _ => self.avx512_outputs::<2, 1>(first + o, x, |k, s| put(o + k, s)),
-                        },
+                        (2, _) => self.avx512_outputs::<2, 1>(first + o, x, |k, s| put(o + k, s)),
                         (3, _) => self.avx512_outputs::<3, 1>(first + o, x, |k, s| put(o + k, s)),
                         _ => self.avx512_outputs::<4, 1>(first + o, x, |k, s| put(o + k, s)),
                     };
@@ -253,7 +241,7 @@ impl SparseLinear {
         assert_eq!(x.len(), R * self.inputs, "R rows of x");
         let masks: [&[u8]; N] = std::array::from_fn(|k| self.row_mask(first + k));
         let values: [&[f32]; N] = std::array::from_fn(|k| self.row_values(first + k));
-        // SAFETY: AVX-512F is present (checked by the caller at run time).
+        // SAFETY: AVX-512F and popcnt are present (checked by the caller at run time).
         #[allow(unsafe_code)]
         let (sums, at) = unsafe { avx512_sums::<R, N>(masks, values, x, self.inputs) };
         for k in 0..N {
@@ -281,11 +269,14 @@ pub fn kernel_name() -> &'static str {
     "portable"
 }
 
-/// Whether this CPU has AVX-512F, checked once.
+/// Whether this CPU has AVX-512F (and `popcnt`, which every such CPU has), checked once.
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+    *HAS.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("popcnt")
+    })
 }
 
 /// One output's sums for the rows of `x` (`sums.len()` rows, `stride` apart), over the set
@@ -314,7 +305,7 @@ fn scalar_row_sums(mask: &[u8], values: &[f32], x: &[f32], stride: usize, sums: 
 /// output's sums and how many of its values the blocks took.
 ///
 /// # Safety
-/// The CPU must have AVX-512F.
+/// The CPU must have AVX-512F and `popcnt`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,popcnt")]
 #[allow(unsafe_code)]

@@ -18,6 +18,7 @@ mod schema;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
@@ -32,6 +33,7 @@ use super::yaml::{KeyPath, Node, Origin, Value};
 pub use crate::memory::device::DeviceSpec;
 pub use crate::memory::gate::{Floor, ReduceKey};
 pub use crate::model::checkpoint::SaveDtype;
+use crate::model::decoder::SparseMode;
 use crate::model::ModelRef;
 pub use crate::prune::dsnot::DsnotOptions;
 pub use crate::prune::experts::ExpertAmount;
@@ -536,6 +538,10 @@ pub struct EvalOptions {
     /// Also score zero-shot tasks (lm-evaluation-harness 0.4.13's definitions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zeroshot: Option<ZeroshotOptions>,
+    /// Also time decoding and prefill at batch 1, with the pruned linears held compressed and
+    /// dense in the same rounds (`wanda bench decode`'s measurement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed: Option<SpeedOptions>,
 }
 
 impl Default for EvalOptions {
@@ -543,8 +549,40 @@ impl Default for EvalOptions {
         Self {
             perplexity: true,
             zeroshot: None,
+            speed: None,
         }
     }
+}
+
+/// Decoding speed in `eval`: medians of `repeats` rounds after an untimed one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpeedOptions {
+    /// Prompt tokens (fixed ids), run as one prefill.
+    #[serde(default = "default_speed_prompt")]
+    pub prompt: NonZeroUsize,
+    /// Tokens decoded one at a time after the prompt.
+    #[serde(default = "default_speed_decode")]
+    pub decode: NonZeroUsize,
+    /// Timed rounds.
+    #[serde(default = "default_speed_repeats")]
+    pub repeats: NonZeroUsize,
+    /// Pruned linears held compressed (on the CPU): `auto` those with at least 30 % zeros,
+    /// `on` every decoder linear, `off` none.
+    #[serde(default)]
+    pub sparse: SparseMode,
+}
+
+fn default_speed_prompt() -> NonZeroUsize {
+    NonZeroUsize::new(128).expect("nonzero")
+}
+
+fn default_speed_decode() -> NonZeroUsize {
+    NonZeroUsize::new(64).expect("nonzero")
+}
+
+fn default_speed_repeats() -> NonZeroUsize {
+    NonZeroUsize::new(3).expect("nonzero")
 }
 
 /// Zero-shot accuracy in `eval`.

@@ -905,7 +905,8 @@ pub(in crate::model::decoder) mod fused_path {
         }
     }
 
-    fn close(a: &[f32], b: &[f32]) {
+    /// `a` and `b` agree within 1e-5 of `b`'s largest magnitude.
+    pub(in crate::model::decoder) fn close(a: &[f32], b: &[f32]) {
         assert_eq!(a.len(), b.len());
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (x, y) in a.iter().zip(b) {
