@@ -173,8 +173,8 @@ pub enum BenchKind {
         /// Tokens decoded one at a time after the prompt.
         #[arg(long, default_value_t = 64, value_parser = super::at_least_one)]
         tokens: usize,
-        /// Pruned linears held compressed: `auto` those with at least 30 % zeros, `on` every
-        /// decoder linear, `off` none.
+        /// Pruned linears held compressed: `auto` those with at least 30 % zeros on an AVX-512
+        /// CPU, `on` every decoder linear, `off` none.
         #[arg(long, default_value_t = SparseMode::Auto)]
         sparse: SparseMode,
     },

@@ -39,8 +39,8 @@ pub struct ServeArgs {
     /// `cpu`, `cpu-ndarray`, `cpu-flex`, `cuda`, `cuda:N` or `auto` (CUDA:0 where the driver finds a GPU, else the CPU); `-bf16` or `-f16` after `cpu-flex` or a CUDA device computes in bfloat16 or fp16 (`cuda:0-f16`).
     #[arg(long, default_value = "auto")]
     pub device: DeviceSpec,
-    /// Decode with pruned linears held compressed (CPU): `auto` those with at least 30 % zeros,
-    /// `on` every decoder linear, `off` none.
+    /// Decode with pruned linears held compressed (CPU): `auto` those with at least 30 % zeros
+    /// on an AVX-512 CPU, `on` every decoder linear, `off` none.
     #[arg(long, default_value_t = SparseMode::Auto)]
     pub sparse: SparseMode,
 }

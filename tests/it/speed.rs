@@ -71,11 +71,20 @@ fn a_sweep_records_decoding_speed_and_renders_the_speedup_table() {
         metric(light, "weight_bytes"),
         metric(light, "dense_weight_bytes")
     );
-    // 60 %: every decoder linear (2 layers × 7) compressed, fewer bytes a token.
+    // 60 %: every decoder linear (2 layers × 7) compressed, fewer bytes a token, where the CPU
+    // runs the compressed product's AVX-512 kernel (elsewhere auto holds none).
     let heavy = &records[1];
-    assert_eq!(metric(heavy, "compressed_linears"), 14.0);
     let ratio = metric(heavy, "weight_bytes_ratio");
-    assert!(ratio < 1.0, "{ratio}");
+    match wanda::model::kernels::sparse::expands_in_registers() {
+        true => assert!(
+            metric(heavy, "compressed_linears") == 14.0 && ratio < 1.0,
+            "{ratio}"
+        ),
+        false => assert!(
+            metric(heavy, "compressed_linears") == 0.0 && ratio == 1.0,
+            "{ratio}"
+        ),
+    }
     let expected = metric(heavy, "weight_bytes") / metric(heavy, "dense_weight_bytes");
     assert_eq!(ratio, expected);
     for key in [

@@ -262,11 +262,20 @@ impl SparseLinear {
 
 /// The kernel [`SparseLinear::product`] runs on this CPU: `AVX-512 expand` or `portable`.
 pub fn kernel_name() -> &'static str {
+    match expands_in_registers() {
+        true => "AVX-512 expand",
+        false => "portable",
+    }
+}
+
+/// Whether [`SparseLinear::product`] runs its AVX-512 kernel on this CPU, the one measured to
+/// beat the dense product; elsewhere a portable loop over the set bits.
+pub fn expands_in_registers() -> bool {
     #[cfg(target_arch = "x86_64")]
     if avx512() {
-        return "AVX-512 expand";
+        return true;
     }
-    "portable"
+    false
 }
 
 /// Whether this CPU has AVX-512F (and `popcnt`, which every such CPU has), checked once.

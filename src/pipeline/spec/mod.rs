@@ -567,8 +567,8 @@ pub struct SpeedOptions {
     /// Timed rounds.
     #[serde(default = "default_speed_repeats")]
     pub repeats: NonZeroUsize,
-    /// Pruned linears held compressed (on the CPU): `auto` those with at least 30 % zeros,
-    /// `on` every decoder linear, `off` none.
+    /// Pruned linears held compressed (on the CPU): `auto` those with at least 30 % zeros on
+    /// an AVX-512 CPU, `on` every decoder linear, `off` none.
     #[serde(default)]
     pub sparse: SparseMode,
 }
