@@ -233,17 +233,12 @@ fn figure(name: &str, unit: &str, mut runs: Vec<f64>, device: String) -> Figure 
     Figure {
         name: name.to_string(),
         unit: unit.to_string(),
-        median: median(&sorted),
+        median: speed::median(&sorted),
         min: sorted[0],
         max: sorted[sorted.len() - 1],
         runs,
         device,
     }
-}
-
-/// The median of `sorted` (the upper one of an even count), as every figure reports it.
-fn median(sorted: &[f64]) -> f64 {
-    sorted[sorted.len() / 2]
 }
 
 /// Times `f` once untimed, then `repeats` times; returns the rates `work / seconds`.
@@ -380,9 +375,7 @@ fn decode_figure<B: Backend>(
     );
     let figure = figure("B12 decode", "tokens/s", report.decode_runs, choice.label());
     let summary = &report.sparse;
-    if summary.compressed + summary.over_budget > 0 {
-        eprintln!("wanda bench decode: {summary}");
-    }
+    super::say_compressed("wanda bench decode", summary);
     let dense = match summary.compressed {
         0 => String::new(),
         _ => format!(
@@ -512,9 +505,7 @@ fn sparse_figure<B: Backend>(
     let runs = measure(repeats, flops / 1e9, || {
         sparse.product(&x, m, &mut out, false)
     });
-    let mut dense_runs = dense_runs;
-    dense_runs.sort_by(f64::total_cmp);
-    let dense = dense_runs[dense_runs.len() / 2];
+    let dense = speed::median(&dense_runs);
     let kernel = kernels::sparse::kernel_name();
     Ok(figure(
         &format!(

@@ -98,7 +98,6 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is not a size: write bytes or e.g. 2GB, 512MiB"))
 }
 
-/// A count that must be at least 1 (samples, positions, a batch), for clap's `value_parser`.
 /// `model`'s linears held compressed as `--sparse` says, within
 /// [`wanda::memory::log::spare_bytes`]; what it holds is said on stderr by `command`.
 fn sparsify<B: burn::prelude::Backend>(
@@ -107,11 +106,18 @@ fn sparsify<B: burn::prelude::Backend>(
     command: &str,
 ) {
     let summary = model.sparsify(mode, wanda::memory::log::spare_bytes());
+    say_compressed(command, &summary);
+}
+
+/// Says on stderr, as `command`, what `summary` held compressed or left dense for want of
+/// memory; nothing where it did neither.
+fn say_compressed(command: &str, summary: &wanda::model::decoder::SparseSummary) {
     if summary.compressed + summary.over_budget > 0 {
         eprintln!("{command}: {summary}");
     }
 }
 
+/// A count that must be at least 1 (samples, positions, a batch), for clap's `value_parser`.
 fn at_least_one(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),

@@ -37,10 +37,12 @@ pub fn pattern_ids(len: usize, vocab: usize) -> Vec<i64> {
     (0..len as i64).map(|i| (i * 7919 + 13) % vocab).collect()
 }
 
-/// The median of `values` (the upper one of an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// The median of `values` (the upper one of an even count), as every benchmark figure reports
+/// it.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// `decode` steps after a `prompt`-token prefill on a copy of `model` (its tensors shared),
@@ -77,13 +79,13 @@ pub fn measure<B: Backend>(
     }
     let dense_weight_bytes = model.num_params() * std::mem::size_of::<B::FloatElem>();
     let [(prefill, decode_runs), (dense_prefill, dense_decode)] = rates;
-    let (prefill, decode) = (median(prefill), median(decode_runs.clone()));
+    let (prefill, decode) = (median(&prefill), median(&decode_runs));
     SpeedReport {
         prefill,
         decode,
         decode_runs,
         dense: match compressed {
-            Some(_) => (median(dense_prefill), median(dense_decode)),
+            Some(_) => (median(&dense_prefill), median(&dense_decode)),
             None => (prefill, decode),
         },
         weight_bytes: dense_weight_bytes - summary.dense_bytes + summary.sparse_bytes,
