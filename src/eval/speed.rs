@@ -48,7 +48,8 @@ pub fn median(values: &[f64]) -> f64 {
 /// `decode` steps after a `prompt`-token prefill on a copy of `model` (its tensors shared),
 /// one untimed round then `repeats` timed ones, each on a fresh cache; with the linears held
 /// compressed as `sparse` says within `budget` bytes, and dense in the same rounds where any
-/// are. The caller checks that `prompt + decode` fits the model's context.
+/// are. The dense copy keeps every dense weight, so the compressed forms cost their bytes on
+/// top of the model's. The caller checks that `prompt + decode` fits the model's context.
 pub fn measure<B: Backend>(
     model: &Llama<B>,
     [prompt, decode]: [usize; 2],
@@ -57,36 +58,37 @@ pub fn measure<B: Backend>(
     device: &B::Device,
 ) -> SpeedReport {
     assert!(prompt > 0 && decode > 0 && repeats > 0, "some work to time");
-    let mut model = model.clone();
-    let summary = model.sparsify(sparse, budget);
-    let compressed = model.sparse.take();
-    let vocab = model.embed_tokens.weight.dims()[0];
+    let mut dense = model.dense_weights().into_owned();
+    dense.sparse = None;
+    let mut compressed = dense.clone();
+    let summary = compressed.sparsify(sparse, budget);
+    let forms = match compressed.sparse.is_some() {
+        true => vec![&compressed, &dense],
+        false => vec![&dense],
+    };
+    let vocab = dense.embed_tokens.weight.dims()[0];
     let ids = pattern_ids(prompt + decode, vocab);
     // Per form (compressed, then dense), each timed round's prefill and decode tokens/s.
     let mut rates: [(Vec<f64>, Vec<f64>); 2] = Default::default();
     for timed in std::iter::once(false).chain(std::iter::repeat_n(true, repeats)) {
-        for (held, rates) in [compressed.clone(), None].into_iter().zip(&mut rates) {
-            model.sparse = held;
-            let (prefill, decode) = round(&model, &ids, prompt, device);
+        for (model, rates) in forms.iter().zip(&mut rates) {
+            let (prefill, decode) = round(model, &ids, prompt, device);
             if timed {
                 rates.0.push(prefill);
                 rates.1.push(decode);
             }
-            if compressed.is_none() {
-                break;
-            }
         }
     }
-    let dense_weight_bytes = model.num_params() * std::mem::size_of::<B::FloatElem>();
+    let dense_weight_bytes = dense.num_params() * std::mem::size_of::<B::FloatElem>();
     let [(prefill, decode_runs), (dense_prefill, dense_decode)] = rates;
     let (prefill, decode) = (median(&prefill), median(&decode_runs));
     SpeedReport {
         prefill,
         decode,
         decode_runs,
-        dense: match compressed {
-            Some(_) => (median(&dense_prefill), median(&dense_decode)),
-            None => (prefill, decode),
+        dense: match forms.len() {
+            2 => (median(&dense_prefill), median(&dense_decode)),
+            _ => (prefill, decode),
         },
         weight_bytes: dense_weight_bytes - summary.dense_bytes + summary.sparse_bytes,
         dense_weight_bytes,

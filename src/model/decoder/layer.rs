@@ -5,6 +5,7 @@
 //! `input_layernorm`, …) so layer paths in results read like Python Wanda's. Linear weights are
 //! in Burn's `[in, out]` layout, the transpose of PyTorch's.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use burn::module::Param;
@@ -541,8 +542,9 @@ pub struct Llama<B: Backend> {
     /// The factor or divisor of the logits (Cohere's `logit_scale`, Granite's
     /// `logits_scaling`), when set.
     pub logit_scale: Option<LogitScale>,
-    /// Linears held compressed beside their dense weights, for the fused CPU kernels to decode
-    /// with ([`Llama::sparsify`]); a weight replaced since runs dense.
+    /// Linears held compressed, for the fused CPU kernels to decode with ([`Llama::sparsify`]):
+    /// beside their dense weights, or in their place (the weights then empty); a weight
+    /// replaced since runs dense.
     #[module(skip)]
     pub sparse: Option<Arc<SparseWeights>>,
 }
@@ -701,7 +703,7 @@ impl<B: Backend> Llama<B> {
 
     /// The borrowed view of the whole model that the kernels read; `None` for a model with
     /// experts.
-    fn weights(&self) -> Option<ModelWeights<'_, B>> {
+    pub(super) fn weights(&self) -> Option<ModelWeights<'_, B>> {
         Some(ModelWeights {
             layers: self
                 .layers
@@ -714,6 +716,38 @@ impl<B: Backend> Llama<B> {
             rope_scale: self.rope_scale,
             sparse: self.sparse.clone(),
         })
+    }
+
+    /// The model with every weight dense: itself, or, where [`Llama::sparsify`] released the
+    /// dense weights of compressed linears, a copy (its other tensors shared) with them
+    /// expanded again and nothing held compressed, for the generic path.
+    pub fn dense_weights(&self) -> Cow<'_, Self> {
+        let Some(sparse) = &self.sparse else {
+            return Cow::Borrowed(self);
+        };
+        let released = |layer: &DecoderLayer<B>| -> Vec<String> {
+            let linears = layer.linears().into_iter();
+            let empty = linears.filter(|(_, _, l)| l.weight.dims() == [0, 0]);
+            empty.map(|l| l.0).collect()
+        };
+        if self.layers.iter().all(|l| released(l).is_empty()) {
+            return Cow::Borrowed(self);
+        }
+        let mut dense = self.clone();
+        dense.sparse = None;
+        for layer in &mut dense.layers {
+            for name in released(layer) {
+                let linear = layer.linear_mut(&name).expect("a linear it listed");
+                let id = linear.weight.id;
+                let form = sparse
+                    .get(&id)
+                    .expect("a released weight's compressed form");
+                let values = TensorData::new(form.to_in_out(), [form.inputs, form.outputs]);
+                let weight = Tensor::from_data(values, &linear.weight.device());
+                linear.weight = Param::initialized(id, weight);
+            }
+        }
+        Cow::Owned(dense)
     }
 
     /// LongRoPE's long frequencies and the context length past which a run takes them.
@@ -774,12 +808,15 @@ impl<B: Backend> Llama<B> {
         kernels::<B>().packed_hidden(&self.weights()?, tokens, prefix, branches)
     }
 
-    /// [`Llama::hidden`] layer by layer, on any backend.
+    /// [`Llama::hidden`] layer by layer, on any backend (with every weight dense:
+    /// [`Llama::dense_weights`]).
     fn hidden_generic(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let dense = self.dense_weights();
+        let this = dense.as_ref();
         let [_batch, seq] = tokens.dims();
-        let (cos, sin) = self.rope_tables(0, seq);
-        let mut x = self.embed(tokens);
-        for layer in &self.layers {
+        let (cos, sin) = this.rope_tables(0, seq);
+        let mut x = this.embed(tokens);
+        for layer in &this.layers {
             x = layer.forward(
                 x,
                 LayerContext {
@@ -822,9 +859,11 @@ impl<B: Backend> Llama<B> {
                 return logits;
             }
         }
-        let (cos, sin) = self.rope_tables(cache.len, seq);
-        let mut x = self.embed_from(tokens, cache.len);
-        for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
+        let dense = self.dense_weights();
+        let this = dense.as_ref();
+        let (cos, sin) = this.rope_tables(cache.len, seq);
+        let mut x = this.embed_from(tokens, cache.len);
+        for (layer, slot) in this.layers.iter().zip(cache.layers.iter_mut()) {
             x = layer.forward(
                 x,
                 LayerContext {
@@ -835,7 +874,7 @@ impl<B: Backend> Llama<B> {
             );
         }
         cache.len += seq;
-        self.head(x)
+        this.head(x)
     }
 }
 

@@ -2,15 +2,17 @@
 //! each decoder linear whose zeros pay for it gets a [`SparseLinear`] beside its dense weight,
 //! and the fused kernels multiply up to a few rows (decoding) in that form.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use burn::module::Param;
 use burn::prelude::*;
 
 use super::layer::Llama;
-use crate::model::kernels::kernels;
 use crate::model::kernels::sparse::{expands_in_registers, SparseLinear, SparseWeights};
+use crate::model::kernels::{kernels, to_host_f32};
 
 /// The fraction of zeros from which `auto` holds a linear compressed, on a CPU where the
 /// compressed product runs its AVX-512 kernel ([`expands_in_registers`]; elsewhere its portable
@@ -83,18 +85,25 @@ pub struct SparseSummary {
     /// Linears that would have been compressed but left dense: their compressed form did not
     /// fit in the bytes given.
     pub over_budget: usize,
+    /// Whether the compressed linears' dense weights were released (the kernels run the whole
+    /// model), rather than held beside their forms.
+    pub released: bool,
 }
 
 impl fmt::Display for SparseSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} of {} linears compressed (their sparsity {:.3}; {:.1} MB dense → {:.1} MB)",
+            "{} of {} linears compressed (their sparsity {:.3}; {:.1} MB dense → {:.1} MB {})",
             self.compressed,
             self.linears,
             self.sparsity,
             self.dense_bytes as f64 / 1e6,
-            self.sparse_bytes as f64 / 1e6
+            self.sparse_bytes as f64 / 1e6,
+            match self.released {
+                true => "in their place",
+                false => "beside them",
+            }
         )?;
         if self.over_budget > 0 {
             write!(
@@ -109,28 +118,37 @@ impl fmt::Display for SparseSummary {
 
 impl<B: Backend> Llama<B> {
     /// Holds the decoder layers' linears compressed as `mode` says, in place of any held
-    /// before, beside their dense weights: in order, while the compressed forms take at most
-    /// `budget` bytes in all (a linear past it stays dense). Where the backend's kernels do not
-    /// run on the host in f32 (burn-ndarray), none: only those kernels read the compressed
-    /// form.
+    /// before: in order, while the compressed forms take at most `budget` bytes more than the
+    /// dense weights they stand for (a linear past it stays dense). Where the backend's kernels
+    /// run the whole model ([`Kernels::runs_whole`]), each compressed linear's dense weight is
+    /// released, one at a time as its form is made, so a pruned model holds fewer bytes;
+    /// elsewhere they stay beside their forms. Where the backend's kernels do not run on the
+    /// host in f32 (burn-ndarray), none: only those kernels read the compressed form.
+    ///
+    /// A model with released weights is for running ([`Llama::forward`], [`Llama::hidden`],
+    /// [`Llama::forward_cached`]; a call the kernels decline runs on a copy made dense,
+    /// [`Llama::dense_weights`]); pruning, observing or saving reads its layers, so call
+    /// `sparsify` with [`SparseMode::Off`] first to hold every weight dense again.
+    ///
+    /// [`Kernels::runs_whole`]: crate::model::kernels::Kernels::runs_whole
     pub fn sparsify(&mut self, mode: SparseMode, budget: usize) -> SparseSummary {
+        if let Cow::Owned(dense) = self.dense_weights() {
+            *self = dense;
+        }
         self.sparse = None;
         let mut summary = SparseSummary::default();
         if mode == SparseMode::Off || !kernels::<B>().host_resident() {
             return summary;
         }
+        summary.released = (self.weights()).is_some_and(|w| kernels::<B>().runs_whole(&w));
         let mut held = SparseWeights::default();
-        let (mut zeros, mut weights) = (0usize, 0usize);
-        for layer in &self.layers {
-            for (_, _, linear) in layer.linears() {
+        let (mut zeros, mut weights, mut extra) = (0usize, 0usize, 0usize);
+        for layer in &mut self.layers {
+            let names: Vec<String> = layer.linears().into_iter().map(|l| l.0).collect();
+            for name in names {
+                let linear = layer.linear_mut(&name).expect("a linear it listed");
                 let [inputs, outputs] = linear.weight.dims();
-                let values = linear
-                    .weight
-                    .val()
-                    .into_data()
-                    .convert::<f32>()
-                    .into_vec::<f32>()
-                    .expect("f32 values after a conversion to f32");
+                let values = to_host_f32(linear.weight.val());
                 let zero = values.iter().filter(|v| **v == 0.0).count();
                 summary.linears += 1;
                 (zeros, weights) = (zeros + zero, weights + values.len());
@@ -138,18 +156,27 @@ impl<B: Backend> Llama<B> {
                     expands_in_registers() && zero as f64 >= AUTO_SPARSITY * values.len() as f64;
                 if mode == SparseMode::On || pays {
                     let sparse = SparseLinear::from_in_out(&values, inputs, outputs);
-                    if summary.sparse_bytes + sparse.bytes() > budget {
+                    if extra + sparse.bytes() > budget {
                         summary.over_budget += 1;
                         continue;
+                    }
+                    if !summary.released {
+                        extra += sparse.bytes();
                     }
                     summary.compressed += 1;
                     summary.dense_bytes += values.len() * 4;
                     summary.sparse_bytes += sparse.bytes();
-                    held.insert(linear.weight.id, sparse);
+                    let id = linear.weight.id;
+                    held.insert(id, sparse);
+                    if summary.released {
+                        let empty = Tensor::zeros([0, 0], &linear.weight.device());
+                        linear.weight = Param::initialized(id, empty);
+                    }
                 }
             }
         }
         summary.sparsity = zeros as f64 / weights.max(1) as f64;
+        summary.released &= !held.is_empty();
         if !held.is_empty() {
             self.sparse = Some(Arc::new(held));
         }
@@ -162,6 +189,7 @@ mod tests {
     use burn::backend::{Flex, NdArray};
     use burn::module::Param;
 
+    use super::super::blocks::KvCache;
     use super::super::layer::tests::fused_path::{cached_logits, close, tiny_fixtures};
     use super::*;
 
@@ -207,6 +235,7 @@ mod tests {
             }
             let summary = sparse_model.sparsify(SparseMode::On, usize::MAX);
             assert_eq!(summary.compressed, summary.linears, "{name}");
+            assert!(summary.released, "{name}: the fused path runs it whole");
             assert!((summary.sparsity - 0.5).abs() < 0.1, "{name}: {summary}");
             let (sparse, _) = cached_logits(&sparse_model, &ids);
             close(&sparse, &dense);
@@ -281,6 +310,74 @@ mod tests {
         let (replaced, _) = cached_logits(&m, &ids);
         assert_eq!(replaced, pruned_dense);
         assert_ne!(pruned_dense, dense);
+    }
+
+    /// The weights of every decoder linear of `m`, in order.
+    fn linear_weights(m: &Llama<B>) -> Vec<Tensor<B, 2>> {
+        let linears = m.layers.iter().flat_map(|l| l.linears());
+        linears.map(|(_, _, l)| l.weight.val()).collect()
+    }
+
+    /// Released dense weights: a prefill (more rows than the compressed product takes)
+    /// multiplies panels expanded from the compressed forms, the dense product's bits (within
+    /// rounding where an expert is given few tokens); a call the kernels decline (two sequences
+    /// with a cache) runs on a copy made dense; `off` holds every weight dense again, as it
+    /// was.
+    #[test]
+    fn released_weights_give_the_dense_bits_and_come_back() {
+        let device = Default::default();
+        let mut exact = 0;
+        for (name, config) in tiny_fixtures() {
+            let mut m = Llama::<B>::init_random(&config, 5, &device);
+            prune(&mut m, 5);
+            let len = 40.min(config.max_position_embeddings);
+            let ids: Vec<i64> = (0..2 * len as i64)
+                .map(|i| (i * 11 + 3) % config.vocab_size as i64)
+                .collect();
+            let one = Tensor::<B, 2, Int>::from_data(
+                TensorData::new(ids[..len].to_vec(), [1, len]),
+                &device,
+            );
+            let two =
+                Tensor::<B, 2, Int>::from_data(TensorData::new(ids.clone(), [2, len]), &device);
+            let runs = |m: &Llama<B>| {
+                let mut cache = KvCache::new(m.layers.len());
+                let batch = m.forward_cached(two.clone(), &mut cache);
+                (m.forward(one.clone()).into_data(), batch.into_data())
+            };
+            let dense = runs(&m);
+            let weights = linear_weights(&m);
+            let summary = m.sparsify(SparseMode::On, usize::MAX);
+            if !summary.released {
+                continue;
+            }
+            assert!(
+                linear_weights(&m).iter().all(|w| w.dims() == [0, 0]),
+                "{name}"
+            );
+            let released = runs(&m);
+            match m.layers.iter().any(|l| l.experts().is_some()) {
+                // An expert given a few tokens multiplies them compressed.
+                true => {
+                    let values = |d: &TensorData| d.to_vec::<f32>().unwrap();
+                    close(&values(&released.0), &values(&dense.0));
+                    close(&values(&released.1), &values(&dense.1));
+                }
+                false => {
+                    assert_eq!(released, dense, "{name}");
+                    exact += 1;
+                }
+            }
+            assert_eq!(
+                m.sparsify(SparseMode::Off, usize::MAX),
+                SparseSummary::default()
+            );
+            let again = linear_weights(&m);
+            for (w, a) in weights.iter().zip(&again) {
+                assert_eq!(w.to_data(), a.to_data(), "{name}");
+            }
+        }
+        assert!(exact >= 15, "only {exact} fixtures released and ran");
     }
 
     #[test]

@@ -45,7 +45,7 @@ use head::{fused_hidden_nll, fused_token_nlls};
 use held::{dims_of, head_ref, hold_head, hold_layer, layer_ref, Held, HeldLayer};
 use norm::{head_norm_in_place, norm_rows, pre_norm_rows, rms_norm_in_place};
 pub use product::kernel_name as product_kernel_name;
-use product::{matmul, View};
+use product::{compressed_matmul, matmul, View};
 
 /// The backend these kernels serve.
 type Nd = NdArray<f32>;
@@ -58,7 +58,9 @@ pub const ATTENTION_ROWS: usize = 64;
 const SPARSE_ROWS: usize = 4;
 
 /// One linear's borrowed weight `[in, out]` and optional bias `[out]`, and its compressed form
-/// where the model holds one.
+/// where the model holds one (then the weight may be empty: released, [`Llama::sparsify`]).
+///
+/// [`Llama::sparsify`]: crate::model::decoder::Llama::sparsify
 struct LinearRef<'a> {
     weight: &'a [f32],
     bias: Option<&'a [f32]>,
@@ -69,7 +71,8 @@ struct LinearRef<'a> {
 
 impl LinearRef<'_> {
     /// `out[seq, outputs] (+)= x[seq, inputs] · W (+ bias)`: compressed for up to
-    /// [`SPARSE_ROWS`] rows where the weight is held so.
+    /// [`SPARSE_ROWS`] rows where the weight is held so; for more, the dense product, of panels
+    /// expanded from the compressed form where the dense weight was released.
     fn apply(&self, x: &[f32], seq: usize, out: &mut [f32], accumulate: bool) {
         match self.sparse {
             Some(sparse) if seq <= SPARSE_ROWS => sparse.product(
@@ -77,6 +80,12 @@ impl LinearRef<'_> {
                 seq,
                 &mut out[..seq * self.outputs],
                 accumulate,
+            ),
+            Some(sparse) if self.weight.is_empty() => compressed_matmul(
+                &mut out[..seq * self.outputs],
+                accumulate,
+                View::dense(x, seq, self.inputs),
+                sparse,
             ),
             _ => matmul(
                 out,
@@ -581,6 +590,10 @@ impl Kernels<Nd> for Fused {
         cache: &mut HostKv,
     ) -> Option<Tensor<Nd, 3>> {
         fused_forward_cached(model, tokens, cache)
+    }
+
+    fn runs_whole(&self, model: &ModelWeights<'_, Nd>) -> bool {
+        with_decoder(model, |_| Some(())).is_some()
     }
 
     fn packed_hidden(

@@ -488,6 +488,13 @@ pub trait Kernels<B: Backend>: Sync {
         None
     }
 
+    /// Whether [`Kernels::forward`], [`Kernels::hidden`] and [`Kernels::forward_cached`] run
+    /// the whole of `model`, every layer and the head, for one sequence of ids inside its
+    /// vocabulary and positions: then the generic path needs none of its dense weights.
+    fn runs_whole(&self, _model: &ModelWeights<'_, B>) -> bool {
+        false
+    }
+
     /// `xᵀ · x`.
     ///
     /// # Shapes

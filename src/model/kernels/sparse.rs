@@ -77,19 +77,25 @@ impl SparseLinear {
             "a weight of inputs × outputs values"
         );
         let row_bytes = inputs.div_ceil(8);
-        let rows: Vec<(Vec<u8>, Vec<f32>)> = (0..outputs)
+        // A chunk of outputs at a time, each input's values of the chunk read together (one
+        // contiguous run of the `[inputs, outputs]` weight).
+        let chunks = (0..outputs).step_by(OUTPUT_CHUNK);
+        let rows: Vec<(Vec<u8>, Vec<f32>)> = chunks
+            .collect::<Vec<_>>()
             .into_par_iter()
-            .map(|o| {
-                let mut mask = vec![0u8; row_bytes];
-                let mut kept = Vec::new();
+            .flat_map_iter(|first| {
+                let chunk = first..(first + OUTPUT_CHUNK).min(outputs);
+                let mut rows = vec![(vec![0u8; row_bytes], Vec::new()); chunk.len()];
                 for i in 0..inputs {
-                    let w = weight[i * outputs + o];
-                    if w != 0.0 {
-                        mask[i / 8] |= 1 << (i % 8);
-                        kept.push(w);
+                    let run = &weight[i * outputs + chunk.start..i * outputs + chunk.end];
+                    for ((mask, kept), &w) in rows.iter_mut().zip(run) {
+                        if w != 0.0 {
+                            mask[i / 8] |= 1 << (i % 8);
+                            kept.push(w);
+                        }
                     }
                 }
-                (mask, kept)
+                rows
             })
             .collect();
         let mut bitmask = Vec::with_capacity(outputs * row_bytes);
@@ -128,6 +134,39 @@ impl SparseLinear {
     /// 8 bytes each).
     pub fn bytes(&self) -> usize {
         self.bitmask.len() + self.values.len() * 4 + self.row_offsets.len() * 8
+    }
+
+    /// The inputs `depth` of the outputs `rows`, dense, into `panel` (`[rows, depth.len()]`,
+    /// PyTorch's layout of that slice of the weight). `at` holds, per output of `rows`, where
+    /// its values from `depth.start` on begin, and is moved past `depth`: start it at the
+    /// outputs' [`SparseLinear::row_offsets`] and expand the depths in order.
+    pub fn expand_panel(
+        &self,
+        rows: std::ops::Range<usize>,
+        depth: std::ops::Range<usize>,
+        panel: &mut [f32],
+        at: &mut [usize],
+    ) {
+        let width = depth.len();
+        assert!(rows.end <= self.outputs, "rows among the outputs");
+        assert!(depth.end <= self.inputs, "a depth within the inputs");
+        assert_eq!(panel.len(), rows.len() * width, "a panel of rows × depth");
+        assert_eq!(at.len(), rows.len(), "a value offset for each row");
+        if width == 0 {
+            return;
+        }
+        for ((o, row), at) in rows.zip(panel.chunks_mut(width)).zip(at) {
+            let (mask, values) = (self.row_mask(o), &self.values[*at..]);
+            #[cfg(target_arch = "x86_64")]
+            if avx512() {
+                // SAFETY: AVX-512F and popcnt are present (checked at run time).
+                #[allow(unsafe_code)]
+                let taken = unsafe { avx512_expand_row(mask, values, depth.clone(), row) };
+                *at += taken;
+                continue;
+            }
+            *at += expand_row(mask, values, depth.clone(), row);
+        }
     }
 
     /// Row `o`'s mask bytes.
@@ -307,6 +346,81 @@ fn scalar_row_sums(mask: &[u8], values: &[f32], x: &[f32], stride: usize, sums: 
     }
 }
 
+/// The inputs `depth` of one output, dense, into `row`: the set bits of its `mask` within
+/// `depth` take its kept `values` in order (the first the value of the first set bit at or
+/// after `depth.start`), the others zero. Returns how many values it took.
+fn expand_row(
+    mask: &[u8],
+    values: &[f32],
+    depth: std::ops::Range<usize>,
+    row: &mut [f32],
+) -> usize {
+    row.fill(0.0);
+    let mut at = 0;
+    let bytes = depth.start / 8..depth.end.div_ceil(8);
+    for (byte_index, &byte) in bytes.clone().zip(&mask[bytes]) {
+        let mut bits = byte;
+        while bits != 0 {
+            let i = byte_index * 8 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if depth.contains(&i) {
+                row[i - depth.start] = values[at];
+                at += 1;
+            }
+        }
+    }
+    at
+}
+
+/// [`expand_row`] sixteen inputs at a time where they start on a whole mask byte pair: the
+/// sixteen bits expand the next values into their lanes (`vexpandps`), stored whole. Returns
+/// how many values it took.
+///
+/// # Safety
+/// The CPU must have AVX-512F and `popcnt`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,popcnt")]
+#[allow(unsafe_code)]
+unsafe fn avx512_expand_row(
+    mask: &[u8],
+    values: &[f32],
+    depth: std::ops::Range<usize>,
+    row: &mut [f32],
+) -> usize {
+    use std::arch::x86_64::*;
+    let lead_end = depth.start.next_multiple_of(16).min(depth.end);
+    let blocks = (depth.end - lead_end) / 16;
+    let mut at = expand_row(
+        mask,
+        values,
+        depth.start..lead_end,
+        &mut row[..lead_end - depth.start],
+    );
+    assert!(
+        mask.len() >= (lead_end + 16 * blocks) / 8,
+        "mask bits for every block"
+    );
+    for b in 0..blocks {
+        let i = lead_end + 16 * b;
+        // SAFETY: the mask holds these sixteen bits (asserted above); the values hold one for
+        // each set bit, which is all the expanding load reads; the row holds sixteen values
+        // from `i - depth.start`, as `i + 16 <= depth.end`.
+        unsafe {
+            let bits = u16::from_le(mask.as_ptr().add(i / 8).cast::<u16>().read_unaligned());
+            let w = _mm512_maskz_expandloadu_ps(bits, values.as_ptr().wrapping_add(at));
+            _mm512_storeu_ps(row.as_mut_ptr().add(i - depth.start), w);
+            at += bits.count_ones() as usize;
+        }
+    }
+    let tail = lead_end + 16 * blocks;
+    at + expand_row(
+        mask,
+        &values[at..],
+        tail..depth.end,
+        &mut row[tail - depth.start..],
+    )
+}
+
 /// [`scalar_row_sums`] of `N` outputs at once over the whole blocks of sixteen inputs: each
 /// output's sixteen mask bits of a block expand its next values into their lanes (`vexpandps`),
 /// multiplied with the block's inputs of each of the `R` rows of `x` and summed per lane. The
@@ -458,6 +572,49 @@ mod tests {
                             <= 1e-5 * (1.0 + expected[r * outputs + 7].abs())
                     );
                 }
+            }
+        }
+    }
+
+    /// Panels of any depth, starting and ending inside a mask byte or on a block of sixteen,
+    /// are the dense weight's, on this CPU's kernel and on the portable loop.
+    #[test]
+    fn panels_are_slices_of_the_dense_weight() {
+        let (inputs, outputs) = (70, 131);
+        let w = weight(inputs, outputs, 5);
+        let s = SparseLinear::from_in_out(&w, inputs, outputs);
+        for depth in [0..70, 3..70, 17..50, 16..32, 5..9, 64..70, 69..70] {
+            // Where each output's values from input `from` on begin.
+            let offsets = |rows: std::ops::Range<usize>, from: usize| -> Vec<usize> {
+                rows.map(|o| {
+                    let before = (0..from).filter(|&i| w[i * outputs + o] != 0.0);
+                    s.row_offsets[o] + before.count()
+                })
+                .collect()
+            };
+            let mut panel = vec![f32::NAN; outputs * depth.len()];
+            let mut at = offsets(0..outputs, depth.start);
+            s.expand_panel(0..outputs, depth.clone(), &mut panel, &mut at);
+            assert_eq!(at, offsets(0..outputs, depth.end), "moved past {depth:?}");
+            let mut some = vec![f32::NAN; 5 * depth.len()];
+            let mut at = offsets(7..12, depth.start);
+            s.expand_panel(7..12, depth.clone(), &mut some, &mut at);
+            assert_eq!(some, panel[7 * depth.len()..12 * depth.len()]);
+            for (o, row) in panel.chunks(depth.len()).enumerate() {
+                let dense: Vec<f32> = depth.clone().map(|i| w[i * outputs + o]).collect();
+                assert_eq!(row, dense, "output {o}, inputs {depth:?}");
+                let before = (0..depth.start)
+                    .filter(|&i| w[i * outputs + o] != 0.0)
+                    .count();
+                let mut portable = vec![f32::NAN; depth.len()];
+                let taken = expand_row(
+                    s.row_mask(o),
+                    &s.row_values(o)[before..],
+                    depth.clone(),
+                    &mut portable,
+                );
+                assert_eq!(portable, dense);
+                assert_eq!(taken, dense.iter().filter(|v| **v != 0.0).count());
             }
         }
     }

@@ -53,10 +53,15 @@ pub(super) struct HeldLinear {
     sparse: Option<Arc<SparseLinear>>,
 }
 
+/// Holds a linear's weight, bias and compressed form; a weight released for its compressed
+/// form (empty) takes its dimensions from that form.
 pub(super) fn hold_linear(held: &mut Held, linear: &Linear<Nd>) -> HeldLinear {
     let weight = linear.weight.val();
-    let dims = weight.dims();
     let sparse = held.sparse.as_ref().and_then(|s| s.get(&linear.weight.id));
+    let dims = match (weight.dims(), &sparse) {
+        ([0, 0], Some(s)) => [s.inputs, s.outputs],
+        (dims, _) => dims,
+    };
     HeldLinear {
         weight: held.push(weight),
         bias: linear.bias.as_ref().map(|b| held.push(b.val())),
@@ -65,10 +70,14 @@ pub(super) fn hold_linear(held: &mut Held, linear: &Linear<Nd>) -> HeldLinear {
     }
 }
 
+/// The borrowed linear of `l`; `None` unless its weight is contiguous f32, whole or released
+/// for its compressed form.
 pub(super) fn linear_ref<'a>(held: &'a Held, l: &'a HeldLinear) -> Option<LinearRef<'a>> {
+    let weight = held.slice(l.weight)?;
+    let whole = weight.len() == l.dims[0] * l.dims[1];
     Some(LinearRef {
         sparse: l.sparse.as_deref(),
-        weight: held.slice(l.weight)?,
+        weight: (whole || (weight.is_empty() && l.sparse.is_some())).then_some(weight)?,
         bias: match l.bias {
             Some(b) => Some(held.slice(b)?),
             None => None,

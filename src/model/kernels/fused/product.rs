@@ -4,6 +4,8 @@
 
 use rayon::prelude::*;
 
+use crate::model::kernels::sparse::SparseLinear;
+
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
@@ -97,6 +99,61 @@ pub(super) fn matmul(
         return avx512::matmul(dst, dst_stride, accumulate, a, b, parallel);
     }
     crate_matmul(dst, dst_stride, accumulate, a, b, parallel);
+}
+
+/// Outputs of a compressed weight one core expands and multiplies at a time in
+/// [`compressed_matmul`]: a panel of them over a depth block (≤ 512 KiB) stays in its L2.
+const PANEL_OUTPUTS: usize = 256;
+
+/// `dst = (accumulate ? dst : 0) + x · W` for a weight held compressed alone, `dst` row-major
+/// `[x.rows, outputs]`: each core takes [`PANEL_OUTPUTS`] outputs at a time, expands each depth
+/// block of them into a panel (`[outputs, block]`) and multiplies it as [`matmul`]'s transposed
+/// operand, so the sums are the dense product's, to the bit, with a few panels' memory instead
+/// of the weight's.
+pub(super) fn compressed_matmul(dst: &mut [f32], accumulate: bool, x: View, w: &SparseLinear) {
+    assert_eq!(x.cols, w.inputs, "inner dimensions differ");
+    let (m, n) = (x.rows, w.outputs);
+    assert!(dst.len() >= m * n, "destination too small");
+    if m == 0 {
+        return;
+    }
+    let blocks: Vec<_> = depth_blocks(w.inputs).collect();
+    let parts: Vec<(usize, Vec<f32>)> = (0..n)
+        .step_by(PANEL_OUTPUTS)
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|first| {
+            let outputs = first..(first + PANEL_OUTPUTS).min(n);
+            let width = outputs.len();
+            // This part's columns of `dst`, as they are where the product adds to them.
+            let mut part = vec![0.0f32; m * width];
+            if accumulate {
+                for (to, from) in part.chunks_mut(width).zip(dst.chunks(n)) {
+                    to.copy_from_slice(&from[outputs.clone()]);
+                }
+            }
+            let mut panel = vec![0.0f32; width * blocks[0].len()];
+            let mut at = w.row_offsets[outputs.clone()].to_vec();
+            for (i, depth) in blocks.iter().enumerate() {
+                let panel = &mut panel[..width * depth.len()];
+                w.expand_panel(outputs.clone(), depth.clone(), panel, &mut at);
+                let x = View {
+                    data: &x.data[(depth.start * x.col_stride).min(x.data.len())..],
+                    cols: depth.len(),
+                    ..x
+                };
+                let panel = View::transposed(panel, depth.len(), width);
+                matmul(&mut part, width, accumulate || i > 0, x, panel, false);
+            }
+            (first, part)
+        })
+        .collect();
+    for (first, part) in parts {
+        let width = part.len() / m.max(1);
+        for (to, from) in dst.chunks_mut(n).zip(part.chunks(width)) {
+            to[first..first + width].copy_from_slice(from);
+        }
+    }
 }
 
 /// [`matmul`] by the `gemm` crate (its AVX2 kernels on x86), once the bounds are checked.
@@ -267,6 +324,33 @@ mod tests {
             let reference = blocked_reference(&a, &b, m, k, n);
             let differing = dst.iter().zip(&reference).filter(|(x, y)| x != y).count();
             assert_eq!(differing, 0, "[{m} × {k}] · [{k} × {n}]");
+        }
+    }
+
+    /// A weight held compressed alone multiplies to the dense weight's bits, over depths of
+    /// one block, of several, and of blocks that start inside a mask byte, added to `dst` or
+    /// not.
+    #[test]
+    fn compressed_products_give_the_dense_bits() {
+        for (m, k, n) in [(9, 70, 33), (6, 1000, 40), (17, 1537, 24)] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+                .collect();
+            let w: Vec<f32> = (0..k * n)
+                .map(|i| match i % 3 {
+                    0 => 0.0,
+                    _ => ((i * 104_729) % 991) as f32 / 89.0 - 5.5,
+                })
+                .collect();
+            let sparse = SparseLinear::from_in_out(&w, k, n);
+            for accumulate in [false, true] {
+                let start: Vec<f32> = (0..m * n).map(|i| (i % 7) as f32).collect();
+                let (mut dense, mut compressed) = (start.clone(), start);
+                let x = View::dense(&x, m, k);
+                matmul(&mut dense, n, accumulate, x, View::dense(&w, k, n), true);
+                compressed_matmul(&mut compressed, accumulate, x, &sparse);
+                assert_eq!(compressed, dense, "[{m} × {k}] · [{k} × {n}]");
+            }
         }
     }
 

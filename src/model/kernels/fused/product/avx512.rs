@@ -228,11 +228,88 @@ fn pack_b(
             }
         }
     } else {
+        // Whole panels of a `b` whose columns are contiguous along the depth, sixteen steps at
+        // a time, transposed in registers; the rest one value at a time.
+        let (tiled_columns, tiled_steps) = match b.row_stride {
+            1 => (full * NR, kc / 16 * 16),
+            _ => (0, 0),
+        };
+        for p in 0..tiled_columns / NR {
+            for half in 0..NR / 16 {
+                let j0 = p * NR + half * 16;
+                let columns: [&[f32]; 16] = std::array::from_fn(|l| {
+                    let start = depth.start + (first + j0 + l) * b.col_stride;
+                    &b.data[start..start + tiled_steps]
+                });
+                for step in (0..tiled_steps).step_by(16) {
+                    let to = &mut packed[at(j0, step)..];
+                    // SAFETY: the CPU has AVX-512F (the caller's `available`).
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        transpose_into(&columns, step, to, NR)
+                    };
+                }
+            }
+        }
         for j in 0..columns {
             let start = depth.start * b.row_stride + (first + j) * b.col_stride;
-            for step in 0..kc {
+            let steps = match j < tiled_columns {
+                true => tiled_steps..kc,
+                false => 0..kc,
+            };
+            for step in steps {
                 packed[at(j, step)] = b.data[start + step * b.row_stride];
             }
+        }
+    }
+}
+
+/// Sixteen steps from `step` of sixteen `columns`, transposed: step `step + s` of column `l`
+/// to `to[s · stride + l]`. Three rounds of in-lane unpacks and 128-bit shuffles.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)]
+unsafe fn transpose_into(columns: &[&[f32]; 16], step: usize, to: &mut [f32], stride: usize) {
+    assert!(to.len() >= 15 * stride + 16, "sixteen rows of sixteen");
+    // SAFETY: each column holds sixteen values from `step` (its slice ends past them).
+    let r: [__m512; 16] =
+        std::array::from_fn(|l| unsafe { _mm512_loadu_ps(columns[l][step..step + 16].as_ptr()) });
+    // t[2k], t[2k + 1]: per 128-bit lane, columns 2k and 2k + 1 interleaved.
+    let t: [__m512; 16] = std::array::from_fn(|i| match i % 2 {
+        0 => _mm512_unpacklo_ps(r[i], r[i + 1]),
+        _ => _mm512_unpackhi_ps(r[i - 1], r[i]),
+    });
+    // u[4g + e], lane q: columns 4g..4g + 4 at step 4q + e.
+    let u: [__m512; 16] = std::array::from_fn(|i| {
+        let (g, e) = (i / 4, i % 4);
+        let (a, b) = (
+            _mm512_castps_pd(t[4 * g + e / 2]),
+            _mm512_castps_pd(t[4 * g + 2 + e / 2]),
+        );
+        _mm512_castpd_ps(match e % 2 {
+            0 => _mm512_unpacklo_pd(a, b),
+            _ => _mm512_unpackhi_pd(a, b),
+        })
+    });
+    for e in 0..4 {
+        let (a, b, c, d) = (u[e], u[4 + e], u[8 + e], u[12 + e]);
+        let x = [
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+            _mm512_shuffle_f32x4::<0x44>(c, d),
+            _mm512_shuffle_f32x4::<0xEE>(c, d),
+        ];
+        let out = [
+            _mm512_shuffle_f32x4::<0x88>(x[0], x[2]),
+            _mm512_shuffle_f32x4::<0xDD>(x[0], x[2]),
+            _mm512_shuffle_f32x4::<0x88>(x[1], x[3]),
+            _mm512_shuffle_f32x4::<0xDD>(x[1], x[3]),
+        ];
+        for (q, row) in out.into_iter().enumerate() {
+            // SAFETY: row 4q + e of sixteen lies inside `to` (asserted above).
+            unsafe { _mm512_storeu_ps(to.as_mut_ptr().add((4 * q + e) * stride), row) };
         }
     }
 }
