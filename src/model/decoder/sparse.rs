@@ -177,6 +177,10 @@ impl<B: Backend> Llama<B> {
         }
         summary.sparsity = zeros as f64 / weights.max(1) as f64;
         summary.released &= !held.is_empty();
+        if summary.released {
+            // The dense weights freed into the heap go back to the kernel.
+            crate::sys::allocator::release_freed_memory();
+        }
         if !held.is_empty() {
             self.sparse = Some(Arc::new(held));
         }

@@ -102,11 +102,12 @@ pub(super) fn matmul(
 }
 
 /// Outputs of a compressed weight one core expands and multiplies at a time in
-/// [`compressed_matmul`]: a panel of them over a depth block (≤ 512 KiB) stays in its L2.
-const PANEL_OUTPUTS: usize = 256;
+/// [`compressed_matmul`], at most: a panel of them over a depth block (≤ 1 MiB) stays in or
+/// near its L2, and each panel's product packs its rows of `x` once.
+const PANEL_OUTPUTS: usize = 512;
 
 /// `dst = (accumulate ? dst : 0) + x · W` for a weight held compressed alone, `dst` row-major
-/// `[x.rows, outputs]`: each core takes [`PANEL_OUTPUTS`] outputs at a time, expands each depth
+/// `[x.rows, outputs]`: each core takes up to [`PANEL_OUTPUTS`] outputs at a time, expands each depth
 /// block of them into a panel (`[outputs, block]`) and multiplies it as [`matmul`]'s transposed
 /// operand, so the sums are the dense product's, to the bit, with a few panels' memory instead
 /// of the weight's.
@@ -118,12 +119,17 @@ pub(super) fn compressed_matmul(dst: &mut [f32], accumulate: bool, x: View, w: &
         return;
     }
     let blocks: Vec<_> = depth_blocks(w.inputs).collect();
+    // As few panels as hold the outputs, a multiple of the cores, equally wide.
+    let panels = n
+        .div_ceil(PANEL_OUTPUTS)
+        .next_multiple_of(rayon::current_num_threads());
+    let panel_outputs = n.div_ceil(panels).next_multiple_of(32);
     let parts: Vec<(usize, Vec<f32>)> = (0..n)
-        .step_by(PANEL_OUTPUTS)
+        .step_by(panel_outputs)
         .collect::<Vec<_>>()
         .into_par_iter()
         .map(|first| {
-            let outputs = first..(first + PANEL_OUTPUTS).min(n);
+            let outputs = first..(first + panel_outputs).min(n);
             let width = outputs.len();
             // This part's columns of `dst`, as they are where the product adds to them.
             let mut part = vec![0.0f32; m * width];
