@@ -7,8 +7,10 @@
 //! reads: at 50 % the mask and the f32 values are 2.125 bytes a weight against dense f32's 4.
 //! [`SparseLinear::product`] reads each row's mask and values once for all the rows of `x`: on
 //! AVX-512F, sixteen mask bits at a time expand the next values into a register
-//! (`vexpandps`), multiplied with sixteen inputs of each row of `x`; elsewhere a loop over the
-//! set bits. The outputs are split between the cores; for one or two rows of `x`, several outputs
+//! (`vexpandps`), multiplied with sixteen inputs of each row of `x`; on AVX2, a mask byte's
+//! values are moved to their lanes by a permutation; elsewhere a loop over the set
+//! bits. [`SparseLinear::expand_panel`] writes slices of the weight dense again, for products
+//! of many rows (prefill) where the dense weight was released. The outputs are split between the cores; for one or two rows of `x`, several outputs
 //! run at once, so that their expand chains overlap. Exact: every kept value is the dense
 //! weight's, every pruned one zero; the sums are the dense product's within f32 rounding (each
 //! output sums its kept terms in another order).
@@ -18,6 +20,14 @@ use std::sync::Arc;
 
 use burn::module::ParamId;
 use rayon::prelude::*;
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use portable::{expand_row, scalar_row_sums};
+#[cfg(target_arch = "x86_64")]
+use x86::{avx2_sums, avx512_expand_row, avx512_sums};
 
 /// The linears of a model held compressed, by the id of their dense weight's parameter: a
 /// weight replaced since (pruned again, reloaded) has a new id, so it is not found and runs
@@ -158,7 +168,7 @@ impl SparseLinear {
         for ((o, row), at) in rows.zip(panel.chunks_mut(width)).zip(at) {
             let (mask, values) = (self.row_mask(o), &self.values[*at..]);
             #[cfg(target_arch = "x86_64")]
-            if avx512() {
+            if vector_kernel() == Some(Vector::Avx512) {
                 // SAFETY: AVX-512F and popcnt are present (checked at run time).
                 #[allow(unsafe_code)]
                 let taken = unsafe { avx512_expand_row(mask, values, depth.clone(), row) };
@@ -243,14 +253,15 @@ impl SparseLinear {
                     }
                 };
                 #[cfg(target_arch = "x86_64")]
-                if avx512() {
+                if let Some(kernel) = vector_kernel() {
+                    let mut put = |k: usize, s: &[f32]| put(o + k, s);
                     o += match (block, outputs - o) {
-                        (1, 4..) => self.avx512_outputs::<1, 4>(first + o, x, |k, s| put(o + k, s)),
-                        (1, _) => self.avx512_outputs::<1, 1>(first + o, x, |k, s| put(o + k, s)),
-                        (2, 2..) => self.avx512_outputs::<2, 2>(first + o, x, |k, s| put(o + k, s)),
-                        (2, _) => self.avx512_outputs::<2, 1>(first + o, x, |k, s| put(o + k, s)),
-                        (3, _) => self.avx512_outputs::<3, 1>(first + o, x, |k, s| put(o + k, s)),
-                        _ => self.avx512_outputs::<4, 1>(first + o, x, |k, s| put(o + k, s)),
+                        (1, 4..) => self.vector_outputs::<1, 4>(kernel, first + o, x, &mut put),
+                        (1, _) => self.vector_outputs::<1, 1>(kernel, first + o, x, &mut put),
+                        (2, 2..) => self.vector_outputs::<2, 2>(kernel, first + o, x, &mut put),
+                        (2, _) => self.vector_outputs::<2, 1>(kernel, first + o, x, &mut put),
+                        (3, _) => self.vector_outputs::<3, 1>(kernel, first + o, x, &mut put),
+                        _ => self.vector_outputs::<4, 1>(kernel, first + o, x, &mut put),
                     };
                     continue;
                 }
@@ -268,25 +279,31 @@ impl SparseLinear {
         &self.values[self.row_offsets[o]..]
     }
 
-    /// Outputs `first..first + N` for the `R` rows of `x` on the AVX-512 kernel, each
+    /// Outputs `first..first + N` for the `R` rows of `x` on the vector `kernel`, each
     /// output's `R` sums handed to `put` with its index from `first`; returns `N`.
     #[cfg(target_arch = "x86_64")]
-    fn avx512_outputs<const R: usize, const N: usize>(
+    fn vector_outputs<const R: usize, const N: usize>(
         &self,
+        kernel: Vector,
         first: usize,
         x: &[f32],
-        mut put: impl FnMut(usize, &[f32]),
+        put: &mut impl FnMut(usize, &[f32]),
     ) -> usize {
         assert_eq!(x.len(), R * self.inputs, "R rows of x");
         let masks: [&[u8]; N] = std::array::from_fn(|k| self.row_mask(first + k));
         let values: [&[f32]; N] = std::array::from_fn(|k| self.row_values(first + k));
-        // SAFETY: AVX-512F and popcnt are present (checked by the caller at run time).
+        // SAFETY: the CPU has the features of `kernel` (checked at run time, `vector_kernel`).
         #[allow(unsafe_code)]
-        let (sums, at) = unsafe { avx512_sums::<R, N>(masks, values, x, self.inputs) };
+        let (sums, at) = unsafe {
+            match kernel {
+                Vector::Avx512 => avx512_sums::<R, N>(masks, values, x, self.inputs),
+                Vector::Avx2 => avx2_sums::<R, N>(masks, values, x, self.inputs),
+            }
+        };
         for k in 0..N {
             let mut row_sums = sums[k];
             // The inputs past the whole blocks (a whole number of mask bytes).
-            let tail = self.inputs / 16 * 16;
+            let tail = self.inputs / kernel.lanes() * kernel.lanes();
             if tail < self.inputs {
                 let mut rest = [0.0f32; R];
                 let (mask, values) = (&masks[k][tail / 8..], &values[k][at[k]..]);
@@ -299,194 +316,71 @@ impl SparseLinear {
     }
 }
 
-/// The kernel [`SparseLinear::product`] runs on this CPU: `AVX-512 expand` or `portable`.
+/// The kernel [`SparseLinear::product`] runs on this CPU: `AVX-512 expand`, `AVX2 permute` or
+/// `portable`.
 pub fn kernel_name() -> &'static str {
-    match expands_in_registers() {
-        true => "AVX-512 expand",
-        false => "portable",
+    #[cfg(target_arch = "x86_64")]
+    match vector_kernel() {
+        Some(Vector::Avx512) => return "AVX-512 expand",
+        Some(Vector::Avx2) => return "AVX2 permute",
+        None => {}
     }
+    "portable"
 }
 
 /// Whether [`SparseLinear::product`] runs its AVX-512 kernel on this CPU, the one measured to
-/// beat the dense product; elsewhere a portable loop over the set bits.
+/// beat the dense product from 30 % zeros at every shape. The AVX2 kernel (a masked load and a
+/// permutation per mask byte) is 3–9× the portable loop but not that: measured on a Zen 4 with
+/// `WANDA_SPARSE_AVX512=off`, 1.2× the dense product at 2048 × 8192 and 50 % zeros, 0.8–0.9×
+/// at 70 % and at 576 × 1536 (`results/decode-speed.md`).
 pub fn expands_in_registers() -> bool {
     #[cfg(target_arch = "x86_64")]
-    if avx512() {
+    if vector_kernel() == Some(Vector::Avx512) {
         return true;
     }
     false
 }
 
-/// Whether this CPU has AVX-512F (and `popcnt`, which every such CPU has), checked once.
+/// A vector kernel of the compressed product.
 #[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("popcnt")
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vector {
+    /// Sixteen lanes, `vexpandps`.
+    Avx512,
+    /// Eight lanes, a masked load and a permutation.
+    Avx2,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Vector {
+    /// Inputs a block of the kernel covers.
+    fn lanes(self) -> usize {
+        match self {
+            Self::Avx512 => 16,
+            Self::Avx2 => 8,
+        }
+    }
+}
+
+/// The vector kernel this CPU runs, checked once: AVX-512F (and `popcnt`, which every such CPU
+/// has) unless `WANDA_SPARSE_AVX512=off` asks for the next; AVX2 with FMA and `popcnt`; else
+/// none.
+#[cfg(target_arch = "x86_64")]
+fn vector_kernel() -> Option<Vector> {
+    static KERNEL: std::sync::OnceLock<Option<Vector>> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        use std::arch::is_x86_feature_detected as has;
+        let avx512_allowed = std::env::var("WANDA_SPARSE_AVX512").map_or(true, |v| v != "off");
+        if !has!("popcnt") {
+            None
+        } else if has!("avx512f") && avx512_allowed {
+            Some(Vector::Avx512)
+        } else if has!("avx2") && has!("fma") {
+            Some(Vector::Avx2)
+        } else {
+            None
+        }
     })
-}
-
-/// One output's sums for the rows of `x` (`sums.len()` rows, `stride` apart), over the set
-/// bits of its `mask` (bit `i` for the input at `x[r · stride + i]`) with its kept `values`.
-fn scalar_row_sums(mask: &[u8], values: &[f32], x: &[f32], stride: usize, sums: &mut [f32]) {
-    sums.fill(0.0);
-    let mut at = 0;
-    for (byte_index, &byte) in mask.iter().enumerate() {
-        let mut bits = byte;
-        while bits != 0 {
-            let i = byte_index * 8 + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let w = values[at];
-            at += 1;
-            for (r, s) in sums.iter_mut().enumerate() {
-                *s += w * x[r * stride + i];
-            }
-        }
-    }
-}
-
-/// The inputs `depth` of one output, dense, into `row`: the set bits of its `mask` within
-/// `depth` take its kept `values` in order (the first the value of the first set bit at or
-/// after `depth.start`), the others zero. Returns how many values it took.
-fn expand_row(
-    mask: &[u8],
-    values: &[f32],
-    depth: std::ops::Range<usize>,
-    row: &mut [f32],
-) -> usize {
-    row.fill(0.0);
-    let mut at = 0;
-    let bytes = depth.start / 8..depth.end.div_ceil(8);
-    for (byte_index, &byte) in bytes.clone().zip(&mask[bytes]) {
-        let mut bits = byte;
-        while bits != 0 {
-            let i = byte_index * 8 + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if depth.contains(&i) {
-                row[i - depth.start] = values[at];
-                at += 1;
-            }
-        }
-    }
-    at
-}
-
-/// [`expand_row`] sixteen inputs at a time where they start on a whole mask byte pair: the
-/// sixteen bits expand the next values into their lanes (`vexpandps`), stored whole. Returns
-/// how many values it took.
-///
-/// # Safety
-/// The CPU must have AVX-512F and `popcnt`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,popcnt")]
-#[allow(unsafe_code)]
-unsafe fn avx512_expand_row(
-    mask: &[u8],
-    values: &[f32],
-    depth: std::ops::Range<usize>,
-    row: &mut [f32],
-) -> usize {
-    use std::arch::x86_64::*;
-    let lead_end = depth.start.next_multiple_of(16).min(depth.end);
-    let blocks = (depth.end - lead_end) / 16;
-    let mut at = expand_row(
-        mask,
-        values,
-        depth.start..lead_end,
-        &mut row[..lead_end - depth.start],
-    );
-    assert!(
-        mask.len() >= (lead_end + 16 * blocks) / 8,
-        "mask bits for every block"
-    );
-    for b in 0..blocks {
-        let i = lead_end + 16 * b;
-        // SAFETY: the mask holds these sixteen bits (asserted above); the values hold one for
-        // each set bit, which is all the expanding load reads; the row holds sixteen values
-        // from `i - depth.start`, as `i + 16 <= depth.end`.
-        unsafe {
-            let bits = u16::from_le(mask.as_ptr().add(i / 8).cast::<u16>().read_unaligned());
-            let w = _mm512_maskz_expandloadu_ps(bits, values.as_ptr().wrapping_add(at));
-            _mm512_storeu_ps(row.as_mut_ptr().add(i - depth.start), w);
-            at += bits.count_ones() as usize;
-        }
-    }
-    let tail = lead_end + 16 * blocks;
-    at + expand_row(
-        mask,
-        &values[at..],
-        tail..depth.end,
-        &mut row[tail - depth.start..],
-    )
-}
-
-/// [`scalar_row_sums`] of `N` outputs at once over the whole blocks of sixteen inputs: each
-/// output's sixteen mask bits of a block expand its next values into their lanes (`vexpandps`),
-/// multiplied with the block's inputs of each of the `R` rows of `x` and summed per lane. The
-/// `N` outputs' chains (value offsets and sums) are independent, so they overlap. Returns each
-/// output's sums and how many of its values the blocks took.
-///
-/// # Safety
-/// The CPU must have AVX-512F and `popcnt`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,popcnt")]
-#[allow(unsafe_code)]
-unsafe fn avx512_sums<const R: usize, const N: usize>(
-    masks: [&[u8]; N],
-    values: [&[f32]; N],
-    x: &[f32],
-    inputs: usize,
-) -> ([[f32; R]; N], [usize; N]) {
-    use std::arch::x86_64::*;
-    let blocks = inputs / 16;
-    assert!(
-        masks.iter().all(|m| m.len() >= 2 * blocks),
-        "masks of whole blocks"
-    );
-    // Sixteen values read whole from any offset of an output's row stay within its values
-    // (then expanded in a register); otherwise the expand reads just the set bits' values.
-    let whole_reads = values.iter().all(|v| v.len() >= inputs + 16);
-    let mut acc = [[_mm512_setzero_ps(); R]; N];
-    let mut at = [0usize; N];
-    for b in 0..blocks {
-        // SAFETY: each row of x has `inputs` values and this block ends within them.
-        let xs: [__m512; R] = std::array::from_fn(|r| unsafe {
-            _mm512_loadu_ps(x.as_ptr().add(r * inputs + 16 * b))
-        });
-        let mut step = |k: usize| {
-            // SAFETY: each mask holds the bits of every whole block (asserted above).
-            let bits = u16::from_le(unsafe {
-                masks[k].as_ptr().add(2 * b).cast::<u16>().read_unaligned()
-            });
-            let from = values[k].as_ptr().wrapping_add(at[k]);
-            // SAFETY: a row's value offset is at most `inputs`, so sixteen values lie within
-            // its values where `whole_reads`; otherwise the row holds a value for every set
-            // bit, which is all the expanding load reads.
-            let w = unsafe {
-                match whole_reads {
-                    true => _mm512_maskz_expand_ps(bits, _mm512_loadu_ps(from)),
-                    false => _mm512_maskz_expandloadu_ps(bits, from),
-                }
-            };
-            at[k] += bits.count_ones() as usize;
-            for r in 0..R {
-                acc[k][r] = _mm512_fmadd_ps(w, xs[r], acc[k][r]);
-            }
-        };
-        // Spelled out for four, so that the chains live in registers.
-        match N {
-            4 => {
-                step(0);
-                step(1);
-                step(2);
-                step(3);
-            }
-            _ => (0..N).for_each(step),
-        }
-    }
-    let sums = std::array::from_fn(|k| std::array::from_fn(|r| _mm512_reduce_add_ps(acc[k][r])));
-    (sums, at)
 }
 
 #[cfg(test)]
@@ -572,6 +466,56 @@ mod tests {
                             <= 1e-5 * (1.0 + expected[r * outputs + 7].abs())
                     );
                 }
+            }
+        }
+    }
+
+    /// Every vector kernel this CPU has (AVX-512F; AVX2 with FMA), whatever `vector_kernel`
+    /// picked, gives the dense product within rounding for every block of rows and outputs
+    /// the product runs, on inputs with a tail past the whole blocks.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn every_vector_kernel_gives_the_dense_sums() {
+        use std::arch::is_x86_feature_detected as has;
+        fn check<const R: usize, const N: usize>(s: &SparseLinear, kernel: Vector, w: &[f32]) {
+            let x: Vec<f32> = (0..R * s.inputs)
+                .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
+                .collect();
+            let expected = dense_product(&x, w, R, s.inputs, s.outputs);
+            for first in [0, 5, s.outputs - N] {
+                let mut seen = 0;
+                let taken = s.vector_outputs::<R, N>(kernel, first, &x, &mut |k, sums| {
+                    for (r, v) in sums.iter().enumerate() {
+                        let e = expected[r * s.outputs + first + k];
+                        assert!(
+                            (f64::from(*v) - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "{kernel:?}"
+                        );
+                    }
+                    seen += 1;
+                });
+                assert_eq!((taken, seen), (N, N));
+            }
+        }
+        let mut kernels = Vec::new();
+        if has!("popcnt") && has!("avx512f") {
+            kernels.push(Vector::Avx512);
+        }
+        if has!("popcnt") && has!("avx2") && has!("fma") {
+            kernels.push(Vector::Avx2);
+        }
+        // 77 inputs: four blocks of sixteen (nine of eight) and a tail.
+        let (inputs, outputs) = (77, 40);
+        for zero_in in [0, 5, 8, 10] {
+            let w = weight(inputs, outputs, zero_in);
+            let s = SparseLinear::from_in_out(&w, inputs, outputs);
+            for &kernel in &kernels {
+                check::<1, 4>(&s, kernel, &w);
+                check::<1, 1>(&s, kernel, &w);
+                check::<2, 2>(&s, kernel, &w);
+                check::<2, 1>(&s, kernel, &w);
+                check::<3, 1>(&s, kernel, &w);
+                check::<4, 1>(&s, kernel, &w);
             }
         }
     }
