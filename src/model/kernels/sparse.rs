@@ -1,19 +1,19 @@
-//! A pruned linear held compressed on the CPU: per output, a bitmask over the inputs and the
-//! kept values alone, in the layout of compressed-tensors' `sparse-bitmask` (`bitmask` packed
-//! little-endian per row, `compressed` values row after row, `row_offsets` where each row's
-//! values start), a row being one output (PyTorch's `[out, in]` weight row).
+//! A pruned linear held compressed on the CPU: per output, a bitmask over the inputs and the kept
+//! values alone, in the layout of compressed-tensors' `sparse-bitmask` (`bitmask` packed
+//! little-endian per row, `compressed` values row after row, `row_offsets` where each row's values
+//! start), a row being one output (PyTorch's `[out, in]` weight row).
 //!
 //! Decoding reads every weight once a token, so a product of a few rows is bound by the bytes it
 //! reads: at 50 % the mask and the f32 values are 2.125 bytes a weight against dense f32's 4.
 //! [`SparseLinear::product`] reads each row's mask and values once for all the rows of `x`: on
-//! AVX-512F, sixteen mask bits at a time expand the next values into a register
-//! (`vexpandps`), multiplied with sixteen inputs of each row of `x`; on AVX2, a mask byte's
-//! values are moved to their lanes by a permutation; elsewhere a loop over the set
-//! bits. [`SparseLinear::expand_panel`] writes slices of the weight dense again, for products
-//! of many rows (prefill) where the dense weight was released. The outputs are split between the cores; for one or two rows of `x`, several outputs
-//! run at once, so that their expand chains overlap. Exact: every kept value is the dense
-//! weight's, every pruned one zero; the sums are the dense product's within f32 rounding (each
-//! output sums its kept terms in another order).
+//! AVX-512F, sixteen mask bits at a time expand the next values into a register (`vexpandps`),
+//! multiplied with sixteen inputs of each row of `x`; on AVX2, a mask byte's values are moved to
+//! their lanes by a permutation; elsewhere a loop over the set bits. [`SparseLinear::expand_panel`]
+//! writes slices of the weight dense again, for products of many rows (prefill) where the dense
+//! weight was released. The outputs are split between the cores; for one or two rows of `x`,
+//! several outputs run at once, so that their expand chains overlap. Exact: every kept value is the
+//! dense weight's, every pruned one zero; the sums are the dense product's within f32 rounding
+//! (each output sums its kept terms in another order).
 
 use std::collections::HashMap;
 use std::sync::Arc;
