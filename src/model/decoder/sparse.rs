@@ -1,6 +1,8 @@
 //! A pruned model's linears held compressed for decoding on the CPU ([`Llama::sparsify`]):
-//! each decoder linear whose zeros pay for it gets a [`SparseLinear`] beside its dense weight,
-//! and the fused kernels multiply up to a few rows (decoding) in that form.
+//! each decoder linear whose zeros pay for it gets a [`SparseLinear`] in place of its dense
+//! weight (beside it where the fused kernels do not run the whole model), and the fused kernels
+//! multiply up to a few rows (decoding) in that form, more rows (prefill) on panels expanded
+//! from it.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,8 +17,9 @@ use crate::model::kernels::sparse::{expands_in_registers, SparseLinear, SparseWe
 use crate::model::kernels::{kernels, to_host_f32};
 
 /// The fraction of zeros from which `auto` holds a linear compressed, on a CPU where the
-/// compressed product runs its AVX-512 kernel ([`expands_in_registers`]; elsewhere its portable
-/// loop, not measured to beat the dense product, so `auto` holds none). Measured with
+/// compressed product runs its AVX-512 kernel ([`expands_in_registers`]; elsewhere its AVX2
+/// kernel or its portable loop, neither measured to beat the dense product at every shape, so
+/// `auto` holds none). Measured with
 /// `wanda bench sparse` (one row, AVX-512): the compressed product at 20–30 % zeros already
 /// matches the dense one (1.0–1.3× at Llama-3.2-1B's gate/up, 1.0× at SmolLM2's), at 50 % it
 /// is about twice as fast (`results/decode-speed.md`).

@@ -107,10 +107,10 @@ pub(super) fn matmul(
 const PANEL_OUTPUTS: usize = 512;
 
 /// `dst = (accumulate ? dst : 0) + x · W` for a weight held compressed alone, `dst` row-major
-/// `[x.rows, outputs]`: each core takes up to [`PANEL_OUTPUTS`] outputs at a time, expands each depth
-/// block of them into a panel (`[outputs, block]`) and multiplies it as [`matmul`]'s transposed
-/// operand, so the sums are the dense product's, to the bit, with a few panels' memory instead
-/// of the weight's.
+/// `[x.rows, outputs]`: each core takes up to [`PANEL_OUTPUTS`] outputs at a time, expands each
+/// depth block of them into a panel (`[outputs, block]`) and multiplies it as [`matmul`]'s
+/// transposed operand, so the sums are the dense product's, to the bit, with a few panels'
+/// memory instead of the weight's.
 pub(super) fn compressed_matmul(dst: &mut [f32], accumulate: bool, x: View, w: &SparseLinear) {
     assert_eq!(x.cols, w.inputs, "inner dimensions differ");
     let (m, n) = (x.rows, w.outputs);

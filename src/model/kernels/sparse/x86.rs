@@ -53,11 +53,11 @@ pub(super) unsafe fn avx512_expand_row(
     )
 }
 
-/// [`super::portable::scalar_row_sums`] of `N` outputs at once over the whole blocks of sixteen inputs: each
-/// output's sixteen mask bits of a block expand its next values into their lanes (`vexpandps`),
-/// multiplied with the block's inputs of each of the `R` rows of `x` and summed per lane. The
-/// `N` outputs' chains (value offsets and sums) are independent, so they overlap. Returns each
-/// output's sums and how many of its values the blocks took.
+/// [`super::portable::scalar_row_sums`] of `N` outputs at once over the whole blocks of
+/// sixteen inputs: each output's sixteen mask bits of a block expand its next values into their
+/// lanes (`vexpandps`), multiplied with the block's inputs of each of the `R` rows of `x` and
+/// summed per lane. The `N` outputs' chains (value offsets and sums) are independent, so they
+/// overlap. Returns each output's sums and how many of its values the blocks took.
 ///
 /// # Safety
 /// The CPU must have AVX-512F and `popcnt`.
@@ -84,7 +84,7 @@ pub(super) unsafe fn avx512_sums<const R: usize, const N: usize>(
         let xs: [__m512; R] = std::array::from_fn(|r| unsafe {
             _mm512_loadu_ps(x.as_ptr().add(r * inputs + 16 * b))
         });
-        let mut step = |k: usize| {
+        let step = |k: usize| {
             // SAFETY: each mask holds the bits of every whole block (asserted above).
             let bits = u16::from_le(unsafe {
                 masks[k].as_ptr().add(2 * b).cast::<u16>().read_unaligned()
@@ -104,19 +104,25 @@ pub(super) unsafe fn avx512_sums<const R: usize, const N: usize>(
                 acc[k][r] = _mm512_fmadd_ps(w, xs[r], acc[k][r]);
             }
         };
-        // Spelled out for four, so that the chains live in registers.
-        match N {
-            4 => {
-                step(0);
-                step(1);
-                step(2);
-                step(3);
-            }
-            _ => (0..N).for_each(step),
-        }
+        each_output::<N>(step);
     }
     let sums = std::array::from_fn(|k| std::array::from_fn(|r| _mm512_reduce_add_ps(acc[k][r])));
     (sums, at)
+}
+
+/// `step` for each of `N` outputs in turn, spelled out for four, so that their chains live in
+/// registers.
+#[inline(always)]
+fn each_output<const N: usize>(mut step: impl FnMut(usize)) {
+    match N {
+        4 => {
+            step(0);
+            step(1);
+            step(2);
+            step(3);
+        }
+        _ => (0..N).for_each(step),
+    }
 }
 
 /// Per mask byte, the lane of the byte's loaded values each of the eight lanes takes: lane `l`
@@ -183,7 +189,7 @@ pub(super) unsafe fn avx2_sums<const R: usize, const N: usize>(
         // SAFETY: each row of x has `inputs` values and this block ends within them.
         let xs: [__m256; R] =
             std::array::from_fn(|r| unsafe { _mm256_loadu_ps(x.as_ptr().add(r * inputs + 8 * b)) });
-        let mut step = |k: usize| {
+        let step = |k: usize| {
             let bits = masks[k][b];
             let count = bits.count_ones() as usize;
             // SAFETY: the tables' rows are eight i32s; the masked load reads the first `count`
@@ -199,15 +205,7 @@ pub(super) unsafe fn avx2_sums<const R: usize, const N: usize>(
                 acc[k][r] = _mm256_fmadd_ps(w, xs[r], acc[k][r]);
             }
         };
-        match N {
-            4 => {
-                step(0);
-                step(1);
-                step(2);
-                step(3);
-            }
-            _ => (0..N).for_each(step),
-        }
+        each_output::<N>(step);
     }
     let sums = std::array::from_fn(|k| {
         std::array::from_fn(|r| {
