@@ -725,18 +725,21 @@ impl<B: Backend> Llama<B> {
         let Some(sparse) = &self.sparse else {
             return Cow::Borrowed(self);
         };
-        let released = |layer: &DecoderLayer<B>| -> Vec<String> {
-            let linears = layer.linears().into_iter();
-            let empty = linears.filter(|(_, _, l)| l.weight.dims() == [0, 0]);
-            empty.map(|l| l.0).collect()
-        };
-        if self.layers.iter().all(|l| released(l).is_empty()) {
+        // Per layer, the names of its released (empty) weights.
+        let released: Vec<Vec<String>> = (self.layers.iter())
+            .map(|layer| {
+                let linears = layer.linears().into_iter();
+                let empty = linears.filter(|(_, _, l)| l.weight.dims() == [0, 0]);
+                empty.map(|l| l.0).collect()
+            })
+            .collect();
+        if released.iter().all(Vec::is_empty) {
             return Cow::Borrowed(self);
         }
         let mut dense = self.clone();
         dense.sparse = None;
-        for layer in &mut dense.layers {
-            for name in released(layer) {
+        for (layer, names) in dense.layers.iter_mut().zip(released) {
+            for name in names {
                 let linear = layer.linear_mut(&name).expect("a linear it listed");
                 let id = linear.weight.id;
                 let form = sparse
